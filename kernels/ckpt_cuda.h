@@ -1,0 +1,23 @@
+/* ckpt_cuda.h - the CUDA side of libckpt, plain C.  Every call returns 0 on
+ * success or a CUDA error number; nothing aborts. */
+#ifndef CKPT_CUDA_H
+#define CKPT_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cudaRuntimeGetVersion (e.g. 13000 for 13.0). */
+int ckpt_cuda_runtime_version(int *version);
+/* Number of usable devices; 0 (and status 0) when there is no GPU or driver. */
+int ckpt_cuda_device_count(int *count);
+/* Name of device N into BUF. */
+int ckpt_cuda_device_name(int device, char *buf, int cap);
+/* Human-readable text for a status returned above. */
+const char *ckpt_cuda_strerror(int status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

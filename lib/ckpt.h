@@ -1,0 +1,315 @@
+/*
+ * ckpt.h - libckpt, the PyTorch checkpoint library behind the ckpt tool.
+ *
+ * Reads .pth checkpoints (zip and pre-1.6 legacy) without Python: the pickle
+ * inside is parsed by a safe VM that never imports or calls anything.
+ *
+ * Errors.  Functions that can fail return an int from enum ckpt_status:
+ * CKPT_OK (0) on success, a negative code on failure.  The handle keeps the
+ * code and a one-line message naming what was wrong and where; read them
+ * with ckpt_file_error_code() / ckpt_file_error_message().  Calls without a
+ * handle are described by ckpt_strerror().  The library never prints, never
+ * exits and never reads the environment.
+ *
+ * Ownership.
+ *  (a) What ckpt_*_new returns is released by the matching ckpt_*_free;
+ *      every _free accepts NULL.
+ *  (b) Getters return borrowed pointers (const where the caller must not
+ *      write), valid until the owning ckpt_file is freed.  Values, tensors
+ *      and storages all live in an arena owned by their ckpt_file.
+ *  (c) Setters copy their string arguments.
+ *  (d) Bulk data goes into caller-supplied buffers with an explicit capacity.
+ *
+ * Threads.  A ckpt_file may be used by one thread at a time.
+ */
+#ifndef CKPT_H
+#define CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(CKPT_BUILDING) && defined(__GNUC__)
+#define CKPT_API __attribute__((visibility("default")))
+#else
+#define CKPT_API
+#endif
+
+#define CKPT_VERSION_MAJOR 0
+#define CKPT_VERSION_MINOR 1
+#define CKPT_VERSION_PATCH 0
+#define CKPT_VERSION_NUMBER \
+    (CKPT_VERSION_MAJOR * 10000 + CKPT_VERSION_MINOR * 100 + CKPT_VERSION_PATCH)
+
+/* Version of the library linked at run time (CKPT_VERSION_NUMBER format). */
+CKPT_API int ckpt_version_number(void);
+/* "ckpt 0.1.0 (libzip 1.7.3, zlib 1.2.13, PCRE2 10.42, cJSON 1.7.15, CUDA ...)" */
+CKPT_API const char *ckpt_version_details(void);
+
+typedef enum ckpt_status {
+    CKPT_OK = 0,
+    CKPT_EOF = 1,                /* iterator exhausted */
+    CKPT_ERR_USAGE = -1,         /* API misuse or invalid argument */
+    CKPT_ERR_FORMAT = -2,        /* malformed or corrupt input */
+    CKPT_ERR_UNSAFE = -3,        /* refused: a global outside the allow-list */
+    CKPT_ERR_LIMIT = -4,         /* a resource limit was hit */
+    CKPT_ERR_UNSUPPORTED = -5,   /* well formed but not supported */
+    CKPT_ERR_IO = -6,            /* the operating system refused */
+    CKPT_ERR_NOMEM = -7          /* out of memory */
+} ckpt_status;
+
+CKPT_API const char *ckpt_strerror(int status);
+
+/* ---- dtypes ------------------------------------------------------------ */
+
+typedef enum ckpt_dtype {
+    CKPT_DTYPE_UNKNOWN = 0,
+    CKPT_DTYPE_FLOAT64, CKPT_DTYPE_FLOAT32, CKPT_DTYPE_FLOAT16, CKPT_DTYPE_BFLOAT16,
+    CKPT_DTYPE_INT64, CKPT_DTYPE_INT32, CKPT_DTYPE_INT16, CKPT_DTYPE_INT8,
+    CKPT_DTYPE_UINT8, CKPT_DTYPE_BOOL,
+    CKPT_DTYPE_COMPLEX128, CKPT_DTYPE_COMPLEX64, CKPT_DTYPE_COMPLEX32,
+    CKPT_DTYPE_QINT8, CKPT_DTYPE_QUINT8, CKPT_DTYPE_QINT32,
+    CKPT_DTYPE_QUINT4X2, CKPT_DTYPE_QUINT2X4,
+    CKPT_DTYPE_FLOAT8_E5M2, CKPT_DTYPE_FLOAT8_E4M3FN,
+    CKPT_DTYPE_FLOAT8_E5M2FNUZ, CKPT_DTYPE_FLOAT8_E4M3FNUZ, CKPT_DTYPE_FLOAT8_E8M0FNU,
+    CKPT_DTYPE_UINT16, CKPT_DTYPE_UINT32, CKPT_DTYPE_UINT64,
+    CKPT_DTYPE_BITS8, CKPT_DTYPE_BITS16, CKPT_DTYPE_BITS1X8, CKPT_DTYPE_BITS2X4,
+    CKPT_DTYPE_BITS4X2,
+    CKPT_DTYPE_COUNT_
+} ckpt_dtype;
+
+/* torch's name without "torch." ("float32"); "unknown" out of range. */
+CKPT_API const char *ckpt_dtype_name(ckpt_dtype dtype);
+/* Bytes per element, 0 for CKPT_DTYPE_UNKNOWN. */
+CKPT_API size_t ckpt_dtype_size(ckpt_dtype dtype);
+/* Parse a torch name ("float32", "torch.float32", "half"); UNKNOWN if none. */
+CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name);
+/* 1 for float64/32/16, bfloat16 and the float8 types. */
+CKPT_API int ckpt_dtype_is_floating(ckpt_dtype dtype);
+
+/* ---- opening a checkpoint ---------------------------------------------- */
+
+typedef struct ckpt_file ckpt_file;
+typedef struct ckpt_value ckpt_value;
+typedef struct ckpt_tensor ckpt_tensor;
+typedef struct ckpt_storage ckpt_storage;
+
+typedef enum ckpt_format {
+    CKPT_FORMAT_UNKNOWN = 0,
+    CKPT_FORMAT_PTH_ZIP,
+    CKPT_FORMAT_PTH_LEGACY
+} ckpt_format;
+
+/* "pth-zip", "pth-legacy" as in DESIGN.md's JSON. */
+CKPT_API const char *ckpt_format_name(ckpt_format format);
+
+typedef enum ckpt_limit {
+    CKPT_LIMIT_PICKLE_BYTES = 0, /* size of one pickle (default 1 GiB) */
+    CKPT_LIMIT_DEPTH,            /* nesting of containers (default 1000) */
+    CKPT_LIMIT_STACK,            /* pickle VM stack entries (default 16 Mi) */
+    CKPT_LIMIT_MARKS,            /* open MARKs at once (default 100000) */
+    CKPT_LIMIT_MEMO,             /* memo entries (default 16 Mi) */
+    CKPT_LIMIT_ITEMS,            /* items in one container (default 64 Mi) */
+    CKPT_LIMIT_STORAGES,         /* storages in one file (default 16 Mi) */
+    CKPT_LIMIT_COUNT_
+} ckpt_limit;
+
+/* A handle for one checkpoint.  Configure it, then ckpt_file_open(). */
+CKPT_API ckpt_file *ckpt_file_new(void);
+CKPT_API void ckpt_file_free(ckpt_file *f);
+
+/* Admit the global MODULE.NAME (e.g. "mypkg.Config") as an opaque object. */
+CKPT_API int ckpt_file_allow_global(ckpt_file *f, const char *qualified_name);
+/* Admit every unknown global as an opaque object (still reported). */
+CKPT_API int ckpt_file_set_allow_unknown(ckpt_file *f, int allow);
+CKPT_API int ckpt_file_set_limit(ckpt_file *f, ckpt_limit which, uint64_t value);
+CKPT_API uint64_t ckpt_file_limit(const ckpt_file *f, ckpt_limit which);
+
+/*
+ * Open and parse PATH: reads the container index and the pickle, never the
+ * tensor data.  On failure the handle holds the error; free it as usual.
+ */
+CKPT_API int ckpt_file_open(ckpt_file *f, const char *path);
+
+CKPT_API int ckpt_file_error_code(const ckpt_file *f);
+CKPT_API const char *ckpt_file_error_message(const ckpt_file *f);
+
+CKPT_API const char *ckpt_file_path(const ckpt_file *f);
+CKPT_API ckpt_format ckpt_file_format(const ckpt_file *f);
+/* Archive prefix of a pth-zip ("sd" for records "sd/data.pkl"); "" otherwise. */
+CKPT_API const char *ckpt_file_prefix(const ckpt_file *f);
+/* Names of the zip records in archive order (pth-zip only). */
+CKPT_API size_t ckpt_file_record_count(const ckpt_file *f);
+CKPT_API const char *ckpt_file_record_name(const ckpt_file *f, size_t i);
+
+/* The unpickled object. */
+CKPT_API const ckpt_value *ckpt_file_root(const ckpt_file *f);
+
+/* Storages in order of first reference in the pickle. */
+CKPT_API size_t ckpt_file_storage_count(const ckpt_file *f);
+CKPT_API const ckpt_storage *ckpt_file_storage(const ckpt_file *f, size_t i);
+
+/* ---- the value tree ------------------------------------------------------ */
+
+typedef enum ckpt_kind {
+    CKPT_KIND_NONE = 0,
+    CKPT_KIND_BOOL,
+    CKPT_KIND_INT,      /* ckpt_value_int(); big ints: ckpt_value_bigint() */
+    CKPT_KIND_FLOAT,
+    CKPT_KIND_STR,      /* UTF-8 */
+    CKPT_KIND_BYTES,
+    CKPT_KIND_LIST,
+    CKPT_KIND_TUPLE,
+    CKPT_KIND_DICT,     /* dict or collections.OrderedDict */
+    CKPT_KIND_SET,
+    CKPT_KIND_FROZENSET,
+    CKPT_KIND_GLOBAL,   /* a reference to MODULE.NAME (a class, dtype, function) */
+    CKPT_KIND_OBJECT,   /* an object built by a call we did not interpret: opaque */
+    CKPT_KIND_TENSOR,
+    CKPT_KIND_STORAGE   /* a bare storage (a persistent id outside a tensor) */
+} ckpt_kind;
+
+CKPT_API ckpt_kind ckpt_value_kind(const ckpt_value *v);
+/* "dict", "OrderedDict", "list", "tensor", ... for messages. */
+CKPT_API const char *ckpt_value_kind_name(const ckpt_value *v);
+
+CKPT_API int ckpt_value_bool(const ckpt_value *v);
+/* CKPT_OK, or CKPT_ERR_LIMIT when the int does not fit in 64 bits. */
+CKPT_API int ckpt_value_int(const ckpt_value *v, int64_t *out);
+/* Little-endian two's complement bytes of any INT (borrowed). */
+CKPT_API const uint8_t *ckpt_value_bigint(const ckpt_value *v, size_t *len);
+CKPT_API double ckpt_value_float(const ckpt_value *v);
+/* STR (UTF-8) and BYTES content; *len gets the byte length. NUL-terminated. */
+CKPT_API const char *ckpt_value_str(const ckpt_value *v, size_t *len);
+
+/* Items of LIST, TUPLE, SET, FROZENSET; entries of DICT. */
+CKPT_API size_t ckpt_value_len(const ckpt_value *v);
+CKPT_API const ckpt_value *ckpt_value_item(const ckpt_value *v, size_t i);
+CKPT_API const ckpt_value *ckpt_value_dict_key(const ckpt_value *v, size_t i);
+CKPT_API const ckpt_value *ckpt_value_dict_value(const ckpt_value *v, size_t i);
+/* DICT lookup by string key; NULL when absent. */
+CKPT_API const ckpt_value *ckpt_value_dict_get(const ckpt_value *v, const char *key);
+/* 1 when a DICT is a collections.OrderedDict. */
+CKPT_API int ckpt_value_dict_ordered(const ckpt_value *v);
+/* State set by pickle BUILD (an OrderedDict's _metadata lives here); or NULL. */
+CKPT_API const ckpt_value *ckpt_value_state(const ckpt_value *v);
+
+/* GLOBAL: "module.name"; OBJECT: the class or function that built it. */
+CKPT_API const char *ckpt_value_global(const ckpt_value *v);
+/* OBJECT: arguments of the call (a TUPLE) or NULL. */
+CKPT_API const ckpt_value *ckpt_value_object_args(const ckpt_value *v);
+/* Where the value was created: byte offset in the pickle stream. */
+CKPT_API uint64_t ckpt_value_offset(const ckpt_value *v);
+
+CKPT_API const ckpt_tensor *ckpt_value_tensor(const ckpt_value *v);
+CKPT_API const ckpt_storage *ckpt_value_storage(const ckpt_value *v);
+
+/* ---- tensors and storages ---------------------------------------------- */
+
+CKPT_API ckpt_dtype ckpt_tensor_dtype(const ckpt_tensor *t);
+CKPT_API int ckpt_tensor_ndim(const ckpt_tensor *t);
+CKPT_API const int64_t *ckpt_tensor_shape(const ckpt_tensor *t);
+CKPT_API const int64_t *ckpt_tensor_stride(const ckpt_tensor *t);
+/* Offset into the storage, in elements of the tensor's dtype. */
+CKPT_API int64_t ckpt_tensor_offset(const ckpt_tensor *t);
+CKPT_API int64_t ckpt_tensor_numel(const ckpt_tensor *t);
+/* Bytes of the tensor's own elements (numel * element size). */
+CKPT_API size_t ckpt_tensor_nbytes(const ckpt_tensor *t);
+CKPT_API int ckpt_tensor_requires_grad(const ckpt_tensor *t);
+/* 1 when saved as an nn.Parameter (state_dict(keep_vars=True), modules). */
+CKPT_API int ckpt_tensor_is_parameter(const ckpt_tensor *t);
+CKPT_API int ckpt_tensor_is_contiguous(const ckpt_tensor *t);
+CKPT_API const ckpt_storage *ckpt_tensor_storage(const ckpt_tensor *t);
+
+CKPT_API const char *ckpt_storage_key(const ckpt_storage *s);
+CKPT_API ckpt_dtype ckpt_storage_dtype(const ckpt_storage *s);
+CKPT_API int64_t ckpt_storage_numel(const ckpt_storage *s);
+CKPT_API size_t ckpt_storage_nbytes(const ckpt_storage *s);
+/* Location tag as saved: "cpu", "cuda:0", ... */
+CKPT_API const char *ckpt_storage_device(const ckpt_storage *s);
+/* Index in ckpt_file_storage(). */
+CKPT_API size_t ckpt_storage_index(const ckpt_storage *s);
+
+/*
+ * Read LEN bytes of storage S starting at byte OFFSET into BUF.  Reading a
+ * whole record (offset 0, len = nbytes) also verifies its CRC-32 (zip).
+ */
+CKPT_API int ckpt_storage_read(ckpt_file *f, const ckpt_storage *s,
+                               uint64_t offset, void *buf, size_t len);
+
+/*
+ * Copy the tensor's elements, in C-contiguous order, into BUF (capacity CAP,
+ * at least ckpt_tensor_nbytes()).  Reads (and CRC-checks) the storage.
+ */
+CKPT_API int ckpt_tensor_read(ckpt_file *f, const ckpt_tensor *t, void *buf, size_t cap);
+
+typedef struct ckpt_tensor_stats {
+    int valid;          /* 0 when the dtype has no ordering (complex, quantized) */
+    double min, max;    /* over finite elements; NaN when there are none */
+    double mean, std;   /* over finite elements; std is unbiased (N-1) */
+    int64_t nan, inf;   /* counts */
+    uint32_t crc32;     /* zlib CRC-32 of the C-contiguous little-endian bytes */
+} ckpt_tensor_stats;
+
+/* Read the tensor's data and summarise it (float16/bfloat16 converted exactly). */
+CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t,
+                                       ckpt_tensor_stats *out);
+
+/* ---- walking: tensors, state dicts, objects, by path -------------------- */
+
+/* One step of a path from the root: a dict key or a list/tuple index. */
+typedef struct ckpt_path_elem {
+    int is_int;          /* 1: an int dict key or a list/tuple index */
+    int64_t index;
+    const char *key;     /* string key (borrowed) when !is_int */
+} ckpt_path_elem;
+
+typedef struct ckpt_path {
+    size_t len;
+    const ckpt_path_elem *elems;
+} ckpt_path;
+
+/* Every tensor reachable from the root, in pickle order, with its path. */
+CKPT_API size_t ckpt_file_tensor_count(const ckpt_file *f);
+CKPT_API const ckpt_tensor *ckpt_file_tensor(const ckpt_file *f, size_t i, ckpt_path *path);
+
+/*
+ * State dicts: every mapping with at least one entry whose keys are all
+ * strings and whose values are all tensors (the root for a plain state dict).
+ */
+CKPT_API size_t ckpt_file_state_dict_count(const ckpt_file *f);
+CKPT_API const ckpt_value *ckpt_file_state_dict(const ckpt_file *f, size_t i, ckpt_path *path);
+
+/* Opaque objects and globals (known data and admitted unknowns), with paths. */
+CKPT_API size_t ckpt_file_object_count(const ckpt_file *f);
+CKPT_API const ckpt_value *ckpt_file_object(const ckpt_file *f, size_t i, ckpt_path *path);
+
+/* Format a path as "a/b/0" into BUF; returns the length it needs. */
+CKPT_API size_t ckpt_path_format(const ckpt_path *path, char *buf, size_t cap);
+
+/*
+ * Wrapper prefixes found in a state dict's keys: the chain every key starts
+ * with ("module.", "module." for DDP twice), then known wrapper components
+ * ("_orig_mod.", "_fsdp_wrapped_module.", ...) seen elsewhere in keys.
+ * Returns the count; fills up to CAP borrowed strings into OUT.
+ */
+CKPT_API size_t ckpt_state_dict_wrappers(const ckpt_value *sd, const char **out, size_t cap);
+
+/* Class of a global "module.name" under the file's allow-list. */
+typedef enum ckpt_global_class {
+    CKPT_GLOBAL_INTERPRETED = 0, /* what state dicts are made of */
+    CKPT_GLOBAL_KNOWN_DATA,      /* plain-data classes kept opaque */
+    CKPT_GLOBAL_ALLOWED,         /* unknown, admitted by the user */
+    CKPT_GLOBAL_REFUSED          /* unknown: opening fails */
+} ckpt_global_class;
+
+CKPT_API ckpt_global_class ckpt_file_classify_global(const ckpt_file *f, const char *qualified_name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CKPT_H */

@@ -1,0 +1,290 @@
+/*
+ * ckpt_private.h - structures and helpers shared inside libckpt.
+ * Nothing here is installed or visible to users of lib/ckpt.h.
+ */
+#ifndef CKPT_PRIVATE_H
+#define CKPT_PRIVATE_H
+
+#include "config.h"
+#include "ckpt.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#define CKPT_FILE_MAGIC 0x636b7074u /* "ckpt" */
+#define CKPT_ERRMSG_MAX 512
+
+/* ---- errors -------------------------------------------------------------- */
+
+typedef struct ckpt_error {
+    int code;
+    char msg[CKPT_ERRMSG_MAX];
+} ckpt_error;
+
+/* Set the error once: the first (innermost) cause wins.  Returns CODE. */
+int ckpt_err(ckpt_error *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void ckpt_err_clear(ckpt_error *e);
+
+#define CKPT_RETURN_IF(cond, e, code, ...)        \
+    do {                                          \
+        if (cond)                                 \
+            return ckpt_err((e), (code), __VA_ARGS__); \
+    } while (0)
+
+#define CKPT_FORWARD(expr)        \
+    do {                          \
+        int rc_fwd_ = (expr);     \
+        if (rc_fwd_ < 0)          \
+            return rc_fwd_;       \
+    } while (0)
+
+/* ---- arena: every object of a parsed file lives here --------------------- */
+
+typedef struct ckpt_arena_block ckpt_arena_block;
+typedef struct ckpt_arena {
+    ckpt_arena_block *head;
+    size_t used_total;
+} ckpt_arena;
+
+void ckpt_arena_init(ckpt_arena *a);
+void ckpt_arena_release(ckpt_arena *a);
+/* Zeroed, 16-byte aligned; NULL when out of memory. */
+void *ckpt_arena_alloc(ckpt_arena *a, size_t n);
+char *ckpt_arena_strndup(ckpt_arena *a, const char *s, size_t n);
+
+/* Overflow-checked size arithmetic. */
+static inline bool ckpt_mul_overflow(uint64_t a, uint64_t b, uint64_t *r)
+{
+    return __builtin_mul_overflow(a, b, r);
+}
+static inline bool ckpt_add_overflow(uint64_t a, uint64_t b, uint64_t *r)
+{
+    return __builtin_add_overflow(a, b, r);
+}
+
+/* ---- the value tree ------------------------------------------------------ */
+
+enum {
+    CKPT_VF_ORDERED = 1 << 0,   /* DICT is an OrderedDict */
+    CKPT_VF_BYTEARRAY = 1 << 1, /* BYTES came from BYTEARRAY8 */
+    CKPT_VF_WALKING = 1 << 2,   /* on the walk's stack (cycle guard) */
+    CKPT_VF_VISITED = 1 << 3    /* already walked */
+};
+
+/* How an OBJECT was built, so a writer can rebuild it the same way. */
+typedef enum ckpt_obj_how {
+    CKPT_OBJ_REDUCE = 0,
+    CKPT_OBJ_NEWOBJ,
+    CKPT_OBJ_NEWOBJ_EX,
+    CKPT_OBJ_INST,  /* protocol 0 INST / OBJ */
+    CKPT_OBJ_OBJ
+} ckpt_obj_how;
+
+typedef struct ckpt_vec {
+    ckpt_value **items;
+    size_t len, cap;
+} ckpt_vec;
+
+struct ckpt_value {
+    uint8_t kind;
+    uint8_t flags;
+    uint64_t offset; /* byte offset of the creating opcode in its pickle */
+    union {
+        int b;
+        struct {
+            int64_t v;
+            bool big;            /* does not fit in int64 */
+            const uint8_t *bytes; /* LE two's complement, set for every int */
+            size_t nbytes;
+        } i;
+        double f;
+        struct {
+            char *s;
+            size_t len;
+        } s;
+        ckpt_vec seq; /* LIST, TUPLE, SET, FROZENSET */
+        struct {
+            ckpt_vec keys, vals;
+            ckpt_value *state; /* BUILD state (OrderedDict's __dict__) */
+        } dict;
+        struct {
+            char *name;    /* "module.name" */
+            uint8_t cls;   /* ckpt_global_class */
+        } global;
+        struct {
+            ckpt_value *callable; /* a GLOBAL */
+            ckpt_value *args;     /* TUPLE or NULL */
+            ckpt_value *kwargs;   /* NEWOBJ_EX kwargs or NULL */
+            ckpt_value *state;    /* BUILD state or NULL */
+            ckpt_vec listitems;   /* APPEND(S) on the object */
+            ckpt_vec dictkeys, dictvals; /* SETITEM(S) on the object */
+            uint8_t how;          /* ckpt_obj_how */
+        } obj;
+        struct ckpt_tensor *tensor;
+        struct {
+            struct ckpt_storage *ptr;
+            ckpt_dtype dtype;      /* of this reference's storage type */
+            const char *type_name; /* "FloatStorage" */
+        } st;
+    } u;
+};
+
+struct ckpt_tensor {
+    ckpt_dtype dtype;
+    int ndim;
+    int64_t *shape;
+    int64_t *stride;
+    int64_t offset;
+    int64_t numel;
+    bool requires_grad;
+    bool parameter;
+    struct ckpt_storage *storage;
+    /* The call that built it, kept for writers: "_rebuild_tensor_v2", ... */
+    const char *rebuild;
+    ckpt_value *rebuild_args;   /* the tensor call's argument tuple */
+    ckpt_value *param_args;     /* _rebuild_parameter's arguments, or NULL */
+    const char *param_rebuild;
+    ckpt_value *state;          /* BUILD on the tensor, or NULL */
+};
+
+struct ckpt_storage {
+    char *key;
+    ckpt_dtype dtype;      /* from the storage type (v3: the tensor dtype) */
+    const char *type_name; /* "FloatStorage" as in the file */
+    int64_t numel;
+    uint64_t nbytes;
+    char *device;
+    size_t index;
+    /* where the bytes are */
+    int64_t zip_index;     /* pth-zip: libzip index of data/<key> */
+    uint64_t file_offset;  /* pth-legacy: offset of the first data byte */
+    uint32_t crc32;        /* pth-zip: CRC from the central directory */
+    struct ckpt_storage *hash_next;
+};
+
+/* ---- values: constructors and helpers used by the VM and walkers ---------- */
+
+ckpt_value *ckpt_value_new(ckpt_arena *a, ckpt_kind kind, uint64_t offset);
+/* Merge repeated str/int keys the way Python's dict does (first position,
+ * last value).  -1 on OOM. */
+int ckpt_dict_dedupe(ckpt_arena *a, ckpt_value *dict);
+/* Append to a vector; grows inside the arena.  -1 on OOM. */
+int ckpt_vec_push(ckpt_arena *a, ckpt_vec *v, ckpt_value *item);
+bool ckpt_value_is_str(const ckpt_value *v, const char *s);
+const char *ckpt_kind_name(ckpt_kind kind);
+
+/* ---- globals --------------------------------------------------------------- */
+
+/* Classify without the user's allow-list: INTERPRETED, KNOWN_DATA or REFUSED. */
+ckpt_global_class ckpt_globals_builtin_class(const char *qualified_name);
+/* Python 2 module names as pickle's fix_imports maps them ("__builtin__"). */
+const char *ckpt_globals_py3_module(const char *module);
+/* "FloatStorage" (with or without "torch." / "torch.cuda.") -> dtype. */
+ckpt_dtype ckpt_storage_type_dtype(const char *qualified_name, const char **short_name);
+
+/* ---- the pickle VM ---------------------------------------------------------- */
+
+typedef struct ckpt_pickle_ctx {
+    const char *name;                 /* for messages: "archive/data.pkl" */
+    const uint64_t *limits;           /* CKPT_LIMIT_COUNT_ values */
+    /* Classify "module.name"; may return ALLOWED for user-admitted ones. */
+    ckpt_global_class (*classify)(void *user, const char *qualified_name);
+    /* Turn a persistent id into a value (a STORAGE); NULL + error to fail. */
+    ckpt_value *(*persistent_load)(void *user, ckpt_value *pid, uint64_t offset,
+                                   ckpt_error *err);
+    void *user;
+    ckpt_arena *arena;
+} ckpt_pickle_ctx;
+
+/*
+ * Run the VM over BUF[0..LEN) until STOP.  *CONSUMED gets the bytes used
+ * (a legacy file is several pickles back to back).
+ */
+int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len,
+                     ckpt_value **out, size_t *consumed, ckpt_error *err);
+
+/* ---- containers -------------------------------------------------------------- */
+
+typedef struct ckpt_zip ckpt_zip;
+
+int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err);
+void ckpt_zip_close(ckpt_zip *z);
+int64_t ckpt_zip_count(const ckpt_zip *z);
+const char *ckpt_zip_name(const ckpt_zip *z, int64_t i);
+/* Case-insensitive lookup as torch's miniz does; -1 when absent. */
+int64_t ckpt_zip_find(const ckpt_zip *z, const char *name);
+uint64_t ckpt_zip_size(const ckpt_zip *z, int64_t i);
+uint32_t ckpt_zip_crc(const ckpt_zip *z, int64_t i);
+/* Read a whole record into a fresh malloc'd buffer (at most MAX bytes),
+ * verifying its CRC-32. */
+int ckpt_zip_read_all(ckpt_zip *z, int64_t i, uint64_t max, uint8_t **out,
+                      size_t *len, ckpt_error *err);
+/* Read [offset, offset+len) of a record.  When the range is the whole record
+ * the CRC-32 is verified too. */
+int ckpt_zip_read(ckpt_zip *z, int64_t i, uint64_t offset, void *buf, size_t len,
+                  ckpt_error *err);
+
+/* ---- the file handle ------------------------------------------------------------ */
+
+typedef struct ckpt_walk_entry {
+    const ckpt_value *value;
+    ckpt_path path;
+} ckpt_walk_entry;
+
+typedef struct ckpt_walk_list {
+    ckpt_walk_entry *items;
+    size_t len, cap;
+} ckpt_walk_list;
+
+struct ckpt_file {
+    uint32_t magic;
+    ckpt_error err;
+    ckpt_arena arena;
+    uint64_t limits[CKPT_LIMIT_COUNT_];
+    char **allowed;        /* malloc'd user allow-list */
+    size_t nallowed;
+    bool allow_unknown;
+    bool opened;
+
+    char *path;
+    ckpt_format format;
+    const char *prefix;
+    const char **records;
+    size_t nrecords;
+
+    ckpt_value *root;
+    struct ckpt_storage **storages;
+    size_t nstorages, storages_cap;
+    struct ckpt_storage **storage_hash;
+    size_t storage_hash_size;
+
+    ckpt_walk_list tensors, state_dicts, objects;
+
+    ckpt_zip *zip;  /* pth-zip */
+    int fd;         /* pth-legacy: open for data reads */
+    uint64_t file_size;
+};
+
+/* Format readers fill f->root, f->storages and their data locations. */
+int ckpt_pth_zip_open(ckpt_file *f);
+int ckpt_pth_legacy_open(ckpt_file *f, const uint8_t *map, size_t size);
+
+/* Shared by the format readers: the torch persistent id -> STORAGE value. */
+ckpt_value *ckpt_file_persistent_load(void *user, ckpt_value *pid, uint64_t offset,
+                                      ckpt_error *err);
+ckpt_global_class ckpt_file_classify_cb(void *user, const char *qualified_name);
+void ckpt_file_pickle_ctx(ckpt_file *f, ckpt_pickle_ctx *ctx, const char *name);
+
+/* The storage with KEY, or NULL. */
+struct ckpt_storage *ckpt_file_storage_find(ckpt_file *f, const char *key);
+
+/* After parsing: index tensors, state dicts and objects (and check depth). */
+int ckpt_file_index(ckpt_file *f);
+
+/* Convert IEEE half / bfloat16 bits to float exactly. */
+float ckpt_half_to_float(uint16_t h);
+float ckpt_bfloat16_to_float(uint16_t b);
+
+#endif /* CKPT_PRIVATE_H */

@@ -1,0 +1,216 @@
+/*
+ * container_zip.c - zip records through libzip: the central directory only
+ * at open, record bytes on demand with their CRC-32 checked by us (zlib), so
+ * that a flipped data byte is caught whatever libzip's own checks do.
+ */
+#include "ckpt_private.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zip.h>
+#include <zlib.h>
+
+struct ckpt_zip {
+    zip_t *za;
+    int64_t count;
+    const char **names; /* libzip-owned strings */
+    uint64_t *sizes;
+    uint32_t *crcs;
+    uint8_t *stored; /* 1 when the record is not compressed (seekable) */
+};
+
+static int zip_error_to_status(int ze)
+{
+    switch (ze) {
+    case ZIP_ER_OPEN:
+    case ZIP_ER_READ:
+    case ZIP_ER_SEEK:
+        return CKPT_ERR_IO;
+    case ZIP_ER_MEMORY:
+        return CKPT_ERR_NOMEM;
+    case ZIP_ER_COMPNOTSUPP:
+    case ZIP_ER_ENCRNOTSUPP:
+        return CKPT_ERR_UNSUPPORTED;
+    default:
+        return CKPT_ERR_FORMAT;
+    }
+}
+
+int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err)
+{
+    int ze = 0;
+    *out = NULL;
+    zip_t *za = zip_open(path, ZIP_RDONLY, &ze);
+    if (!za) {
+        zip_error_t e;
+        zip_error_init_with_code(&e, ze);
+        int rc = ckpt_err(err, zip_error_to_status(ze), "not a readable zip archive: %s",
+                          zip_error_strerror(&e));
+        zip_error_fini(&e);
+        return rc;
+    }
+    ckpt_zip *z = calloc(1, sizeof(*z));
+    if (!z) {
+        zip_discard(za);
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    z->za = za;
+    z->count = zip_get_num_entries(za, 0);
+    if (z->count < 0)
+        z->count = 0;
+    size_t n = (size_t)z->count ? (size_t)z->count : 1;
+    z->names = calloc(n, sizeof(*z->names));
+    z->sizes = calloc(n, sizeof(*z->sizes));
+    z->crcs = calloc(n, sizeof(*z->crcs));
+    z->stored = calloc(n, 1);
+    if (!z->names || !z->sizes || !z->crcs || !z->stored) {
+        ckpt_zip_close(z);
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < z->count; i++) {
+        zip_stat_t st;
+        zip_stat_init(&st);
+        if (zip_stat_index(za, (zip_uint64_t)i, ZIP_FL_ENC_RAW, &st) != 0 ||
+            !(st.valid & ZIP_STAT_NAME) || !(st.valid & ZIP_STAT_SIZE)) {
+            ckpt_zip_close(z);
+            return ckpt_err(err, CKPT_ERR_FORMAT, "unreadable zip directory entry %lld",
+                            (long long)i);
+        }
+        if (st.valid & ZIP_STAT_ENCRYPTION_METHOD && st.encryption_method != ZIP_EM_NONE) {
+            ckpt_zip_close(z);
+            return ckpt_err(err, CKPT_ERR_UNSUPPORTED, "record '%s' is encrypted", st.name);
+        }
+        z->names[i] = st.name;
+        z->sizes[i] = st.size;
+        z->crcs[i] = (st.valid & ZIP_STAT_CRC) ? st.crc : 0;
+        z->stored[i] = (st.valid & ZIP_STAT_COMP_METHOD) && st.comp_method == ZIP_CM_STORE;
+    }
+    *out = z;
+    return CKPT_OK;
+}
+
+void ckpt_zip_close(ckpt_zip *z)
+{
+    if (!z)
+        return;
+    if (z->za)
+        zip_discard(z->za);
+    free(z->names);
+    free(z->sizes);
+    free(z->crcs);
+    free(z->stored);
+    free(z);
+}
+
+int64_t ckpt_zip_count(const ckpt_zip *z) { return z->count; }
+const char *ckpt_zip_name(const ckpt_zip *z, int64_t i) { return z->names[i]; }
+uint64_t ckpt_zip_size(const ckpt_zip *z, int64_t i) { return z->sizes[i]; }
+uint32_t ckpt_zip_crc(const ckpt_zip *z, int64_t i) { return z->crcs[i]; }
+
+int64_t ckpt_zip_find(const ckpt_zip *z, const char *name)
+{
+    for (int64_t i = 0; i < z->count; i++)
+        if (strcasecmp(z->names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+static int read_error(ckpt_zip *z, zip_file_t *zf, int64_t i, ckpt_error *err)
+{
+    zip_error_t *e = zf ? zip_file_get_error(zf) : zip_get_error(z->za);
+    int ze = zip_error_code_zip(e);
+    if (ze == ZIP_ER_CRC)
+        return ckpt_err(err, CKPT_ERR_FORMAT, "record '%s': CRC-32 mismatch (corrupt data)",
+                        z->names[i]);
+    return ckpt_err(err, zip_error_to_status(ze), "record '%s': %s", z->names[i],
+                    zip_error_strerror(e));
+}
+
+/*
+ * Stream [offset, offset+len) of record I into BUF.  The CRC is computed over
+ * everything read from the start; when the read covers the whole record it
+ * must equal the central directory's.
+ */
+int ckpt_zip_read(ckpt_zip *z, int64_t i, uint64_t offset, void *buf, size_t len,
+                  ckpt_error *err)
+{
+    if (i < 0 || i >= z->count)
+        return ckpt_err(err, CKPT_ERR_USAGE, "no zip record %lld", (long long)i);
+    uint64_t size = z->sizes[i];
+    if (offset > size || len > size - offset)
+        return ckpt_err(err, CKPT_ERR_FORMAT, "record '%s' is %llu bytes, read of %zu at %llu",
+                        z->names[i], (unsigned long long)size, len, (unsigned long long)offset);
+    if (len == 0 && size != 0)
+        return CKPT_OK;
+    zip_file_t *zf = zip_fopen_index(z->za, (zip_uint64_t)i, 0);
+    if (!zf)
+        return read_error(z, NULL, i, err);
+    int rc = CKPT_OK;
+    bool whole = offset == 0 && len == size;
+    uLong crc = crc32(0L, Z_NULL, 0);
+    /* skip to offset; stored records seek, deflated ones are read through */
+    if (offset && z->stored[i]) {
+        if (zip_fseek(zf, (zip_int64_t)offset, SEEK_SET) != 0) {
+            rc = read_error(z, zf, i, err);
+            goto done;
+        }
+    } else if (offset) {
+        uint8_t tmp[65536];
+        uint64_t left = offset;
+        while (left) {
+            zip_int64_t got = zip_fread(zf, tmp, left < sizeof(tmp) ? left : sizeof(tmp));
+            if (got <= 0) {
+                rc = got < 0 ? read_error(z, zf, i, err)
+                             : ckpt_err(err, CKPT_ERR_FORMAT, "record '%s' is truncated",
+                                        z->names[i]);
+                goto done;
+            }
+            left -= (uint64_t)got;
+        }
+    }
+    uint8_t *p = buf;
+    size_t left = len;
+    while (left) {
+        zip_int64_t got = zip_fread(zf, p, left);
+        if (got <= 0) {
+            rc = got < 0 ? read_error(z, zf, i, err)
+                         : ckpt_err(err, CKPT_ERR_FORMAT, "record '%s' is truncated", z->names[i]);
+            goto done;
+        }
+        if (whole)
+            crc = crc32(crc, p, (uInt)got);
+        p += got;
+        left -= (size_t)got;
+    }
+    if (whole && (uint32_t)crc != z->crcs[i])
+        rc = ckpt_err(err, CKPT_ERR_FORMAT,
+                      "record '%s': CRC-32 mismatch (stored %08x, data %08x): the file is corrupt",
+                      z->names[i], z->crcs[i], (uint32_t)crc);
+done:
+    zip_fclose(zf);
+    return rc;
+}
+
+int ckpt_zip_read_all(ckpt_zip *z, int64_t i, uint64_t max, uint8_t **out, size_t *len,
+                      ckpt_error *err)
+{
+    *out = NULL;
+    *len = 0;
+    uint64_t size = z->sizes[i];
+    if (size > max)
+        return ckpt_err(err, CKPT_ERR_LIMIT,
+                        "record '%s' is %llu bytes, over the limit of %llu (--max-pickle-bytes)",
+                        z->names[i], (unsigned long long)size, (unsigned long long)max);
+    uint8_t *buf = malloc(size ? (size_t)size : 1);
+    if (!buf)
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory reading '%s'", z->names[i]);
+    int rc = ckpt_zip_read(z, i, 0, buf, (size_t)size, err);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *len = (size_t)size;
+    return CKPT_OK;
+}

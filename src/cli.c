@@ -1,0 +1,145 @@
+/* cli.c - messages, exit codes and the options shared by every command. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cli_error(const char *cmd, const char *file, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "ckpt: %s: ", cmd);
+    if (file)
+        fprintf(stderr, "%s: ", file);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "ckpt: %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see 'ckpt %s --help')\n", cmd);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_exit_for(int status)
+{
+    switch (status) {
+    case CKPT_OK:
+        return CLI_EXIT_OK;
+    case CKPT_ERR_USAGE:
+        return CLI_EXIT_USAGE;
+    case CKPT_ERR_IO:
+    case CKPT_ERR_NOMEM:
+        return CLI_EXIT_IO;
+    default:
+        return CLI_EXIT_BAD_INPUT;
+    }
+}
+
+int cli_common_option(const char *cmd, int opt, const char *arg, cli_common *c)
+{
+    switch (opt) {
+    case CLI_OPT_ALLOW_GLOBAL: {
+        if (!strchr(arg, '.')) {
+            cli_usage_error(cmd, "--allow-global needs MODULE.NAME, got '%s'", arg);
+            return -1;
+        }
+        const char **a = realloc(c->allow, (c->nallow + 1) * sizeof(*a));
+        if (!a) {
+            cli_error(cmd, NULL, "out of memory");
+            return -1;
+        }
+        c->allow = a;
+        c->allow[c->nallow++] = arg;
+        return 1;
+    }
+    case CLI_OPT_ALLOW_UNKNOWN:
+        c->allow_unknown = true;
+        return 1;
+    case CLI_OPT_QUIET:
+        c->quiet = true;
+        return 1;
+    case CLI_OPT_MAX_PICKLE_BYTES: {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(arg, &end, 10);
+        if (errno || end == arg || v == 0 || arg[0] == '-') {
+            cli_usage_error(cmd, "--max-pickle-bytes needs a positive number, got '%s'", arg);
+            return -1;
+        }
+        switch (*end) {
+        case 'K': v <<= 10; end++; break;
+        case 'M': v <<= 20; end++; break;
+        case 'G': v <<= 30; end++; break;
+        default: break;
+        }
+        if (*end) {
+            cli_usage_error(cmd, "--max-pickle-bytes needs a number (K, M, G suffixes), got '%s'", arg);
+            return -1;
+        }
+        c->max_pickle_bytes = v;
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+void cli_common_free(cli_common *c)
+{
+    free(c->allow);
+    c->allow = NULL;
+    c->nallow = 0;
+}
+
+int cli_open(const char *cmd, const char *path, const cli_common *c, ckpt_file **out)
+{
+    *out = NULL;
+    ckpt_file *f = ckpt_file_new();
+    if (!f) {
+        cli_error(cmd, path, "out of memory");
+        return CLI_EXIT_IO;
+    }
+    int rc = CKPT_OK;
+    for (size_t i = 0; i < c->nallow && rc == CKPT_OK; i++)
+        rc = ckpt_file_allow_global(f, c->allow[i]);
+    if (rc == CKPT_OK)
+        rc = ckpt_file_set_allow_unknown(f, c->allow_unknown);
+    if (rc == CKPT_OK && c->max_pickle_bytes)
+        rc = ckpt_file_set_limit(f, CKPT_LIMIT_PICKLE_BYTES, c->max_pickle_bytes);
+    if (rc == CKPT_OK)
+        rc = ckpt_file_open(f, path);
+    if (rc != CKPT_OK) {
+        cli_error(cmd, path, "%s", ckpt_file_error_message(f)[0] ? ckpt_file_error_message(f)
+                                                                  : ckpt_strerror(rc));
+        ckpt_file_free(f);
+        return cli_exit_for(rc);
+    }
+    *out = f;
+    return CLI_EXIT_OK;
+}
+
+const char *cli_human_bytes(unsigned long long n, char *buf, size_t cap)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (n < 1024) {
+        snprintf(buf, cap, "%llu B", n);
+        return buf;
+    }
+    double v = (double)n;
+    int u = -1;
+    while (v >= 1024 && u < 3) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, cap, "%.1f %s", v, units[u]);
+    return buf;
+}

@@ -1,0 +1,73 @@
+/* cli.h - helpers shared by the ckpt subcommands (not part of libckpt). */
+#ifndef CKPT_CLI_H
+#define CKPT_CLI_H
+
+#include "ckpt.h"
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+/* Exit status (DESIGN.md). */
+enum cli_exit {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_DIFFERENT = 1, /* the check ran and found a difference / unsafe content */
+    CLI_EXIT_USAGE = 2,
+    CLI_EXIT_BAD_INPUT = 3, /* malformed, unsupported or refused as unsafe */
+    CLI_EXIT_IO = 4
+};
+
+/* Options every reading command takes. */
+typedef struct cli_common {
+    const char **allow;      /* --allow-global MODULE.NAME (argv-owned strings) */
+    size_t nallow;
+    bool allow_unknown;      /* --allow-unknown */
+    bool quiet;              /* --quiet */
+    unsigned long long max_pickle_bytes; /* --max-pickle-bytes, 0 = library default */
+} cli_common;
+
+/* Long-option values from 256 up, shared so each command's table can list them. */
+enum {
+    CLI_OPT_ALLOW_GLOBAL = 256,
+    CLI_OPT_ALLOW_UNKNOWN,
+    CLI_OPT_MAX_PICKLE_BYTES,
+    CLI_OPT_QUIET,
+    CLI_OPT_HELP,
+    CLI_OPT_FIRST_COMMAND_OPTION = 300
+};
+
+#define CLI_COMMON_LONG_OPTIONS                                              \
+    {"allow-global", required_argument, NULL, CLI_OPT_ALLOW_GLOBAL},         \
+    {"allow-unknown", no_argument, NULL, CLI_OPT_ALLOW_UNKNOWN},             \
+    {"max-pickle-bytes", required_argument, NULL, CLI_OPT_MAX_PICKLE_BYTES}, \
+    {"quiet", no_argument, NULL, CLI_OPT_QUIET},                             \
+    {"help", no_argument, NULL, CLI_OPT_HELP}
+
+/*
+ * Handle a common option inside a command's getopt loop.  Returns 1 when OPT
+ * was one (and was applied), 0 when it is the command's own, -1 on a usage
+ * error (already reported).
+ */
+int cli_common_option(const char *cmd, int opt, const char *arg, cli_common *c);
+void cli_common_free(cli_common *c);
+
+/* "ckpt: <cmd>: <file>: <message>" on stderr (file may be NULL). */
+void cli_error(const char *cmd, const char *file, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Report a usage error and the hint to --help; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Map a library status to the exit status. */
+int cli_exit_for(int status);
+
+/* Open PATH with the common options; on failure print the error and return
+ * the exit status (the handle is freed).  0 on success. */
+int cli_open(const char *cmd, const char *path, const cli_common *c, ckpt_file **out);
+
+/* "392.0 KiB" */
+const char *cli_human_bytes(unsigned long long n, char *buf, size_t cap);
+
+/* Subcommands: one file each (src/cmd_<name>.c). */
+int cmd_inspect(int argc, char **argv);
+
+#endif

@@ -1,0 +1,527 @@
+/* cmd_inspect.c - ckpt inspect: every tensor of a checkpoint, read from the
+ * container index and the pickle only (the data too with --stats). */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+static const char inspect_usage[] =
+    "usage: ckpt inspect [--json] [--stats] [--filter REGEX] FILE\n"
+    "\n"
+    "List every tensor of a PyTorch checkpoint (key, dtype, shape, stride,\n"
+    "device, bytes), the state dicts and their wrapper prefixes (module., ...),\n"
+    "opaque objects, and totals by dtype and device.  Only the container index\n"
+    "and the pickle are read, unless --stats asks for the data.\n"
+    "\n"
+    "  --json                 print the JSON document of DESIGN.md / ckpt-inspect(1)\n"
+    "  --stats                read the data: min, max, mean, std, NaN and Inf counts\n"
+    "                         and CRC-32 per tensor (CRC of every record is checked)\n"
+    "  --filter REGEX         show only tensors whose path matches (PCRE2)\n"
+    "  --allow-global M.NAME  admit this global as an opaque object (repeatable)\n"
+    "  --allow-unknown        admit every unknown global as an opaque object\n"
+    "  --max-pickle-bytes N   refuse pickles larger than N bytes (default 1G)\n"
+    "  --quiet                print nothing but errors on stderr\n"
+    "  --help                 this text\n";
+
+enum { OPT_JSON = CLI_OPT_FIRST_COMMAND_OPTION, OPT_STATS, OPT_FILTER };
+
+typedef struct inspect {
+    ckpt_file *f;
+    const char *file;
+    bool json, stats, quiet;
+    pcre2_code *filter;
+    pcre2_match_data *match;
+    char *pathbuf;
+    size_t pathcap;
+} inspect;
+
+static const char *path_text(inspect *in, const ckpt_path *p)
+{
+    size_t need = ckpt_path_format(p, in->pathbuf, in->pathcap) + 1;
+    if (need > in->pathcap) {
+        char *b = realloc(in->pathbuf, need);
+        if (!b)
+            return "?";
+        in->pathbuf = b;
+        in->pathcap = need;
+        ckpt_path_format(p, in->pathbuf, in->pathcap);
+    }
+    return in->pathbuf;
+}
+
+static bool shown(inspect *in, const char *path)
+{
+    if (!in->filter)
+        return true;
+    return pcre2_match(in->filter, (PCRE2_SPTR)path, PCRE2_ZERO_TERMINATED, 0, 0, in->match,
+                       NULL) >= 0;
+}
+
+/* Exact JSON integers (cJSON numbers are doubles). */
+static cJSON *json_int(long long v)
+{
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%lld", v);
+    return cJSON_CreateRaw(buf);
+}
+
+static cJSON *json_path(const ckpt_path *p)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < p->len; i++)
+        cJSON_AddItemToArray(a, p->elems[i].is_int ? json_int(p->elems[i].index)
+                                                   : cJSON_CreateString(p->elems[i].key));
+    return a;
+}
+
+static cJSON *json_dims(const int64_t *d, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(a, json_int(d[i]));
+    return a;
+}
+
+static cJSON *json_double(double v)
+{
+    if (isnan(v) || isinf(v))
+        return cJSON_CreateNull();
+    char buf[40];
+    snprintf(buf, sizeof(buf), "%.17g", v);
+    return cJSON_CreateRaw(buf);
+}
+
+static void format_shape(const ckpt_tensor *t, char *buf, size_t cap)
+{
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ckpt_tensor_ndim(t) && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "",
+                              (long long)ckpt_tensor_shape(t)[d]);
+    if (n < cap)
+        snprintf(buf + n, cap - n, "]");
+}
+
+/* Progress on a terminal for long --stats runs. */
+static void progress(inspect *in, size_t done, size_t total, time_t start)
+{
+    if (in->quiet || !isatty(2) || time(NULL) - start < 1)
+        return;
+    fprintf(stderr, "\rckpt: inspect: reading data %zu/%zu tensors", done, total);
+    if (done == total)
+        fputc('\n', stderr);
+}
+
+typedef struct totals {
+    unsigned long long bytes, elements;
+    cJSON *by_dtype, *by_device; /* name -> bytes, built for both outputs */
+} totals;
+
+static void add_to(cJSON *obj, const char *name, unsigned long long n)
+{
+    cJSON *e = cJSON_GetObjectItemCaseSensitive(obj, name);
+    unsigned long long prev = e ? strtoull(e->valuestring, NULL, 10) : 0;
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%llu", prev + n);
+    if (e)
+        cJSON_ReplaceItemInObjectCaseSensitive(obj, name, cJSON_CreateRaw(buf));
+    else
+        cJSON_AddItemToObject(obj, name, cJSON_CreateRaw(buf));
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void compute_totals(inspect *in, totals *t)
+{
+    ckpt_file *f = in->f;
+    memset(t, 0, sizeof(*t));
+    t->by_dtype = cJSON_CreateObject();
+    t->by_device = cJSON_CreateObject();
+    for (size_t i = 0; i < ckpt_file_storage_count(f); i++) {
+        const ckpt_storage *s = ckpt_file_storage(f, i);
+        t->bytes += ckpt_storage_nbytes(s);
+        add_to(t->by_dtype, ckpt_dtype_name(ckpt_storage_dtype(s)), ckpt_storage_nbytes(s));
+        add_to(t->by_device, ckpt_storage_device(s), ckpt_storage_nbytes(s));
+    }
+    /* elements of distinct tensors: a tied tensor listed twice counts once */
+    size_t n = ckpt_file_tensor_count(f);
+    const ckpt_tensor **all = malloc((n ? n : 1) * sizeof(*all));
+    if (!all)
+        return;
+    for (size_t i = 0; i < n; i++)
+        all[i] = ckpt_file_tensor(f, i, NULL);
+    qsort(all, n, sizeof(*all), cmp_ptr);
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || all[i] != all[i - 1])
+            t->elements += (unsigned long long)ckpt_tensor_numel(all[i]);
+    free(all);
+}
+
+static int add_stats(inspect *in, const ckpt_tensor *t, cJSON *jt, ckpt_tensor_stats *st)
+{
+    int rc = ckpt_tensor_stats_compute(in->f, t, st);
+    if (rc != CKPT_OK) {
+        cli_error("inspect", in->file, "%s", ckpt_file_error_message(in->f));
+        return cli_exit_for(rc);
+    }
+    if (jt) {
+        if (st->valid) {
+            cJSON_AddItemToObject(jt, "min", json_double(st->min));
+            cJSON_AddItemToObject(jt, "max", json_double(st->max));
+            cJSON_AddItemToObject(jt, "mean", json_double(st->mean));
+            cJSON_AddItemToObject(jt, "std", json_double(st->std));
+            cJSON_AddItemToObject(jt, "nan", json_int(st->nan));
+            cJSON_AddItemToObject(jt, "inf", json_int(st->inf));
+        }
+        char crc[16];
+        snprintf(crc, sizeof(crc), "%08x", st->crc32);
+        cJSON_AddStringToObject(jt, "crc32", crc);
+    }
+    return CLI_EXIT_OK;
+}
+
+static int print_json(inspect *in)
+{
+    ckpt_file *f = in->f;
+    int rc = CLI_EXIT_OK;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "file", in->file);
+    cJSON_AddStringToObject(root, "format", ckpt_format_name(ckpt_file_format(f)));
+    if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP) {
+        cJSON *rec = cJSON_AddArrayToObject(root, "records");
+        for (size_t i = 0; i < ckpt_file_record_count(f); i++)
+            cJSON_AddItemToArray(rec, cJSON_CreateString(ckpt_file_record_name(f, i)));
+    }
+    cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
+    size_t n = ckpt_file_tensor_count(f);
+    time_t start = time(NULL);
+    for (size_t i = 0; i < n && rc == CLI_EXIT_OK; i++) {
+        ckpt_path p;
+        const ckpt_tensor *t = ckpt_file_tensor(f, i, &p);
+        if (!shown(in, path_text(in, &p)))
+            continue;
+        const ckpt_storage *s = ckpt_tensor_storage(t);
+        cJSON *jt = cJSON_CreateObject();
+        cJSON_AddItemToObject(jt, "path", json_path(&p));
+        cJSON_AddStringToObject(jt, "dtype", ckpt_dtype_name(ckpt_tensor_dtype(t)));
+        cJSON_AddItemToObject(jt, "shape", json_dims(ckpt_tensor_shape(t), ckpt_tensor_ndim(t)));
+        cJSON_AddItemToObject(jt, "stride", json_dims(ckpt_tensor_stride(t), ckpt_tensor_ndim(t)));
+        cJSON_AddItemToObject(jt, "offset", json_int(ckpt_tensor_offset(t)));
+        cJSON_AddStringToObject(jt, "device", ckpt_storage_device(s));
+        cJSON_AddStringToObject(jt, "storage", ckpt_storage_key(s));
+        cJSON_AddItemToObject(jt, "nbytes", json_int((long long)ckpt_tensor_nbytes(t)));
+        cJSON_AddBoolToObject(jt, "parameter", ckpt_tensor_is_parameter(t));
+        cJSON_AddBoolToObject(jt, "requires_grad", ckpt_tensor_requires_grad(t));
+        cJSON_AddItemToArray(tensors, jt);
+        if (in->stats) {
+            ckpt_tensor_stats st;
+            rc = add_stats(in, t, jt, &st);
+            progress(in, i + 1, n, start);
+        }
+    }
+    cJSON *storages = cJSON_AddArrayToObject(root, "storages");
+    for (size_t i = 0; i < ckpt_file_storage_count(f); i++) {
+        const ckpt_storage *s = ckpt_file_storage(f, i);
+        cJSON *js = cJSON_CreateObject();
+        cJSON_AddStringToObject(js, "key", ckpt_storage_key(s));
+        cJSON_AddStringToObject(js, "dtype", ckpt_dtype_name(ckpt_storage_dtype(s)));
+        cJSON_AddItemToObject(js, "numel", json_int(ckpt_storage_numel(s)));
+        cJSON_AddStringToObject(js, "device", ckpt_storage_device(s));
+        cJSON_AddItemToObject(js, "nbytes", json_int((long long)ckpt_storage_nbytes(s)));
+        cJSON_AddItemToArray(storages, js);
+    }
+    cJSON *sds = cJSON_AddArrayToObject(root, "state_dicts");
+    for (size_t i = 0; i < ckpt_file_state_dict_count(f); i++) {
+        ckpt_path p;
+        const ckpt_value *sd = ckpt_file_state_dict(f, i, &p);
+        cJSON *js = cJSON_CreateObject();
+        cJSON_AddItemToObject(js, "path", json_path(&p));
+        cJSON_AddItemToObject(js, "tensors", json_int((long long)ckpt_value_len(sd)));
+        const char *w[16];
+        size_t nw = ckpt_state_dict_wrappers(sd, w, 16);
+        cJSON *jw = cJSON_AddArrayToObject(js, "wrappers");
+        for (size_t k = 0; k < nw && k < 16; k++)
+            cJSON_AddItemToArray(jw, cJSON_CreateString(w[k]));
+        cJSON_AddItemToArray(sds, js);
+    }
+    cJSON *objs = cJSON_AddArrayToObject(root, "objects");
+    for (size_t i = 0; i < ckpt_file_object_count(f); i++) {
+        ckpt_path p;
+        const ckpt_value *o = ckpt_file_object(f, i, &p);
+        cJSON *jo = cJSON_CreateObject();
+        cJSON_AddItemToObject(jo, "path", json_path(&p));
+        cJSON_AddStringToObject(jo, "global", ckpt_value_global(o));
+        cJSON_AddItemToArray(objs, jo);
+    }
+    totals t;
+    compute_totals(in, &t);
+    cJSON *sum = cJSON_AddObjectToObject(root, "summary");
+    cJSON_AddItemToObject(sum, "tensors", json_int((long long)n));
+    cJSON_AddItemToObject(sum, "parameters", json_int((long long)t.elements));
+    cJSON_AddItemToObject(sum, "bytes", json_int((long long)t.bytes));
+    cJSON_AddItemToObject(sum, "by_dtype", t.by_dtype);
+    cJSON_AddItemToObject(sum, "by_device", t.by_device);
+
+    if (rc == CLI_EXIT_OK) {
+        char *text = cJSON_Print(root);
+        if (!text) {
+            cli_error("inspect", in->file, "out of memory");
+            rc = CLI_EXIT_IO;
+        } else {
+            puts(text);
+            free(text);
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+static const char *wrapper_note(const char *w)
+{
+    if (strcmp(w, "module.") == 0)
+        return "DataParallel / DistributedDataParallel";
+    if (strcmp(w, "_orig_mod.") == 0)
+        return "torch.compile";
+    if (strcmp(w, "_fsdp_wrapped_module.") == 0)
+        return "FSDP";
+    if (strcmp(w, "_forward_module.") == 0)
+        return "Lightning Fabric";
+    if (strcmp(w, "_checkpoint_wrapped_module.") == 0)
+        return "activation checkpointing";
+    return "wrapper";
+}
+
+static int print_text(inspect *in)
+{
+    ckpt_file *f = in->f;
+    char b1[32], b2[64];
+    size_t n = ckpt_file_tensor_count(f);
+    totals t;
+    compute_totals(in, &t);
+
+    printf("%s: %s, %zu tensors in %zu storages, %s\n", in->file,
+           ckpt_format_name(ckpt_file_format(f)), n, ckpt_file_storage_count(f),
+           cli_human_bytes(t.bytes, b1, sizeof(b1)));
+    if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP)
+        printf("archive prefix '%s', %zu records\n", ckpt_file_prefix(f), ckpt_file_record_count(f));
+
+    for (size_t i = 0; i < ckpt_file_state_dict_count(f); i++) {
+        ckpt_path p;
+        const ckpt_value *sd = ckpt_file_state_dict(f, i, &p);
+        const char *where = p.len ? path_text(in, &p) : "(root)";
+        printf("state dict %s: %zu tensors", where, ckpt_value_len(sd));
+        const char *w[16];
+        size_t nw = ckpt_state_dict_wrappers(sd, w, 16);
+        for (size_t k = 0; k < nw && k < 16; k++)
+            printf("%s %s (%s)", k ? "," : ", wrapper prefix", w[k], wrapper_note(w[k]));
+        printf("\n");
+    }
+
+    /* column widths */
+    size_t wkey = 3, wshape = 5, wdev = 6, wdt = 5;
+    for (size_t i = 0; i < n; i++) {
+        ckpt_path p;
+        const ckpt_tensor *x = ckpt_file_tensor(f, i, &p);
+        const char *k = path_text(in, &p);
+        if (!shown(in, k))
+            continue;
+        size_t l = strlen(k);
+        wkey = l > wkey ? l : wkey;
+        format_shape(x, b2, sizeof(b2));
+        wshape = strlen(b2) > wshape ? strlen(b2) : wshape;
+        l = strlen(ckpt_storage_device(ckpt_tensor_storage(x)));
+        wdev = l > wdev ? l : wdev;
+        l = strlen(ckpt_dtype_name(ckpt_tensor_dtype(x)));
+        wdt = l > wdt ? l : wdt;
+    }
+    if (wkey > 60)
+        wkey = 60;
+    printf("\n%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, "KEY", (int)wdt, "DTYPE", (int)wshape,
+           "SHAPE", (int)wdev, "DEVICE", "SIZE");
+    if (in->stats)
+        printf("  %12s %12s %12s %12s %5s %5s", "MIN", "MAX", "MEAN", "STD", "NAN", "INF");
+    printf("  NOTE\n");
+
+    /* storages used by more than one listed tensor */
+    size_t ns = ckpt_file_storage_count(f);
+    unsigned *uses = calloc(ns ? ns : 1, sizeof(*uses));
+    for (size_t i = 0; i < n && uses; i++)
+        uses[ckpt_storage_index(ckpt_tensor_storage(ckpt_file_tensor(f, i, NULL)))]++;
+
+    size_t nshown = 0;
+    time_t start = time(NULL);
+    int rc = CLI_EXIT_OK;
+    for (size_t i = 0; i < n && rc == CLI_EXIT_OK; i++) {
+        ckpt_path p;
+        const ckpt_tensor *x = ckpt_file_tensor(f, i, &p);
+        const char *k = path_text(in, &p);
+        if (!shown(in, k))
+            continue;
+        nshown++;
+        const ckpt_storage *s = ckpt_tensor_storage(x);
+        format_shape(x, b2, sizeof(b2));
+        printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, k, (int)wdt,
+               ckpt_dtype_name(ckpt_tensor_dtype(x)), (int)wshape, b2, (int)wdev,
+               ckpt_storage_device(s), cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
+        if (in->stats) {
+            ckpt_tensor_stats st;
+            rc = add_stats(in, x, NULL, &st);
+            if (rc != CLI_EXIT_OK)
+                break;
+            if (st.valid)
+                printf("  %12.5g %12.5g %12.5g %12.5g %5lld %5lld", st.min, st.max, st.mean, st.std,
+                       (long long)st.nan, (long long)st.inf);
+            else
+                printf("  %12s %12s %12s %12s %5s %5s", "-", "-", "-", "-", "-", "-");
+            progress(in, i + 1, n, start);
+        }
+        const char *sep = "  ";
+        if (ckpt_tensor_is_parameter(x)) {
+            printf("%sparameter", sep);
+            sep = ", ";
+        }
+        if (uses && uses[ckpt_storage_index(s)] > 1) {
+            printf("%sshares storage %s", sep, ckpt_storage_key(s));
+            sep = ", ";
+        }
+        if (ckpt_tensor_offset(x)) {
+            printf("%soffset %lld", sep, (long long)ckpt_tensor_offset(x));
+            sep = ", ";
+        }
+        if (!ckpt_tensor_is_contiguous(x))
+            printf("%snon-contiguous", sep);
+        printf("\n");
+    }
+    free(uses);
+    if (rc != CLI_EXIT_OK) {
+        cJSON_Delete(t.by_dtype);
+        cJSON_Delete(t.by_device);
+        return rc;
+    }
+    if (in->filter)
+        printf("(%zu of %zu tensors match the filter)\n", nshown, n);
+
+    if (ckpt_file_object_count(f)) {
+        printf("\nobjects kept opaque:\n");
+        for (size_t i = 0; i < ckpt_file_object_count(f); i++) {
+            ckpt_path p;
+            const ckpt_value *o = ckpt_file_object(f, i, &p);
+            printf("  %-30s %s\n", p.len ? path_text(in, &p) : "(root)", ckpt_value_global(o));
+        }
+    }
+    printf("\ntotal: %zu tensors, %llu elements, %s\n", n, t.elements,
+           cli_human_bytes(t.bytes, b1, sizeof(b1)));
+    cJSON *e;
+    printf("by dtype: ");
+    const char *sep = "";
+    cJSON_ArrayForEach(e, t.by_dtype)
+    {
+        printf("%s%s %s", sep, e->string,
+               cli_human_bytes(strtoull(e->valuestring, NULL, 10), b1, sizeof(b1)));
+        sep = ", ";
+    }
+    printf("\nby device: ");
+    sep = "";
+    cJSON_ArrayForEach(e, t.by_device)
+    {
+        printf("%s%s %s", sep, e->string,
+               cli_human_bytes(strtoull(e->valuestring, NULL, 10), b1, sizeof(b1)));
+        sep = ", ";
+    }
+    printf("\n");
+    cJSON_Delete(t.by_dtype);
+    cJSON_Delete(t.by_device);
+    return CLI_EXIT_OK;
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, OPT_JSON},
+        {"stats", no_argument, NULL, OPT_STATS},
+        {"filter", required_argument, NULL, OPT_FILTER},
+        CLI_COMMON_LONG_OPTIONS,
+        {NULL, 0, NULL, 0},
+    };
+    inspect in = {0};
+    cli_common common = {0};
+    const char *filter = NULL;
+    int rc = CLI_EXIT_OK, opt;
+
+    while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+        int c = cli_common_option("inspect", opt, optarg, &common);
+        if (c < 0) {
+            rc = CLI_EXIT_USAGE;
+            goto out;
+        }
+        if (c > 0)
+            continue;
+        switch (opt) {
+        case OPT_JSON: in.json = true; break;
+        case OPT_STATS: in.stats = true; break;
+        case OPT_FILTER: filter = optarg; break;
+        case CLI_OPT_HELP:
+            fputs(inspect_usage, stdout);
+            goto out;
+        default:
+            rc = cli_usage_error("inspect", "unknown option");
+            goto out;
+        }
+    }
+    if (argc - optind != 1) {
+        rc = cli_usage_error("inspect", argc - optind ? "expects exactly one FILE"
+                                                       : "no FILE given");
+        goto out;
+    }
+    in.file = argv[optind];
+    in.quiet = common.quiet;
+    if (filter) {
+        int err;
+        PCRE2_SIZE at;
+        in.filter = pcre2_compile((PCRE2_SPTR)filter, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &err, &at,
+                                  NULL);
+        if (!in.filter) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(err, msg, sizeof(msg));
+            rc = cli_usage_error("inspect", "--filter '%s': %s at offset %zu", filter,
+                                 (char *)msg, (size_t)at);
+            goto out;
+        }
+        in.match = pcre2_match_data_create_from_pattern(in.filter, NULL);
+    }
+    rc = cli_open("inspect", in.file, &common, &in.f);
+    if (rc != CLI_EXIT_OK)
+        goto out;
+    if (common.quiet && !in.stats) /* nothing to show and nothing to check */
+        goto out;
+    if (common.quiet) {
+        /* --stats --quiet: read and verify everything, print nothing */
+        for (size_t i = 0; i < ckpt_file_tensor_count(in.f) && rc == CLI_EXIT_OK; i++) {
+            ckpt_tensor_stats st;
+            rc = add_stats(&in, ckpt_file_tensor(in.f, i, NULL), NULL, &st);
+        }
+        goto out;
+    }
+    rc = in.json ? print_json(&in) : print_text(&in);
+    if (rc == CLI_EXIT_OK && (fflush(stdout) != 0 || ferror(stdout))) {
+        cli_error("inspect", NULL, "cannot write output");
+        rc = CLI_EXIT_IO;
+    }
+out:
+    ckpt_file_free(in.f);
+    pcre2_match_data_free(in.match);
+    pcre2_code_free(in.filter);
+    free(in.pathbuf);
+    cli_common_free(&common);
+    return rc;
+}

@@ -1,0 +1,50 @@
+/* main.c - the ckpt command: a table of subcommands, each in src/cmd_<name>.c. */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"inspect", cmd_inspect, "list every tensor (dtype, shape, stride, device, bytes) without loading data"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: ckpt <command> [options] ...\n"
+                 "       ckpt --version | --help | <command> --help\n\n"
+                 "Read PyTorch checkpoints safely, without Python: nothing in the file is run.\n\n"
+                 "commands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(out, "  %-14s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\nexit status: 0 ok, 1 difference or unsafe content found, 2 usage error,\n"
+                 "3 malformed, unsupported or refused input, 4 I/O or system error.\n"
+                 "See ckpt(1) and ckpt-<command>(1).\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
+        printf("%s\n", ckpt_version_details());
+        return CLI_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(name, commands[i].name) == 0) {
+            optind = 0; /* glibc: full reset for the command's own getopt loop */
+            return commands[i].run(argc - 1, argv + 1);
+        }
+    fprintf(stderr, "ckpt: '%s' is not a ckpt command (see 'ckpt --help')\n", name);
+    return CLI_EXIT_USAGE;
+}
