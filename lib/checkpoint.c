@@ -144,18 +144,11 @@ CKPT_API const char *ckpt_format_name(ckpt_format format)
 CKPT_API ckpt_global_class ckpt_file_classify_global(const ckpt_file *f, const char *q)
 {
     ckpt_global_class c = ckpt_globals_builtin_class(q);
-    if (c != CKPT_GLOBAL_REFUSED || !valid(f))
+    if (c != CKPT_GLOBAL_REFUSED || !valid(f) || ckpt_globals_dangerous(q))
         return c;
     for (size_t i = 0; i < f->nallowed; i++)
         if (strcmp(f->allowed[i], q) == 0)
             return CKPT_GLOBAL_ALLOWED;
-    /* os, posix, nt, sys stay refused even under --allow-unknown */
-    static const char *const never[] = {"os.", "posix.", "nt.", "sys.", "subprocess.",
-                                        "builtins.eval", "builtins.exec", "builtins.__import__",
-                                        "builtins.getattr", "builtins.open", "builtins.compile"};
-    for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++)
-        if (strncmp(q, never[i], strlen(never[i])) == 0)
-            return CKPT_GLOBAL_REFUSED;
     return f->allow_unknown ? CKPT_GLOBAL_ALLOWED : CKPT_GLOBAL_REFUSED;
 }
 

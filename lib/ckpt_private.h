@@ -179,6 +179,8 @@ const char *ckpt_kind_name(ckpt_kind kind);
 
 /* Classify without the user's allow-list: INTERPRETED, KNOWN_DATA or REFUSED. */
 ckpt_global_class ckpt_globals_builtin_class(const char *qualified_name);
+/* Globals that run commands or code: never admitted, whatever the options. */
+bool ckpt_globals_dangerous(const char *qualified_name);
 /* Python 2 module names as pickle's fix_imports maps them ("__builtin__"). */
 const char *ckpt_globals_py3_module(const char *module);
 /* "FloatStorage" (with or without "torch." / "torch.cuda.") -> dtype. */

@@ -97,6 +97,28 @@ const char *ckpt_globals_py3_module(const char *module)
     return module;
 }
 
+/* Globals that run commands or code: refused even when the user admits
+ * unknown globals or names them, so that no rewrite can carry them on. */
+bool ckpt_globals_dangerous(const char *q)
+{
+    static const char *const prefixes[] = {"os.", "posix.", "nt.", "sys.", "subprocess.",
+                                           "shutil.", "socket.", "importlib.", "runpy.",
+                                           "pty.", "webbrowser.", "ctypes."};
+    static const char *const names[] = {"builtins.eval", "builtins.exec", "builtins.compile",
+                                        "builtins.__import__", "builtins.getattr",
+                                        "builtins.setattr", "builtins.delattr",
+                                        "builtins.open", "builtins.globals",
+                                        "builtins.breakpoint", "builtins.input",
+                                        "operator.attrgetter", "operator.methodcaller"};
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+        if (strncmp(q, prefixes[i], strlen(prefixes[i])) == 0)
+            return true;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(q, names[i]) == 0)
+            return true;
+    return false;
+}
+
 static bool in_list(const char *q, const char *const *list, size_t n)
 {
     for (size_t i = 0; i < n; i++)

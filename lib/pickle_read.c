@@ -588,6 +588,9 @@ static int push_global(vm *m, const char *mod, size_t modlen, const char *name, 
     q[l3] = '.';
     memcpy(q + l3 + 1, name, namelen);
     ckpt_global_class cls = m->ctx->classify(m->ctx->user, q);
+    if (cls == CKPT_GLOBAL_REFUSED && ckpt_globals_dangerous(q))
+        return fail(m, CKPT_ERR_UNSAFE,
+                    "refused global '%s': it can run commands or code (never admitted)", q);
     if (cls == CKPT_GLOBAL_REFUSED)
         return fail(m, CKPT_ERR_UNSAFE,
                     "refused global '%s' (not a state-dict or known data class; "

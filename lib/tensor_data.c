@@ -150,6 +150,16 @@ static bool element_value(ckpt_dtype dt, const uint8_t *p, double *out)
     }
 }
 
+static void neumaier_add(long double *sum, long double *comp, long double x)
+{
+    long double t = *sum + x;
+    if (fabsl(*sum) >= fabsl(x))
+        *comp += (*sum - t) + x;
+    else
+        *comp += (x - t) + *sum;
+    *sum = t;
+}
+
 CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t, ckpt_tensor_stats *st)
 {
     if (!f || f->magic != CKPT_FILE_MAGIC || !t || !st)
@@ -180,33 +190,38 @@ CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t, ckpt_
         return CKPT_OK;
     }
     st->valid = 1;
-    /* Welford over finite elements */
-    double mean = 0, m2 = 0, mn = INFINITY, mx = -INFINITY;
+    /* Two passes in long double with compensated (Neumaier) sums: values
+     * near the type's maximum neither overflow nor swallow small ones. */
+    double mn = INFINITY, mx = -INFINITY;
+    long double sum = 0, comp = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < t->numel; i++) {
         double x;
         element_value(t->dtype, buf + (size_t)i * es, &x);
         if (isnan(x)) {
             st->nan++;
-            continue;
-        }
-        if (isinf(x)) {
+        } else if (isinf(x)) {
             st->inf++;
-            continue;
+        } else {
+            count++;
+            mn = x < mn ? x : mn;
+            mx = x > mx ? x : mx;
+            neumaier_add(&sum, &comp, x);
         }
-        count++;
-        double d = x - mean;
-        mean += d / (double)count;
-        m2 += d * (x - mean);
-        if (x < mn)
-            mn = x;
-        if (x > mx)
-            mx = x;
+    }
+    long double mean = count ? (sum + comp) / count : 0, ss = 0, ssc = 0;
+    for (int64_t i = 0; i < t->numel && count > 1; i++) {
+        double x;
+        element_value(t->dtype, buf + (size_t)i * es, &x);
+        if (isfinite(x)) {
+            long double d = (long double)x - mean;
+            neumaier_add(&ss, &ssc, d * d);
+        }
     }
     st->min = count ? mn : NAN;
     st->max = count ? mx : NAN;
-    st->mean = count ? mean : NAN;
-    st->std = count > 1 ? sqrt(m2 / (double)(count - 1)) : NAN;
+    st->mean = count ? (double)mean : NAN;
+    st->std = count > 1 ? (double)sqrtl((ss + ssc) / (count - 1)) : NAN;
     free(buf);
     return CKPT_OK;
 }

@@ -319,7 +319,8 @@ static int print_text(inspect *in)
         ckpt_path p;
         const ckpt_value *sd = ckpt_file_state_dict(f, i, &p);
         const char *where = p.len ? path_text(in, &p) : "(root)";
-        printf("state dict %s: %zu tensors", where, ckpt_value_len(sd));
+        printf("state dict %s: %zu tensor%s", where, ckpt_value_len(sd),
+               ckpt_value_len(sd) == 1 ? "" : "s");
         const char *w[16];
         size_t nw = ckpt_state_dict_wrappers(sd, w, 16);
         for (size_t k = 0; k < nw && k < 16; k++)
@@ -369,15 +370,14 @@ static int print_text(inspect *in)
             continue;
         nshown++;
         const ckpt_storage *s = ckpt_tensor_storage(x);
+        ckpt_tensor_stats st;
+        if (in->stats && (rc = add_stats(in, x, NULL, &st)) != CLI_EXIT_OK)
+            break; /* before the row is printed: no half line on stdout */
         format_shape(x, b2, sizeof(b2));
         printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, k, (int)wdt,
                ckpt_dtype_name(ckpt_tensor_dtype(x)), (int)wshape, b2, (int)wdev,
                ckpt_storage_device(s), cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
         if (in->stats) {
-            ckpt_tensor_stats st;
-            rc = add_stats(in, x, NULL, &st);
-            if (rc != CLI_EXIT_OK)
-                break;
             if (st.valid)
                 printf("  %12.5g %12.5g %12.5g %12.5g %5lld %5lld", st.min, st.max, st.mean, st.std,
                        (long long)st.nan, (long long)st.inf);

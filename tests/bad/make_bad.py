@@ -1,0 +1,493 @@
+#!/usr/bin/env python3
+"""Generate hostile / malformed checkpoint files for the ckpt tests.
+
+usage: $PYTHON tests/bad/make_bad.py [--no-torch] OUTDIR
+
+Every file written here must be refused by `ckpt inspect FILE` with exit
+status 3 and one line on stderr, `ckpt: inspect: <file>: <message>`
+(crc_flip.pth: by `ckpt inspect --stats`; see README.md).
+
+The pickles are crafted byte by byte (nothing here is ever unpickled by
+Python's pickle).  Zip archives are built with zipfile: stored records,
+fixed timestamps, folder `archive/` with `data.pkl`, `data/<key>` and
+`version` (`3\\n`), as torch writes to a buffer.  Each hostile file has a
+"good twin" built by the same code with the defect left out; when torch can
+be imported, the generator checks that torch loads every twin, so each file
+differs from a loadable checkpoint by exactly its defect.  It also records
+how torch 1.13's `torch.load(weights_only=True)` reacts to each hostile file
+(in a child process; `weights_only=False` is never used on these files) in
+README.md.
+
+Only the standard library is needed, except for truncated_zip.pth, which is
+the first half of ../data/mlp.pth (run make_fixtures.py first) and the torch
+checks.
+"""
+import io
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import zipfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+PWNED = '/tmp/ckpt_pwned'
+
+# --------------------------------------------------------------------------
+# pickle opcodes (protocol 2)
+
+PROTO2 = b'\x80\x02'
+MARK = b'('
+STOP = b'.'
+TUPLE = b't'
+TUPLE1 = b'\x85'
+TUPLE2 = b'\x86'
+EMPTY_TUPLE = b')'
+EMPTY_LIST = b']'
+EMPTY_DICT = b'}'
+APPEND = b'a'
+SETITEM = b's'
+SETITEMS = b'u'
+REDUCE = b'R'
+BINPERSID = b'Q'
+NEWFALSE = b'\x89'
+NONE = b'N'
+
+
+def G(module, name):
+    return b'c' + module.encode() + b'\n' + name.encode() + b'\n'
+
+
+def U(s):
+    b = s.encode('utf-8') if isinstance(s, str) else s
+    return b'X' + struct.pack('<I', len(b)) + b
+
+
+def I(v):  # noqa: E743
+    if 0 <= v < 256:
+        return b'K' + bytes([v])
+    if 0 <= v < 65536:
+        return b'M' + struct.pack('<H', v)
+    if -2**31 <= v < 2**31:
+        return b'J' + struct.pack('<i', v)
+    n = (v.bit_length() + 8) // 8
+    return b'\x8a' + bytes([n]) + v.to_bytes(n, 'little', signed=True)
+
+
+def TUP(seq):
+    if not seq:
+        return EMPTY_TUPLE
+    return MARK + b''.join(I(v) for v in seq) + TUPLE
+
+
+def BINGET(i):
+    return b'h' + bytes([i])
+
+
+def BINPUT(i):
+    return b'q' + bytes([i])
+
+
+ODICT = G('collections', 'OrderedDict') + EMPTY_TUPLE + REDUCE
+
+
+class T:
+    """A tensor entry: storage (type, key, location, numel) + view."""
+
+    def __init__(self, name, stype='FloatStorage', key='0', loc='cpu',
+                 numel=6, offset=0, size=(2, 3), stride=(3, 1)):
+        self.__dict__.update(locals())
+        del self.__dict__['self']
+
+
+def pid(t, legacy=False):
+    return (MARK + U('storage') + G('torch', t.stype) + U(t.key) + U(t.loc)
+            + I(t.numel) + (NONE if legacy else b'') + TUPLE + BINPERSID)
+
+
+def tensor(t, legacy=False):
+    return (G('torch._utils', '_rebuild_tensor_v2') + MARK + pid(t, legacy)
+            + I(t.offset) + TUP(t.size) + TUP(t.stride) + NEWFALSE + ODICT
+            + TUPLE + REDUCE)
+
+
+def state_dict_pickle(tensors, legacy=False, extra=b''):
+    """OrderedDict of tensors; `extra` is spliced in as more key/value
+    pickle code inside the SETITEMS mark."""
+    body = b''.join(U(t.name) + tensor(t, legacy) for t in tensors)
+    return PROTO2 + ODICT + MARK + body + extra + SETITEMS + STOP
+
+
+ESIZE = {'FloatStorage': 4, 'DoubleStorage': 8, 'LongStorage': 8,
+         'HalfStorage': 2, 'ByteStorage': 1, 'FooStorage': 4}
+
+
+def f32(n, start=0.0):
+    return struct.pack('<%df' % n, *[start + 0.25 * i for i in range(n)])
+
+
+def data_for(tensors):
+    """data/<key> bytes, right-sized, for each distinct storage."""
+    out = {}
+    for t in tensors:
+        out.setdefault(t.key, f32(t.numel) if t.stype == 'FloatStorage'
+                       else bytes(t.numel * ESIZE[t.stype]))
+    return out
+
+
+def zip_bytes(pkl, data, prefix='archive/', version=b'3\n',
+              compress=zipfile.ZIP_STORED):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, 'w') as z:
+        def add(name, b):
+            zi = zipfile.ZipInfo(prefix + name, date_time=FIXED_TIME)
+            zi.compress_type = compress
+            zi.external_attr = 0o644 << 16
+            z.writestr(zi, b)
+        add('data.pkl', pkl)
+        for k in sorted(data):
+            add('data/' + k, data[k])
+        if version is not None:
+            add('version', version)
+    return buf.getvalue()
+
+
+def ckpt_zip(tensors, data=None, **kw):
+    return zip_bytes(state_dict_pickle(tensors),
+                     data_for(tensors) if data is None else data, **kw)
+
+
+def pickle_zip(pkl):
+    """A zip checkpoint whose data.pkl is `pkl` and that has no storages."""
+    return zip_bytes(pkl, {})
+
+
+MAGIC_NUMBER = 0x1950a86a20f9469cfc6c
+LEGACY_HEAD = (pickle.dumps(MAGIC_NUMBER, protocol=2)
+               + pickle.dumps(1001, protocol=2)
+               + pickle.dumps({'protocol_version': 1001,
+                               'little_endian': True,
+                               'type_sizes': {'short': 2, 'int': 4,
+                                              'long': 4}}, protocol=2))
+
+
+def legacy_bytes(tensors, counts=None, data=None):
+    """Legacy (pre-1.6) stream: magic, version, sys_info, main pickle,
+    sorted key list, then per key int64 count + raw bytes."""
+    data = data_for(tensors) if data is None else data
+    numel = {t.key: t.numel for t in tensors}
+    keys = sorted(numel)
+    out = LEGACY_HEAD + state_dict_pickle(tensors, legacy=True)
+    out += pickle.dumps(keys, protocol=2)
+    for k in keys:
+        c = numel[k] if counts is None else counts.get(k, numel[k])
+        out += struct.pack('<q', c) + data[k]
+    return out
+
+
+LEGACY_KEYS = ('140000000004096', '140000000008192')
+GOOD = [T('w', numel=12, size=(3, 4), stride=(4, 1)),
+        T('b', key='1', numel=3, size=(3,), stride=(1,))]
+GOOD_LEGACY = [T('w', key=LEGACY_KEYS[0], numel=12, size=(3, 4),
+                 stride=(4, 1)),
+               T('b', key=LEGACY_KEYS[1], numel=3, size=(3,), stride=(1,))]
+
+
+# --------------------------------------------------------------------------
+# the files
+
+FILES = []   # (name, bytes, what is wrong, how ckpt must fail, good twin)
+
+
+def bad(name, content, why, expect='`inspect` exits 3', twin=None):
+    FILES.append((name, content, why, expect, twin))
+
+
+def mlp_bytes(path):
+    if not os.path.exists(path):
+        sys.exit('make_bad.py: %s is missing; run make_fixtures.py first'
+                 % path)
+    with open(path, 'rb') as f:
+        return f.read()
+
+
+def build():
+    good_zip = ckpt_zip(GOOD)
+    good_legacy = legacy_bytes(GOOD_LEGACY)
+
+    mlp = mlp_bytes(os.path.join(HERE, '..', 'data', 'mlp.pth'))
+    bad('truncated_zip.pth', mlp[:len(mlp) // 2],
+        'first half (%d of %d bytes) of tests/data/mlp.pth: no central '
+        'directory, the last local record is cut' % (len(mlp) // 2,
+                                                      len(mlp)))
+
+    pkl = state_dict_pickle(GOOD)
+    cut = pkl[:len(pkl) // 2]
+    bad('truncated_pickle.pth', zip_bytes(cut, data_for(GOOD)),
+        'well-formed zip; `data.pkl` is the first %d of %d bytes of a valid '
+        'state-dict pickle (ends mid-stream, no STOP)' % (len(cut), len(pkl)),
+        twin=good_zip)
+
+    # data section: [count w][48 bytes w][count b][12 bytes b]; keep 24
+    # bytes of w's data
+    cut_at = len(good_legacy) - (8 + 12) - 24
+    bad('truncated_legacy.pth', good_legacy[:cut_at],
+        'legacy stream (2 storages: 48 and 12 bytes) cut in the middle of '
+        'the data of the first storage: 24 of its 48 bytes present, the '
+        'second storage absent (%d bytes missing)'
+        % (len(good_legacy) - cut_at), twin=good_legacy)
+
+    # crc_flip: flip one byte in the middle of data/0
+    z = bytearray(good_zip)
+    with zipfile.ZipFile(io.BytesIO(good_zip)) as zz:
+        info = zz.getinfo('archive/data/0')
+    name_len, extra_len = struct.unpack_from('<HH', z, info.header_offset + 26)
+    pos = info.header_offset + 30 + name_len + extra_len + info.file_size // 2
+    z[pos] ^= 0x01
+    bad('crc_flip.pth', bytes(z),
+        'one bit flipped in the middle of record `archive/data/0` (byte %d '
+        'of the file); its CRC-32 in the local header and central directory '
+        'no longer matches' % pos,
+        expect='`inspect --stats` exits 3 (the data is read and its CRC '
+        'checked). Plain `inspect` reads no data and MAY succeed (exit 0)',
+        twin=good_zip)
+
+    touch = 'touch ' + PWNED
+    bad('os_system.pth',
+        pickle_zip(PROTO2 + G('os', 'system') + U(touch) + TUPLE1 + REDUCE
+                   + STOP),
+        "data.pkl is `GLOBAL 'os system'` + REDUCE `('%s',)`: code "
+        'execution on unpickling; must be refused naming the global, and '
+        '%s must not appear' % (touch, PWNED))
+    bad('posix_system.pth',
+        pickle_zip(PROTO2 + G('posix', 'system') + U(touch) + TUPLE1 + REDUCE
+                   + STOP),
+        "as os_system.pth with `GLOBAL 'posix system'`")
+    bad('builtins_eval.pth',
+        pickle_zip(PROTO2 + G('builtins', 'eval')
+                   + U("__import__('os').system('%s')" % touch) + TUPLE1
+                   + REDUCE + STOP),
+        "`GLOBAL 'builtins eval'` + REDUCE of a string that runs `%s`"
+        % touch)
+    bad('os_system_nested.pth',
+        zip_bytes(state_dict_pickle(
+            GOOD, extra=U('hook') + G('os', 'system') + U(touch) + TUPLE1
+            + REDUCE), data_for(GOOD)),
+        'a valid state dict (2 tensors) with one more entry `hook` whose '
+        "value is `os.system('%s')` (GLOBAL + REDUCE); the refusal should "
+        'name the global and the path `hook`' % touch, twin=good_zip)
+
+    bad('memo_bad_index.pth',
+        pickle_zip(PROTO2 + EMPTY_DICT + BINPUT(0) + U('k') + BINGET(7)
+                   + SETITEM + STOP),
+        'BINGET 7 (memo index never PUT; only memo 0 exists)')
+    bad('stack_underflow.pth',
+        pickle_zip(PROTO2 + TUPLE2 + STOP),
+        'TUPLE2 on an empty stack')
+    bad('stack_underflow_reduce.pth',
+        pickle_zip(PROTO2 + G('collections', 'OrderedDict') + REDUCE + STOP),
+        'REDUCE with only the callable on the stack (no argument tuple)')
+    bad('mark_bomb.pth',
+        pickle_zip(PROTO2 + MARK * 10**6 + STOP),
+        '10^6 MARK opcodes, then STOP with an empty stack')
+    bad('setitems_on_list.pth',
+        pickle_zip(PROTO2 + EMPTY_LIST + MARK + U('a') + I(1) + SETITEMS
+                   + STOP),
+        'SETITEMS applied to a list (EMPTY_LIST MARK "a" 1 SETITEMS)')
+    depth = 100000
+    bad('deep_nesting.pth',
+        pickle_zip(PROTO2 + EMPTY_LIST * depth + APPEND * (depth - 1) + STOP),
+        'list inside a list ... %d deep (EMPTY_LIST x %d, APPEND x %d): a '
+        'well-formed pickle that must hit a nesting limit, not the C stack'
+        % (depth, depth, depth - 1))
+
+    too_small = [T('w', numel=6, size=(4, 4), stride=(4, 1))]
+    bad('storage_too_small.pth', ckpt_zip(too_small),
+        'tensor `w` of shape (4,4) stride (4,1) (reaches element 15) on a '
+        'FloatStorage of numel 6; the record holds the 24 bytes it announces',
+        twin=ckpt_zip([T('w', numel=16, size=(4, 4), stride=(4, 1))]))
+    past = [T('w', numel=6, offset=10, size=(2,), stride=(1,))]
+    bad('storage_offset_past_end.pth', ckpt_zip(past),
+        'tensor `w` with storage_offset 10, size (2,) on a FloatStorage of '
+        'numel 6',
+        twin=ckpt_zip([T('w', numel=6, offset=4, size=(2,), stride=(1,))]))
+
+    short = data_for(GOOD)
+    short['0'] = short['0'][:40]
+    bad('record_size_mismatch.pth', ckpt_zip(GOOD, data=short),
+        'storage 0 is FloatStorage numel 12 (48 bytes) but record '
+        '`archive/data/0` holds 40 bytes (torch 1.13 does not check this '
+        'and reads past the buffer)', twin=good_zip)
+    missing = data_for(GOOD)
+    del missing['1']
+    bad('missing_record.pth', ckpt_zip(GOOD, data=missing),
+        'storage key "1" is referenced by tensor `b` but there is no record '
+        '`archive/data/1`', twin=good_zip)
+
+    foo = [T('w', stype='FooStorage', numel=6)]
+    bad('unknown_storage_type.pth', ckpt_zip(foo),
+        "persistent id names `GLOBAL 'torch FooStorage'` (no such storage "
+        'type)', twin=ckpt_zip([T('w', numel=6)]))
+
+    bad('bad_utf8.pth',
+        pickle_zip(PROTO2 + EMPTY_DICT + U(b'ok\xff\xfe\xc0\x80') + I(1)
+                   + SETITEM + STOP),
+        'dict key is BINUNICODE with invalid UTF-8 (ff fe, and overlong '
+        'c0 80)')
+    bad('huge_length.pth',
+        pickle_zip(PROTO2 + b'X' + struct.pack('<I', 0x80000000) + b'abc'
+                   + STOP),
+        'BINUNICODE whose u32 length field is 0x80000000 (2 GiB) in a '
+        'data.pkl of a few bytes')
+
+    bad('legacy_bad_count.pth',
+        legacy_bytes(GOOD_LEGACY, counts={LEGACY_KEYS[0]: 13},
+                     data={LEGACY_KEYS[0]: f32(13), LEGACY_KEYS[1]: f32(3)}),
+        'legacy file: storage %s is FloatStorage numel 12 in the pickle but '
+        'its int64 element count in the data section says 13 (and 13 '
+        'elements follow, so the file is otherwise self-consistent)'
+        % LEGACY_KEYS[0], twin=good_legacy)
+
+    bad('not_a_checkpoint.pth',
+        b'This is not a PyTorch checkpoint.\n'
+        b'It is plain text that happens to end in .pth; no zip signature,\n'
+        b'no pickle protocol header, nothing to load.\n' * 3,
+        'plain ASCII text')
+    bad('empty.pth', b'', 'empty file (0 bytes)')
+    bad('no_prefix_dir.pth', ckpt_zip(GOOD, prefix=''),
+        'valid records but not inside a folder (`data.pkl`, `data/0`, '
+        '`data/1`, `version` at the top level): torch refuses with "file in '
+        'archive is not in a subdirectory"', twin=good_zip)
+
+
+TORCH_PROBE = r'''
+import sys, signal, io, os
+import torch
+def h(*a): raise TimeoutError('timeout')
+signal.signal(signal.SIGALRM, h)
+for p in sys.argv[1:]:
+    signal.alarm(20)
+    try:
+        kind = p.split(':', 1)[0]
+        path = p.split(':', 1)[1]
+        torch.load(path, map_location='cpu', weights_only=True)
+        r = 'loads'
+    except BaseException as e:
+        m = str(e).replace('\n', ' ')
+        k = m.find('WeightsUnpickler error: ')
+        if k >= 0:
+            m = 'weights-only: ' + m[k + 24:]
+        r = '%s: %s' % (type(e).__name__, m[:160])
+    signal.alarm(0)
+    print(kind + '\t' + os.path.basename(path) + '\t' + r, flush=True)
+'''
+
+
+def torch_reactions(outdir, twins):
+    """{name: reaction} for hostile files; raises if a twin fails."""
+    args = ['bad:' + os.path.join(outdir, n) for n, *_ in FILES]
+    args += ['twin:' + p for p in twins]
+    try:
+        r = subprocess.run([sys.executable, '-c', TORCH_PROBE] + args,
+                           capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return None
+    if r.returncode != 0 and not r.stdout:
+        return None
+    out = {}
+    for line in r.stdout.splitlines():
+        kind, name, res = line.split('\t', 2)
+        if kind == 'twin' and res != 'loads':
+            raise SystemExit('make_bad.py: good twin %s does not load: %s'
+                             % (name, res))
+        if kind == 'bad':
+            out[name] = res
+    return out
+
+
+def main():
+    argv = sys.argv[1:]
+    use_torch = True
+    if argv and argv[0] == '--no-torch':
+        use_torch = False
+        argv = argv[1:]
+    if len(argv) != 1:
+        sys.exit('usage: make_bad.py [--no-torch] OUTDIR')
+    out = argv[0]
+    os.makedirs(out, exist_ok=True)
+    if os.path.exists(PWNED):
+        os.unlink(PWNED)
+    build()
+    for name, content, *_ in FILES:
+        with open(os.path.join(out, name), 'wb') as f:
+            f.write(content)
+
+    reactions = None
+    tv = None
+    if use_torch:
+        try:
+            import torch
+            tv = torch.__version__
+        except ImportError:
+            use_torch = False
+    if use_torch:
+        import tempfile
+        with tempfile.TemporaryDirectory() as td:
+            twins = []
+            for name, _, _, _, twin in FILES:
+                if twin is not None:
+                    p = os.path.join(td, 'twin_' + name)
+                    with open(p, 'wb') as f:
+                        f.write(twin)
+                    twins.append(p)
+            reactions = torch_reactions(out, twins)
+        if os.path.exists(PWNED):
+            raise SystemExit('make_bad.py: %s was created!' % PWNED)
+
+    lines = [
+        '# tests/bad — hostile and malformed inputs',
+        '',
+        'Generated by `tests/bad/make_bad.py` (pickles crafted byte by byte; '
+        'zips built with Python zipfile, stored, folder `archive/`, '
+        '`version` = `3\\n`):',
+        '',
+        '    $PYTHON tests/bad/make_bad.py tests/bad    # after make_fixtures.py',
+        '',
+        'Every file must be refused by `ckpt inspect FILE` with exit status '
+        '3 and exactly one stderr line `ckpt: inspect: <file>: <message>`, '
+        'and nothing may be executed (`%s` must never appear). Exception: '
+        '`crc_flip.pth` is refused by `ckpt inspect --stats` (plain '
+        '`inspect` reads no data and may exit 0).' % PWNED,
+        '',
+        'Files marked "twin" differ from a checkpoint that torch loads by '
+        'exactly the defect: the generator builds that twin with the same '
+        'code and checks that torch loads it.',
+    ]
+    if reactions is not None:
+        lines.append('The last column is what torch `%s` does with '
+                     '`torch.load(f, map_location="cpu", weights_only=True)`'
+                     ' (never run without weights_only).' % tv)
+    lines += ['']
+    if reactions is not None:
+        lines += ['| file | what is wrong | ckpt must | twin | torch %s, '
+                  'weights_only=True |' % tv, '|---|---|---|---|---|']
+    else:
+        lines += ['| file | what is wrong | ckpt must | twin |',
+                  '|---|---|---|---|']
+    for name, content, why, expect, twin in FILES:
+        row = '| `%s` | %s | %s | %s |' % (name, why, expect,
+                                           'yes' if twin else '')
+        if reactions is not None:
+            row += ' %s |' % reactions.get(name, '?').replace('|', '\\|')
+        lines.append(row)
+    lines.append('')
+    with open(os.path.join(out, 'README.md'), 'w') as f:
+        f.write('\n'.join(lines))
+    for name, content, *_ in FILES:
+        print('%-28s %8d  %s' % (name, len(content),
+                                 (reactions or {}).get(name, '')))
+
+
+if __name__ == '__main__':
+    main()

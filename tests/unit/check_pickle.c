@@ -1,0 +1,876 @@
+/* check_pickle.c - the safe pickle VM: each opcode builds the value Python
+ * would, and each malformed or hostile stream is an error, never a crash. */
+#include "unit.h"
+
+#include <math.h>
+
+static ckpt_file *f;
+static pk p;
+static ckpt_value *v;
+
+static void setup(void)
+{
+    f = ckpt_file_new();
+    ck_assert_ptr_nonnull(f);
+    memset(&p, 0, sizeof(p));
+    v = NULL;
+}
+
+static void teardown(void)
+{
+    ckpt_file_free(f);
+    pk_free(&p);
+}
+
+static void load_ok(void)
+{
+    int rc = pk_load(f, &p, &v);
+    ck_assert_msg(rc == CKPT_OK, "load failed: %s", ckpt_file_error_message(f));
+    ck_assert_ptr_nonnull(v);
+}
+
+static void load_fails(int code, const char *needle)
+{
+    int rc = pk_load(f, &p, &v);
+    ck_assert_msg(rc == code, "expected status %d, got %d (%s)", code, rc,
+                  ckpt_file_error_message(f));
+    ck_assert_msg_has(f, needle);
+}
+
+static int64_t int_of(const ckpt_value *x)
+{
+    int64_t i = 0;
+    ck_assert_int_eq(ckpt_value_int(x, &i), CKPT_OK);
+    return i;
+}
+
+/* ---- scalars ---- */
+
+START_TEST(binint_family)
+{
+    pk_proto2(&p);
+    pk_op(&p, '(');
+    pk_int(&p, 7);      /* BININT1 */
+    pk_int(&p, 300);    /* BININT2 */
+    pk_int(&p, -5);     /* BININT, negative */
+    pk_int(&p, 100000); /* BININT */
+    pk_op(&p, 'l');
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_LIST);
+    ck_assert_int_eq(ckpt_value_len(v), 4);
+    ck_assert_int_eq(int_of(ckpt_value_item(v, 0)), 7);
+    ck_assert_int_eq(int_of(ckpt_value_item(v, 1)), 300);
+    ck_assert_int_eq(int_of(ckpt_value_item(v, 2)), -5);
+    ck_assert_int_eq(int_of(ckpt_value_item(v, 3)), 100000);
+}
+END_TEST
+
+START_TEST(long1_and_long4)
+{
+    pk_proto2(&p);
+    pk_op(&p, '(');
+    pk_op(&p, 0x8a); /* LONG1 2**31 */
+    pk_le(&p, 5, 1);
+    pk_le(&p, 0x0080000000ull, 5);
+    pk_op(&p, 0x8a); /* LONG1 -1 */
+    pk_le(&p, 1, 1);
+    pk_op(&p, 0xff);
+    pk_op(&p, 0x8a); /* LONG1 0 */
+    pk_le(&p, 0, 1);
+    pk_op(&p, 0x8b); /* LONG4 2**64: 9 bytes, does not fit */
+    pk_le(&p, 9, 4);
+    pk_le(&p, 0, 8);
+    pk_op(&p, 1);
+    pk_op(&p, 't');
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_int_eq(int_of(ckpt_value_item(v, 0)), 2147483648ll);
+    ck_assert_int_eq(int_of(ckpt_value_item(v, 1)), -1);
+    ck_assert_int_eq(int_of(ckpt_value_item(v, 2)), 0);
+    int64_t big;
+    ck_assert_int_eq(ckpt_value_int(ckpt_value_item(v, 3), &big), CKPT_ERR_LIMIT);
+    size_t n;
+    const uint8_t *b = ckpt_value_bigint(ckpt_value_item(v, 3), &n);
+    ck_assert_uint_eq(n, 9);
+    ck_assert_uint_eq(b[8], 1);
+}
+END_TEST
+
+START_TEST(protocol0_text_scalars)
+{
+    /* INT, LONG, FLOAT, STRING, UNICODE, and INT's 00/01 booleans */
+    pk_text(&p, "(I42\nI-7\nI01\nI00\nL123456789012345678901234567890L\nF2.5\n"
+                "S'a\\nb\\x41'\nVcaf\\u00e9\nl.");
+    load_ok();
+    ck_assert_int_eq(ckpt_value_len(v), 8);
+    ck_assert_int_eq(int_of(ckpt_value_item(v, 0)), 42);
+    ck_assert_int_eq(int_of(ckpt_value_item(v, 1)), -7);
+    ck_assert_int_eq(ckpt_value_kind(ckpt_value_item(v, 2)), CKPT_KIND_BOOL);
+    ck_assert_int_eq(ckpt_value_bool(ckpt_value_item(v, 2)), 1);
+    ck_assert_int_eq(ckpt_value_bool(ckpt_value_item(v, 3)), 0);
+    int64_t x;
+    ck_assert_int_eq(ckpt_value_int(ckpt_value_item(v, 4), &x), CKPT_ERR_LIMIT);
+    ck_assert_double_eq(ckpt_value_float(ckpt_value_item(v, 5)), 2.5);
+    ck_assert_str_eq(ckpt_value_str(ckpt_value_item(v, 6), NULL), "a\nbA");
+    ck_assert_str_eq(ckpt_value_str(ckpt_value_item(v, 7), NULL), "caf\xc3\xa9");
+}
+END_TEST
+
+START_TEST(negative_decimal_long)
+{
+    pk_text(&p, "L-340282366920938463463374607431768211456L\n.");
+    load_ok();
+    size_t n;
+    const uint8_t *b = ckpt_value_bigint(v, &n);
+    /* -2**128: 16 zero bytes then 0xff */
+    ck_assert_uint_ge(n, 17);
+    for (size_t i = 0; i < 16; i++)
+        ck_assert_uint_eq(b[i], 0);
+    ck_assert_uint_eq(b[16], 0xff);
+}
+END_TEST
+
+START_TEST(binfloat_none_bools)
+{
+    pk_proto2(&p);
+    pk_op(&p, 'G'); /* 1.5 big-endian */
+    uint8_t be[8] = {0x3f, 0xf8, 0, 0, 0, 0, 0, 0};
+    pk_bytes(&p, be, 8);
+    pk_op(&p, 'N');
+    pk_op(&p, 0x88);
+    pk_op(&p, 0x89);
+    pk_op(&p, 0x87); /* TUPLE3 */
+    pk_op(&p, 0x86); /* TUPLE2: (1.5, (None, True, False)) */
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_TUPLE);
+    ck_assert_double_eq(ckpt_value_float(ckpt_value_item(v, 0)), 1.5);
+    const ckpt_value *t = ckpt_value_item(v, 1);
+    ck_assert_int_eq(ckpt_value_kind(ckpt_value_item(t, 0)), CKPT_KIND_NONE);
+    ck_assert_int_eq(ckpt_value_bool(ckpt_value_item(t, 1)), 1);
+    ck_assert_int_eq(ckpt_value_bool(ckpt_value_item(t, 2)), 0);
+}
+END_TEST
+
+START_TEST(strings_and_bytes)
+{
+    pk_op(&p, 0x80);
+    pk_op(&p, 4);
+    pk_op(&p, 0x95); /* FRAME */
+    pk_le(&p, 40, 8);
+    pk_op(&p, '(');
+    pk_op(&p, 0x8c); /* SHORT_BINUNICODE */
+    pk_le(&p, 2, 1);
+    pk_text(&p, "hi");
+    pk_op(&p, 0x8d); /* BINUNICODE8 */
+    pk_le(&p, 1, 8);
+    pk_text(&p, "x");
+    pk_op(&p, 'U'); /* SHORT_BINSTRING */
+    pk_le(&p, 3, 1);
+    pk_text(&p, "abc");
+    pk_op(&p, 'C'); /* SHORT_BINBYTES */
+    pk_le(&p, 2, 1);
+    pk_bytes(&p, "\0\1", 2);
+    pk_op(&p, 'B'); /* BINBYTES */
+    pk_le(&p, 1, 4);
+    pk_text(&p, "z");
+    pk_op(&p, 0x96); /* BYTEARRAY8 */
+    pk_le(&p, 1, 8);
+    pk_text(&p, "q");
+    pk_op(&p, 'l');
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_int_eq(ckpt_value_len(v), 6);
+    ck_assert_str_eq(ckpt_value_str(ckpt_value_item(v, 0), NULL), "hi");
+    ck_assert_str_eq(ckpt_value_str(ckpt_value_item(v, 1), NULL), "x");
+    ck_assert_str_eq(ckpt_value_str(ckpt_value_item(v, 2), NULL), "abc");
+    size_t n;
+    ck_assert_int_eq(ckpt_value_kind(ckpt_value_item(v, 3)), CKPT_KIND_BYTES);
+    ck_assert_ptr_nonnull(ckpt_value_str(ckpt_value_item(v, 3), &n));
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(ckpt_value_kind_name(ckpt_value_item(v, 5)), "bytearray");
+}
+END_TEST
+
+/* ---- containers ---- */
+
+START_TEST(dict_setitems_and_memo)
+{
+    /* {'a': 1, 'b': [1, 1]} with the int memoized and fetched back */
+    pk_proto2(&p);
+    pk_op(&p, '}');
+    pk_op(&p, 'q');
+    pk_le(&p, 0, 1);
+    pk_op(&p, '(');
+    pk_str(&p, "a");
+    pk_int(&p, 1);
+    pk_op(&p, 'q');
+    pk_le(&p, 1, 1); /* BINPUT 1 */
+    pk_str(&p, "b");
+    pk_op(&p, ']');
+    pk_op(&p, 'h');
+    pk_le(&p, 1, 1); /* BINGET 1 */
+    pk_op(&p, 'a');  /* APPEND */
+    pk_op(&p, '(');
+    pk_op(&p, 'j');
+    pk_le(&p, 1, 4); /* LONG_BINGET 1 */
+    pk_op(&p, 'e');  /* APPENDS */
+    pk_op(&p, 'u');  /* SETITEMS */
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_DICT);
+    ck_assert_int_eq(ckpt_value_len(v), 2);
+    ck_assert_int_eq(int_of(ckpt_value_dict_get(v, "a")), 1);
+    const ckpt_value *b = ckpt_value_dict_get(v, "b");
+    ck_assert_int_eq(ckpt_value_len(b), 2);
+    ck_assert_ptr_eq(ckpt_value_item(b, 0), ckpt_value_dict_get(v, "a"));
+}
+END_TEST
+
+START_TEST(pop_mark_discards_the_mark)
+{
+    /* dict 'k' DUP, then MARK 9 POP_MARK (drops 9 and its MARK), 3 POP:
+     * the LIST that follows has no MARK left: an error, not a crash */
+    pk_text(&p, "(dp0\nS'k'\np1\nI1\nsg1\n2(I9\n1I3\n0l.");
+    load_fails(CKPT_ERR_FORMAT, "MARK");
+}
+END_TEST
+
+START_TEST(text_put_get)
+{
+    /* protocol 0: MARK DICT PUT, STRING PUT, INT, SETITEM, GET of the dict */
+    pk_text(&p, "(dp0\nS'k'\np1\nI1\nsg0\n.");
+    load_ok();
+    ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_DICT);
+    ck_assert_int_eq(int_of(ckpt_value_dict_get(v, "k")), 1);
+}
+END_TEST
+
+START_TEST(sets_and_frozensets)
+{
+    pk_op(&p, 0x80);
+    pk_op(&p, 4);
+    pk_op(&p, 0x8f); /* EMPTY_SET */
+    pk_op(&p, 0x94); /* MEMOIZE */
+    pk_op(&p, '(');
+    pk_int(&p, 1);
+    pk_int(&p, 2);
+    pk_op(&p, 0x90); /* ADDITEMS */
+    pk_op(&p, '(');
+    pk_int(&p, 3);
+    pk_op(&p, 0x91); /* FROZENSET */
+    pk_op(&p, 0x86);
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_int_eq(ckpt_value_kind(ckpt_value_item(v, 0)), CKPT_KIND_SET);
+    ck_assert_int_eq(ckpt_value_len(ckpt_value_item(v, 0)), 2);
+    ck_assert_int_eq(ckpt_value_kind(ckpt_value_item(v, 1)), CKPT_KIND_FROZENSET);
+}
+END_TEST
+
+START_TEST(ordered_dict_with_metadata)
+{
+    /* what torch.save writes for a state dict without tensors */
+    pk_proto2(&p);
+    pk_global(&p, "collections", "OrderedDict");
+    pk_op(&p, 'q');
+    pk_le(&p, 0, 1);
+    pk_op(&p, ')');
+    pk_op(&p, 'R');
+    pk_str(&p, "x");
+    pk_int(&p, 1);
+    pk_op(&p, 's');
+    pk_op(&p, '}');
+    pk_str(&p, "_metadata");
+    pk_op(&p, 'h');
+    pk_le(&p, 0, 1);
+    pk_op(&p, ')');
+    pk_op(&p, 'R');
+    pk_str(&p, "");
+    pk_op(&p, '}');
+    pk_str(&p, "version");
+    pk_int(&p, 1);
+    pk_op(&p, 's');
+    pk_op(&p, 's');
+    pk_op(&p, 's');
+    pk_op(&p, 'b'); /* BUILD */
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert(ckpt_value_dict_ordered(v));
+    const ckpt_value *st = ckpt_value_state(v);
+    ck_assert_ptr_nonnull(st);
+    const ckpt_value *md = ckpt_value_dict_get(st, "_metadata");
+    ck_assert(ckpt_value_dict_ordered(md));
+    ck_assert_int_eq(int_of(ckpt_value_dict_get(ckpt_value_dict_get(md, ""), "version")), 1);
+}
+END_TEST
+
+START_TEST(stack_global_and_known_data)
+{
+    /* argparse.Namespace via STACK_GLOBAL + NEWOBJ + BUILD: kept opaque */
+    pk_op(&p, 0x80);
+    pk_op(&p, 4);
+    pk_op(&p, 0x8c);
+    pk_le(&p, 8, 1);
+    pk_text(&p, "argparse");
+    pk_op(&p, 0x8c);
+    pk_le(&p, 9, 1);
+    pk_text(&p, "Namespace");
+    pk_op(&p, 0x93); /* STACK_GLOBAL */
+    pk_op(&p, ')');
+    pk_op(&p, 0x81); /* NEWOBJ */
+    pk_op(&p, '}');
+    pk_str(&p, "lr");
+    pk_int(&p, 1);
+    pk_op(&p, 's');
+    pk_op(&p, 'b');
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_OBJECT);
+    ck_assert_str_eq(ckpt_value_global(v), "argparse.Namespace");
+    ck_assert_ptr_nonnull(ckpt_value_dict_get(ckpt_value_state(v), "lr"));
+}
+END_TEST
+
+START_TEST(py2_builtin_names_and_inst_obj)
+{
+    /* __builtin__.set maps to builtins.set; INST and OBJ become opaque objects */
+    pk_text(&p, "(c__builtin__\nset\n((lp0\nI1\naI2\natRp1\n(iargparse\nNamespace\np2\n"
+                "(cargparse\nNamespace\noc__builtin__\ncomplex\n(F1.0\nF2.0\ntRt.");
+    load_ok();
+    ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_TUPLE);
+    ck_assert_int_eq(ckpt_value_len(v), 4);
+    ck_assert_str_eq(ckpt_value_global(ckpt_value_item(v, 0)), "builtins.set");
+    ck_assert_str_eq(ckpt_value_global(ckpt_value_item(v, 1)), "argparse.Namespace");
+    ck_assert_str_eq(ckpt_value_global(ckpt_value_item(v, 2)), "argparse.Namespace");
+    ck_assert_str_eq(ckpt_value_global(ckpt_value_item(v, 3)), "builtins.complex");
+}
+END_TEST
+
+START_TEST(newobj_ex_defaultdict)
+{
+    pk_op(&p, 0x80);
+    pk_op(&p, 4);
+    pk_global(&p, "collections", "defaultdict");
+    pk_global(&p, "builtins", "list");
+    pk_op(&p, 0x85);
+    pk_op(&p, '}');
+    pk_op(&p, 0x92); /* NEWOBJ_EX */
+    pk_str(&p, "k");
+    pk_op(&p, ']');
+    pk_op(&p, 's'); /* SETITEM on a dict subclass object */
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_str_eq(ckpt_value_global(v), "collections.defaultdict");
+}
+END_TEST
+
+/* ---- tensors ---- */
+
+START_TEST(tensor_v2_and_parameter)
+{
+    int64_t shape[2] = {2, 3}, stride[2] = {3, 1};
+    pk_proto2(&p);
+    pk_global(&p, "torch._utils", "_rebuild_parameter");
+    pk_op(&p, '(');
+    pk_tensor(&p, "FloatStorage", "0", "cuda:1", 6, 0, 2, shape, stride);
+    pk_op(&p, 0x88);
+    pk_global(&p, "collections", "OrderedDict");
+    pk_op(&p, ')');
+    pk_op(&p, 'R');
+    pk_op(&p, 't');
+    pk_op(&p, 'R');
+    pk_op(&p, '.');
+    load_ok();
+    const ckpt_tensor *t = ckpt_value_tensor(v);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(ckpt_tensor_dtype(t), CKPT_DTYPE_FLOAT32);
+    ck_assert_int_eq(ckpt_tensor_ndim(t), 2);
+    ck_assert_int_eq(ckpt_tensor_shape(t)[1], 3);
+    ck_assert_int_eq(ckpt_tensor_numel(t), 6);
+    ck_assert(ckpt_tensor_is_parameter(t));
+    ck_assert(ckpt_tensor_requires_grad(t));
+    ck_assert_str_eq(ckpt_storage_device(ckpt_tensor_storage(t)), "cuda:1");
+    ck_assert_uint_eq(ckpt_storage_nbytes(ckpt_tensor_storage(t)), 24);
+}
+END_TEST
+
+START_TEST(tensor_sharing_a_storage)
+{
+    int64_t s1[1] = {4}, st1[1] = {1}, s2[1] = {2}, st2[1] = {2};
+    pk_proto2(&p);
+    pk_op(&p, '(');
+    pk_tensor(&p, "HalfStorage", "k", "cpu", 4, 0, 1, s1, st1);
+    pk_tensor(&p, "HalfStorage", "k", "cpu", 4, 1, 1, s2, st2);
+    pk_op(&p, 'l');
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_uint_eq(ckpt_file_storage_count(f), 1);
+    const ckpt_tensor *a = ckpt_value_tensor(ckpt_value_item(v, 0));
+    const ckpt_tensor *b = ckpt_value_tensor(ckpt_value_item(v, 1));
+    ck_assert_ptr_eq(ckpt_tensor_storage(a), ckpt_tensor_storage(b));
+    ck_assert_int_eq(ckpt_tensor_offset(b), 1);
+    ck_assert(!ckpt_tensor_is_contiguous(b));
+}
+END_TEST
+
+START_TEST(tensor_view_past_storage)
+{
+    int64_t shape[2] = {3, 3}, stride[2] = {3, 1};
+    pk_proto2(&p);
+    pk_tensor(&p, "FloatStorage", "0", "cpu", 8, 0, 2, shape, stride);
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_FORMAT, "past the end of storage '0'");
+}
+END_TEST
+
+START_TEST(tensor_offset_past_storage)
+{
+    int64_t shape[1] = {2}, stride[1] = {1};
+    pk_proto2(&p);
+    pk_tensor(&p, "LongStorage", "0", "cpu", 2, 1, 1, shape, stride);
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_FORMAT, "past the end");
+}
+END_TEST
+
+START_TEST(tensor_empty_and_scalar)
+{
+    int64_t shape[2] = {0, 3}, stride[2] = {3, 1};
+    pk_proto2(&p);
+    pk_op(&p, '(');
+    pk_tensor(&p, "FloatStorage", "0", "cpu", 0, 0, 2, shape, stride);
+    pk_tensor(&p, "DoubleStorage", "1", "cpu", 1, 0, 0, NULL, NULL);
+    pk_op(&p, 't');
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_int_eq(ckpt_tensor_numel(ckpt_value_tensor(ckpt_value_item(v, 0))), 0);
+    const ckpt_tensor *s = ckpt_value_tensor(ckpt_value_item(v, 1));
+    ck_assert_int_eq(ckpt_tensor_ndim(s), 0);
+    ck_assert_int_eq(ckpt_tensor_numel(s), 1);
+}
+END_TEST
+
+START_TEST(tensor_shape_overflow)
+{
+    int64_t shape[2] = {INT64_C(1) << 40, INT64_C(1) << 40}, stride[2] = {1, 1};
+    pk_proto2(&p);
+    pk_tensor(&p, "FloatStorage", "0", "cpu", 1, 0, 2, shape, stride);
+    pk_op(&p, '.');
+    int rc = pk_load(f, &p, &v);
+    ck_assert_int_eq(rc, CKPT_ERR_FORMAT);
+}
+END_TEST
+
+START_TEST(unknown_storage_type)
+{
+    pk_proto2(&p);
+    pk_storage(&p, "FooStorage", "0", "cpu", 1);
+    pk_op(&p, '.');
+    /* torch.FooStorage is not a known global at all */
+    load_fails(CKPT_ERR_UNSAFE, "torch.FooStorage");
+}
+END_TEST
+
+START_TEST(storage_named_twice_with_two_sizes)
+{
+    pk_proto2(&p);
+    pk_op(&p, '(');
+    pk_storage(&p, "FloatStorage", "0", "cpu", 4);
+    pk_storage(&p, "FloatStorage", "0", "cpu", 5);
+    pk_op(&p, 't');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_FORMAT, "different sizes");
+}
+END_TEST
+
+/* ---- refused and malformed ---- */
+
+START_TEST(refuses_os_system)
+{
+    pk_proto2(&p);
+    pk_global(&p, "os", "system");
+    pk_str(&p, "touch /tmp/ckpt_unit_pwned");
+    pk_op(&p, 0x85);
+    pk_op(&p, 'R');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_UNSAFE, "refused global 'os.system'");
+    ck_assert_msg_has(f, "at byte 2");
+}
+END_TEST
+
+START_TEST(allow_global_admits_as_opaque)
+{
+    ck_assert_int_eq(ckpt_file_allow_global(f, "mypkg.Config"), CKPT_OK);
+    pk_proto2(&p);
+    pk_global(&p, "mypkg", "Config");
+    pk_op(&p, ')');
+    pk_op(&p, 'R');
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_str_eq(ckpt_value_global(v), "mypkg.Config");
+}
+END_TEST
+
+START_TEST(allow_unknown_never_admits_os)
+{
+    ck_assert_int_eq(ckpt_file_set_allow_unknown(f, 1), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_classify_global(f, "mypkg.Thing"), CKPT_GLOBAL_ALLOWED);
+    ck_assert_int_eq(ckpt_file_classify_global(f, "posix.system"), CKPT_GLOBAL_REFUSED);
+    ck_assert_int_eq(ckpt_file_classify_global(f, "builtins.eval"), CKPT_GLOBAL_REFUSED);
+    ck_assert_int_eq(ckpt_file_classify_global(f, "torch.float16"), CKPT_GLOBAL_INTERPRETED);
+    ck_assert_int_eq(ckpt_file_classify_global(f, "torch.device"), CKPT_GLOBAL_KNOWN_DATA);
+}
+END_TEST
+
+START_TEST(stack_underflow)
+{
+    pk_proto2(&p);
+    pk_op(&p, 0x86); /* TUPLE2 on an empty stack */
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_FORMAT, "stack underflow");
+}
+END_TEST
+
+START_TEST(reduce_on_empty_stack)
+{
+    pk_proto2(&p);
+    pk_op(&p, 'R');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_FORMAT, "stack underflow");
+}
+END_TEST
+
+START_TEST(memo_read_before_put)
+{
+    pk_proto2(&p);
+    pk_op(&p, 'h');
+    pk_le(&p, 5, 1);
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_FORMAT, "memo index 5 read before it was stored");
+}
+END_TEST
+
+START_TEST(setitems_on_a_list)
+{
+    pk_proto2(&p);
+    pk_op(&p, ']');
+    pk_op(&p, '(');
+    pk_str(&p, "k");
+    pk_int(&p, 1);
+    pk_op(&p, 'u');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_FORMAT, "SETITEM on a list");
+}
+END_TEST
+
+START_TEST(build_on_a_list)
+{
+    pk_proto2(&p);
+    pk_op(&p, ']');
+    pk_op(&p, '}');
+    pk_op(&p, 'b');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_FORMAT, "BUILD on a list");
+}
+END_TEST
+
+START_TEST(append_on_a_dict)
+{
+    pk_proto2(&p);
+    pk_op(&p, '}');
+    pk_int(&p, 1);
+    pk_op(&p, 'a');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_FORMAT, "APPEND on a dict");
+}
+END_TEST
+
+START_TEST(reduce_on_a_string)
+{
+    pk_proto2(&p);
+    pk_str(&p, "os.system");
+    pk_op(&p, ')');
+    pk_op(&p, 'R');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_FORMAT, "REDUCE calls a str");
+}
+END_TEST
+
+START_TEST(truncated_stream)
+{
+    pk_proto2(&p);
+    pk_op(&p, 'X');
+    pk_le(&p, 10, 4);
+    pk_text(&p, "abc");
+    load_fails(CKPT_ERR_FORMAT, "truncated pickle");
+}
+END_TEST
+
+START_TEST(no_stop)
+{
+    pk_proto2(&p);
+    pk_op(&p, 'N');
+    load_fails(CKPT_ERR_FORMAT, "no STOP");
+}
+END_TEST
+
+START_TEST(huge_length_field)
+{
+    pk_proto2(&p);
+    pk_op(&p, 'X');
+    pk_le(&p, 0x80000000u, 4); /* 2 GiB string in a 10-byte stream */
+    pk_op(&p, '.');
+    int rc = pk_load(f, &p, &v);
+    ck_assert(rc == CKPT_ERR_FORMAT || rc == CKPT_ERR_LIMIT);
+}
+END_TEST
+
+START_TEST(invalid_utf8)
+{
+    pk_proto2(&p);
+    pk_op(&p, 'X');
+    pk_le(&p, 2, 4);
+    pk_bytes(&p, "\xc3\x28", 2);
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_FORMAT, "not valid UTF-8");
+}
+END_TEST
+
+START_TEST(surrogates_pass_like_python)
+{
+    pk_proto2(&p);
+    pk_op(&p, 'X');
+    pk_le(&p, 3, 4);
+    pk_bytes(&p, "\xed\xa0\x80", 3); /* U+D800, accepted by 'surrogatepass' */
+    pk_op(&p, '.');
+    load_ok();
+}
+END_TEST
+
+START_TEST(unknown_opcode)
+{
+    pk_proto2(&p);
+    pk_op(&p, 0xff);
+    load_fails(CKPT_ERR_FORMAT, "unknown opcode 0xff");
+}
+END_TEST
+
+START_TEST(protocol_too_new)
+{
+    pk_op(&p, 0x80);
+    pk_op(&p, 6);
+    pk_op(&p, 'N');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_UNSUPPORTED, "protocol 6");
+}
+END_TEST
+
+START_TEST(ext_opcodes_unsupported)
+{
+    pk_proto2(&p);
+    pk_op(&p, 0x82);
+    pk_op(&p, 1);
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_UNSUPPORTED, "EXT1");
+}
+END_TEST
+
+START_TEST(out_of_band_buffer_unsupported)
+{
+    pk_op(&p, 0x80);
+    pk_op(&p, 5);
+    pk_op(&p, 0x97);
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_UNSUPPORTED, "out-of-band");
+}
+END_TEST
+
+START_TEST(text_persid_is_not_a_storage)
+{
+    pk_text(&p, "P42\n.");
+    load_fails(CKPT_ERR_FORMAT, "persistent id");
+}
+END_TEST
+
+START_TEST(mark_bomb_hits_the_limit)
+{
+    pk_proto2(&p);
+    for (int i = 0; i < 1000000; i++)
+        pk_op(&p, '(');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_LIMIT, "nested MARKs");
+}
+END_TEST
+
+START_TEST(memo_limit)
+{
+    ck_assert_int_eq(ckpt_file_set_limit(f, CKPT_LIMIT_MEMO, 10), CKPT_OK);
+    pk_proto2(&p);
+    pk_op(&p, 'N');
+    for (int i = 0; i < 11; i++) {
+        pk_op(&p, 'q');
+        pk_le(&p, (uint64_t)i, 1);
+    }
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_LIMIT, "memo entries");
+}
+END_TEST
+
+START_TEST(stack_limit)
+{
+    ck_assert_int_eq(ckpt_file_set_limit(f, CKPT_LIMIT_STACK, 100), CKPT_OK);
+    pk_proto2(&p);
+    for (int i = 0; i < 200; i++)
+        pk_op(&p, 'N');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_LIMIT, "stack deeper");
+}
+END_TEST
+
+START_TEST(items_limit)
+{
+    ck_assert_int_eq(ckpt_file_set_limit(f, CKPT_LIMIT_ITEMS, 3), CKPT_OK);
+    pk_proto2(&p);
+    pk_op(&p, ']');
+    pk_op(&p, '(');
+    for (int i = 0; i < 4; i++)
+        pk_op(&p, 'N');
+    pk_op(&p, 'e');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_LIMIT, "more than 3 items");
+}
+END_TEST
+
+START_TEST(pickle_size_limit)
+{
+    ck_assert_int_eq(ckpt_file_set_limit(f, CKPT_LIMIT_PICKLE_BYTES, 4), CKPT_OK);
+    pk_proto2(&p);
+    pk_op(&p, 'N');
+    pk_op(&p, 'N');
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_LIMIT, "--max-pickle-bytes");
+}
+END_TEST
+
+START_TEST(big_memo_index_is_fine)
+{
+    /* Python's memo is a dict: a sparse index is legal */
+    pk_proto2(&p);
+    pk_op(&p, 'N');
+    pk_op(&p, 'r');
+    pk_le(&p, 4000000000u, 4);
+    pk_op(&p, 'j');
+    pk_le(&p, 4000000000u, 4);
+    pk_op(&p, 0x86);
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_int_eq(ckpt_value_len(v), 2);
+}
+END_TEST
+
+START_TEST(decimal_digit_limit)
+{
+    pk_op(&p, 'L');
+    for (int i = 0; i < 5000; i++)
+        pk_op(&p, '9');
+    pk_text(&p, "\n.");
+    load_fails(CKPT_ERR_LIMIT, "4300 digits");
+}
+END_TEST
+
+START_TEST(consumed_bytes_reported)
+{
+    /* a legacy file is pickles back to back: the VM says where one ends */
+    pk_proto2(&p);
+    pk_op(&p, 'N');
+    pk_op(&p, '.');
+    pk_proto2(&p);
+    pk_op(&p, 0x88);
+    pk_op(&p, '.');
+    ckpt_pickle_ctx ctx;
+    ckpt_file_pickle_ctx(f, &ctx, "t");
+    size_t used = 0;
+    ck_assert_int_eq(ckpt_pickle_load(&ctx, p.buf, p.n, &v, &used, &f->err), CKPT_OK);
+    ck_assert_uint_eq(used, 4);
+    ck_assert_int_eq(ckpt_pickle_load(&ctx, p.buf + used, p.n - used, &v, &used, &f->err), CKPT_OK);
+    ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_BOOL);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("pickle");
+    TCase *ok = tcase_create("values");
+    tcase_add_checked_fixture(ok, setup, teardown);
+    tcase_add_test(ok, binint_family);
+    tcase_add_test(ok, long1_and_long4);
+    tcase_add_test(ok, protocol0_text_scalars);
+    tcase_add_test(ok, negative_decimal_long);
+    tcase_add_test(ok, binfloat_none_bools);
+    tcase_add_test(ok, strings_and_bytes);
+    tcase_add_test(ok, dict_setitems_and_memo);
+    tcase_add_test(ok, pop_mark_discards_the_mark);
+    tcase_add_test(ok, text_put_get);
+    tcase_add_test(ok, sets_and_frozensets);
+    tcase_add_test(ok, ordered_dict_with_metadata);
+    tcase_add_test(ok, stack_global_and_known_data);
+    tcase_add_test(ok, py2_builtin_names_and_inst_obj);
+    tcase_add_test(ok, newobj_ex_defaultdict);
+    tcase_add_test(ok, big_memo_index_is_fine);
+    tcase_add_test(ok, surrogates_pass_like_python);
+    tcase_add_test(ok, consumed_bytes_reported);
+    suite_add_tcase(s, ok);
+
+    TCase *t = tcase_create("tensors");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, tensor_v2_and_parameter);
+    tcase_add_test(t, tensor_sharing_a_storage);
+    tcase_add_test(t, tensor_view_past_storage);
+    tcase_add_test(t, tensor_offset_past_storage);
+    tcase_add_test(t, tensor_empty_and_scalar);
+    tcase_add_test(t, tensor_shape_overflow);
+    tcase_add_test(t, unknown_storage_type);
+    tcase_add_test(t, storage_named_twice_with_two_sizes);
+    suite_add_tcase(s, t);
+
+    TCase *bad = tcase_create("errors");
+    tcase_add_checked_fixture(bad, setup, teardown);
+    tcase_add_test(bad, refuses_os_system);
+    tcase_add_test(bad, allow_global_admits_as_opaque);
+    tcase_add_test(bad, allow_unknown_never_admits_os);
+    tcase_add_test(bad, stack_underflow);
+    tcase_add_test(bad, reduce_on_empty_stack);
+    tcase_add_test(bad, memo_read_before_put);
+    tcase_add_test(bad, setitems_on_a_list);
+    tcase_add_test(bad, build_on_a_list);
+    tcase_add_test(bad, append_on_a_dict);
+    tcase_add_test(bad, reduce_on_a_string);
+    tcase_add_test(bad, truncated_stream);
+    tcase_add_test(bad, no_stop);
+    tcase_add_test(bad, huge_length_field);
+    tcase_add_test(bad, invalid_utf8);
+    tcase_add_test(bad, unknown_opcode);
+    tcase_add_test(bad, protocol_too_new);
+    tcase_add_test(bad, ext_opcodes_unsupported);
+    tcase_add_test(bad, out_of_band_buffer_unsupported);
+    tcase_add_test(bad, text_persid_is_not_a_storage);
+    tcase_add_test(bad, mark_bomb_hits_the_limit);
+    tcase_add_test(bad, memo_limit);
+    tcase_add_test(bad, stack_limit);
+    tcase_add_test(bad, items_limit);
+    tcase_add_test(bad, pickle_size_limit);
+    tcase_add_test(bad, decimal_digit_limit);
+    suite_add_tcase(s, bad);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *r = srunner_create(suite());
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
