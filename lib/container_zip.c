@@ -18,7 +18,22 @@ struct ckpt_zip {
     uint64_t *sizes;
     uint32_t *crcs;
     uint8_t *stored; /* 1 when the record is not compressed (seekable) */
+    int64_t *slots;  /* open-addressing index by case-folded name: index + 1 */
+    size_t nslots;
 };
+
+/* torch (miniz) looks names up without regard to ASCII case */
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 'A' && c <= 'Z')
+            c = (unsigned char)(c - 'A' + 'a');
+        h = (h ^ c) * 1099511628211ull;
+    }
+    return h;
+}
 
 static int zip_error_to_status(int ze)
 {
@@ -86,6 +101,24 @@ int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err)
         z->crcs[i] = (st.valid & ZIP_STAT_CRC) ? st.crc : 0;
         z->stored[i] = (st.valid & ZIP_STAT_COMP_METHOD) && st.comp_method == ZIP_CM_STORE;
     }
+    z->nslots = 16;
+    while (z->nslots < n * 2)
+        z->nslots *= 2;
+    z->slots = calloc(z->nslots, sizeof(*z->slots));
+    if (!z->slots) {
+        ckpt_zip_close(z);
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < z->count; i++) {
+        size_t b = name_hash(z->names[i]) & (z->nslots - 1);
+        while (z->slots[b]) {
+            if (strcasecmp(z->names[z->slots[b] - 1], z->names[i]) == 0)
+                break; /* a duplicate name: the first one wins, as in miniz */
+            b = (b + 1) & (z->nslots - 1);
+        }
+        if (!z->slots[b])
+            z->slots[b] = i + 1;
+    }
     *out = z;
     return CKPT_OK;
 }
@@ -100,6 +133,7 @@ void ckpt_zip_close(ckpt_zip *z)
     free(z->sizes);
     free(z->crcs);
     free(z->stored);
+    free(z->slots);
     free(z);
 }
 
@@ -110,9 +144,12 @@ uint32_t ckpt_zip_crc(const ckpt_zip *z, int64_t i) { return z->crcs[i]; }
 
 int64_t ckpt_zip_find(const ckpt_zip *z, const char *name)
 {
-    for (int64_t i = 0; i < z->count; i++)
-        if (strcasecmp(z->names[i], name) == 0)
-            return i;
+    size_t b = name_hash(name) & (z->nslots - 1);
+    while (z->slots[b]) {
+        if (strcasecmp(z->names[z->slots[b] - 1], name) == 0)
+            return z->slots[b] - 1;
+        b = (b + 1) & (z->nslots - 1);
+    }
     return -1;
 }
 
@@ -143,7 +180,9 @@ int ckpt_zip_read(ckpt_zip *z, int64_t i, uint64_t offset, void *buf, size_t len
                         z->names[i], (unsigned long long)size, len, (unsigned long long)offset);
     if (len == 0 && size != 0)
         return CKPT_OK;
-    zip_file_t *zf = zip_fopen_index(z->za, (zip_uint64_t)i, 0);
+    /* A stored record's raw bytes are its data: reading them "compressed"
+     * skips libzip's own CRC pass, since we compute the CRC here anyway. */
+    zip_file_t *zf = zip_fopen_index(z->za, (zip_uint64_t)i, z->stored[i] ? ZIP_FL_COMPRESSED : 0);
     if (!zf)
         return read_error(z, NULL, i, err);
     int rc = CKPT_OK;

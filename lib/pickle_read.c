@@ -433,9 +433,6 @@ static int take_counted(vm *m, int lenbytes, ckpt_kind kind, uint8_t flags)
     CKPT_FORWARD(take_le(m, lenbytes, &n));
     if (lenbytes == 4 && kind == CKPT_KIND_STR && m->op == OP_BINSTRING && (n & 0x80000000u))
         return fail(m, CKPT_ERR_FORMAT, "negative string length");
-    if (n > limit(m, CKPT_LIMIT_PICKLE_BYTES))
-        return fail(m, CKPT_ERR_LIMIT, "a %llu-byte string is over the pickle size limit",
-                    (unsigned long long)n);
     CKPT_FORWARD(need(m, n));
     const uint8_t *p = m->buf + m->pos;
     m->pos += (size_t)n;

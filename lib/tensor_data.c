@@ -76,6 +76,37 @@ static void gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst)
     }
 }
 
+/*
+ * The tensor's bytes in C order: the whole storage is read (so its CRC is
+ * checked); a contiguous tensor is then a slice of it, a strided one is
+ * gathered into a second buffer.  *OWN1 / *OWN2 are what to free.
+ */
+static int tensor_bytes(ckpt_file *f, const ckpt_tensor *t, const uint8_t **bytes, uint8_t **own1,
+                        uint8_t **own2)
+{
+    const ckpt_storage *s = t->storage;
+    *own1 = *own2 = NULL;
+    uint8_t *all = malloc(s->nbytes ? (size_t)s->nbytes : 1);
+    if (!all)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory for storage '%s' (%llu bytes)",
+                        s->key, (unsigned long long)s->nbytes);
+    *own1 = all;
+    CKPT_FORWARD(ckpt_storage_read(f, s, 0, all, (size_t)s->nbytes));
+    size_t es = ckpt_dtype_size(t->dtype);
+    if (ckpt_tensor_is_contiguous(t)) {
+        *bytes = all + (t->numel ? (size_t)t->offset * es : 0);
+        return CKPT_OK;
+    }
+    size_t n = ckpt_tensor_nbytes(t);
+    uint8_t *g = malloc(n ? n : 1);
+    if (!g)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory for a %zu-byte tensor", n);
+    *own2 = g;
+    gather(t, all, g);
+    *bytes = g;
+    return CKPT_OK;
+}
+
 CKPT_API int ckpt_tensor_read(ckpt_file *f, const ckpt_tensor *t, void *buf, size_t cap)
 {
     if (!f || f->magic != CKPT_FILE_MAGIC || !t)
@@ -85,16 +116,13 @@ CKPT_API int ckpt_tensor_read(ckpt_file *f, const ckpt_tensor *t, void *buf, siz
     if (cap < need)
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "buffer of %zu bytes for a %zu-byte tensor", cap,
                         need);
-    const ckpt_storage *s = t->storage;
-    /* Read the whole storage so that its CRC is checked. */
-    uint8_t *all = malloc(s->nbytes ? (size_t)s->nbytes : 1);
-    if (!all)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory for storage '%s' (%llu bytes)",
-                        s->key, (unsigned long long)s->nbytes);
-    int rc = ckpt_storage_read(f, s, 0, all, (size_t)s->nbytes);
-    if (rc == CKPT_OK)
-        gather(t, all, buf);
-    free(all);
+    const uint8_t *bytes;
+    uint8_t *own1, *own2;
+    int rc = tensor_bytes(f, t, &bytes, &own1, &own2);
+    if (rc == CKPT_OK && need)
+        memcpy(buf, bytes, need);
+    free(own1);
+    free(own2);
     return rc;
 }
 
@@ -130,27 +158,40 @@ float ckpt_bfloat16_to_float(uint16_t b)
     return f;
 }
 
-static bool element_value(ckpt_dtype dt, const uint8_t *p, double *out)
+/* Convert N elements to double; false for dtypes without an order. */
+static bool to_double(ckpt_dtype dt, const uint8_t *p, size_t n, double *out)
 {
+#define CONVERT(T, EXPR)                          \
+    for (size_t i = 0; i < n; i++) {              \
+        T v;                                      \
+        memcpy(&v, p + i * sizeof(T), sizeof(T)); \
+        out[i] = (double)(EXPR);                  \
+    }                                             \
+    return true
     switch (dt) {
-    case CKPT_DTYPE_FLOAT64: { double v; memcpy(&v, p, 8); *out = v; return true; }
-    case CKPT_DTYPE_FLOAT32: { float v; memcpy(&v, p, 4); *out = v; return true; }
-    case CKPT_DTYPE_FLOAT16: { uint16_t v; memcpy(&v, p, 2); *out = ckpt_half_to_float(v); return true; }
-    case CKPT_DTYPE_BFLOAT16: { uint16_t v; memcpy(&v, p, 2); *out = ckpt_bfloat16_to_float(v); return true; }
-    case CKPT_DTYPE_INT64: { int64_t v; memcpy(&v, p, 8); *out = (double)v; return true; }
-    case CKPT_DTYPE_INT32: { int32_t v; memcpy(&v, p, 4); *out = v; return true; }
-    case CKPT_DTYPE_INT16: { int16_t v; memcpy(&v, p, 2); *out = v; return true; }
-    case CKPT_DTYPE_INT8: *out = (int8_t)p[0]; return true;
-    case CKPT_DTYPE_UINT8: *out = p[0]; return true;
-    case CKPT_DTYPE_BOOL: *out = p[0] != 0; return true;
-    case CKPT_DTYPE_UINT16: { uint16_t v; memcpy(&v, p, 2); *out = v; return true; }
-    case CKPT_DTYPE_UINT32: { uint32_t v; memcpy(&v, p, 4); *out = v; return true; }
-    case CKPT_DTYPE_UINT64: { uint64_t v; memcpy(&v, p, 8); *out = (double)v; return true; }
+    case CKPT_DTYPE_FLOAT64: CONVERT(double, v);
+    case CKPT_DTYPE_FLOAT32: CONVERT(float, v);
+    case CKPT_DTYPE_FLOAT16: CONVERT(uint16_t, ckpt_half_to_float(v));
+    case CKPT_DTYPE_BFLOAT16: CONVERT(uint16_t, ckpt_bfloat16_to_float(v));
+    case CKPT_DTYPE_INT64: CONVERT(int64_t, v);
+    case CKPT_DTYPE_INT32: CONVERT(int32_t, v);
+    case CKPT_DTYPE_INT16: CONVERT(int16_t, v);
+    case CKPT_DTYPE_INT8: CONVERT(int8_t, v);
+    case CKPT_DTYPE_UINT8: CONVERT(uint8_t, v);
+    case CKPT_DTYPE_BOOL: CONVERT(uint8_t, v != 0);
+    case CKPT_DTYPE_UINT16: CONVERT(uint16_t, v);
+    case CKPT_DTYPE_UINT32: CONVERT(uint32_t, v);
+    case CKPT_DTYPE_UINT64: CONVERT(uint64_t, v);
     default: return false;
     }
+#undef CONVERT
 }
 
-static void neumaier_add(long double *sum, long double *comp, long double x)
+#define BLOCK 1024
+
+/* Compensated (Neumaier) summation in long double: the fallback for values
+ * near the double maximum, where a double sum would overflow. */
+static void neumaier(long double *sum, long double *comp, long double x)
 {
     long double t = *sum + x;
     if (fabsl(*sum) >= fabsl(x))
@@ -160,20 +201,48 @@ static void neumaier_add(long double *sum, long double *comp, long double x)
     *sum = t;
 }
 
+static void moments_wide(ckpt_dtype dt, const uint8_t *p, int64_t numel, int64_t count,
+                         double *mean_out, double *std_out)
+{
+    size_t es = ckpt_dtype_size(dt);
+    double blk[BLOCK];
+    long double sum = 0, comp = 0, ss = 0, ssc = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        long double mean = (sum + comp) / count;
+        for (int64_t i = 0; i < numel; i += BLOCK) {
+            size_t n = (size_t)(numel - i < BLOCK ? numel - i : BLOCK);
+            to_double(dt, p + (size_t)i * es, n, blk);
+            for (size_t k = 0; k < n; k++) {
+                if (!isfinite(blk[k]))
+                    continue;
+                if (pass == 0) {
+                    neumaier(&sum, &comp, blk[k]);
+                } else {
+                    long double d = (long double)blk[k] - mean;
+                    neumaier(&ss, &ssc, d * d);
+                }
+            }
+        }
+    }
+    *mean_out = (double)((sum + comp) / count);
+    *std_out = count > 1 ? (double)sqrtl((ss + ssc) / (count - 1)) : NAN;
+}
+
 CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t, ckpt_tensor_stats *st)
 {
     if (!f || f->magic != CKPT_FILE_MAGIC || !t || !st)
         return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
     memset(st, 0, sizeof(*st));
-    size_t n = ckpt_tensor_nbytes(t);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory for a %zu-byte tensor", n);
-    int rc = ckpt_tensor_read(f, t, buf, n);
+    const uint8_t *buf;
+    uint8_t *own1, *own2;
+    int rc = tensor_bytes(f, t, &buf, &own1, &own2);
     if (rc) {
-        free(buf);
+        free(own1);
+        free(own2);
         return rc;
     }
+    size_t n = ckpt_tensor_nbytes(t);
     uLong c = crc32(0L, Z_NULL, 0);
     for (size_t off = 0; off < n;) { /* crc32 takes 32-bit lengths */
         size_t chunk = n - off > (1u << 30) ? (1u << 30) : n - off;
@@ -181,47 +250,56 @@ CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t, ckpt_
         off += chunk;
     }
     st->crc32 = (uint32_t)c;
-    size_t es = ckpt_dtype_size(t->dtype);
-    double x0;
-    static const uint8_t zero[16];
-    if (!element_value(t->dtype, zero, &x0)) { /* complex, quantized: no order */
-        st->min = st->max = st->mean = st->std = NAN;
-        free(buf);
+    st->min = st->max = st->mean = st->std = NAN;
+    double probe;
+    if (!to_double(t->dtype, (const uint8_t[16]){0}, 1, &probe)) {
+        free(own1); /* complex, quantized: no order */
+        free(own2);
         return CKPT_OK;
     }
     st->valid = 1;
-    /* Two passes in long double with compensated (Neumaier) sums: values
-     * near the type's maximum neither overflow nor swallow small ones. */
-    double mn = INFINITY, mx = -INFINITY;
-    long double sum = 0, comp = 0;
+    /* Pass 1: counts, extremes and the sum; pass 2: squared deviations.
+     * Four partial sums in double keep the loops fast and accurate. */
+    size_t es = ckpt_dtype_size(t->dtype);
+    double blk[BLOCK], mn = INFINITY, mx = -INFINITY, sum[4] = {0}, ss[4] = {0};
     int64_t count = 0;
-    for (int64_t i = 0; i < t->numel; i++) {
-        double x;
-        element_value(t->dtype, buf + (size_t)i * es, &x);
-        if (isnan(x)) {
-            st->nan++;
-        } else if (isinf(x)) {
-            st->inf++;
-        } else {
-            count++;
-            mn = x < mn ? x : mn;
-            mx = x > mx ? x : mx;
-            neumaier_add(&sum, &comp, x);
+    for (int64_t i = 0; i < t->numel; i += BLOCK) {
+        size_t k = (size_t)(t->numel - i < BLOCK ? t->numel - i : BLOCK);
+        to_double(t->dtype, buf + (size_t)i * es, k, blk);
+        for (size_t j = 0; j < k; j++) {
+            double x = blk[j];
+            if (isfinite(x)) {
+                count++;
+                mn = x < mn ? x : mn;
+                mx = x > mx ? x : mx;
+                sum[j & 3] += x;
+            } else if (isnan(x)) {
+                st->nan++;
+            } else {
+                st->inf++;
+            }
         }
     }
-    long double mean = count ? (sum + comp) / count : 0, ss = 0, ssc = 0;
-    for (int64_t i = 0; i < t->numel && count > 1; i++) {
-        double x;
-        element_value(t->dtype, buf + (size_t)i * es, &x);
-        if (isfinite(x)) {
-            long double d = (long double)x - mean;
-            neumaier_add(&ss, &ssc, d * d);
+    if (count) {
+        st->min = mn;
+        st->max = mx;
+        double total = (sum[0] + sum[1]) + (sum[2] + sum[3]), mean = total / (double)count;
+        for (int64_t i = 0; i < t->numel && count > 1 && isfinite(total); i += BLOCK) {
+            size_t k = (size_t)(t->numel - i < BLOCK ? t->numel - i : BLOCK);
+            to_double(t->dtype, buf + (size_t)i * es, k, blk);
+            for (size_t j = 0; j < k; j++) {
+                double d = blk[j] - mean;
+                if (isfinite(blk[j]))
+                    ss[j & 3] += d * d;
+            }
         }
+        double sst = (ss[0] + ss[1]) + (ss[2] + ss[3]);
+        st->mean = mean;
+        st->std = count > 1 ? sqrt(sst / (double)(count - 1)) : NAN;
+        if (!isfinite(total) || !isfinite(sst)) /* near the double maximum */
+            moments_wide(t->dtype, buf, t->numel, count, &st->mean, &st->std);
     }
-    st->min = count ? mn : NAN;
-    st->max = count ? mx : NAN;
-    st->mean = count ? (double)mean : NAN;
-    st->std = count > 1 ? (double)sqrtl((ss + ssc) / (count - 1)) : NAN;
-    free(buf);
+    free(own1);
+    free(own2);
     return CKPT_OK;
 }

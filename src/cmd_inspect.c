@@ -40,6 +40,7 @@ typedef struct inspect {
     pcre2_match_data *match;
     char *pathbuf;
     size_t pathcap;
+    ckpt_tensor_stats *st; /* --stats: one per tensor, all read before printing */
 } inspect;
 
 static const char *path_text(inspect *in, const ckpt_path *p)
@@ -167,27 +168,47 @@ static void compute_totals(inspect *in, totals *t)
     free(all);
 }
 
-static int add_stats(inspect *in, const ckpt_tensor *t, cJSON *jt, ckpt_tensor_stats *st)
+/* --stats: read every shown tensor (and so check every CRC) before anything
+ * is printed, so that a corrupt file gives an error and no partial table. */
+static int read_all_stats(inspect *in)
 {
-    int rc = ckpt_tensor_stats_compute(in->f, t, st);
-    if (rc != CKPT_OK) {
-        cli_error("inspect", in->file, "%s", ckpt_file_error_message(in->f));
-        return cli_exit_for(rc);
+    size_t n = ckpt_file_tensor_count(in->f);
+    in->st = calloc(n ? n : 1, sizeof(*in->st));
+    if (!in->st) {
+        cli_error("inspect", in->file, "out of memory");
+        return CLI_EXIT_IO;
     }
-    if (jt) {
-        if (st->valid) {
-            cJSON_AddItemToObject(jt, "min", json_double(st->min));
-            cJSON_AddItemToObject(jt, "max", json_double(st->max));
-            cJSON_AddItemToObject(jt, "mean", json_double(st->mean));
-            cJSON_AddItemToObject(jt, "std", json_double(st->std));
-            cJSON_AddItemToObject(jt, "nan", json_int(st->nan));
-            cJSON_AddItemToObject(jt, "inf", json_int(st->inf));
+    time_t start = time(NULL);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_path p;
+        const ckpt_tensor *t = ckpt_file_tensor(in->f, i, &p);
+        if (!shown(in, path_text(in, &p)))
+            continue;
+        int rc = ckpt_tensor_stats_compute(in->f, t, &in->st[i]);
+        if (rc != CKPT_OK) {
+            if (!in->quiet && isatty(2) && time(NULL) - start >= 1)
+                fputc('\n', stderr);
+            cli_error("inspect", in->file, "%s", ckpt_file_error_message(in->f));
+            return cli_exit_for(rc);
         }
-        char crc[16];
-        snprintf(crc, sizeof(crc), "%08x", st->crc32);
-        cJSON_AddStringToObject(jt, "crc32", crc);
+        progress(in, i + 1, n, start);
     }
     return CLI_EXIT_OK;
+}
+
+static void json_stats(const ckpt_tensor_stats *st, cJSON *jt)
+{
+    if (st->valid) {
+        cJSON_AddItemToObject(jt, "min", json_double(st->min));
+        cJSON_AddItemToObject(jt, "max", json_double(st->max));
+        cJSON_AddItemToObject(jt, "mean", json_double(st->mean));
+        cJSON_AddItemToObject(jt, "std", json_double(st->std));
+        cJSON_AddItemToObject(jt, "nan", json_int(st->nan));
+        cJSON_AddItemToObject(jt, "inf", json_int(st->inf));
+    }
+    char crc[16];
+    snprintf(crc, sizeof(crc), "%08x", st->crc32);
+    cJSON_AddStringToObject(jt, "crc32", crc);
 }
 
 static int print_json(inspect *in)
@@ -204,8 +225,7 @@ static int print_json(inspect *in)
     }
     cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
     size_t n = ckpt_file_tensor_count(f);
-    time_t start = time(NULL);
-    for (size_t i = 0; i < n && rc == CLI_EXIT_OK; i++) {
+    for (size_t i = 0; i < n; i++) {
         ckpt_path p;
         const ckpt_tensor *t = ckpt_file_tensor(f, i, &p);
         if (!shown(in, path_text(in, &p)))
@@ -223,11 +243,8 @@ static int print_json(inspect *in)
         cJSON_AddBoolToObject(jt, "parameter", ckpt_tensor_is_parameter(t));
         cJSON_AddBoolToObject(jt, "requires_grad", ckpt_tensor_requires_grad(t));
         cJSON_AddItemToArray(tensors, jt);
-        if (in->stats) {
-            ckpt_tensor_stats st;
-            rc = add_stats(in, t, jt, &st);
-            progress(in, i + 1, n, start);
-        }
+        if (in->stats)
+            json_stats(&in->st[i], jt);
     }
     cJSON *storages = cJSON_AddArrayToObject(root, "storages");
     for (size_t i = 0; i < ckpt_file_storage_count(f); i++) {
@@ -272,15 +289,13 @@ static int print_json(inspect *in)
     cJSON_AddItemToObject(sum, "by_dtype", t.by_dtype);
     cJSON_AddItemToObject(sum, "by_device", t.by_device);
 
-    if (rc == CLI_EXIT_OK) {
-        char *text = cJSON_Print(root);
-        if (!text) {
-            cli_error("inspect", in->file, "out of memory");
-            rc = CLI_EXIT_IO;
-        } else {
-            puts(text);
-            free(text);
-        }
+    char *text = cJSON_Print(root);
+    if (!text) {
+        cli_error("inspect", in->file, "out of memory");
+        rc = CLI_EXIT_IO;
+    } else {
+        puts(text);
+        free(text);
     }
     cJSON_Delete(root);
     return rc;
@@ -360,9 +375,7 @@ static int print_text(inspect *in)
         uses[ckpt_storage_index(ckpt_tensor_storage(ckpt_file_tensor(f, i, NULL)))]++;
 
     size_t nshown = 0;
-    time_t start = time(NULL);
-    int rc = CLI_EXIT_OK;
-    for (size_t i = 0; i < n && rc == CLI_EXIT_OK; i++) {
+    for (size_t i = 0; i < n; i++) {
         ckpt_path p;
         const ckpt_tensor *x = ckpt_file_tensor(f, i, &p);
         const char *k = path_text(in, &p);
@@ -370,20 +383,17 @@ static int print_text(inspect *in)
             continue;
         nshown++;
         const ckpt_storage *s = ckpt_tensor_storage(x);
-        ckpt_tensor_stats st;
-        if (in->stats && (rc = add_stats(in, x, NULL, &st)) != CLI_EXIT_OK)
-            break; /* before the row is printed: no half line on stdout */
         format_shape(x, b2, sizeof(b2));
         printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, k, (int)wdt,
                ckpt_dtype_name(ckpt_tensor_dtype(x)), (int)wshape, b2, (int)wdev,
                ckpt_storage_device(s), cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
         if (in->stats) {
-            if (st.valid)
-                printf("  %12.5g %12.5g %12.5g %12.5g %5lld %5lld", st.min, st.max, st.mean, st.std,
-                       (long long)st.nan, (long long)st.inf);
+            const ckpt_tensor_stats *st = &in->st[i];
+            if (st->valid)
+                printf("  %12.5g %12.5g %12.5g %12.5g %5lld %5lld", st->min, st->max, st->mean,
+                       st->std, (long long)st->nan, (long long)st->inf);
             else
                 printf("  %12s %12s %12s %12s %5s %5s", "-", "-", "-", "-", "-", "-");
-            progress(in, i + 1, n, start);
         }
         const char *sep = "  ";
         if (ckpt_tensor_is_parameter(x)) {
@@ -403,11 +413,6 @@ static int print_text(inspect *in)
         printf("\n");
     }
     free(uses);
-    if (rc != CLI_EXIT_OK) {
-        cJSON_Delete(t.by_dtype);
-        cJSON_Delete(t.by_device);
-        return rc;
-    }
     if (in->filter)
         printf("(%zu of %zu tensors match the filter)\n", nshown, n);
 
@@ -502,16 +507,11 @@ int cmd_inspect(int argc, char **argv)
     rc = cli_open("inspect", in.file, &common, &in.f);
     if (rc != CLI_EXIT_OK)
         goto out;
-    if (common.quiet && !in.stats) /* nothing to show and nothing to check */
+    /* --stats reads and verifies everything first; --quiet then prints nothing */
+    if (in.stats && (rc = read_all_stats(&in)) != CLI_EXIT_OK)
         goto out;
-    if (common.quiet) {
-        /* --stats --quiet: read and verify everything, print nothing */
-        for (size_t i = 0; i < ckpt_file_tensor_count(in.f) && rc == CLI_EXIT_OK; i++) {
-            ckpt_tensor_stats st;
-            rc = add_stats(&in, ckpt_file_tensor(in.f, i, NULL), NULL, &st);
-        }
+    if (common.quiet)
         goto out;
-    }
     rc = in.json ? print_json(&in) : print_text(&in);
     if (rc == CLI_EXIT_OK && (fflush(stdout) != 0 || ferror(stdout))) {
         cli_error("inspect", NULL, "cannot write output");
@@ -522,6 +522,7 @@ out:
     pcre2_match_data_free(in.match);
     pcre2_code_free(in.filter);
     free(in.pathbuf);
+    free(in.st);
     cli_common_free(&common);
     return rc;
 }
