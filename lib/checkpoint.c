@@ -343,7 +343,7 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
     }
     if (S_ISDIR(st.st_mode)) {
         close(fd);
-        return ckpt_err(&f->err, CKPT_ERR_USAGE, "is a directory");
+        return ckpt_err(&f->err, CKPT_ERR_IO, "is a directory");
     }
     f->file_size = (uint64_t)st.st_size;
     uint8_t head[512];

@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,16 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, " (see 'ckpt %s --help')\n", cmd);
     return CLI_EXIT_USAGE;
+}
+
+int cli_bad_option(const char *cmd, int opt, char **argv)
+{
+    const char *text = optind > 0 ? argv[optind - 1] : "?";
+    if (opt == ':')
+        return cli_usage_error(cmd, "option '%s' needs an argument", text);
+    if (optopt)
+        return cli_usage_error(cmd, "unknown option '-%c'", optopt);
+    return cli_usage_error(cmd, "unknown option '%s'", text);
 }
 
 int cli_exit_for(int status)
@@ -75,17 +86,18 @@ int cli_common_option(const char *cmd, int opt, const char *arg, cli_common *c)
             cli_usage_error(cmd, "--max-pickle-bytes needs a positive number, got '%s'", arg);
             return -1;
         }
+        int shift = 0;
         switch (*end) {
-        case 'K': v <<= 10; end++; break;
-        case 'M': v <<= 20; end++; break;
-        case 'G': v <<= 30; end++; break;
+        case 'K': shift = 10; end++; break;
+        case 'M': shift = 20; end++; break;
+        case 'G': shift = 30; end++; break;
         default: break;
         }
-        if (*end) {
+        if (*end || v > (ULLONG_MAX >> shift)) {
             cli_usage_error(cmd, "--max-pickle-bytes needs a number (K, M, G suffixes), got '%s'", arg);
             return -1;
         }
-        c->max_pickle_bytes = v;
+        c->max_pickle_bytes = v << shift;
         return 1;
     }
     default:

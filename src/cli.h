@@ -57,6 +57,10 @@ void cli_error(const char *cmd, const char *file, const char *fmt, ...)
 /* Report a usage error and the hint to --help; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Report getopt_long's '?' (unknown option) or ':' (missing argument);
+ * commands use an optstring starting with ':'.  Returns CLI_EXIT_USAGE. */
+int cli_bad_option(const char *cmd, int opt, char **argv);
+
 /* Map a library status to the exit status. */
 int cli_exit_for(int status);
 

@@ -172,26 +172,44 @@ static void compute_totals(inspect *in, totals *t)
  * is printed, so that a corrupt file gives an error and no partial table. */
 static int read_all_stats(inspect *in)
 {
-    size_t n = ckpt_file_tensor_count(in->f);
+    ckpt_file *f = in->f;
+    size_t n = ckpt_file_tensor_count(f), ns = ckpt_file_storage_count(f);
     in->st = calloc(n ? n : 1, sizeof(*in->st));
-    if (!in->st) {
+    bool *checked = calloc(ns ? ns : 1, sizeof(*checked));
+    int rc = CKPT_OK;
+    if (!in->st || !checked) {
+        free(checked);
         cli_error("inspect", in->file, "out of memory");
         return CLI_EXIT_IO;
     }
+    /* every tensor, shown or not: --stats vouches for the whole file */
     time_t start = time(NULL);
-    for (size_t i = 0; i < n; i++) {
-        ckpt_path p;
-        const ckpt_tensor *t = ckpt_file_tensor(in->f, i, &p);
-        if (!shown(in, path_text(in, &p)))
-            continue;
-        int rc = ckpt_tensor_stats_compute(in->f, t, &in->st[i]);
-        if (rc != CKPT_OK) {
-            if (!in->quiet && isatty(2) && time(NULL) - start >= 1)
-                fputc('\n', stderr);
-            cli_error("inspect", in->file, "%s", ckpt_file_error_message(in->f));
-            return cli_exit_for(rc);
-        }
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        const ckpt_tensor *t = ckpt_file_tensor(f, i, NULL);
+        rc = ckpt_tensor_stats_compute(f, t, &in->st[i]);
+        checked[ckpt_storage_index(ckpt_tensor_storage(t))] = true;
         progress(in, i + 1, n, start);
+    }
+    /* storages no listed tensor uses (inside opaque objects): CRC only */
+    for (size_t k = 0; k < ns && rc == CKPT_OK; k++) {
+        if (checked[k])
+            continue;
+        const ckpt_storage *s = ckpt_file_storage(f, k);
+        void *buf = malloc(ckpt_storage_nbytes(s) ? ckpt_storage_nbytes(s) : 1);
+        if (!buf) {
+            free(checked);
+            cli_error("inspect", in->file, "out of memory");
+            return CLI_EXIT_IO;
+        }
+        rc = ckpt_storage_read(f, s, 0, buf, ckpt_storage_nbytes(s));
+        free(buf);
+    }
+    free(checked);
+    if (rc != CKPT_OK) {
+        if (!in->quiet && isatty(2) && time(NULL) - start >= 1)
+            fputc('\n', stderr);
+        cli_error("inspect", in->file, "%s", ckpt_file_error_message(f));
+        return cli_exit_for(rc);
     }
     return CLI_EXIT_OK;
 }
@@ -427,16 +445,20 @@ static int print_text(inspect *in)
     printf("\ntotal: %zu tensors, %llu elements, %s\n", n, t.elements,
            cli_human_bytes(t.bytes, b1, sizeof(b1)));
     cJSON *e;
-    printf("by dtype: ");
-    const char *sep = "";
+    printf("by dtype:");
+    const char *sep = " ";
+    if (!cJSON_GetArraySize(t.by_dtype))
+        printf(" (none)");
     cJSON_ArrayForEach(e, t.by_dtype)
     {
         printf("%s%s %s", sep, e->string,
                cli_human_bytes(strtoull(e->valuestring, NULL, 10), b1, sizeof(b1)));
         sep = ", ";
     }
-    printf("\nby device: ");
-    sep = "";
+    printf("\nby device:");
+    sep = " ";
+    if (!cJSON_GetArraySize(t.by_device))
+        printf(" (none)");
     cJSON_ArrayForEach(e, t.by_device)
     {
         printf("%s%s %s", sep, e->string,
@@ -463,7 +485,8 @@ int cmd_inspect(int argc, char **argv)
     const char *filter = NULL;
     int rc = CLI_EXIT_OK, opt;
 
-    while ((opt = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+    opterr = 0; /* our own one-line messages */
+    while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
         int c = cli_common_option("inspect", opt, optarg, &common);
         if (c < 0) {
             rc = CLI_EXIT_USAGE;
@@ -479,7 +502,7 @@ int cmd_inspect(int argc, char **argv)
             fputs(inspect_usage, stdout);
             goto out;
         default:
-            rc = cli_usage_error("inspect", "unknown option");
+            rc = cli_bad_option("inspect", opt, argv);
             goto out;
         }
     }

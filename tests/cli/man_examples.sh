@@ -1,0 +1,142 @@
+#!/bin/sh
+# man_examples.sh - every example in the EXAMPLES sections of man/ckpt.1 and
+# man/ckpt-inspect.1 runs, from the top of the source tree, with the ckpt under
+# test, and does what the page says.
+#
+# The convention in the pages (see the comment at the top of each):
+#   .Dl $ ckpt ARGS...     an example; the roff escapes \- \e \(aq \(dq \&
+#                          are undone to get the shell command
+#   .\" exit: N            on the line just before: the exit status it must
+#                          give (0 when absent); an example that exits 0
+#                          prints nothing on stderr, one that fails prints one
+#                          line starting "ckpt: "
+#   .Bd -literal ... .Ed   right after the .Dl line: its exact stdout
+# Also, when mandoc or groff is installed, the pages must render without
+# warnings (neither is needed to run the test).
+# shellcheck source=tests/cli/setup.sh
+. "${srcdir:-.}/tests/cli/setup.sh"
+
+cd "$srcdir"
+
+# `ckpt` in the examples is the binary under test
+mkdir "$tmp/bin"
+ln -s "$CKPT" "$tmp/bin/ckpt"
+PATH=$tmp/bin:$PATH
+export PATH
+
+# extract PAGE PREFIX: write PREFIX.N.cmd, PREFIX.N.exit and, when the page
+# shows the output, PREFIX.N.out for each example N; print the count.
+extract() {
+    awk -v prefix="$2" '
+    function unescape(s) {
+        gsub(/\\e/, "\001", s)
+        gsub(/\\-/, "-", s)
+        gsub(/\\\(aq/, "\047", s)
+        gsub(/\\\(dq/, "\"", s)
+        gsub(/\\&/, "", s)
+        gsub(/\001/, "\\", s)
+        return s
+    }
+    /^\.Sh / { in_ex = ($0 ~ /^\.Sh EXAMPLES[ \t]*$/); pending = ""; after = 0; next }
+    !in_ex { next }
+    inblock && /^\.Ed/ { inblock = 0; close(outfile); next }
+    inblock { print unescape($0) > outfile; next }
+    after && /^\.Bd -literal/ {       # the output of the example just above
+        inblock = 1
+        outfile = prefix "." n ".out"
+        printf "" > outfile
+        after = 0
+        next
+    }
+    { after = 0 }
+    /^\.\\" exit: [0-9]+[ \t]*$/ { pending = $3 + 0; next }
+    /^\.Dl \$ ckpt / {
+        n++
+        cmd = $0
+        sub(/^\.Dl \$ /, "", cmd)
+        sub(/[ \t]+$/, "", cmd)
+        print unescape(cmd) > (prefix "." n ".cmd")
+        close(prefix "." n ".cmd")
+        print (pending == "" ? 0 : pending) > (prefix "." n ".exit")
+        close(prefix "." n ".exit")
+        pending = ""
+        after = 1
+        next
+    }
+    { pending = "" }
+    END { print n + 0 }
+    ' "$1"
+}
+
+total=0
+for page in man/ckpt.1 man/ckpt-inspect.1; do
+    say "the examples of $page"
+    if [ ! -f "$page" ]; then
+        fail "$page is missing"
+        continue
+    fi
+    name=$(basename "$page" .1)
+    count=$(extract "$page" "$tmp/$name")
+    note "$count examples"
+    total=$((total + count))
+    i=1
+    while [ "$i" -le "$count" ]; do
+        cmd=$(cat "$tmp/$name.$i.cmd")
+        want=$(cat "$tmp/$name.$i.exit")
+        printf '\n   $ %s\n' "$cmd"
+        run sh -c "$cmd"
+        last_cmd=$cmd
+        if [ "$status" -ne "$want" ]; then
+            fail "exit $status, the page says $want: $cmd"
+            show_output
+        elif [ "$want" -eq 0 ] && [ -s "$err" ]; then
+            fail "exit 0 but stderr is not empty: $cmd"
+            show_output
+        elif [ "$want" -ne 0 ] && { [ "$(wc -l <"$err" | tr -d ' ')" -ne 1 ] ||
+            ! grep -q '^ckpt: ' "$err"; }; then
+            fail "exit $want but stderr is not one line starting 'ckpt: ': $cmd"
+            show_output
+        else
+            ok "exit $want$([ "$want" -ne 0 ] && printf ': %s' "$(cat "$err")")"
+        fi
+        if [ -f "$tmp/$name.$i.out" ]; then
+            if diff -u "$tmp/$name.$i.out" "$out" >"$tmp/diff"; then
+                ok "stdout is the output shown in $page"
+            else
+                fail "stdout differs from the output shown in $page: $cmd"
+                sed 's/^/   | /' "$tmp/diff"
+            fi
+        fi
+        i=$((i + 1))
+    done
+done
+
+say "there are enough examples"
+check "$total examples in the two pages (at least 5)" test "$total" -ge 5
+
+say "the pages render without warnings (when a formatter is installed)"
+if command -v mandoc >/dev/null 2>&1; then
+    for page in man/ckpt.1 man/ckpt-inspect.1; do
+        run mandoc -T lint -W warning "$page"
+        if [ "$status" -eq 0 ] && [ ! -s "$out" ] && [ ! -s "$err" ]; then
+            ok "mandoc -T lint -W warning $page"
+        else
+            fail "mandoc -T lint -W warning $page"
+            show_output
+        fi
+    done
+elif command -v groff >/dev/null 2>&1; then
+    for page in man/ckpt.1 man/ckpt-inspect.1; do
+        run groff -ww -mandoc -z "$page"
+        if [ "$status" -eq 0 ] && [ ! -s "$err" ]; then
+            ok "groff -ww -mandoc -z $page"
+        else
+            fail "groff -ww -mandoc -z $page"
+            show_output
+        fi
+    done
+else
+    note "neither mandoc nor groff is installed: not checked"
+fi
+
+finish

@@ -1,0 +1,318 @@
+# setup.sh - sourced by every CLI test (tests/cli/*.sh); POSIX sh.
+#
+# Environment (set by `make check` through AM_TESTS_ENVIRONMENT):
+#   CKPT    the ckpt binary under test      (default: ./ckpt)
+#   srcdir  the top of the source tree      (default: .)
+# By hand:
+#   CKPT=$PWD/ckpt srcdir=$PWD LC_ALL=C sh tests/cli/inspect.sh
+#
+# Exit status of a test: 0 passed, 1 failed, 77 skipped (automake), 99 hard
+# error (the test could not run at all).
+#
+# A test prints what it checks; each failed check prints a line starting
+# "FAIL:" with what was expected and what came, and the test goes on so that
+# the log lists every failure.  It must end with `finish`.
+
+set -eu
+LC_ALL=C
+export LC_ALL
+unset LANG LANGUAGE 2>/dev/null || true
+
+CKPT=${CKPT:-./ckpt}
+srcdir=${srcdir:-.}
+case $CKPT in /*) ;; *) CKPT=$(pwd)/$CKPT ;; esac
+srcdir=$(cd "$srcdir" && pwd)
+if [ ! -x "$CKPT" ] || [ -d "$CKPT" ]; then
+    echo "ERROR: $CKPT is not an executable file: build it first (make ckpt)"
+    exit 99
+fi
+# shellcheck disable=SC2034 # (used by the tests that source this file)
+data=$srcdir/tests/data   # good fixtures (tests/data/README.md)
+# shellcheck disable=SC2034
+bad=$srcdir/tests/bad     # hostile inputs (tests/bad/README.md)
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-cli.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' HUP INT TERM
+
+failures=0
+checks=0
+status=0        # exit status of the last `run`
+shown=no        # whether its output was shown (once, on the first failure)
+out=$tmp/out    # its standard output
+err=$tmp/err    # its standard error
+: >"$out"
+: >"$err"
+
+# ---- reporting ---------------------------------------------------------------
+
+# say TEXT: announce what the next lines check.
+say() {
+    printf '\n== %s\n' "$*"
+}
+
+# note TEXT: informational line.
+note() {
+    printf '%s\n' "$*" | sed 's/^/   /'
+}
+
+# fail MESSAGE: record a failed check and go on.
+fail() {
+    failures=$((failures + 1))
+    printf 'FAIL: %s\n' "$*"
+}
+
+# ok MESSAGE: record a passed check.
+ok() {
+    checks=$((checks + 1))
+    printf '   ok: %s\n' "$*"
+}
+
+# check MESSAGE CMD ARGS...: ok when CMD succeeds, else a failure.
+# Example: check "the input is unchanged" cmp -s "$tmp/before" "$tmp/after"
+check() {
+    _msg=$1
+    shift
+    if "$@"; then ok "$_msg"; else fail "$_msg"; fi
+}
+
+# quote WORD: WORD in single quotes, as a shell would read it back.
+quote() {
+    printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"
+}
+
+# show_output: the captured output of the last run, indented, once per run
+# (for failures).
+show_output() {
+    [ "$shown" = no ] || return 0
+    shown=yes
+    if [ -s "$out" ]; then
+        echo "   stdout (first 20 lines):"
+        sed -n '1,20s/^/   | /p' "$out"
+    fi
+    if [ -s "$err" ]; then
+        echo "   stderr:"
+        sed 's/^/   | /' "$err"
+    fi
+}
+
+# finish: end the test; exit 1 if any check failed.
+finish() {
+    echo
+    if [ "$failures" -gt 0 ]; then
+        echo "$failures check(s) FAILED, $checks passed"
+        exit 1
+    fi
+    echo "all $checks checks passed"
+    exit 0
+}
+
+# skip REASON: skip the whole test (automake's 77).
+skip() {
+    echo "SKIP: $*"
+    exit 77
+}
+
+# ---- running ckpt ------------------------------------------------------------
+
+# cmdline ARGS...: ARGS as one printable line.
+cmdline() {
+    _cl=
+    for _a in "$@"; do
+        case $_a in
+        *[!A-Za-z0-9_./:=+,@%-]* | '') _cl="$_cl $(quote "$_a")" ;;
+        *) _cl="$_cl $_a" ;;
+        esac
+    done
+    printf '%s' "${_cl# }"
+}
+
+# run CMD ARGS...: run a command, stdout to $out, stderr to $err, exit
+# status in $status; never trips `set -e`.
+run() {
+    last_cmd=$(cmdline "$@")
+    shown=no
+    if "$@" >"$out" 2>"$err"; then status=0; else status=$?; fi
+}
+
+# ckpt ARGS...: run the ckpt under test (as `run`).
+ckpt() {
+    run "$CKPT" "$@"
+    last_cmd="ckpt $(cmdline "$@")"
+}
+
+# expect_exit N CMD ARGS...: run CMD (a leading `ckpt` means the binary
+# under test) and check its exit status is N.
+expect_exit() {
+    _want=$1
+    shift
+    if [ "$1" = ckpt ]; then
+        shift
+        ckpt "$@"
+    else
+        run "$@"
+    fi
+    if [ "$status" -eq "$_want" ]; then
+        ok "exit $_want: $last_cmd"
+    else
+        fail "exit $status, expected $_want: $last_cmd"
+        show_output
+    fi
+}
+
+# expect_status N: the last run exited N.
+expect_status() {
+    if [ "$status" -eq "$1" ]; then
+        ok "exit status $1"
+    else
+        fail "exit status $status, expected $1: $last_cmd"
+        show_output
+    fi
+}
+
+# expect_stdout_empty / expect_stderr_empty
+expect_stdout_empty() {
+    if [ -s "$out" ]; then
+        fail "stdout is not empty: $last_cmd"
+        show_output
+    else
+        ok "nothing on stdout"
+    fi
+}
+expect_stderr_empty() {
+    if [ -s "$err" ]; then
+        fail "stderr is not empty: $last_cmd"
+        show_output
+    else
+        ok "nothing on stderr"
+    fi
+}
+
+# expect_stderr_line PATTERN: stderr is exactly one line, and it matches
+# the extended regular expression PATTERN.
+expect_stderr_line() {
+    _n=$(wc -l <"$err" | tr -d ' ')
+    if [ "$_n" -ne 1 ]; then
+        fail "stderr has $_n lines, expected one: $last_cmd"
+        show_output
+    elif grep -Eq -- "$1" "$err"; then
+        ok "one line on stderr, matching /$1/"
+    else
+        fail "stderr does not match /$1/: $last_cmd"
+        show_output
+    fi
+}
+
+# expect_stderr_prefix TEXT: stderr is exactly one line, starting with TEXT
+# (compared as a plain string).
+expect_stderr_prefix() {
+    _n=$(wc -l <"$err" | tr -d ' ')
+    _line=$(cat "$err")
+    if [ "$_n" -ne 1 ]; then
+        fail "stderr has $_n lines, expected one starting '$1': $last_cmd"
+        show_output
+    else
+        case $_line in
+        "$1"*) ok "one line on stderr, starting '$1'" ;;
+        *)
+            fail "stderr does not start with '$1': $last_cmd"
+            show_output
+            ;;
+        esac
+    fi
+}
+
+# expect_stdout_line TEXT: stdout has a line equal to TEXT.
+expect_stdout_line() {
+    if grep -Fxq -- "$1" "$out"; then
+        ok "stdout has the line '$1'"
+    else
+        fail "stdout has no line '$1': $last_cmd"
+        show_output
+    fi
+}
+
+# expect_stdout_match PATTERN: a line of stdout matches the ERE PATTERN.
+expect_stdout_match() {
+    if grep -Eq -- "$1" "$out"; then
+        ok "stdout matches /$1/"
+    else
+        fail "no line of stdout matches /$1/: $last_cmd"
+        show_output
+    fi
+}
+
+# expect_stdout_no_match PATTERN: no line of stdout matches the ERE PATTERN.
+expect_stdout_no_match() {
+    if grep -Eq -- "$1" "$out"; then
+        fail "a line of stdout matches /$1/: $last_cmd"
+        show_output
+    else
+        ok "no line of stdout matches /$1/"
+    fi
+}
+
+# ---- JSON (with any python3) -------------------------------------------------
+
+# have_python: true when a python3 is there to parse JSON.
+have_python() {
+    command -v python3 >/dev/null 2>&1
+}
+
+# json_valid: the last run's stdout is one JSON document.
+json_valid() {
+    if python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$out" 2>"$tmp/pyerr"; then
+        ok "stdout is valid JSON"
+    else
+        fail "stdout is not valid JSON: $last_cmd ($(tail -n 1 "$tmp/pyerr"))"
+        show_output
+    fi
+}
+
+# The checker behind json_expect and json_true.  EXPR is a Python expression
+# over `d` (the last run's stdout, parsed); it may also use the modules json,
+# math, re, struct, zipfile, zlib, the variable `srcdir`, and `tensor(NAME)`,
+# the tensor whose path is [NAME].
+json_eval() {
+    python3 - "$out" "$srcdir" "$@" <<'EOF'
+import json, math, re, struct, sys, zipfile, zlib
+path, srcdir, mode, expr = sys.argv[1:5]
+d = json.load(open(path))
+def tensor(name):
+    for t in d["tensors"]:
+        if t["path"] == [name]:
+            return t
+    raise KeyError("no tensor %r" % name)
+try:
+    got = eval("(" + expr.strip() + "\n)", dict(globals()))
+except Exception as e:
+    print("error: %s: %s" % (type(e).__name__, e))
+    sys.exit(1)
+canon = lambda v: json.dumps(v, sort_keys=True)
+if mode == "expect":
+    print(canon(got))
+    sys.exit(0 if canon(got) == canon(json.loads(sys.argv[5])) else 1)
+sys.exit(0 if got else 1)
+EOF
+}
+
+# json_expect EXPR EXPECTED: EXPR equals the JSON text EXPECTED, types
+# included (1 is neither 1.0 nor true).
+# Example: json_expect 'd["summary"]["bytes"]' 407080
+json_expect() {
+    if _got=$(json_eval expect "$1" "$2" 2>&1); then
+        ok "$1 == $2"
+    else
+        fail "$1 is $_got, expected $2: $last_cmd"
+    fi
+}
+
+# json_true EXPR [MESSAGE]: EXPR is true.
+# Example: json_true 'tensor("tied_a")["storage"] == tensor("tied_b")["storage"]'
+json_true() {
+    if _got=$(json_eval true "$1" 2>&1); then
+        ok "${2:-$1}"
+    else
+        fail "${2:-$1}: false${_got:+ ($_got)}: $last_cmd"
+    fi
+}
