@@ -179,7 +179,8 @@ CKPT_API const char *ckpt_value_kind_name(const ckpt_value *v);
 CKPT_API int ckpt_value_bool(const ckpt_value *v);
 /* CKPT_OK, or CKPT_ERR_LIMIT when the int does not fit in 64 bits. */
 CKPT_API int ckpt_value_int(const ckpt_value *v, int64_t *out);
-/* Little-endian two's complement bytes of any INT (borrowed). */
+/* Little-endian two's complement bytes of an INT that does not fit in 64
+ * bits (borrowed); NULL for the others, which ckpt_value_int() returns. */
 CKPT_API const uint8_t *ckpt_value_bigint(const ckpt_value *v, size_t *len);
 CKPT_API double ckpt_value_float(const ckpt_value *v);
 /* STR (UTF-8) and BYTES content; *len gets the byte length. NUL-terminated. */

@@ -14,9 +14,7 @@ static ckpt_file *f;
 
 static void setup(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/ckpt_check_zip_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/t.pth", dir);
+    unit_tmpdir(dir, sizeof(dir), path, sizeof(path), "t.pth");
     f = ckpt_file_new();
 }
 
@@ -316,9 +314,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? 1 : 0;
+    return unit_run(suite());
 }

@@ -6,6 +6,7 @@
 #include "ckpt_private.h"
 
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +141,25 @@ static inline const char *src_path(const char *rel)
     const char *top = getenv("srcdir");
     snprintf(buf, sizeof(buf), "%s/%s", top ? top : ".", rel);
     return buf;
+}
+
+/* A fresh temporary directory DIR and a file name PATH inside it. */
+static inline void unit_tmpdir(char *dir, size_t dircap, char *path, size_t pathcap,
+                               const char *name)
+{
+    snprintf(dir, dircap, "/tmp/ckpt_unit_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, pathcap, "%s/%s", dir, name);
+}
+
+/* Run the suite; exit status 0 when every test passed. */
+static inline int unit_run(Suite *s)
+{
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
 }
 
 /* Assert that the error message contains NEEDLE. */
