@@ -193,6 +193,36 @@ START_TEST(strings_and_bytes)
 }
 END_TEST
 
+START_TEST(protocol2_3_4_counted_opcodes)
+{
+    /* BINSTRING, BINBYTES8, DUP, LONG_BINPUT then BINGET of it, POP */
+    pk_op(&p, 0x80);
+    pk_op(&p, 4);
+    pk_op(&p, '(');
+    pk_op(&p, 'T'); /* BINSTRING */
+    pk_le(&p, 2, 4);
+    pk_text(&p, "py");
+    pk_op(&p, 0x8e); /* BINBYTES8 */
+    pk_le(&p, 3, 8);
+    pk_bytes(&p, "\x01\x02\x03", 3);
+    pk_op(&p, '2'); /* DUP */
+    pk_op(&p, 'r'); /* LONG_BINPUT 70000 */
+    pk_le(&p, 70000, 4);
+    pk_op(&p, 'N');
+    pk_op(&p, '0'); /* POP the None */
+    pk_op(&p, 'j');
+    pk_le(&p, 70000, 4);
+    pk_op(&p, 't');
+    pk_op(&p, '.');
+    load_ok();
+    ck_assert_int_eq(ckpt_value_len(v), 4);
+    ck_assert_str_eq(ckpt_value_str(ckpt_value_item(v, 0), NULL), "py");
+    ck_assert_int_eq(ckpt_value_kind(ckpt_value_item(v, 1)), CKPT_KIND_BYTES);
+    ck_assert_ptr_eq(ckpt_value_item(v, 1), ckpt_value_item(v, 2));
+    ck_assert_ptr_eq(ckpt_value_item(v, 1), ckpt_value_item(v, 3));
+}
+END_TEST
+
 /* ---- containers ---- */
 
 START_TEST(dict_setitems_and_memo)
@@ -677,6 +707,33 @@ START_TEST(ext_opcodes_unsupported)
 }
 END_TEST
 
+START_TEST(ext2_ext4_unsupported)
+{
+    pk_proto2(&p);
+    pk_op(&p, 0x83);
+    pk_le(&p, 1, 2);
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_UNSUPPORTED, "EXT1/2/4");
+    pk_free(&p);
+    pk_proto2(&p);
+    pk_op(&p, 0x84);
+    pk_le(&p, 1, 4);
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_UNSUPPORTED, "EXT1/2/4");
+}
+END_TEST
+
+START_TEST(readonly_buffer_unsupported)
+{
+    pk_op(&p, 0x80);
+    pk_op(&p, 5);
+    pk_op(&p, 'N');
+    pk_op(&p, 0x98);
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_UNSUPPORTED, "out-of-band");
+}
+END_TEST
+
 START_TEST(out_of_band_buffer_unsupported)
 {
     pk_op(&p, 0x80);
@@ -810,6 +867,7 @@ static Suite *suite(void)
     tcase_add_test(ok, negative_decimal_long);
     tcase_add_test(ok, binfloat_none_bools);
     tcase_add_test(ok, strings_and_bytes);
+    tcase_add_test(ok, protocol2_3_4_counted_opcodes);
     tcase_add_test(ok, dict_setitems_and_memo);
     tcase_add_test(ok, pop_mark_discards_the_mark);
     tcase_add_test(ok, text_put_get);
@@ -855,6 +913,8 @@ static Suite *suite(void)
     tcase_add_test(bad, protocol_too_new);
     tcase_add_test(bad, ext_opcodes_unsupported);
     tcase_add_test(bad, out_of_band_buffer_unsupported);
+    tcase_add_test(bad, readonly_buffer_unsupported);
+    tcase_add_test(bad, ext2_ext4_unsupported);
     tcase_add_test(bad, text_persid_is_not_a_storage);
     tcase_add_test(bad, mark_bomb_hits_the_limit);
     tcase_add_test(bad, memo_limit);
