@@ -346,6 +346,8 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
         return ckpt_err(&f->err, CKPT_ERR_IO, "is a directory");
     }
     f->file_size = (uint64_t)st.st_size;
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
     uint8_t head[512];
     ssize_t got = pread(fd, head, sizeof(head), 0);
     if (got < 0) {
@@ -358,7 +360,7 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
         close(fd);
         rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "empty file");
     } else if (got >= 4 && memcmp(head, "PK\x03\x04", 4) == 0) {
-        close(fd);
+        f->fd = fd; /* kept: a rewrite copies stored records straight from it */
         f->format = CKPT_FORMAT_PTH_ZIP;
         rc = ckpt_pth_zip_open(f);
     } else if (got >= 262 && memcmp(head + 257, "ustar", 5) == 0) {

@@ -309,6 +309,92 @@ typedef enum ckpt_global_class {
 
 CKPT_API ckpt_global_class ckpt_file_classify_global(const ckpt_file *f, const char *qualified_name);
 
+/* ---- editing: key renames and device remaps ------------------------------- */
+
+/*
+ * A list of key rename rules, applied in order to every key.  Rules copy
+ * their arguments.  Errors in a rule (a bad regular expression) are
+ * returned as CKPT_ERR_USAGE with the text in ckpt_rename_error().
+ */
+typedef struct ckpt_rename ckpt_rename;
+
+CKPT_API ckpt_rename *ckpt_rename_new(void);
+CKPT_API void ckpt_rename_free(ckpt_rename *r);
+/* Remove PREFIX from the start of a key as many times as it repeats. */
+CKPT_API int ckpt_rename_strip_prefix(ckpt_rename *r, const char *prefix);
+/* Put PREFIX in front of every key. */
+CKPT_API int ckpt_rename_add_prefix(ckpt_rename *r, const char *prefix);
+/* Remove the wrapper components module., _orig_mod., _fsdp_wrapped_module.,
+ * _forward_module., _checkpoint_wrapped_module. wherever they stand. */
+CKPT_API int ckpt_rename_unwrap(ckpt_rename *r);
+/* A sed-style rule 's/REGEX/REPLACEMENT/[gi]' (any delimiter; PCRE2; groups
+ * as \1, $1 or ${1}). */
+CKPT_API int ckpt_rename_sed(ckpt_rename *r, const char *expr);
+CKPT_API const char *ckpt_rename_error(const ckpt_rename *r);
+
+/* Apply RULES to the key KEY; returns a malloc'd string (NULL on OOM). */
+CKPT_API char *ckpt_rename_apply(const ckpt_rename *r, const char *key);
+
+enum {
+    CKPT_EDIT_DRY_RUN = 1 << 0 /* report what would change, change nothing */
+};
+
+/* What an edit reports, through optional callbacks. */
+typedef struct ckpt_edit_report {
+    /* a key of the state dict at SD that changes */
+    void (*key)(void *user, const ckpt_path *sd, const char *old_key, const char *new_key);
+    /* a state dict visited: how many of its keys changed */
+    void (*state_dict)(void *user, const ckpt_path *sd, size_t changed, size_t keys);
+    /* storages whose location tag changes from OLD to NEW */
+    void (*device)(void *user, const char *old_tag, const char *new_tag, size_t storages);
+    void *user;
+} ckpt_edit_report;
+
+/*
+ * Rename the keys of the mapping at SELECT (keys joined by '/'), or of every
+ * state dict when SELECT is NULL, and their _metadata with them (the way
+ * torch's consume_prefix_in_state_dict_if_present does, order kept).  A
+ * rename that would make two keys of one mapping equal is refused with
+ * CKPT_ERR_FORMAT naming both, and nothing changes.
+ */
+CKPT_API int ckpt_file_rename_keys(ckpt_file *f, const ckpt_rename *r, const char *select,
+                                   unsigned flags, const ckpt_edit_report *report);
+
+/*
+ * Rewrite storage location tags: the first rule whose FROM matches a tag
+ * gives its new tag.  FROM is exact ("cuda:1"), a device type ("cuda"
+ * matches "cuda" and "cuda:N") or "*".
+ */
+CKPT_API int ckpt_file_remap_devices(ckpt_file *f, const char *const *from, const char *const *to,
+                                     size_t nrules, unsigned flags,
+                                     const ckpt_edit_report *report);
+
+/* 1 when TAG looks like a torch location tag: "cpu", "cuda", "cuda:1", ... */
+CKPT_API int ckpt_device_valid(const char *tag);
+
+/* ---- writing -------------------------------------------------------------- */
+
+enum {
+    CKPT_WRITE_IN_PLACE = 1 << 0 /* allow PATH to be the file that was opened */
+};
+
+typedef struct ckpt_write_options {
+    unsigned flags;
+    /* Called now and then with bytes of storage data copied so far. */
+    void (*progress)(void *user, uint64_t done, uint64_t total);
+    void *user;
+} ckpt_write_options;
+
+/*
+ * Write the checkpoint, with any edits made to it, to PATH as pth-zip in
+ * torch's layout: protocol-2 pickle, stored records aligned to 64 bytes,
+ * zip64 where needed, storages renumbered "0".. in pickle order.  Storage
+ * bytes are copied from the input (CRC-checked on the way), never held
+ * whole in memory.  Atomic: PATH appears complete or not at all.  Refuses
+ * "-" and the input file itself unless CKPT_WRITE_IN_PLACE.  OPT may be NULL.
+ */
+CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_options *opt);
+
 #ifdef __cplusplus
 }
 #endif

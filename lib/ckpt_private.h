@@ -70,7 +70,8 @@ enum {
     CKPT_VF_ORDERED = 1 << 0,   /* DICT is an OrderedDict */
     CKPT_VF_BYTEARRAY = 1 << 1, /* BYTES came from BYTEARRAY8 */
     CKPT_VF_WALKING = 1 << 2,   /* on the walk's stack (cycle guard) */
-    CKPT_VF_VISITED = 1 << 3    /* already walked */
+    CKPT_VF_VISITED = 1 << 3,   /* already walked */
+    CKPT_VF_EMITTING = 1 << 4   /* the writer is inside it (cycle guard) */
 };
 
 /* How an OBJECT was built, so a writer can rebuild it the same way. */
@@ -110,8 +111,9 @@ struct ckpt_value {
             ckpt_value *state; /* BUILD state (OrderedDict's __dict__) */
         } dict;
         struct {
-            char *name;    /* "module.name" */
-            uint8_t cls;   /* ckpt_global_class */
+            char *name;      /* "module.name" */
+            uint16_t modlen; /* the module part is name[0..modlen) */
+            uint8_t cls;     /* ckpt_global_class */
         } global;
         struct {
             ckpt_value *callable; /* a GLOBAL */
@@ -207,6 +209,20 @@ typedef struct ckpt_pickle_ctx {
 int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len,
                      ckpt_value **out, size_t *consumed, ckpt_error *err);
 
+/* ---- the pickle writer ------------------------------------------------------ */
+
+typedef struct ckpt_pickle_out {
+    uint8_t *buf;
+    size_t len, cap;
+    size_t *order;  /* input storage indices in output key order ("0", "1", ...) */
+    size_t norder;
+} ckpt_pickle_out;
+
+/* Protocol-2 pickle of ROOT; storages are renumbered in first-reference order. */
+int ckpt_pickle_write(ckpt_file *f, const ckpt_value *root, ckpt_pickle_out *out,
+                      ckpt_error *err);
+void ckpt_pickle_out_free(ckpt_pickle_out *out);
+
 /* ---- containers -------------------------------------------------------------- */
 
 typedef struct ckpt_zip ckpt_zip;
@@ -227,6 +243,48 @@ int ckpt_zip_read_all(ckpt_zip *z, int64_t i, uint64_t max, uint8_t **out,
  * the CRC-32 is verified too. */
 int ckpt_zip_read(ckpt_zip *z, int64_t i, uint64_t offset, void *buf, size_t len,
                   ckpt_error *err);
+
+/* Read record I start to end, handing each chunk to SINK; the CRC-32 is
+ * checked at the end (bounded memory, one pass even when deflated). */
+int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_t *p, size_t n),
+                    void *user, ckpt_error *err);
+
+/* File offset of a stored record's first data byte (from the central
+ * directory and the local header); CKPT_ERR_UNSUPPORTED when compressed. */
+int ckpt_zip_data_offset(ckpt_zip *z, int fd, uint64_t file_size, int64_t i, uint64_t *offset,
+                         ckpt_error *err);
+
+/* The writer of torch's zip layout (container_zip_write.c). */
+typedef struct ckpt_zipw ckpt_zipw;
+ckpt_zipw *ckpt_zipw_new(int fd, ckpt_error *err);
+void ckpt_zipw_free(ckpt_zipw *w);
+/* Start record NAME of SIZE bytes: local header + FB padding; *data_at gets the
+ * file offset where its data goes (a multiple of 64). */
+int ckpt_zipw_begin(ckpt_zipw *w, const char *name, uint64_t size, uint64_t *data_at);
+/* The file descriptor written to. */
+int ckpt_zipw_fd(const ckpt_zipw *w);
+/* Append data of the current record (pwrite at the cursor). */
+int ckpt_zipw_write(ckpt_zipw *w, const void *p, size_t n);
+/* Account for N data bytes placed at the cursor by someone else (copy_file_range). */
+void ckpt_zipw_advance(ckpt_zipw *w, uint64_t n);
+/* End the current record: its data descriptor. */
+int ckpt_zipw_end(ckpt_zipw *w, uint32_t crc);
+/* Central directory and end records. */
+int ckpt_zipw_finish(ckpt_zipw *w);
+
+/* ---- atomic output (output_file.c) ------------------------------------------------ */
+
+typedef struct ckpt_out {
+    int fd;
+    char *path, *dir;
+    char *tmp; /* a named temporary file, when there is one */
+} ckpt_out;
+
+int ckpt_out_open(ckpt_out *o, const char *path, ckpt_error *err);
+/* fsync, then give the file its name (replacing an existing one). */
+int ckpt_out_commit(ckpt_out *o, ckpt_error *err);
+/* Close and remove whatever was written. */
+void ckpt_out_abort(ckpt_out *o);
 
 /* ---- the file handle ------------------------------------------------------------ */
 
@@ -265,8 +323,9 @@ struct ckpt_file {
     ckpt_walk_list tensors, state_dicts, objects;
 
     ckpt_zip *zip;  /* pth-zip */
-    int fd;         /* pth-legacy: open for data reads */
+    int fd;         /* the input, open for data reads and copies */
     uint64_t file_size;
+    uint64_t dev, ino; /* to refuse writing over the input */
 };
 
 /* Format readers fill f->root, f->storages and their data locations. */

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zip.h>
 #include <zlib.h>
 
@@ -18,6 +19,7 @@ struct ckpt_zip {
     uint64_t *sizes;
     uint32_t *crcs;
     uint8_t *stored; /* 1 when the record is not compressed (seekable) */
+    uint64_t *offsets; /* local header offsets, read on first need */
     int64_t *slots;  /* open-addressing index by case-folded name: index + 1 */
     size_t nslots;
 };
@@ -134,6 +136,7 @@ void ckpt_zip_close(ckpt_zip *z)
     free(z->crcs);
     free(z->stored);
     free(z->slots);
+    free(z->offsets);
     free(z);
 }
 
@@ -252,4 +255,162 @@ int ckpt_zip_read_all(ckpt_zip *z, int64_t i, uint64_t max, uint8_t **out, size_
     *out = buf;
     *len = (size_t)size;
     return CKPT_OK;
+}
+
+#define U32_MAX 0xFFFFFFFFu
+
+/* ---- where a stored record's bytes are, for copying them unread ---------- */
+
+static uint64_t rd(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static int pread_all(int fd, void *buf, size_t n, uint64_t at)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t k = pread(fd, p, n, (off_t)at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? CKPT_ERR_IO : CKPT_ERR_FORMAT;
+        p += k;
+        n -= (size_t)k;
+        at += (uint64_t)k;
+    }
+    return CKPT_OK;
+}
+
+/* libzip keeps local header offsets to itself: read them from the central
+ * directory once (libzip has already validated the archive's structure). */
+static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err)
+{
+    uint8_t tail[65557];
+    size_t tn = size < sizeof(tail) ? (size_t)size : sizeof(tail);
+    if (pread_all(fd, tail, tn, size - tn))
+        return ckpt_err(err, CKPT_ERR_IO, "cannot read the zip directory");
+    size_t e = tn >= 22 ? tn - 22 : 0;
+    while (e > 0 && rd(tail + e, 4) != 0x06054b50)
+        e--;
+    if (rd(tail + e, 4) != 0x06054b50)
+        return ckpt_err(err, CKPT_ERR_FORMAT, "no zip end record");
+    uint64_t count = rd(tail + e + 10, 2), cd_size = rd(tail + e + 12, 4),
+             cd_off = rd(tail + e + 16, 4);
+    uint64_t eocd_at = size - tn + e;
+    if (eocd_at >= 20) {
+        uint8_t loc[20], rec[56];
+        if (!pread_all(fd, loc, 20, eocd_at - 20) && rd(loc, 4) == 0x07064b50 &&
+            !pread_all(fd, rec, 56, rd(loc + 8, 8)) && rd(rec, 4) == 0x06064b50) {
+            count = rd(rec + 32, 8);
+            cd_size = rd(rec + 40, 8);
+            cd_off = rd(rec + 48, 8);
+        }
+    }
+    if ((int64_t)count != z->count || cd_off > size || cd_size > size - cd_off)
+        return ckpt_err(err, CKPT_ERR_FORMAT, "zip central directory disagrees with itself");
+    uint8_t *cd = malloc(cd_size ? (size_t)cd_size : 1);
+    z->offsets = calloc((size_t)count + 1, sizeof(*z->offsets));
+    if (!cd || !z->offsets) {
+        free(cd);
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    int rc = pread_all(fd, cd, (size_t)cd_size, cd_off) ? CKPT_ERR_IO : CKPT_OK;
+    size_t p = 0;
+    for (uint64_t i = 0; i < count && rc == CKPT_OK; i++) {
+        if (cd_size - p < 46 || rd(cd + p, 4) != 0x02014b50) {
+            rc = CKPT_ERR_FORMAT;
+            break;
+        }
+        size_t nl = (size_t)rd(cd + p + 28, 2), xl = (size_t)rd(cd + p + 30, 2),
+               cl = (size_t)rd(cd + p + 32, 2);
+        if (cd_size - p - 46 < nl + xl + cl) {
+            rc = CKPT_ERR_FORMAT;
+            break;
+        }
+        uint64_t usize = rd(cd + p + 24, 4), csize = rd(cd + p + 20, 4), off = rd(cd + p + 42, 4);
+        /* zip64 extra: the fields that are 0xFFFFFFFF above, in this order */
+        const uint8_t *x = cd + p + 46 + nl, *xe = x + xl;
+        while (xe - x >= 4) {
+            size_t id = (size_t)rd(x, 2), len = (size_t)rd(x + 2, 2);
+            if ((size_t)(xe - x - 4) < len)
+                break;
+            if (id == 0x0001) {
+                const uint8_t *q = x + 4, *qe = q + len;
+                if (usize == U32_MAX && qe - q >= 8) {
+                    usize = rd(q, 8);
+                    q += 8;
+                }
+                if (csize == U32_MAX && qe - q >= 8) {
+                    csize = rd(q, 8);
+                    q += 8;
+                }
+                if (off == U32_MAX && qe - q >= 8)
+                    off = rd(q, 8);
+            }
+            x += 4 + len;
+        }
+        z->offsets[i] = off;
+        p += 46 + nl + xl + cl;
+    }
+    free(cd);
+    if (rc)
+        return ckpt_err(err, rc, "unreadable zip central directory");
+    return CKPT_OK;
+}
+
+int ckpt_zip_data_offset(ckpt_zip *z, int fd, uint64_t file_size, int64_t i, uint64_t *offset,
+                         ckpt_error *err)
+{
+    if (!z->stored[i])
+        return CKPT_ERR_UNSUPPORTED;
+    if (!z->offsets)
+        CKPT_FORWARD(load_offsets(z, fd, file_size, err));
+    uint8_t h[30];
+    uint64_t at = z->offsets[i];
+    if (at > file_size || file_size - at < 30 || pread_all(fd, h, 30, at) ||
+        rd(h, 4) != 0x04034b50)
+        return ckpt_err(err, CKPT_ERR_FORMAT, "record '%s': bad local header", z->names[i]);
+    uint64_t data = at + 30 + rd(h + 26, 2) + rd(h + 28, 2);
+    if (data > file_size || file_size - data < z->sizes[i])
+        return ckpt_err(err, CKPT_ERR_FORMAT, "record '%s' runs past the end of the file",
+                        z->names[i]);
+    *offset = data;
+    return CKPT_OK;
+}
+
+int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_t *p, size_t n),
+                    void *user, ckpt_error *err)
+{
+    zip_file_t *zf = zip_fopen_index(z->za, (zip_uint64_t)i, z->stored[i] ? ZIP_FL_COMPRESSED : 0);
+    if (!zf)
+        return read_error(z, NULL, i, err);
+    uint8_t *buf = malloc(1u << 20);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    uint64_t total = 0;
+    int rc = buf ? CKPT_OK : ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    while (rc == CKPT_OK) {
+        zip_int64_t got = zip_fread(zf, buf, 1u << 20);
+        if (got < 0) {
+            rc = read_error(z, zf, i, err);
+            break;
+        }
+        if (got == 0)
+            break;
+        crc = crc32(crc, buf, (uInt)got);
+        total += (uint64_t)got;
+        rc = sink(user, buf, (size_t)got);
+    }
+    if (rc == CKPT_OK && total != z->sizes[i])
+        rc = ckpt_err(err, CKPT_ERR_FORMAT, "record '%s' is truncated", z->names[i]);
+    if (rc == CKPT_OK && (uint32_t)crc != z->crcs[i])
+        rc = ckpt_err(err, CKPT_ERR_FORMAT,
+                      "record '%s': CRC-32 mismatch (stored %08x, data %08x): the file is corrupt",
+                      z->names[i], z->crcs[i], (uint32_t)crc);
+    free(buf);
+    zip_fclose(zf);
+    return rc;
 }

@@ -596,6 +596,7 @@ static int push_global(vm *m, const char *mod, size_t modlen, const char *name, 
     if (!v)
         return oom(m);
     v->u.global.name = q;
+    v->u.global.modlen = (uint16_t)l3;
     v->u.global.cls = (uint8_t)cls;
     return push(m, v);
 }

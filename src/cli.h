@@ -73,5 +73,10 @@ const char *cli_human_bytes(unsigned long long n, char *buf, size_t cap);
 
 /* Subcommands: one file each (src/cmd_<name>.c). */
 int cmd_inspect(int argc, char **argv);
+int cmd_strip_module(int argc, char **argv);
+int cmd_add_module(int argc, char **argv);
+int cmd_unwrap(int argc, char **argv);
+int cmd_rename(int argc, char **argv);
+int cmd_remap(int argc, char **argv);
 
 #endif

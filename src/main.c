@@ -1,6 +1,7 @@
 /* main.c - the ckpt command: a table of subcommands, each in src/cmd_<name>.c. */
 #include "cli.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,11 @@ static const struct command {
     const char *summary;
 } commands[] = {
     {"inspect", cmd_inspect, "list every tensor (dtype, shape, stride, device, bytes) without loading data"},
+    {"strip-module", cmd_strip_module, "remove the module. prefix of DataParallel/DDP from keys"},
+    {"add-module", cmd_add_module, "add the module. prefix, for a DataParallel/DDP model"},
+    {"unwrap", cmd_unwrap, "remove every wrapper component (module., _orig_mod., ...) from keys"},
+    {"rename", cmd_rename, "rename keys with sed-style PCRE2 rules"},
+    {"remap", cmd_remap, "rewrite the device tags of storages (cuda:1 -> cpu)"},
 };
 
 static void usage(FILE *out)
@@ -31,6 +37,9 @@ int main(int argc, char **argv)
      * checks /etc/localtime once per record unless TZ is set.  ckpt never
      * shows those times, so pin TZ and save a system call per record. */
     setenv("TZ", "UTC", 0);
+    /* a file-size limit must be an error we report and clean up after, not a
+     * signal that kills us with a partial file behind */
+    signal(SIGXFSZ, SIG_IGN);
 
     if (argc < 2) {
         usage(stderr);

@@ -1,0 +1,22 @@
+/* cmd_add_module.c - ckpt add-module: single-GPU keys to DataParallel/DDP keys. */
+#include "rewrite.h"
+
+static const char usage[] =
+    "usage: ckpt add-module [--prefix P] [--select PATH] [--dry-run] [--in-place] IN OUT\n"
+    "\n"
+    "Add the prefix P (default 'module.') once in front of every key of every\n"
+    "state dict of IN, rewrite their _metadata as DataParallel's would be, and\n"
+    "write OUT: single-GPU weights that load into a model wrapped in\n"
+    "nn.DataParallel or DistributedDataParallel.  Everything else is kept.\n"
+    "\n"
+    "  --prefix P      the prefix to add (default 'module.')\n"
+    "  --select PATH   only the mapping at PATH (keys joined by '/')\n"
+    "  --dry-run       print 'old -> new' for each key that would change; write nothing\n"
+    "  --in-place      allow OUT to be IN (replaced atomically)\n"
+    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
+    "                  as for every command (ckpt --help)\n";
+
+int cmd_add_module(int argc, char **argv)
+{
+    return rewrite_prefix_main(argc, argv, "add-module", usage, ckpt_rename_add_prefix);
+}

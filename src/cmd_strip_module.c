@@ -1,0 +1,23 @@
+/* cmd_strip_module.c - ckpt strip-module: DataParallel/DDP keys to single-GPU keys. */
+#include "rewrite.h"
+
+static const char usage[] =
+    "usage: ckpt strip-module [--prefix P] [--select PATH] [--dry-run] [--in-place] IN OUT\n"
+    "\n"
+    "Remove the prefix P (default 'module.', as DataParallel and\n"
+    "DistributedDataParallel add it) from the keys of every state dict of IN,\n"
+    "as many times as it repeats, rewrite their _metadata to match, and write\n"
+    "OUT: a checkpoint that loads into the unwrapped model.  Everything else in\n"
+    "the file is kept; tensor data is copied, not loaded.\n"
+    "\n"
+    "  --prefix P      the prefix to remove (default 'module.')\n"
+    "  --select PATH   only the mapping at PATH (keys joined by '/')\n"
+    "  --dry-run       print 'old -> new' for each key that would change; write nothing\n"
+    "  --in-place      allow OUT to be IN (replaced atomically)\n"
+    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
+    "                  as for every command (ckpt --help)\n";
+
+int cmd_strip_module(int argc, char **argv)
+{
+    return rewrite_prefix_main(argc, argv, "strip-module", usage, ckpt_rename_strip_prefix);
+}

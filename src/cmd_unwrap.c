@@ -1,0 +1,37 @@
+/* cmd_unwrap.c - ckpt unwrap: remove every known wrapper component from keys. */
+#include "rewrite.h"
+
+static const char usage[] =
+    "usage: ckpt unwrap [--select PATH] [--dry-run] [--in-place] IN OUT\n"
+    "\n"
+    "Remove every wrapper component from the keys of every state dict of IN,\n"
+    "wherever it stands in a key: module. (DataParallel, DistributedDataParallel),\n"
+    "_orig_mod. (torch.compile), _fsdp_wrapped_module. (FSDP), _forward_module.\n"
+    "(Lightning Fabric), _checkpoint_wrapped_module. (activation checkpointing);\n"
+    "rewrite their _metadata to match and write OUT.  Everything else is kept.\n"
+    "\n"
+    "  --select PATH   only the mapping at PATH (keys joined by '/')\n"
+    "  --dry-run       print 'old -> new' for each key that would change; write nothing\n"
+    "  --in-place      allow OUT to be IN (replaced atomically)\n"
+    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
+    "                  as for every command (ckpt --help)\n";
+
+static int run(void *st, rewrite *rw)
+{
+    (void)st;
+    ckpt_rename *r = ckpt_rename_new();
+    if (!r || ckpt_rename_unwrap(r) != CKPT_OK) {
+        ckpt_rename_free(r);
+        cli_error(rw->cmd, NULL, "out of memory");
+        return CLI_EXIT_IO;
+    }
+    int rc = rewrite_keys(rw, r);
+    ckpt_rename_free(r);
+    return rc;
+}
+
+int cmd_unwrap(int argc, char **argv)
+{
+    rewrite_command c = {"unwrap", usage, ":", NULL, NULL, run, NULL};
+    return rewrite_main(argc, argv, &c);
+}

@@ -1,0 +1,265 @@
+/* rewrite.c - the part of strip-module, add-module, unwrap, rename and remap
+ * that is the same for all: arguments, the plan or report, the write. */
+#include "rewrite.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int rewrite_option(rewrite *rw, int opt, const char *arg)
+{
+    switch (opt) {
+    case REWRITE_OPT_SELECT:
+        rw->select = arg;
+        return 1;
+    case REWRITE_OPT_DRY_RUN:
+        rw->dry_run = true;
+        return 1;
+    case REWRITE_OPT_IN_PLACE:
+        rw->in_place = true;
+        return 1;
+    default:
+        return cli_common_option(rw->cmd, opt, arg, &rw->common);
+    }
+}
+
+int rewrite_positional(rewrite *rw, int argc, char **argv)
+{
+    int n = argc - optind;
+    if (n != 2)
+        return cli_usage_error(rw->cmd, n < 2 ? "needs IN and OUT" : "expects only IN and OUT");
+    rw->in = argv[optind];
+    rw->out = argv[optind + 1];
+    if (strcmp(rw->out, "-") == 0)
+        return cli_usage_error(rw->cmd, "refusing to write a binary checkpoint to standard output");
+    return CLI_EXIT_OK;
+}
+
+void rewrite_free(rewrite *rw)
+{
+    cli_common_free(&rw->common);
+}
+
+static const char *sd_name(const ckpt_path *p, char *buf, size_t cap)
+{
+    if (!p->len)
+        return "(root)";
+    ckpt_path_format(p, buf, cap);
+    return buf;
+}
+
+static void on_key(void *user, const ckpt_path *sd, const char *old_key, const char *new_key)
+{
+    rewrite *rw = user;
+    rw->changed++;
+    if (!rw->dry_run || rw->common.quiet)
+        return;
+    if (sd->len) {
+        char where[1024];
+        ckpt_path_format(sd, where, sizeof(where));
+        printf("%s/%s -> %s/%s\n", where, old_key, where, new_key);
+    } else {
+        printf("%s -> %s\n", old_key, new_key);
+    }
+}
+
+static void on_state_dict(void *user, const ckpt_path *sd, size_t changed, size_t keys)
+{
+    rewrite *rw = user;
+    rw->any_state_dict = true;
+    if (rw->dry_run || rw->common.quiet || !changed)
+        return;
+    char buf[1024];
+    printf("state dict %s: %zu of %zu keys renamed\n", sd_name(sd, buf, sizeof(buf)), changed, keys);
+}
+
+static void on_device(void *user, const char *old_tag, const char *new_tag, size_t storages)
+{
+    rewrite *rw = user;
+    rw->changed += storages;
+    if (rw->common.quiet)
+        return;
+    if (rw->dry_run)
+        printf("%s -> %s (%zu storage%s)\n", old_tag, new_tag, storages, storages == 1 ? "" : "s");
+    else
+        printf("storages: %zu remapped (%s -> %s)\n", storages, old_tag, new_tag);
+}
+
+typedef struct progress_state {
+    time_t start;
+    bool shown;
+} progress_state;
+
+static void on_progress(void *user, uint64_t done, uint64_t total)
+{
+    progress_state *p = user;
+    if (time(NULL) - p->start < 1 || !total)
+        return;
+    fprintf(stderr, "\rckpt: writing %3d%%", (int)(done * 100 / total));
+    p->shown = true;
+}
+
+static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
+{
+    if (rw->dry_run)
+        return CLI_EXIT_OK;
+    if (rw->changed == 0 && !rw->common.quiet)
+        cli_error(rw->cmd, rw->in, "%s; writing an unchanged copy", nothing_changed);
+    progress_state ps = {.start = time(NULL)};
+    ckpt_write_options wo = {.flags = rw->in_place ? CKPT_WRITE_IN_PLACE : 0};
+    if (!rw->common.quiet && isatty(2)) {
+        wo.progress = on_progress;
+        wo.user = &ps;
+    }
+    int rc = ckpt_file_write(f, rw->out, &wo);
+    if (ps.shown)
+        fputc('\n', stderr);
+    if (rc != CKPT_OK) {
+        /* errors about OUT name OUT, the rest (a corrupt input record) IN */
+        bool about_out = rc == CKPT_ERR_IO || rc == CKPT_ERR_USAGE || rc == CKPT_ERR_NOMEM;
+        cli_error(rw->cmd, about_out ? rw->out : rw->in, "%s", ckpt_file_error_message(f));
+        return cli_exit_for(rc);
+    }
+    if (!rw->common.quiet) {
+        struct stat st;
+        char size[32] = "?";
+        if (stat(rw->out, &st) == 0)
+            cli_human_bytes((unsigned long long)st.st_size, size, sizeof(size));
+        printf("wrote %s: pth-zip, %zu tensors, %zu storages, %s\n", rw->out,
+               ckpt_file_tensor_count(f), ckpt_file_storage_count(f), size);
+    }
+    return CLI_EXIT_OK;
+}
+
+int rewrite_keys(rewrite *rw, const ckpt_rename *rules)
+{
+    ckpt_file *f;
+    int rc = cli_open(rw->cmd, rw->in, &rw->common, &f);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    ckpt_edit_report rep = {.key = on_key, .state_dict = on_state_dict, .user = rw};
+    int st = ckpt_file_rename_keys(f, rules, rw->select, rw->dry_run ? CKPT_EDIT_DRY_RUN : 0, &rep);
+    if (st != CKPT_OK) {
+        cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
+        rc = cli_exit_for(st);
+    } else if (!rw->any_state_dict) {
+        cli_error(rw->cmd, rw->in,
+                  "no state dict found (no mapping whose values are all tensors); "
+                  "name one with --select");
+        rc = CLI_EXIT_BAD_INPUT;
+    } else {
+        rc = finish(rw, f, "no key changed");
+    }
+    ckpt_file_free(f);
+    return rc;
+}
+
+int rewrite_devices(rewrite *rw, const char *const *from, const char *const *to, size_t n)
+{
+    ckpt_file *f;
+    int rc = cli_open(rw->cmd, rw->in, &rw->common, &f);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    ckpt_edit_report rep = {.device = on_device, .user = rw};
+    int st = ckpt_file_remap_devices(f, from, to, n, rw->dry_run ? CKPT_EDIT_DRY_RUN : 0, &rep);
+    if (st != CKPT_OK) {
+        cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
+        rc = cli_exit_for(st);
+    } else {
+        rc = finish(rw, f, "no storage changed its device");
+    }
+    ckpt_file_free(f);
+    return rc;
+}
+
+int rewrite_main(int argc, char **argv, const rewrite_command *c)
+{
+    static const struct option shared[] = {REWRITE_LONG_OPTIONS, {NULL, 0, NULL, 0}};
+    size_t nown = 0, nshared = sizeof(shared) / sizeof(shared[0]);
+    while (c->options && c->options[nown].name)
+        nown++;
+    struct option *all = calloc(nown + nshared, sizeof(*all));
+    rewrite rw = {.cmd = c->name};
+    int rc = CLI_EXIT_OK, opt;
+    if (!all) {
+        cli_error(c->name, NULL, "out of memory");
+        return CLI_EXIT_IO;
+    }
+    if (nown)
+        memcpy(all, c->options, nown * sizeof(*all));
+    memcpy(all + nown, shared, sizeof(shared));
+    opterr = 0; /* our own one-line messages */
+    while ((opt = getopt_long(argc, argv, c->short_options ? c->short_options : ":", all, NULL)) !=
+           -1) {
+        int h = rewrite_option(&rw, opt, optarg);
+        if (h == 0 && c->option)
+            h = c->option(c->state, opt, optarg);
+        if (h < 0) {
+            rc = CLI_EXIT_USAGE;
+            goto out;
+        }
+        if (h > 0)
+            continue;
+        if (opt == CLI_OPT_HELP) {
+            fputs(c->usage, stdout);
+            goto out;
+        }
+        rc = cli_bad_option(c->name, opt, argv);
+        goto out;
+    }
+    rc = rewrite_positional(&rw, argc, argv);
+    if (rc == CLI_EXIT_OK)
+        rc = c->run(c->state, &rw);
+out:
+    free(all);
+    rewrite_free(&rw);
+    return rc;
+}
+
+/* ---- strip-module and add-module: one rule built from --prefix ---- */
+
+enum { OPT_PREFIX = CLI_OPT_FIRST_COMMAND_OPTION };
+
+typedef struct prefix_state {
+    const char *prefix;
+    int (*rule)(ckpt_rename *r, const char *prefix);
+} prefix_state;
+
+static int prefix_option(void *st, int opt, const char *arg)
+{
+    if (opt != OPT_PREFIX)
+        return 0;
+    ((prefix_state *)st)->prefix = arg;
+    return 1;
+}
+
+static int prefix_run(void *st, rewrite *rw)
+{
+    prefix_state *ps = st;
+    ckpt_rename *r = ckpt_rename_new();
+    if (!r) {
+        cli_error(rw->cmd, NULL, "out of memory");
+        return CLI_EXIT_IO;
+    }
+    int rc;
+    if (ps->rule(r, ps->prefix) != CKPT_OK)
+        rc = cli_usage_error(rw->cmd, "--prefix: %s", ckpt_rename_error(r));
+    else
+        rc = rewrite_keys(rw, r);
+    ckpt_rename_free(r);
+    return rc;
+}
+
+int rewrite_prefix_main(int argc, char **argv, const char *name, const char *usage,
+                        int (*rule)(ckpt_rename *r, const char *prefix))
+{
+    static const struct option options[] = {
+        {"prefix", required_argument, NULL, OPT_PREFIX},
+        {NULL, 0, NULL, 0},
+    };
+    prefix_state st = {.prefix = "module.", .rule = rule};
+    rewrite_command c = {name, usage, ":", options, prefix_option, prefix_run, &st};
+    return rewrite_main(argc, argv, &c);
+}

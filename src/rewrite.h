@@ -1,0 +1,58 @@
+/* rewrite.h - what the rewriting commands share: IN/OUT, --select,
+ * --dry-run, --in-place, reporting and the write itself. */
+#ifndef CKPT_REWRITE_H
+#define CKPT_REWRITE_H
+
+#include "cli.h"
+
+typedef struct rewrite {
+    const char *cmd;
+    cli_common common;
+    const char *select;
+    bool dry_run, in_place;
+    const char *in, *out;
+    size_t changed;      /* keys (or storages) that change */
+    bool any_state_dict; /* at least one mapping was visited */
+} rewrite;
+
+enum {
+    REWRITE_OPT_SELECT = CLI_OPT_FIRST_COMMAND_OPTION + 50,
+    REWRITE_OPT_DRY_RUN,
+    REWRITE_OPT_IN_PLACE
+};
+
+#define REWRITE_LONG_OPTIONS                                          \
+    {"select", required_argument, NULL, REWRITE_OPT_SELECT},          \
+    {"dry-run", no_argument, NULL, REWRITE_OPT_DRY_RUN},              \
+    {"in-place", no_argument, NULL, REWRITE_OPT_IN_PLACE},            \
+    CLI_COMMON_LONG_OPTIONS
+
+/* Options every rewrite takes: 1 handled, 0 not ours, -1 usage error. */
+int rewrite_option(rewrite *rw, int opt, const char *arg);
+/* IN and OUT from what getopt left; CLI_EXIT_OK or a usage error. */
+int rewrite_positional(rewrite *rw, int argc, char **argv);
+/* Open IN, rename keys by RULES, write OUT (or print the plan). */
+int rewrite_keys(rewrite *rw, const ckpt_rename *rules);
+/* Open IN, remap storage devices, write OUT (or print the plan). */
+int rewrite_devices(rewrite *rw, const char *const *from, const char *const *to, size_t n);
+void rewrite_free(rewrite *rw);
+
+/* A rewriting command: its usage text, its own options, and what it does. */
+typedef struct rewrite_command {
+    const char *name;
+    const char *usage;
+    const char *short_options;     /* getopt string, starting with ':' */
+    const struct option *options;  /* its own long options, NULL-terminated */
+    int (*option)(void *state, int opt, const char *arg); /* 1 ok, 0 not ours, -1 usage */
+    int (*run)(void *state, rewrite *rw);
+    void *state;
+} rewrite_command;
+
+/* Parse the arguments of C (its options, the shared ones, IN OUT) and run it. */
+int rewrite_main(int argc, char **argv, const rewrite_command *c);
+
+/* strip-module / add-module: --prefix P (default "module.") made into RULE. */
+int rewrite_prefix_main(int argc, char **argv, const char *name, const char *usage,
+                        int (*rule)(ckpt_rename *r, const char *prefix));
+
+#endif
