@@ -787,6 +787,61 @@ static int new_object(vm *m, ckpt_value *callable, ckpt_value *args, ckpt_value 
     return push(m, v);
 }
 
+static int seq_from(vm *m, ckpt_kind kind, ckpt_value **items, size_t n);
+
+/* Latin-1 text (UTF-8 here, every code point < 256) back to its bytes. */
+static int push_latin1(vm *m, const ckpt_value *text, uint8_t flags)
+{
+    const uint8_t *s = (const uint8_t *)text->u.s.s;
+    size_t n = text->u.s.len, k = 0;
+    uint8_t *out = malloc(n ? n : 1);
+    if (!out)
+        return oom(m);
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < 0x80) {
+            out[k++] = s[i];
+        } else if ((s[i] == 0xc2 || s[i] == 0xc3) && i + 1 < n) {
+            out[k++] = (uint8_t)(((s[i] & 0x03) << 6) | (s[i + 1] & 0x3f));
+            i++;
+        } else {
+            free(out);
+            return 1; /* not latin-1: keep the call as an object */
+        }
+    }
+    int rc = push_bytes(m, CKPT_KIND_BYTES, out, k, flags);
+    free(out);
+    return rc;
+}
+
+/*
+ * The values protocol 2 can only spell as calls: set([...]), frozenset([...]),
+ * _codecs.encode(text, 'latin1') for bytes, bytearray(text, 'latin-1').
+ * Pushes the plain value and returns 0; returns 1 to keep it as an object.
+ */
+static int builtin_value(vm *m, const char *q, ckpt_value *args)
+{
+    size_t n = args->u.seq.len;
+    ckpt_value **a = args->u.seq.items;
+    bool set = strcmp(q, "builtins.set") == 0, frozen = strcmp(q, "builtins.frozenset") == 0;
+    if (set || frozen) {
+        if (n == 0)
+            return push(m, node(m, set ? CKPT_KIND_SET : CKPT_KIND_FROZENSET));
+        if (n != 1 || (a[0]->kind != CKPT_KIND_LIST && a[0]->kind != CKPT_KIND_TUPLE))
+            return 1;
+        return seq_from(m, set ? CKPT_KIND_SET : CKPT_KIND_FROZENSET, a[0]->u.seq.items,
+                        a[0]->u.seq.len);
+    }
+    bool codecs = strcmp(q, "_codecs.encode") == 0, bytes = strcmp(q, "builtins.bytes") == 0,
+         array = strcmp(q, "builtins.bytearray") == 0;
+    if ((bytes || array) && n == 0)
+        return push_bytes(m, CKPT_KIND_BYTES, (const uint8_t *)"", 0,
+                          array ? CKPT_VF_BYTEARRAY : 0);
+    if ((codecs || array) && n == 2 && a[0]->kind == CKPT_KIND_STR &&
+        (ckpt_value_is_str(a[1], "latin1") || ckpt_value_is_str(a[1], "latin-1")))
+        return push_latin1(m, a[0], array ? CKPT_VF_BYTEARRAY : 0);
+    return 1;
+}
+
 static int op_reduce(vm *m)
 {
     ckpt_value *args, *fn;
@@ -828,6 +883,11 @@ static int op_reduce(vm *m)
             return rebuild_tensor(m, q + 13, args);
         if (strncmp(q, "torch._utils._rebuild_parameter", 31) == 0)
             return rebuild_parameter(m, q + 13, args);
+    }
+    if (fn->u.global.cls == CKPT_GLOBAL_KNOWN_DATA) {
+        int rc = builtin_value(m, q, args);
+        if (rc <= 0)
+            return rc;
     }
     return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE);
 }

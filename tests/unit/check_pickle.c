@@ -371,7 +371,9 @@ START_TEST(py2_builtin_names_and_inst_obj)
     load_ok();
     ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_TUPLE);
     ck_assert_int_eq(ckpt_value_len(v), 4);
-    ck_assert_str_eq(ckpt_value_global(ckpt_value_item(v, 0)), "builtins.set");
+    /* set([1, 2]) as protocol 2 spells it is the set itself */
+    ck_assert_int_eq(ckpt_value_kind(ckpt_value_item(v, 0)), CKPT_KIND_SET);
+    ck_assert_int_eq(ckpt_value_len(ckpt_value_item(v, 0)), 2);
     ck_assert_str_eq(ckpt_value_global(ckpt_value_item(v, 1)), "argparse.Namespace");
     ck_assert_str_eq(ckpt_value_global(ckpt_value_item(v, 2)), "argparse.Namespace");
     ck_assert_str_eq(ckpt_value_global(ckpt_value_item(v, 3)), "builtins.complex");

@@ -1,0 +1,557 @@
+/* check_write.c - the writing side: pickle writer round trips, the torch
+ * zip layout (alignment, zip64), key rename rules with _metadata, device
+ * remaps, and whole-file rewrites read back through the reader. */
+#include "unit.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zip.h>
+#include <zlib.h>
+
+static char dir[256];
+static char path[512];
+static ckpt_file *f;
+static pk p;
+
+static void setup(void)
+{
+    unit_tmpdir(dir, sizeof(dir), path, sizeof(path), "out.pth");
+    f = ckpt_file_new();
+    memset(&p, 0, sizeof(p));
+}
+
+static void teardown(void)
+{
+    ckpt_file_free(f);
+    pk_free(&p);
+    unlink(path);
+    char other[600];
+    snprintf(other, sizeof(other), "%s/other.pth", dir);
+    unlink(other);
+    rmdir(dir);
+}
+
+/* Structural equality of two value trees (tensors by view and storage). */
+static bool same_value(const ckpt_value *a, const ckpt_value *b, int depth)
+{
+    if (depth > 100 || a->kind != b->kind)
+        return false;
+    switch (a->kind) {
+    case CKPT_KIND_NONE:
+        return true;
+    case CKPT_KIND_BOOL:
+        return a->u.b == b->u.b;
+    case CKPT_KIND_INT:
+        if (a->u.i.big != b->u.i.big)
+            return false;
+        return a->u.i.big ? a->u.i.nbytes == b->u.i.nbytes &&
+                                memcmp(a->u.i.bytes, b->u.i.bytes, a->u.i.nbytes) == 0
+                          : a->u.i.v == b->u.i.v;
+    case CKPT_KIND_FLOAT:
+        return memcmp(&a->u.f, &b->u.f, sizeof(double)) == 0;
+    case CKPT_KIND_STR:
+    case CKPT_KIND_BYTES:
+        return a->u.s.len == b->u.s.len && memcmp(a->u.s.s, b->u.s.s, a->u.s.len) == 0 &&
+               (a->flags & CKPT_VF_BYTEARRAY) == (b->flags & CKPT_VF_BYTEARRAY);
+    case CKPT_KIND_GLOBAL:
+        return strcmp(a->u.global.name, b->u.global.name) == 0;
+    case CKPT_KIND_LIST:
+    case CKPT_KIND_TUPLE:
+    case CKPT_KIND_SET:
+    case CKPT_KIND_FROZENSET:
+        if (a->u.seq.len != b->u.seq.len)
+            return false;
+        for (size_t i = 0; i < a->u.seq.len; i++)
+            if (!same_value(a->u.seq.items[i], b->u.seq.items[i], depth + 1))
+                return false;
+        return true;
+    case CKPT_KIND_DICT:
+        if (a->u.dict.keys.len != b->u.dict.keys.len ||
+            (a->flags & CKPT_VF_ORDERED) != (b->flags & CKPT_VF_ORDERED))
+            return false;
+        for (size_t i = 0; i < a->u.dict.keys.len; i++)
+            if (!same_value(a->u.dict.keys.items[i], b->u.dict.keys.items[i], depth + 1) ||
+                !same_value(a->u.dict.vals.items[i], b->u.dict.vals.items[i], depth + 1))
+                return false;
+        if (!a->u.dict.state != !b->u.dict.state)
+            return false;
+        return !a->u.dict.state || same_value(a->u.dict.state, b->u.dict.state, depth + 1);
+    case CKPT_KIND_OBJECT:
+        return strcmp(ckpt_value_global(a), ckpt_value_global(b)) == 0 &&
+               (!a->u.obj.args || same_value(a->u.obj.args, b->u.obj.args, depth + 1)) &&
+               (!a->u.obj.state || same_value(a->u.obj.state, b->u.obj.state, depth + 1));
+    case CKPT_KIND_TENSOR: {
+        const ckpt_tensor *x = a->u.tensor, *y = b->u.tensor;
+        if (x->dtype != y->dtype || x->ndim != y->ndim || x->offset != y->offset ||
+            x->parameter != y->parameter || x->requires_grad != y->requires_grad ||
+            strcmp(x->storage->device, y->storage->device) != 0 ||
+            x->storage->nbytes != y->storage->nbytes)
+            return false;
+        for (int d = 0; d < x->ndim; d++)
+            if (x->shape[d] != y->shape[d] || x->stride[d] != y->stride[d])
+                return false;
+        return true;
+    }
+    default:
+        return true;
+    }
+}
+
+/* Write the tree of F with the pickle writer and read it back in G. */
+static ckpt_value *round_trip(ckpt_file *g, const ckpt_value *root, ckpt_pickle_out *out)
+{
+    ck_assert_int_eq(ckpt_pickle_write(f, root, out, &f->err), CKPT_OK);
+    ckpt_pickle_ctx ctx;
+    ckpt_file_pickle_ctx(g, &ctx, "rewritten.pkl");
+    ckpt_value *v = NULL;
+    int rc = ckpt_pickle_load(&ctx, out->buf, out->len, &v, NULL, &g->err);
+    ck_assert_msg(rc == CKPT_OK, "%s", ckpt_file_error_message(g));
+    return v;
+}
+
+static size_t count_op(const ckpt_pickle_out *o, uint8_t op)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < o->len; i++)
+        n += o->buf[i] == op;
+    return n;
+}
+
+START_TEST(pickle_round_trip_of_every_kind)
+{
+    /* protocol 4 input with sets, bytes, big ints, floats, objects */
+    pk_op(&p, 0x80);
+    pk_op(&p, 4);
+    pk_op(&p, '(');
+    pk_int(&p, -7);
+    pk_int(&p, INT64_C(1) << 40);
+    pk_op(&p, 0x8a); /* 2**64 */
+    pk_le(&p, 9, 1);
+    pk_le(&p, 0, 8);
+    pk_op(&p, 1);
+    pk_op(&p, 'G');
+    uint8_t be[8] = {0x40, 0x09, 0x21, 0xfb, 0x54, 0x44, 0x2d, 0x18}; /* pi */
+    pk_bytes(&p, be, 8);
+    pk_str(&p, "caf\xc3\xa9");
+    pk_op(&p, 'C');
+    pk_le(&p, 3, 1);
+    pk_bytes(&p, "\x00\xff\x41", 3);
+    pk_op(&p, 0x8f); /* EMPTY_SET + ADDITEMS */
+    pk_op(&p, '(');
+    pk_int(&p, 1);
+    pk_op(&p, 0x90);
+    pk_op(&p, '(');
+    pk_int(&p, 2);
+    pk_op(&p, 0x91); /* FROZENSET */
+    pk_global(&p, "argparse", "Namespace");
+    pk_op(&p, ')');
+    pk_op(&p, 0x81);
+    pk_op(&p, '}');
+    pk_str(&p, "lr");
+    pk_int(&p, 3);
+    pk_op(&p, 's');
+    pk_op(&p, 'b');
+    pk_global(&p, "torch", "float16");
+    pk_op(&p, 'N');
+    pk_op(&p, 0x88);
+    pk_op(&p, 'l');
+    pk_op(&p, '.');
+    ckpt_value *v;
+    ck_assert_int_eq(pk_load(f, &p, &v), CKPT_OK);
+    ckpt_file *g = ckpt_file_new();
+    ckpt_pickle_out out;
+    ckpt_value *back = round_trip(g, v, &out);
+    ck_assert(same_value(v, back, 0));
+    ck_assert_uint_eq(out.buf[0], 0x80);
+    ck_assert_uint_eq(out.buf[1], 2);
+    ckpt_pickle_out_free(&out);
+    ckpt_file_free(g);
+}
+END_TEST
+
+START_TEST(pickle_shared_objects_stay_shared)
+{
+    /* [L, L, 'k', 'k'] with L one list: the second L and 'k' are BINGETs */
+    pk_proto2(&p);
+    pk_op(&p, '(');
+    pk_op(&p, ']');
+    pk_op(&p, 'q');
+    pk_le(&p, 0, 1);
+    pk_op(&p, 'h');
+    pk_le(&p, 0, 1);
+    pk_str(&p, "k");
+    pk_str(&p, "k");
+    pk_op(&p, 'l');
+    pk_op(&p, '.');
+    ckpt_value *v;
+    ck_assert_int_eq(pk_load(f, &p, &v), CKPT_OK);
+    ckpt_file *g = ckpt_file_new();
+    ckpt_pickle_out out;
+    ckpt_value *back = round_trip(g, v, &out);
+    ck_assert_ptr_eq(ckpt_value_item(back, 0), ckpt_value_item(back, 1));
+    ck_assert_uint_eq(count_op(&out, 'h'), 2);
+    ck_assert_uint_eq(count_op(&out, 'X'), 1);
+    ckpt_pickle_out_free(&out);
+    ckpt_file_free(g);
+}
+END_TEST
+
+START_TEST(pickle_cycle_through_a_list)
+{
+    /* L = []; L.append(L) */
+    pk_proto2(&p);
+    pk_op(&p, ']');
+    pk_op(&p, 'q');
+    pk_le(&p, 0, 1);
+    pk_op(&p, 'h');
+    pk_le(&p, 0, 1);
+    pk_op(&p, 'a');
+    pk_op(&p, '.');
+    ckpt_value *v;
+    ck_assert_int_eq(pk_load(f, &p, &v), CKPT_OK);
+    ckpt_file *g = ckpt_file_new();
+    ckpt_pickle_out out;
+    ckpt_value *back = round_trip(g, v, &out);
+    ck_assert_ptr_eq(ckpt_value_item(back, 0), back);
+    ckpt_pickle_out_free(&out);
+    ckpt_file_free(g);
+}
+END_TEST
+
+START_TEST(pickle_batches_of_a_thousand)
+{
+    pk_proto2(&p);
+    pk_op(&p, ']');
+    pk_op(&p, '(');
+    for (int i = 0; i < 2500; i++)
+        pk_op(&p, 'N');
+    pk_op(&p, 'e');
+    pk_op(&p, '.');
+    ckpt_value *v;
+    ck_assert_int_eq(pk_load(f, &p, &v), CKPT_OK);
+    ckpt_file *g = ckpt_file_new();
+    ckpt_pickle_out out;
+    ckpt_value *back = round_trip(g, v, &out);
+    ck_assert_uint_eq(ckpt_value_len(back), 2500);
+    ck_assert_uint_eq(count_op(&out, 'e'), 3); /* 1000 + 1000 + 500 */
+    ckpt_pickle_out_free(&out);
+    ckpt_file_free(g);
+}
+END_TEST
+
+/* ---- zip layout ---- */
+
+static uint64_t data_offset_of(const char *file, const char *name)
+{
+    ckpt_zip *z;
+    ckpt_error err = {0};
+    ck_assert_int_eq(ckpt_zip_open(file, &z, &err), CKPT_OK);
+    int64_t i = ckpt_zip_find(z, name);
+    ck_assert_int_ge(i, 0);
+    int fd = open(file, O_RDONLY);
+    struct stat st;
+    fstat(fd, &st);
+    uint64_t off = 0;
+    ck_assert_int_eq(ckpt_zip_data_offset(z, fd, (uint64_t)st.st_size, i, &off, &err), CKPT_OK);
+    close(fd);
+    ckpt_zip_close(z);
+    return off;
+}
+
+START_TEST(zip_records_aligned_to_64)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ckpt_error err = {0};
+    ckpt_zipw *w = ckpt_zipw_new(fd, &err);
+    const char *names[] = {"x/data.pkl", "x/a", "x/longer/name/than/most", "x/empty"};
+    const char *data[] = {"\x80\x02N.", "hello", "0123456789abcdef0123", ""};
+    for (int i = 0; i < 4; i++) {
+        uint64_t at;
+        size_t n = strlen(data[i]);
+        ck_assert_int_eq(ckpt_zipw_begin(w, names[i], n, &at), CKPT_OK);
+        ck_assert_uint_eq(at % 64, 0);
+        ck_assert_int_eq(ckpt_zipw_write(w, data[i], n), CKPT_OK);
+        ck_assert_int_eq(ckpt_zipw_end(w, (uint32_t)crc32(0, (const Bytef *)data[i], (uInt)n)),
+                         CKPT_OK);
+    }
+    ck_assert_int_eq(ckpt_zipw_finish(w), CKPT_OK);
+    ckpt_zipw_free(w);
+    close(fd);
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(data_offset_of(path, names[i]) % 64, 0);
+    /* and libzip reads it, CRCs included */
+    ckpt_zip *z;
+    ck_assert_int_eq(ckpt_zip_open(path, &z, &err), CKPT_OK);
+    char buf[32];
+    int64_t i = ckpt_zip_find(z, "x/longer/name/than/most");
+    ck_assert_int_eq(ckpt_zip_read(z, i, 0, buf, 20, &err), CKPT_OK);
+    ck_assert(memcmp(buf, data[2], 20) == 0);
+    ckpt_zip_close(z);
+}
+END_TEST
+
+START_TEST(zip64_sizes_and_offsets)
+{
+    /* a 4.5 GiB record of zeros (a sparse hole), then a small one whose
+     * local header lies past 4 GiB */
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ckpt_error err = {0};
+    ckpt_zipw *w = ckpt_zipw_new(fd, &err);
+    uint64_t big = (UINT64_C(9) << 29), at;
+    ck_assert_int_eq(ckpt_zipw_begin(w, "x/data/0", big, &at), CKPT_OK);
+    ck_assert_int_eq(ftruncate(fd, (off_t)(at + big)), 0);
+    ckpt_zipw_advance(w, big);
+    static uint8_t zeros[1 << 20];
+    uLong crc = crc32(0, Z_NULL, 0);
+    for (uint64_t done = 0; done < big; done += sizeof(zeros))
+        crc = crc32(crc, zeros, sizeof(zeros));
+    ck_assert_int_eq(ckpt_zipw_end(w, (uint32_t)crc), CKPT_OK);
+    ck_assert_int_eq(ckpt_zipw_begin(w, "x/version", 2, &at), CKPT_OK);
+    ck_assert_uint_gt(at, UINT64_C(0xFFFFFFFF));
+    ck_assert_uint_eq(at % 64, 0);
+    ck_assert_int_eq(ckpt_zipw_write(w, "3\n", 2), CKPT_OK);
+    ck_assert_int_eq(ckpt_zipw_end(w, (uint32_t)crc32(0, (const Bytef *)"3\n", 2)), CKPT_OK);
+    ck_assert_int_eq(ckpt_zipw_finish(w), CKPT_OK);
+    ckpt_zipw_free(w);
+    close(fd);
+    ckpt_zip *z;
+    ck_assert_int_eq(ckpt_zip_open(path, &z, &err), CKPT_OK);
+    ck_assert_uint_eq(ckpt_zip_size(z, ckpt_zip_find(z, "x/data/0")), big);
+    char v[2];
+    ck_assert_int_eq(ckpt_zip_read(z, ckpt_zip_find(z, "x/version"), 0, v, 2, &err), CKPT_OK);
+    ck_assert(v[0] == '3');
+    ckpt_zip_close(z);
+    ck_assert_uint_eq(data_offset_of(path, "x/version") % 64, 0);
+}
+END_TEST
+
+/* ---- rename rules ---- */
+
+static char *apply1(ckpt_rename *r, const char *key)
+{
+    char *s = ckpt_rename_apply(r, key);
+    ck_assert_ptr_nonnull(s);
+    return s;
+}
+
+#define ck_assert_renames(r, from, to)          \
+    do {                                        \
+        char *s_ = apply1((r), (from));         \
+        ck_assert_str_eq(s_, (to));             \
+        free(s_);                               \
+    } while (0)
+
+START_TEST(rules_strip_add_unwrap)
+{
+    ckpt_rename *r = ckpt_rename_new();
+    ck_assert_int_eq(ckpt_rename_strip_prefix(r, "module."), CKPT_OK);
+    ck_assert_renames(r, "module.module.n.1.weight", "n.1.weight");
+    ck_assert_renames(r, "n.1.weight", "n.1.weight");
+    ck_assert_renames(r, "encoder.module.x", "encoder.module.x");
+    ckpt_rename_free(r);
+
+    r = ckpt_rename_new();
+    ck_assert_int_eq(ckpt_rename_add_prefix(r, "module."), CKPT_OK);
+    ck_assert_renames(r, "n.1.weight", "module.n.1.weight");
+    ck_assert_int_eq(ckpt_rename_add_prefix(r, ""), CKPT_ERR_USAGE);
+    ckpt_rename_free(r);
+
+    r = ckpt_rename_new();
+    ck_assert_int_eq(ckpt_rename_unwrap(r), CKPT_OK);
+    ck_assert_renames(r, "module._orig_mod.enc._fsdp_wrapped_module.w", "enc.w");
+    ck_assert_renames(r, "my_module.w", "my_module.w");
+    ck_assert_renames(r, "a._checkpoint_wrapped_module._forward_module.b", "a.b");
+    ckpt_rename_free(r);
+}
+END_TEST
+
+START_TEST(rules_sed)
+{
+    ckpt_rename *r = ckpt_rename_new();
+    ck_assert_int_eq(ckpt_rename_sed(r, "s/^partitions\\.0\\.0\\./encoder./"), CKPT_OK);
+    ck_assert_int_eq(ckpt_rename_sed(r, "s|^partitions\\.1\\.(\\d)\\.|decoder.\\1.|"), CKPT_OK);
+    ck_assert_renames(r, "partitions.0.0.conv1.weight", "encoder.conv1.weight");
+    ck_assert_renames(r, "partitions.1.1.fc.weight", "decoder.1.fc.weight");
+    ckpt_rename_free(r);
+
+    r = ckpt_rename_new();
+    ck_assert_int_eq(ckpt_rename_sed(r, "s/(\\w+)\\.weight/$1.W/g"), CKPT_OK);
+    ck_assert_renames(r, "a.weight.b.weight", "a.W.b.W");
+    ckpt_rename_free(r);
+
+    r = ckpt_rename_new();
+    ck_assert_int_eq(ckpt_rename_sed(r, "s/LAYER/layer/i"), CKPT_OK);
+    ck_assert_renames(r, "Layer.Layer", "layer.Layer");
+    ck_assert_int_eq(ckpt_rename_sed(r, "s/a/b"), CKPT_ERR_USAGE);
+    ck_assert_int_eq(ckpt_rename_sed(r, "x/a/b/"), CKPT_ERR_USAGE);
+    ck_assert_int_eq(ckpt_rename_sed(r, "s/(/b/"), CKPT_ERR_USAGE);
+    ck_assert(strstr(ckpt_rename_error(r), "bad regular expression") != NULL);
+    ck_assert_int_eq(ckpt_rename_sed(r, "s/a/b/q"), CKPT_ERR_USAGE);
+    ckpt_rename_free(r);
+}
+END_TEST
+
+/* ---- edits on real files ---- */
+
+static const ckpt_value *metadata_of(const ckpt_value *sd)
+{
+    return ckpt_value_dict_get(ckpt_value_state(sd), "_metadata");
+}
+
+static const char *dict_key(const ckpt_value *d, size_t i)
+{
+    return ckpt_value_str(ckpt_value_dict_key(d, i), NULL);
+}
+
+START_TEST(strip_rewrites_keys_and_metadata)
+{
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/ddp2_mlp.pth")), CKPT_OK);
+    ckpt_rename *r = ckpt_rename_new();
+    ckpt_rename_strip_prefix(r, "module.");
+    ck_assert_int_eq(ckpt_file_rename_keys(f, r, NULL, 0, NULL), CKPT_OK);
+    ckpt_rename_free(r);
+    const ckpt_value *sd = ckpt_file_root(f);
+    ck_assert_str_eq(dict_key(sd, 0), "n.1.weight");
+    const ckpt_value *md = metadata_of(sd);
+    /* '', 'module', 'module.module' meet at '': the innermost wins, in first place */
+    ck_assert_str_eq(dict_key(md, 0), "");
+    ck_assert_str_eq(dict_key(md, 1), "n");
+    for (size_t i = 0; i < ckpt_value_len(md); i++)
+        ck_assert(strncmp(dict_key(md, i), "module", 6) != 0);
+    ck_assert_int_eq(ckpt_file_write(f, path, NULL), CKPT_OK);
+    ckpt_file *g = ckpt_file_new();
+    ck_assert_int_eq(ckpt_file_open(g, path), CKPT_OK);
+    ck_assert(same_value(ckpt_file_root(f), ckpt_file_root(g), 0));
+    /* the data came through intact */
+    for (size_t i = 0; i < ckpt_file_tensor_count(g); i++) {
+        ckpt_tensor_stats a, b;
+        ck_assert_int_eq(ckpt_tensor_stats_compute(f, ckpt_file_tensor(f, i, NULL), &a), CKPT_OK);
+        ck_assert_int_eq(ckpt_tensor_stats_compute(g, ckpt_file_tensor(g, i, NULL), &b), CKPT_OK);
+        ck_assert_uint_eq(a.crc32, b.crc32);
+    }
+    ckpt_file_free(g);
+}
+END_TEST
+
+START_TEST(add_puts_a_new_root_entry_first)
+{
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/mlp.pth")), CKPT_OK);
+    ckpt_rename *r = ckpt_rename_new();
+    ckpt_rename_add_prefix(r, "module.");
+    ck_assert_int_eq(ckpt_file_rename_keys(f, r, NULL, 0, NULL), CKPT_OK);
+    ckpt_rename_free(r);
+    const ckpt_value *md = metadata_of(ckpt_file_root(f));
+    ck_assert_str_eq(dict_key(md, 0), "");
+    ck_assert_str_eq(dict_key(md, 1), "module");
+    ck_assert_str_eq(dict_key(md, 2), "module.n");
+}
+END_TEST
+
+START_TEST(collision_refused_and_nothing_changes)
+{
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/dp_mlp.pth")), CKPT_OK);
+    ckpt_rename *r = ckpt_rename_new();
+    ckpt_rename_sed(r, "s/\\.(weight|bias)$//");
+    ck_assert_int_eq(ckpt_file_rename_keys(f, r, NULL, 0, NULL), CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, "'module.n.1.weight' and 'module.n.1.bias' would both become 'module.n.1'");
+    ckpt_rename_free(r);
+    ck_assert_str_eq(dict_key(ckpt_file_root(f), 0), "module.n.1.weight");
+}
+END_TEST
+
+START_TEST(select_a_nested_mapping)
+{
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/train_ckpt.pth")), CKPT_OK);
+    ckpt_rename *r = ckpt_rename_new();
+    ckpt_rename_strip_prefix(r, "module.");
+    ck_assert_int_eq(ckpt_file_rename_keys(f, r, "model_state_dict", 0, NULL), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_rename_keys(f, r, "nope", 0, NULL), CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, "there is no 'nope'");
+    ck_assert_int_eq(ckpt_file_rename_keys(f, r, "epoch", 0, NULL), CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, "names a int, not a mapping");
+    ckpt_rename_free(r);
+    const ckpt_value *msd = ckpt_value_dict_get(ckpt_file_root(f), "model_state_dict");
+    ck_assert_str_eq(dict_key(msd, 0), "n.1.weight");
+}
+END_TEST
+
+START_TEST(remap_rules)
+{
+    ck_assert(ckpt_device_valid("cpu") && ckpt_device_valid("cuda:12") && ckpt_device_valid("cuda"));
+    ck_assert(!ckpt_device_valid("cuda:") && !ckpt_device_valid("cuda:x") && !ckpt_device_valid(""));
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/ae_model_parallel.pth")), CKPT_OK);
+    const char *from[] = {"cuda:1", "cuda"}, *to[] = {"cpu", "cuda:3"};
+    ck_assert_int_eq(ckpt_file_remap_devices(f, from, to, 2, 0, NULL), CKPT_OK);
+    size_t cpu = 0, c3 = 0;
+    for (size_t i = 0; i < ckpt_file_storage_count(f); i++) {
+        const char *d = ckpt_storage_device(ckpt_file_storage(f, i));
+        cpu += strcmp(d, "cpu") == 0;
+        c3 += strcmp(d, "cuda:3") == 0;
+    }
+    ck_assert_uint_gt(cpu, 0);
+    ck_assert_uint_gt(c3, 0);
+    ck_assert_uint_eq(cpu + c3, ckpt_file_storage_count(f));
+}
+END_TEST
+
+START_TEST(write_refuses_input_and_stdout)
+{
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/mlp.pth")), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_write(f, "-", NULL), CKPT_ERR_USAGE);
+    ck_assert_int_eq(ckpt_file_write(f, src_path("tests/data/mlp.pth"), NULL), CKPT_ERR_USAGE);
+    ck_assert_msg_has(f, "--in-place");
+}
+END_TEST
+
+START_TEST(legacy_written_as_zip_with_renumbered_storages)
+{
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/legacy_mlp.pth")), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_write(f, path, NULL), CKPT_OK);
+    ckpt_file *g = ckpt_file_new();
+    ck_assert_int_eq(ckpt_file_open(g, path), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_format(g), CKPT_FORMAT_PTH_ZIP);
+    ck_assert_str_eq(ckpt_file_prefix(g), "out");
+    ck_assert_str_eq(ckpt_storage_key(ckpt_file_storage(g, 0)), "0");
+    ck_assert(same_value(ckpt_file_root(f), ckpt_file_root(g), 0));
+    ckpt_file_free(g);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("write");
+    TCase *t = tcase_create("pickle");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, pickle_round_trip_of_every_kind);
+    tcase_add_test(t, pickle_shared_objects_stay_shared);
+    tcase_add_test(t, pickle_cycle_through_a_list);
+    tcase_add_test(t, pickle_batches_of_a_thousand);
+    suite_add_tcase(s, t);
+
+    TCase *z = tcase_create("zip");
+    tcase_add_checked_fixture(z, setup, teardown);
+    tcase_set_timeout(z, 120);
+    tcase_add_test(z, zip_records_aligned_to_64);
+    tcase_add_test(z, zip64_sizes_and_offsets);
+    suite_add_tcase(s, z);
+
+    TCase *e = tcase_create("edits");
+    tcase_add_checked_fixture(e, setup, teardown);
+    tcase_add_test(e, rules_strip_add_unwrap);
+    tcase_add_test(e, rules_sed);
+    tcase_add_test(e, strip_rewrites_keys_and_metadata);
+    tcase_add_test(e, add_puts_a_new_root_entry_first);
+    tcase_add_test(e, collision_refused_and_nothing_changes);
+    tcase_add_test(e, select_a_nested_mapping);
+    tcase_add_test(e, remap_rules);
+    tcase_add_test(e, write_refuses_input_and_stdout);
+    tcase_add_test(e, legacy_written_as_zip_with_renumbered_storages);
+    suite_add_tcase(s, e);
+    return s;
+}
+
+int main(void)
+{
+    return unit_run(suite());
+}
