@@ -228,7 +228,7 @@ static char *unwrap_key(const char *key)
         if (pos == 0 || out[pos - 1] == '.')
             for (size_t w = 0; w < sizeof(wrappers) / sizeof(wrappers[0]); w++) {
                 size_t wl = strlen(wrappers[w]);
-                if (strncmp(out + pos, wrappers[w], wl) == 0 && out[pos + wl] != '\0') {
+                if (strncmp(out + pos, wrappers[w], wl) == 0) {
                     memmove(out + pos, out + pos + wl, strlen(out + pos + wl) + 1);
                     removed = true;
                     break;

@@ -84,7 +84,8 @@ static void on_device(void *user, const char *old_tag, const char *new_tag, size
     if (rw->dry_run)
         printf("%s -> %s (%zu storage%s)\n", old_tag, new_tag, storages, storages == 1 ? "" : "s");
     else
-        printf("storages: %zu remapped (%s -> %s)\n", storages, old_tag, new_tag);
+        printf("storages: %zu of %zu remapped (%s -> %s)\n", storages, rw->storages, old_tag,
+               new_tag);
 }
 
 typedef struct progress_state {
@@ -163,6 +164,7 @@ int rewrite_devices(rewrite *rw, const char *const *from, const char *const *to,
     if (rc != CLI_EXIT_OK)
         return rc;
     ckpt_edit_report rep = {.device = on_device, .user = rw};
+    rw->storages = ckpt_file_storage_count(f);
     int st = ckpt_file_remap_devices(f, from, to, n, rw->dry_run ? CKPT_EDIT_DRY_RUN : 0, &rep);
     if (st != CKPT_OK) {
         cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));

@@ -13,6 +13,7 @@ typedef struct rewrite {
     const char *in, *out;
     size_t changed;      /* keys (or storages) that change */
     bool any_state_dict; /* at least one mapping was visited */
+    size_t storages;     /* in IN, for remap's report */
 } rewrite;
 
 enum {
