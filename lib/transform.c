@@ -564,7 +564,8 @@ static int find_selected(ckpt_file *f, const char *select, ckpt_value **out, ckp
     free(copy);
     CKPT_FORWARD(rc);
     if (v->kind != CKPT_KIND_DICT)
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "--select '%s' names a %s, not a mapping", select,
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "--select '%s' names %s %s, not a mapping", select,
+                        strchr("aeiouAEIOU", ckpt_value_kind_name(v)[0]) ? "an" : "a",
                         ckpt_value_kind_name(v));
     path->len = depth;
     path->elems = elems;

@@ -2,6 +2,7 @@
  * that is the same for all: arguments, the plan or report, the write. */
 #include "rewrite.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -39,7 +40,30 @@ int rewrite_positional(rewrite *rw, int argc, char **argv)
 
 void rewrite_free(rewrite *rw)
 {
+    free(rw->pending);
+    rw->pending = NULL;
     cli_common_free(&rw->common);
+}
+
+/* Report lines wait for the write: a refusal or an I/O error must not be
+ * preceded by a summary of work that was never written. */
+static void report(rewrite *rw, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(rewrite *rw, const char *fmt, ...)
+{
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t len = strlen(line);
+    char *b = realloc(rw->pending, rw->npending + len + 1);
+    if (!b)
+        return;
+    memcpy(b + rw->npending, line, len + 1);
+    rw->pending = b;
+    rw->npending += len;
 }
 
 static const char *sd_name(const ckpt_path *p, char *buf, size_t cap)
@@ -72,7 +96,8 @@ static void on_state_dict(void *user, const ckpt_path *sd, size_t changed, size_
     if (rw->dry_run || rw->common.quiet || !changed)
         return;
     char buf[1024];
-    printf("state dict %s: %zu of %zu keys renamed\n", sd_name(sd, buf, sizeof(buf)), changed, keys);
+    report(rw, "state dict %s: %zu of %zu keys renamed\n", sd_name(sd, buf, sizeof(buf)), changed,
+           keys);
 }
 
 static void on_device(void *user, const char *old_tag, const char *new_tag, size_t storages)
@@ -84,7 +109,7 @@ static void on_device(void *user, const char *old_tag, const char *new_tag, size
     if (rw->dry_run)
         printf("%s -> %s (%zu storage%s)\n", old_tag, new_tag, storages, storages == 1 ? "" : "s");
     else
-        printf("storages: %zu of %zu remapped (%s -> %s)\n", storages, rw->storages, old_tag,
+        report(rw, "storages: %zu of %zu remapped (%s -> %s)\n", storages, rw->storages, old_tag,
                new_tag);
 }
 
@@ -106,8 +131,6 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
 {
     if (rw->dry_run)
         return CLI_EXIT_OK;
-    if (rw->changed == 0 && !rw->common.quiet)
-        cli_error(rw->cmd, rw->in, "%s; writing an unchanged copy", nothing_changed);
     progress_state ps = {.start = time(NULL)};
     ckpt_write_options wo = {.flags = rw->in_place ? CKPT_WRITE_IN_PLACE : 0};
     if (!rw->common.quiet && isatty(2)) {
@@ -123,7 +146,11 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
         cli_error(rw->cmd, about_out ? rw->out : rw->in, "%s", ckpt_file_error_message(f));
         return cli_exit_for(rc);
     }
+    if (rw->changed == 0 && !rw->common.quiet)
+        cli_error(rw->cmd, rw->in, "%s; wrote an unchanged copy", nothing_changed);
     if (!rw->common.quiet) {
+        if (rw->pending)
+            fputs(rw->pending, stdout);
         struct stat st;
         char size[32] = "?";
         if (stat(rw->out, &st) == 0)

@@ -14,6 +14,8 @@ typedef struct rewrite {
     size_t changed;      /* keys (or storages) that change */
     bool any_state_dict; /* at least one mapping was visited */
     size_t storages;     /* in IN, for remap's report */
+    char *pending;       /* report lines, printed once OUT is written */
+    size_t npending;
 } rewrite;
 
 enum {

@@ -316,3 +316,166 @@ json_true() {
         fail "${2:-$1}: false${_got:+ ($_got)}: $last_cmd"
     fi
 }
+
+# ---- rewriting commands (tests/cli/rewrite.sh, rewrite_hostile.sh) -----------
+
+# listing DIR: the names in DIR (dot files included), one a line, sorted.
+listing() {
+    (cd "$1" && ls -A)
+}
+
+# inspect_json FILE [OPTIONS...]: run `ckpt inspect --json OPTIONS FILE`;
+# the JSON checks (json_expect, json_true) then read its output.  A failure
+# to inspect is a failed check.
+inspect_json() {
+    _f=$1
+    shift
+    ckpt inspect --json "$@" "$_f"
+    if [ "$status" -ne 0 ]; then
+        fail "cannot inspect $_f (exit $status): $last_cmd"
+        show_output
+    fi
+}
+
+# expect_tensor_paths FILE JSON: the tensors of FILE, in order, have the
+# paths JSON (a list of paths, each a list of keys).
+# Example: expect_tensor_paths sd.pth '[["n.1.weight"], ["n.1.bias"]]'
+expect_tensor_paths() {
+    inspect_json "$1"
+    json_expect '[t["path"] for t in d["tensors"]]' "$2"
+}
+
+# expect_devices FILE JSON: the devices of FILE's tensors, in order.
+expect_devices() {
+    inspect_json "$1"
+    json_expect '[t["device"] for t in d["tensors"]]' "$2"
+}
+
+# same_data A B: the tensors of A and B hold the same elements (the crc32 of
+# `ckpt inspect --stats`), with the same dtypes, shapes and strides, in the
+# same order.
+same_data() {
+    inspect_json "$1" --stats
+    cp "$out" "$tmp/same_data.a"
+    inspect_json "$2" --stats
+    cp "$out" "$tmp/same_data.b"
+    if python3 - "$tmp/same_data.a" "$tmp/same_data.b" <<'PYEOF'
+import json, sys
+a, b = (json.load(open(f))["tensors"] for f in sys.argv[1:])
+f = lambda ts: [[t[k] for k in ("dtype", "shape", "stride", "crc32")] for t in ts]
+sys.exit(0 if f(a) == f(b) else 1)
+PYEOF
+    then
+        ok "$2 holds the same data as $1 (dtype, shape, stride, crc32 of every tensor)"
+    else
+        fail "$2 does not hold the same data as $1"
+    fi
+}
+
+# The reader behind the two checks below: loads data.pkl of a zip checkpoint
+# with Python's pickle, every global but collections.OrderedDict replaced by
+# an inert stand-in (nothing is imported or called), and prints
+# json.dumps(EXPR) where EXPR may use `root` (the unpickled root), `z` (the
+# zipfile.ZipFile), `prefix` (the archive folder) and `arg` (ARG).
+# Usage: pickle_eval FILE EXPR [ARG]
+pickle_eval() {
+    python3 - "$1" "$2" "${3-}" <<'PYEOF'
+import collections, io, json, pickle, sys, zipfile
+class Opaque:
+    def __init__(self, *a, **k): self.args = a
+    def __setstate__(self, state): self.state = state
+def stub(name):
+    if name.startswith("torch._utils._rebuild"):
+        return lambda *a: ("tensor", name) + a
+    return type(name, (Opaque,), {})
+class Reader(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        return stub(module + "." + name)
+    def persistent_load(self, pid):
+        return ("persistent_id", len(pid))
+z = zipfile.ZipFile(sys.argv[1])
+pkl = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
+prefix = pkl[:-len("/data.pkl")]
+root = Reader(io.BytesIO(z.read(pkl))).load()
+arg = sys.argv[3]
+print(json.dumps(eval(sys.argv[2])))
+PYEOF
+}
+
+# expect_metadata FILE SELECT JSON: the `_metadata` of the state dict at
+# SELECT ('' for the root, else keys joined by '/') of the zip checkpoint
+# FILE has the module paths JSON, in order.
+# Example: expect_metadata sd.pth '' '["", "n", "n.0", "n.1", "n.2", "n.3"]'
+expect_metadata() {
+    _sel=$2
+    _walk='list(getattr(__import__("functools").reduce(lambda m, k: m[k],
+        [k for k in arg.split("/") if k], root), "_metadata", {"(none)": 0}).keys())'
+    if _got=$(pickle_eval "$1" "$_walk" "$_sel" 2>&1) &&
+        python3 -c 'import json,sys; sys.exit(json.loads(sys.argv[1]) != json.loads(sys.argv[2]))' "$_got" "$3"; then
+        ok "_metadata of ${_sel:-the root} in $1: $3"
+    else
+        fail "_metadata of ${_sel:-the root} in $1 is $_got, expected $3"
+    fi
+}
+
+# expect_torch_zip FILE PREFIX: FILE is a zip in torch's layout: records
+# PREFIX/data.pkl, PREFIX/byteorder ("little"), PREFIX/data/0..N-1,
+# PREFIX/version ("3\n"), every one stored (not compressed), its data at a
+# multiple of 64 bytes, its CRC-32 right.
+expect_torch_zip() {
+    if _why=$(python3 - "$1" "$2" 2>&1 <<'PYEOF'
+import struct, sys, zipfile
+path, p = sys.argv[1:]
+z = zipfile.ZipFile(path)
+names = z.namelist()
+n = len([x for x in names if x.startswith(p + "/data/")])
+want = {p + "/data.pkl", p + "/byteorder", p + "/version"} | {"%s/data/%d" % (p, i) for i in range(n)}
+if set(names) != want or len(names) != len(want):
+    sys.exit("records %s" % names)
+raw = open(path, "rb").read()
+for i in z.infolist():
+    if i.compress_type != zipfile.ZIP_STORED:
+        sys.exit("%s is compressed" % i.filename)
+    nl, el = struct.unpack("<HH", raw[i.header_offset + 26:i.header_offset + 30])
+    if (i.header_offset + 30 + nl + el) % 64:
+        sys.exit("the data of %s is not 64-byte aligned" % i.filename)
+bad = z.testzip()
+if bad:
+    sys.exit("bad CRC in %s" % bad)
+if z.read(p + "/byteorder") != b"little" or z.read(p + "/version") != b"3\n":
+    sys.exit("byteorder %r, version %r" % (z.read(p + "/byteorder"), z.read(p + "/version")))
+PYEOF
+    ); then
+        ok "$1 is a zip in torch's layout (folder $2/, stored, 64-byte aligned, CRCs right)"
+    else
+        fail "$1 is not a zip in torch's layout: $_why"
+    fi
+}
+
+# expect_stdout_is TEXT: stdout is exactly TEXT (its lines, each ended by a
+# newline).
+expect_stdout_is() {
+    printf '%s\n' "$1" >"$tmp/expected_stdout"
+    if cmp -s "$tmp/expected_stdout" "$out"; then
+        ok "stdout is exactly: $(sed -n '1p' "$tmp/expected_stdout")$([ "$(wc -l <"$tmp/expected_stdout")" -gt 1 ] && printf ' ...')"
+    else
+        fail "stdout is not as expected: $last_cmd"
+        echo "   expected:"
+        sed 's/^/   | /' "$tmp/expected_stdout"
+        shown=no
+        show_output
+    fi
+}
+
+# expect_stdout_lines N: stdout has exactly N lines.
+expect_stdout_lines() {
+    _n=$(wc -l <"$out" | tr -d ' ')
+    if [ "$_n" -eq "$1" ]; then
+        ok "$1 line(s) on stdout"
+    else
+        fail "$_n lines on stdout, expected $1: $last_cmd"
+        show_output
+    fi
+}

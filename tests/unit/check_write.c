@@ -469,7 +469,7 @@ START_TEST(select_a_nested_mapping)
     ck_assert_int_eq(ckpt_file_rename_keys(f, r, "nope", 0, NULL), CKPT_ERR_FORMAT);
     ck_assert_msg_has(f, "there is no 'nope'");
     ck_assert_int_eq(ckpt_file_rename_keys(f, r, "epoch", 0, NULL), CKPT_ERR_FORMAT);
-    ck_assert_msg_has(f, "names a int, not a mapping");
+    ck_assert_msg_has(f, "names an int, not a mapping");
     ckpt_rename_free(r);
     const ckpt_value *msd = ckpt_value_dict_get(ckpt_file_root(f), "model_state_dict");
     ck_assert_str_eq(dict_key(msd, 0), "n.1.weight");
