@@ -348,6 +348,7 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
     f->file_size = (uint64_t)st.st_size;
     f->dev = st.st_dev;
     f->ino = st.st_ino;
+    f->mode = st.st_mode;
     uint8_t head[512];
     ssize_t got = pread(fd, head, sizeof(head), 0);
     if (got < 0) {

@@ -369,8 +369,10 @@ CKPT_API int ckpt_file_remap_devices(ckpt_file *f, const char *const *from, cons
                                      size_t nrules, unsigned flags,
                                      const ckpt_edit_report *report);
 
-/* 1 when TAG looks like a torch location tag: "cpu", "cuda", "cuda:1", ... */
+/* 1 when TAG is spelled like a torch location tag: "cpu", "cuda", "cuda:1" */
 CKPT_API int ckpt_device_valid(const char *tag);
+/* 1 when TAG's device type is one torch restores without a plug-in */
+CKPT_API int ckpt_device_known(const char *tag);
 
 /* ---- writing -------------------------------------------------------------- */
 

@@ -326,6 +326,7 @@ struct ckpt_file {
     int fd;         /* the input, open for data reads and copies */
     uint64_t file_size;
     uint64_t dev, ino; /* to refuse writing over the input */
+    uint32_t mode;     /* kept when the input is replaced */
 };
 
 /* Format readers fill f->root, f->storages and their data locations. */

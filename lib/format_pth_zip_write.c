@@ -329,6 +329,7 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
         return ckpt_err(&f->err, CKPT_ERR_USAGE,
                         "'%s' is the input file; use --in-place to replace it", path);
 
+    bool in_place = same_file(f, path);
     ckpt_pickle_out pk;
     CKPT_FORWARD(ckpt_pickle_write(f, f->root, &pk, &f->err));
     char *prefix = archive_prefix(path);
@@ -336,9 +337,15 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
     int rc = prefix ? ckpt_out_open(&out, path, &f->err)
                     : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
     if (rc == CKPT_OK) {
-        ckpt_zipw *w = ckpt_zipw_new(out.fd, &f->err);
-        rc = w ? write_records(f, w, prefix, &pk, opt) : CKPT_ERR_NOMEM;
-        ckpt_zipw_free(w);
+        /* replacing the input keeps its permissions, as sed -i does */
+        if (in_place && fchmod(out.fd, (mode_t)(f->mode & 07777)) != 0)
+            rc = ckpt_err(&f->err, CKPT_ERR_IO, "cannot set the mode of '%s': %s", path,
+                          strerror(errno));
+        if (rc == CKPT_OK) {
+            ckpt_zipw *w = ckpt_zipw_new(out.fd, &f->err);
+            rc = w ? write_records(f, w, prefix, &pk, opt) : CKPT_ERR_NOMEM;
+            ckpt_zipw_free(w);
+        }
         if (rc == CKPT_OK)
             rc = ckpt_out_commit(&out, &f->err);
         if (rc != CKPT_OK)

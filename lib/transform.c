@@ -182,8 +182,29 @@ CKPT_API int ckpt_rename_sed(ckpt_rename *r, const char *expr)
         free(repl);
         return CKPT_ERR_USAGE;
     }
-    /* check the replacement once, on an empty subject that may not match:
-     * unknown group numbers are found when it is applied */
+    /* every group the replacement names must exist, whether or not a key
+     * happens to match */
+    uint32_t groups = 0;
+    pcre2_pattern_info(code, PCRE2_INFO_CAPTURECOUNT, &groups);
+    for (const char *q = repl; *q; q++) {
+        if (*q != '$')
+            continue;
+        if (q[1] == '$') {
+            q++;
+            continue;
+        }
+        const char *d = q + 1 + (q[1] == '{');
+        if (*d < '0' || *d > '9')
+            continue;
+        unsigned long g = strtoul(d, NULL, 10);
+        if (g > groups) {
+            snprintf(r->error, sizeof(r->error),
+                     "'%s' refers to group %lu but the expression has %u", expr, g, groups);
+            free(repl);
+            pcre2_code_free(code);
+            return CKPT_ERR_USAGE;
+        }
+    }
     return add_rule(r, (rule){.kind = RULE_SED, .text = repl, .re = code, .global = global});
 }
 
@@ -472,6 +493,11 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
             rc = errbuf[0] ? ckpt_err(&f->err, CKPT_ERR_USAGE, "%s", errbuf)
                            : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
     }
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++)
+        if (m.new_keys[i] && !m.new_keys[i][0])
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                          "key '%s' would become empty in state dict %s; nothing was written",
+                          d->u.dict.keys.items[i]->u.s.s, sd_name);
     /* refuse a rename that makes two keys equal, naming both */
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         if (!m.new_keys[i])
@@ -602,20 +628,34 @@ CKPT_API int ckpt_file_rename_keys(ckpt_file *f, const ckpt_rename *r, const cha
 
 CKPT_API int ckpt_device_valid(const char *tag)
 {
-    if (!tag || !((*tag >= 'a' && *tag <= 'z') || (*tag >= 'A' && *tag <= 'Z') || *tag == '_'))
+    /* torch's tags: a lower-case device type, then ":N" optionally */
+    if (!tag || !((*tag >= 'a' && *tag <= 'z') || *tag == '_'))
         return 0;
     const char *p = tag;
-    while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-           *p == '_')
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')
         p++;
     if (*p == ':') {
         p++;
-        if (*p < '0' || *p > '9')
+        if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
             return 0;
         while (*p >= '0' && *p <= '9')
             p++;
     }
     return *p == '\0' && p - tag <= 64;
+}
+
+CKPT_API int ckpt_device_known(const char *tag)
+{
+    static const char *const types[] = {"cpu", "cuda", "mps", "meta", "hpu", "xpu", "mtia",
+                                        "xla", "ipu", "lazy", "hip", "ve", "vulkan", "ort",
+                                        "privateuseone", "maia", "fpga"};
+    if (!ckpt_device_valid(tag))
+        return 0;
+    size_t n = strcspn(tag, ":");
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (strlen(types[i]) == n && strncmp(tag, types[i], n) == 0)
+            return 1;
+    return 0;
 }
 
 static bool device_matches(const char *from, const char *tag)

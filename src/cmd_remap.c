@@ -91,6 +91,10 @@ static int run(void *st, rewrite *rw)
         return cli_usage_error(rw->cmd, "needs --to DEVICE or --map FROM=TO");
     if (rw->select)
         return cli_usage_error(rw->cmd, "--select does not apply: storages belong to the file");
+    for (size_t i = 0; i < s->n; i++)
+        if (!ckpt_device_known(s->to[i]) && !rw->common.quiet)
+            cli_error(rw->cmd, NULL, "note: torch knows no device type '%.*s' without a plug-in",
+                      (int)strcspn(s->to[i], ":"), s->to[i]);
     return rewrite_devices(rw, s->from, s->to, s->n);
 }
 

@@ -96,8 +96,8 @@ static void on_state_dict(void *user, const ckpt_path *sd, size_t changed, size_
     if (rw->dry_run || rw->common.quiet || !changed)
         return;
     char buf[1024];
-    report(rw, "state dict %s: %zu of %zu keys renamed\n", sd_name(sd, buf, sizeof(buf)), changed,
-           keys);
+    report(rw, "state dict %s: %zu of %zu key%s renamed\n", sd_name(sd, buf, sizeof(buf)), changed,
+           keys, keys == 1 ? "" : "s");
 }
 
 static void on_device(void *user, const char *old_tag, const char *new_tag, size_t storages)

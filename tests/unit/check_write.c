@@ -388,6 +388,10 @@ START_TEST(rules_sed)
     ck_assert_int_eq(ckpt_rename_sed(r, "s/(/b/"), CKPT_ERR_USAGE);
     ck_assert(strstr(ckpt_rename_error(r), "bad regular expression") != NULL);
     ck_assert_int_eq(ckpt_rename_sed(r, "s/a/b/q"), CKPT_ERR_USAGE);
+    /* a group the expression lacks is an error even when no key matches */
+    ck_assert_int_eq(ckpt_rename_sed(r, "s/zzz/\\2/"), CKPT_ERR_USAGE);
+    ck_assert(strstr(ckpt_rename_error(r), "refers to group 2") != NULL);
+    ck_assert_int_eq(ckpt_rename_sed(r, "s/(z)zz/${1}$$/"), CKPT_OK);
     ckpt_rename_free(r);
 }
 END_TEST
@@ -460,6 +464,17 @@ START_TEST(collision_refused_and_nothing_changes)
 }
 END_TEST
 
+START_TEST(empty_key_refused)
+{
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/mlp.pth")), CKPT_OK);
+    ckpt_rename *r = ckpt_rename_new();
+    ckpt_rename_sed(r, "s/^n\\.1\\.weight$//");
+    ck_assert_int_eq(ckpt_file_rename_keys(f, r, NULL, 0, NULL), CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, "would become empty");
+    ckpt_rename_free(r);
+}
+END_TEST
+
 START_TEST(select_a_nested_mapping)
 {
     ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/train_ckpt.pth")), CKPT_OK);
@@ -480,6 +495,8 @@ START_TEST(remap_rules)
 {
     ck_assert(ckpt_device_valid("cpu") && ckpt_device_valid("cuda:12") && ckpt_device_valid("cuda"));
     ck_assert(!ckpt_device_valid("cuda:") && !ckpt_device_valid("cuda:x") && !ckpt_device_valid(""));
+    ck_assert(!ckpt_device_valid("CPU") && !ckpt_device_valid("cuda:01"));
+    ck_assert(ckpt_device_known("mps") && !ckpt_device_known("foo:1"));
     ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/ae_model_parallel.pth")), CKPT_OK);
     const char *from[] = {"cuda:1", "cuda"}, *to[] = {"cpu", "cuda:3"};
     ck_assert_int_eq(ckpt_file_remap_devices(f, from, to, 2, 0, NULL), CKPT_OK);
@@ -543,6 +560,7 @@ static Suite *suite(void)
     tcase_add_test(e, strip_rewrites_keys_and_metadata);
     tcase_add_test(e, add_puts_a_new_root_entry_first);
     tcase_add_test(e, collision_refused_and_nothing_changes);
+    tcase_add_test(e, empty_key_refused);
     tcase_add_test(e, select_a_nested_mapping);
     tcase_add_test(e, remap_rules);
     tcase_add_test(e, write_refuses_input_and_stdout);
