@@ -200,6 +200,9 @@ static int emit_str(writer *w, const char *s, size_t n)
         return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "a string of %zu bytes", n);
     CKPT_FORWARD(op_le(w, 'X', n, 4));
     CKPT_FORWARD(put(w, s, n));
+    /* the memo keeps the text: S may be a caller's temporary buffer */
+    if (!(probe.s = ckpt_arena_strndup(&w->f->arena, s, n)))
+        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
     return memoize(w, &probe);
 }
 
