@@ -10,6 +10,7 @@
 #include "ckpt_private.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +296,11 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
                 break;
         }
         rc = ckpt_zipw_end(w, crc);
+        /* start writing back what is copied so far, so that the fsync that
+         * makes OUT durable has little left to wait for */
+        if (rc == CKPT_OK && s->nbytes >= (1u << 20))
+            sync_file_range(ckpt_zipw_fd(w), (off64_t)at, (off64_t)s->nbytes,
+                            SYNC_FILE_RANGE_WRITE);
         done += s->nbytes;
         if (opt && opt->progress)
             opt->progress(opt->user, done, total);
