@@ -342,6 +342,8 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
     ckpt_out out;
     int rc = prefix ? ckpt_out_open(&out, path, &f->err)
                     : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    if (rc != CKPT_OK && prefix)
+        ckpt_out_abort(&out); /* frees what a failed open allocated */
     if (rc == CKPT_OK) {
         /* replacing the input keeps its permissions, as sed -i does */
         if (in_place && fchmod(out.fd, (mode_t)(f->mode & 07777)) != 0)

@@ -34,6 +34,7 @@ static mode_t creation_mode(void)
     return 0666 & ~m;
 }
 
+/* On failure the caller still calls ckpt_out_abort() to free O. */
 int ckpt_out_open(ckpt_out *o, const char *path, ckpt_error *err)
 {
     memset(o, 0, sizeof(*o));
@@ -64,7 +65,6 @@ int ckpt_out_open(ckpt_out *o, const char *path, ckpt_error *err)
     }
     if (fchmod(o->fd, creation_mode()) != 0) {
         int e = errno;
-        ckpt_out_abort(o);
         return ckpt_err(err, CKPT_ERR_IO, "cannot set the mode of '%s': %s", path, strerror(e));
     }
     return CKPT_OK;
