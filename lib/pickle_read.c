@@ -125,6 +125,24 @@ static int take_line(vm *m, const char **line, size_t *n)
     return CKPT_OK;
 }
 
+/* A protocol-0 memo index: decimal digits up to '\n'. */
+static int take_index_line(vm *m, uint64_t *out)
+{
+    const char *line;
+    size_t n;
+    CKPT_FORWARD(take_line(m, &line, &n));
+    if (n == 0 || n > 10)
+        return fail(m, CKPT_ERR_FORMAT, "bad memo index");
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (line[i] < '0' || line[i] > '9')
+            return fail(m, CKPT_ERR_FORMAT, "bad memo index");
+        v = v * 10 + (uint64_t)(line[i] - '0');
+    }
+    *out = v;
+    return CKPT_OK;
+}
+
 /* ---- stack, marks, memo ---------------------------------------------------- */
 
 static int push(vm *m, ckpt_value *v)
@@ -1229,18 +1247,9 @@ static int step(vm *m, bool *stop)
         CKPT_FORWARD(pop(m, &a));
         return persistent(m, a);
 
-    case OP_PUT: {
-        CKPT_FORWARD(take_line(m, &line, &ll));
-        uint64_t idx = 0;
-        if (ll == 0 || ll > 10)
-            return fail(m, CKPT_ERR_FORMAT, "bad PUT index");
-        for (size_t i = 0; i < ll; i++) {
-            if (line[i] < '0' || line[i] > '9')
-                return fail(m, CKPT_ERR_FORMAT, "bad PUT index");
-            idx = idx * 10 + (uint64_t)(line[i] - '0');
-        }
-        return memo_put_top(m, idx);
-    }
+    case OP_PUT:
+        CKPT_FORWARD(take_index_line(m, &u));
+        return memo_put_top(m, u);
     case OP_BINPUT:
         CKPT_FORWARD(take_le(m, 1, &u));
         return memo_put_top(m, u);
@@ -1249,18 +1258,9 @@ static int step(vm *m, bool *stop)
         return memo_put_top(m, u);
     case OP_MEMOIZE:
         return memo_put_top(m, m->memo_count);
-    case OP_GET: {
-        CKPT_FORWARD(take_line(m, &line, &ll));
-        uint64_t idx = 0;
-        if (ll == 0 || ll > 10)
-            return fail(m, CKPT_ERR_FORMAT, "bad GET index");
-        for (size_t i = 0; i < ll; i++) {
-            if (line[i] < '0' || line[i] > '9')
-                return fail(m, CKPT_ERR_FORMAT, "bad GET index");
-            idx = idx * 10 + (uint64_t)(line[i] - '0');
-        }
-        return memo_get(m, idx);
-    }
+    case OP_GET:
+        CKPT_FORWARD(take_index_line(m, &u));
+        return memo_get(m, u);
     case OP_BINGET:
         CKPT_FORWARD(take_le(m, 1, &u));
         return memo_get(m, u);

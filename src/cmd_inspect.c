@@ -334,6 +334,24 @@ static const char *wrapper_note(const char *w)
     return "wrapper";
 }
 
+/* "by dtype: float32 397.5 KiB, int64 8 B" from a name -> bytes object */
+static void print_breakdown(const char *label, const cJSON *by)
+{
+    char b[32];
+    const char *sep = " ";
+    const cJSON *e;
+    printf("%s", label);
+    if (!cJSON_GetArraySize(by))
+        printf(" (none)");
+    cJSON_ArrayForEach(e, by)
+    {
+        printf("%s%s %s", sep, e->string,
+               cli_human_bytes(strtoull(e->valuestring, NULL, 10), b, sizeof(b)));
+        sep = ", ";
+    }
+    printf("\n");
+}
+
 static int print_text(inspect *in)
 {
     ckpt_file *f = in->f;
@@ -444,28 +462,8 @@ static int print_text(inspect *in)
     }
     printf("\ntotal: %zu tensors, %llu elements, %s\n", n, t.elements,
            cli_human_bytes(t.bytes, b1, sizeof(b1)));
-    cJSON *e;
-    printf("by dtype:");
-    const char *sep = " ";
-    if (!cJSON_GetArraySize(t.by_dtype))
-        printf(" (none)");
-    cJSON_ArrayForEach(e, t.by_dtype)
-    {
-        printf("%s%s %s", sep, e->string,
-               cli_human_bytes(strtoull(e->valuestring, NULL, 10), b1, sizeof(b1)));
-        sep = ", ";
-    }
-    printf("\nby device:");
-    sep = " ";
-    if (!cJSON_GetArraySize(t.by_device))
-        printf(" (none)");
-    cJSON_ArrayForEach(e, t.by_device)
-    {
-        printf("%s%s %s", sep, e->string,
-               cli_human_bytes(strtoull(e->valuestring, NULL, 10), b1, sizeof(b1)));
-        sep = ", ";
-    }
-    printf("\n");
+    print_breakdown("by dtype:", t.by_dtype);
+    print_breakdown("by device:", t.by_device);
     cJSON_Delete(t.by_dtype);
     cJSON_Delete(t.by_device);
     return CLI_EXIT_OK;
