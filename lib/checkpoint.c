@@ -34,7 +34,7 @@ CKPT_API ckpt_file *ckpt_file_new(void)
     if (!f)
         return NULL;
     f->magic = CKPT_FILE_MAGIC;
-    f->fd = -1;
+    f->main.fd = -1;
     ckpt_arena_init(&f->arena);
     memcpy(f->limits, default_limits, sizeof(f->limits));
     f->prefix = "";
@@ -45,9 +45,12 @@ CKPT_API void ckpt_file_free(ckpt_file *f)
 {
     if (!valid(f))
         return;
-    ckpt_zip_close(f->zip);
-    if (f->fd >= 0)
-        close(f->fd);
+    ckpt_source_close(&f->main);
+    for (size_t i = 0; i < f->nshards; i++) {
+        ckpt_source_close(f->shards[i]);
+        free(f->shards[i]);
+    }
+    free(f->shards);
     for (size_t i = 0; i < f->nallowed; i++)
         free(f->allowed[i]);
     free(f->allowed);
@@ -135,6 +138,8 @@ CKPT_API const char *ckpt_format_name(ckpt_format format)
     switch (format) {
     case CKPT_FORMAT_PTH_ZIP: return "pth-zip";
     case CKPT_FORMAT_PTH_LEGACY: return "pth-legacy";
+    case CKPT_FORMAT_SAFETENSORS: return "safetensors";
+    case CKPT_FORMAT_SHARDED: return "sharded";
     default: return "unknown";
     }
 }
@@ -252,6 +257,7 @@ ckpt_value *ckpt_file_persistent_load(void *user, ckpt_value *pid, uint64_t offs
     }
     char keybuf[32];
     const char *key;
+    char prefixed[600];
     if (a[2]->kind == CKPT_KIND_STR) {
         key = a[2]->u.s.s;
     } else if (a[2]->kind == CKPT_KIND_INT && !a[2]->u.i.big) {
@@ -260,6 +266,10 @@ ckpt_value *ckpt_file_persistent_load(void *user, ckpt_value *pid, uint64_t offs
     } else {
         ckpt_err(err, CKPT_ERR_FORMAT, "storage key is a %s", ckpt_kind_name((ckpt_kind)a[2]->kind));
         return NULL;
+    }
+    if (f->key_prefix) { /* shards each number their storages from "0" */
+        snprintf(prefixed, sizeof(prefixed), "%s%s", f->key_prefix, key);
+        key = prefixed;
     }
     if (a[3]->kind != CKPT_KIND_STR || a[3]->u.s.len == 0 || a[3]->u.s.len > 64) {
         ckpt_err(err, CKPT_ERR_FORMAT, "storage '%s' has no valid location tag", key);
@@ -289,6 +299,7 @@ ckpt_value *ckpt_file_persistent_load(void *user, ckpt_value *pid, uint64_t offs
             ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
             return NULL;
         }
+        s->src = f->cur_src;
         s->dtype = dt;
         s->type_name = type_name;
         s->numel = numel;
@@ -321,6 +332,15 @@ void ckpt_file_pickle_ctx(ckpt_file *f, ckpt_pickle_ctx *ctx, const char *name)
 
 /* ---- open ------------------------------------------------------------------------- */
 
+void ckpt_source_close(ckpt_source *src)
+{
+    ckpt_zip_close(src->zip);
+    src->zip = NULL;
+    if (src->fd >= 0)
+        close(src->fd);
+    src->fd = -1;
+}
+
 CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
 {
     if (!valid(f) || !path)
@@ -331,6 +351,8 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
     ckpt_err_clear(&f->err);
     if (!(f->path = strdup(path)))
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    f->main.path = f->path;
+    f->cur_src = &f->main;
 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -345,7 +367,7 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
         close(fd);
         return ckpt_err(&f->err, CKPT_ERR_IO, "is a directory");
     }
-    f->file_size = (uint64_t)st.st_size;
+    f->main.file_size = (uint64_t)st.st_size;
     f->dev = st.st_dev;
     f->ino = st.st_ino;
     f->mode = st.st_mode;
@@ -361,22 +383,22 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
         close(fd);
         rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "empty file");
     } else if (got >= 4 && memcmp(head, "PK\x03\x04", 4) == 0) {
-        f->fd = fd; /* kept: a rewrite copies stored records straight from it */
-        f->format = CKPT_FORMAT_PTH_ZIP;
+        f->main.fd = fd; /* kept: a rewrite copies stored records straight from it */
+        f->format = f->main.format = CKPT_FORMAT_PTH_ZIP;
         rc = ckpt_pth_zip_open(f);
     } else if (got >= 262 && memcmp(head + 257, "ustar", 5) == 0) {
         close(fd);
         rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
                       "the tar checkpoint format of torch before 0.4 is not supported");
     } else if (head[0] == 0x80) {
-        f->format = CKPT_FORMAT_PTH_LEGACY;
+        f->format = f->main.format = CKPT_FORMAT_PTH_LEGACY;
         void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
             int e = errno;
             close(fd);
             return ckpt_err(&f->err, CKPT_ERR_IO, "cannot map: %s", strerror(e));
         }
-        f->fd = fd;
+        f->main.fd = fd;
         rc = ckpt_pth_legacy_open(f, map, (size_t)st.st_size);
         munmap(map, (size_t)st.st_size);
     } else {

@@ -100,10 +100,12 @@ typedef struct ckpt_storage ckpt_storage;
 typedef enum ckpt_format {
     CKPT_FORMAT_UNKNOWN = 0,
     CKPT_FORMAT_PTH_ZIP,
-    CKPT_FORMAT_PTH_LEGACY
+    CKPT_FORMAT_PTH_LEGACY,
+    CKPT_FORMAT_SAFETENSORS,
+    CKPT_FORMAT_SHARDED /* a *.index.json naming shards in any of the formats above */
 } ckpt_format;
 
-/* "pth-zip", "pth-legacy" as in DESIGN.md's JSON. */
+/* "pth-zip", "pth-legacy", "safetensors", "sharded" as in DESIGN.md's JSON. */
 CKPT_API const char *ckpt_format_name(ckpt_format format);
 
 typedef enum ckpt_limit {

@@ -151,8 +151,18 @@ struct ckpt_tensor {
     ckpt_value *state;          /* BUILD on the tensor, or NULL */
 };
 
+/* A file that storages' bytes live in (one, or each shard of a sharded set). */
+typedef struct ckpt_source {
+    ckpt_format format; /* pth-zip, pth-legacy or safetensors */
+    int fd;
+    struct ckpt_zip *zip;
+    uint64_t file_size;
+    char *path;
+} ckpt_source;
+
 struct ckpt_storage {
     char *key;
+    const ckpt_source *src; /* where the bytes are */
     ckpt_dtype dtype;      /* from the storage type (v3: the tensor dtype) */
     const char *type_name; /* "FloatStorage" as in the file */
     int64_t numel;
@@ -322,12 +332,16 @@ struct ckpt_file {
 
     ckpt_walk_list tensors, state_dicts, objects;
 
-    ckpt_zip *zip;  /* pth-zip */
-    int fd;         /* the input, open for data reads and copies */
-    uint64_t file_size;
-    uint64_t dev, ino; /* to refuse writing over the input */
+    ckpt_source main;      /* the file opened (the first shard of a sharded set) */
+    ckpt_source **shards;  /* sharded: every shard, main excluded */
+    size_t nshards;
+    ckpt_source *cur_src;  /* the source whose pickle is being read */
+    const char *key_prefix;/* sharded: prefix making storage keys unique */
+    uint64_t dev, ino;     /* to refuse writing over the input */
     uint32_t mode;     /* kept when the input is replaced */
 };
+
+void ckpt_source_close(ckpt_source *src);
 
 /* Format readers fill f->root, f->storages and their data locations. */
 int ckpt_pth_zip_open(ckpt_file *f);

@@ -12,16 +12,16 @@ static int64_t find_record(ckpt_file *f, const char *name)
     char full[1024];
     if ((size_t)snprintf(full, sizeof(full), "%s/%s", f->prefix, name) >= sizeof(full))
         return -1;
-    return ckpt_zip_find(f->zip, full);
+    return ckpt_zip_find(f->cur_src->zip, full);
 }
 
 static int read_small(ckpt_file *f, int64_t i, char *buf, size_t cap)
 {
-    uint64_t size = ckpt_zip_size(f->zip, i);
+    uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
     if (size >= cap)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT, "record '%s' is %llu bytes, expected a few",
-                        ckpt_zip_name(f->zip, i), (unsigned long long)size);
-    CKPT_FORWARD(ckpt_zip_read(f->zip, i, 0, buf, (size_t)size, &f->err));
+                        ckpt_zip_name(f->cur_src->zip, i), (unsigned long long)size);
+    CKPT_FORWARD(ckpt_zip_read(f->cur_src->zip, i, 0, buf, (size_t)size, &f->err));
     buf[size] = '\0';
     return CKPT_OK;
 }
@@ -71,25 +71,25 @@ static int locate_storages(ckpt_file *f)
         int64_t i = find_record(f, name);
         CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "storage '%s' has no record '%s/%s'",
                        s->key, f->prefix, name);
-        uint64_t size = ckpt_zip_size(f->zip, i);
+        uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
         CKPT_RETURN_IF(size != s->nbytes, &f->err, CKPT_ERR_FORMAT,
                        "record '%s/%s' is %llu bytes but storage '%s' (%lld x %s) needs %llu",
                        f->prefix, name, (unsigned long long)size, s->key, (long long)s->numel,
                        ckpt_dtype_name(s->dtype), (unsigned long long)s->nbytes);
         s->zip_index = i;
-        s->crc32 = ckpt_zip_crc(f->zip, i);
+        s->crc32 = ckpt_zip_crc(f->cur_src->zip, i);
     }
     return CKPT_OK;
 }
 
 int ckpt_pth_zip_open(ckpt_file *f)
 {
-    CKPT_FORWARD(ckpt_zip_open(f->path, &f->zip, &f->err));
-    int64_t n = ckpt_zip_count(f->zip);
+    CKPT_FORWARD(ckpt_zip_open(f->cur_src->path, &f->cur_src->zip, &f->err));
+    int64_t n = ckpt_zip_count(f->cur_src->zip);
     CKPT_RETURN_IF(n <= 0, &f->err, CKPT_ERR_FORMAT, "zip archive has no records");
 
     /* prefix = the first entry's folder, as torch finds it */
-    const char *first = ckpt_zip_name(f->zip, 0);
+    const char *first = ckpt_zip_name(f->cur_src->zip, 0);
     const char *slash = strchr(first, '/');
     CKPT_RETURN_IF(!slash || slash == first, &f->err, CKPT_ERR_FORMAT,
                    "file in archive is not in a subdirectory: %s", first);
@@ -99,7 +99,7 @@ int ckpt_pth_zip_open(ckpt_file *f)
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
     size_t plen = (size_t)(slash - first);
     for (int64_t i = 0; i < n; i++) {
-        const char *name = ckpt_zip_name(f->zip, i);
+        const char *name = ckpt_zip_name(f->cur_src->zip, i);
         CKPT_RETURN_IF(strncmp(name, first, plen + 1) != 0, &f->err, CKPT_ERR_FORMAT,
                        "file in archive is not in a subdirectory %s/: %s", f->prefix, name);
         f->records[i] = name;
@@ -115,10 +115,10 @@ int ckpt_pth_zip_open(ckpt_file *f)
     CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", f->prefix);
     uint8_t *buf;
     size_t len;
-    CKPT_FORWARD(ckpt_zip_read_all(f->zip, pkl, f->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len,
+    CKPT_FORWARD(ckpt_zip_read_all(f->cur_src->zip, pkl, f->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len,
                                    &f->err));
     ckpt_pickle_ctx ctx;
-    ckpt_file_pickle_ctx(f, &ctx, ckpt_zip_name(f->zip, pkl));
+    ckpt_file_pickle_ctx(f, &ctx, ckpt_zip_name(f->cur_src->zip, pkl));
     int rc = ckpt_pickle_load(&ctx, buf, len, &f->root, NULL, &f->err);
     free(buf);
     CKPT_FORWARD(rc);

@@ -24,6 +24,7 @@
 /* One storage to copy: where its bytes are in the input. */
 typedef struct job {
     const ckpt_storage *s;
+    int fd;            /* the source file (shards differ) */
     bool raw;          /* bytes at in_off in the input file, uncompressed */
     uint64_t in_off;
     uint32_t crc;      /* computed by the CRC thread (raw jobs) */
@@ -31,7 +32,6 @@ typedef struct job {
 } job;
 
 typedef struct crc_pool {
-    int fd;
     job *jobs;
     size_t n, done;
     bool cancel;
@@ -76,7 +76,7 @@ static void *crc_thread(void *arg)
         if (!buf)
             st = CKPT_ERR_NOMEM;
         else if (j->raw)
-            st = crc_of_range(p->fd, j->in_off, j->s->nbytes, buf, &crc, &p->cancel);
+            st = crc_of_range(j->fd, j->in_off, j->s->nbytes, buf, &crc, &p->cancel);
         pthread_mutex_lock(&p->mu);
         j->crc = crc;
         j->status = st;
@@ -176,7 +176,7 @@ static int sink_write(void *user, const uint8_t *p, size_t n)
 static int copy_through_libzip(ckpt_file *f, const ckpt_storage *s, ckpt_zipw *w, uint32_t *crc)
 {
     sink_ctx c = {.w = w, .crc = (uint32_t)crc32(0L, Z_NULL, 0)};
-    int rc = ckpt_zip_stream(f->zip, s->zip_index, sink_write, &c, &f->err);
+    int rc = ckpt_zip_stream(s->src->zip, s->zip_index, sink_write, &c, &f->err);
     *crc = c.crc;
     return rc;
 }
@@ -234,20 +234,21 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         const ckpt_storage *s = f->storages[pk->order[i]];
         jobs[i].s = s;
+        jobs[i].fd = s->src->fd;
         total += s->nbytes;
-        if (f->format == CKPT_FORMAT_PTH_LEGACY) {
+        if (s->src->format != CKPT_FORMAT_PTH_ZIP) {
             jobs[i].raw = true;
             jobs[i].in_off = s->file_offset;
         } else {
-            int r = ckpt_zip_data_offset(f->zip, f->fd, f->file_size, s->zip_index, &jobs[i].in_off,
-                                         err);
+            int r = ckpt_zip_data_offset(s->src->zip, s->src->fd, s->src->file_size, s->zip_index,
+                                         &jobs[i].in_off, err);
             if (r == CKPT_OK)
                 jobs[i].raw = true;
             else if (r != CKPT_ERR_UNSUPPORTED)
                 rc = r;
         }
     }
-    crc_pool pool = {.fd = f->fd, .jobs = jobs, .n = n};
+    crc_pool pool = {.jobs = jobs, .n = n};
     pthread_t th;
     bool threaded = false;
     if (rc == CKPT_OK && n) {
@@ -266,7 +267,7 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
         if (rc)
             break;
         if (j->raw) {
-            rc = copy_range(f->fd, j->in_off, ckpt_zipw_fd(w), at, s->nbytes, err);
+            rc = copy_range(j->fd, j->in_off, ckpt_zipw_fd(w), at, s->nbytes, err);
             if (rc)
                 break;
             ckpt_zipw_advance(w, s->nbytes);
@@ -277,14 +278,14 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
                     rc = ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
                     break;
                 }
-                j->status = crc_of_range(f->fd, j->in_off, s->nbytes, inline_buf, &j->crc, NULL);
+                j->status = crc_of_range(j->fd, j->in_off, s->nbytes, inline_buf, &j->crc, NULL);
             }
             if (j->status) {
                 rc = ckpt_err(err, j->status, "cannot read storage '%s' of the input", s->key);
                 break;
             }
             crc = j->crc;
-            if (f->format == CKPT_FORMAT_PTH_ZIP && crc != s->crc32) {
+            if (s->src->format == CKPT_FORMAT_PTH_ZIP && crc != s->crc32) {
                 rc = ckpt_err(err, CKPT_ERR_FORMAT,
                               "record for storage '%s': CRC-32 mismatch (stored %08x, data %08x): "
                               "the input is corrupt", s->key, s->crc32, crc);

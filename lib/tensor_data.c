@@ -19,13 +19,13 @@ CKPT_API int ckpt_storage_read(ckpt_file *f, const ckpt_storage *s, uint64_t off
     ckpt_err_clear(&f->err);
     if (offset > s->nbytes || len > s->nbytes - offset)
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "read past the end of storage '%s'", s->key);
-    if (f->format == CKPT_FORMAT_PTH_ZIP)
-        return ckpt_zip_read(f->zip, s->zip_index, offset, buf, len, &f->err);
-    /* legacy: raw bytes at a known file offset */
+    if (s->src->format == CKPT_FORMAT_PTH_ZIP)
+        return ckpt_zip_read(s->src->zip, s->zip_index, offset, buf, len, &f->err);
+    /* legacy, safetensors: raw bytes at a known file offset */
     uint8_t *p = buf;
     uint64_t at = s->file_offset + offset;
     while (len) {
-        ssize_t got = pread(f->fd, p, len, (off_t)at);
+        ssize_t got = pread(s->src->fd, p, len, (off_t)at);
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0)
