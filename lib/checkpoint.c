@@ -180,7 +180,7 @@ ckpt_storage *ckpt_file_storage_find(ckpt_file *f, const char *key)
     return s;
 }
 
-static int storage_add(ckpt_file *f, ckpt_storage *s, ckpt_error *err)
+int ckpt_file_storage_add(ckpt_file *f, ckpt_storage *s, ckpt_error *err)
 {
     if (f->nstorages >= f->limits[CKPT_LIMIT_STORAGES])
         return ckpt_err(err, CKPT_ERR_LIMIT, "more than %llu storages",
@@ -300,12 +300,13 @@ ckpt_value *ckpt_file_persistent_load(void *user, ckpt_value *pid, uint64_t offs
             return NULL;
         }
         s->src = f->cur_src;
+        s->src_key = s->key + (f->key_prefix ? strlen(f->key_prefix) : 0);
         s->dtype = dt;
         s->type_name = type_name;
         s->numel = numel;
         s->nbytes = nbytes;
         s->zip_index = -1;
-        if (storage_add(f, s, err))
+        if (ckpt_file_storage_add(f, s, err))
             return NULL;
     }
     ckpt_value *v = ckpt_value_new(&f->arena, CKPT_KIND_STORAGE, offset);
@@ -339,6 +340,69 @@ void ckpt_source_close(ckpt_source *src)
     if (src->fd >= 0)
         close(src->fd);
     src->fd = -1;
+}
+
+ckpt_format ckpt_sniff_format(const uint8_t *head, size_t n, uint64_t file_size)
+{
+    if (n >= 4 && memcmp(head, "PK\x03\x04", 4) == 0)
+        return CKPT_FORMAT_PTH_ZIP;
+    if (n >= 9 && head[8] == '{') { /* safetensors: u64 header length, then JSON */
+        uint64_t len = 0;
+        for (int i = 7; i >= 0; i--)
+            len = (len << 8) | head[i];
+        if (len >= 2 && file_size >= 8 && len <= file_size - 8)
+            return CKPT_FORMAT_SAFETENSORS;
+    }
+    if (n >= 2 && head[0] == 0x80 && head[1] <= 5)
+        return CKPT_FORMAT_PTH_LEGACY;
+    return CKPT_FORMAT_UNKNOWN;
+}
+
+/* Read SRC (an open file of a known format) into *ROOT. */
+int ckpt_source_load(ckpt_file *f, ckpt_source *src, ckpt_value **root)
+{
+    ckpt_source *prev = f->cur_src;
+    f->cur_src = src;
+    int rc;
+    switch (src->format) {
+    case CKPT_FORMAT_PTH_ZIP:
+        rc = ckpt_pth_zip_open(f, root);
+        break;
+    case CKPT_FORMAT_SAFETENSORS:
+        rc = ckpt_safetensors_open(f, root);
+        break;
+    case CKPT_FORMAT_PTH_LEGACY: {
+        void *map = mmap(NULL, (size_t)src->file_size, PROT_READ, MAP_PRIVATE, src->fd, 0);
+        if (map == MAP_FAILED) {
+            rc = ckpt_err(&f->err, CKPT_ERR_IO, "cannot map '%s': %s", src->path, strerror(errno));
+            break;
+        }
+        rc = ckpt_pth_legacy_open(f, map, (size_t)src->file_size, root);
+        munmap(map, (size_t)src->file_size);
+        break;
+    }
+    default:
+        rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "'%s': unknown format", src->path);
+    }
+    f->cur_src = prev;
+    return rc;
+}
+
+/* A shard index: read its text and hand it to the sharded reader. */
+static int open_index(ckpt_file *f)
+{
+    uint64_t size = f->main.file_size;
+    if (size > (64u << 20))
+        return ckpt_err(&f->err, CKPT_ERR_LIMIT, "shard index of %llu bytes is over 64 MiB",
+                        (unsigned long long)size);
+    uint8_t *text = malloc((size_t)size + 1);
+    if (!text)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    ssize_t got = pread(f->main.fd, text, (size_t)size, 0);
+    int rc = got == (ssize_t)size ? ckpt_sharded_open(f, text, (size_t)size)
+                                  : ckpt_err(&f->err, CKPT_ERR_IO, "cannot read the shard index");
+    free(text);
+    return rc;
 }
 
 CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
@@ -379,32 +443,25 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
         return ckpt_err(&f->err, CKPT_ERR_IO, "cannot read: %s", strerror(e));
     }
     int rc;
+    f->main.fd = fd;
+    ckpt_format fmt = ckpt_sniff_format(head, (size_t)got, f->main.file_size);
+    size_t plen = strlen(path);
+    bool json = plen > 5 && strcmp(path + plen - 5, ".json") == 0;
     if (got == 0) {
-        close(fd);
         rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "empty file");
-    } else if (got >= 4 && memcmp(head, "PK\x03\x04", 4) == 0) {
-        f->main.fd = fd; /* kept: a rewrite copies stored records straight from it */
-        f->format = f->main.format = CKPT_FORMAT_PTH_ZIP;
-        rc = ckpt_pth_zip_open(f);
+    } else if (fmt == CKPT_FORMAT_UNKNOWN && json) {
+        f->format = CKPT_FORMAT_SHARDED;
+        rc = open_index(f);
     } else if (got >= 262 && memcmp(head + 257, "ustar", 5) == 0) {
-        close(fd);
         rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
                       "the tar checkpoint format of torch before 0.4 is not supported");
-    } else if (head[0] == 0x80) {
-        f->format = f->main.format = CKPT_FORMAT_PTH_LEGACY;
-        void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            return ckpt_err(&f->err, CKPT_ERR_IO, "cannot map: %s", strerror(e));
-        }
-        f->main.fd = fd;
-        rc = ckpt_pth_legacy_open(f, map, (size_t)st.st_size);
-        munmap(map, (size_t)st.st_size);
-    } else {
-        close(fd);
+    } else if (fmt == CKPT_FORMAT_UNKNOWN) {
         rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                      "not a PyTorch checkpoint (neither a zip archive nor a legacy pickle stream)");
+                      "not a PyTorch checkpoint (not a zip archive, a legacy pickle stream, "
+                      "safetensors or a shard index)");
+    } else {
+        f->format = f->main.format = fmt;
+        rc = ckpt_source_load(f, &f->main, &f->root);
     }
     if (rc == CKPT_OK)
         rc = ckpt_file_index(f);

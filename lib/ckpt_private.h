@@ -161,7 +161,8 @@ typedef struct ckpt_source {
 } ckpt_source;
 
 struct ckpt_storage {
-    char *key;
+    char *key;              /* unique in the file (shards: "shard:key") */
+    const char *src_key;    /* the key as its own file names it */
     const ckpt_source *src; /* where the bytes are */
     ckpt_dtype dtype;      /* from the storage type (v3: the tensor dtype) */
     const char *type_name; /* "FloatStorage" as in the file */
@@ -197,6 +198,17 @@ bool ckpt_globals_dangerous(const char *qualified_name);
 const char *ckpt_globals_py3_module(const char *module);
 /* "FloatStorage" (with or without "torch." / "torch.cuda.") -> dtype. */
 ckpt_dtype ckpt_storage_type_dtype(const char *qualified_name, const char **short_name);
+
+/* UTF-8 as Python's decoder with 'surrogatepass' accepts it. */
+bool ckpt_utf8_valid(const uint8_t *s, size_t n);
+
+/* A tensor value as torch.save would pickle it: _rebuild_tensor_v2 (or _v3
+ * for dtypes without a typed storage) over STORAGE. */
+ckpt_value *ckpt_tensor_value_new(ckpt_file *f, struct ckpt_storage *storage, ckpt_dtype dtype,
+                                  int ndim, const int64_t *shape, const int64_t *stride,
+                                  int64_t offset);
+/* "FloatStorage" for float32...; NULL for dtypes saved as UntypedStorage. */
+const char *ckpt_storage_type_name(ckpt_dtype dtype);
 
 /* ---- the pickle VM ---------------------------------------------------------- */
 
@@ -320,7 +332,8 @@ struct ckpt_file {
 
     char *path;
     ckpt_format format;
-    const char *prefix;
+    const char *prefix;     /* the main file's archive prefix */
+    const char *cur_prefix; /* the prefix of the zip being read */
     const char **records;
     size_t nrecords;
 
@@ -337,6 +350,7 @@ struct ckpt_file {
     size_t nshards;
     ckpt_source *cur_src;  /* the source whose pickle is being read */
     const char *key_prefix;/* sharded: prefix making storage keys unique */
+    ckpt_value *st_metadata; /* safetensors __metadata__ (a dict of str), or NULL */
     uint64_t dev, ino;     /* to refuse writing over the input */
     uint32_t mode;     /* kept when the input is replaced */
 };
@@ -344,8 +358,20 @@ struct ckpt_file {
 void ckpt_source_close(ckpt_source *src);
 
 /* Format readers fill f->root, f->storages and their data locations. */
-int ckpt_pth_zip_open(ckpt_file *f);
-int ckpt_pth_legacy_open(ckpt_file *f, const uint8_t *map, size_t size);
+int ckpt_pth_zip_open(ckpt_file *f, ckpt_value **root);
+int ckpt_pth_legacy_open(ckpt_file *f, const uint8_t *map, size_t size, ckpt_value **root);
+/* safetensors dtype names ("F32") and back; UNKNOWN / NULL if none. */
+ckpt_dtype ckpt_safetensors_dtype(const char *name);
+const char *ckpt_safetensors_dtype_name(ckpt_dtype dtype);
+/* safetensors at f->cur_src: an OrderedDict of tensors into *ROOT. */
+int ckpt_safetensors_open(ckpt_file *f, ckpt_value **root);
+/* a *.index.json at f->path naming shards. */
+int ckpt_sharded_open(ckpt_file *f, const uint8_t *text, size_t len);
+/* the type of a file from its first bytes: zip, legacy pickle or safetensors */
+ckpt_format ckpt_sniff_format(const uint8_t *head, size_t n, uint64_t file_size);
+/* Open SRC->path (format sniffed) and read its content into *ROOT with
+ * storages keyed under f->key_prefix. */
+int ckpt_source_load(ckpt_file *f, ckpt_source *src, ckpt_value **root);
 
 /* Shared by the format readers: the torch persistent id -> STORAGE value. */
 ckpt_value *ckpt_file_persistent_load(void *user, ckpt_value *pid, uint64_t offset,
@@ -353,6 +379,8 @@ ckpt_value *ckpt_file_persistent_load(void *user, ckpt_value *pid, uint64_t offs
 ckpt_global_class ckpt_file_classify_cb(void *user, const char *qualified_name);
 void ckpt_file_pickle_ctx(ckpt_file *f, ckpt_pickle_ctx *ctx, const char *name);
 
+/* Add S to the storage table (index, hash). */
+int ckpt_file_storage_add(ckpt_file *f, struct ckpt_storage *s, ckpt_error *err);
 /* The storage with KEY, or NULL. */
 struct ckpt_storage *ckpt_file_storage_find(ckpt_file *f, const char *key);
 

@@ -39,7 +39,7 @@ static int load_next(ckpt_file *f, const uint8_t *map, size_t size, size_t *pos,
     return CKPT_OK;
 }
 
-int ckpt_pth_legacy_open(ckpt_file *f, const uint8_t *map, size_t size)
+int ckpt_pth_legacy_open(ckpt_file *f, const uint8_t *map, size_t size, ckpt_value **root)
 {
     size_t pos = 0;
     ckpt_value *v;
@@ -60,20 +60,23 @@ int ckpt_pth_legacy_open(ckpt_file *f, const uint8_t *map, size_t size)
     CKPT_RETURN_IF(le && le->kind == CKPT_KIND_BOOL && !le->u.b, &f->err, CKPT_ERR_UNSUPPORTED,
                    "big-endian checkpoints are not supported");
 
-    CKPT_FORWARD(load_next(f, map, size, &pos, "main", &f->root));
+    size_t before = f->nstorages; /* this file's storages (a shard adds to others) */
+    CKPT_FORWARD(load_next(f, map, size, &pos, "main", root));
     ckpt_value *keys;
     CKPT_FORWARD(load_next(f, map, size, &pos, "storage key list", &keys));
     CKPT_RETURN_IF(keys->kind != CKPT_KIND_LIST && keys->kind != CKPT_KIND_TUPLE, &f->err,
                    CKPT_ERR_FORMAT, "storage key list is a %s", ckpt_kind_name((ckpt_kind)keys->kind));
-    CKPT_RETURN_IF(keys->u.seq.len != f->nstorages, &f->err, CKPT_ERR_FORMAT,
+    CKPT_RETURN_IF(keys->u.seq.len != f->nstorages - before, &f->err, CKPT_ERR_FORMAT,
                    "storage key list names %zu storages, the pickle %zu", keys->u.seq.len,
-                   f->nstorages);
+                   f->nstorages - before);
 
     for (size_t k = 0; k < keys->u.seq.len; k++) {
         ckpt_value *kv = keys->u.seq.items[k];
         CKPT_RETURN_IF(kv->kind != CKPT_KIND_STR, &f->err, CKPT_ERR_FORMAT,
                        "storage key list holds a %s", ckpt_kind_name((ckpt_kind)kv->kind));
-        ckpt_storage *s = ckpt_file_storage_find(f, kv->u.s.s);
+        char key[600];
+        snprintf(key, sizeof(key), "%s%s", f->key_prefix ? f->key_prefix : "", kv->u.s.s);
+        ckpt_storage *s = ckpt_file_storage_find(f, key);
         CKPT_RETURN_IF(!s, &f->err, CKPT_ERR_FORMAT, "storage key list names unknown storage '%s'",
                        kv->u.s.s);
         CKPT_RETURN_IF(s->zip_index == -2, &f->err, CKPT_ERR_FORMAT,

@@ -10,7 +10,7 @@
 static int64_t find_record(ckpt_file *f, const char *name)
 {
     char full[1024];
-    if ((size_t)snprintf(full, sizeof(full), "%s/%s", f->prefix, name) >= sizeof(full))
+    if ((size_t)snprintf(full, sizeof(full), "%s/%s", f->cur_prefix, name) >= sizeof(full))
         return -1;
     return ckpt_zip_find(f->cur_src->zip, full);
 }
@@ -31,7 +31,7 @@ static int check_version(ckpt_file *f)
     int64_t i = find_record(f, ".data/version");
     if (i < 0)
         i = find_record(f, "version");
-    CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/version' record", f->prefix);
+    CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/version' record", f->cur_prefix);
     char buf[64];
     CKPT_FORWARD(read_small(f, i, buf, sizeof(buf)));
     char *end;
@@ -65,16 +65,18 @@ static int locate_storages(ckpt_file *f)
 {
     for (size_t k = 0; k < f->nstorages; k++) {
         ckpt_storage *s = f->storages[k];
+        if (s->src != f->cur_src)
+            continue; /* another shard's */
         char name[600];
-        if ((size_t)snprintf(name, sizeof(name), "data/%s", s->key) >= sizeof(name))
+        if ((size_t)snprintf(name, sizeof(name), "data/%s", s->src_key) >= sizeof(name))
             return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage key too long");
         int64_t i = find_record(f, name);
         CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "storage '%s' has no record '%s/%s'",
-                       s->key, f->prefix, name);
+                       s->key, f->cur_prefix, name);
         uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
         CKPT_RETURN_IF(size != s->nbytes, &f->err, CKPT_ERR_FORMAT,
                        "record '%s/%s' is %llu bytes but storage '%s' (%lld x %s) needs %llu",
-                       f->prefix, name, (unsigned long long)size, s->key, (long long)s->numel,
+                       f->cur_prefix, name, (unsigned long long)size, s->key, (long long)s->numel,
                        ckpt_dtype_name(s->dtype), (unsigned long long)s->nbytes);
         s->zip_index = i;
         s->crc32 = ckpt_zip_crc(f->cur_src->zip, i);
@@ -82,7 +84,7 @@ static int locate_storages(ckpt_file *f)
     return CKPT_OK;
 }
 
-int ckpt_pth_zip_open(ckpt_file *f)
+int ckpt_pth_zip_open(ckpt_file *f, ckpt_value **root)
 {
     CKPT_FORWARD(ckpt_zip_open(f->cur_src->path, &f->cur_src->zip, &f->err));
     int64_t n = ckpt_zip_count(f->cur_src->zip);
@@ -93,18 +95,22 @@ int ckpt_pth_zip_open(ckpt_file *f)
     const char *slash = strchr(first, '/');
     CKPT_RETURN_IF(!slash || slash == first, &f->err, CKPT_ERR_FORMAT,
                    "file in archive is not in a subdirectory: %s", first);
-    f->prefix = ckpt_arena_strndup(&f->arena, first, (size_t)(slash - first));
-    f->records = ckpt_arena_alloc(&f->arena, (size_t)n * sizeof(char *));
-    if (!f->prefix || !f->records)
+    f->cur_prefix = ckpt_arena_strndup(&f->arena, first, (size_t)(slash - first));
+    const char **records = ckpt_arena_alloc(&f->arena, (size_t)n * sizeof(char *));
+    if (!f->cur_prefix || !records)
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
     size_t plen = (size_t)(slash - first);
     for (int64_t i = 0; i < n; i++) {
         const char *name = ckpt_zip_name(f->cur_src->zip, i);
         CKPT_RETURN_IF(strncmp(name, first, plen + 1) != 0, &f->err, CKPT_ERR_FORMAT,
-                       "file in archive is not in a subdirectory %s/: %s", f->prefix, name);
-        f->records[i] = name;
+                       "file in archive is not in a subdirectory %s/: %s", f->cur_prefix, name);
+        records[i] = name;
     }
-    f->nrecords = (size_t)n;
+    if (f->cur_src == &f->main) { /* what inspect lists */
+        f->prefix = f->cur_prefix;
+        f->records = records;
+        f->nrecords = (size_t)n;
+    }
 
     CKPT_RETURN_IF(find_record(f, "constants.pkl") >= 0, &f->err, CKPT_ERR_UNSUPPORTED,
                    "a TorchScript archive (torch.jit.save), not a torch.save checkpoint");
@@ -112,14 +118,14 @@ int ckpt_pth_zip_open(ckpt_file *f)
     CKPT_FORWARD(check_byteorder(f));
 
     int64_t pkl = find_record(f, "data.pkl");
-    CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", f->prefix);
+    CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", f->cur_prefix);
     uint8_t *buf;
     size_t len;
     CKPT_FORWARD(ckpt_zip_read_all(f->cur_src->zip, pkl, f->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len,
                                    &f->err));
     ckpt_pickle_ctx ctx;
     ckpt_file_pickle_ctx(f, &ctx, ckpt_zip_name(f->cur_src->zip, pkl));
-    int rc = ckpt_pickle_load(&ctx, buf, len, &f->root, NULL, &f->err);
+    int rc = ckpt_pickle_load(&ctx, buf, len, root, NULL, &f->err);
     free(buf);
     CKPT_FORWARD(rc);
     return locate_storages(f);

@@ -28,6 +28,15 @@ static const struct {
     {"UntypedStorage", CKPT_DTYPE_UINT8},
 };
 
+const char *ckpt_storage_type_name(ckpt_dtype dtype)
+{
+    /* the last entry, UntypedStorage, is no dtype's own type */
+    for (size_t i = 0; i + 1 < sizeof(storage_types) / sizeof(storage_types[0]); i++)
+        if (storage_types[i].dtype == dtype)
+            return storage_types[i].name;
+    return NULL;
+}
+
 ckpt_dtype ckpt_storage_type_dtype(const char *q, const char **short_name)
 {
     const char *n;

@@ -393,7 +393,7 @@ static int push_decimal(vm *m, const char *s, size_t n)
 }
 
 /* UTF-8 as Python's decoder with 'surrogatepass' accepts it. */
-static bool utf8_valid(const uint8_t *s, size_t n)
+bool ckpt_utf8_valid(const uint8_t *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -432,7 +432,7 @@ static bool utf8_valid(const uint8_t *s, size_t n)
 
 static int push_bytes(vm *m, ckpt_kind kind, const uint8_t *p, size_t n, uint8_t flags)
 {
-    if (kind == CKPT_KIND_STR && !utf8_valid(p, n))
+    if (kind == CKPT_KIND_STR && !ckpt_utf8_valid(p, n))
         return fail(m, CKPT_ERR_FORMAT, "string is not valid UTF-8");
     ckpt_value *v = node(m, kind);
     if (!v)

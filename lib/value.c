@@ -257,3 +257,79 @@ CKPT_API int64_t ckpt_storage_numel(const ckpt_storage *s) { return s->numel; }
 CKPT_API size_t ckpt_storage_nbytes(const ckpt_storage *s) { return (size_t)s->nbytes; }
 CKPT_API const char *ckpt_storage_device(const ckpt_storage *s) { return s->device; }
 CKPT_API size_t ckpt_storage_index(const ckpt_storage *s) { return s->index; }
+
+/* ---- building tensors that did not come from a pickle (safetensors) ---- */
+
+static ckpt_value *int_value(ckpt_arena *a, int64_t v)
+{
+    ckpt_value *x = ckpt_value_new(a, CKPT_KIND_INT, 0);
+    if (x)
+        x->u.i.v = v;
+    return x;
+}
+
+static ckpt_value *dims_tuple(ckpt_arena *a, int n, const int64_t *d)
+{
+    ckpt_value *t = ckpt_value_new(a, CKPT_KIND_TUPLE, 0);
+    for (int i = 0; t && i < n; i++) {
+        ckpt_value *x = int_value(a, d[i]);
+        if (!x || ckpt_vec_push(a, &t->u.seq, x))
+            return NULL;
+    }
+    return t;
+}
+
+ckpt_value *ckpt_tensor_value_new(ckpt_file *f, struct ckpt_storage *s, ckpt_dtype dtype, int ndim,
+                                  const int64_t *shape, const int64_t *stride, int64_t offset)
+{
+    ckpt_arena *a = &f->arena;
+    const char *type = ckpt_storage_type_name(dtype);
+    bool v3 = type == NULL; /* new dtypes: UntypedStorage + an explicit dtype */
+    ckpt_tensor *t = ckpt_arena_alloc(a, sizeof(*t));
+    ckpt_value *ref = ckpt_value_new(a, CKPT_KIND_STORAGE, 0);
+    ckpt_value *args = ckpt_value_new(a, CKPT_KIND_TUPLE, 0);
+    ckpt_value *hooks = ckpt_value_new(a, CKPT_KIND_DICT, 0);
+    ckpt_value *rg = ckpt_value_new(a, CKPT_KIND_BOOL, 0);
+    ckpt_value *v = ckpt_value_new(a, CKPT_KIND_TENSOR, 0);
+    ckpt_value *sh = dims_tuple(a, ndim, shape), *st = dims_tuple(a, ndim, stride);
+    ckpt_value *off = int_value(a, offset);
+    if (!t || !ref || !args || !hooks || !rg || !v || !sh || !st || !off)
+        return NULL;
+    t->shape = ckpt_arena_alloc(a, (size_t)(ndim + 1) * sizeof(int64_t));
+    t->stride = ckpt_arena_alloc(a, (size_t)(ndim + 1) * sizeof(int64_t));
+    if (!t->shape || !t->stride)
+        return NULL;
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        t->shape[d] = shape[d];
+        t->stride[d] = stride[d];
+        numel *= shape[d];
+    }
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->offset = offset;
+    t->numel = numel;
+    t->storage = s;
+    t->rebuild = v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2";
+    ref->u.st.ptr = s;
+    ref->u.st.dtype = v3 ? CKPT_DTYPE_UINT8 : dtype;
+    ref->u.st.type_name = v3 ? "UntypedStorage" : type;
+    hooks->flags |= CKPT_VF_ORDERED;
+    ckpt_value *items[] = {ref, off, sh, st, rg, hooks};
+    for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++)
+        if (ckpt_vec_push(a, &args->u.seq, items[i]))
+            return NULL;
+    if (v3) {
+        char name[64];
+        snprintf(name, sizeof(name), "torch.%s", ckpt_dtype_name(dtype));
+        ckpt_value *g = ckpt_value_new(a, CKPT_KIND_GLOBAL, 0);
+        if (!g || !(g->u.global.name = ckpt_arena_strndup(a, name, strlen(name))) ||
+            ckpt_vec_push(a, &args->u.seq, g))
+            return NULL;
+        g->u.global.modlen = 5;
+        g->u.global.cls = CKPT_GLOBAL_INTERPRETED;
+    }
+    t->rebuild_args = args;
+    v->u.tensor = t;
+    return v;
+}
