@@ -304,7 +304,8 @@ ckpt_value *ckpt_file_persistent_load(void *user, ckpt_value *pid, uint64_t offs
         s->dtype = dt;
         s->type_name = type_name;
         s->numel = numel;
-        s->nbytes = nbytes;
+        s->nbytes = s->src_nbytes = nbytes;
+        s->src_dtype = dt;
         s->zip_index = -1;
         if (ckpt_file_storage_add(f, s, err))
             return NULL;

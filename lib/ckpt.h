@@ -371,6 +371,19 @@ CKPT_API int ckpt_file_remap_devices(ckpt_file *f, const char *const *from, cons
                                      size_t nrules, unsigned flags,
                                      const ckpt_edit_report *report);
 
+/*
+ * Cast every floating storage (float64, float32, float16, bfloat16) to TO
+ * when the file is written, rounding as torch's .half() / .bfloat16() /
+ * .float() do; integer, bool and other storages keep their type.  The
+ * report's device callback gets "float32 -> float16 (N storages)".
+ */
+CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
+                            const ckpt_edit_report *report);
+
+/* Make the mapping at SELECT (keys joined by '/') the whole checkpoint: a
+ * write then holds only it (a state dict taken out of a training checkpoint). */
+CKPT_API int ckpt_file_select(ckpt_file *f, const char *select);
+
 /* 1 when TAG is spelled like a torch location tag: "cpu", "cuda", "cuda:1" */
 CKPT_API int ckpt_device_valid(const char *tag);
 /* 1 when TAG's device type is one torch restores without a plug-in */
@@ -379,11 +392,14 @@ CKPT_API int ckpt_device_known(const char *tag);
 /* ---- writing -------------------------------------------------------------- */
 
 enum {
-    CKPT_WRITE_IN_PLACE = 1 << 0 /* allow PATH to be the file that was opened */
+    CKPT_WRITE_IN_PLACE = 1 << 0, /* allow PATH to be the file that was opened */
+    CKPT_WRITE_NO_DEDUPE = 1 << 1 /* safetensors: write tied tensors once per name */
 };
 
 typedef struct ckpt_write_options {
     unsigned flags;
+    ckpt_format format;  /* CKPT_FORMAT_UNKNOWN (0): pth-zip; or PTH_LEGACY, SAFETENSORS */
+    const char *select;  /* safetensors: the mapping to write (keys joined by '/') */
     /* Called now and then with bytes of storage data copied so far. */
     void (*progress)(void *user, uint64_t done, uint64_t total);
     void *user;

@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "ckpt.h"
+#include "cast_private.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -164,7 +165,9 @@ struct ckpt_storage {
     char *key;              /* unique in the file (shards: "shard:key") */
     const char *src_key;    /* the key as its own file names it */
     const ckpt_source *src; /* where the bytes are */
-    ckpt_dtype dtype;      /* from the storage type (v3: the tensor dtype) */
+    ckpt_dtype dtype;      /* from the storage type (v3: the tensor dtype); after a cast, the new one */
+    ckpt_dtype src_dtype;  /* as stored in the source */
+    uint64_t src_nbytes;   /* as stored in the source */
     const char *type_name; /* "FloatStorage" as in the file */
     int64_t numel;
     uint64_t nbytes;
@@ -243,6 +246,9 @@ typedef struct ckpt_pickle_out {
 /* Protocol-2 pickle of ROOT; storages are renumbered in first-reference order. */
 int ckpt_pickle_write(ckpt_file *f, const ckpt_value *root, ckpt_pickle_out *out,
                       ckpt_error *err);
+/* LEGACY: persistent ids as the pre-1.6 format writes them. */
+int ckpt_pickle_write2(ckpt_file *f, const ckpt_value *root, bool legacy, ckpt_pickle_out *out,
+                       ckpt_error *err);
 void ckpt_pickle_out_free(ckpt_pickle_out *out);
 
 /* ---- containers -------------------------------------------------------------- */
@@ -293,6 +299,28 @@ void ckpt_zipw_advance(ckpt_zipw *w, uint64_t n);
 int ckpt_zipw_end(ckpt_zipw *w, uint32_t crc);
 /* Central directory and end records. */
 int ckpt_zipw_finish(ckpt_zipw *w);
+
+/* ---- moving storage bytes (format_pth_zip_write.c) --------------------------------- */
+
+/* Kernel-side copy of LEN bytes (copy_file_range), a bounded buffer where the
+ * kernel declines. */
+int ckpt_copy_range(int in, uint64_t in_off, int out, uint64_t out_off, uint64_t len,
+                    ckpt_error *err);
+/* Storage S's bytes as the output needs them (cast when S was cast), CRC-checked
+ * against the source where it has a CRC: into a malloc'd *BUF of S->nbytes. */
+int ckpt_storage_load(ckpt_file *f, const ckpt_storage *s, uint8_t **buf);
+
+/* pwrite all N bytes at OFF. */
+int ckpt_write_all(int fd, const void *buf, size_t n, uint64_t off, ckpt_error *err);
+/* CRC-32 of LEN bytes of FD at OFF (a bounded buffer). */
+int ckpt_crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc, ckpt_error *err);
+/* Copy the view's elements in C order from its storage's bytes SRC. */
+void ckpt_tensor_gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst);
+/* The mapping at SELECT ("a/b/0"); errors name what is missing. */
+int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, ckpt_path *path);
+/* Format bodies of ckpt_file_write, writing to the open OUT. */
+int ckpt_safetensors_write(ckpt_file *f, int out, const ckpt_write_options *opt);
+int ckpt_pth_legacy_write(ckpt_file *f, int out, const ckpt_write_options *opt);
 
 /* ---- atomic output (output_file.c) ------------------------------------------------ */
 
@@ -386,6 +414,8 @@ struct ckpt_storage *ckpt_file_storage_find(ckpt_file *f, const char *key);
 
 /* After parsing: index tensors, state dicts and objects (and check depth). */
 int ckpt_file_index(ckpt_file *f);
+/* Index again after f->root changed from OLD_ROOT. */
+int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root);
 
 /* Convert IEEE half / bfloat16 bits to float exactly. */
 float ckpt_half_to_float(uint16_t h);

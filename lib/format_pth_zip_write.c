@@ -99,9 +99,35 @@ static void crc_wait(crc_pool *p, size_t i)
     pthread_mutex_unlock(&p->mu);
 }
 
+int ckpt_write_all(int fd, const void *buf, size_t n, uint64_t off, ckpt_error *err)
+{
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t k = pwrite(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return ckpt_err(err, CKPT_ERR_IO, "cannot write: %s", strerror(errno));
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return CKPT_OK;
+}
+
+int ckpt_crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc, ckpt_error *err)
+{
+    uint8_t *buf = malloc(BUF_SIZE);
+    if (!buf)
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = crc_of_range(fd, off, len, buf, crc, NULL);
+    free(buf);
+    return rc ? ckpt_err(err, rc, "cannot read the input") : CKPT_OK;
+}
+
 /* Kernel-side copy of LEN bytes; a bounded buffer where the kernel declines. */
-static int copy_range(int in, uint64_t in_off, int out, uint64_t out_off, uint64_t len,
-                      ckpt_error *err)
+int ckpt_copy_range(int in, uint64_t in_off, int out, uint64_t out_off, uint64_t len,
+                    ckpt_error *err)
 {
     bool kernel = true;
     uint8_t *buf = NULL;
@@ -236,7 +262,9 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
         jobs[i].s = s;
         jobs[i].fd = s->src->fd;
         total += s->nbytes;
-        if (s->src->format != CKPT_FORMAT_PTH_ZIP) {
+        if (s->src_dtype != s->dtype) {
+            jobs[i].raw = false; /* cast: through a buffer */
+        } else if (s->src->format != CKPT_FORMAT_PTH_ZIP) {
             jobs[i].raw = true;
             jobs[i].in_off = s->file_offset;
         } else {
@@ -267,7 +295,7 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
         if (rc)
             break;
         if (j->raw) {
-            rc = copy_range(j->fd, j->in_off, ckpt_zipw_fd(w), at, s->nbytes, err);
+            rc = ckpt_copy_range(j->fd, j->in_off, ckpt_zipw_fd(w), at, s->nbytes, err);
             if (rc)
                 break;
             ckpt_zipw_advance(w, s->nbytes);
@@ -291,6 +319,16 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
                               "the input is corrupt", s->key, s->crc32, crc);
                 break;
             }
+        } else if (s->src_dtype != s->dtype) {
+            uint8_t *buf;
+            rc = ckpt_storage_load(f, s, &buf);
+            if (rc == CKPT_OK) {
+                crc = crc_update((uint32_t)crc32(0L, Z_NULL, 0), buf, (size_t)s->nbytes);
+                rc = ckpt_zipw_write(w, buf, (size_t)s->nbytes);
+                free(buf);
+            }
+            if (rc)
+                break;
         } else {
             rc = copy_through_libzip(f, s, w, &crc);
             if (rc)
@@ -337,8 +375,6 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
                         "'%s' is the input file; use --in-place to replace it", path);
 
     bool in_place = same_file(f, path);
-    ckpt_pickle_out pk;
-    CKPT_FORWARD(ckpt_pickle_write(f, f->root, &pk, &f->err));
     char *prefix = archive_prefix(path);
     ckpt_out out;
     int rc = prefix ? ckpt_out_open(&out, path, &f->err)
@@ -350,10 +386,19 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
         if (in_place && fchmod(out.fd, (mode_t)(f->mode & 07777)) != 0)
             rc = ckpt_err(&f->err, CKPT_ERR_IO, "cannot set the mode of '%s': %s", path,
                           strerror(errno));
-        if (rc == CKPT_OK) {
-            ckpt_zipw *w = ckpt_zipw_new(out.fd, &f->err);
-            rc = w ? write_records(f, w, prefix, &pk, opt) : CKPT_ERR_NOMEM;
+        ckpt_format fmt = opt ? opt->format : CKPT_FORMAT_UNKNOWN;
+        if (rc == CKPT_OK && fmt == CKPT_FORMAT_SAFETENSORS) {
+            rc = ckpt_safetensors_write(f, out.fd, opt);
+        } else if (rc == CKPT_OK && fmt == CKPT_FORMAT_PTH_LEGACY) {
+            rc = ckpt_pth_legacy_write(f, out.fd, opt);
+        } else if (rc == CKPT_OK) {
+            ckpt_pickle_out pk;
+            rc = ckpt_pickle_write(f, f->root, &pk, &f->err);
+            ckpt_zipw *w = rc ? NULL : ckpt_zipw_new(out.fd, &f->err);
+            if (rc == CKPT_OK)
+                rc = w ? write_records(f, w, prefix, &pk, opt) : CKPT_ERR_NOMEM;
             ckpt_zipw_free(w);
+            ckpt_pickle_out_free(&pk);
         }
         if (rc == CKPT_OK)
             rc = ckpt_out_commit(&out, &f->err);
@@ -361,6 +406,5 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
             ckpt_out_abort(&out);
     }
     free(prefix);
-    ckpt_pickle_out_free(&pk);
     return rc;
 }

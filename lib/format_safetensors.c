@@ -27,7 +27,7 @@ static const struct {
     {"U8", CKPT_DTYPE_UINT8},      {"BOOL", CKPT_DTYPE_BOOL},
     {"U16", CKPT_DTYPE_UINT16},    {"U32", CKPT_DTYPE_UINT32},
     {"U64", CKPT_DTYPE_UINT64},    {"F8_E5M2", CKPT_DTYPE_FLOAT8_E5M2},
-    {"F8_E4M3", CKPT_DTYPE_FLOAT8_E4M3FN}, {"C64", CKPT_DTYPE_COMPLEX64},
+    {"F8_E4M3", CKPT_DTYPE_FLOAT8_E4M3FN},
 };
 
 ckpt_dtype ckpt_safetensors_dtype(const char *name)
@@ -324,6 +324,8 @@ int ckpt_safetensors_open(ckpt_file *f, ckpt_value **root_out)
         s->numel = (int64_t)(s->nbytes / ckpt_dtype_size(e->dtype));
         s->zip_index = -1;
         s->file_offset = data_start + e->begin;
+        s->src_dtype = s->dtype;
+        s->src_nbytes = s->nbytes;
         if ((rc = ckpt_file_storage_add(f, s, &f->err)))
             goto out;
         int64_t stride[MAX_NDIM];

@@ -179,6 +179,47 @@ static int walk(walker *w, ckpt_value *v, size_t level, bool on_path)
     return rc;
 }
 
+/* Undo the marks of an earlier walk: marked nodes are exactly the ones it
+ * reached, so following marks terminates. */
+static void unmark(ckpt_value *v)
+{
+    if (!v || !(v->flags & CKPT_VF_VISITED))
+        return;
+    v->flags &= (uint8_t)~CKPT_VF_VISITED;
+    switch (v->kind) {
+    case CKPT_KIND_DICT:
+        for (size_t i = 0; i < v->u.dict.vals.len; i++)
+            unmark(v->u.dict.vals.items[i]);
+        unmark(v->u.dict.state);
+        break;
+    case CKPT_KIND_LIST:
+    case CKPT_KIND_TUPLE:
+    case CKPT_KIND_SET:
+    case CKPT_KIND_FROZENSET:
+        for (size_t i = 0; i < v->u.seq.len; i++)
+            unmark(v->u.seq.items[i]);
+        break;
+    case CKPT_KIND_OBJECT:
+        unmark(v->u.obj.args);
+        unmark(v->u.obj.kwargs);
+        unmark(v->u.obj.state);
+        for (size_t i = 0; i < v->u.obj.listitems.len; i++)
+            unmark(v->u.obj.listitems.items[i]);
+        for (size_t i = 0; i < v->u.obj.dictvals.len; i++)
+            unmark(v->u.obj.dictvals.items[i]);
+        break;
+    default:
+        break;
+    }
+}
+
+int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root)
+{
+    unmark(old_root);
+    f->tensors.len = f->state_dicts.len = f->objects.len = 0;
+    return ckpt_file_index(f);
+}
+
 int ckpt_file_index(ckpt_file *f)
 {
     walker w = {.f = f};

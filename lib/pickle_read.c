@@ -755,7 +755,7 @@ static int rebuild_tensor(vm *m, const char *fn, ckpt_value *args)
     if (v3 && s->dtype == CKPT_DTYPE_UINT8 && t->dtype != CKPT_DTYPE_UINT8 &&
         strcmp(a[0]->u.st.type_name, "UntypedStorage") == 0 && s->nbytes % es == 0) {
         /* a byte storage read as another dtype: describe it in that dtype */
-        s->dtype = t->dtype;
+        s->dtype = s->src_dtype = t->dtype;
         s->numel = (int64_t)(s->nbytes / es);
     }
     ckpt_value *v = node(m, CKPT_KIND_TENSOR);

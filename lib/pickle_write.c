@@ -30,6 +30,7 @@ typedef struct writer {
     size_t memo_cap, memo_count;
     uint32_t next_index;
     int64_t *new_key; /* per input storage: output key number, or -1 */
+    bool legacy;      /* pre-1.6 persistent ids: a sixth item, None */
 } writer;
 
 /* ---- output buffer ---- */
@@ -379,13 +380,18 @@ static int emit_storage(writer *w, const ckpt_value *ref)
     }
     char key[32];
     snprintf(key, sizeof(key), "%lld", (long long)*nk);
-    size_t es = ckpt_dtype_size(ref->u.st.dtype);
+    /* a cast storage takes its new type; otherwise the reference's own */
+    bool cast = s->dtype != s->src_dtype;
+    const char *type = cast ? s->type_name : ref->u.st.type_name;
+    size_t es = ckpt_dtype_size(cast ? s->dtype : ref->u.st.dtype);
     CKPT_FORWARD(op(w, '('));
     CKPT_FORWARD(emit_cstr(w, "storage"));
-    CKPT_FORWARD(emit_global2(w, "torch", 5, ref->u.st.type_name));
+    CKPT_FORWARD(emit_global2(w, "torch", 5, type));
     CKPT_FORWARD(emit_cstr(w, key));
     CKPT_FORWARD(emit_cstr(w, s->device));
     CKPT_FORWARD(emit_int64(w, (int64_t)(s->nbytes / (es ? es : 1))));
+    if (w->legacy)
+        CKPT_FORWARD(op(w, 'N')); /* view_metadata, always None */
     CKPT_FORWARD(op(w, 't'));
     memo_entry k = node_key(ref); /* the id tuple, as Python memoizes it */
     CKPT_FORWARD(memoize(w, &k));
@@ -526,8 +532,14 @@ static int emit_value(writer *w, const ckpt_value *v)
 
 int ckpt_pickle_write(ckpt_file *f, const ckpt_value *root, ckpt_pickle_out *out, ckpt_error *err)
 {
+    return ckpt_pickle_write2(f, root, false, out, err);
+}
+
+int ckpt_pickle_write2(ckpt_file *f, const ckpt_value *root, bool legacy, ckpt_pickle_out *out,
+                       ckpt_error *err)
+{
     memset(out, 0, sizeof(*out));
-    writer w = {.f = f, .err = err, .out = out};
+    writer w = {.f = f, .err = err, .out = out, .legacy = legacy};
     size_t ns = f->nstorages;
     w.new_key = malloc((ns ? ns : 1) * sizeof(*w.new_key));
     out->order = malloc((ns ? ns : 1) * sizeof(*out->order));

@@ -17,7 +17,7 @@ CKPT_API int ckpt_storage_read(ckpt_file *f, const ckpt_storage *s, uint64_t off
     if (!f || f->magic != CKPT_FILE_MAGIC || !s || (!buf && len))
         return CKPT_ERR_USAGE;
     ckpt_err_clear(&f->err);
-    if (offset > s->nbytes || len > s->nbytes - offset)
+    if (offset > s->src_nbytes || len > s->src_nbytes - offset)
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "read past the end of storage '%s'", s->key);
     if (s->src->format == CKPT_FORMAT_PTH_ZIP)
         return ckpt_zip_read(s->src->zip, s->zip_index, offset, buf, len, &f->err);
@@ -41,7 +41,7 @@ CKPT_API int ckpt_storage_read(ckpt_file *f, const ckpt_storage *s, uint64_t off
 }
 
 /* Copy the view's elements in C order from the storage bytes SRC. */
-static void gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst)
+void ckpt_tensor_gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst)
 {
     size_t es = ckpt_dtype_size(t->dtype);
     if (t->numel == 0)
@@ -86,12 +86,9 @@ static int tensor_bytes(ckpt_file *f, const ckpt_tensor *t, const uint8_t **byte
 {
     const ckpt_storage *s = t->storage;
     *own1 = *own2 = NULL;
-    uint8_t *all = malloc(s->nbytes ? (size_t)s->nbytes : 1);
-    if (!all)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory for storage '%s' (%llu bytes)",
-                        s->key, (unsigned long long)s->nbytes);
+    uint8_t *all;
+    CKPT_FORWARD(ckpt_storage_load(f, s, &all));
     *own1 = all;
-    CKPT_FORWARD(ckpt_storage_read(f, s, 0, all, (size_t)s->nbytes));
     size_t es = ckpt_dtype_size(t->dtype);
     if (ckpt_tensor_is_contiguous(t)) {
         *bytes = all + (t->numel ? (size_t)t->offset * es : 0);
@@ -102,7 +99,7 @@ static int tensor_bytes(ckpt_file *f, const ckpt_tensor *t, const uint8_t **byte
     if (!g)
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory for a %zu-byte tensor", n);
     *own2 = g;
-    gather(t, all, g);
+    ckpt_tensor_gather(t, all, g);
     *bytes = g;
     return CKPT_OK;
 }
@@ -301,5 +298,32 @@ CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t, ckpt_
     }
     free(own1);
     free(own2);
+    return CKPT_OK;
+}
+
+int ckpt_storage_load(ckpt_file *f, const ckpt_storage *s, uint8_t **out)
+{
+    *out = NULL;
+    uint8_t *raw = malloc(s->src_nbytes ? (size_t)s->src_nbytes : 1);
+    if (!raw)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory for storage '%s' (%llu bytes)",
+                        s->key, (unsigned long long)s->src_nbytes);
+    int rc = ckpt_storage_read(f, s, 0, raw, (size_t)s->src_nbytes);
+    if (rc) {
+        free(raw);
+        return rc;
+    }
+    if (s->src_dtype == s->dtype) {
+        *out = raw;
+        return CKPT_OK;
+    }
+    uint8_t *cast = malloc(s->nbytes ? (size_t)s->nbytes : 1);
+    if (!cast) {
+        free(raw);
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory for storage '%s'", s->key);
+    }
+    ckpt_cast(s->src_dtype, raw, s->dtype, cast, (size_t)s->numel);
+    free(raw);
+    *out = cast;
     return CKPT_OK;
 }

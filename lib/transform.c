@@ -538,7 +538,7 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
 }
 
 /* The mapping at "a/b/0": dict keys (strings, else ints), list indices. */
-static int find_selected(ckpt_file *f, const char *select, ckpt_value **out, ckpt_path *path)
+int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, ckpt_path *path)
 {
     ckpt_value *v = f->root;
     char *copy = strdup(select);
@@ -608,7 +608,7 @@ CKPT_API int ckpt_file_rename_keys(ckpt_file *f, const ckpt_rename *r, const cha
     if (select && *select) {
         ckpt_value *d = NULL;
         ckpt_path path = {0};
-        CKPT_FORWARD(find_selected(f, select, &d, &path));
+        CKPT_FORWARD(ckpt_file_find_mapping(f, select, &d, &path));
         return rename_mapping(f, d, &path, r, flags, report);
     }
     /* Check every state dict before changing any, so that a collision in
@@ -720,4 +720,58 @@ CKPT_API int ckpt_file_remap_devices(ckpt_file *f, const char *const *from, cons
     free(news);
     free(counts);
     return rc;
+}
+
+/* ---- dtype casts ---- */
+
+CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
+                            const ckpt_edit_report *report)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    if (!ckpt_cast_supported(CKPT_DTYPE_FLOAT32, to))
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "cannot cast to %s (float16, bfloat16, float32 or "
+                                                 "float64)", ckpt_dtype_name(to));
+    /* count per source dtype, for the report */
+    size_t counts[CKPT_DTYPE_COUNT_] = {0};
+    for (size_t i = 0; i < f->nstorages; i++) {
+        ckpt_storage *s = f->storages[i];
+        if (s->dtype != to && ckpt_cast_supported(s->dtype, to))
+            counts[s->dtype]++;
+    }
+    if (report && report->device) /* reuses the "old -> new (N storages)" form */
+        for (int d = 0; d < CKPT_DTYPE_COUNT_; d++)
+            if (counts[d])
+                report->device(report->user, ckpt_dtype_name((ckpt_dtype)d), ckpt_dtype_name(to),
+                               counts[d]);
+    if (flags & CKPT_EDIT_DRY_RUN)
+        return CKPT_OK;
+    for (size_t i = 0; i < f->nstorages; i++) {
+        ckpt_storage *s = f->storages[i];
+        if (s->dtype == to || !ckpt_cast_supported(s->dtype, to))
+            continue; /* integers, bool, complex and the rest keep their type */
+        s->dtype = to;
+        s->type_name = ckpt_storage_type_name(to);
+        s->nbytes = (uint64_t)s->numel * ckpt_dtype_size(to);
+    }
+    for (size_t i = 0; i < f->tensors.len; i++) {
+        ckpt_tensor *t = (ckpt_tensor *)f->tensors.items[i].value->u.tensor;
+        if (t->storage->dtype != t->storage->src_dtype)
+            t->dtype = t->storage->dtype;
+    }
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_file_select(ckpt_file *f, const char *select)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !f->root || !select)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    ckpt_value *v;
+    ckpt_path p;
+    CKPT_FORWARD(ckpt_file_find_mapping(f, select, &v, &p));
+    ckpt_value *old = f->root;
+    f->root = v;
+    return ckpt_file_reindex(f, old);
 }

@@ -78,5 +78,7 @@ int cmd_add_module(int argc, char **argv);
 int cmd_unwrap(int argc, char **argv);
 int cmd_rename(int argc, char **argv);
 int cmd_remap(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
 
 #endif

@@ -132,7 +132,8 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
     if (rw->dry_run)
         return CLI_EXIT_OK;
     progress_state ps = {.start = time(NULL)};
-    ckpt_write_options wo = {.flags = rw->in_place ? CKPT_WRITE_IN_PLACE : 0};
+    ckpt_write_options wo = {.flags = (rw->in_place ? CKPT_WRITE_IN_PLACE : 0) | rw->write_flags,
+                             .format = rw->out_format};
     if (!rw->common.quiet && isatty(2)) {
         wo.progress = on_progress;
         wo.user = &ps;
@@ -155,8 +156,18 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
         char size[32] = "?";
         if (stat(rw->out, &st) == 0)
             cli_human_bytes((unsigned long long)st.st_size, size, sizeof(size));
-        printf("wrote %s: pth-zip, %zu tensors, %zu storages, %s\n", rw->out,
-               ckpt_file_tensor_count(f), ckpt_file_storage_count(f), size);
+        /* storages the written tensors use (--select may leave some out) */
+        size_t ns = ckpt_file_storage_count(f), used = 0;
+        bool *seen = calloc(ns ? ns : 1, 1);
+        for (size_t i = 0; seen && i < ckpt_file_tensor_count(f); i++) {
+            size_t k = ckpt_storage_index(ckpt_tensor_storage(ckpt_file_tensor(f, i, NULL)));
+            used += !seen[k];
+            seen[k] = true;
+        }
+        free(seen);
+        printf("wrote %s: %s, %zu tensors, %zu storages, %s\n", rw->out,
+               ckpt_format_name(rw->out_format ? rw->out_format : CKPT_FORMAT_PTH_ZIP),
+               ckpt_file_tensor_count(f), used, size);
     }
     return CLI_EXIT_OK;
 }
@@ -179,6 +190,41 @@ int rewrite_keys(rewrite *rw, const ckpt_rename *rules)
         rc = CLI_EXIT_BAD_INPUT;
     } else {
         rc = finish(rw, f, "no key changed");
+    }
+    ckpt_file_free(f);
+    return rc;
+}
+
+static void on_cast(void *user, const char *from, const char *to, size_t storages)
+{
+    rewrite *rw = user;
+    rw->changed += storages;
+    if (rw->common.quiet)
+        return;
+    if (rw->dry_run)
+        printf("%s -> %s (%zu storage%s)\n", from, to, storages, storages == 1 ? "" : "s");
+    else
+        report(rw, "cast: %zu storage%s %s -> %s\n", storages, storages == 1 ? "" : "s", from, to);
+}
+
+int rewrite_convert(rewrite *rw, ckpt_dtype dtype)
+{
+    ckpt_file *f;
+    int rc = cli_open(rw->cmd, rw->in, &rw->common, &f);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    ckpt_edit_report rep = {.device = on_cast, .user = rw};
+    int st = CKPT_OK;
+    if (rw->select)
+        st = ckpt_file_select(f, rw->select);
+    if (st == CKPT_OK && dtype)
+        st = ckpt_file_cast(f, dtype, rw->dry_run ? CKPT_EDIT_DRY_RUN : 0, &rep);
+    if (st != CKPT_OK) {
+        cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
+        rc = cli_exit_for(st);
+    } else {
+        rw->changed += 1; /* a conversion always writes something new */
+        rc = finish(rw, f, "nothing to convert");
     }
     ckpt_file_free(f);
     return rc;

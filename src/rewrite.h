@@ -14,6 +14,8 @@ typedef struct rewrite {
     size_t changed;      /* keys (or storages) that change */
     bool any_state_dict; /* at least one mapping was visited */
     size_t storages;     /* in IN, for remap's report */
+    ckpt_format out_format; /* what to write (0: pth-zip) */
+    unsigned write_flags;   /* CKPT_WRITE_NO_DEDUPE */
     char *pending;       /* report lines, printed once OUT is written */
     size_t npending;
 } rewrite;
@@ -39,6 +41,10 @@ int rewrite_keys(rewrite *rw, const ckpt_rename *rules);
 /* Open IN, remap storage devices, write OUT (or print the plan). */
 int rewrite_devices(rewrite *rw, const char *const *from, const char *const *to, size_t n);
 void rewrite_free(rewrite *rw);
+
+/* Open IN, take --select as the whole file, cast to DTYPE (0: keep), and
+ * write OUT in rw->out_format. */
+int rewrite_convert(rewrite *rw, ckpt_dtype dtype);
 
 /* A rewriting command: its usage text, its own options, and what it does. */
 typedef struct rewrite_command {

@@ -1,0 +1,276 @@
+/*
+ * format_safetensors_write.c - write one state dict as safetensors: the
+ * 8-byte header length, the JSON header (padded with spaces to a multiple
+ * of 8, __metadata__ {"format": "pt"}), then each tensor's elements packed
+ * in C order.  Views are gathered, casts applied, tied tensors written once
+ * (the other names go to __metadata__ "ckpt.tied").
+ */
+#include "ckpt_private.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+typedef struct st_entry {
+    const char *name;
+    const ckpt_tensor *t;
+    uint64_t begin, end;
+    int alias_of; /* index of the entry holding the bytes, or -1 */
+} st_entry;
+
+static bool same_view(const ckpt_tensor *a, const ckpt_tensor *b)
+{
+    if (a == b)
+        return true;
+    if (a->storage != b->storage || a->offset != b->offset || a->ndim != b->ndim ||
+        a->dtype != b->dtype)
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->stride[d] != b->stride[d])
+            return false;
+    return true;
+}
+
+static bool is_scalar(const ckpt_value *v)
+{
+    return v->kind == CKPT_KIND_INT || v->kind == CKPT_KIND_FLOAT || v->kind == CKPT_KIND_STR ||
+           v->kind == CKPT_KIND_BOOL;
+}
+
+/* The mapping to write: --select, the root when it is a state dict, or the
+ * one state dict of the file. */
+static int pick_mapping(ckpt_file *f, const char *select, const ckpt_value **out)
+{
+    if (select && *select) {
+        ckpt_value *v;
+        ckpt_path p;
+        CKPT_FORWARD(ckpt_file_find_mapping(f, select, &v, &p));
+        *out = v;
+        return CKPT_OK;
+    }
+    if (f->root->kind == CKPT_KIND_DICT) {
+        bool all = f->root->u.dict.keys.len > 0;
+        for (size_t i = 0; i < f->root->u.dict.keys.len && all; i++)
+            all = f->root->u.dict.vals.items[i]->kind == CKPT_KIND_TENSOR;
+        if (all) {
+            *out = f->root;
+            return CKPT_OK;
+        }
+    }
+    if (f->state_dicts.len == 1) {
+        *out = f->state_dicts.items[0].value;
+        return CKPT_OK;
+    }
+    char names[300] = "";
+    for (size_t i = 0; i < f->state_dicts.len && strlen(names) < 200; i++) {
+        char p[128];
+        ckpt_path_format(&f->state_dicts.items[i].path, p, sizeof(p));
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s'%s'", i ? ", " : "",
+                 f->state_dicts.items[i].path.len ? p : "(root)");
+    }
+    return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                    "safetensors holds tensors only and this file holds more (epoch, optimizer "
+                    "state, ...); name the state dict to write with --select (state dicts: %s)",
+                    f->state_dicts.len ? names : "none");
+}
+
+static cJSON *json_u64(uint64_t v)
+{
+    char b[32];
+    snprintf(b, sizeof(b), "%llu", (unsigned long long)v);
+    return cJSON_CreateRaw(b);
+}
+
+/* The bytes of T in C order and its output dtype: a slice of its storage
+ * when it is contiguous, else gathered.  *OWN is what to free. */
+static int tensor_out_bytes(ckpt_file *f, const ckpt_tensor *t, const uint8_t **bytes, uint8_t **own,
+                            uint8_t **own2)
+{
+    *own = *own2 = NULL;
+    uint8_t *all;
+    CKPT_FORWARD(ckpt_storage_load(f, t->storage, &all));
+    *own = all;
+    ckpt_tensor view = *t;
+    view.dtype = t->storage->dtype; /* after a cast, the storage's new type */
+    size_t es = ckpt_dtype_size(view.dtype);
+    if (ckpt_tensor_is_contiguous(&view)) {
+        *bytes = all + (view.numel ? (size_t)view.offset * es : 0);
+        return CKPT_OK;
+    }
+    size_t n = (size_t)view.numel * es;
+    uint8_t *g = malloc(n ? n : 1);
+    if (!g)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    *own2 = g;
+    ckpt_tensor_gather(&view, all, g);
+    *bytes = g;
+    return CKPT_OK;
+}
+
+/* A whole, uncast, uncompressed storage goes straight from file to file. */
+static int copy_whole(ckpt_file *f, const ckpt_tensor *t, int out, uint64_t at, bool *done)
+{
+    const ckpt_storage *s = t->storage;
+    *done = false;
+    uint64_t in_off;
+    if (s->dtype != s->src_dtype || t->offset != 0 || !ckpt_tensor_is_contiguous(t) ||
+        ckpt_tensor_nbytes(t) != s->nbytes || s->nbytes == 0)
+        return CKPT_OK;
+    if (s->src->format == CKPT_FORMAT_PTH_ZIP) {
+        if (ckpt_zip_data_offset(s->src->zip, s->src->fd, s->src->file_size, s->zip_index, &in_off,
+                                 &f->err) != CKPT_OK) {
+            ckpt_err_clear(&f->err);
+            return CKPT_OK; /* deflated: the buffered path inflates it */
+        }
+        /* the input's CRC, checked before its bytes are trusted */
+        uint32_t crc;
+        CKPT_FORWARD(ckpt_crc_range(s->src->fd, in_off, s->nbytes, &crc, &f->err));
+        if (crc != s->crc32)
+            return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                            "record for storage '%s': CRC-32 mismatch (stored %08x, data %08x): "
+                            "the input is corrupt", s->key, s->crc32, crc);
+    } else {
+        in_off = s->file_offset;
+    }
+    CKPT_FORWARD(ckpt_copy_range(s->src->fd, in_off, out, at, s->nbytes, &f->err));
+    *done = true;
+    return CKPT_OK;
+}
+
+int ckpt_safetensors_write(ckpt_file *f, int out, const ckpt_write_options *opt)
+{
+    const ckpt_value *sd = NULL;
+    CKPT_FORWARD(pick_mapping(f, opt ? opt->select : NULL, &sd));
+    size_t n = sd->u.dict.keys.len;
+    char bad[300] = "";
+    size_t nbad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_value *k = sd->u.dict.keys.items[i], *v = sd->u.dict.vals.items[i];
+        if (k->kind != CKPT_KIND_STR || v->kind != CKPT_KIND_TENSOR) {
+            if (nbad++ < 5)
+                snprintf(bad + strlen(bad), sizeof(bad) - strlen(bad), "%s'%s'", nbad > 1 ? ", " : "",
+                         k->kind == CKPT_KIND_STR ? k->u.s.s : "(a non-string key)");
+        }
+    }
+    if (nbad)
+        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                        "safetensors holds tensors only: %zu entr%s of the mapping %s not (%s%s)",
+                        nbad, nbad == 1 ? "y" : "ies", nbad == 1 ? "is" : "are", bad,
+                        nbad > 5 ? ", ..." : "");
+    bool dedupe = !(opt && (opt->flags & CKPT_WRITE_NO_DEDUPE));
+    st_entry *e = calloc(n ? n : 1, sizeof(*e));
+    if (!e)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    cJSON *hdr = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(hdr, "__metadata__"),
+          *tied = cJSON_CreateObject();
+    cJSON_AddStringToObject(md, "format", "pt");
+    /* what a training checkpoint keeps beside the state dict, as text */
+    if (sd != f->root && f->root->kind == CKPT_KIND_DICT)
+        for (size_t i = 0; i < f->root->u.dict.keys.len; i++) {
+            const ckpt_value *k = f->root->u.dict.keys.items[i], *v = f->root->u.dict.vals.items[i];
+            char text[64];
+            if (k->kind != CKPT_KIND_STR || !is_scalar(v) || strcmp(k->u.s.s, "format") == 0)
+                continue;
+            if (v->kind == CKPT_KIND_STR) {
+                cJSON_AddStringToObject(md, k->u.s.s, v->u.s.s);
+                continue;
+            }
+            if (v->kind == CKPT_KIND_INT && v->u.i.big)
+                continue;
+            if (v->kind == CKPT_KIND_INT)
+                snprintf(text, sizeof(text), "%lld", (long long)v->u.i.v);
+            else if (v->kind == CKPT_KIND_FLOAT)
+                snprintf(text, sizeof(text), "%.17g", v->u.f);
+            else
+                snprintf(text, sizeof(text), "%s", v->u.b ? "True" : "False");
+            cJSON_AddStringToObject(md, k->u.s.s, text);
+        }
+    if (f->st_metadata) /* a safetensors input's own metadata carries over */
+        for (size_t i = 0; i < f->st_metadata->u.dict.keys.len; i++) {
+            const char *k = f->st_metadata->u.dict.keys.items[i]->u.s.s;
+            if (strcmp(k, "format") && strcmp(k, "ckpt.tied") && !cJSON_GetObjectItem(md, k))
+                cJSON_AddStringToObject(md, k, f->st_metadata->u.dict.vals.items[i]->u.s.s);
+        }
+    uint64_t at = 0;
+    size_t ntied = 0;
+    for (size_t i = 0; i < n; i++) {
+        e[i].name = sd->u.dict.keys.items[i]->u.s.s;
+        e[i].t = sd->u.dict.vals.items[i]->u.tensor;
+        e[i].alias_of = -1;
+        for (size_t j = 0; dedupe && j < i && e[i].alias_of < 0; j++)
+            if (e[j].alias_of < 0 && same_view(e[i].t, e[j].t))
+                e[i].alias_of = (int)j;
+        if (e[i].alias_of >= 0) {
+            cJSON_AddStringToObject(tied, e[i].name, e[e[i].alias_of].name);
+            ntied++;
+            continue;
+        }
+        const ckpt_tensor *t = e[i].t;
+        ckpt_dtype dt = t->storage->dtype;
+        const char *name = ckpt_safetensors_dtype_name(dt);
+        if (!name) {
+            cJSON_Delete(hdr);
+            cJSON_Delete(tied);
+            free(e);
+            return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "safetensors has no dtype for %s ('%s')",
+                            ckpt_dtype_name(dt), e[i].name);
+        }
+        uint64_t nb = (uint64_t)t->numel * ckpt_dtype_size(dt);
+        e[i].begin = at;
+        e[i].end = at + nb;
+        at += nb;
+        cJSON *je = cJSON_AddObjectToObject(hdr, e[i].name);
+        cJSON_AddStringToObject(je, "dtype", name);
+        cJSON *sh = cJSON_AddArrayToObject(je, "shape");
+        for (int d = 0; d < t->ndim; d++)
+            cJSON_AddItemToArray(sh, json_u64((uint64_t)t->shape[d]));
+        cJSON *off = cJSON_AddArrayToObject(je, "data_offsets");
+        cJSON_AddItemToArray(off, json_u64(e[i].begin));
+        cJSON_AddItemToArray(off, json_u64(e[i].end));
+    }
+    if (ntied) {
+        char *t = cJSON_PrintUnformatted(tied);
+        if (t)
+            cJSON_AddStringToObject(md, "ckpt.tied", t);
+        free(t);
+    }
+    cJSON_Delete(tied);
+    char *text = cJSON_PrintUnformatted(hdr);
+    cJSON_Delete(hdr);
+    if (!text) {
+        free(e);
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    size_t hn = strlen(text), padded = (hn + 7) & ~(size_t)7; /* data starts 8-aligned */
+    uint8_t *head = malloc(8 + padded);
+    int rc = head ? CKPT_OK : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    if (rc == CKPT_OK) {
+        for (int i = 0; i < 8; i++)
+            head[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+        memcpy(head + 8, text, hn);
+        memset(head + 8 + hn, ' ', padded - hn);
+        rc = ckpt_write_all(out, head, 8 + padded, 0, &f->err);
+    }
+    free(head);
+    free(text);
+    uint64_t base = 8 + padded;
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        if (e[i].alias_of >= 0 || e[i].end == e[i].begin)
+            continue;
+        bool done;
+        rc = copy_whole(f, e[i].t, out, base + e[i].begin, &done);
+        if (rc || done)
+            continue;
+        const uint8_t *bytes = NULL;
+        uint8_t *own, *own2;
+        rc = tensor_out_bytes(f, e[i].t, &bytes, &own, &own2);
+        if (rc == CKPT_OK)
+            rc = ckpt_write_all(out, bytes, (size_t)(e[i].end - e[i].begin), base + e[i].begin,
+                                &f->err);
+        free(own);
+        free(own2);
+    }
+    free(e);
+    return rc;
+}

@@ -1,0 +1,93 @@
+/* cmd_convert.c - ckpt convert: between pth-zip, pth-legacy and safetensors,
+ * optionally casting floating tensors. */
+#include "rewrite.h"
+
+#include <string.h>
+
+static const char usage[] =
+    "usage: ckpt convert [--to pth|pth-legacy|safetensors] [--dtype float16|bfloat16|float32]\n"
+    "                    [--select PATH] [--no-dedupe] [--in-place] IN OUT\n"
+    "\n"
+    "Write IN (pth-zip, pth-legacy, safetensors, or a sharded *.index.json) to OUT\n"
+    "in another format, without Python and without running its pickle.  The\n"
+    "format is --to, else .safetensors for an OUT ending so, else pth-zip.\n"
+    "\n"
+    "  --to FORMAT     pth (torch >= 1.6 zip), pth-legacy (pre-1.6), safetensors\n"
+    "  --dtype T       cast float64/32/16/bfloat16 tensors to T, rounding as torch's\n"
+    "                  .half()/.bfloat16()/.float() do; integers and bool untouched\n"
+    "  --select PATH   write only the mapping at PATH (keys joined by '/'), e.g.\n"
+    "                  model_state_dict of a training checkpoint; safetensors holds\n"
+    "                  tensors only, so a file with more than one state dict needs it\n"
+    "  --no-dedupe     safetensors: write tied tensors once per name (by default once,\n"
+    "                  with the other names in __metadata__ \"ckpt.tied\")\n"
+    "  --dry-run       say what would be cast; write nothing\n"
+    "  --in-place      allow OUT to be IN (replaced atomically)\n"
+    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
+    "                  as for every command (ckpt --help)\n";
+
+enum { OPT_TO = CLI_OPT_FIRST_COMMAND_OPTION, OPT_DTYPE, OPT_NO_DEDUPE };
+
+typedef struct state {
+    ckpt_format to;
+    ckpt_dtype dtype;
+    bool no_dedupe;
+} state;
+
+static int option(void *st, int opt, const char *arg)
+{
+    state *s = st;
+    switch (opt) {
+    case OPT_TO:
+        if (strcmp(arg, "pth") == 0 || strcmp(arg, "pth-zip") == 0)
+            s->to = CKPT_FORMAT_PTH_ZIP;
+        else if (strcmp(arg, "pth-legacy") == 0)
+            s->to = CKPT_FORMAT_PTH_LEGACY;
+        else if (strcmp(arg, "safetensors") == 0)
+            s->to = CKPT_FORMAT_SAFETENSORS;
+        else {
+            cli_usage_error("convert", "--to: '%s' is not pth, pth-legacy or safetensors", arg);
+            return -1;
+        }
+        return 1;
+    case OPT_DTYPE:
+        s->dtype = ckpt_dtype_from_name(arg);
+        if (s->dtype != CKPT_DTYPE_FLOAT16 && s->dtype != CKPT_DTYPE_BFLOAT16 &&
+            s->dtype != CKPT_DTYPE_FLOAT32 && s->dtype != CKPT_DTYPE_FLOAT64) {
+            cli_usage_error("convert", "--dtype: '%s' is not float16, bfloat16, float32 or float64",
+                            arg);
+            return -1;
+        }
+        return 1;
+    case OPT_NO_DEDUPE:
+        s->no_dedupe = true;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int run(void *st, rewrite *rw)
+{
+    state *s = st;
+    ckpt_format to = s->to;
+    size_t n = strlen(rw->out);
+    if (!to)
+        to = n > 12 && strcmp(rw->out + n - 12, ".safetensors") == 0 ? CKPT_FORMAT_SAFETENSORS
+                                                                      : CKPT_FORMAT_PTH_ZIP;
+    rw->out_format = to;
+    rw->write_flags = s->no_dedupe ? CKPT_WRITE_NO_DEDUPE : 0;
+    return rewrite_convert(rw, s->dtype);
+}
+
+int cmd_convert(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"to", required_argument, NULL, OPT_TO},
+        {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"no-dedupe", no_argument, NULL, OPT_NO_DEDUPE},
+        {NULL, 0, NULL, 0},
+    };
+    state st = {0};
+    rewrite_command c = {"convert", usage, ":", options, option, run, &st};
+    return rewrite_main(argc, argv, &c);
+}
