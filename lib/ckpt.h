@@ -400,6 +400,9 @@ typedef struct ckpt_write_options {
     unsigned flags;
     ckpt_format format;  /* CKPT_FORMAT_UNKNOWN (0): pth-zip; or PTH_LEGACY, SAFETENSORS */
     const char *select;  /* safetensors: the mapping to write (keys joined by '/') */
+    uint64_t shard_size; /* > 0: write PATH (NAME.index.json) and shards of at most this
+                            many bytes (a bigger tensor has a shard to itself); a PATH
+                            ending in .index.json without it keeps the input's shards */
     /* Called now and then with bytes of storage data copied so far. */
     void (*progress)(void *user, uint64_t done, uint64_t total);
     void *user;

@@ -318,6 +318,13 @@ int ckpt_crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc, ckpt_error
 void ckpt_tensor_gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst);
 /* The mapping at SELECT ("a/b/0"); errors name what is missing. */
 int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, ckpt_path *path);
+/* One file (not a sharded set), atomically, checks done. */
+int ckpt_file_write_one(ckpt_file *f, const char *path, const ckpt_write_options *opt);
+/* PATH.index.json and its shards. */
+int ckpt_sharded_write(ckpt_file *f, const char *path, const ckpt_write_options *opt);
+/* The mapping a tensors-only format writes: SELECT, the root when it is all
+ * tensors, or the file's one state dict. */
+int ckpt_pick_state_dict(ckpt_file *f, const char *select, const ckpt_value **out);
 /* Format bodies of ckpt_file_write, writing to the open OUT. */
 int ckpt_safetensors_write(ckpt_file *f, int out, const ckpt_write_options *opt);
 int ckpt_pth_legacy_write(ckpt_file *f, int out, const ckpt_write_options *opt);

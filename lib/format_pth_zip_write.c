@@ -374,6 +374,14 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
         return ckpt_err(&f->err, CKPT_ERR_USAGE,
                         "'%s' is the input file; use --in-place to replace it", path);
 
+    size_t plen = strlen(path);
+    if ((opt && opt->shard_size) || (plen > 11 && strcmp(path + plen - 11, ".index.json") == 0))
+        return ckpt_sharded_write(f, path, opt);
+    return ckpt_file_write_one(f, path, opt);
+}
+
+int ckpt_file_write_one(ckpt_file *f, const char *path, const ckpt_write_options *opt)
+{
     bool in_place = same_file(f, path);
     char *prefix = archive_prefix(path);
     ckpt_out out;

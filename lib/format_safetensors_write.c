@@ -40,7 +40,7 @@ static bool is_scalar(const ckpt_value *v)
 
 /* The mapping to write: --select, the root when it is a state dict, or the
  * one state dict of the file. */
-static int pick_mapping(ckpt_file *f, const char *select, const ckpt_value **out)
+int ckpt_pick_state_dict(ckpt_file *f, const char *select, const ckpt_value **out)
 {
     if (select && *select) {
         ckpt_value *v;
@@ -141,7 +141,7 @@ static int copy_whole(ckpt_file *f, const ckpt_tensor *t, int out, uint64_t at, 
 int ckpt_safetensors_write(ckpt_file *f, int out, const ckpt_write_options *opt)
 {
     const ckpt_value *sd = NULL;
-    CKPT_FORWARD(pick_mapping(f, opt ? opt->select : NULL, &sd));
+    CKPT_FORWARD(ckpt_pick_state_dict(f, opt ? opt->select : NULL, &sd));
     size_t n = sd->u.dict.keys.len;
     char bad[300] = "";
     size_t nbad = 0;

@@ -2,11 +2,13 @@
  * optionally casting floating tensors. */
 #include "rewrite.h"
 
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char usage[] =
     "usage: ckpt convert [--to pth|pth-legacy|safetensors] [--dtype float16|bfloat16|float32]\n"
-    "                    [--select PATH] [--no-dedupe] [--in-place] IN OUT\n"
+    "                    [--select PATH] [--no-dedupe] [--shard-size N] [--in-place] IN OUT\n"
     "\n"
     "Write IN (pth-zip, pth-legacy, safetensors, or a sharded *.index.json) to OUT\n"
     "in another format, without Python and without running its pickle.  The\n"
@@ -20,17 +22,21 @@ static const char usage[] =
     "                  tensors only, so a file with more than one state dict needs it\n"
     "  --no-dedupe     safetensors: write tied tensors once per name (by default once,\n"
     "                  with the other names in __metadata__ \"ckpt.tied\")\n"
+    "  --shard-size N  write OUT (NAME.index.json, or NAME.safetensors.index.json) and\n"
+    "                  shards NAME-00001-of-0000K.EXT of at most N bytes (K, M, G);\n"
+    "                  an OUT ending in .index.json without it keeps IN's shards\n"
     "  --dry-run       say what would be cast; write nothing\n"
     "  --in-place      allow OUT to be IN (replaced atomically)\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
     "                  as for every command (ckpt --help)\n";
 
-enum { OPT_TO = CLI_OPT_FIRST_COMMAND_OPTION, OPT_DTYPE, OPT_NO_DEDUPE };
+enum { OPT_TO = CLI_OPT_FIRST_COMMAND_OPTION, OPT_DTYPE, OPT_NO_DEDUPE, OPT_SHARD_SIZE };
 
 typedef struct state {
     ckpt_format to;
     ckpt_dtype dtype;
     bool no_dedupe;
+    uint64_t shard_size;
 } state;
 
 static int option(void *st, int opt, const char *arg)
@@ -61,6 +67,19 @@ static int option(void *st, int opt, const char *arg)
     case OPT_NO_DEDUPE:
         s->no_dedupe = true;
         return 1;
+    case OPT_SHARD_SIZE: {
+        char *end;
+        unsigned long long v = strtoull(arg, &end, 10);
+        int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+        if (shift)
+            end++;
+        if (end == arg || *end || v == 0 || arg[0] == '-' || v > (ULLONG_MAX >> shift)) {
+            cli_usage_error("convert", "--shard-size needs a positive size (K, M, G), got '%s'", arg);
+            return -1;
+        }
+        s->shard_size = v << shift;
+        return 1;
+    }
     default:
         return 0;
     }
@@ -71,10 +90,17 @@ static int run(void *st, rewrite *rw)
     state *s = st;
     ckpt_format to = s->to;
     size_t n = strlen(rw->out);
-    if (!to)
+    bool index = n > 11 && strcmp(rw->out + n - 11, ".index.json") == 0;
+    if (s->shard_size && !index)
+        return cli_usage_error(rw->cmd, "--shard-size writes NAME.index.json and its shards; "
+                                        "OUT must end in .index.json");
+    if (index)
+        to = CKPT_FORMAT_SHARDED; /* the shards' format comes from NAME's extension */
+    else if (!to)
         to = n > 12 && strcmp(rw->out + n - 12, ".safetensors") == 0 ? CKPT_FORMAT_SAFETENSORS
                                                                       : CKPT_FORMAT_PTH_ZIP;
     rw->out_format = to;
+    rw->shard_size = s->shard_size;
     rw->write_flags = s->no_dedupe ? CKPT_WRITE_NO_DEDUPE : 0;
     return rewrite_convert(rw, s->dtype);
 }
@@ -85,6 +111,7 @@ int cmd_convert(int argc, char **argv)
         {"to", required_argument, NULL, OPT_TO},
         {"dtype", required_argument, NULL, OPT_DTYPE},
         {"no-dedupe", no_argument, NULL, OPT_NO_DEDUPE},
+        {"shard-size", required_argument, NULL, OPT_SHARD_SIZE},
         {NULL, 0, NULL, 0},
     };
     state st = {0};

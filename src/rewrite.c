@@ -133,7 +133,8 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
         return CLI_EXIT_OK;
     progress_state ps = {.start = time(NULL)};
     ckpt_write_options wo = {.flags = (rw->in_place ? CKPT_WRITE_IN_PLACE : 0) | rw->write_flags,
-                             .format = rw->out_format};
+                             .format = rw->out_format,
+                             .shard_size = rw->shard_size};
     if (!rw->common.quiet && isatty(2)) {
         wo.progress = on_progress;
         wo.user = &ps;

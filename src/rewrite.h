@@ -16,6 +16,7 @@ typedef struct rewrite {
     size_t storages;     /* in IN, for remap's report */
     ckpt_format out_format; /* what to write (0: pth-zip) */
     unsigned write_flags;   /* CKPT_WRITE_NO_DEDUPE */
+    uint64_t shard_size;    /* convert --shard-size */
     char *pending;       /* report lines, printed once OUT is written */
     size_t npending;
 } rewrite;
