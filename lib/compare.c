@@ -4,7 +4,6 @@
  * relative differences (ckpt diff).
  */
 #include "ckpt_private.h"
-#include "compare_private.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -133,6 +132,19 @@ static void to_int(ckpt_dtype dt, const uint8_t *p, size_t n, __int128 *out)
 #undef CONVERT
 }
 
+/* The tensor's elements in C order into BUF (N bytes).  A tensor that is
+ * its whole storage is read straight into BUF (its CRC checked as well);
+ * any other through ckpt_tensor_read, which needs the storage in memory
+ * too. */
+static int read_elements(ckpt_file *f, const ckpt_tensor *t, void *buf, size_t n)
+{
+    const ckpt_storage *s = ckpt_tensor_storage(t);
+    if (n && ckpt_tensor_is_contiguous(t) && ckpt_tensor_offset(t) == 0 &&
+        ckpt_storage_nbytes(s) == n)
+        return ckpt_storage_read(f, s, 0, buf, n);
+    return ckpt_tensor_read(f, t, buf, n);
+}
+
 #define BLOCK 2048
 
 typedef struct cmp_state {
@@ -242,9 +254,9 @@ CKPT_API int ckpt_tensor_compare(ckpt_file *fa, const ckpt_tensor *a, ckpt_file 
                       na, nb);
         goto out;
     }
-    if ((rc = ckpt_tensor_read(fa, a, pa, na)) != CKPT_OK)
+    if ((rc = read_elements(fa, a, pa, na)) != CKPT_OK)
         goto out;
-    if ((rc = ckpt_tensor_read(fb, b, pb, nb)) != CKPT_OK)
+    if ((rc = read_elements(fb, b, pb, nb)) != CKPT_OK)
         goto out;
 
     out->count = numel;

@@ -59,8 +59,12 @@ static int open_shard(ckpt_file *f, const char *dir, const char *name, ckpt_sour
     *out = src; /* owned by the caller from here, even on failure */
     src->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (src->fd < 0 || fstat(src->fd, &st) != 0)
-        return ckpt_err(&f->err, CKPT_ERR_IO, "shard '%s': %s", name, strerror(errno));
+    if (src->fd < 0 || fstat(src->fd, &st) != 0) {
+        /* a shard the index names but that is not there: the set is broken */
+        int e = errno;
+        return ckpt_err(&f->err, e == ENOENT ? CKPT_ERR_FORMAT : CKPT_ERR_IO,
+                        "shard '%s' named by the index: %s", name, strerror(e));
+    }
     src->file_size = (uint64_t)st.st_size;
     uint8_t head[16];
     ssize_t got = pread(src->fd, head, sizeof(head), 0);

@@ -2,7 +2,6 @@
  * checkpoints, A the model's (reference) and B the one loaded into it,
  * reported in the words of torch's load_state_dict. */
 #include "cli.h"
-#include "compare_private.h" /* ckpt_tensor_compare (to move into ckpt.h) */
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -343,10 +342,15 @@ static const char *value_text(double v, ckpt_dtype dt, char *buf, size_t cap)
     return buf;
 }
 
-/* The flat C-order index I of T as indices per dimension (N of them). */
+#define MAX_DIMS 64 /* what the readers accept */
+
+/* The flat C-order index I of T as indices per dimension (N of them);
+ * -1 for a tensor of more than MAX_DIMS dimensions. */
 static int unravel(const ckpt_tensor *t, int64_t i, int64_t *idx)
 {
     int n = ckpt_tensor_ndim(t);
+    if (n > MAX_DIMS)
+        return -1;
     for (int k = n - 1; k >= 0; k--) {
         int64_t dim = ckpt_tensor_shape(t)[k];
         idx[k] = dim ? i % dim : 0;
@@ -368,8 +372,10 @@ static const char *exact_int(ckpt_file *f, const ckpt_tensor *t, int64_t i, bool
     size_t es = ckpt_dtype_size(dt);
     if (!numeric(dt) || ckpt_dtype_is_floating(dt) || es > 8 || i < 0)
         return NULL;
-    int64_t idx[64], at = ckpt_tensor_offset(t);
+    int64_t idx[MAX_DIMS], at = ckpt_tensor_offset(t);
     int n = unravel(t, i, idx);
+    if (n < 0)
+        return NULL;
     for (int k = 0; k < n; k++)
         at += idx[k] * ckpt_tensor_stride(t)[k];
     uint8_t b[8] = {0};
@@ -402,8 +408,12 @@ static void print_shape(FILE *out, const ckpt_tensor *t)
 /* The flat C-order index I as "[i, j, k]" over the shape of T. */
 static void print_index(FILE *out, const ckpt_tensor *t, int64_t i)
 {
-    int64_t idx[64];
+    int64_t idx[MAX_DIMS];
     int n = unravel(t, i, idx);
+    if (n < 0) {
+        fprintf(out, "flat index %lld", (long long)i);
+        return;
+    }
     fputc('[', out);
     for (int k = 0; k < n; k++)
         fprintf(out, "%s%lld", k ? ", " : "", (long long)idx[k]);
@@ -423,32 +433,33 @@ static void print_key_list(const char *what, const side *s)
     printf(". \n");
 }
 
+static int cmp_str(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
 /* How many missing keys --normalize would match with unexpected ones. */
 static size_t normalize_would_match(diff *d)
 {
-    ckpt_rename *r = ckpt_rename_new();
-    size_t count = 0;
-    if (!r || ckpt_rename_unwrap(r) != CKPT_OK) {
-        ckpt_rename_free(r);
-        return 0;
-    }
     side *a = &d->s[0], *b = &d->s[1];
+    ckpt_rename *r = ckpt_rename_new();
     char **ub = calloc(b->n ? b->n : 1, sizeof(*ub));
-    for (size_t j = 0; ub && j < b->n; j++)
-        if (b->e[j].match == NO_MATCH)
-            ub[j] = ckpt_rename_apply(r, b->e[j].key);
-    for (size_t i = 0; ub && i < a->n; i++) {
+    size_t nub = 0, count = 0;
+    if (!r || !ub || ckpt_rename_unwrap(r) != CKPT_OK)
+        goto out;
+    for (size_t j = 0; j < b->n; j++)
+        if (b->e[j].match == NO_MATCH && (ub[nub] = ckpt_rename_apply(r, b->e[j].key)))
+            nub++;
+    qsort(ub, nub, sizeof(*ub), cmp_str);
+    for (size_t i = 0; i < a->n; i++) {
         if (a->e[i].match != NO_MATCH)
             continue;
         char *ka = ckpt_rename_apply(r, a->e[i].key);
-        for (size_t j = 0; ka && j < b->n; j++)
-            if (ub[j] && strcmp(ka, ub[j]) == 0) {
-                count++;
-                break;
-            }
+        count += ka && bsearch(&ka, ub, nub, sizeof(*ub), cmp_str);
         free(ka);
     }
-    for (size_t j = 0; ub && j < b->n; j++)
+out:
+    for (size_t j = 0; j < nub; j++)
         free(ub[j]);
     free(ub);
     ckpt_rename_free(r);
@@ -586,9 +597,11 @@ static cJSON *json_shape(const ckpt_tensor *t)
 
 static cJSON *json_index(const ckpt_tensor *t, int64_t i)
 {
-    int64_t idx[64];
+    int64_t idx[MAX_DIMS];
     int n = unravel(t, i, idx);
     cJSON *a = cJSON_CreateArray();
+    if (n < 0)
+        n = 0; /* not expected: the readers refuse more dimensions */
     for (int k = 0; k < n; k++)
         cJSON_AddItemToArray(a, json_int(idx[k]));
     return a;

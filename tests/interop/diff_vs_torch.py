@@ -303,10 +303,26 @@ def check_case(case, tmp):
         ta, tb = A[ka[k]], B[kb[k]]
         if normalize and (t.get('a_key'), t.get('b_key')) != (ka[k], kb[k]):
             errs.append('%s: a_key/b_key %s %s' % (k, t.get('a_key'), t.get('b_key')))
-        if ta.shape != tb.shape or keys_only:
-            eq = ta.shape == tb.shape
+        if ta.shape != tb.shape or keys_only or (
+                (ta.is_complex() or tb.is_complex()) and ta.dtype != tb.dtype):
+            # not compared: the key differs unless only --keys-only said so
+            eq = ta.shape == tb.shape and (keys_only or ta.dtype == tb.dtype)
             if t['compared_as'] is not None or t['count'] is not None:
                 errs.append('%s: values compared (%s)' % (k, t))
+        elif ta.is_complex():
+            # the same complex dtype: element by element, as bytes
+            n = ta.numel()
+            ra = ta.detach().contiguous().reshape(-1).numpy().view('u1').reshape(n, -1)
+            rb = tb.detach().contiguous().reshape(-1).numpy().view('u1').reshape(n, -1)
+            diff = [i for i in range(n) if (ra[i] != rb[i]).any()]
+            eq = not diff
+            want = {'compared_as': 'bytes', 'count': n, 'mismatched': len(diff),
+                    'max_abs': None, 'max_rel': None,
+                    'first_index': unravel(diff[0], list(ta.shape)) if diff else None,
+                    'first_a': None, 'first_b': None}
+            got = {f: t[f] for f in want}
+            if got != want:
+                errs.append('%s: %s, want %s' % (k, got, want))
         else:
             ref = reference(ta, tb, atol, rtol)
             eq = ref['mismatched'] == 0
@@ -491,6 +507,16 @@ def integers():
     return a, b
 
 
+def complex_pair():
+    a = OD([('z', torch.tensor([[1 + 2j, 3 - 4j], [0j, -1j]], dtype=torch.complex64)),
+            ('w', torch.tensor([1 + 1j, 2j], dtype=torch.complex128)),
+            ('same', torch.tensor([5 + 5j], dtype=torch.complex128))])
+    b = OD([('z', torch.tensor([[1 + 2j, 3 - 4.5j], [-0.0 + 0j, -1j]], dtype=torch.complex64)),
+            ('w', torch.tensor([1 + 1j, 2j], dtype=torch.complex64)),
+            ('same', torch.tensor([5 + 5j], dtype=torch.complex128))])
+    return a, b
+
+
 def bn_pair():
     torch.manual_seed(3)
     m = models.BNNet()
@@ -556,6 +582,7 @@ def cases():
     sp_a, sp_b = special()
     in_a, in_b = integers()
     bn_a, bn_b = bn_pair()
+    cx_a, cx_b = complex_pair()
     st_a, st_b = strided()
     tr_keys = (['model_state_dict/' + k for k in mlp_sd(0, 16)]
                + ['optimizer_state_dict/state/%d/momentum_buffer' % i for i in range(4)])
@@ -593,6 +620,7 @@ def cases():
         Case('integers', in_a, in_b),
         Case('integers_atol', in_a, in_b, None, ('--atol', '1')),
         Case('batchnorm_buffers', bn_a, bn_b, models.BNNet),
+        Case('complex_as_bytes', cx_a, cx_b),
         Case('strided_views', st_a, st_b),
         Case('keys_only_equal', sd, perturbed(), MLP, ('--keys-only',), want_exit=0,
              extra=check_keys_only_reads_nothing),
