@@ -309,11 +309,17 @@ int ckpt_copy_range(int in, uint64_t in_off, int out, uint64_t out_off, uint64_t
 /* Storage S's bytes as the output needs them (cast when S was cast), CRC-checked
  * against the source where it has a CRC: into a malloc'd *BUF of S->nbytes. */
 int ckpt_storage_load(ckpt_file *f, const ckpt_storage *s, uint8_t **buf);
+/* The same bytes handed to SINK in pieces (bounded memory, cast on the way,
+ * the source's CRC checked at the end). */
+int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s,
+                        int (*sink)(void *user, const uint8_t *p, size_t n), void *user);
 
 /* pwrite all N bytes at OFF. */
 int ckpt_write_all(int fd, const void *buf, size_t n, uint64_t off, ckpt_error *err);
 /* CRC-32 of LEN bytes of FD at OFF (a bounded buffer). */
 int ckpt_crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc, ckpt_error *err);
+/* Two names for one thing: the same storage, offset, shape, stride, dtype. */
+bool ckpt_tensor_same_view(const ckpt_tensor *a, const ckpt_tensor *b);
 /* Copy the view's elements in C order from its storage's bytes SRC. */
 void ckpt_tensor_gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst);
 /* The mapping at SELECT ("a/b/0"); errors name what is missing. */
@@ -373,6 +379,7 @@ struct ckpt_file {
     size_t nrecords;
 
     ckpt_value *root;
+    ckpt_value *file_root;  /* the root as read, when ckpt_file_select changed root */
     struct ckpt_storage **storages;
     size_t nstorages, storages_cap;
     struct ckpt_storage **storage_hash;

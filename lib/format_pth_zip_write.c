@@ -320,13 +320,9 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
                 break;
             }
         } else if (s->src_dtype != s->dtype) {
-            uint8_t *buf;
-            rc = ckpt_storage_load(f, s, &buf);
-            if (rc == CKPT_OK) {
-                crc = crc_update((uint32_t)crc32(0L, Z_NULL, 0), buf, (size_t)s->nbytes);
-                rc = ckpt_zipw_write(w, buf, (size_t)s->nbytes);
-                free(buf);
-            }
+            sink_ctx c = {.w = w, .crc = (uint32_t)crc32(0L, Z_NULL, 0)};
+            rc = ckpt_storage_stream(f, s, sink_write, &c);
+            crc = c.crc;
             if (rc)
                 break;
         } else {

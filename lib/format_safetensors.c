@@ -216,14 +216,14 @@ int ckpt_safetensors_open(ckpt_file *f, ckpt_value **root_out)
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = (n << 8) | lenbuf[i];
+    if (n > MAX_HEADER) /* checked first, as the safetensors crate does */
+        return ckpt_err(&f->err, CKPT_ERR_LIMIT,
+                        "safetensors: header of %llu bytes is over the format's limit of %u",
+                        (unsigned long long)n, MAX_HEADER);
     if (n > src->file_size - 8)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT,
                         "safetensors: header length %llu goes past the end of the %llu-byte file",
                         (unsigned long long)n, (unsigned long long)src->file_size);
-    if (n > MAX_HEADER)
-        return ckpt_err(&f->err, CKPT_ERR_LIMIT,
-                        "safetensors: header of %llu bytes is over the format's limit of %u",
-                        (unsigned long long)n, MAX_HEADER);
     char *text = malloc((size_t)n + 1);
     if (!text)
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");

@@ -12,6 +12,20 @@
 #include <string.h>
 #include <zlib.h>
 
+typedef struct st_sink {
+    int fd;
+    uint64_t at;
+    ckpt_error *err;
+} st_sink;
+
+static int st_write_sink(void *user, const uint8_t *p, size_t n)
+{
+    st_sink *k = user;
+    int rc = ckpt_write_all(k->fd, p, n, k->at, k->err);
+    k->at += n;
+    return rc;
+}
+
 typedef struct st_entry {
     const char *name;
     const ckpt_tensor *t;
@@ -19,7 +33,7 @@ typedef struct st_entry {
     int alias_of; /* index of the entry holding the bytes, or -1 */
 } st_entry;
 
-static bool same_view(const ckpt_tensor *a, const ckpt_tensor *b)
+bool ckpt_tensor_same_view(const ckpt_tensor *a, const ckpt_tensor *b)
 {
     if (a == b)
         return true;
@@ -147,6 +161,10 @@ int ckpt_safetensors_write(ckpt_file *f, int out, const ckpt_write_options *opt)
     size_t nbad = 0;
     for (size_t i = 0; i < n; i++) {
         const ckpt_value *k = sd->u.dict.keys.items[i], *v = sd->u.dict.vals.items[i];
+        if (k->kind == CKPT_KIND_STR && strcmp(k->u.s.s, "__metadata__") == 0)
+            return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                            "a tensor named '__metadata__' cannot be written to safetensors, "
+                            "where that name is the header's metadata; rename it first");
         if (k->kind != CKPT_KIND_STR || v->kind != CKPT_KIND_TENSOR) {
             if (nbad++ < 5)
                 snprintf(bad + strlen(bad), sizeof(bad) - strlen(bad), "%s'%s'", nbad > 1 ? ", " : "",
@@ -166,9 +184,10 @@ int ckpt_safetensors_write(ckpt_file *f, int out, const ckpt_write_options *opt)
           *tied = cJSON_CreateObject();
     cJSON_AddStringToObject(md, "format", "pt");
     /* what a training checkpoint keeps beside the state dict, as text */
-    if (sd != f->root && f->root->kind == CKPT_KIND_DICT)
-        for (size_t i = 0; i < f->root->u.dict.keys.len; i++) {
-            const ckpt_value *k = f->root->u.dict.keys.items[i], *v = f->root->u.dict.vals.items[i];
+    const ckpt_value *top = f->file_root ? f->file_root : f->root;
+    if (sd != top && top->kind == CKPT_KIND_DICT)
+        for (size_t i = 0; i < top->u.dict.keys.len; i++) {
+            const ckpt_value *k = top->u.dict.keys.items[i], *v = top->u.dict.vals.items[i];
             char text[64];
             if (k->kind != CKPT_KIND_STR || !is_scalar(v) || strcmp(k->u.s.s, "format") == 0)
                 continue;
@@ -199,7 +218,7 @@ int ckpt_safetensors_write(ckpt_file *f, int out, const ckpt_write_options *opt)
         e[i].t = sd->u.dict.vals.items[i]->u.tensor;
         e[i].alias_of = -1;
         for (size_t j = 0; dedupe && j < i && e[i].alias_of < 0; j++)
-            if (e[j].alias_of < 0 && same_view(e[i].t, e[j].t))
+            if (e[j].alias_of < 0 && ckpt_tensor_same_view(e[i].t, e[j].t))
                 e[i].alias_of = (int)j;
         if (e[i].alias_of >= 0) {
             cJSON_AddStringToObject(tied, e[i].name, e[e[i].alias_of].name);
@@ -210,11 +229,12 @@ int ckpt_safetensors_write(ckpt_file *f, int out, const ckpt_write_options *opt)
         ckpt_dtype dt = t->storage->dtype;
         const char *name = ckpt_safetensors_dtype_name(dt);
         if (!name) {
+            int r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "safetensors has no dtype for %s ('%s')",
+                             ckpt_dtype_name(dt), e[i].name);
             cJSON_Delete(hdr);
             cJSON_Delete(tied);
             free(e);
-            return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "safetensors has no dtype for %s ('%s')",
-                            ckpt_dtype_name(dt), e[i].name);
+            return r;
         }
         uint64_t nb = (uint64_t)t->numel * ckpt_dtype_size(dt);
         e[i].begin = at;
@@ -262,6 +282,14 @@ int ckpt_safetensors_write(ckpt_file *f, int out, const ckpt_write_options *opt)
         rc = copy_whole(f, e[i].t, out, base + e[i].begin, &done);
         if (rc || done)
             continue;
+        const ckpt_tensor *t = e[i].t;
+        if (t->offset == 0 && ckpt_tensor_is_contiguous(t) &&
+            (uint64_t)t->numel * ckpt_dtype_size(t->storage->dtype) == t->storage->nbytes) {
+            /* the whole storage, cast or inflated on the way: bounded memory */
+            st_sink sk = {.fd = out, .at = base + e[i].begin, .err = &f->err};
+            rc = ckpt_storage_stream(f, t->storage, st_write_sink, &sk);
+            continue;
+        }
         const uint8_t *bytes = NULL;
         uint8_t *own, *own2;
         rc = tensor_out_bytes(f, e[i].t, &bytes, &own, &own2);

@@ -60,6 +60,14 @@ int ckpt_sharded_write(ckpt_file *f, const char *path, const ckpt_write_options 
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor *t = sd->u.dict.vals.items[i]->u.tensor;
         uint64_t bytes = (uint64_t)t->numel * ckpt_dtype_size(t->storage->dtype);
+        /* a tied tensor stays in its first name's shard, where it is written once */
+        size_t j = 0;
+        while (j < i && !ckpt_tensor_same_view(sd->u.dict.vals.items[j]->u.tensor, t))
+            j++;
+        if (j < i) {
+            shard_of[i] = shard_of[j];
+            continue;
+        }
         total += bytes;
         if (limit) {
             if (nshards == 0 || (fill && fill + bytes > limit)) {

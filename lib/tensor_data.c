@@ -327,3 +327,80 @@ int ckpt_storage_load(ckpt_file *f, const ckpt_storage *s, uint8_t **out)
     *out = cast;
     return CKPT_OK;
 }
+
+/* ---- streaming a storage, cast on the way, in bounded memory ---- */
+
+#define STREAM_CHUNK (1u << 20) /* source bytes per step, a multiple of every element size */
+
+typedef struct stream_ctx {
+    ckpt_file *f;
+    const ckpt_storage *s;
+    int (*sink)(void *user, const uint8_t *p, size_t n);
+    void *user;
+    uint8_t *cast_buf;
+    uint8_t carry[16]; /* a partial element between two chunks */
+    size_t ncarry;
+} stream_ctx;
+
+static int stream_emit(stream_ctx *c, const uint8_t *p, size_t n)
+{
+    const ckpt_storage *s = c->s;
+    if (s->src_dtype == s->dtype)
+        return c->sink(c->user, p, n);
+    size_t es = ckpt_dtype_size(s->src_dtype), eo = ckpt_dtype_size(s->dtype);
+    int rc = CKPT_OK;
+    /* complete an element split across chunks (deflated records come in any sizes) */
+    while (c->ncarry && n && rc == CKPT_OK) {
+        c->carry[c->ncarry++] = *p++;
+        n--;
+        if (c->ncarry == es) {
+            uint8_t out[16];
+            ckpt_cast(s->src_dtype, c->carry, s->dtype, out, 1);
+            rc = c->sink(c->user, out, eo);
+            c->ncarry = 0;
+        }
+    }
+    size_t whole = n / es;
+    if (rc == CKPT_OK && whole) {
+        ckpt_cast(s->src_dtype, p, s->dtype, c->cast_buf, whole);
+        rc = c->sink(c->user, c->cast_buf, whole * eo);
+    }
+    size_t rest = n - whole * es;
+    memcpy(c->carry, p + whole * es, rest);
+    c->ncarry = rest;
+    return rc;
+}
+
+static int stream_zip_sink(void *user, const uint8_t *p, size_t n)
+{
+    return stream_emit(user, p, n);
+}
+
+int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s,
+                        int (*sink)(void *user, const uint8_t *p, size_t n), void *user)
+{
+    stream_ctx c = {.f = f, .s = s, .sink = sink, .user = user};
+    size_t es = ckpt_dtype_size(s->src_dtype), eo = ckpt_dtype_size(s->dtype);
+    c.cast_buf = malloc(STREAM_CHUNK / (es ? es : 1) * (eo ? eo : 1) + 16);
+    if (!c.cast_buf)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = CKPT_OK;
+    if (s->src->format == CKPT_FORMAT_PTH_ZIP) {
+        /* one pass through libzip, which inflates if needed; the CRC is checked at the end */
+        rc = ckpt_zip_stream(s->src->zip, s->zip_index, stream_zip_sink, &c, &f->err);
+    } else {
+        uint8_t *buf = malloc(STREAM_CHUNK);
+        if (!buf)
+            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        for (uint64_t off = 0; buf && off < s->src_nbytes && rc == CKPT_OK;) {
+            size_t n = s->src_nbytes - off < STREAM_CHUNK ? (size_t)(s->src_nbytes - off) : STREAM_CHUNK;
+            rc = ckpt_storage_read(f, s, off, buf, n);
+            if (rc == CKPT_OK)
+                rc = stream_emit(&c, buf, n);
+            off += n;
+        }
+        free(buf);
+    }
+    free(c.cast_buf);
+    return rc;
+}

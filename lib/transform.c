@@ -772,6 +772,8 @@ CKPT_API int ckpt_file_select(ckpt_file *f, const char *select)
     ckpt_path p;
     CKPT_FORWARD(ckpt_file_find_mapping(f, select, &v, &p));
     ckpt_value *old = f->root;
+    if (!f->file_root)
+        f->file_root = old;
     f->root = v;
     return ckpt_file_reindex(f, old);
 }

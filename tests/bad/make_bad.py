@@ -5,7 +5,11 @@ usage: $PYTHON tests/bad/make_bad.py [--no-torch] OUTDIR
 
 Every file written here must be refused by `ckpt inspect FILE` with exit
 status 3 and one line on stderr, `ckpt: inspect: <file>: <message>`
-(crc_flip.pth: by `ckpt inspect --stats`; see README.md).
+(crc_flip.pth: by `ckpt inspect --stats`; see README.md).  Besides the
+pth files: safetensors files (st_*.safetensors, each differing from a good
+twin that safetensors.torch.load_file loads by its defect) and shard
+indexes (sharded_*.index.json; the shards they name are absent, outside
+the folder, or hostile themselves).
 
 The pickles are crafted byte by byte (nothing here is ever unpickled by
 Python's pickle).  Zip archives are built with zipfile: stored records,
@@ -16,13 +20,15 @@ be imported, the generator checks that torch loads every twin, so each file
 differs from a loadable checkpoint by exactly its defect.  It also records
 how torch 1.13's `torch.load(weights_only=True)` reacts to each hostile file
 (in a child process; `weights_only=False` is never used on these files) in
-README.md.
+README.md; for the safetensors files, how the `safetensors` package's
+`safetensors.torch.load_file` reacts.
 
 Only the standard library is needed, except for truncated_zip.pth, which is
 the first half of ../data/mlp.pth (run make_fixtures.py first) and the torch
 checks.
 """
 import io
+import json
 import os
 import pickle
 import struct
@@ -195,6 +201,50 @@ GOOD_LEGACY = [T('w', key=LEGACY_KEYS[0], numel=12, size=(3, 4),
 
 
 # --------------------------------------------------------------------------
+# safetensors: u64 little-endian header length, JSON header, packed data
+
+def st_header(entries, metadata=True):
+    """JSON header text (bytes) of (name, dtype, shape, [begin, end])
+    entries, in order; `name` may be bytes (written as is, for bad UTF-8)."""
+    parts = []
+    if metadata:
+        parts.append(b'"__metadata__":{"format":"pt"}')
+    for name, dtype, shape, offsets in entries:
+        if isinstance(name, bytes):
+            n = b'"' + name + b'"'
+        else:
+            n = json.dumps(name).encode()
+        parts.append(n + b':' + json.dumps(
+            {'dtype': dtype, 'shape': list(shape),
+             'data_offsets': list(offsets)}, separators=(',', ':')).encode())
+    return b'{' + b','.join(parts) + b'}'
+
+
+def st_bytes(header, data, length=None):
+    """A safetensors file: HEADER (bytes) padded with spaces to a multiple
+    of 8, DATA; LENGTH overrides the header length field."""
+    header += b' ' * (-len(header) % 8)
+    n = len(header) if length is None else length
+    return struct.pack('<Q', n) + header + data
+
+
+# the good file: w float32 [2, 3] at 0-24, b float32 [3] at 24-36
+ST_GOOD = [('w', 'F32', (2, 3), (0, 24)), ('b', 'F32', (3,), (24, 36))]
+ST_DATA = f32(9)
+
+
+def st_good(entries=None, data=None):
+    return st_bytes(st_header(ST_GOOD if entries is None else entries),
+                    ST_DATA if data is None else data)
+
+
+def index_json(weight_map):
+    """A Hugging Face style shard index (*.index.json)."""
+    return (json.dumps({'metadata': {'total_size': 36},
+                        'weight_map': weight_map}, indent=2) + '\n').encode()
+
+
+# --------------------------------------------------------------------------
 # the files
 
 FILES = []   # (name, bytes, what is wrong, how ckpt must fail, good twin)
@@ -360,6 +410,74 @@ def build():
         '`data/1`, `version` at the top level): torch refuses with "file in '
         'archive is not in a subdirectory"', twin=good_zip)
 
+    # ---- safetensors (the last column is what safetensors' own loader,
+    # safetensors.torch.load_file, does with them)
+    good_st = st_good()
+    hdr = st_header(ST_GOOD)
+    hlen = len(hdr) + (-len(hdr) % 8)
+    bad('st_header_past_eof.safetensors',
+        st_bytes(hdr, ST_DATA, length=hlen + 1000),
+        'safetensors file of %d bytes whose 8-byte header length field says '
+        '%d: the header would end 964 bytes past the end of the file'
+        % (len(good_st), hlen + 1000), twin=good_st)
+    bad('st_huge_header.safetensors',
+        st_bytes(hdr, ST_DATA, length=100000001),
+        'header length field 100000001, one byte over the 100,000,000-byte '
+        'limit of the format (the file is %d bytes; tests/cli/convert.sh '
+        'also checks a sparse file that really is that long)' % len(good_st),
+        twin=good_st)
+    bad('st_overlap.safetensors',
+        st_good([('w', 'F32', (2, 3), (0, 24)), ('b', 'F32', (3,), (12, 24))],
+                f32(6)),
+        'tensors `w` (bytes 0-24) and `b` (bytes 12-24) overlap; each size '
+        'matches its shape and both are inside the data', twin=st_good(
+            [('w', 'F32', (2, 3), (0, 24)), ('b', 'F32', (3,), (24, 36))]))
+    bad('st_size_mismatch.safetensors',
+        st_good([('w', 'F32', (2, 3), (0, 20)), ('b', 'F32', (3,), (20, 32))],
+                f32(8)),
+        '`w` is F32 [2, 3] (24 bytes) but its data_offsets [0, 20] give it '
+        '20 bytes', twin=good_st)
+    bad('st_offsets_out_of_bounds.safetensors',
+        st_good(ST_GOOD, f32(7)),
+        '`b` (F32 [3], data_offsets [24, 36]) ends 8 bytes past the end of '
+        'the 28-byte data section', twin=good_st)
+    bad('st_bad_utf8.safetensors',
+        st_bytes(st_header([(b'w\xff\xfe', 'F32', (2, 3), (0, 24)),
+                            (b'b\xc0\x80', 'F32', (3,), (24, 36))]),
+                 ST_DATA),
+        'tensor names with invalid UTF-8 in the JSON header (`w` ff fe, '
+        '`b` and the overlong c0 80)', twin=good_st)
+    bad('st_bad_json.safetensors',
+        st_bytes(hdr[:-1], ST_DATA),
+        'the JSON header lacks its closing brace (padded with spaces to a '
+        'multiple of 8, as usual)', twin=good_st)
+    bad('st_unknown_dtype.safetensors',
+        st_good([('w', 'Q4', (2, 3), (0, 24)), ('b', 'F32', (3,), (24, 36))]),
+        '`w` has dtype "Q4", which is not a safetensors dtype', twin=good_st)
+    bad('st_duplicate_name.safetensors',
+        st_good([('w', 'F32', (2, 3), (0, 24)), ('w', 'F32', (3,), (24, 36))]),
+        'the name `w` appears twice in the JSON header (a JSON parser keeps '
+        'one of them silently)', twin=good_st)
+
+    # ---- shard indexes (*.index.json); torch has no loader for them
+    bad('sharded_missing_shard.index.json',
+        index_json({'w': 'model-00001-of-00002.safetensors',
+                    'b': 'model-00002-of-00002.safetensors'}),
+        'a shard index whose weight_map names two shards, neither of which '
+        'exists beside it')
+    bad('sharded_escape.index.json',
+        index_json({'n.1.weight': '../data/mlp.pth'}),
+        'the weight_map names `../data/mlp.pth` (a real checkpoint, outside '
+        'the folder of the index): shards must be plain file names beside it')
+    bad('sharded_absolute.index.json',
+        index_json({'w': '/etc/passwd'}),
+        'the weight_map names the absolute path `/etc/passwd`')
+    bad('sharded_bad_shard.index.json',
+        index_json({'w': 'st_overlap.safetensors',
+                    'b': 'st_overlap.safetensors'}),
+        'a shard index over `st_overlap.safetensors` (above): the refusal '
+        'names the shard')
+
 
 TORCH_PROBE = r'''
 import sys, signal, io, os
@@ -371,7 +489,20 @@ for p in sys.argv[1:]:
     try:
         kind = p.split(':', 1)[0]
         path = p.split(':', 1)[1]
-        torch.load(path, map_location='cpu', weights_only=True)
+        if path.endswith('.json'):
+            r = 'n/a (no shard index loader)'
+            print(kind + '\t' + os.path.basename(path) + '\t' + r, flush=True)
+            continue
+        if path.endswith('.safetensors'):
+            try:
+                import safetensors.torch
+            except ImportError:
+                print(kind + '\t' + os.path.basename(path)
+                      + '\tn/a (safetensors not installed)', flush=True)
+                continue
+            safetensors.torch.load_file(path)
+        else:
+            torch.load(path, map_location='cpu', weights_only=True)
         r = 'loads'
     except BaseException as e:
         m = str(e).replace('\n', ' ')
@@ -379,6 +510,8 @@ for p in sys.argv[1:]:
         if k >= 0:
             m = 'weights-only: ' + m[k + 24:]
         r = '%s: %s' % (type(e).__name__, m[:160])
+        if path.endswith('.safetensors'):
+            r = 'safetensors: ' + r
     signal.alarm(0)
     print(kind + '\t' + os.path.basename(path) + '\t' + r, flush=True)
 '''
@@ -398,7 +531,7 @@ def torch_reactions(outdir, twins):
     out = {}
     for line in r.stdout.splitlines():
         kind, name, res = line.split('\t', 2)
-        if kind == 'twin' and res != 'loads':
+        if kind == 'twin' and res != 'loads' and not res.startswith('n/a'):
             raise SystemExit('make_bad.py: good twin %s does not load: %s'
                              % (name, res))
         if kind == 'bad':
@@ -429,6 +562,11 @@ def main():
         try:
             import torch
             tv = torch.__version__
+            try:
+                import safetensors
+                stv = safetensors.__version__
+            except ImportError:
+                stv = 'not installed'
         except ImportError:
             use_torch = False
     if use_torch:
@@ -450,7 +588,8 @@ def main():
         '',
         'Generated by `tests/bad/make_bad.py` (pickles crafted byte by byte; '
         'zips built with Python zipfile, stored, folder `archive/`, '
-        '`version` = `3\\n`):',
+        '`version` = `3\\n`; safetensors headers and shard indexes '
+        '(`*.index.json`) written as bytes):',
         '',
         '    $PYTHON tests/bad/make_bad.py tests/bad    # after make_fixtures.py',
         '',
@@ -467,7 +606,9 @@ def main():
     if reactions is not None:
         lines.append('The last column is what torch `%s` does with '
                      '`torch.load(f, map_location="cpu", weights_only=True)`'
-                     ' (never run without weights_only).' % tv)
+                     ' (never run without weights_only); for the '
+                     '`.safetensors` files, what `safetensors.torch.load_file'
+                     '(f)` of safetensors `%s` does.' % (tv, stv))
     lines += ['']
     if reactions is not None:
         lines += ['| file | what is wrong | ckpt must | twin | torch %s, '
@@ -485,7 +626,7 @@ def main():
     with open(os.path.join(out, 'README.md'), 'w') as f:
         f.write('\n'.join(lines))
     for name, content, *_ in FILES:
-        print('%-28s %8d  %s' % (name, len(content),
+        print('%-36s %8d  %s' % (name, len(content),
                                  (reactions or {}).get(name, '')))
 
 
