@@ -316,6 +316,15 @@ int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s,
 
 /* pwrite all N bytes at OFF. */
 int ckpt_write_all(int fd, const void *buf, size_t n, uint64_t off, ckpt_error *err);
+/* pread all N bytes at AT: CKPT_OK, CKPT_ERR_IO, or CKPT_ERR_FORMAT at end of file. */
+int ckpt_pread_all(int fd, void *buf, size_t n, uint64_t at);
+/* A sink for ckpt_storage_stream that writes each piece after the last. */
+typedef struct ckpt_fd_sink {
+    int fd;
+    uint64_t at;
+    ckpt_error *err;
+} ckpt_fd_sink;
+int ckpt_fd_sink_write(void *sink, const uint8_t *p, size_t n);
 /* CRC-32 of LEN bytes of FD at OFF (a bounded buffer). */
 int ckpt_crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc, ckpt_error *err);
 /* Two names for one thing: the same storage, offset, shape, stride, dtype. */
@@ -430,6 +439,10 @@ struct ckpt_storage *ckpt_file_storage_find(ckpt_file *f, const char *key);
 int ckpt_file_index(ckpt_file *f);
 /* Index again after f->root changed from OLD_ROOT. */
 int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root);
+
+/* N elements of DT at P as doubles (float16, bfloat16, float8 exactly);
+ * false (and NaNs) for dtypes without an order: complex, quantized, bits. */
+bool ckpt_dtype_to_double(ckpt_dtype dt, const uint8_t *p, size_t n, double *out);
 
 /* Convert IEEE half / bfloat16 bits to float exactly. */
 float ckpt_half_to_float(uint16_t h);

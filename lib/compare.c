@@ -68,7 +68,7 @@ static double float8_value(uint8_t v, int ebits, int mbits, int bias, int kind)
 }
 
 /* Convert N elements of a VC_FLOAT or integer dtype at P to double. */
-static void to_double(ckpt_dtype dt, const uint8_t *p, size_t n, double *out)
+bool ckpt_dtype_to_double(ckpt_dtype dt, const uint8_t *p, size_t n, double *out)
 {
 #define CONVERT(T, EXPR)                          \
     for (size_t i = 0; i < n; i++) {              \
@@ -100,8 +100,9 @@ static void to_double(ckpt_dtype dt, const uint8_t *p, size_t n, double *out)
     default:
         for (size_t i = 0; i < n; i++)
             out[i] = NAN;
-        break;
+        return false;
     }
+    return true;
 #undef CONVERT
 }
 
@@ -288,8 +289,8 @@ CKPT_API int ckpt_tensor_compare(ckpt_file *fa, const ckpt_tensor *a, ckpt_file 
             to_int(db, pb + (size_t)i * esb, n, blk_b);
             compare_ints(&s, i, blk_a, blk_b, n);
         } else {
-            to_double(da, pa + (size_t)i * esa, n, blk_a);
-            to_double(db, pb + (size_t)i * esb, n, blk_b);
+            ckpt_dtype_to_double(da, pa + (size_t)i * esa, n, blk_a);
+            ckpt_dtype_to_double(db, pb + (size_t)i * esb, n, blk_b);
             compare_doubles(&s, i, blk_a, blk_b, n);
         }
     }

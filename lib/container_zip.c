@@ -269,7 +269,7 @@ static uint64_t rd(const uint8_t *p, int n)
     return v;
 }
 
-static int pread_all(int fd, void *buf, size_t n, uint64_t at)
+int ckpt_pread_all(int fd, void *buf, size_t n, uint64_t at)
 {
     uint8_t *p = buf;
     while (n) {
@@ -291,7 +291,7 @@ static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err)
 {
     uint8_t tail[65557];
     size_t tn = size < sizeof(tail) ? (size_t)size : sizeof(tail);
-    if (pread_all(fd, tail, tn, size - tn))
+    if (ckpt_pread_all(fd, tail, tn, size - tn))
         return ckpt_err(err, CKPT_ERR_IO, "cannot read the zip directory");
     size_t e = tn >= 22 ? tn - 22 : 0;
     while (e > 0 && rd(tail + e, 4) != 0x06054b50)
@@ -303,8 +303,8 @@ static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err)
     uint64_t eocd_at = size - tn + e;
     if (eocd_at >= 20) {
         uint8_t loc[20], rec[56];
-        if (!pread_all(fd, loc, 20, eocd_at - 20) && rd(loc, 4) == 0x07064b50 &&
-            !pread_all(fd, rec, 56, rd(loc + 8, 8)) && rd(rec, 4) == 0x06064b50) {
+        if (!ckpt_pread_all(fd, loc, 20, eocd_at - 20) && rd(loc, 4) == 0x07064b50 &&
+            !ckpt_pread_all(fd, rec, 56, rd(loc + 8, 8)) && rd(rec, 4) == 0x06064b50) {
             count = rd(rec + 32, 8);
             cd_size = rd(rec + 40, 8);
             cd_off = rd(rec + 48, 8);
@@ -318,7 +318,7 @@ static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err)
         free(cd);
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
     }
-    int rc = pread_all(fd, cd, (size_t)cd_size, cd_off) ? CKPT_ERR_IO : CKPT_OK;
+    int rc = ckpt_pread_all(fd, cd, (size_t)cd_size, cd_off) ? CKPT_ERR_IO : CKPT_OK;
     size_t p = 0;
     for (uint64_t i = 0; i < count && rc == CKPT_OK; i++) {
         if (cd_size - p < 46 || rd(cd + p, 4) != 0x02014b50) {
@@ -371,7 +371,7 @@ int ckpt_zip_data_offset(ckpt_zip *z, int fd, uint64_t file_size, int64_t i, uin
         CKPT_FORWARD(load_offsets(z, fd, file_size, err));
     uint8_t h[30];
     uint64_t at = z->offsets[i];
-    if (at > file_size || file_size - at < 30 || pread_all(fd, h, 30, at) ||
+    if (at > file_size || file_size - at < 30 || ckpt_pread_all(fd, h, 30, at) ||
         rd(h, 4) != 0x04034b50)
         return ckpt_err(err, CKPT_ERR_FORMAT, "record '%s': bad local header", z->names[i]);
     uint64_t data = at + 30 + rd(h + 26, 2) + rd(h + 28, 2);

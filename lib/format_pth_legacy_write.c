@@ -107,21 +107,6 @@ static void sys_info(buf *b)
     put(b, tail, sizeof(tail));
 }
 
-/* writes each piece after the one before */
-typedef struct at_sink {
-    int fd;
-    uint64_t at;
-    ckpt_error *err;
-} at_sink;
-
-static int write_at_sink(void *user, const uint8_t *p, size_t n)
-{
-    at_sink *k = user;
-    int rc = ckpt_write_all(k->fd, p, n, k->at, k->err);
-    k->at += n;
-    return rc;
-}
-
 typedef struct keyed {
     char key[24];
     const ckpt_storage *s;
@@ -202,8 +187,8 @@ int ckpt_pth_legacy_write(ckpt_file *f, int out, const ckpt_write_options *opt)
         if (rc == CKPT_OK && raw) {
             rc = ckpt_copy_range(s->src->fd, in_off, out, at, s->nbytes, &f->err);
         } else if (rc == CKPT_OK) {
-            at_sink sk = {.fd = out, .at = at, .err = &f->err};
-            rc = ckpt_storage_stream(f, s, write_at_sink, &sk);
+            ckpt_fd_sink sk = {.fd = out, .at = at, .err = &f->err};
+            rc = ckpt_storage_stream(f, s, ckpt_fd_sink_write, &sk);
         }
         at += s->nbytes;
     }

@@ -115,6 +115,14 @@ int ckpt_write_all(int fd, const void *buf, size_t n, uint64_t off, ckpt_error *
     return CKPT_OK;
 }
 
+int ckpt_fd_sink_write(void *sink, const uint8_t *p, size_t n)
+{
+    ckpt_fd_sink *k = sink;
+    int rc = ckpt_write_all(k->fd, p, n, k->at, k->err);
+    k->at += n;
+    return rc;
+}
+
 int ckpt_crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc, ckpt_error *err)
 {
     uint8_t *buf = malloc(BUF_SIZE);

@@ -46,22 +46,6 @@ const char *ckpt_safetensors_dtype_name(ckpt_dtype dtype)
     return NULL;
 }
 
-static int pread_exact(int fd, void *buf, size_t n, uint64_t at)
-{
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t k = pread(fd, p, n, (off_t)at);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return k < 0 ? CKPT_ERR_IO : CKPT_ERR_FORMAT;
-        p += k;
-        n -= (size_t)k;
-        at += (uint64_t)k;
-    }
-    return CKPT_OK;
-}
-
 /* A JSON number that is a whole number in [0, 2^53]. */
 static bool json_u64(const cJSON *j, uint64_t *out)
 {
@@ -211,7 +195,7 @@ int ckpt_safetensors_open(ckpt_file *f, ckpt_value **root_out)
 {
     ckpt_source *src = f->cur_src;
     uint8_t lenbuf[8];
-    if (src->file_size < 8 || pread_exact(src->fd, lenbuf, 8, 0))
+    if (src->file_size < 8 || ckpt_pread_all(src->fd, lenbuf, 8, 0))
         return ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: file too short for a header");
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
@@ -227,7 +211,7 @@ int ckpt_safetensors_open(ckpt_file *f, ckpt_value **root_out)
     char *text = malloc((size_t)n + 1);
     if (!text)
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
-    int rc = pread_exact(src->fd, text, (size_t)n, 8);
+    int rc = ckpt_pread_all(src->fd, text, (size_t)n, 8);
     text[n] = '\0';
     cJSON *hdr = NULL;
     entry *entries = NULL, **sorted = NULL;

@@ -12,20 +12,6 @@
 #include <string.h>
 #include <zlib.h>
 
-typedef struct st_sink {
-    int fd;
-    uint64_t at;
-    ckpt_error *err;
-} st_sink;
-
-static int st_write_sink(void *user, const uint8_t *p, size_t n)
-{
-    st_sink *k = user;
-    int rc = ckpt_write_all(k->fd, p, n, k->at, k->err);
-    k->at += n;
-    return rc;
-}
-
 typedef struct st_entry {
     const char *name;
     const ckpt_tensor *t;
@@ -286,8 +272,8 @@ int ckpt_safetensors_write(ckpt_file *f, int out, const ckpt_write_options *opt)
         if (t->offset == 0 && ckpt_tensor_is_contiguous(t) &&
             (uint64_t)t->numel * ckpt_dtype_size(t->storage->dtype) == t->storage->nbytes) {
             /* the whole storage, cast or inflated on the way: bounded memory */
-            st_sink sk = {.fd = out, .at = base + e[i].begin, .err = &f->err};
-            rc = ckpt_storage_stream(f, t->storage, st_write_sink, &sk);
+            ckpt_fd_sink sk = {.fd = out, .at = base + e[i].begin, .err = &f->err};
+            rc = ckpt_storage_stream(f, t->storage, ckpt_fd_sink_write, &sk);
             continue;
         }
         const uint8_t *bytes = NULL;

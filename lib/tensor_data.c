@@ -155,34 +155,6 @@ float ckpt_bfloat16_to_float(uint16_t b)
     return f;
 }
 
-/* Convert N elements to double; false for dtypes without an order. */
-static bool to_double(ckpt_dtype dt, const uint8_t *p, size_t n, double *out)
-{
-#define CONVERT(T, EXPR)                          \
-    for (size_t i = 0; i < n; i++) {              \
-        T v;                                      \
-        memcpy(&v, p + i * sizeof(T), sizeof(T)); \
-        out[i] = (double)(EXPR);                  \
-    }                                             \
-    return true
-    switch (dt) {
-    case CKPT_DTYPE_FLOAT64: CONVERT(double, v);
-    case CKPT_DTYPE_FLOAT32: CONVERT(float, v);
-    case CKPT_DTYPE_FLOAT16: CONVERT(uint16_t, ckpt_half_to_float(v));
-    case CKPT_DTYPE_BFLOAT16: CONVERT(uint16_t, ckpt_bfloat16_to_float(v));
-    case CKPT_DTYPE_INT64: CONVERT(int64_t, v);
-    case CKPT_DTYPE_INT32: CONVERT(int32_t, v);
-    case CKPT_DTYPE_INT16: CONVERT(int16_t, v);
-    case CKPT_DTYPE_INT8: CONVERT(int8_t, v);
-    case CKPT_DTYPE_UINT8: CONVERT(uint8_t, v);
-    case CKPT_DTYPE_BOOL: CONVERT(uint8_t, v != 0);
-    case CKPT_DTYPE_UINT16: CONVERT(uint16_t, v);
-    case CKPT_DTYPE_UINT32: CONVERT(uint32_t, v);
-    case CKPT_DTYPE_UINT64: CONVERT(uint64_t, v);
-    default: return false;
-    }
-#undef CONVERT
-}
 
 #define BLOCK 1024
 
@@ -208,7 +180,7 @@ static void moments_wide(ckpt_dtype dt, const uint8_t *p, int64_t numel, int64_t
         long double mean = (sum + comp) / count;
         for (int64_t i = 0; i < numel; i += BLOCK) {
             size_t n = (size_t)(numel - i < BLOCK ? numel - i : BLOCK);
-            to_double(dt, p + (size_t)i * es, n, blk);
+            ckpt_dtype_to_double(dt, p + (size_t)i * es, n, blk);
             for (size_t k = 0; k < n; k++) {
                 if (!isfinite(blk[k]))
                     continue;
@@ -249,7 +221,7 @@ CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t, ckpt_
     st->crc32 = (uint32_t)c;
     st->min = st->max = st->mean = st->std = NAN;
     double probe;
-    if (!to_double(t->dtype, (const uint8_t[16]){0}, 1, &probe)) {
+    if (!ckpt_dtype_to_double(t->dtype, (const uint8_t[16]){0}, 1, &probe)) {
         free(own1); /* complex, quantized: no order */
         free(own2);
         return CKPT_OK;
@@ -262,7 +234,7 @@ CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t, ckpt_
     int64_t count = 0;
     for (int64_t i = 0; i < t->numel; i += BLOCK) {
         size_t k = (size_t)(t->numel - i < BLOCK ? t->numel - i : BLOCK);
-        to_double(t->dtype, buf + (size_t)i * es, k, blk);
+        ckpt_dtype_to_double(t->dtype, buf + (size_t)i * es, k, blk);
         for (size_t j = 0; j < k; j++) {
             double x = blk[j];
             if (isfinite(x)) {
@@ -283,7 +255,7 @@ CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t, ckpt_
         double total = (sum[0] + sum[1]) + (sum[2] + sum[3]), mean = total / (double)count;
         for (int64_t i = 0; i < t->numel && count > 1 && isfinite(total); i += BLOCK) {
             size_t k = (size_t)(t->numel - i < BLOCK ? t->numel - i : BLOCK);
-            to_double(t->dtype, buf + (size_t)i * es, k, blk);
+            ckpt_dtype_to_double(t->dtype, buf + (size_t)i * es, k, blk);
             for (size_t j = 0; j < k; j++) {
                 double d = blk[j] - mean;
                 if (isfinite(blk[j]))
