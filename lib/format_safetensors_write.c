@@ -8,6 +8,8 @@
 #include "ckpt_private.h"
 
 #include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -108,6 +110,21 @@ static int tensor_out_bytes(ckpt_file *f, const ckpt_tensor *t, const uint8_t **
     return CKPT_OK;
 }
 
+typedef struct crc_job {
+    int fd;
+    uint64_t off, len;
+    uint32_t crc;
+    int rc;
+} crc_job;
+
+static void *crc_main(void *arg)
+{
+    crc_job *j = arg;
+    ckpt_error e = {0};
+    j->rc = ckpt_crc_range(j->fd, j->off, j->len, &j->crc, &e);
+    return NULL;
+}
+
 /* A whole, uncast, uncompressed storage goes straight from file to file. */
 static int copy_whole(ckpt_file *f, const ckpt_tensor *t, int out, uint64_t at, bool *done)
 {
@@ -123,17 +140,29 @@ static int copy_whole(ckpt_file *f, const ckpt_tensor *t, int out, uint64_t at, 
             ckpt_err_clear(&f->err);
             return CKPT_OK; /* deflated: the buffered path inflates it */
         }
-        /* the input's CRC, checked before its bytes are trusted */
-        uint32_t crc;
-        CKPT_FORWARD(ckpt_crc_range(s->src->fd, in_off, s->nbytes, &crc, &f->err));
-        if (crc != s->crc32)
+        /* the input's CRC, checked on the other core while the kernel copies */
+        crc_job job = {.fd = s->src->fd, .off = in_off, .len = s->nbytes};
+        pthread_t th;
+        bool threaded = pthread_create(&th, NULL, crc_main, &job) == 0;
+        int rc = ckpt_copy_range(s->src->fd, in_off, out, at, s->nbytes, &f->err);
+        if (threaded)
+            pthread_join(th, NULL);
+        else
+            crc_main(&job);
+        CKPT_FORWARD(rc);
+        if (job.rc)
+            return ckpt_err(&f->err, job.rc, "cannot read storage '%s' of the input", s->key);
+        if (job.crc != s->crc32)
             return ckpt_err(&f->err, CKPT_ERR_FORMAT,
                             "record for storage '%s': CRC-32 mismatch (stored %08x, data %08x): "
-                            "the input is corrupt", s->key, s->crc32, crc);
+                            "the input is corrupt", s->key, s->crc32, job.crc);
     } else {
         in_off = s->file_offset;
+        CKPT_FORWARD(ckpt_copy_range(s->src->fd, in_off, out, at, s->nbytes, &f->err));
     }
-    CKPT_FORWARD(ckpt_copy_range(s->src->fd, in_off, out, at, s->nbytes, &f->err));
+    /* start writing back now, so that the final fsync has little left */
+    if (s->nbytes >= (1u << 20))
+        sync_file_range(out, (off64_t)at, (off64_t)s->nbytes, SYNC_FILE_RANGE_WRITE);
     *done = true;
     return CKPT_OK;
 }
