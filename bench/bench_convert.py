@@ -638,25 +638,6 @@ def report(a, ckpt, sizes, rev, digest):
     return "\n".join(out) + "\n", allv
 
 
-def update_results(path, section_text):
-    """Replace this benchmark's section of RESULTS.md (append it if absent)."""
-    old = ""
-    if os.path.exists(path):
-        with open(path) as f:
-            old = f.read()
-    if not old.strip():
-        old = "# Benchmark results\n\nLatest results of the benchmarks in bench/ " \
-              "(see bench/README.md for how to run them).\n"
-    pat = re.compile(r"^%s[^\n]*\n.*?(?=^## |\Z)" % re.escape(SECTION), re.S | re.M)
-    body = section_text.rstrip("\n") + "\n\n"
-    if pat.search(old):
-        new = pat.sub(lambda m: body, old, count=1)
-    else:
-        new = old.rstrip("\n") + "\n\n" + body
-    with open(path, "w") as f:
-        f.write(new.rstrip("\n") + "\n")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="2",
@@ -703,7 +684,7 @@ def main():
         sys.exit("bench: %s changed during the run (rebuilt?): the numbers mix two "
                  "builds; %s left alone" % (ckpt, a.results))
     if not a.no_results:
-        update_results(os.path.abspath(a.results), text)
+        bi.update_results(os.path.abspath(a.results), text, SECTION)
         print("updated %s" % a.results)
 
 

@@ -357,7 +357,10 @@ def fmt_ms(s):
     return "%.1f" % v if v < 1000 else "%.0f" % v
 
 
-def update_results(path, section_text):
+def update_results(path, section_text, section=None):
+    """Replace SECTION's part of RESULTS.md (append it if absent); every
+    benchmark in bench/ writes its own section through this."""
+    section = section or SECTION
     old = ""
     if os.path.exists(path):
         with open(path) as f:
@@ -365,7 +368,7 @@ def update_results(path, section_text):
     if not old.strip():
         old = "# Benchmark results\n\nLatest results of the benchmarks in bench/ " \
               "(see bench/README.md for how to run them).\n"
-    pat = re.compile(r"^%s[^\n]*\n.*?(?=^## |\Z)" % re.escape(SECTION),
+    pat = re.compile(r"^%s[^\n]*\n.*?(?=^## |\Z)" % re.escape(section),
                      re.S | re.M)
     body = section_text.rstrip("\n") + "\n\n"
     if pat.search(old):

@@ -626,24 +626,6 @@ def env_notes():
     return notes
 
 
-def update_results(path, section_text):
-    old = ""
-    if os.path.exists(path):
-        with open(path) as f:
-            old = f.read()
-    if not old.strip():
-        old = "# Benchmark results\n\nLatest results of the benchmarks in bench/ " \
-              "(see bench/README.md for how to run them).\n"
-    pat = re.compile(r"^%s[^\n]*\n.*?(?=^## |\Z)" % re.escape(SECTION), re.S | re.M)
-    body = section_text.rstrip("\n") + "\n\n"
-    if pat.search(old):
-        new = pat.sub(lambda m: body, old, count=1)
-    else:
-        new = old.rstrip("\n") + "\n\n" + body
-    with open(path, "w") as f:
-        f.write(new.rstrip("\n") + "\n")
-
-
 def file_digest(path):
     import hashlib
     h = hashlib.sha256()
@@ -888,7 +870,7 @@ def main():
         sys.exit("bench: %s changed during the run (rebuilt?): the numbers mix two "
                  "builds; %s left alone" % (ckpt, a.results))
     if not a.no_results:
-        update_results(os.path.abspath(a.results), text)
+        bi.update_results(os.path.abspath(a.results), text, SECTION)
         print("updated %s" % a.results)
 
 
