@@ -3,6 +3,8 @@
 #ifndef CKPT_CUDA_H
 #define CKPT_CUDA_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -15,6 +17,13 @@ int ckpt_cuda_device_count(int *count);
 int ckpt_cuda_device_name(int device, char *buf, int cap);
 /* Human-readable text for a status returned above. */
 const char *ckpt_cuda_strerror(int status);
+
+struct ckpt_backend;
+/* The runtime's CUDA backend (backend_cuda.cu, ops in lib/runtime_backend.h)
+ * on device DEVICE.  Unlike the calls above it returns a ckpt_status:
+ * CKPT_ERR_DEVICE, with the reason in ERR (CAP bytes), when there is no
+ * GPU, no driver or no loadable cuBLAS.  Release with ops->destroy. */
+int ckpt_backend_cuda_open(int device, struct ckpt_backend **out, char *err, size_t cap);
 
 #ifdef __cplusplus
 }

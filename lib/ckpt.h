@@ -58,7 +58,8 @@ typedef enum ckpt_status {
     CKPT_ERR_LIMIT = -4,         /* a resource limit was hit */
     CKPT_ERR_UNSUPPORTED = -5,   /* well formed but not supported */
     CKPT_ERR_IO = -6,            /* the operating system refused */
-    CKPT_ERR_NOMEM = -7          /* out of memory */
+    CKPT_ERR_NOMEM = -7,         /* out of memory */
+    CKPT_ERR_DEVICE = -8         /* the GPU, its driver or a CUDA library failed */
 } ckpt_status;
 
 CKPT_API const char *ckpt_strerror(int status);
@@ -248,6 +249,15 @@ CKPT_API int ckpt_storage_read(ckpt_file *f, const ckpt_storage *s,
  * at least ckpt_tensor_nbytes()).  Reads (and CRC-checks) the storage.
  */
 CKPT_API int ckpt_tensor_read(ckpt_file *f, const ckpt_tensor *t, void *buf, size_t cap);
+
+/*
+ * The tensor's elements as float32, in C order, into BUF (COUNT floats, at
+ * least its numel): any real dtype, rounded to nearest as torch's copy_ into
+ * a float32 tensor does (float16, bfloat16 and float8 exactly).  Complex,
+ * quantized and bits tensors are CKPT_ERR_UNSUPPORTED.
+ */
+CKPT_API int ckpt_tensor_read_float32(ckpt_file *f, const ckpt_tensor *t, float *buf,
+                                      size_t count);
 
 typedef struct ckpt_tensor_stats {
     int valid;          /* 0 when the dtype has no ordering (complex, quantized) */
@@ -460,6 +470,116 @@ typedef struct ckpt_write_options {
  * "-" and the input file itself unless CKPT_WRITE_IN_PLACE.  OPT may be NULL.
  */
 CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_options *opt);
+
+/* ---- the model runtime: graph specs, backends, strict load, forward -------- */
+
+/*
+ * A model is a graph spec (DESIGN.md "Model specs"; the JSON files in models/): named
+ * inputs, an ordered list of nodes, named outputs.  ckpt_model_bind() loads
+ * a state dict into it the way torch's strict load_state_dict() does, and
+ * ckpt_model_run() runs the forward pass on a backend: the CPU reference or
+ * CUDA.  Tensors handed in and out are float32, C-contiguous, on the host.
+ */
+typedef struct ckpt_model ckpt_model;
+typedef struct ckpt_backend ckpt_backend;
+
+#define CKPT_MAX_DIMS 8
+
+/* A float32 tensor on the host.  DATA is malloc'd when ckpt_model_run()
+ * fills it; release it with ckpt_array_clear(). */
+typedef struct ckpt_array {
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS];
+    float *data;
+} ckpt_array;
+
+CKPT_API int64_t ckpt_array_numel(const ckpt_array *a);
+CKPT_API void ckpt_array_clear(ckpt_array *a);
+
+/*
+ * Open a backend: "cpu", "cuda" (= "cuda:0"), "cuda:N", or "auto" (CUDA
+ * when this build has it and a GPU is present, else the CPU).  On failure
+ * returns a negative status (CKPT_ERR_DEVICE when CUDA cannot be used,
+ * CKPT_ERR_USAGE for a bad name) and writes a message into ERR (CAP bytes).
+ */
+CKPT_API int ckpt_backend_open(const char *device, ckpt_backend **out, char *err, size_t cap);
+CKPT_API void ckpt_backend_free(ckpt_backend *b);
+/* "cpu" or "cuda:N". */
+CKPT_API const char *ckpt_backend_device(const ckpt_backend *b);
+/* One line: "cpu (OpenBLAS 0.3.21)", "cuda:0 (NVIDIA H100 80GB HBM3, CUDA 13.0)". */
+CKPT_API const char *ckpt_backend_description(const ckpt_backend *b);
+/* Usable CUDA devices: 0 without a GPU, a driver, or CUDA in this build. */
+CKPT_API int ckpt_cuda_device_count_usable(void);
+
+CKPT_API ckpt_model *ckpt_model_new(void);
+CKPT_API void ckpt_model_free(ckpt_model *m);
+/* Parse the spec at PATH / in JSON (LEN bytes; NAME is used in messages).
+ * A spec error is CKPT_ERR_FORMAT naming the node and what is wrong. */
+CKPT_API int ckpt_model_load(ckpt_model *m, const char *path);
+CKPT_API int ckpt_model_parse(ckpt_model *m, const char *json, size_t len, const char *name);
+CKPT_API int ckpt_model_error_code(const ckpt_model *m);
+CKPT_API const char *ckpt_model_error_message(const ckpt_model *m);
+
+/* The spec's "name" and "class" (torch's class name, for load messages). */
+CKPT_API const char *ckpt_model_name(const ckpt_model *m);
+CKPT_API const char *ckpt_model_class(const ckpt_model *m);
+CKPT_API size_t ckpt_model_input_count(const ckpt_model *m);
+CKPT_API const char *ckpt_model_input_name(const ckpt_model *m, size_t i);
+/* Declared shape of input I; -1 marks the batch dimension.  Returns ndim. */
+CKPT_API int ckpt_model_input_shape(const ckpt_model *m, size_t i, int64_t *shape);
+CKPT_API size_t ckpt_model_output_count(const ckpt_model *m);
+CKPT_API const char *ckpt_model_output_name(const ckpt_model *m, size_t i);
+/* Parameter keys in the order the spec first uses them. */
+CKPT_API size_t ckpt_model_param_count(const ckpt_model *m);
+CKPT_API const char *ckpt_model_param_key(const ckpt_model *m, size_t i);
+
+/* One size mismatch of a strict load. */
+typedef struct ckpt_size_mismatch {
+    const char *key;
+    int ckpt_ndim, model_ndim;
+    int64_t ckpt_shape[CKPT_MAX_DIMS], model_shape[CKPT_MAX_DIMS];
+} ckpt_size_mismatch;
+
+/* What a strict load found; strings are borrowed from the model and stay
+ * valid until the next bind or ckpt_model_free(). */
+typedef struct ckpt_load_report {
+    int ok;                       /* 1: every key matched, shapes and dtypes fit */
+    size_t missing_count;         /* spec keys the state dict lacks (torch's order) */
+    const char *const *missing;
+    size_t unexpected_count;      /* state-dict keys the spec lacks (torch's order) */
+    const char *const *unexpected;
+    size_t mismatch_count;
+    const ckpt_size_mismatch *mismatches;
+    size_t bad_dtype_count;       /* keys whose tensors are not floating point */
+    const char *const *bad_dtype;
+    /* torch's message, "Error(s) in loading state_dict for CLASS:\n\t...", or "" */
+    const char *message;
+} ckpt_load_report;
+
+/*
+ * Strict load: the mapping SD (a dict value of F, usually a state dict)
+ * must hold exactly the spec's parameter keys, each a floating-point
+ * tensor of the shape the graph implies (channel counts come from the
+ * weights; the others follow from the inputs' declared shapes).  On a
+ * match the values are read (every record's CRC checked), converted to
+ * float32 as load_state_dict's copy_ does, and kept by the model.
+ * Returns CKPT_OK when the check ran (see REPORT->ok), or an error: a read
+ * error is kept in F's handle and repeated in the model's.  A model's
+ * previous binding is dropped first.
+ */
+CKPT_API int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd,
+                             ckpt_load_report *report);
+
+/*
+ * Forward pass of a bound model on backend B.  INPUTS holds one array per
+ * spec input, in spec order, each of the declared shape with any batch
+ * size.  OUTPUTS (ckpt_model_output_count() entries) are filled with
+ * malloc'd host arrays.  Parameters are uploaded to B on first use and
+ * kept there until the model is freed or rebound.  Errors (shape, device)
+ * are in the model's handle.
+ */
+CKPT_API int ckpt_model_run(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs,
+                            ckpt_array *outputs);
 
 #ifdef __cplusplus
 }

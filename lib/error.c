@@ -15,6 +15,7 @@ CKPT_API const char *ckpt_strerror(int status)
     case CKPT_ERR_UNSUPPORTED: return "unsupported input";
     case CKPT_ERR_IO: return "I/O error";
     case CKPT_ERR_NOMEM: return "out of memory";
+    case CKPT_ERR_DEVICE: return "device error";
     default: return "unknown status";
     }
 }

@@ -123,6 +123,43 @@ CKPT_API int ckpt_tensor_read(ckpt_file *f, const ckpt_tensor *t, void *buf, siz
     return rc;
 }
 
+CKPT_API int ckpt_tensor_read_float32(ckpt_file *f, const ckpt_tensor *t, float *buf,
+                                      size_t count)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !t || !buf)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    int64_t numel = ckpt_tensor_numel(t);
+    if ((uint64_t)numel > count)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "buffer of %zu floats for %lld elements", count,
+                        (long long)numel);
+    ckpt_dtype dt = ckpt_tensor_dtype(t);
+    double probe;
+    uint8_t zero[16] = {0};
+    if (!ckpt_dtype_to_double(dt, zero, 1, &probe))
+        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "a %s tensor has no float32 value",
+                        ckpt_dtype_name(dt));
+    const uint8_t *bytes;
+    uint8_t *own1, *own2;
+    int rc = tensor_bytes(f, t, &bytes, &own1, &own2);
+    if (rc == CKPT_OK) {
+        size_t es = ckpt_dtype_size(dt);
+        double blk[1024];
+        if (dt == CKPT_DTYPE_FLOAT32 && numel)
+            memcpy(buf, bytes, (size_t)numel * sizeof(float));
+        else
+            for (int64_t i = 0; i < numel; i += 1024) {
+                size_t n = (size_t)(numel - i < 1024 ? numel - i : 1024);
+                ckpt_dtype_to_double(dt, bytes + (size_t)i * es, n, blk);
+                for (size_t k = 0; k < n; k++)
+                    buf[i + (int64_t)k] = (float)blk[k]; /* nearest, as copy_ rounds */
+            }
+    }
+    free(own1);
+    free(own2);
+    return rc;
+}
+
 float ckpt_half_to_float(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;

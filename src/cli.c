@@ -49,6 +49,7 @@ int cli_exit_for(int status)
         return CLI_EXIT_USAGE;
     case CKPT_ERR_IO:
     case CKPT_ERR_NOMEM:
+    case CKPT_ERR_DEVICE:
         return CLI_EXIT_IO;
     default:
         return CLI_EXIT_BAD_INPUT;

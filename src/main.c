@@ -18,6 +18,7 @@ static const struct command {
     {"remap", cmd_remap, "rewrite the device tags of storages (cuda:1 -> cpu)"},
     {"convert", cmd_convert, "convert between pth, legacy pth and safetensors; cast dtypes"},
     {"diff", cmd_diff, "compare keys, shapes, dtypes and values of two checkpoints"},
+    {"verify", cmd_verify, "load weights into a model (CPU or GPU) and check its outputs"},
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,1162 @@
+// backend_cuda.cu - the CUDA backend of the model runtime (float32, NCHW):
+// cuBLAS for the matrix products, small kernels for everything else, one
+// stream per backend.
+//
+// cuBLAS is dlopen'ed when the first backend is opened, never linked:
+// linking it costs every ckpt process about 0.5 s and 200 MB at start,
+// whether it uses a GPU or not.  Only the C ABI of a few functions is
+// needed, so the prototypes are declared here and the build needs no
+// cuBLAS headers either.
+//
+// Results are deterministic on a given GPU: no atomics, every reduction
+// runs in a fixed order, and cuBLAS gets a single stream (its documented
+// condition for bitwise reproducibility).  TF32 is never used: cuBLAS runs
+// in pedantic math mode.
+//
+// Errors: every CUDA and cuBLAS call is checked and becomes CKPT_ERR_DEVICE
+// with a message in b->message; nothing prints or aborts.  Kernel faults
+// surface at the next call that waits (download, synchronize).
+
+#include "config.h"
+#include "ckpt.h"
+#include "ckpt_cuda.h"
+#include "runtime_backend.h"
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---- cuBLAS, loaded at run time ---------------------------------------------
+
+// The C ABI of the few cuBLAS calls we use (cublas_api.h): handles are
+// pointers, enums are passed as int.
+typedef struct ckpt_cublas_context *ckpt_cublas_handle;
+enum {
+    CKPT_CUBLAS_STATUS_SUCCESS = 0,
+    CKPT_CUBLAS_OP_N = 0,
+    CKPT_CUBLAS_OP_T = 1,
+    CKPT_CUBLAS_DEFAULT_MATH = 0,
+    CKPT_CUBLAS_PEDANTIC_MATH = 2,
+};
+
+typedef struct ckpt_cublas_api {
+    int (*create)(ckpt_cublas_handle *handle);
+    int (*destroy)(ckpt_cublas_handle handle);
+    int (*set_stream)(ckpt_cublas_handle handle, cudaStream_t stream);
+    int (*set_math_mode)(ckpt_cublas_handle handle, int mode);
+    int (*sgemm)(ckpt_cublas_handle handle, int transa, int transb, int m, int n, int k,
+                 const float *alpha, const float *a, int lda, const float *b, int ldb,
+                 const float *beta, float *c, int ldc);
+    int (*sgemm_strided_batched)(ckpt_cublas_handle handle, int transa, int transb, int m,
+                                 int n, int k, const float *alpha, const float *a, int lda,
+                                 long long stride_a, const float *b, int ldb,
+                                 long long stride_b, const float *beta, float *c, int ldc,
+                                 long long stride_c, int batch_count);
+    // optional (absent from old releases)
+    const char *(*status_string)(int status);
+    int (*get_version)(ckpt_cublas_handle handle, int *version);
+} ckpt_cublas_api;
+
+// Loaded once per process and never unloaded: cuBLAS keeps process-wide
+// state, and unloading CUDA libraries is not reliable.
+static pthread_once_t cublas_once = PTHREAD_ONCE_INIT;
+static ckpt_cublas_api cublas_api;
+static int cublas_loaded;
+static char cublas_error[200];
+
+static void cublas_load(void)
+{
+    // The toolkit configure found comes first: it matches the CUDA runtime
+    // we link.  Then the loader's search path, newest release first.
+    char paths[6][320];
+    int n = 0, major = 0, version = 0;
+    if (cudaRuntimeGetVersion(&version) == cudaSuccess)
+        major = version / 1000;
+#ifdef CKPT_CUDA_LIBDIR
+    if (major > 0)
+        snprintf(paths[n++], sizeof paths[0], "%s/libcublas.so.%d", CKPT_CUDA_LIBDIR, major);
+#endif
+    if (major > 0 && major != 13 && major != 12)
+        snprintf(paths[n++], sizeof paths[0], "libcublas.so.%d", major);
+    snprintf(paths[n++], sizeof paths[0], "libcublas.so.13");
+    snprintf(paths[n++], sizeof paths[0], "libcublas.so.12");
+#ifdef CKPT_CUDA_LIBDIR
+    snprintf(paths[n++], sizeof paths[0], "%s/libcublas.so", CKPT_CUDA_LIBDIR);
+#endif
+    snprintf(paths[n++], sizeof paths[0], "libcublas.so");
+
+    void *lib = NULL;
+    char first_error[160] = "";
+    for (int i = 0; i < n && !lib; i++) {
+        lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
+        const char *e = lib ? NULL : dlerror();
+        if (!lib && !first_error[0] && e)
+            snprintf(first_error, sizeof first_error, "%s", e);
+    }
+    if (!lib) {
+        snprintf(cublas_error, sizeof cublas_error, "cannot load cuBLAS (libcublas.so): %s",
+                 first_error[0] ? first_error : "not found");
+        return;
+    }
+
+    struct {
+        const char *name;
+        void **slot;
+        int required;
+    } syms[] = {
+        {"cublasCreate_v2", (void **)&cublas_api.create, 1},
+        {"cublasDestroy_v2", (void **)&cublas_api.destroy, 1},
+        {"cublasSetStream_v2", (void **)&cublas_api.set_stream, 1},
+        {"cublasSetMathMode", (void **)&cublas_api.set_math_mode, 1},
+        {"cublasSgemm_v2", (void **)&cublas_api.sgemm, 1},
+        {"cublasSgemmStridedBatched", (void **)&cublas_api.sgemm_strided_batched, 1},
+        {"cublasGetStatusString", (void **)&cublas_api.status_string, 0},
+        {"cublasGetVersion_v2", (void **)&cublas_api.get_version, 0},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        *syms[i].slot = dlsym(lib, syms[i].name);
+        if (!*syms[i].slot && syms[i].required) {
+            snprintf(cublas_error, sizeof cublas_error, "cuBLAS lacks %s (too old?)",
+                     syms[i].name);
+            memset(&cublas_api, 0, sizeof cublas_api);
+            return; // the library stays loaded; harmless
+        }
+    }
+    cublas_loaded = 1;
+}
+
+static const char *cublas_status_text(int status)
+{
+    if (cublas_api.status_string) {
+        const char *s = cublas_api.status_string(status);
+        if (s)
+            return s;
+    }
+    switch (status) {
+    case 1: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case 3: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case 7: return "CUBLAS_STATUS_INVALID_VALUE";
+    case 8: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case 11: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case 13: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case 14: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case 15: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "unknown cuBLAS status";
+    }
+}
+
+// ---- backend state ------------------------------------------------------------
+
+// A device buffer: handed out (used) or kept for reuse.
+typedef struct cuda_block {
+    float *p;
+    size_t bytes;
+    int used;
+} cuda_block;
+
+typedef struct cuda_impl {
+    int device;
+    cudaStream_t stream;
+    ckpt_cublas_handle cublas;
+    cuda_block *blocks; // every buffer this backend owns
+    size_t nblocks, capblocks;
+    float *scratch; // im2col / columns, grown on demand
+    size_t scratch_floats;
+} cuda_impl;
+
+static inline cuda_impl *impl_of(ckpt_backend *b)
+{
+    return (cuda_impl *)b->impl;
+}
+
+// Returns CKPT_ERR_DEVICE with "OP: WHAT: CUDA's text".  Clears the
+// runtime's last error so the next launch check does not see it again.
+static int cuda_fail(ckpt_backend *b, const char *op, const char *what, cudaError_t e)
+{
+    (void)cudaGetLastError();
+    return ckpt_backend_fail(b, CKPT_ERR_DEVICE, "%s: %s: %s", op, what, cudaGetErrorString(e));
+}
+
+#define CUDA_TRY(b, op, what, call)                                                    \
+    do {                                                                               \
+        cudaError_t e_ = (call);                                                       \
+        if (e_ != cudaSuccess)                                                         \
+            return cuda_fail((b), (op), (what), e_);                                   \
+    } while (0)
+
+// After a kernel launch: launch errors (bad configuration, no image for
+// this GPU) are reported at once.
+#define LAUNCH_CHECK(b, op, kernel) CUDA_TRY(b, op, kernel " launch", cudaGetLastError())
+
+#define RETURN_IF(rc_expr)                                                             \
+    do {                                                                               \
+        int rc_ = (rc_expr);                                                           \
+        if (rc_ != CKPT_OK)                                                            \
+            return rc_;                                                                \
+    } while (0)
+
+// Every op makes its device current: replicas on several GPUs may share a
+// host thread, and a thread may not be the one that opened the backend.
+static int cuda_enter(ckpt_backend *b, const char *op)
+{
+    CUDA_TRY(b, op, "cudaSetDevice", cudaSetDevice(impl_of(b)->device));
+    return CKPT_OK;
+}
+
+// ---- launch helpers -----------------------------------------------------------
+
+#define THREADS 256
+// Kernels loop with a grid stride, so the grid can be capped.
+#define MAX_BLOCKS 65535
+
+static unsigned grid_for(int64_t n)
+{
+    int64_t g = (n + THREADS - 1) / THREADS;
+    if (g < 1)
+        g = 1;
+    if (g > MAX_BLOCKS)
+        g = MAX_BLOCKS;
+    return (unsigned)g;
+}
+
+// 32-bit index arithmetic is much cheaper on the GPU than 64-bit division;
+// use it where every index (and index + grid stride) fits.
+static bool fits_int32(int64_t n)
+{
+    return n >= 0 && n <= (int64_t)INT_MAX - (int64_t)MAX_BLOCKS * THREADS;
+}
+
+// ---- kernels --------------------------------------------------------------------
+
+#define GRID_LOOP(I, idx, total)                                                       \
+    for (I idx = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; idx < (total);        \
+         idx += (I)blockDim.x * (I)gridDim.x)
+
+// max that propagates NaN, as torch's max_pool2d and softmax do; the first
+// NaN met is kept (the CPU reference's payload)
+__device__ __forceinline__ float max_nan(float a, float v)
+{
+    return (v > a || (v != v && a == a)) ? v : a;
+}
+
+template <typename I> struct conv_dims {
+    I in_c, in_h, in_w, out_c, out_h, out_w, k_h, k_w, s_h, s_w, p_h, p_w, d_h, d_w;
+};
+
+template <typename I> static conv_dims<I> conv_dims_of(const ckpt_conv_geom *g)
+{
+    conv_dims<I> d;
+    d.in_c = (I)g->in_c, d.in_h = (I)g->in_h, d.in_w = (I)g->in_w;
+    d.out_c = (I)g->out_c, d.out_h = (I)g->out_h, d.out_w = (I)g->out_w;
+    d.k_h = (I)g->k_h, d.k_w = (I)g->k_w, d.s_h = (I)g->stride_h, d.s_w = (I)g->stride_w;
+    d.p_h = (I)g->pad_h, d.p_w = (I)g->pad_w, d.d_h = (I)g->dil_h, d.d_w = (I)g->dil_w;
+    return d;
+}
+
+// cols[n][c][ky][kx][oy][ox] = x[n][c][oy*s - p + ky*d][ox*s - p + kx*d], 0 in the
+// padding: per image the [in_c*k_h*k_w, out_h*out_w] operand of conv2d's GEMM.
+template <typename I>
+__global__ void k_im2col(const float *__restrict__ x, float *__restrict__ cols,
+                         conv_dims<I> d, I total)
+{
+    GRID_LOOP(I, idx, total) {
+        I t = idx;
+        I ox = t % d.out_w;
+        t /= d.out_w;
+        I oy = t % d.out_h;
+        t /= d.out_h;
+        I kx = t % d.k_w;
+        t /= d.k_w;
+        I ky = t % d.k_h;
+        t /= d.k_h; // t = n * in_c + c
+        I iy = oy * d.s_h - d.p_h + ky * d.d_h;
+        I ix = ox * d.s_w - d.p_w + kx * d.d_w;
+        float v = 0.0f;
+        if (iy >= 0 && iy < d.in_h && ix >= 0 && ix < d.in_w)
+            v = x[(t * d.in_h + iy) * d.in_w + ix];
+        cols[idx] = v;
+    }
+}
+
+// conv_transpose2d's col2im written as a gather: each output pixel sums the
+// column entries that land on it in a fixed (ky, kx) order, so there are
+// no atomics and the result is deterministic.  cols is per image
+// [out_c*k_h*k_w, in_h*in_w].  Adds the bias (may be NULL).
+template <typename I>
+__global__ void k_col2im_gather(const float *__restrict__ cols, const float *__restrict__ bias,
+                                float *__restrict__ y, conv_dims<I> d, I total)
+{
+    const I in_hw = d.in_h * d.in_w;
+    GRID_LOOP(I, idx, total) {
+        I t = idx;
+        I ox = t % d.out_w;
+        t /= d.out_w;
+        I oy = t % d.out_h;
+        t /= d.out_h;
+        I oc = t % d.out_c;
+        I n = t / d.out_c;
+        const float *cn = cols + (n * d.out_c + oc) * d.k_h * d.k_w * in_hw;
+        float acc = 0.0f;
+        for (I ky = 0; ky < d.k_h; ky++) {
+            // output row oy receives input row iy through tap ky when
+            // iy * s - p + ky * d == oy
+            I ty = oy + d.p_h - ky * d.d_h;
+            if (ty < 0 || ty % d.s_h != 0)
+                continue;
+            I iy = ty / d.s_h;
+            if (iy >= d.in_h)
+                continue;
+            for (I kx = 0; kx < d.k_w; kx++) {
+                I tx = ox + d.p_w - kx * d.d_w;
+                if (tx < 0 || tx % d.s_w != 0)
+                    continue;
+                I ix = tx / d.s_w;
+                if (ix >= d.in_w)
+                    continue;
+                acc += cn[(ky * d.k_w + kx) * in_hw + iy * d.in_w + ix];
+            }
+        }
+        y[idx] = bias ? acc + bias[oc] : acc;
+    }
+}
+
+// y[i] += bias[(i / inner) % channels]: NCHW (inner = H*W) and linear (inner = 1)
+template <typename I>
+__global__ void k_add_bias(float *__restrict__ y, const float *__restrict__ bias, I channels,
+                           I inner, I total)
+{
+    GRID_LOOP(I, idx, total) {
+        y[idx] += bias[(idx / inner) % channels];
+    }
+}
+
+template <typename I> struct pool_dims {
+    I in_h, in_w, out_h, out_w, k_h, k_w, s_h, s_w, p_h, p_w, d_h, d_w;
+};
+
+// Padding never wins (it is -inf); a NaN in the window is the result, as
+// torch's CPU kernel ("val > max || isnan(val)").
+template <typename I>
+__global__ void k_max_pool2d(const float *__restrict__ x, float *__restrict__ y, pool_dims<I> d,
+                             I total)
+{
+    GRID_LOOP(I, idx, total) {
+        I t = idx;
+        I ox = t % d.out_w;
+        t /= d.out_w;
+        I oy = t % d.out_h;
+        I plane = t / d.out_h;
+        const float *xp = x + plane * d.in_h * d.in_w;
+        I y0 = oy * d.s_h - d.p_h, x0 = ox * d.s_w - d.p_w;
+        float m = -INFINITY;
+        for (I ky = 0; ky < d.k_h; ky++) {
+            I iy = y0 + ky * d.d_h;
+            if (iy < 0 || iy >= d.in_h)
+                continue;
+            for (I kx = 0; kx < d.k_w; kx++) {
+                I ix = x0 + kx * d.d_w;
+                if (ix < 0 || ix >= d.in_w)
+                    continue;
+                m = max_nan(m, xp[iy * d.in_w + ix]);
+            }
+        }
+        y[idx] = m;
+    }
+}
+
+// relu(NaN) = NaN, as torch
+template <typename I>
+__global__ void k_relu(const float *__restrict__ x, float *__restrict__ y, I total)
+{
+    GRID_LOOP(I, idx, total) {
+        float v = x[idx];
+        y[idx] = (v > 0.0f || v != v) ? v : 0.0f;
+    }
+}
+
+// expf, not __expf: the fast one is off by far more than the tolerance
+template <typename I>
+__global__ void k_sigmoid(const float *__restrict__ x, float *__restrict__ y, I total)
+{
+    GRID_LOOP(I, idx, total) {
+        y[idx] = 1.0f / (1.0f + expf(-x[idx]));
+    }
+}
+
+// Softmax over contiguous rows (inner == 1): one warp per row.  Each lane
+// reduces its strided share in order, then an xor butterfly combines the
+// lanes; every lane ends with the same bits, so the result is
+// deterministic.  The row's max goes first, as torch does.
+__global__ void k_softmax_rows(const float *__restrict__ x, float *__restrict__ y,
+                               long long rows, long long dim)
+{
+    const int lane = threadIdx.x & 31;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const long long nwarps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long r = warp; r < rows; r += nwarps) { // uniform across the warp
+        const float *xr = x + r * dim;
+        float *yr = y + r * dim;
+        float m = -INFINITY;
+        for (long long j = lane; j < dim; j += 32)
+            m = max_nan(m, xr[j]);
+        for (int o = 16; o > 0; o >>= 1)
+            m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float s = 0.0f;
+        for (long long j = lane; j < dim; j += 32) {
+            float e = expf(xr[j] - m);
+            yr[j] = e;
+            s += e;
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        for (long long j = lane; j < dim; j += 32)
+            yr[j] = yr[j] / s;
+    }
+}
+
+// Softmax over a strided axis (inner > 1): one thread per (outer, inner)
+// pair, walking the axis in order; neighbouring threads read neighbouring
+// floats.
+__global__ void k_softmax_strided(const float *__restrict__ x, float *__restrict__ y,
+                                  long long outer, long long dim, long long inner)
+{
+    const long long total = outer * inner;
+    GRID_LOOP(long long, idx, total) {
+        long long o = idx / inner, i = idx % inner;
+        const float *xr = x + o * dim * inner + i;
+        float *yr = y + o * dim * inner + i;
+        float m = -INFINITY;
+        for (long long j = 0; j < dim; j++)
+            m = max_nan(m, xr[j * inner]);
+        float s = 0.0f;
+        for (long long j = 0; j < dim; j++) {
+            float e = expf(xr[j * inner] - m);
+            yr[j * inner] = e;
+            s += e;
+        }
+        for (long long j = 0; j < dim; j++)
+            yr[j * inner] = yr[j * inner] / s;
+    }
+}
+
+// y (contiguous, dims out_shape) from x read at sum(coord[k] * in_stride[k]).
+template <typename I> struct permute_dims {
+    int ndim;
+    I out_shape[CKPT_RT_MAX_DIMS];
+    I in_stride[CKPT_RT_MAX_DIMS];
+};
+
+template <typename I>
+__global__ void k_permute(const float *__restrict__ x, float *__restrict__ y, permute_dims<I> d,
+                          I total)
+{
+    GRID_LOOP(I, idx, total) {
+        I rest = idx, off = 0;
+        // unrolled with constant indices: the arrays stay in registers
+#pragma unroll
+        for (int k = CKPT_RT_MAX_DIMS - 1; k >= 0; k--) {
+            if (k < d.ndim) {
+                I c = rest % d.out_shape[k];
+                rest /= d.out_shape[k];
+                off += c * d.in_stride[k];
+            }
+        }
+        y[idx] = x[off];
+    }
+}
+
+template <typename I>
+__global__ void k_copy_rows(const float *__restrict__ x, I x_stride, float *__restrict__ y,
+                            I y_stride, I len, I total)
+{
+    GRID_LOOP(I, idx, total) {
+        I r = idx / len, j = idx % len;
+        y[r * y_stride + j] = x[r * x_stride + j];
+    }
+}
+
+// ---- buffers --------------------------------------------------------------------
+
+// cudaMalloc/cudaFree cost tens of microseconds and cudaFree synchronizes
+// the device, so released buffers are kept and handed out again.  A kept
+// buffer may still be read by queued work: that is safe because all work
+// of this backend runs on its one stream, in order.
+static void cuda_blocks_trim(cuda_impl *c)
+{
+    // callers have synchronized the stream: nothing queued uses these
+    size_t j = 0;
+    for (size_t i = 0; i < c->nblocks; i++) {
+        if (c->blocks[i].used)
+            c->blocks[j++] = c->blocks[i];
+        else
+            cudaFree(c->blocks[i].p);
+    }
+    c->nblocks = j;
+    if (c->scratch) { // regrown by the next conv that needs it
+        cudaFree(c->scratch);
+        c->scratch = NULL;
+        c->scratch_floats = 0;
+    }
+}
+
+// cudaMalloc, and when the GPU is out of memory, give the kept buffers
+// and the working memory back and try once more.
+static cudaError_t cuda_malloc_retry(cuda_impl *c, void **p, size_t bytes)
+{
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e != cudaErrorMemoryAllocation)
+        return e;
+    (void)cudaGetLastError();
+    e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess)
+        return e;
+    cuda_blocks_trim(c);
+    return cudaMalloc(p, bytes);
+}
+
+static int cuda_alloc(ckpt_backend *b, size_t n, float **out)
+{
+    cuda_impl *c = impl_of(b);
+    *out = NULL;
+    if (n > (SIZE_MAX - 1024) / sizeof(float))
+        return ckpt_backend_fail(b, CKPT_ERR_LIMIT, "alloc: %zu floats is too many", n);
+    // n == 0 still gets a real (small) buffer: a distinct pointer that
+    // release() knows
+    size_t bytes = ((n ? n : 1) * sizeof(float) + 511) & ~(size_t)511;
+
+    // best fit among kept buffers, wasting at most an eighth
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < c->nblocks; i++) {
+        const cuda_block *k = &c->blocks[i];
+        if (!k->used && k->bytes >= bytes && k->bytes - bytes <= bytes / 8 &&
+            (best == SIZE_MAX || k->bytes < c->blocks[best].bytes))
+            best = i;
+    }
+    if (best != SIZE_MAX) {
+        c->blocks[best].used = 1;
+        *out = c->blocks[best].p;
+        return CKPT_OK;
+    }
+
+    RETURN_IF(cuda_enter(b, "alloc"));
+    if (c->nblocks == c->capblocks) {
+        size_t cap = c->capblocks ? 2 * c->capblocks : 64;
+        cuda_block *nb = (cuda_block *)realloc(c->blocks, cap * sizeof *nb);
+        if (!nb)
+            return ckpt_backend_fail(b, CKPT_ERR_NOMEM, "alloc: out of host memory");
+        c->blocks = nb;
+        c->capblocks = cap;
+    }
+    void *p = NULL;
+    cudaError_t e = cuda_malloc_retry(c, &p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ckpt_backend_fail(b, CKPT_ERR_DEVICE, "alloc: cudaMalloc of %zu bytes: %s", bytes,
+                                 cudaGetErrorString(e));
+    }
+    c->blocks[c->nblocks].p = (float *)p;
+    c->blocks[c->nblocks].bytes = bytes;
+    c->blocks[c->nblocks].used = 1;
+    c->nblocks++;
+    *out = (float *)p;
+    return CKPT_OK;
+}
+
+static void cuda_release(ckpt_backend *b, float *p)
+{
+    if (!b || !p)
+        return;
+    cuda_impl *c = impl_of(b);
+    for (size_t i = 0; i < c->nblocks; i++) {
+        if (c->blocks[i].p == p) {
+            c->blocks[i].used = 0;
+            return;
+        }
+    }
+}
+
+// Working memory of conv2d / conv_transpose2d, ordered on the stream like
+// every buffer.  Growing it waits for queued work that may use the old one.
+static int cuda_scratch(ckpt_backend *b, const char *op, size_t floats, float **out)
+{
+    cuda_impl *c = impl_of(b);
+    if (c->scratch_floats < floats) {
+        CUDA_TRY(b, op, "cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
+        if (c->scratch) {
+            cudaFree(c->scratch);
+            c->scratch = NULL;
+            c->scratch_floats = 0;
+        }
+        void *p = NULL;
+        cudaError_t e = cuda_malloc_retry(c, &p, floats * sizeof(float));
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return ckpt_backend_fail(b, CKPT_ERR_DEVICE,
+                                     "%s: cudaMalloc of %zu bytes of working memory: %s", op,
+                                     floats * sizeof(float), cudaGetErrorString(e));
+        }
+        c->scratch = (float *)p;
+        c->scratch_floats = floats;
+    }
+    *out = c->scratch;
+    return CKPT_OK;
+}
+
+static int cuda_upload(ckpt_backend *b, float *dst, const float *src, size_t n)
+{
+    if (n == 0)
+        return CKPT_OK;
+    cuda_impl *c = impl_of(b);
+    RETURN_IF(cuda_enter(b, "upload"));
+    CUDA_TRY(b, "upload", "cudaMemcpyAsync",
+             cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+    // The caller may free or reuse SRC when we return; with pinned host
+    // memory the copy above would still be in flight.
+    CUDA_TRY(b, "upload", "cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
+    return CKPT_OK;
+}
+
+static int cuda_download(ckpt_backend *b, float *dst, const float *src, size_t n)
+{
+    cuda_impl *c = impl_of(b);
+    RETURN_IF(cuda_enter(b, "download"));
+    if (n > 0)
+        CUDA_TRY(b, "download", "cudaMemcpyAsync",
+                 cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+    // also reports faults of the queued kernels that produced SRC
+    CUDA_TRY(b, "download", "cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
+    return CKPT_OK;
+}
+
+static int cuda_synchronize(ckpt_backend *b)
+{
+    cuda_impl *c = impl_of(b);
+    RETURN_IF(cuda_enter(b, "synchronize"));
+    CUDA_TRY(b, "synchronize", "cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
+    CUDA_TRY(b, "synchronize", "cudaGetLastError", cudaGetLastError());
+    return CKPT_OK;
+}
+
+// ---- matrix products ------------------------------------------------------------
+
+// cuBLAS is column-major: a row-major [r, c] matrix is its column-major
+// [c, r] transpose, so every product below is written for the transposes.
+static int gemm_check_dims(ckpt_backend *b, const char *op, int64_t m, int64_t n, int64_t k)
+{
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+        return ckpt_backend_fail(b, CKPT_ERR_LIMIT,
+                                 "%s: matrix product of %lld x %lld x %lld exceeds cuBLAS's "
+                                 "32-bit sizes",
+                                 op, (long long)m, (long long)n, (long long)k);
+    return CKPT_OK;
+}
+
+// C_i = op(A_i) * op(B_i) for BATCH matrices (column-major, cuBLAS's
+// arguments), beta 0.  BATCH 1 uses plain sgemm.
+static int gemm(ckpt_backend *b, const char *op, int transa, int transb, int64_t m, int64_t n,
+                int64_t k, const float *a, int64_t lda, long long stride_a, const float *bm,
+                int64_t ldb, long long stride_b, float *cm, int64_t ldc, long long stride_c,
+                int64_t batch)
+{
+    cuda_impl *c = impl_of(b);
+    const float one = 1.0f, zero = 0.0f;
+    int st;
+    if (batch == 1)
+        st = cublas_api.sgemm(c->cublas, transa, transb, (int)m, (int)n, (int)k, &one, a, (int)lda,
+                              bm, (int)ldb, &zero, cm, (int)ldc);
+    else
+        st = cublas_api.sgemm_strided_batched(c->cublas, transa, transb, (int)m, (int)n, (int)k,
+                                              &one, a, (int)lda, stride_a, bm, (int)ldb,
+                                              stride_b, &zero, cm, (int)ldc, stride_c,
+                                              (int)batch);
+    if (st != CKPT_CUBLAS_STATUS_SUCCESS) {
+        (void)cudaGetLastError();
+        return ckpt_backend_fail(b, CKPT_ERR_DEVICE, "%s: %s: %s", op,
+                                 batch == 1 ? "cublasSgemm" : "cublasSgemmStridedBatched",
+                                 cublas_status_text(st));
+    }
+    return CKPT_OK;
+}
+
+// y[i] += bias[(i / inner) % channels] over TOTAL floats
+static int add_bias(ckpt_backend *b, const char *op, float *y, const float *bias,
+                    int64_t channels, int64_t inner, int64_t total)
+{
+    cudaStream_t s = impl_of(b)->stream;
+    if (fits_int32(total))
+        k_add_bias<int><<<grid_for(total), THREADS, 0, s>>>(y, bias, (int)channels, (int)inner,
+                                                            (int)total);
+    else
+        k_add_bias<long long><<<grid_for(total), THREADS, 0, s>>>(y, bias, channels, inner,
+                                                                  total);
+    LAUNCH_CHECK(b, op, "bias");
+    return CKPT_OK;
+}
+
+// y = 0 (+ bias): the products with an empty inner dimension
+static int zero_plus_bias(ckpt_backend *b, const char *op, float *y, const float *bias,
+                          int64_t channels, int64_t inner, int64_t total)
+{
+    CUDA_TRY(b, op, "cudaMemsetAsync",
+             cudaMemsetAsync(y, 0, (size_t)total * sizeof(float), impl_of(b)->stream));
+    return bias ? add_bias(b, op, y, bias, channels, inner, total) : CKPT_OK;
+}
+
+static int cuda_linear(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                       float *y, int64_t rows, int64_t in, int64_t out)
+{
+    if (rows < 0 || in < 0 || out < 0)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "linear: negative size");
+    if (rows == 0 || out == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, "linear"));
+    if (in == 0)
+        return zero_plus_bias(b, "linear", y, bias, out, 1, rows * out);
+    RETURN_IF(gemm_check_dims(b, "linear", out, rows, in));
+    // y^T [out, rows] = w [out, in] * x^T [in, rows]: w is stored as the
+    // column-major [in, out] (hence T), x as the column-major [in, rows].
+    RETURN_IF(gemm(b, "linear", CKPT_CUBLAS_OP_T, CKPT_CUBLAS_OP_N, out, rows, in, w, in, 0, x, in,
+                   0, y, out, 0, 1));
+    return bias ? add_bias(b, "linear", y, bias, out, 1, rows * out) : CKPT_OK;
+}
+
+static int check_conv_geom(ckpt_backend *b, const char *op, const ckpt_conv_geom *g)
+{
+    if (g->batch < 0 || g->in_c < 0 || g->in_h < 0 || g->in_w < 0 || g->out_c < 0 ||
+        g->out_h < 0 || g->out_w < 0 || g->k_h < 1 || g->k_w < 1 || g->stride_h < 1 ||
+        g->stride_w < 1 || g->pad_h < 0 || g->pad_w < 0 || g->dil_h < 1 || g->dil_w < 1)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: invalid geometry", op);
+    return CKPT_OK;
+}
+
+// The im2col / column buffer is filled for this many bytes of images at a
+// time (at least one image): big batches stay within bounded memory.
+#define SCRATCH_TARGET_BYTES ((size_t)256 << 20)
+// cuBLAS's batched calls take the batch as an int and run it on grid.z
+#define MAX_GEMM_BATCH 65535
+
+static int64_t images_per_chunk(int64_t batch, int64_t floats_per_image)
+{
+    int64_t per = floats_per_image * (int64_t)sizeof(float);
+    int64_t n = per > 0 ? (int64_t)SCRATCH_TARGET_BYTES / per : batch;
+    if (n < 1)
+        n = 1;
+    if (n > batch)
+        n = batch;
+    if (n > MAX_GEMM_BATCH)
+        n = MAX_GEMM_BATCH;
+    return n;
+}
+
+static int cuda_conv2d(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                       float *y, const ckpt_conv_geom *g)
+{
+    const char *op = "conv2d";
+    RETURN_IF(check_conv_geom(b, op, g));
+    const int64_t out_hw = g->out_h * g->out_w, in_hw = g->in_h * g->in_w;
+    const int64_t ckk = g->in_c * g->k_h * g->k_w;
+    const int64_t y_total = g->batch * g->out_c * out_hw;
+    if (y_total == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    if (ckk == 0)
+        return zero_plus_bias(b, op, y, bias, g->out_c, out_hw, y_total);
+    RETURN_IF(gemm_check_dims(b, op, out_hw, g->out_c, ckk));
+    cuda_impl *c = impl_of(b);
+
+    // Per image, y^T [out_hw, out_c] = cols^T [out_hw, ckk] * w^T [ckk, out_c]
+    // in column-major terms, cols being x itself for a plain 1x1 conv.
+    const bool pointwise = g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+                           g->pad_h == 0 && g->pad_w == 0 && g->out_h == g->in_h &&
+                           g->out_w == g->in_w;
+    if (pointwise) {
+        for (int64_t n0 = 0; n0 < g->batch; n0 += MAX_GEMM_BATCH) {
+            int64_t nb = g->batch - n0 < MAX_GEMM_BATCH ? g->batch - n0 : MAX_GEMM_BATCH;
+            RETURN_IF(gemm(b, op, CKPT_CUBLAS_OP_N, CKPT_CUBLAS_OP_N, out_hw, g->out_c, ckk,
+                           x + n0 * g->in_c * in_hw, out_hw, g->in_c * in_hw, w, ckk, 0,
+                           y + n0 * g->out_c * out_hw, out_hw, g->out_c * out_hw, nb));
+        }
+    } else {
+        const int64_t per_image = ckk * out_hw;
+        const int64_t chunk = images_per_chunk(g->batch, per_image);
+        float *cols;
+        RETURN_IF(cuda_scratch(b, op, (size_t)(chunk * per_image), &cols));
+        for (int64_t n0 = 0; n0 < g->batch; n0 += chunk) {
+            int64_t nb = g->batch - n0 < chunk ? g->batch - n0 : chunk;
+            int64_t total = nb * per_image;
+            const float *xn = x + n0 * g->in_c * in_hw;
+            if (fits_int32(total) && fits_int32(nb * g->in_c * in_hw))
+                k_im2col<int><<<grid_for(total), THREADS, 0, c->stream>>>(
+                    xn, cols, conv_dims_of<int>(g), (int)total);
+            else
+                k_im2col<long long><<<grid_for(total), THREADS, 0, c->stream>>>(
+                    xn, cols, conv_dims_of<long long>(g), total);
+            LAUNCH_CHECK(b, op, "im2col");
+            RETURN_IF(gemm(b, op, CKPT_CUBLAS_OP_N, CKPT_CUBLAS_OP_N, out_hw, g->out_c, ckk, cols,
+                           out_hw, per_image, w, ckk, 0, y + n0 * g->out_c * out_hw, out_hw,
+                           g->out_c * out_hw, nb));
+        }
+    }
+    return bias ? add_bias(b, op, y, bias, g->out_c, out_hw, y_total) : CKPT_OK;
+}
+
+static int cuda_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
+                                 const float *bias, float *y, const ckpt_conv_geom *g)
+{
+    const char *op = "conv_transpose2d";
+    RETURN_IF(check_conv_geom(b, op, g));
+    const int64_t out_hw = g->out_h * g->out_w, in_hw = g->in_h * g->in_w;
+    const int64_t ockk = g->out_c * g->k_h * g->k_w;
+    const int64_t y_total = g->batch * g->out_c * out_hw;
+    if (y_total == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    if (g->in_c == 0 || in_hw == 0)
+        return zero_plus_bias(b, op, y, bias, g->out_c, out_hw, y_total);
+    RETURN_IF(gemm_check_dims(b, op, in_hw, ockk, g->in_c));
+    cuda_impl *c = impl_of(b);
+
+    // Per image, cols [ockk, in_hw] = w^T [ockk, in_c] * x [in_c, in_hw]; in
+    // column-major terms cols^T [in_hw, ockk] = x^T [in_hw, in_c] * w [in_c, ockk],
+    // w being stored as the column-major [ockk, in_c] (hence T).
+    const int64_t per_image = ockk * in_hw;
+    const int64_t chunk = images_per_chunk(g->batch, per_image);
+    float *cols;
+    RETURN_IF(cuda_scratch(b, op, (size_t)(chunk * per_image), &cols));
+    for (int64_t n0 = 0; n0 < g->batch; n0 += chunk) {
+        int64_t nb = g->batch - n0 < chunk ? g->batch - n0 : chunk;
+        RETURN_IF(gemm(b, op, CKPT_CUBLAS_OP_N, CKPT_CUBLAS_OP_T, in_hw, ockk, g->in_c,
+                       x + n0 * g->in_c * in_hw, in_hw, g->in_c * in_hw, w, ockk, 0, cols,
+                       in_hw, per_image, nb));
+        int64_t total = nb * g->out_c * out_hw;
+        float *yn = y + n0 * g->out_c * out_hw;
+        // indices into cols reach nb * per_image
+        if (fits_int32(total) && fits_int32(nb * per_image))
+            k_col2im_gather<int><<<grid_for(total), THREADS, 0, c->stream>>>(
+                cols, bias, yn, conv_dims_of<int>(g), (int)total);
+        else
+            k_col2im_gather<long long><<<grid_for(total), THREADS, 0, c->stream>>>(
+                cols, bias, yn, conv_dims_of<long long>(g), total);
+        LAUNCH_CHECK(b, op, "col2im");
+    }
+    return CKPT_OK;
+}
+
+// ---- the other ops ----------------------------------------------------------------
+
+static int cuda_max_pool2d(ckpt_backend *b, const float *x, float *y, const ckpt_pool_geom *g)
+{
+    const char *op = "max_pool2d";
+    if (g->planes < 0 || g->in_h < 0 || g->in_w < 0 || g->out_h < 0 || g->out_w < 0 ||
+        g->k_h < 1 || g->k_w < 1 || g->stride_h < 1 || g->stride_w < 1 || g->pad_h < 0 ||
+        g->pad_w < 0 || g->dil_h < 1 || g->dil_w < 1)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: invalid geometry", op);
+    const int64_t total = g->planes * g->out_h * g->out_w;
+    if (total == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    cudaStream_t s = impl_of(b)->stream;
+    if (fits_int32(total) && fits_int32(g->planes * g->in_h * g->in_w)) {
+        pool_dims<int> d = {(int)g->in_h,     (int)g->in_w,     (int)g->out_h,
+                            (int)g->out_w,    (int)g->k_h,      (int)g->k_w,
+                            (int)g->stride_h, (int)g->stride_w, (int)g->pad_h,
+                            (int)g->pad_w,    (int)g->dil_h,    (int)g->dil_w};
+        k_max_pool2d<int><<<grid_for(total), THREADS, 0, s>>>(x, y, d, (int)total);
+    } else {
+        pool_dims<long long> d = {g->in_h,     g->in_w,     g->out_h, g->out_w,
+                                  g->k_h,      g->k_w,      g->stride_h, g->stride_w,
+                                  g->pad_h,    g->pad_w,    g->dil_h, g->dil_w};
+        k_max_pool2d<long long><<<grid_for(total), THREADS, 0, s>>>(x, y, d, total);
+    }
+    LAUNCH_CHECK(b, op, "max_pool2d");
+    return CKPT_OK;
+}
+
+static int cuda_relu(ckpt_backend *b, const float *x, float *y, size_t n)
+{
+    if (n == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, "relu"));
+    cudaStream_t s = impl_of(b)->stream;
+    if (n <= (size_t)INT64_MAX && fits_int32((int64_t)n))
+        k_relu<int><<<grid_for((int64_t)n), THREADS, 0, s>>>(x, y, (int)n);
+    else
+        k_relu<long long><<<grid_for((int64_t)n), THREADS, 0, s>>>(x, y, (long long)n);
+    LAUNCH_CHECK(b, "relu", "relu");
+    return CKPT_OK;
+}
+
+static int cuda_sigmoid(ckpt_backend *b, const float *x, float *y, size_t n)
+{
+    if (n == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, "sigmoid"));
+    cudaStream_t s = impl_of(b)->stream;
+    if (n <= (size_t)INT64_MAX && fits_int32((int64_t)n))
+        k_sigmoid<int><<<grid_for((int64_t)n), THREADS, 0, s>>>(x, y, (int)n);
+    else
+        k_sigmoid<long long><<<grid_for((int64_t)n), THREADS, 0, s>>>(x, y, (long long)n);
+    LAUNCH_CHECK(b, "sigmoid", "sigmoid");
+    return CKPT_OK;
+}
+
+static int cuda_softmax(ckpt_backend *b, const float *x, float *y, int64_t outer, int64_t dim,
+                        int64_t inner)
+{
+    if (outer < 0 || dim < 0 || inner < 0)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "softmax: negative size");
+    if (outer == 0 || dim == 0 || inner == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, "softmax"));
+    cudaStream_t s = impl_of(b)->stream;
+    if (inner == 1) {
+        // one warp per row, THREADS / 32 rows per block
+        k_softmax_rows<<<grid_for(outer * 32), THREADS, 0, s>>>(x, y, outer, dim);
+    } else {
+        k_softmax_strided<<<grid_for(outer * inner), THREADS, 0, s>>>(x, y, outer, dim, inner);
+    }
+    LAUNCH_CHECK(b, "softmax", "softmax");
+    return CKPT_OK;
+}
+
+static int cuda_permute(ckpt_backend *b, const float *x, float *y, int ndim,
+                        const int64_t *shape, const int *perm)
+{
+    const char *op = "permute";
+    if (ndim < 0 || ndim > CKPT_RT_MAX_DIMS)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: %d dimensions (at most %d)", op, ndim,
+                                 CKPT_RT_MAX_DIMS);
+    int seen[CKPT_RT_MAX_DIMS] = {0};
+    int64_t total = 1;
+    for (int k = 0; k < ndim; k++) {
+        if (perm[k] < 0 || perm[k] >= ndim || seen[perm[k]]++)
+            return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: not a permutation", op);
+        if (shape[k] < 0)
+            return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: negative size", op);
+        total *= shape[k];
+    }
+    if (total == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    cudaStream_t s = impl_of(b)->stream;
+
+    int64_t in_stride[CKPT_RT_MAX_DIMS];
+    for (int k = ndim - 1, st = 1; k >= 0; k--) {
+        in_stride[k] = st;
+        st *= shape[k];
+    }
+    // Output dims in order, with their strides in x; size-1 dims dropped
+    // and neighbours merged where x walks them as one dim (outer stride ==
+    // inner size * inner stride), so most permutes need few divisions.
+    int64_t sz[CKPT_RT_MAX_DIMS], str[CKPT_RT_MAX_DIMS];
+    int nd = 0;
+    for (int k = 0; k < ndim; k++) {
+        int64_t size = shape[perm[k]], stride = in_stride[perm[k]];
+        if (size == 1)
+            continue;
+        if (nd > 0 && str[nd - 1] == size * stride) {
+            sz[nd - 1] *= size;
+            str[nd - 1] = stride;
+        } else {
+            sz[nd] = size;
+            str[nd] = stride;
+            nd++;
+        }
+    }
+    if (nd == 0 || (nd == 1 && str[0] == 1)) { // the identity on x's order
+        CUDA_TRY(b, op, "cudaMemcpyAsync",
+                 cudaMemcpyAsync(y, x, (size_t)total * sizeof(float), cudaMemcpyDeviceToDevice,
+                                 s));
+        return CKPT_OK;
+    }
+    if (fits_int32(total)) {
+        permute_dims<int> d = {};
+        d.ndim = nd;
+        for (int k = 0; k < nd; k++)
+            d.out_shape[k] = (int)sz[k], d.in_stride[k] = (int)str[k];
+        k_permute<int><<<grid_for(total), THREADS, 0, s>>>(x, y, d, (int)total);
+    } else {
+        permute_dims<long long> d = {};
+        d.ndim = nd;
+        for (int k = 0; k < nd; k++)
+            d.out_shape[k] = sz[k], d.in_stride[k] = str[k];
+        k_permute<long long><<<grid_for(total), THREADS, 0, s>>>(x, y, d, total);
+    }
+    LAUNCH_CHECK(b, op, "permute");
+    return CKPT_OK;
+}
+
+static int cuda_copy_rows(ckpt_backend *b, const float *x, int64_t x_stride, float *y,
+                          int64_t y_stride, int64_t rows, int64_t len)
+{
+    const char *op = "copy_rows";
+    if (x_stride < 0 || y_stride < 0 || rows < 0 || len < 0)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: negative size", op);
+    if (rows == 0 || len == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    cudaStream_t s = impl_of(b)->stream;
+    if ((x_stride == len && y_stride == len) || rows == 1) {
+        CUDA_TRY(b, op, "cudaMemcpyAsync",
+                 cudaMemcpyAsync(y, x, (size_t)(rows * len) * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, s));
+        return CKPT_OK;
+    }
+    const int64_t total = rows * len;
+    const int64_t reach = (rows - 1) * (x_stride > y_stride ? x_stride : y_stride) + len;
+    if (fits_int32(total) && fits_int32(reach))
+        k_copy_rows<int><<<grid_for(total), THREADS, 0, s>>>(x, (int)x_stride, y, (int)y_stride,
+                                                             (int)len, (int)total);
+    else
+        k_copy_rows<long long><<<grid_for(total), THREADS, 0, s>>>(x, x_stride, y, y_stride, len,
+                                                                   total);
+    LAUNCH_CHECK(b, op, "copy_rows");
+    return CKPT_OK;
+}
+
+// ---- open / destroy ---------------------------------------------------------------
+
+static void cuda_destroy(ckpt_backend *b)
+{
+    if (!b)
+        return;
+    cuda_impl *c = impl_of(b);
+    if (c) {
+        // errors are of no use here: free what can be freed
+        if (cudaSetDevice(c->device) == cudaSuccess) {
+            if (c->stream)
+                cudaStreamSynchronize(c->stream);
+            for (size_t i = 0; i < c->nblocks; i++)
+                cudaFree(c->blocks[i].p);
+            if (c->scratch)
+                cudaFree(c->scratch);
+            if (c->cublas)
+                cublas_api.destroy(c->cublas);
+            if (c->stream)
+                cudaStreamDestroy(c->stream);
+        }
+        (void)cudaGetLastError();
+        free(c->blocks);
+        free(c);
+    }
+    free(b);
+}
+
+// In runtime_backend.h's order (C++17 has no designated initializers); the
+// assertion catches an op added there and not here.
+static_assert(sizeof(ckpt_backend_ops) == 15 * sizeof(void (*)(void)),
+              "ckpt_backend_ops changed: update cuda_ops");
+static const ckpt_backend_ops cuda_ops = {
+    cuda_destroy,    cuda_alloc,  cuda_release, cuda_upload,    cuda_download,
+    cuda_linear,     cuda_conv2d, cuda_conv_transpose2d,
+    cuda_max_pool2d, cuda_relu,   cuda_sigmoid, cuda_softmax,   cuda_permute,
+    cuda_copy_rows,  cuda_synchronize,
+};
+
+// Fails with CKPT_ERR_DEVICE: B (if any) is destroyed, the message goes to ERR.
+static int open_fail(ckpt_backend *b, char *err, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int open_fail(ckpt_backend *b, char *err, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+    (void)cudaGetLastError();
+    cuda_destroy(b);
+    return CKPT_ERR_DEVICE;
+}
+
+extern "C" int ckpt_backend_cuda_open(int device, ckpt_backend **out, char *err, size_t cap)
+{
+    char dummy[8];
+    if (!err || !cap) {
+        err = dummy;
+        cap = sizeof dummy;
+    }
+    err[0] = '\0';
+    if (!out) {
+        snprintf(err, cap, "cuda: no place for the backend");
+        return CKPT_ERR_USAGE;
+    }
+    *out = NULL;
+
+    int count = 0;
+    int rc = ckpt_cuda_device_count(&count);
+    if (rc != 0)
+        return open_fail(NULL, err, cap, "cuda:%d: no usable CUDA driver: %s", device,
+                         cudaGetErrorString((cudaError_t)rc));
+    if (count == 0)
+        return open_fail(NULL, err, cap, "cuda:%d: no CUDA device found", device);
+    if (device < 0 || device >= count)
+        return open_fail(NULL, err, cap, "cuda:%d: no such device (this machine has %d)", device,
+                         count);
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess)
+        return open_fail(NULL, err, cap, "cuda:%d: cudaSetDevice: %s", device,
+                         cudaGetErrorString(e));
+    cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, device);
+    if (e != cudaSuccess)
+        return open_fail(NULL, err, cap, "cuda:%d: cudaGetDeviceProperties: %s", device,
+                         cudaGetErrorString(e));
+    pthread_once(&cublas_once, cublas_load);
+    if (!cublas_loaded)
+        return open_fail(NULL, err, cap, "cuda:%d: %s", device, cublas_error);
+
+    ckpt_backend *b = (ckpt_backend *)calloc(1, sizeof *b);
+    cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        snprintf(err, cap, "cuda:%d: out of memory", device);
+        return CKPT_ERR_NOMEM;
+    }
+    b->ops = &cuda_ops;
+    b->impl = c;
+    c->device = device;
+    snprintf(b->device, sizeof b->device, "cuda:%d", device);
+
+    // non-blocking: the legacy default stream (other libraries' work) does
+    // not serialize with ours
+    e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess)
+        return open_fail(b, err, cap, "%s: cudaStreamCreate: %s", b->device,
+                         cudaGetErrorString(e));
+    int st = cublas_api.create(&c->cublas);
+    if (st != CKPT_CUBLAS_STATUS_SUCCESS) {
+        c->cublas = NULL;
+        return open_fail(b, err, cap, "%s: cublasCreate: %s", b->device, cublas_status_text(st));
+    }
+    st = cublas_api.set_stream(c->cublas, c->stream);
+    if (st != CKPT_CUBLAS_STATUS_SUCCESS)
+        return open_fail(b, err, cap, "%s: cublasSetStream: %s", b->device,
+                         cublas_status_text(st));
+    // Pedantic: FP32 products in FP32 only (no TF32, no BF16x9 emulation,
+    // whatever the environment asks); the point of ckpt verify is fidelity.
+    st = cublas_api.set_math_mode(c->cublas, CKPT_CUBLAS_PEDANTIC_MATH);
+    if (st != CKPT_CUBLAS_STATUS_SUCCESS)
+        return open_fail(b, err, cap, "%s: cublasSetMathMode: %s", b->device,
+                         cublas_status_text(st));
+
+    int rt = 0, blas = 0;
+    cudaRuntimeGetVersion(&rt);
+    if (cublas_api.get_version)
+        cublas_api.get_version(c->cublas, &blas);
+    char blas_text[32] = "cuBLAS";
+    if (blas > 0) // major * 10000 + minor * 100 + patch since cuBLAS 11
+        snprintf(blas_text, sizeof blas_text, "cuBLAS %d.%d.%d", blas / 10000,
+                 blas / 100 % 100, blas % 100);
+    snprintf(b->description, sizeof b->description,
+             "%s (%.80s, CUDA runtime %d.%d, %s, TF32 off)", b->device, prop.name, rt / 1000,
+             rt % 1000 / 10, blas_text);
+    *out = b;
+    return CKPT_OK;
+}

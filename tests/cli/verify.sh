@@ -1,0 +1,126 @@
+#!/bin/sh
+# verify.sh - ckpt verify as a user (or a CI step) runs it (man/ckpt-verify.1):
+# the DataParallel checkpoint fails the strict load in torch's words with the
+# strip-module fix; the fixed file passes against PyTorch's outputs; the
+# autoencoder; --against; --select; --json; --quiet; usage errors (2), bad
+# specs and references (3), a missing file and a GPU that is not there (4).
+# The load messages and numbers are checked against torch itself in
+# tests/interop/verify_vs_torch.py.
+# shellcheck source=tests/cli/setup.sh
+. "${srcdir:-.}/tests/cli/setup.sh"
+
+cd "$srcdir"
+w=$tmp/w
+mkdir "$w"
+mlp=models/mnist_mlp.json
+ae=models/mnist_autoencoder.json
+
+# ===========================================================================
+say "a DataParallel checkpoint fails the strict load, in torch's words, with the fix"
+expect_exit 1 ckpt verify --model $mlp --device cpu tests/data/fmnist_mlp_dp.pth
+expect_stderr_empty
+expect_stdout_line 'Error(s) in loading state_dict for MLP:'
+expect_stdout_line '	Missing key(s) in state_dict: "n.1.weight", "n.1.bias", "n.3.weight", "n.3.bias". '
+expect_stdout_line '	Unexpected key(s) in state_dict: "module.n.1.weight", "module.n.1.bias", "module.n.3.weight", "module.n.3.bias". '
+expect_stdout_match '^hint +every key carries the "module\." prefix of DataParallel'
+expect_stdout_line '            ckpt strip-module tests/data/fmnist_mlp_dp.pth tests/data/fmnist_mlp_dp_stripped.pth'
+expect_stdout_line 'result      FAIL'
+
+say "the fix it names works; the result passes against PyTorch's outputs"
+expect_exit 0 ckpt strip-module tests/data/fmnist_mlp_dp.pth "$w/mlp.pth"
+expect_exit 0 ckpt verify --model $mlp --device cpu --reference tests/data/fmnist_mlp.ref.pth "$w/mlp.pth"
+expect_stderr_empty
+expect_stdout_line 'load        strict: all 4 keys matched'
+expect_stdout_match '^device +cpu \(float32'
+expect_stdout_match '^input +x \[256, 1, 28, 28\] from reference'
+expect_stdout_match '^output +logits \[256, 10\]: max abs [0-9.e-]+, max rel [0-9.e-]+ of max \|ref\| [0-9.]+ \(atol [0-9.e-]+, rtol 1e-05\): PASS$'
+expect_stdout_line 'accuracy    logits: 85.94% (220/256), PyTorch 85.94% (220/256)'
+expect_stdout_line 'result      PASS'
+
+say "cuda:0 tags do not matter: the same weights remapped to cpu give the same bits"
+expect_exit 0 ckpt remap --to cpu "$w/mlp.pth" "$w/mlp_cpu.pth"
+expect_exit 0 ckpt verify --model $mlp --device cpu --against "$w/mlp_cpu.pth" \
+    --reference tests/data/fmnist_mlp.ref.pth "$w/mlp.pth"
+expect_stdout_line 'against     logits [256, 10]: identical (bitwise)'
+
+say "the autoencoder: two outputs, each compared"
+expect_exit 1 ckpt verify --model $ae --device cpu tests/data/fmnist_ae_dp.pth
+expect_exit 0 ckpt unwrap tests/data/fmnist_ae_dp.pth "$w/ae.pth"
+expect_exit 0 ckpt verify --model $ae --reference tests/data/fmnist_ae.ref.pth "$w/ae.pth"
+expect_stdout_match '^output +x_hat \[256, 1, 28, 28\]: .*: PASS$'
+expect_stdout_match '^output +z \[256, 32\]: .*: PASS$'
+expect_stdout_no_match '^accuracy'
+
+say "without a reference: the strict load and a forward pass on a fixed random batch"
+expect_exit 0 ckpt verify --model $mlp tests/data/fmnist_mlp.pth
+expect_stdout_match '^input +x \[4, 1, 28, 28\] from random'
+expect_stdout_line 'output      logits [4, 10]'
+
+say "a training checkpoint: the state dict that fits is found, or named with --select"
+expect_exit 1 ckpt verify --model $mlp tests/data/train_ckpt.pth
+expect_stdout_match '^checkpoint +tests/data/train_ckpt.pth: state dict at model_state_dict$'
+expect_stdout_match "ckpt strip-module --select 'model_state_dict' tests/data/train_ckpt.pth"
+expect_exit 1 ckpt verify --model $mlp --select optimizer_state_dict tests/data/train_ckpt.pth
+expect_stdout_match '^	Missing key\(s\) in state_dict: "n.1.weight"'
+
+say "--json for CI"
+expect_exit 1 ckpt verify --json --model $mlp tests/data/fmnist_mlp_dp.pth
+json_valid
+json_expect 'd["result"]' '"FAIL"'
+json_expect 'd["load"]["missing"]' '["n.1.weight", "n.1.bias", "n.3.weight", "n.3.bias"]'
+json_true 'd["fix"].startswith("ckpt strip-module ")'
+expect_exit 0 ckpt verify --json --model $mlp --reference tests/data/fmnist_mlp.ref.pth tests/data/fmnist_mlp.pth
+json_expect 'd["result"]' '"PASS"'
+json_true 'd["outputs"][0]["reference"]["pass"] and d["outputs"][0]["reference"]["max_rel"] < 1e-5'
+json_true 'd["outputs"][0]["accuracy"] == d["outputs"][0]["reference_accuracy"] == 220 / 256'
+
+say "--quiet: the exit status tells"
+expect_exit 1 ckpt verify --quiet --model $mlp tests/data/fmnist_mlp_dp.pth
+expect_stdout_empty
+expect_stderr_empty
+
+say "a reference for another model fails on shapes, not silently"
+expect_exit 3 ckpt verify --model $mlp --reference tests/data/fmnist_ae.ref.pth tests/data/fmnist_mlp.pth
+expect_stderr_prefix "ckpt: verify: tests/data/fmnist_ae.ref.pth: has no tensor 'output.logits'"
+expect_exit 1 ckpt verify --model $mlp --atol 0 --rtol 0 --reference tests/data/fmnist_mlp.ref.pth tests/data/fmnist_mlp.pth
+expect_stdout_match 'FAIL, [0-9]+ of 2560 elements out of tolerance'
+
+say "usage errors exit 2"
+expect_exit 2 ckpt verify tests/data/fmnist_mlp.pth
+expect_stderr_prefix 'ckpt: verify: --model SPEC is required'
+expect_exit 2 ckpt verify --model $mlp
+expect_exit 2 ckpt verify --model $mlp --device tpu tests/data/fmnist_mlp.pth
+expect_exit 2 ckpt verify --model $mlp --rtol -1 tests/data/fmnist_mlp.pth
+expect_exit 2 ckpt verify --model $mlp --bogus tests/data/fmnist_mlp.pth
+expect_exit 0 ckpt verify --help
+expect_stdout_match '^usage: ckpt verify --model SPEC'
+
+say "bad specs and files exit 3 with one line; missing files 4"
+printf '{"name": "m", "inputs": [{"name": "x", "shape": [-1, 4]}], "nodes": [{"op": "linear", "inputs": ["x"], "output": "y"}], "outputs": ["y"]}' >"$w/bad.json"
+expect_exit 3 ckpt verify --model "$w/bad.json" tests/data/fmnist_mlp.pth
+expect_stderr_line 'bad.json: node 0 \(linear -> "y"\): the parameter "weight" is required$'
+printf 'not json' >"$w/junk.json"
+expect_exit 3 ckpt verify --model "$w/junk.json" tests/data/fmnist_mlp.pth
+expect_stderr_line 'junk.json: not valid JSON'
+expect_exit 3 ckpt verify --model $mlp tests/bad/truncated_zip.pth
+expect_stderr_line '^ckpt: verify: tests/bad/truncated_zip.pth: '
+cp tests/data/fmnist_mlp.pth "$w/flipped.pth"
+printf '\377' | dd of="$w/flipped.pth" bs=1 seek=200000 conv=notrunc 2>/dev/null
+expect_exit 3 ckpt verify --model $mlp "$w/flipped.pth"
+expect_stderr_line 'flipped.pth: .*CRC'
+expect_exit 4 ckpt verify --model "$w/nothing.json" tests/data/fmnist_mlp.pth
+expect_stderr_line 'nothing.json: No such file or directory'
+expect_exit 4 ckpt verify --model $mlp "$w/nothing.pth"
+
+say "a GPU that is not there is an error, not a silent CPU run"
+if "$CKPT" --version | grep -q 'CUDA runtime' && [ "$("$CKPT" verify --json --model $mlp tests/data/fmnist_mlp.pth | python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])' 2>/dev/null)" != cpu ]; then
+    note "a GPU is present: cuda:0 runs"
+    expect_exit 0 ckpt verify --device cuda:0 --model $mlp --reference tests/data/fmnist_mlp.ref.pth tests/data/fmnist_mlp.pth
+else
+    expect_exit 4 ckpt verify --device cuda --model $mlp tests/data/fmnist_mlp.pth
+    expect_stderr_prefix 'ckpt: verify: --device cuda: '
+    expect_exit 0 ckpt verify --device auto --model $mlp tests/data/fmnist_mlp.pth
+    expect_stdout_match '^device +cpu .* -- auto: '
+fi
+
+finish

@@ -1,0 +1,376 @@
+/* check_runtime.c - the model runtime on the CPU: every op case of
+ * tests/data/ops (made by PyTorch, tests/fixtures/make_verify_fixtures.py)
+ * on both CPU paths, spec errors, strict-load reports and run errors. */
+#include "unit.h"
+#include "runtime_backend.h"
+
+#include <dirent.h>
+#include <math.h>
+
+static char *data_path(const char *rel)
+{
+    const char *src = getenv("srcdir");
+    char *p = malloc(4096);
+    if (!p)
+        abort();
+    snprintf(p, 4096, "%s/%s", src ? src : ".", rel);
+    return p;
+}
+
+/* ---- op cases ------------------------------------------------------------ */
+
+static char **cases;
+static int ncases;
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void list_cases(void)
+{
+    char *dir = data_path("tests/data/ops");
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "check_runtime: cannot open %s\n", dir);
+        exit(1);
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l > 5 && strcmp(e->d_name + l - 5, ".json") == 0) {
+            cases = realloc(cases, (size_t)(ncases + 1) * sizeof *cases);
+            cases[ncases++] = strndup(e->d_name, l - 5);
+        }
+    }
+    closedir(d);
+    free(dir);
+    qsort(cases, (size_t)ncases, sizeof *cases, by_name);
+}
+
+/* Ops whose result involves no rounding: must match PyTorch bit for bit. */
+static int exact_case(const char *name)
+{
+    static const char *const exact[] = {"relu", "permute", "flatten", "reshape", "view", "cat",
+                                        "maxpool"};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (strncmp(name, exact[i], strlen(exact[i])) == 0)
+            return 1;
+    return 0;
+}
+
+static void read_array(ckpt_file *f, const char *key, ckpt_array *a)
+{
+    const ckpt_value *v = ckpt_value_dict_get(ckpt_file_root(f), key);
+    ck_assert_msg(v && ckpt_value_tensor(v), "no tensor %s", key);
+    const ckpt_tensor *t = ckpt_value_tensor(v);
+    a->ndim = ckpt_tensor_ndim(t);
+    memcpy(a->shape, ckpt_tensor_shape(t), sizeof(int64_t) * (size_t)a->ndim);
+    a->data = malloc((size_t)ckpt_tensor_numel(t) * sizeof(float) + 4);
+    ck_assert_int_eq(ckpt_tensor_read_float32(f, t, a->data, (size_t)ckpt_tensor_numel(t)), 0);
+}
+
+static void run_case(const char *name, int plain)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "tests/data/ops/%s.json", name);
+    char *spec = data_path(rel);
+    snprintf(rel, sizeof rel, "tests/data/ops/%s.pth", name);
+    char *pth = data_path(rel);
+
+    ckpt_model *m = ckpt_model_new();
+    ck_assert_msg(ckpt_model_load(m, spec) == 0, "%s", ckpt_model_error_message(m));
+    ckpt_file *f = ckpt_file_new();
+    ck_assert_msg(ckpt_file_open(f, pth) == 0, "%s", ckpt_file_error_message(f));
+    const ckpt_value *params = ckpt_value_dict_get(ckpt_file_root(f), "params");
+    ck_assert_ptr_nonnull(params);
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, params, &r), 0);
+    ck_assert_msg(r.ok, "%s: %s", name, r.message);
+
+    size_t nin = ckpt_model_input_count(m);
+    ckpt_array in[8] = {{0}}, out = {0}, want = {0};
+    ck_assert(nin <= 8 && ckpt_model_output_count(m) == 1);
+    for (size_t i = 0; i < nin; i++) {
+        char key[128];
+        snprintf(key, sizeof key, "input.%s", ckpt_model_input_name(m, i));
+        read_array(f, nin == 1 ? "input" : key, &in[i]);
+    }
+    read_array(f, "output.y", &want);
+
+    ckpt_backend *b;
+    char err[256];
+    ck_assert_int_eq(plain ? ckpt_backend_cpu_plain_open(&b, err, sizeof err)
+                           : ckpt_backend_open("cpu", &b, err, sizeof err), 0);
+    ck_assert_msg(ckpt_model_run(m, b, in, &out) == 0, "%s: %s", name,
+                  ckpt_model_error_message(m));
+    ck_assert_int_eq(out.ndim, want.ndim);
+    for (int d = 0; d < out.ndim; d++)
+        ck_assert_int_eq(out.shape[d], want.shape[d]);
+
+    int64_t n = ckpt_array_numel(&out);
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(want.data[i]));
+    for (int64_t i = 0; i < n; i++) {
+        double a = out.data[i], w = want.data[i];
+        if (exact_case(name)) {
+            ck_assert_msg(memcmp(&out.data[i], &want.data[i], 4) == 0 || (isnan(a) && isnan(w)),
+                          "%s [%lld]: %.9g, PyTorch %.9g", name, (long long)i, a, w);
+            continue;
+        }
+        /* float32 sums in another order: within 1e-5 of the output's scale */
+        double tol = 1e-5 * scale + 1e-5 * fabs(w);
+        ck_assert_msg(fabs(a - w) <= tol, "%s [%lld]: %.9g, PyTorch %.9g (tolerance %.3g)", name,
+                      (long long)i, a, w, tol);
+        worst = fmax(worst, fabs(a - w) / (scale ? scale : 1));
+    }
+    /* the same run again gives the same bits */
+    ckpt_array again = {0};
+    ck_assert_int_eq(ckpt_model_run(m, b, in, &again), 0);
+    ck_assert_int_eq(memcmp(out.data, again.data, (size_t)n * sizeof(float)), 0);
+
+    ckpt_array_clear(&again);
+    ckpt_array_clear(&out);
+    ckpt_array_clear(&want);
+    for (size_t i = 0; i < nin; i++)
+        ckpt_array_clear(&in[i]);
+    ckpt_backend_free(b);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+    free(spec);
+    free(pth);
+}
+
+START_TEST(test_op_case_blas)
+{
+    run_case(cases[_i], 0);
+}
+END_TEST
+
+START_TEST(test_op_case_plain)
+{
+    run_case(cases[_i], 1);
+}
+END_TEST
+
+/* ---- spec errors name the node --------------------------------------------- */
+
+static const struct {
+    const char *json, *message;
+} bad_specs[] = {
+    {"[1]", "a model spec must be a JSON object"},
+    {"{\"name\": \"x\"", "not valid JSON"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": "
+     "[{\"op\": \"gelu\", \"inputs\": [\"x\"], \"output\": \"y\"}], \"outputs\": [\"y\"]}",
+     "node 0 (gelu -> \"y\"): unknown op \"gelu\""},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": "
+     "[{\"op\": \"linear\", \"inputs\": [\"x\"], \"output\": \"y\"}], \"outputs\": [\"y\"]}",
+     "node 0 (linear -> \"y\"): the parameter \"weight\" is required"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": "
+     "[{\"op\": \"relu\", \"inputs\": [\"h\"], \"output\": \"y\"}], \"outputs\": [\"y\"]}",
+     "node 0 (relu -> \"y\"): input \"h\" is not defined by an input or an earlier node"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": "
+     "[{\"op\": \"relu\", \"inputs\": [\"x\"], \"output\": \"x\"}], \"outputs\": [\"x\"]}",
+     "the value \"x\" is defined twice"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 1, 8, 8]}], \"nodes\": "
+     "[{\"op\": \"conv2d\", \"inputs\": [\"x\"], \"output\": \"y\", \"attrs\": {\"groups\": 2}, "
+     "\"params\": {\"weight\": \"c.weight\"}}], \"outputs\": [\"y\"]}",
+     "node 0 (conv2d -> \"y\"): groups = 2 is not supported (only 1)"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 1, 8, 8]}], \"nodes\": "
+     "[{\"op\": \"max_pool2d\", \"inputs\": [\"x\"], \"output\": \"y\", \"attrs\": "
+     "{\"kernel_size\": 2, \"stride\": 0}}], \"outputs\": [\"y\"]}",
+     "node 0 (max_pool2d -> \"y\"): \"stride\" must be an integer from 1"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": "
+     "[{\"op\": \"softmax\", \"inputs\": [\"x\"], \"output\": \"y\", \"attrs\": {\"axis\": 1}}], "
+     "\"outputs\": [\"y\"]}",
+     "node 0 (softmax -> \"y\"): unknown attribute \"axis\" for softmax (it takes: dim)"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": "
+     "[{\"op\": \"relu\", \"inputs\": [\"x\"], \"output\": \"y\"}], \"outputs\": [\"z\"]}",
+     "output \"z\" is not a value of the graph"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, -1]}], \"nodes\": "
+     "[{\"op\": \"relu\", \"inputs\": [\"x\"], \"output\": \"y\"}], \"outputs\": [\"y\"]}",
+     "input \"x\": \"shape\" may mark one batch dimension (-1) only"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": "
+     "[{\"op\": \"reshape\", \"inputs\": [\"x\"], \"output\": \"y\", \"attrs\": {\"shape\": "
+     "[-1, -1]}}], \"outputs\": [\"y\"]}",
+     "node 0 (reshape -> \"y\"): \"shape\" may hold one -1 at most"},
+};
+
+START_TEST(test_spec_errors)
+{
+    ckpt_model *m = ckpt_model_new();
+    const char *json = bad_specs[_i].json;
+    int rc = ckpt_model_parse(m, json, strlen(json), "bad.json");
+    ck_assert_int_eq(rc, CKPT_ERR_FORMAT);
+    const char *msg = ckpt_model_error_message(m);
+    ck_assert_msg(strncmp(msg, "bad.json: ", 10) == 0, "%s", msg);
+    ck_assert_msg(strstr(msg, bad_specs[_i].message), "got: %s", msg);
+    ck_assert_int_eq(ckpt_model_param_count(m), 0); /* nothing half-parsed is kept */
+    ckpt_model_free(m);
+}
+END_TEST
+
+/* ---- strict load ------------------------------------------------------------- */
+
+static ckpt_model *load_spec(const char *rel)
+{
+    char *p = data_path(rel);
+    ckpt_model *m = ckpt_model_new();
+    ck_assert_msg(ckpt_model_load(m, p) == 0, "%s", ckpt_model_error_message(m));
+    free(p);
+    return m;
+}
+
+static ckpt_file *open_data(const char *rel)
+{
+    char *p = data_path(rel);
+    ckpt_file *f = ckpt_file_new();
+    ck_assert_msg(ckpt_file_open(f, p) == 0, "%s", ckpt_file_error_message(f));
+    free(p);
+    return f;
+}
+
+START_TEST(test_bind_dataparallel_keys)
+{
+    ckpt_model *m = load_spec("models/mnist_mlp.json");
+    ckpt_file *f = open_data("tests/data/dp_mlp.pth");
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
+    ck_assert(!r.ok);
+    ck_assert_uint_eq(r.missing_count, 4);
+    ck_assert_uint_eq(r.unexpected_count, 4);
+    ck_assert_str_eq(r.missing[0], "n.1.weight");
+    ck_assert_str_eq(r.unexpected[3], "module.n.3.bias");
+    ck_assert_str_eq(r.message,
+                     "Error(s) in loading state_dict for MLP:\n\tMissing key(s) in state_dict: "
+                     "\"n.1.weight\", \"n.1.bias\", \"n.3.weight\", \"n.3.bias\". \n\tUnexpected "
+                     "key(s) in state_dict: \"module.n.1.weight\", \"module.n.1.bias\", "
+                     "\"module.n.3.weight\", \"module.n.3.bias\". ");
+    /* nothing bound: running is refused */
+    ckpt_backend *b;
+    char err[128];
+    ck_assert_int_eq(ckpt_backend_open("cpu", &b, err, sizeof err), 0);
+    ckpt_array in = {.ndim = 4, .shape = {1, 1, 28, 28}}, out = {0};
+    in.data = calloc(784, sizeof(float));
+    ck_assert_int_eq(ckpt_model_run(m, b, &in, &out), CKPT_ERR_USAGE);
+    ckpt_array_clear(&in);
+    ckpt_backend_free(b);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+}
+END_TEST
+
+START_TEST(test_bind_size_mismatch)
+{
+    /* a graph that feeds the flattened image straight to n.3: n.3.weight is
+     * [10, 128] in the file but the graph implies [10, 784] */
+    const char *json =
+        "{\"name\": \"short\", \"class\": \"Short\", \"inputs\": [{\"name\": \"x\", \"shape\": "
+        "[-1, 1, 28, 28]}], \"nodes\": [{\"op\": \"flatten\", \"inputs\": [\"x\"], \"output\": "
+        "\"h\"}, {\"op\": \"linear\", \"inputs\": [\"h\"], \"output\": \"y\", \"params\": "
+        "{\"weight\": \"n.3.weight\", \"bias\": \"n.3.bias\"}}], \"outputs\": [\"y\"]}";
+    ckpt_model *m = ckpt_model_new();
+    ck_assert_int_eq(ckpt_model_parse(m, json, strlen(json), "short.json"), 0);
+    ckpt_file *f = open_data("tests/data/mlp.pth");
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
+    ck_assert(!r.ok);
+    ck_assert_uint_eq(r.missing_count, 0);
+    ck_assert_uint_eq(r.unexpected_count, 2);
+    ck_assert_uint_eq(r.mismatch_count, 1);
+    ck_assert_str_eq(r.mismatches[0].key, "n.3.weight");
+    ck_assert_int_eq(r.mismatches[0].model_shape[1], 784);
+    ck_assert_str_eq(r.message,
+                     "Error(s) in loading state_dict for Short:\n\tUnexpected key(s) in "
+                     "state_dict: \"n.1.weight\", \"n.1.bias\". \n\tsize mismatch for "
+                     "n.3.weight: copying a param with shape torch.Size([10, 128]) from "
+                     "checkpoint, the shape in current model is torch.Size([10, 784]).");
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+}
+END_TEST
+
+START_TEST(test_run_checks_input_shape)
+{
+    ckpt_model *m = load_spec("models/mnist_mlp.json");
+    ckpt_file *f = open_data("tests/data/mlp.pth");
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
+    ck_assert(r.ok);
+    ckpt_backend *b;
+    char err[128];
+    ck_assert_int_eq(ckpt_backend_open("cpu", &b, err, sizeof err), 0);
+    ckpt_array in = {.ndim = 4, .shape = {2, 1, 28, 27}}, out = {0};
+    in.data = calloc(2 * 28 * 27, sizeof(float));
+    ck_assert_int_eq(ckpt_model_run(m, b, &in, &out), CKPT_ERR_USAGE);
+    ck_assert_str_eq(ckpt_model_error_message(m),
+                     "input \"x\" has shape [2, 1, 28, 27]; the model takes [-1, 1, 28, 28] "
+                     "(-1: any batch size)");
+    ck_assert_ptr_null(out.data);
+    /* any batch size runs */
+    in.shape[3] = 28;
+    in.shape[0] = 1;
+    ck_assert_int_eq(ckpt_model_run(m, b, &in, &out), 0);
+    ck_assert_int_eq(out.ndim, 2);
+    ck_assert_int_eq(out.shape[0], 1);
+    ck_assert_int_eq(out.shape[1], 10);
+    ckpt_array_clear(&out);
+    ckpt_array_clear(&in);
+    ckpt_backend_free(b);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+}
+END_TEST
+
+START_TEST(test_backend_names)
+{
+    ckpt_backend *b = NULL;
+    char err[256];
+    ck_assert_int_eq(ckpt_backend_open("tpu", &b, err, sizeof err), CKPT_ERR_USAGE);
+    ck_assert_ptr_null(b);
+    ck_assert_int_eq(ckpt_backend_open("cuda:x", &b, err, sizeof err), CKPT_ERR_USAGE);
+    ck_assert_int_eq(ckpt_backend_open("auto", &b, err, sizeof err), 0);
+    if (ckpt_cuda_device_count_usable() == 0) {
+        ck_assert_str_eq(ckpt_backend_device(b), "cpu");
+        ck_assert(err[0]); /* says why the CPU was chosen */
+        ckpt_backend_free(b);
+        ck_assert_int_eq(ckpt_backend_open("cuda:0", &b, err, sizeof err), CKPT_ERR_DEVICE);
+        ck_assert_ptr_null(b);
+    } else {
+        ck_assert_str_eq(ckpt_backend_device(b), "cuda:0");
+        ckpt_backend_free(b);
+    }
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("runtime");
+    TCase *ops = tcase_create("ops");
+    tcase_add_loop_test(ops, test_op_case_blas, 0, ncases);
+    tcase_add_loop_test(ops, test_op_case_plain, 0, ncases);
+    suite_add_tcase(s, ops);
+    TCase *tc = tcase_create("spec and load");
+    tcase_add_loop_test(tc, test_spec_errors, 0, (int)(sizeof bad_specs / sizeof bad_specs[0]));
+    tcase_add_test(tc, test_bind_dataparallel_keys);
+    tcase_add_test(tc, test_bind_size_mismatch);
+    tcase_add_test(tc, test_run_checks_input_shape);
+    tcase_add_test(tc, test_backend_names);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    list_cases();
+    if (ncases < 40) {
+        fprintf(stderr, "check_runtime: only %d op cases found\n", ncases);
+        return 1;
+    }
+    int rc = unit_run(suite());
+    for (int i = 0; i < ncases; i++)
+        free(cases[i]);
+    free(cases);
+    return rc;
+}

@@ -1,0 +1,583 @@
+/* check_runtime_cuda.c - every op of the CUDA backend against the CPU
+ * reference, on seeded random inputs over shapes that exercise the edge
+ * cases (odd sizes, non-square kernels, stride, padding, dilation,
+ * output_padding, ceil-mode pooling, strided softmax, permutes, cat), and
+ * the CUDA results bitwise equal across two runs.
+ * Exits 77 (skipped) where there is no GPU. */
+#include "ckpt.h"
+#include "ckpt_cuda.h"
+#include "runtime_backend.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ckpt_backend *cpu, *gpu;
+static int failures, cases;
+
+/* ---- inputs ---- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+/* uniform in [-1, 1) */
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static float *host_rand(size_t n, float scale)
+{
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "FAIL: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand() * scale;
+    return p;
+}
+
+/* ---- running one op on one backend ---- */
+
+static void die(ckpt_backend *b, const char *what, int rc)
+{
+    fprintf(stderr, "FAIL: %s: %s: %s (%s)\n", b->device, what, b->message, ckpt_strerror(rc));
+    exit(1);
+}
+
+#define MAX_IN 4
+
+/* An op on device buffers: IN[i] (NULL where the host input was NULL),
+ * OUT already holding the initial output. */
+typedef int (*op_fn)(ckpt_backend *b, float *const *in, float *out, const void *args);
+
+/* Uploads the inputs and the initial output, runs FN, downloads the output. */
+static float *run(ckpt_backend *b, op_fn fn, const void *args, const float *const *hin,
+                  const size_t *nin, int k, size_t nout, const float *out_init)
+{
+    float *din[MAX_IN] = {0}, *dout;
+    int rc;
+    for (int i = 0; i < k; i++) {
+        if (!hin[i])
+            continue;
+        if ((rc = b->ops->alloc(b, nin[i], &din[i])) != CKPT_OK)
+            die(b, "alloc", rc);
+        if ((rc = b->ops->upload(b, din[i], hin[i], nin[i])) != CKPT_OK)
+            die(b, "upload", rc);
+    }
+    if ((rc = b->ops->alloc(b, nout, &dout)) != CKPT_OK)
+        die(b, "alloc", rc);
+    if ((rc = b->ops->upload(b, dout, out_init, nout)) != CKPT_OK)
+        die(b, "upload", rc);
+    if ((rc = fn(b, din, dout, args)) != CKPT_OK)
+        die(b, "op", rc);
+    if ((rc = b->ops->synchronize(b)) != CKPT_OK)
+        die(b, "synchronize", rc);
+    float *h = malloc((nout ? nout : 1) * sizeof(float));
+    if (!h) {
+        fprintf(stderr, "FAIL: out of memory\n");
+        exit(1);
+    }
+    if ((rc = b->ops->download(b, h, dout, nout)) != CKPT_OK)
+        die(b, "download", rc);
+    for (int i = 0; i < k; i++)
+        if (din[i])
+            b->ops->release(b, din[i]);
+    b->ops->release(b, dout);
+    return h;
+}
+
+/* |got - ref| <= atol + rtol * |ref| element by element (both NaN, or
+ * equal infinities, count as equal); ATOL = RTOL = 0 asks for equality. */
+static void check(const char *name, op_fn fn, const void *args, const float *const *hin,
+                  const size_t *nin, int k, size_t nout, const float *out_init, double atol,
+                  double rtol)
+{
+    float *init = NULL;
+    if (!out_init) {
+        /* a value no op produces here: an element an op forgets to write
+         * shows up as a difference */
+        init = calloc(nout ? nout : 1, sizeof(float));
+        if (!init) {
+            fprintf(stderr, "FAIL: out of memory\n");
+            exit(1);
+        }
+        for (size_t i = 0; i < nout; i++)
+            init[i] = 12345.0f;
+        out_init = init;
+    }
+    float *ref = run(cpu, fn, args, hin, nin, k, nout, out_init);
+    float *got = run(gpu, fn, args, hin, nin, k, nout, out_init);
+    float *again = run(gpu, fn, args, hin, nin, k, nout, out_init);
+
+    size_t bad = 0, first = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < nout; i++) {
+        double r = ref[i], g = got[i];
+        int ok;
+        if (isnan(r) || isnan(g))
+            ok = isnan(r) && isnan(g);
+        else if (isinf(r) || isinf(g))
+            ok = r == g;
+        else {
+            double d = fabs(g - r);
+            if (d > worst)
+                worst = d;
+            ok = d <= atol + rtol * fabs(r);
+        }
+        if (!ok && bad++ == 0)
+            first = i;
+    }
+    int same = nout == 0 || memcmp(got, again, nout * sizeof(float)) == 0;
+    cases++;
+    if (bad || !same) {
+        failures++;
+        printf("FAIL %-44s n=%zu: %zu differ (first [%zu]: cpu %.9g cuda %.9g), max |err| %.3g%s\n",
+               name, nout, bad, first, bad ? ref[first] : 0.0, bad ? got[first] : 0.0, worst,
+               same ? "" : ", and two CUDA runs differ");
+    } else {
+        printf("ok   %-44s n=%zu, max |err| %.3g\n", name, nout, worst);
+    }
+    free(ref);
+    free(got);
+    free(again);
+    free(init);
+}
+
+/* ---- linear ---- */
+
+typedef struct {
+    int64_t rows, in, out;
+} linear_args;
+
+static int op_linear(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const linear_args *a = args;
+    return b->ops->linear(b, in[0], in[1], in[2], out, a->rows, a->in, a->out);
+}
+
+static void test_linear(int64_t rows, int64_t in, int64_t out, int with_bias)
+{
+    linear_args a = {rows, in, out};
+    float scale = in > 0 ? 1.0f / sqrtf((float)in) : 1.0f;
+    float *x = host_rand((size_t)(rows * in), 1.0f), *w = host_rand((size_t)(out * in), scale);
+    float *bias = with_bias ? host_rand((size_t)out, 0.5f) : NULL;
+    const float *hin[] = {x, w, bias};
+    size_t nin[] = {(size_t)(rows * in), (size_t)(out * in), (size_t)out};
+    char name[96];
+    snprintf(name, sizeof name, "linear %lldx%lld -> %lld%s", (long long)rows, (long long)in,
+             (long long)out, with_bias ? " +bias" : "");
+    check(name, op_linear, &a, hin, nin, 3, (size_t)(rows * out), NULL, 1e-5, 1e-4);
+    free(x);
+    free(w);
+    free(bias);
+}
+
+/* ---- conv2d / conv_transpose2d ---- */
+
+static int op_conv2d(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    return b->ops->conv2d(b, in[0], in[1], in[2], out, args);
+}
+
+static int op_conv_transpose2d(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    return b->ops->conv_transpose2d(b, in[0], in[1], in[2], out, args);
+}
+
+static ckpt_conv_geom geom(int64_t batch, int64_t in_c, int64_t in_h, int64_t in_w,
+                           int64_t out_c, int64_t k_h, int64_t k_w, int64_t s_h, int64_t s_w,
+                           int64_t p_h, int64_t p_w, int64_t d_h, int64_t d_w)
+{
+    ckpt_conv_geom g = {batch, in_c, in_h, in_w, out_c, 0, 0, k_h, k_w, s_h, s_w, p_h, p_w,
+                        d_h, d_w};
+    return g;
+}
+
+/* torch's Conv2d output size */
+static void test_conv2d(ckpt_conv_geom g, int with_bias)
+{
+    g.out_h = (g.in_h + 2 * g.pad_h - g.dil_h * (g.k_h - 1) - 1) / g.stride_h + 1;
+    g.out_w = (g.in_w + 2 * g.pad_w - g.dil_w * (g.k_w - 1) - 1) / g.stride_w + 1;
+    size_t nx = (size_t)(g.batch * g.in_c * g.in_h * g.in_w);
+    size_t nw = (size_t)(g.out_c * g.in_c * g.k_h * g.k_w);
+    size_t ny = (size_t)(g.batch * g.out_c * g.out_h * g.out_w);
+    float *x = host_rand(nx, 1.0f);
+    float *w = host_rand(nw, 1.0f / sqrtf((float)(g.in_c * g.k_h * g.k_w)));
+    float *bias = with_bias ? host_rand((size_t)g.out_c, 0.5f) : NULL;
+    const float *hin[] = {x, w, bias};
+    size_t nin[] = {nx, nw, (size_t)g.out_c};
+    char name[96];
+    snprintf(name, sizeof name,
+             "conv2d %lldx%lldx%lldx%lld k%lldx%lld s%lld,%lld p%lld,%lld d%lld,%lld%s",
+             (long long)g.batch, (long long)g.in_c, (long long)g.in_h, (long long)g.in_w,
+             (long long)g.k_h, (long long)g.k_w, (long long)g.stride_h, (long long)g.stride_w,
+             (long long)g.pad_h, (long long)g.pad_w, (long long)g.dil_h, (long long)g.dil_w,
+             with_bias ? " +b" : "");
+    check(name, op_conv2d, &g, hin, nin, 3, ny, NULL, 1e-5, 1e-4);
+    free(x);
+    free(w);
+    free(bias);
+}
+
+/* torch's ConvTranspose2d output size, with output_padding OP */
+static void test_conv_transpose2d(ckpt_conv_geom g, int64_t op_h, int64_t op_w, int with_bias)
+{
+    g.out_h = (g.in_h - 1) * g.stride_h - 2 * g.pad_h + g.dil_h * (g.k_h - 1) + op_h + 1;
+    g.out_w = (g.in_w - 1) * g.stride_w - 2 * g.pad_w + g.dil_w * (g.k_w - 1) + op_w + 1;
+    size_t nx = (size_t)(g.batch * g.in_c * g.in_h * g.in_w);
+    size_t nw = (size_t)(g.in_c * g.out_c * g.k_h * g.k_w);
+    size_t ny = (size_t)(g.batch * g.out_c * g.out_h * g.out_w);
+    float *x = host_rand(nx, 1.0f);
+    float *w = host_rand(nw, 1.0f / sqrtf((float)(g.in_c * g.k_h * g.k_w)));
+    float *bias = with_bias ? host_rand((size_t)g.out_c, 0.5f) : NULL;
+    const float *hin[] = {x, w, bias};
+    size_t nin[] = {nx, nw, (size_t)g.out_c};
+    char name[96];
+    snprintf(name, sizeof name,
+             "convT %lldx%lldx%lldx%lld k%lldx%lld s%lld,%lld p%lld,%lld d%lld op%lld,%lld%s",
+             (long long)g.batch, (long long)g.in_c, (long long)g.in_h, (long long)g.in_w,
+             (long long)g.k_h, (long long)g.k_w, (long long)g.stride_h, (long long)g.stride_w,
+             (long long)g.pad_h, (long long)g.pad_w, (long long)g.dil_h, (long long)op_h,
+             (long long)op_w, with_bias ? " +b" : "");
+    check(name, op_conv_transpose2d, &g, hin, nin, 3, ny, NULL, 1e-5, 1e-4);
+    free(x);
+    free(w);
+    free(bias);
+}
+
+/* ---- max_pool2d ---- */
+
+static int op_max_pool2d(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    return b->ops->max_pool2d(b, in[0], out, args);
+}
+
+/* torch's pooling_output_shape */
+static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int ceil_mode)
+{
+    int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+    int64_t out = num / s + 1; /* num >= 0 here */
+    if (ceil_mode && (out - 1) * s >= in + p)
+        out--;
+    return out;
+}
+
+static void test_max_pool2d(int64_t planes, int64_t in_h, int64_t in_w, int64_t k_h, int64_t k_w,
+                            int64_t s, int64_t p, int64_t d, int ceil_mode, int nans)
+{
+    ckpt_pool_geom g = {planes, in_h, in_w, pool_out(in_h, k_h, s, p, d, ceil_mode),
+                        pool_out(in_w, k_w, s, p, d, ceil_mode), k_h, k_w, s, s, p, p, d, d};
+    size_t nx = (size_t)(planes * in_h * in_w), ny = (size_t)(planes * g.out_h * g.out_w);
+    float *x = host_rand(nx, 4.0f);
+    for (int i = 0; i < nans; i++)
+        x[(size_t)(i * 7919) % nx] = NAN;
+    const float *hin[] = {x};
+    size_t nin[] = {nx};
+    char name[96];
+    snprintf(name, sizeof name, "max_pool2d %lldx%lldx%lld k%lldx%lld s%lld p%lld d%lld%s%s",
+             (long long)planes, (long long)in_h, (long long)in_w, (long long)k_h, (long long)k_w,
+             (long long)s, (long long)p, (long long)d, ceil_mode ? " ceil" : "",
+             nans ? " NaN" : "");
+    check(name, op_max_pool2d, &g, hin, nin, 1, ny, NULL, 0.0, 0.0);
+    free(x);
+}
+
+/* ---- relu, sigmoid, softmax ---- */
+
+static int op_relu(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    return b->ops->relu(b, in[0], out, *(const size_t *)args);
+}
+
+static int op_sigmoid(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    return b->ops->sigmoid(b, in[0], out, *(const size_t *)args);
+}
+
+static void test_elementwise(size_t n, int sigmoid)
+{
+    float *x = host_rand(n, 12.0f);
+    /* the special values, where there is room */
+    const float special[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 100.0f, -100.0f, 88.0f,
+                             -88.0f, 1e-30f, -1e-30f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0] && i * 3 < n; i++)
+        x[i * 3] = special[i];
+    const float *hin[] = {x};
+    size_t nin[] = {n};
+    char name[96];
+    snprintf(name, sizeof name, "%s n=%zu", sigmoid ? "sigmoid" : "relu", n);
+    if (sigmoid)
+        check(name, op_sigmoid, &n, hin, nin, 1, n, NULL, 0.0, 1e-6);
+    else
+        check(name, op_relu, &n, hin, nin, 1, n, NULL, 0.0, 0.0);
+    free(x);
+}
+
+typedef struct {
+    int64_t outer, dim, inner;
+} softmax_args;
+
+static int op_softmax(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const softmax_args *a = args;
+    return b->ops->softmax(b, in[0], out, a->outer, a->dim, a->inner);
+}
+
+/* RTOL: the sum over the axis is taken in another order on the GPU (lanes
+ * of a warp), which moves it by about sqrt(dim) roundings */
+static void test_softmax(int64_t outer, int64_t dim, int64_t inner, double rtol, int nans)
+{
+    softmax_args a = {outer, dim, inner};
+    size_t n = (size_t)(outer * dim * inner);
+    float *x = host_rand(n, 4.0f);
+    if (nans)
+        x[n / 2] = NAN; /* its whole slice becomes NaN, as in torch */
+    const float *hin[] = {x};
+    size_t nin[] = {n};
+    char name[96];
+    snprintf(name, sizeof name, "softmax [%lld, %lld, %lld]%s", (long long)outer, (long long)dim,
+             (long long)inner, nans ? " NaN" : "");
+    check(name, op_softmax, &a, hin, nin, 1, n, NULL, 1e-9, rtol);
+    free(x);
+}
+
+/* ---- permute, copy_rows ---- */
+
+typedef struct {
+    int ndim;
+    int64_t shape[CKPT_RT_MAX_DIMS];
+    int perm[CKPT_RT_MAX_DIMS];
+} permute_args;
+
+static int op_permute(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const permute_args *a = args;
+    return b->ops->permute(b, in[0], out, a->ndim, a->shape, a->perm);
+}
+
+static void test_permute(int ndim, const int64_t *shape, const int *perm)
+{
+    permute_args a = {ndim, {0}, {0}};
+    size_t n = 1;
+    char name[96] = "permute [", *p = name + strlen(name);
+    for (int i = 0; i < ndim; i++) {
+        a.shape[i] = shape[i];
+        a.perm[i] = perm[i];
+        n *= (size_t)shape[i];
+        p += snprintf(p, (size_t)(name + sizeof name - p), "%s%lld", i ? "," : "",
+                      (long long)shape[i]);
+    }
+    p += snprintf(p, (size_t)(name + sizeof name - p), "] (");
+    for (int i = 0; i < ndim; i++)
+        p += snprintf(p, (size_t)(name + sizeof name - p), "%s%d", i ? "," : "", perm[i]);
+    snprintf(p, (size_t)(name + sizeof name - p), ")");
+    float *x = host_rand(n, 1.0f);
+    const float *hin[] = {x};
+    size_t nin[] = {n};
+    check(name, op_permute, &a, hin, nin, 1, n, NULL, 0.0, 0.0);
+    free(x);
+}
+
+typedef struct {
+    int64_t x_stride, y_stride, rows, len, y_offset;
+} rows_args;
+
+static int op_copy_rows(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const rows_args *a = args;
+    return b->ops->copy_rows(b, in[0], a->x_stride, out + a->y_offset, a->y_stride, a->rows,
+                             a->len);
+}
+
+/* Y (NY floats, preset to a pattern) gets ROWS rows of LEN from X */
+static void test_copy_rows(int64_t rows, int64_t len, int64_t x_stride, int64_t y_stride,
+                           int64_t y_offset)
+{
+    rows_args a = {x_stride, y_stride, rows, len, y_offset};
+    size_t nx = (size_t)((rows - 1) * x_stride + len);
+    size_t ny = (size_t)(y_offset + (rows - 1) * y_stride + len + 3);
+    float *x = host_rand(nx, 1.0f), *y0 = host_rand(ny, 1.0f);
+    const float *hin[] = {x};
+    size_t nin[] = {nx};
+    char name[96];
+    snprintf(name, sizeof name, "copy_rows %lld x %lld, strides %lld -> %lld (+%lld)",
+             (long long)rows, (long long)len, (long long)x_stride, (long long)y_stride,
+             (long long)y_offset);
+    check(name, op_copy_rows, &a, hin, nin, 1, ny, y0, 0.0, 0.0);
+    free(x);
+    free(y0);
+}
+
+typedef struct {
+    int64_t n, c1, c2, hw;
+} cat_args;
+
+/* torch.cat([a, b], dim=1) of [n, c1, hw] and [n, c2, hw], as the executor
+ * builds it from copy_rows */
+static int op_cat(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const cat_args *a = args;
+    int64_t row = (a->c1 + a->c2) * a->hw;
+    int rc = b->ops->copy_rows(b, in[0], a->c1 * a->hw, out, row, a->n, a->c1 * a->hw);
+    if (rc == CKPT_OK)
+        rc = b->ops->copy_rows(b, in[1], a->c2 * a->hw, out + a->c1 * a->hw, row, a->n,
+                               a->c2 * a->hw);
+    return rc;
+}
+
+static void test_cat(int64_t n, int64_t c1, int64_t c2, int64_t hw)
+{
+    cat_args a = {n, c1, c2, hw};
+    size_t na = (size_t)(n * c1 * hw), nb = (size_t)(n * c2 * hw);
+    float *xa = host_rand(na, 1.0f), *xb = host_rand(nb, 1.0f);
+    const float *hin[] = {xa, xb};
+    size_t nin[] = {na, nb};
+    char name[96];
+    snprintf(name, sizeof name, "cat dim 1 [%lld,%lld,%lld] + [%lld,%lld,%lld]", (long long)n,
+             (long long)c1, (long long)hw, (long long)n, (long long)c2, (long long)hw);
+    check(name, op_cat, &a, hin, nin, 2, na + nb, NULL, 0.0, 0.0);
+    free(xa);
+    free(xb);
+}
+
+/* ---- the backend itself ---- */
+
+static void test_backend_basics(void)
+{
+    cases++;
+    float *p = NULL, *q = NULL;
+    int rc = gpu->ops->alloc(gpu, 0, &p);
+    if (rc != CKPT_OK || !p)
+        die(gpu, "alloc of 0 floats", rc);
+    rc = gpu->ops->alloc(gpu, 0, &q);
+    if (rc != CKPT_OK || !q || q == p)
+        die(gpu, "second alloc of 0 floats", rc);
+    gpu->ops->release(gpu, p);
+    gpu->ops->release(gpu, q);
+    rc = gpu->ops->linear(gpu, NULL, NULL, NULL, NULL, -1, 2, 3);
+    if (rc != CKPT_ERR_USAGE || !gpu->message[0]) {
+        printf("FAIL linear with a negative size: status %d, message '%s'\n", rc, gpu->message);
+        failures++;
+        return;
+    }
+    if (strncmp(gpu->device, "cuda:", 5) != 0 || strncmp(gpu->description, gpu->device, 5)) {
+        printf("FAIL device '%s', description '%s'\n", gpu->device, gpu->description);
+        failures++;
+        return;
+    }
+    printf("ok   backend basics (alloc 0, usage error, names)\n");
+}
+
+int main(void)
+{
+    int count = 0;
+    int rc = ckpt_cuda_device_count(&count);
+    if (rc != 0 || count == 0) {
+        printf("no usable GPU: skipped\n");
+        return 77;
+    }
+    char err[256];
+    if ((rc = ckpt_backend_cpu_open(&cpu, err, sizeof err)) != CKPT_OK) {
+        fprintf(stderr, "FAIL: cpu backend: %s\n", err);
+        return 1;
+    }
+    if ((rc = ckpt_backend_cuda_open(0, &gpu, err, sizeof err)) != CKPT_OK) {
+        fprintf(stderr, "FAIL: cuda backend: %s\n", err);
+        return 1;
+    }
+    printf("reference: %s\nunder test: %s\n", cpu->description, gpu->description);
+
+    test_backend_basics();
+
+    test_linear(1, 1, 1, 1);
+    test_linear(3, 17, 5, 1);
+    test_linear(7, 33, 10, 0);
+    test_linear(64, 784, 128, 1);
+    test_linear(5, 0, 4, 1); /* empty reduction: y = bias */
+
+    /*          batch in_c  h   w  out_c kh kw sh sw ph pw dh dw */
+    test_conv2d(geom(2, 3, 11, 11, 5, 3, 3, 1, 1, 1, 1, 1, 1), 1);
+    test_conv2d(geom(1, 4, 9, 13, 6, 3, 5, 2, 2, 1, 2, 1, 1), 0);  /* non-square, stride 2 */
+    test_conv2d(geom(3, 2, 15, 15, 4, 3, 3, 1, 1, 2, 2, 2, 2), 1); /* dilation 2 */
+    test_conv2d(geom(2, 8, 7, 5, 3, 1, 1, 1, 1, 0, 0, 1, 1), 1);   /* 1x1: no im2col */
+    test_conv2d(geom(1, 8, 7, 5, 3, 1, 1, 1, 1, 0, 0, 1, 1), 0);
+    test_conv2d(geom(1, 5, 7, 7, 4, 2, 2, 2, 2, 0, 0, 1, 1), 1);   /* odd size, k2 s2 */
+    test_conv2d(geom(2, 16, 38, 38, 24, 3, 3, 1, 1, 1, 1, 1, 1), 1);
+    test_conv2d(geom(2, 6, 19, 19, 10, 3, 3, 1, 1, 6, 6, 6, 6), 1); /* SSD's fc6 */
+    test_conv2d(geom(1, 3, 10, 12, 2, 1, 1, 2, 2, 0, 0, 1, 1), 1); /* 1x1 stride 2 */
+
+    /*                    batch in_c h  w  out_c kh kw sh sw ph pw dh dw   op */
+    test_conv_transpose2d(geom(2, 3, 5, 5, 4, 3, 3, 2, 2, 1, 1, 1, 1), 1, 1, 1);
+    test_conv_transpose2d(geom(1, 5, 4, 7, 2, 2, 3, 2, 1, 0, 1, 1, 1), 1, 0, 0);
+    test_conv_transpose2d(geom(2, 4, 6, 6, 3, 3, 3, 1, 1, 2, 2, 2, 2), 0, 0, 1);
+    test_conv_transpose2d(geom(3, 8, 7, 7, 4, 2, 2, 2, 2, 0, 0, 1, 1), 0, 0, 1);
+    test_conv_transpose2d(geom(1, 16, 7, 7, 1, 4, 4, 2, 2, 1, 1, 1, 1), 0, 0, 1);
+    test_conv_transpose2d(geom(2, 6, 5, 3, 5, 3, 2, 3, 2, 1, 0, 2, 1), 2, 1, 1);
+
+    /*              planes h   w  kh kw s  p  d  ceil nans */
+    test_max_pool2d(6, 8, 8, 2, 2, 2, 0, 1, 0, 0);
+    test_max_pool2d(5, 9, 11, 2, 2, 2, 0, 1, 1, 0);   /* ceil: a partial last window */
+    test_max_pool2d(4, 10, 10, 3, 3, 2, 1, 1, 1, 0);  /* ceil with padding */
+    test_max_pool2d(3, 75, 75, 2, 2, 2, 0, 1, 1, 0);  /* SSD's pool3 */
+    test_max_pool2d(3, 19, 19, 3, 3, 1, 1, 1, 0, 0);  /* SSD's pool5 */
+    test_max_pool2d(2, 12, 10, 3, 2, 1, 1, 2, 0, 0);  /* dilation 2 */
+    test_max_pool2d(4, 13, 13, 3, 3, 2, 1, 1, 1, 5);  /* NaN propagates */
+
+    test_elementwise(1, 0);
+    test_elementwise(1000, 0);
+    test_elementwise(100003, 0);
+    test_elementwise(1, 1);
+    test_elementwise(1000, 1);
+    test_elementwise(100003, 1);
+
+    test_softmax(4, 10, 1, 1e-6, 0);
+    test_softmax(3, 37, 5, 1e-6, 0);  /* inner > 1 */
+    test_softmax(2 * 8732, 21, 1, 1e-6, 0); /* SSD's conf */
+    test_softmax(2, 21, 97, 1e-6, 0);
+    test_softmax(3, 100, 1, 1e-6, 1);
+    test_softmax(2, 1000, 1, 4e-6, 0);
+    test_softmax(1, 1, 7, 1e-6, 0);
+
+    {
+        const int64_t s1[] = {2, 3, 5, 7};
+        const int p1[] = {0, 2, 3, 1}; /* NCHW -> NHWC, as SSD's heads */
+        test_permute(4, s1, p1);
+        const int p2[] = {3, 1, 0, 2};
+        test_permute(4, s1, p2);
+        const int p3[] = {0, 2, 1, 3}; /* middle dims swapped */
+        test_permute(4, s1, p3);
+        const int64_t s4[] = {2, 1, 3, 4};
+        const int p4[] = {0, 2, 3, 1}; /* a size-1 dim moved: a plain copy */
+        test_permute(4, s4, p4);
+        const int64_t s5[] = {33, 17};
+        const int p5[] = {1, 0};
+        test_permute(2, s5, p5);
+        const int64_t s6[] = {4, 5, 6};
+        const int p6[] = {0, 1, 2};
+        test_permute(3, s6, p6);
+        const int64_t s7[] = {2, 1, 3, 2, 2, 1, 3, 2};
+        const int p7[] = {7, 6, 5, 4, 3, 2, 1, 0};
+        test_permute(8, s7, p7);
+        const int64_t s8[] = {9};
+        const int p8[] = {0};
+        test_permute(1, s8, p8);
+    }
+
+    test_copy_rows(5, 7, 10, 13, 0);
+    test_copy_rows(5, 7, 7, 7, 2);
+    test_copy_rows(1, 9, 9, 20, 4);
+    test_copy_rows(64, 300, 301, 900, 300);
+    test_cat(2, 3, 5, 19 * 19);
+    test_cat(3, 1, 2, 7);
+
+    cpu->ops->destroy(cpu);
+    gpu->ops->destroy(gpu);
+    printf("%d of %d cases failed\n", failures, cases);
+    return failures ? 1 : 0;
+}
