@@ -377,7 +377,7 @@ __global__ void k_relu(const float *__restrict__ x, float *__restrict__ y, I tot
 {
     GRID_LOOP(I, idx, total) {
         float v = x[idx];
-        y[idx] = (v > 0.0f || v != v) ? v : 0.0f;
+        y[idx] = v < 0.0f ? 0.0f : v; // as torch: NaN and -0.0 pass through
     }
 }
 

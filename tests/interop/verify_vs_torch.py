@@ -183,6 +183,18 @@ def _():
     check_load(MLP_SPEC, models.MLP(), save(sd, 'mixed.pth'))
 
 
+@case('load: unexpected keys at several depths come in module order')
+def _():
+    sd = collections.OrderedDict()
+    base = models.MLP().state_dict()
+    sd['n.1.extra'] = torch.zeros(1)
+    sd['zzz'] = torch.zeros(1)
+    sd.update(base)
+    sd['n.7.x'] = torch.zeros(1)
+    sd['encoder.x'] = torch.zeros(1)
+    check_load(MLP_SPEC, models.MLP(), save(sd, 'depths.pth'))
+
+
 @case('load: wrong autoencoder channel count in the decoder')
 def _():
     sd = collections.OrderedDict(models.Autoencoder().state_dict())
