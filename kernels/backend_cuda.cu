@@ -381,6 +381,25 @@ __global__ void k_relu(const float *__restrict__ x, float *__restrict__ y, I tot
     }
 }
 
+// SSD's L2Norm: one thread per (image, pixel) sums the squares over the
+// channels in ascending order (as the CPU reference), then scales them.
+__global__ void k_l2norm(const float *__restrict__ x, const float *__restrict__ w,
+                         float *__restrict__ y, long long n, long long c, long long hw,
+                         float eps)
+{
+    GRID_LOOP(long long, idx, n * hw) {
+        long long img = idx / hw, p = idx % hw;
+        const float *xi = x + img * c * hw + p;
+        float *yi = y + img * c * hw + p;
+        float sum = 0.0f;
+        for (long long ch = 0; ch < c; ch++)
+            sum += xi[ch * hw] * xi[ch * hw];
+        float norm = sqrtf(sum) + eps;
+        for (long long ch = 0; ch < c; ch++)
+            yi[ch * hw] = w[ch] * (xi[ch * hw] / norm);
+    }
+}
+
 // expf, not __expf: the fast one is off by far more than the tolerance
 template <typename I>
 __global__ void k_sigmoid(const float *__restrict__ x, float *__restrict__ y, I total)
@@ -879,6 +898,20 @@ static int cuda_max_pool2d(ckpt_backend *b, const float *x, float *y, const ckpt
     return CKPT_OK;
 }
 
+static int cuda_l2norm(ckpt_backend *b, const float *x, const float *w, float *y, int64_t n,
+                       int64_t c, int64_t hw, float eps)
+{
+    if (n < 0 || c < 0 || hw < 0)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "l2norm: invalid geometry");
+    if (n == 0 || c == 0 || hw == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, "l2norm"));
+    cudaStream_t s = impl_of(b)->stream;
+    k_l2norm<<<grid_for(n * hw), THREADS, 0, s>>>(x, w, y, n, c, hw, eps);
+    LAUNCH_CHECK(b, "l2norm", "l2norm");
+    return CKPT_OK;
+}
+
 static int cuda_relu(ckpt_backend *b, const float *x, float *y, size_t n)
 {
     if (n == 0)
@@ -1051,12 +1084,12 @@ static void cuda_destroy(ckpt_backend *b)
 
 // In runtime_backend.h's order (C++17 has no designated initializers); the
 // assertion catches an op added there and not here.
-static_assert(sizeof(ckpt_backend_ops) == 15 * sizeof(void (*)(void)),
+static_assert(sizeof(ckpt_backend_ops) == 16 * sizeof(void (*)(void)),
               "ckpt_backend_ops changed: update cuda_ops");
 static const ckpt_backend_ops cuda_ops = {
     cuda_destroy,    cuda_alloc,  cuda_release, cuda_upload,    cuda_download,
     cuda_linear,     cuda_conv2d, cuda_conv_transpose2d,
-    cuda_max_pool2d, cuda_relu,   cuda_sigmoid, cuda_softmax,   cuda_permute,
+    cuda_max_pool2d, cuda_l2norm, cuda_relu,    cuda_sigmoid,   cuda_softmax,   cuda_permute,
     cuda_copy_rows,  cuda_synchronize,
 };
 

@@ -581,6 +581,28 @@ CKPT_API int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd,
 CKPT_API int ckpt_model_run(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs,
                             ckpt_array *outputs);
 
+/*
+ * Which dimension of each output follows the batch: the graph's shapes are
+ * worked out for INPUTS' batch size and for one more, and DIMS[i] gets the
+ * first dimension of output I that changes, or -1 when none does (an output
+ * without a batch dimension, such as SSD's priors).  No data is read.
+ */
+CKPT_API int ckpt_model_batch_dims(ckpt_model *m, const ckpt_array *inputs, int *dims);
+
+/*
+ * DataParallel's forward, replayed.  Every input is split along dim 0 as
+ * scatter does (torch.chunk: chunks of ceil(B / REPLICAS) rows, the last
+ * one smaller, so fewer chunks than REPLICAS when B is small); chunk i runs
+ * on BACKENDS[i % NB] (one per GPU, or the same backend in turn); each
+ * output is then concatenated along dim 0 as gather does.  *USED gets the
+ * number of chunks that ran.  An output whose replicas' shapes differ
+ * outside dim 0 cannot be gathered (torch's gather raises): it is left
+ * empty (ndim 0, data NULL) and the others are still filled.
+ */
+CKPT_API int ckpt_model_run_replicas(ckpt_model *m, ckpt_backend *const *backends, size_t nb,
+                                     int replicas, const ckpt_array *inputs,
+                                     ckpt_array *outputs, int *used);
+
 #ifdef __cplusplus
 }
 #endif

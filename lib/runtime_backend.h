@@ -73,6 +73,10 @@ typedef struct ckpt_backend_ops {
     int (*conv_transpose2d)(ckpt_backend *b, const float *x, const float *w,
                             const float *bias, float *y, const ckpt_conv_geom *g);
     int (*max_pool2d)(ckpt_backend *b, const float *x, float *y, const ckpt_pool_geom *g);
+    /* SSD's L2Norm over the channels of NCHW x (C channels, HW pixels per
+     * plane): y[n, c, p] = w[c] * x[n, c, p] / (sqrt(sum_c x[n, c, p]^2) + eps). */
+    int (*l2norm)(ckpt_backend *b, const float *x, const float *w, float *y, int64_t n,
+                  int64_t c, int64_t hw, float eps);
     /* Elementwise over N floats. */
     int (*relu)(ckpt_backend *b, const float *x, float *y, size_t n);
     int (*sigmoid)(ckpt_backend *b, const float *x, float *y, size_t n);

@@ -10,7 +10,8 @@
  * row, kernel column), starting from 0, with the bias added last;
  * conv_transpose2d sums the same products per input channel first, then
  * adds the bias and the kernel positions in ascending (row, column) order.
- * softmax sums exp(x - max) in ascending order in float32.  With OpenBLAS
+ * softmax sums exp(x - max) in ascending order in float32, l2norm the squares
+ * over channels in ascending order.  With OpenBLAS
  * the products are summed in OpenBLAS's blocked order instead.
  */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -283,6 +284,32 @@ static int cpu_max_pool2d(ckpt_backend *b, const float *x, float *y, const ckpt_
     return CKPT_OK;
 }
 
+static int cpu_l2norm(ckpt_backend *b, const float *x, const float *w, float *y, int64_t n,
+                      int64_t c, int64_t hw, float eps)
+{
+    float *norm = malloc((size_t)(hw > 0 ? hw : 1) * sizeof(float));
+    if (!norm)
+        return nomem(b);
+    for (int64_t i = 0; i < n; i++) {
+        const float *xi = x + i * c * hw;
+        float *yi = y + i * c * hw;
+        /* sum of squares per pixel, channels in ascending order */
+        for (int64_t p = 0; p < hw; p++)
+            norm[p] = 0.0f;
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < hw; p++)
+                norm[p] += xi[ch * hw + p] * xi[ch * hw + p];
+        for (int64_t p = 0; p < hw; p++)
+            norm[p] = sqrtf(norm[p]) + eps;
+        /* as torch: x / norm, then times the weight */
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < hw; p++)
+                yi[ch * hw + p] = w[ch] * (xi[ch * hw + p] / norm[p]);
+    }
+    free(norm);
+    return CKPT_OK;
+}
+
 static int cpu_relu(ckpt_backend *b, const float *x, float *y, size_t n)
 {
     (void)b;
@@ -377,6 +404,7 @@ static const ckpt_backend_ops CPU_OPS = {
     .conv2d = cpu_conv2d,
     .conv_transpose2d = cpu_conv_transpose2d,
     .max_pool2d = cpu_max_pool2d,
+    .l2norm = cpu_l2norm,
     .relu = cpu_relu,
     .sigmoid = cpu_sigmoid,
     .softmax = cpu_softmax,

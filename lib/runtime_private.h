@@ -9,10 +9,27 @@
 
 typedef enum rt_op {
     RT_LINEAR, RT_CONV2D, RT_CONV_TRANSPOSE2D, RT_MAX_POOL2D, RT_RELU, RT_SIGMOID,
-    RT_SOFTMAX, RT_FLATTEN, RT_RESHAPE, RT_PERMUTE, RT_CAT
+    RT_SOFTMAX, RT_FLATTEN, RT_RESHAPE, RT_PERMUTE, RT_CAT, RT_L2NORM, RT_PRIOR_BOX
 } rt_op;
 
+#define RT_PRIOR_MAX_MAPS 16
+#define RT_PRIOR_MAX_RATIOS 8
+
+/* SSD's default boxes (ssd.pytorch's PriorBox), computed in double as
+ * Python does, then rounded to float32. */
+typedef struct rt_prior {
+    int nmaps;
+    double image_size;
+    int64_t feature_maps[RT_PRIOR_MAX_MAPS];
+    double steps[RT_PRIOR_MAX_MAPS], min_sizes[RT_PRIOR_MAX_MAPS], max_sizes[RT_PRIOR_MAX_MAPS];
+    int nratios[RT_PRIOR_MAX_MAPS];
+    double ratios[RT_PRIOR_MAX_MAPS][RT_PRIOR_MAX_RATIOS];
+    int clip;
+} rt_prior;
+
 enum { RT_P_WEIGHT, RT_P_BIAS, RT_P_COUNT };
+
+#define RT_MAX_DEVICES 16
 
 typedef struct rt_shape {
     int ndim;
@@ -33,6 +50,8 @@ typedef struct rt_node {
     int64_t dim, start_dim, end_dim;
     int nlist;                   /* reshape "shape" / permute "dims" */
     int64_t list[CKPT_MAX_DIMS];
+    double eps;                  /* l2norm */
+    rt_prior *prior;             /* prior_box (owned) */
 } rt_node;
 
 typedef struct rt_param {
@@ -65,9 +84,12 @@ struct ckpt_model {
     ckpt_size_mismatch *mismatches;
     char *message;
 
-    /* parameters uploaded to one backend */
-    ckpt_backend *dev_backend;
-    float **dev_params;
+    /* parameters uploaded to backends (one per GPU for DataParallel's replay) */
+    struct rt_device {
+        ckpt_backend *backend;
+        float **params;
+    } dev[RT_MAX_DEVICES];
+    size_t ndev;
 };
 
 int ckpt_model_fail(ckpt_model *m, int code, const char *fmt, ...)
@@ -100,6 +122,15 @@ const char *rt_shape_format(const rt_shape *s, char *buf, size_t cap);
 void rt_conv_geom(const rt_node *n, const rt_shape *x, const rt_shape *w, const rt_shape *y,
                   ckpt_conv_geom *g);
 void rt_pool_geom(const rt_node *n, const rt_shape *x, const rt_shape *y, ckpt_pool_geom *g);
+
+/* Number of boxes prior_box makes; fills BOXES ([count, 4]) when not NULL. */
+int64_t rt_prior_boxes(const rt_prior *p, float *boxes);
+
+/* Check INPUTS against the spec's inputs and copy their shapes into
+ * SHAPE[0 .. ninputs); then size every value (SHAPE has nvalues entries).
+ * Errors (CKPT_ERR_USAGE) are in the model's handle. */
+int rt_check_inputs(ckpt_model *m, const ckpt_array *inputs, rt_shape *shape);
+int rt_model_shapes(ckpt_model *m, rt_shape *shape);
 
 /* Drop uploaded parameters (before a rebind or free). */
 void rt_model_release_device(ckpt_model *m);

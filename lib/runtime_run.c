@@ -7,41 +7,55 @@
 #include <stdlib.h>
 #include <string.h>
 
-void rt_model_release_device(ckpt_model *m)
+static void release_one(ckpt_model *m, struct rt_device *d)
 {
-    if (m->dev_backend && m->dev_params) {
-        for (size_t i = 0; i < m->nparams; i++)
-            if (m->dev_params[i])
-                m->dev_backend->ops->release(m->dev_backend, m->dev_params[i]);
-    }
-    if (m->dev_backend)
-        ckpt_backend_free(m->dev_backend); /* the reference upload_params took */
-    free(m->dev_params);
-    m->dev_params = NULL;
-    m->dev_backend = NULL;
+    for (size_t i = 0; d->params && i < m->nparams; i++)
+        if (d->params[i])
+            d->backend->ops->release(d->backend, d->params[i]);
+    free(d->params);
+    ckpt_backend_free(d->backend); /* the reference upload_params took */
+    d->params = NULL;
+    d->backend = NULL;
 }
 
-static int upload_params(ckpt_model *m, ckpt_backend *b)
+void rt_model_release_device(ckpt_model *m)
 {
-    if (m->dev_backend == b)
-        return CKPT_OK;
-    rt_model_release_device(m);
-    if (!(m->dev_params = calloc(m->nparams + 1, sizeof(float *))))
-        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
-    m->dev_backend = b;
+    for (size_t i = 0; i < m->ndev; i++)
+        release_one(m, &m->dev[i]);
+    m->ndev = 0;
+}
+
+/* The model's parameters on B, uploaded on first use. */
+static float **upload_params(ckpt_model *m, ckpt_backend *b)
+{
+    for (size_t i = 0; i < m->ndev; i++)
+        if (m->dev[i].backend == b)
+            return m->dev[i].params;
+    if (m->ndev == RT_MAX_DEVICES) {
+        ckpt_model_fail(m, CKPT_ERR_LIMIT, "a model runs on %d backends at most",
+                        RT_MAX_DEVICES);
+        return NULL;
+    }
+    struct rt_device *d = &m->dev[m->ndev];
+    if (!(d->params = calloc(m->nparams + 1, sizeof(float *)))) {
+        ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    d->backend = b;
     b->refs++;
     for (size_t i = 0; i < m->nparams; i++) {
         size_t n = (size_t)rt_shape_numel(&m->params[i].shape);
-        int rc = b->ops->alloc(b, n, &m->dev_params[i]);
+        int rc = b->ops->alloc(b, n, &d->params[i]);
         if (rc == CKPT_OK)
-            rc = b->ops->upload(b, m->dev_params[i], m->params[i].host, n);
+            rc = b->ops->upload(b, d->params[i], m->params[i].host, n);
         if (rc != CKPT_OK) {
             ckpt_model_fail(m, rc, "%s: %s", b->device, b->message);
-            rt_model_release_device(m);
-            return rc;
+            release_one(m, d);
+            return NULL;
         }
     }
-    return CKPT_OK;
+    m->ndev++;
+    return d->params;
 }
 
 /* A buffer shared by a value and the views (flatten, reshape) made of it. */
@@ -53,6 +67,7 @@ typedef struct rt_buf {
 typedef struct run {
     ckpt_model *m;
     ckpt_backend *b;
+    float **params;    /* the model's parameters on b */
     rt_shape *shape;   /* per value */
     int *buf;          /* per value: index into bufs, -1 when not yet made */
     int *last_use;     /* per value: index of the last node reading it */
@@ -101,9 +116,9 @@ static int64_t prod(const rt_shape *s, int from, int to)
 static int exec_node(run *r, const rt_node *n)
 {
     ckpt_backend *b = r->b;
-    const rt_shape *x = &r->shape[n->inputs[0]], *y = &r->shape[n->output];
-    float *w = n->param[RT_P_WEIGHT] >= 0 ? r->m->dev_params[n->param[RT_P_WEIGHT]] : NULL;
-    float *bias = n->param[RT_P_BIAS] >= 0 ? r->m->dev_params[n->param[RT_P_BIAS]] : NULL;
+    const rt_shape *x = n->ninputs ? &r->shape[n->inputs[0]] : NULL, *y = &r->shape[n->output];
+    float *w = n->param[RT_P_WEIGHT] >= 0 ? r->params[n->param[RT_P_WEIGHT]] : NULL;
+    float *bias = n->param[RT_P_BIAS] >= 0 ? r->params[n->param[RT_P_BIAS]] : NULL;
 
     if (n->op == RT_FLATTEN || n->op == RT_RESHAPE) {
         /* a view: same buffer, new shape */
@@ -115,7 +130,7 @@ static int exec_node(run *r, const rt_node *n)
     int rc = new_buffer(r, n->output, (size_t)rt_shape_numel(y));
     if (rc != CKPT_OK)
         return rc;
-    const float *xp = val(r, n->inputs[0]);
+    const float *xp = n->ninputs ? val(r, n->inputs[0]) : NULL;
     float *yp = val(r, n->output);
     size_t count = (size_t)rt_shape_numel(y);
 
@@ -135,6 +150,18 @@ static int exec_node(run *r, const rt_node *n)
         ckpt_pool_geom g;
         rt_pool_geom(n, x, y, &g);
         return b->ops->max_pool2d(b, xp, yp, &g);
+    }
+    case RT_L2NORM:
+        return b->ops->l2norm(b, xp, w, yp, x->d[0], x->d[1], x->d[2] * x->d[3], (float)n->eps);
+    case RT_PRIOR_BOX: {
+        /* a constant of the graph: made on the host, in double as Python does */
+        float *boxes = malloc(count * sizeof(float) + sizeof(float));
+        if (!boxes)
+            return ckpt_backend_fail(b, CKPT_ERR_NOMEM, "out of memory");
+        rt_prior_boxes(n->prior, boxes);
+        rc = b->ops->upload(b, yp, boxes, count);
+        free(boxes);
+        return rc;
     }
     case RT_RELU:
         return b->ops->relu(b, xp, yp, count);
@@ -172,7 +199,38 @@ static int exec_node(run *r, const rt_node *n)
     }
 }
 
-static int check_inputs(ckpt_model *m, const ckpt_array *inputs, rt_shape *shape)
+int rt_model_shapes(ckpt_model *m, rt_shape *shape)
+{
+    for (size_t ni = 0; ni < m->nnodes; ni++) {
+        const rt_node *n = &m->nodes[ni];
+        const rt_shape *one[1], **ins = one;
+        if (n->ninputs > 1 && !(ins = calloc((size_t)n->ninputs, sizeof *ins)))
+            return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+        for (int k = 0; k < n->ninputs; k++)
+            ins[k] = &shape[n->inputs[k]];
+        const rt_shape *w = n->param[RT_P_WEIGHT] >= 0 ? &m->params[n->param[RT_P_WEIGHT]].shape
+                                                        : NULL;
+        const rt_shape *bs = n->param[RT_P_BIAS] >= 0 ? &m->params[n->param[RT_P_BIAS]].shape
+                                                       : NULL;
+        rt_shape we, be;
+        char err[256], lb[160];
+        int s = rt_shape_infer(n, ins, w, bs, &shape[n->output], &we, &be, err, sizeof err);
+        if (ins != one)
+            free(ins);
+        if (s == 0 && w && !rt_shape_equal(w, &we)) {
+            char b1[96], b2[96];
+            snprintf(err, sizeof err, "weight %s does not fit the input (expects %s)",
+                     rt_shape_format(w, b1, sizeof b1), rt_shape_format(&we, b2, sizeof b2));
+            s = -1;
+        }
+        if (s != 0)
+            return ckpt_model_fail(m, CKPT_ERR_USAGE, "%s: %s",
+                                   rt_node_label(m, n, lb, sizeof lb), err);
+    }
+    return CKPT_OK;
+}
+
+int rt_check_inputs(ckpt_model *m, const ckpt_array *inputs, rt_shape *shape)
 {
     for (size_t i = 0; i < m->ninputs; i++) {
         const rt_shape *want = &m->input_shapes[i];
@@ -231,42 +289,16 @@ int ckpt_model_run(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs, ckp
         for (int k = 0; k < m->nodes[ni].ninputs; k++)
             r.last_use[m->nodes[ni].inputs[k]] = (int)ni;
 
-    if ((rc = check_inputs(m, inputs, r.shape)) != CKPT_OK)
+    if ((rc = rt_check_inputs(m, inputs, r.shape)) != CKPT_OK)
         goto out;
     /* sizes first, so a shape error costs no device work */
-    for (size_t ni = 0; ni < m->nnodes; ni++) {
-        const rt_node *n = &m->nodes[ni];
-        const rt_shape *one[1], **ins = one;
-        if (n->ninputs > 1 && !(ins = calloc((size_t)n->ninputs, sizeof *ins))) {
-            rc = ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
-            goto out;
-        }
-        for (int k = 0; k < n->ninputs; k++)
-            ins[k] = &r.shape[n->inputs[k]];
-        const rt_shape *w = n->param[RT_P_WEIGHT] >= 0 ? &m->params[n->param[RT_P_WEIGHT]].shape
-                                                        : NULL;
-        const rt_shape *bs = n->param[RT_P_BIAS] >= 0 ? &m->params[n->param[RT_P_BIAS]].shape
-                                                       : NULL;
-        rt_shape we, be;
-        char err[256], lb[160];
-        int s = rt_shape_infer(n, ins, w, bs, &r.shape[n->output], &we, &be, err, sizeof err);
-        if (ins != one)
-            free(ins);
-        if (s == 0 && w && !rt_shape_equal(w, &we)) {
-            char b1[96], b2[96];
-            snprintf(err, sizeof err, "weight %s does not fit the input (expects %s)",
-                     rt_shape_format(w, b1, sizeof b1), rt_shape_format(&we, b2, sizeof b2));
-            s = -1;
-        }
-        if (s != 0) {
-            rc = ckpt_model_fail(m, CKPT_ERR_USAGE, "%s: %s", rt_node_label(m, n, lb, sizeof lb),
-                                 err);
-            goto out;
-        }
-    }
-
-    if ((rc = upload_params(m, b)) != CKPT_OK)
+    if ((rc = rt_model_shapes(m, r.shape)) != CKPT_OK)
         goto out;
+
+    if (!(r.params = upload_params(m, b))) {
+        rc = m->err_code;
+        goto out;
+    }
     for (size_t i = 0; i < m->ninputs; i++) {
         size_t n = (size_t)rt_shape_numel(&r.shape[i]);
         if ((rc = new_buffer(&r, (int)i, n)) != CKPT_OK ||

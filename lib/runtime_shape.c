@@ -4,6 +4,7 @@
  * inputs), and at run time to size every value for the batch at hand. */
 #include "runtime_private.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -141,7 +142,7 @@ int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *
                    const rt_shape *b, rt_shape *out, rt_shape *we, rt_shape *be, char *err,
                    size_t cap)
 {
-    const rt_shape *x = in[0];
+    const rt_shape *x = n->ninputs ? in[0] : NULL;
     char sb[96];
     int64_t d;
     (void)b;
@@ -250,6 +251,19 @@ int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *
         }
         break;
     }
+    case RT_L2NORM:
+        if (x->ndim != 4)
+            return fail(err, cap, "expects a 4-D [N, C, H, W] input, got %s",
+                        rt_shape_format(x, sb, sizeof sb));
+        we->ndim = 1;
+        we->d[0] = x->d[1];
+        *out = *x;
+        break;
+    case RT_PRIOR_BOX:
+        out->ndim = 2;
+        out->d[0] = rt_prior_boxes(n->prior, NULL);
+        out->d[1] = 4;
+        break;
     case RT_CAT:
         if (norm_dim(n->dim, x->ndim, &d))
             return fail(err, cap, "dim %lld is out of range for %s", (long long)n->dim,
@@ -273,6 +287,44 @@ int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *
     if (check_numel(out, err, cap))
         return -1;
     return w || n->param[RT_P_WEIGHT] < 0 ? 0 : 1;
+}
+
+int64_t rt_prior_boxes(const rt_prior *p, float *boxes)
+{
+    /* ssd.pytorch's PriorBox.forward: per feature map, per cell (row i,
+     * column j), the square box of min_size, the one of sqrt(min * max),
+     * then two boxes per aspect ratio */
+    int64_t count = 0;
+    for (int k = 0; k < p->nmaps; k++) {
+        double fk = p->image_size / p->steps[k];
+        double sk = p->min_sizes[k] / p->image_size;
+        double skp = sqrt(sk * (p->max_sizes[k] / p->image_size));
+        for (int64_t i = 0; i < p->feature_maps[k]; i++)
+            for (int64_t j = 0; j < p->feature_maps[k]; j++) {
+                double cx = ((double)j + 0.5) / fk, cy = ((double)i + 0.5) / fk;
+                double box[2 + 2 * RT_PRIOR_MAX_RATIOS][2];
+                int nb = 0;
+                box[nb][0] = sk, box[nb++][1] = sk;
+                box[nb][0] = skp, box[nb++][1] = skp;
+                for (int r = 0; r < p->nratios[k]; r++) {
+                    double q = sqrt(p->ratios[k][r]);
+                    box[nb][0] = sk * q, box[nb++][1] = sk / q;
+                    box[nb][0] = sk / q, box[nb++][1] = sk * q;
+                }
+                for (int b = 0; b < nb; b++, count++) {
+                    if (!boxes)
+                        continue;
+                    double v[4] = {cx, cy, box[b][0], box[b][1]};
+                    for (int c = 0; c < 4; c++) {
+                        float f = (float)v[c]; /* torch.Tensor(list) rounds to float32 */
+                        if (p->clip) /* clamp_(max=1, min=0), on the float32 values */
+                            f = f > 1.0f ? 1.0f : f < 0.0f ? 0.0f : f;
+                        boxes[count * 4 + c] = f;
+                    }
+                }
+            }
+    }
+    return count;
 }
 
 void rt_conv_geom(const rt_node *n, const rt_shape *x, const rt_shape *w, const rt_shape *y,

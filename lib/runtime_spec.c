@@ -67,8 +67,10 @@ static void model_clear(ckpt_model *m)
     for (size_t i = 0; i < m->nvalues; i++)
         free(m->value_names[i]);
     free(m->value_names);
-    for (size_t i = 0; i < m->nnodes; i++)
+    for (size_t i = 0; i < m->nnodes; i++) {
         free(m->nodes[i].inputs);
+        free(m->nodes[i].prior);
+    }
     free(m->nodes);
     free(m->outputs);
     for (size_t i = 0; i < m->nparams; i++) {
@@ -250,10 +252,85 @@ static int get_list(parser *p, const cJSON *attrs, const char *name, int64_t lo,
     return 0;
 }
 
+/* A list of 1 to CAP positive numbers. */
+static int get_numbers(parser *p, const cJSON *attrs, const char *name, double *out, int cap)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(attrs, name);
+    if (!j)
+        return pfail(p, "the attribute \"%s\" is required", name);
+    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) < 1 || cJSON_GetArraySize(j) > cap)
+        return pfail(p, "\"%s\" must be a list of 1 to %d numbers", name, cap);
+    int i = 0;
+    for (const cJSON *e = j->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || e->valuedouble > 1e6)
+            return pfail(p, "\"%s\" must hold positive numbers", name);
+        out[i] = e->valuedouble;
+    }
+    return i;
+}
+
+static int parse_prior(parser *p, rt_node *n, const cJSON *attrs)
+{
+    rt_prior *pr = calloc(1, sizeof *pr);
+    if (!pr)
+        return ckpt_model_fail(p->m, CKPT_ERR_NOMEM, "out of memory");
+    n->prior = pr;
+    double fm[RT_PRIOR_MAX_MAPS];
+    int k = get_numbers(p, attrs, "feature_maps", fm, RT_PRIOR_MAX_MAPS);
+    if (k < 0)
+        return -1;
+    const cJSON *is = cJSON_GetObjectItemCaseSensitive(attrs, "image_size");
+    if (!cJSON_IsNumber(is) || !(is->valuedouble > 0) || is->valuedouble > 1e6)
+        return pfail(p, "\"image_size\" must be a positive number (300 for SSD300)");
+    pr->nmaps = k;
+    pr->image_size = is->valuedouble;
+    for (int i = 0; i < k; i++) {
+        if (fm[i] != (double)(int64_t)fm[i] || fm[i] > 4096)
+            return pfail(p, "\"feature_maps\" must hold integers up to 4096");
+        pr->feature_maps[i] = (int64_t)fm[i];
+    }
+    static const char *const lists[] = {"steps", "min_sizes", "max_sizes"};
+    double *dst[] = {pr->steps, pr->min_sizes, pr->max_sizes};
+    for (int l = 0; l < 3; l++) {
+        int c = get_numbers(p, attrs, lists[l], dst[l], RT_PRIOR_MAX_MAPS);
+        if (c < 0)
+            return -1;
+        if (c != k)
+            return pfail(p, "\"%s\" has %d entries for %d feature maps", lists[l], c, k);
+    }
+    const cJSON *ar = cJSON_GetObjectItemCaseSensitive(attrs, "aspect_ratios");
+    if (!cJSON_IsArray(ar) || cJSON_GetArraySize(ar) != k)
+        return pfail(p, "\"aspect_ratios\" must be a list of %d lists, one per feature map", k);
+    int i = 0;
+    for (const cJSON *e = ar->child; e; e = e->next, i++) {
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) > RT_PRIOR_MAX_RATIOS)
+            return pfail(p, "\"aspect_ratios\" entries must be lists of up to %d numbers",
+                         RT_PRIOR_MAX_RATIOS);
+        int r = 0;
+        for (const cJSON *v = e->child; v; v = v->next, r++) {
+            if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || v->valuedouble > 1e3)
+                return pfail(p, "\"aspect_ratios\" must hold positive numbers");
+            pr->ratios[i][r] = v->valuedouble;
+        }
+        pr->nratios[i] = r;
+    }
+    const cJSON *clip = cJSON_GetObjectItemCaseSensitive(attrs, "clip");
+    if (clip && !cJSON_IsBool(clip))
+        return pfail(p, "\"clip\" must be true or false");
+    pr->clip = clip && cJSON_IsTrue(clip);
+    double boxes = 0;
+    for (int m = 0; m < k; m++)
+        boxes += (double)pr->feature_maps[m] * (double)pr->feature_maps[m] *
+                 (2.0 + 2.0 * pr->nratios[m]);
+    if (boxes > (double)(1 << 24))
+        return pfail(p, "%.0f default boxes is more than %d", boxes, 1 << 24);
+    return 0;
+}
+
 static const struct {
     const char *name;
     rt_op op;
-    int min_inputs, max_inputs; /* max 0: any number */
+    int min_inputs, max_inputs; /* max 0: any number; -1: none at all */
     int weight, bias;           /* 2 required, 1 optional, 0 none */
     const char *attrs;          /* the attributes it accepts, space-separated */
 } OPS[] = {
@@ -270,6 +347,9 @@ static const struct {
     {"view", RT_RESHAPE, 1, 1, 0, 0, "shape"},
     {"permute", RT_PERMUTE, 1, 1, 0, 0, "dims"},
     {"cat", RT_CAT, 1, 0, 0, 0, "dim"},
+    {"l2norm", RT_L2NORM, 1, 1, 2, 0, "eps"},
+    {"prior_box", RT_PRIOR_BOX, 0, -1, 0, 0,
+     "image_size feature_maps steps min_sizes max_sizes aspect_ratios clip"},
 };
 
 static int attr_known(const char *list, const char *name)
@@ -364,6 +444,17 @@ static int parse_attrs(parser *p, rt_node *n, const cJSON *attrs, const char *ac
     }
     case RT_PERMUTE:
         return get_list(p, attrs, "dims", -CKPT_MAX_DIMS, CKPT_MAX_DIMS - 1, n);
+    case RT_L2NORM: {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(attrs, "eps");
+        n->eps = 1e-10; /* ssd.pytorch's L2Norm */
+        if (e && (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || e->valuedouble > 1))
+            return pfail(p, "\"eps\" must be a number in (0, 1]");
+        if (e)
+            n->eps = e->valuedouble;
+        return 0;
+    }
+    case RT_PRIOR_BOX:
+        return parse_prior(p, n, attrs);
     default:
         return 0;
     }
@@ -433,12 +524,14 @@ static int parse_node(parser *p, const cJSON *jn, size_t index)
     if (!cJSON_IsArray(ins))
         return pfail(p, "\"inputs\" must be a list of value names");
     int count = cJSON_GetArraySize(ins);
-    if (count < OPS[k].min_inputs || (OPS[k].max_inputs && count > OPS[k].max_inputs) ||
+    if (OPS[k].max_inputs < 0 && count)
+        return pfail(p, "%s takes no input (\"inputs\": [])", n->opname);
+    if (count < OPS[k].min_inputs || (OPS[k].max_inputs > 0 && count > OPS[k].max_inputs) ||
         count > 4096)
         return pfail(p, "%s takes %d input%s, not %d", n->opname, OPS[k].min_inputs,
                      OPS[k].min_inputs == 1 && OPS[k].max_inputs == 1 ? "" : " or more",
                      count);
-    if (!(n->inputs = calloc((size_t)count, sizeof(int))))
+    if (!(n->inputs = calloc(count ? (size_t)count : 1, sizeof(int))))
         return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
     n->ninputs = count;
     for (int i = 0; i < count; i++) {

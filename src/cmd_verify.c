@@ -11,7 +11,7 @@
 
 static const char usage[] =
     "usage: ckpt verify --model SPEC [--reference REF] [--against CKPT2]\n"
-    "                   [--device auto|cpu|cuda[:N]] [--select PATH]\n"
+    "                   [--device auto|cpu|cuda[:N]] [--replicas N] [--select PATH]\n"
     "                   [--atol A] [--rtol R] [--json] CKPT\n"
     "\n"
     "Load CKPT's state dict into the model SPEC describes (models/*.json) the way\n"
@@ -24,6 +24,10 @@ static const char usage[] =
     "  --against CKPT2  run CKPT2 on the same input too; outputs must be identical\n"
     "                   (bitwise, unless --atol/--rtol are given)\n"
     "  --device D       auto (CUDA when a GPU is present, else cpu), cpu, cuda, cuda:N\n"
+    "  --replicas N     replay nn.DataParallel over N GPUs: scatter the batch along\n"
+    "                   dim 0, run each chunk (on cuda:0..N-1 when there are N GPUs,\n"
+    "                   else in turn on the device), gather every output along dim 0,\n"
+    "                   and report each output that does not come back as it was\n"
     "  --select PATH    the state dict inside a training checkpoint (keys joined by\n"
     "                   '/'); by default the state dict that best fits the model\n"
     "  --atol A         absolute tolerance (default: 1e-5 x the largest |reference|)\n"
@@ -35,7 +39,7 @@ static const char usage[] =
 
 enum {
     OPT_MODEL = CLI_OPT_FIRST_COMMAND_OPTION, OPT_REFERENCE, OPT_AGAINST, OPT_DEVICE,
-    OPT_SELECT, OPT_ATOL, OPT_RTOL, OPT_JSON
+    OPT_SELECT, OPT_ATOL, OPT_RTOL, OPT_JSON, OPT_REPLICAS
 };
 
 #define RANDOM_BATCH 4
@@ -56,6 +60,7 @@ typedef struct verify {
     const char *spec_path, *ckpt_path, *ref_path, *against_path, *device, *select;
     double atol, rtol;
     int atol_set, rtol_set, json;
+    int replicas;             /* --replicas N, 0 without */
     cli_common common;
 
     ckpt_model *model, *model2;
@@ -71,6 +76,14 @@ typedef struct verify {
     char input_from[64];
     check *vs_ref, *vs_against;
     int loaded, ran;
+    /* --replicas */
+    ckpt_backend *rep_backends[64];
+    size_t nrep_backends;
+    int rep_used;
+    int64_t rep_batch;
+    ckpt_array *gathered;
+    int *batch_dims;
+    check *vs_single;
 } verify;
 
 static int parse_tol(const char *name, const char *arg, double *out)
@@ -379,7 +392,7 @@ static int make_inputs(verify *v)
         int64_t count = 1;
         for (int d = 0; d < a->ndim; d++) {
             if (a->shape[d] == -1)
-                a->shape[d] = RANDOM_BATCH;
+                a->shape[d] = v->replicas ? 2 * v->replicas : RANDOM_BATCH;
             count *= a->shape[d];
         }
         if (!(a->data = malloc((size_t)count * sizeof(float)))) {
@@ -393,7 +406,8 @@ static int make_inputs(verify *v)
             a->data[k] = (float)(state >> 40) / 16777216.0f;
         }
     }
-    snprintf(v->input_from, sizeof v->input_from, "random (seed fixed, batch %d)", RANDOM_BATCH);
+    snprintf(v->input_from, sizeof v->input_from, "random (seed fixed, batch %d)",
+             v->replicas ? 2 * v->replicas : RANDOM_BATCH);
     return CLI_EXIT_OK;
 }
 
@@ -493,8 +507,37 @@ static int all_pass(const verify *v)
             return 0;
         if (v->vs_against && !(v->vs_against[i].shape_ok && v->vs_against[i].pass))
             return 0;
+        if (v->vs_single && !(v->vs_single[i].shape_ok && v->vs_single[i].pass))
+            return 0;
     }
     return 1;
+}
+
+/* Why output I does not survive DataParallel's gather, in a user's words. */
+static void replica_reason(const verify *v, size_t i, char *buf, size_t cap)
+{
+    const ckpt_array *one = &v->outputs[i], *g = &v->gathered[i];
+    int d = v->batch_dims[i];
+    char sb[128], gb[128];
+    shape_text(one, sb, sizeof sb);
+    if (!g->data)
+        snprintf(buf, cap, "the replicas' outputs differ outside dim 0, so gather cannot "
+                 "concatenate them (torch raises)%s",
+                 d > 0 ? ": its batch dimension is not first (a permute inside forward?)" : "");
+    else if (d < 0)
+        snprintf(buf, cap, "it has no batch dimension, so DataParallel returns %d copies stacked "
+                 "along dim 0 (%s instead of %s); return it from outside the wrapped module, "
+                 "or slice one copy", v->rep_used, (shape_text(g, gb, sizeof gb), gb), sb);
+    else if (d > 0)
+        snprintf(buf, cap, "its batch dimension is dim %d, not 0 (a permute inside forward), so "
+                 "gather concatenates along the wrong one (%s instead of %s); keep the batch "
+                 "first until after the wrapper", d, (shape_text(g, gb, sizeof gb), gb), sb);
+    else if (!v->vs_single[i].shape_ok)
+        snprintf(buf, cap, "the gathered shape %s is not %s",
+                 (shape_text(g, gb, sizeof gb), gb), sb);
+    else
+        snprintf(buf, cap, "the values differ (max abs %.3g): the output mixes samples of the "
+                 "batch, which DataParallel splits", v->vs_single[i].max_abs);
 }
 
 static void print_load(const char *label, const char *file, const char *where,
@@ -567,6 +610,25 @@ static void print_text(verify *v)
                 else
                     printf("%-11s %s %s: max abs %.3g, max rel %.3g: %s\n", "against", name, sb,
                            c->max_abs, c->max_rel, c->pass ? "PASS" : "FAIL");
+            }
+        }
+    }
+    if (v->ran && v->replicas) {
+        printf("%-11s %d requested; the batch of %lld split into %d chunk%s (torch.chunk), run "
+               "%s%s\n", "replicas", v->replicas, (long long)v->rep_batch, v->rep_used,
+               v->rep_used == 1 ? "" : "s",
+               v->nrep_backends > 1 ? "on " : "in turn on ",
+               v->nrep_backends > 1 ? "one GPU each" : ckpt_backend_device(v->backend));
+        for (size_t i = 0; i < nout; i++) {
+            char sb[128], why[512];
+            const char *name = ckpt_model_output_name(v->model, i);
+            shape_text(&v->outputs[i], sb, sizeof sb);
+            if (v->vs_single[i].shape_ok && v->vs_single[i].pass) {
+                printf("%-11s %s %s: gathered back %s\n", "replica", name, sb,
+                       v->vs_single[i].max_abs == 0 ? "identically" : "within tolerance");
+            } else {
+                replica_reason(v, i, why, sizeof why);
+                printf("%-11s %s %s: BREAKS under DataParallel: %s\n", "replica", name, sb, why);
             }
         }
     }
@@ -677,6 +739,37 @@ static int print_json(verify *v)
             cJSON_AddItemToArray(outs, o);
         }
     }
+    if (v->ran && v->replicas) {
+        cJSON *rep = cJSON_AddObjectToObject(root, "replicas");
+        cJSON_AddItemToObject(rep, "requested", json_num(v->replicas));
+        cJSON_AddItemToObject(rep, "used", json_num(v->rep_used));
+        cJSON_AddItemToObject(rep, "batch", json_num((double)v->rep_batch));
+        cJSON *devs = cJSON_AddArrayToObject(rep, "devices");
+        for (size_t i = 0; i < v->nrep_backends; i++)
+            cJSON_AddItemToArray(devs, cJSON_CreateString(ckpt_backend_device(v->rep_backends[i])));
+        cJSON *outs = cJSON_AddArrayToObject(rep, "outputs");
+        for (size_t i = 0; i < ckpt_model_output_count(v->model); i++) {
+            cJSON *o = cJSON_CreateObject();
+            int ok = v->vs_single[i].shape_ok && v->vs_single[i].pass;
+            cJSON_AddStringToObject(o, "name", ckpt_model_output_name(v->model, i));
+            cJSON_AddItemToObject(o, "shape", json_shape(v->outputs[i].ndim, v->outputs[i].shape));
+            if (v->gathered[i].data)
+                cJSON_AddItemToObject(o, "gathered_shape",
+                                      json_shape(v->gathered[i].ndim, v->gathered[i].shape));
+            else
+                cJSON_AddNullToObject(o, "gathered_shape");
+            cJSON_AddItemToObject(o, "batch_dim", json_num(v->batch_dims[i]));
+            cJSON_AddBoolToObject(o, "ok", ok);
+            if (v->vs_single[i].shape_ok)
+                cJSON_AddItemToObject(o, "max_abs", json_num(v->vs_single[i].max_abs));
+            if (!ok) {
+                char why[512];
+                replica_reason(v, i, why, sizeof why);
+                cJSON_AddStringToObject(o, "reason", why);
+            }
+            cJSON_AddItemToArray(outs, o);
+        }
+    }
     cJSON_AddStringToObject(root, "result", all_pass(v) ? "PASS" : "FAIL");
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
@@ -727,6 +820,53 @@ static int run_model(verify *v, ckpt_model *m, const char *path, ckpt_array **ou
         cli_error("verify", st == CKPT_ERR_USAGE && v->ref_path ? v->ref_path : path, "%s",
                   ckpt_model_error_message(m));
         return st == CKPT_ERR_USAGE ? CLI_EXIT_BAD_INPUT : cli_exit_for(st);
+    }
+    return CLI_EXIT_OK;
+}
+
+/* --replicas: one backend per GPU when there are enough, else the one in use. */
+static int run_replicas(verify *v, double atol, double rtol)
+{
+    size_t nout = ckpt_model_output_count(v->model);
+    const char *dev = ckpt_backend_device(v->backend);
+    v->rep_backends[0] = v->backend;
+    v->nrep_backends = 1;
+    if (strncmp(dev, "cuda", 4) == 0 && ckpt_cuda_device_count_usable() >= v->replicas &&
+        v->replicas <= 64) {
+        int first = atoi(dev + 5);
+        for (int i = 0; i < v->replicas; i++) {
+            char name[32], err[256];
+            if (i == first)
+                continue;
+            snprintf(name, sizeof name, "cuda:%d", i);
+            ckpt_backend *b;
+            if (ckpt_backend_open(name, &b, err, sizeof err) != CKPT_OK) {
+                cli_error("verify", NULL, "--replicas: %s: %s", name, err);
+                return CLI_EXIT_IO;
+            }
+            v->rep_backends[v->nrep_backends++] = b;
+        }
+    }
+    v->rep_batch = v->inputs[0].ndim ? v->inputs[0].shape[0] : 0;
+    if (!(v->gathered = calloc(nout, sizeof *v->gathered)) ||
+        !(v->batch_dims = calloc(nout, sizeof *v->batch_dims)) ||
+        !(v->vs_single = calloc(nout, sizeof *v->vs_single))) {
+        cli_error("verify", NULL, "out of memory");
+        return CLI_EXIT_IO;
+    }
+    int st = ckpt_model_batch_dims(v->model, v->inputs, v->batch_dims);
+    if (st == CKPT_OK)
+        st = ckpt_model_run_replicas(v->model, v->rep_backends, v->nrep_backends, v->replicas,
+                                     v->inputs, v->gathered, &v->rep_used);
+    if (st != CKPT_OK) {
+        cli_error("verify", v->ckpt_path, "--replicas: %s", ckpt_model_error_message(v->model));
+        return cli_exit_for(st);
+    }
+    for (size_t i = 0; i < nout; i++) {
+        if (v->gathered[i].data)
+            compare(&v->gathered[i], &v->outputs[i], atol, rtol, !v->atol_set, &v->vs_single[i]);
+        else
+            memset(&v->vs_single[i], 0, sizeof v->vs_single[i]);
     }
     return CLI_EXIT_OK;
 }
@@ -801,6 +941,8 @@ static int verify_run(verify *v)
             accuracy(v, &v->outputs[i], &v->refs[i], &v->vs_ref[i]);
         }
     }
+    if (v->replicas && (rc = run_replicas(v, atol, rtol)) != CLI_EXIT_OK)
+        return rc;
     if (v->against_path) {
         if (!(v->vs_against = calloc(nout, sizeof *v->vs_against)))
             return CLI_EXIT_IO;
@@ -831,6 +973,13 @@ static void verify_free(verify *v)
     free(v->refs);
     free(v->vs_ref);
     free(v->vs_against);
+    for (size_t i = 0; v->gathered && i < nout; i++)
+        ckpt_array_clear(&v->gathered[i]);
+    free(v->gathered);
+    free(v->batch_dims);
+    free(v->vs_single);
+    for (size_t i = 1; i < v->nrep_backends; i++)
+        ckpt_backend_free(v->rep_backends[i]);
     ckpt_model_free(v->model);
     ckpt_model_free(v->model2);
     ckpt_backend_free(v->backend);
@@ -851,6 +1000,7 @@ int cmd_verify(int argc, char **argv)
         {"atol", required_argument, NULL, OPT_ATOL},
         {"rtol", required_argument, NULL, OPT_RTOL},
         {"json", no_argument, NULL, OPT_JSON},
+        {"replicas", required_argument, NULL, OPT_REPLICAS},
         CLI_COMMON_LONG_OPTIONS,
         {NULL, 0, NULL, 0},
     };
@@ -872,6 +1022,17 @@ int cmd_verify(int argc, char **argv)
         case OPT_DEVICE: v.device = optarg; break;
         case OPT_SELECT: v.select = optarg; break;
         case OPT_JSON: v.json = 1; break;
+        case OPT_REPLICAS: {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            if (end == optarg || *end || n < 1 || n > 64) {
+                rc = cli_usage_error("verify", "--replicas needs a count from 1 to 64, got '%s'",
+                                     optarg);
+                goto out;
+            }
+            v.replicas = (int)n;
+            break;
+        }
         case OPT_ATOL:
             if (parse_tol("atol", optarg, &v.atol)) {
                 rc = CLI_EXIT_USAGE;
