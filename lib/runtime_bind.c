@@ -363,7 +363,9 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
                          err);
             } else {
                 vknown[n->output] = r == 0;
-                for (int s = 0; s < RT_P_COUNT; s++)
+                /* with the weight missing the graph cannot say what the
+                 * other parameters should be: nothing to report for them */
+                for (int s = 0; s < RT_P_COUNT && r == 0; s++)
                     if (n->param[s] >= 0 && !reported[n->param[s]]) {
                         reported[n->param[s]] = 1;
                         expect[n->param[s]] = pe[s];

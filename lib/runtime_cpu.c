@@ -8,8 +8,9 @@
  * every output element of linear and conv2d is a float32 sum over the
  * reduction index in ascending order (input feature; input channel, kernel
  * row, kernel column), starting from 0, with the bias added last;
- * conv_transpose2d sums the same products per input channel first, then
- * adds the bias and the kernel positions in ascending (row, column) order.
+ * conv_transpose2d sums the products over input channels in ascending
+ * order, then the kernel taps that reach each output pixel in ascending
+ * (row, column) order, then adds the bias.
  * softmax sums exp(x - max) in ascending order in float32, l2norm the squares
  * over channels in ascending order.  With OpenBLAS
  * the products are summed in OpenBLAS's blocked order instead.
@@ -33,6 +34,8 @@ typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float a
                          int ldc);
 
 #define WT_CACHE 64
+#define POOL_SLOTS 64
+#define POOL_MAX_BYTES ((size_t)512 << 20)
 
 typedef struct cpu_impl {
     void *blas;           /* dlopen handle */
@@ -44,7 +47,16 @@ typedef struct cpu_impl {
         float *wt;
     } wt[WT_CACHE];
     size_t wt_next;
+    /* released buffers kept for the next run (same sizes every forward):
+     * fresh pages cost more than the small layers' arithmetic */
+    struct {
+        float *p;
+        size_t n;
+    } pool[POOL_SLOTS];
+    size_t pool_bytes;
 } cpu_impl;
+
+static void buf_free(float *p);
 
 static int nomem(ckpt_backend *b)
 {
@@ -57,6 +69,8 @@ static void cpu_destroy(ckpt_backend *b)
     if (c) {
         for (size_t i = 0; i < WT_CACHE; i++)
             free(c->wt[i].wt);
+        for (size_t i = 0; i < POOL_SLOTS; i++)
+            buf_free(c->pool[i].p);
         if (c->blas)
             dlclose(c->blas);
         free(c);
@@ -64,24 +78,68 @@ static void cpu_destroy(ckpt_backend *b)
     free(b);
 }
 
+/* Each buffer carries its size in a header, for the pool. */
+#define BUF_HEADER 64
+
+static float *buf_new(size_t n)
+{
+    unsigned char *raw = malloc(BUF_HEADER + (n ? n * sizeof(float) : sizeof(float)));
+    if (!raw)
+        return NULL;
+    memcpy(raw, &n, sizeof n);
+    return (float *)(void *)(raw + BUF_HEADER);
+}
+
+static size_t buf_size(const float *p)
+{
+    size_t n;
+    memcpy(&n, (const unsigned char *)p - BUF_HEADER, sizeof n);
+    return n;
+}
+
+static void buf_free(float *p)
+{
+    if (p)
+        free((unsigned char *)p - BUF_HEADER);
+}
+
 static int cpu_alloc(ckpt_backend *b, size_t n, float **out)
 {
+    cpu_impl *c = b->impl;
     if (n > SIZE_MAX / sizeof(float) / 2)
         return nomem(b);
-    *out = malloc(n ? n * sizeof(float) : sizeof(float));
+    for (size_t i = 0; i < POOL_SLOTS; i++)
+        if (c->pool[i].p && c->pool[i].n == n) {
+            *out = c->pool[i].p;
+            c->pool[i].p = NULL;
+            c->pool_bytes -= n * sizeof(float);
+            return CKPT_OK;
+        }
+    *out = buf_new(n);
     return *out ? CKPT_OK : nomem(b);
 }
 
 static void cpu_release(ckpt_backend *b, float *p)
 {
     cpu_impl *c = b->impl;
+    if (!p)
+        return;
     for (size_t i = 0; i < WT_CACHE; i++)
         if (c->wt[i].w == p) {
             free(c->wt[i].wt);
             c->wt[i].wt = NULL;
             c->wt[i].w = NULL;
         }
-    free(p);
+    size_t n = buf_size(p);
+    if (c->pool_bytes + n * sizeof(float) <= POOL_MAX_BYTES)
+        for (size_t i = 0; i < POOL_SLOTS; i++)
+            if (!c->pool[i].p) {
+                c->pool[i].p = p;
+                c->pool[i].n = n;
+                c->pool_bytes += n * sizeof(float);
+                return;
+            }
+    buf_free(p);
 }
 
 static int cpu_copy(ckpt_backend *b, float *dst, const float *src, size_t n)
@@ -94,6 +152,10 @@ static int cpu_copy(ckpt_backend *b, float *dst, const float *src, size_t n)
 
 /* C[m, n] (ldc) = sum_k A(i, k) * B[k, n] (row-major B, ldb), A(i, k) being
  * A[i * lda + k] or, transposed, A[k * lda + i].  Ascending k, float32. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+/* AVX2 where the CPU has it (no FMA: the same roundings as the SSE2 build) */
+__attribute__((target_clones("avx2", "default")))
+#endif
 static void gemm_plain(int trans_a, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                        const float *bm, int64_t ldb, float *c, int64_t ldc)
 {
@@ -146,7 +208,9 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
                       float *y, int64_t rows, int64_t in, int64_t out)
 {
     cpu_impl *c = b->impl;
-    if (c->sgemm && rows <= INT32_MAX && in <= INT32_MAX && out <= INT32_MAX && in > 0) {
+    /* a row or two: OpenBLAS's set-up costs more than the plain loop */
+    if (c->sgemm && rows > 2 && rows <= INT32_MAX && in <= INT32_MAX && out <= INT32_MAX &&
+        in > 0) {
         c->sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)out, (int)in,
                  1.0f, x, (int)in, w, (int)in, 0.0f, y, (int)out);
     } else {
@@ -224,30 +288,30 @@ static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
         float *yn = y + n * g->out_c * g->out_h * g->out_w;
         /* cols[oc * kk + (i, j), input pixel] = sum_ci w[ci, oc, i, j] * x[ci, pixel] */
         gemm(c, 1, okk, hw_in, g->in_c, w, okk, xn, hw_in, cols, hw_in);
-        /* col2im as a gather: each output pixel sums the kernel taps that reach it */
-        for (int64_t oc = 0; oc < g->out_c; oc++)
-            for (int64_t oh = 0; oh < g->out_h; oh++)
-                for (int64_t ow = 0; ow < g->out_w; ow++) {
-                    float acc = 0.0f;
-                    for (int64_t i = 0; i < g->k_h; i++) {
-                        int64_t th = oh + g->pad_h - i * g->dil_h;
-                        if (th < 0 || th % g->stride_h)
+        /* col2im: each output pixel gets its kernel taps in ascending (row,
+         * column) order -- one tap per (i, j) at most -- then the bias */
+        int64_t ohw = g->out_h * g->out_w;
+        memset(yn, 0, sizeof(float) * (size_t)(g->out_c * ohw));
+        for (int64_t oc = 0; oc < g->out_c; oc++) {
+            float *yc = yn + oc * ohw;
+            for (int64_t i = 0; i < g->k_h; i++)
+                for (int64_t j = 0; j < g->k_w; j++) {
+                    const float *col = cols + (oc * kk + i * g->k_w + j) * hw_in;
+                    for (int64_t ih = 0; ih < g->in_h; ih++) {
+                        int64_t oh = ih * g->stride_h - g->pad_h + i * g->dil_h;
+                        if (oh < 0 || oh >= g->out_h)
                             continue;
-                        int64_t ih = th / g->stride_h;
-                        if (ih >= g->in_h)
-                            continue;
-                        for (int64_t j = 0; j < g->k_w; j++) {
-                            int64_t tw = ow + g->pad_w - j * g->dil_w;
-                            if (tw < 0 || tw % g->stride_w)
-                                continue;
-                            int64_t iw = tw / g->stride_w;
-                            if (iw >= g->in_w)
-                                continue;
-                            acc += cols[(oc * kk + i * g->k_w + j) * hw_in + ih * g->in_w + iw];
+                        for (int64_t iw = 0; iw < g->in_w; iw++) {
+                            int64_t ow = iw * g->stride_w - g->pad_w + j * g->dil_w;
+                            if (ow >= 0 && ow < g->out_w)
+                                yc[oh * g->out_w + ow] += col[ih * g->in_w + iw];
                         }
                     }
-                    yn[(oc * g->out_h + oh) * g->out_w + ow] = bias ? acc + bias[oc] : acc;
                 }
+            if (bias)
+                for (int64_t p = 0; p < ohw; p++)
+                    yc[p] += bias[oc];
+        }
     }
     free(cols);
     return CKPT_OK;

@@ -28,8 +28,9 @@ static const char usage[] =
     "                   dim 0, run each chunk (on cuda:0..N-1 when there are N GPUs,\n"
     "                   else in turn on the device), gather every output along dim 0,\n"
     "                   and report each output that does not come back as it was\n"
-    "  --select PATH    the state dict inside a training checkpoint (keys joined by\n"
-    "                   '/'); by default the state dict that best fits the model\n"
+    "  --select PATH    CKPT's state dict inside a training checkpoint (keys joined\n"
+    "                   by '/'); by default (and for CKPT2) the state dict that best\n"
+    "                   fits the model\n"
     "  --atol A         absolute tolerance (default: 1e-5 x the largest |reference|)\n"
     "  --rtol R         relative tolerance (default 1e-5 on the CPU, 1e-4 on CUDA);\n"
     "                   an element passes when |ours - ref| <= A + R * |ref|\n"
@@ -124,22 +125,17 @@ static size_t spec_matches(const ckpt_model *m, const ckpt_value *sd)
 
 /* The mapping to load: --select's, else the root when it is a state dict,
  * else the state dict whose keys best fit the spec. */
-static int find_state_dict(verify *v, ckpt_file *f, const char *file, const ckpt_value **out,
-                           char *where, size_t cap)
+static int find_state_dict(verify *v, ckpt_file *f, const char *file, const char *select,
+                           const ckpt_value **out, char *where, size_t cap)
 {
-    if (v->select) {
-        int rc = ckpt_file_select(f, v->select);
+    if (select) {
+        int rc = ckpt_file_select(f, select);
         if (rc != CKPT_OK) {
             cli_error("verify", file, "%s", ckpt_file_error_message(f));
             return cli_exit_for(rc);
         }
         *out = ckpt_file_root(f);
-        snprintf(where, cap, "%s", v->select);
-        if (ckpt_value_kind(*out) != CKPT_KIND_DICT) {
-            cli_error("verify", file, "--select %s is a %s, not a mapping", v->select,
-                      ckpt_value_kind_name(*out));
-            return CLI_EXIT_USAGE;
-        }
+        snprintf(where, cap, "%s", select);
         return CLI_EXIT_OK;
     }
     size_t n = ckpt_file_state_dict_count(f), best = 0, best_hits = 0;
@@ -553,8 +549,8 @@ static void print_load(const char *label, const char *file, const char *where,
 static void print_text(verify *v)
 {
     size_t nout = ckpt_model_output_count(v->model);
-    printf("%-11s %s (%s): %zu parameters\n", "model", ckpt_model_name(v->model), v->spec_path,
-           ckpt_model_param_count(v->model));
+    printf("%-11s %s (%s): %zu parameter tensors\n", "model", ckpt_model_name(v->model),
+           v->spec_path, ckpt_model_param_count(v->model));
     print_load("checkpoint", v->ckpt_path, v->sd_where, &v->load,
                ckpt_model_param_count(v->model));
     if (v->hint[0])
@@ -784,8 +780,9 @@ static int print_json(verify *v)
 
 /* ---- the command ---------------------------------------------------------------- */
 
-static int load_side(verify *v, const char *path, ckpt_file **f, ckpt_model **m,
-                     const ckpt_value **sd, char *where, size_t cap, ckpt_load_report *r)
+static int load_side(verify *v, const char *path, const char *select, ckpt_file **f,
+                     ckpt_model **m, const ckpt_value **sd, char *where, size_t cap,
+                     ckpt_load_report *r)
 {
     int rc = cli_open("verify", path, &v->common, f);
     if (rc != CLI_EXIT_OK)
@@ -797,7 +794,7 @@ static int load_side(verify *v, const char *path, ckpt_file **f, ckpt_model **m,
             return *m ? cli_exit_for(ckpt_model_error_code(*m)) : CLI_EXIT_IO;
         }
     }
-    if ((rc = find_state_dict(v, *f, path, sd, where, cap)) != CLI_EXIT_OK)
+    if ((rc = find_state_dict(v, *f, path, select, sd, where, cap)) != CLI_EXIT_OK)
         return rc;
     int st = ckpt_model_bind(*m, *f, *sd, r);
     if (st != CKPT_OK) {
@@ -883,13 +880,13 @@ static int verify_run(verify *v)
         cli_error("verify", NULL, "%s", ckpt_model_error_message(v->model));
         return cli_exit_for(ckpt_model_error_code(v->model));
     }
-    if ((rc = load_side(v, v->ckpt_path, &v->f, &v->model, &v->sd, v->sd_where,
+    if ((rc = load_side(v, v->ckpt_path, v->select, &v->f, &v->model, &v->sd, v->sd_where,
                         sizeof v->sd_where, &v->load)) != CLI_EXIT_OK)
         return rc;
-    if (!v->load.ok)
-        make_hint(v);
+    if (!v->load.ok && (v->load.missing_count || v->load.unexpected_count))
+        make_hint(v); /* a prefix can only explain keys that differ */
     if (v->against_path &&
-        (rc = load_side(v, v->against_path, &v->f2, &v->model2, &v->sd2, v->sd2_where,
+        (rc = load_side(v, v->against_path, NULL, &v->f2, &v->model2, &v->sd2, v->sd2_where,
                         sizeof v->sd2_where, &v->load2)) != CLI_EXIT_OK)
         return rc;
     if (v->ref_path && (rc = cli_open("verify", v->ref_path, &v->common, &v->ref)) != CLI_EXIT_OK)

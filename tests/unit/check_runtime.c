@@ -291,6 +291,32 @@ START_TEST(test_bind_size_mismatch)
 }
 END_TEST
 
+START_TEST(test_bind_missing_weight_says_nothing_downstream)
+{
+    /* the spec names a weight the file lacks: the bias of that node and the
+     * layers after it cannot be judged, so only the keys are reported */
+    const char *json =
+        "{\"name\": \"m\", \"class\": \"MLP\", \"inputs\": [{\"name\": \"x\", \"shape\": "
+        "[-1, 1, 28, 28]}], \"nodes\": [{\"op\": \"flatten\", \"inputs\": [\"x\"], \"output\": "
+        "\"h\"}, {\"op\": \"linear\", \"inputs\": [\"h\"], \"output\": \"h1\", \"params\": "
+        "{\"weight\": \"n.1.w\", \"bias\": \"n.1.bias\"}}, {\"op\": \"linear\", \"inputs\": "
+        "[\"h1\"], \"output\": \"y\", \"params\": {\"weight\": \"n.3.weight\", \"bias\": "
+        "\"n.3.bias\"}}], \"outputs\": [\"y\"]}";
+    ckpt_model *m = ckpt_model_new();
+    ck_assert_int_eq(ckpt_model_parse(m, json, strlen(json), "m.json"), 0);
+    ckpt_file *f = open_data("tests/data/mlp.pth");
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
+    ck_assert(!r.ok);
+    ck_assert_uint_eq(r.mismatch_count, 0);
+    ck_assert_str_eq(r.message, "Error(s) in loading state_dict for MLP:\n\tMissing key(s) in "
+                                "state_dict: \"n.1.w\". \n\tUnexpected key(s) in state_dict: "
+                                "\"n.1.weight\". ");
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+}
+END_TEST
+
 START_TEST(test_run_checks_input_shape)
 {
     ckpt_model *m = load_spec("models/mnist_mlp.json");
@@ -355,6 +381,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_spec_errors, 0, (int)(sizeof bad_specs / sizeof bad_specs[0]));
     tcase_add_test(tc, test_bind_dataparallel_keys);
     tcase_add_test(tc, test_bind_size_mismatch);
+    tcase_add_test(tc, test_bind_missing_weight_says_nothing_downstream);
     tcase_add_test(tc, test_run_checks_input_shape);
     tcase_add_test(tc, test_backend_names);
     suite_add_tcase(s, tc);
