@@ -1,11 +1,11 @@
 /* bench_forward.c - time ckpt's model forward pass (issue 5).
  *
- *   bench_forward [--plain] SPEC CKPT BATCH RUNS DEVICE
+ *   bench_forward [--plain] [--warmup N] [--dump DIR] SPEC CKPT BATCH RUNS DEVICE
  *
  * Loads the graph spec SPEC, binds CKPT's root state dict to it (strictly,
  * as ckpt verify does), makes a fixed pseudo-random input batch of the
- * spec's input shape (-1 -> BATCH), runs 3 warm-up forwards and then RUNS
- * timed ones, and prints one JSON line:
+ * spec's input shape (-1 -> BATCH), runs N warm-up forwards (3 by default)
+ * and then RUNS timed ones, and prints one JSON line:
  *
  *   {"device": ..., "description": ..., "model": ..., "batch": ...,
  *    "median_ms": ..., "min_ms": ..., "max_ms": ..., "runs": ...}
@@ -16,6 +16,12 @@
  * timed.  DEVICE is what ckpt_backend_open() takes: cpu, cuda, cuda:N,
  * auto.  --plain (DEVICE must be cpu) uses the CPU backend's plain-C loops
  * instead of OpenBLAS.
+ *
+ * --dump DIR writes the input batch and the outputs of the last forward to
+ * DIR (which must exist), one file per array of raw native-endian float32
+ * in C order, DIR/input.NAME.f32 and DIR/output.NAME.f32, and adds
+ * "dump": [{"file": ..., "shape": [...]}, ...] to the JSON line (not timed;
+ * bench_verify.py compares them with PyTorch's outputs).
  *
  * Built by `make bench/bench_forward`; run by bench/bench_verify.py.
  * Not a test: `make check` neither builds nor runs it.
@@ -36,25 +42,75 @@
 #define WARMUP 3
 
 static const char usage[] =
-    "usage: bench_forward [--plain] SPEC CKPT BATCH RUNS DEVICE\n"
+    "usage: bench_forward [--plain] [--warmup N] [--dump DIR] SPEC CKPT BATCH RUNS DEVICE\n"
     "  SPEC    a graph spec (models/*.json)\n"
     "  CKPT    a checkpoint whose root is the model's state dict\n"
     "  BATCH   the batch size (replaces -1 in the spec's input shapes)\n"
-    "  RUNS    timed forwards, after 3 warm-up forwards\n"
+    "  RUNS    timed forwards, after the warm-up forwards\n"
     "  DEVICE  cpu, cuda, cuda:N or auto\n"
-    "  --plain the CPU backend's plain-C loops instead of OpenBLAS (DEVICE cpu)\n";
+    "  --plain the CPU backend's plain-C loops instead of OpenBLAS (DEVICE cpu)\n"
+    "  --warmup N  untimed forwards before the timed ones (default 3; 0 is allowed)\n"
+    "  --dump DIR  write the input and the last forward's outputs to DIR as raw\n"
+    "              float32 (input.NAME.f32, output.NAME.f32)\n";
 
-static int parse_pos(const char *what, const char *s, long *out)
+static int parse_num(const char *what, const char *s, long lo, long *out)
 {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < 1 || v > (1L << 24)) {
-        fprintf(stderr, "bench_forward: %s must be a whole number from 1 to %ld, got '%s'\n",
-                what, 1L << 24, s);
+    if (end == s || *end || errno || v < lo || v > (1L << 24)) {
+        fprintf(stderr, "bench_forward: %s must be a whole number from %ld to %ld, got '%s'\n",
+                what, lo, 1L << 24, s);
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+static int parse_pos(const char *what, const char *s, long *out)
+{
+    return parse_num(what, s, 1, out);
+}
+
+/* DIR/KIND.NAME.f32 holds A's values; its entry of the "dump" list goes to
+ * JSON (a growing string).  Returns 0, or -1 with a message printed. */
+static int dump_array(const char *dir, const char *kind, const char *name, const ckpt_array *a,
+                      char **json, size_t *len)
+{
+    for (const char *p = name; *p; p++)
+        if (!(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z') &&
+            !(*p >= '0' && *p <= '9') && *p != '_' && *p != '-' && *p != '.') {
+            fprintf(stderr, "bench_forward: --dump: %s name '%s' is not a plain file name\n",
+                    kind, name);
+            return -1;
+        }
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s.%s.f32", dir, kind, name) >= sizeof path) {
+        fprintf(stderr, "bench_forward: --dump: path too long\n");
+        return -1;
+    }
+    FILE *fp = fopen(path, "wb");
+    int64_t n = ckpt_array_numel(a);
+    if (!fp || (n > 0 && fwrite(a->data, sizeof(float), (size_t)n, fp) != (size_t)n) ||
+        fclose(fp) != 0) {
+        fprintf(stderr, "bench_forward: --dump: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char entry[4096 + 256];
+    int k = snprintf(entry, sizeof entry, "%s{\"file\": \"%s.%s.f32\", \"shape\": [",
+                     *len ? ", " : "", kind, name);
+    for (int d = 0; d < a->ndim; d++)
+        k += snprintf(entry + k, sizeof entry - (size_t)k, "%s%lld", d ? ", " : "",
+                      (long long)a->shape[d]);
+    k += snprintf(entry + k, sizeof entry - (size_t)k, "]}");
+    char *grown = realloc(*json, *len + (size_t)k + 1);
+    if (!grown) {
+        fprintf(stderr, "bench_forward: out of memory\n");
+        return -1;
+    }
+    memcpy(grown + *len, entry, (size_t)k + 1);
+    *json = grown;
+    *len += (size_t)k;
     return 0;
 }
 
@@ -89,13 +145,24 @@ static void put_json_str(const char *s)
 int main(int argc, char **argv)
 {
     int plain = 0, argi = 1;
+    long warmup = WARMUP;
+    const char *dump = NULL;
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(usage, stdout);
         return 0;
     }
-    if (argc > 1 && strcmp(argv[1], "--plain") == 0) {
-        plain = 1;
-        argi++;
+    for (; argi < argc && strncmp(argv[argi], "--", 2) == 0; argi++) {
+        if (strcmp(argv[argi], "--plain") == 0) {
+            plain = 1;
+        } else if (strcmp(argv[argi], "--warmup") == 0 && argi + 1 < argc) {
+            if (parse_num("--warmup", argv[++argi], 0, &warmup))
+                return 2;
+        } else if (strcmp(argv[argi], "--dump") == 0 && argi + 1 < argc) {
+            dump = argv[++argi];
+        } else {
+            fputs(usage, stderr);
+            return 2;
+        }
     }
     if (argc - argi != 5) {
         fputs(usage, stderr);
@@ -117,6 +184,8 @@ int main(int argc, char **argv)
     ckpt_backend *b = NULL;
     ckpt_array *inputs = NULL, *outputs = NULL;
     double *times = NULL;
+    char *dump_json = NULL;
+    size_t dump_len = 0;
     size_t nin = 0, nout = 0;
     char err[256] = "";
 
@@ -191,7 +260,7 @@ int main(int argc, char **argv)
         }
     }
 
-    for (long r = 0; r < WARMUP + runs; r++) {
+    for (long r = 0; r < warmup + runs; r++) {
         double t0 = now_ms();
         rc = ckpt_model_run(m, b, inputs, outputs);
         double t1 = now_ms();
@@ -199,10 +268,20 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_forward: %s\n", ckpt_model_error_message(m));
             goto out;
         }
+        if (dump && r == warmup + runs - 1) {
+            for (size_t i = 0; i < nin; i++)
+                if (dump_array(dump, "input", ckpt_model_input_name(m, i), &inputs[i],
+                               &dump_json, &dump_len))
+                    goto out;
+            for (size_t i = 0; i < nout; i++)
+                if (dump_array(dump, "output", ckpt_model_output_name(m, i), &outputs[i],
+                               &dump_json, &dump_len))
+                    goto out;
+        }
         for (size_t i = 0; i < nout; i++)
             ckpt_array_clear(&outputs[i]);
-        if (r >= WARMUP)
-            times[r - WARMUP] = t1 - t0;
+        if (r >= warmup)
+            times[r - warmup] = t1 - t0;
     }
     qsort(times, (size_t)runs, sizeof *times, cmp_double);
     double median = runs % 2 ? times[runs / 2] : (times[runs / 2 - 1] + times[runs / 2]) / 2;
@@ -214,8 +293,11 @@ int main(int argc, char **argv)
     printf(", \"model\": ");
     put_json_str(ckpt_model_name(m));
     printf(", \"batch\": %ld, \"median_ms\": %.6f, \"min_ms\": %.6f, \"max_ms\": %.6f, "
-           "\"runs\": %ld}\n",
-           batch, median, times[0], times[runs - 1], runs);
+           "\"runs\": %ld, \"warmup\": %ld",
+           batch, median, times[0], times[runs - 1], runs, warmup);
+    if (dump)
+        printf(", \"dump\": [%s]", dump_json ? dump_json : "");
+    printf("}\n");
     status = fflush(stdout) == 0 ? 0 : 1;
 
 out:
@@ -226,6 +308,7 @@ out:
     free(inputs);
     free(outputs);
     free(times);
+    free(dump_json);
     ckpt_model_free(m);
     ckpt_backend_free(b);
     ckpt_file_free(f);

@@ -85,6 +85,19 @@ expect_stderr_prefix "ckpt: verify: tests/data/fmnist_ae.ref.pth: has no tensor 
 expect_exit 1 ckpt verify --model $mlp --atol 0 --rtol 0 --reference tests/data/fmnist_mlp.ref.pth tests/data/fmnist_mlp.pth
 expect_stdout_match 'FAIL, [0-9]+ of 2560 elements out of tolerance'
 
+say "--replicas: DataParallel's scatter/gather replayed (checked against torch in ssd_vs_torch.py)"
+expect_exit 1 ckpt verify --model models/ssd300.json --replicas 2 tests/data/ssd300_narrow.pth
+expect_stdout_match '^replicas +2 requested; the batch of 4 split into 2 chunks'
+expect_stdout_line 'replica     loc [4, 8732, 4]: gathered back identically'
+expect_stdout_line 'replica     conf [4, 8732, 21]: gathered back identically'
+expect_stdout_match '^replica +priors \[8732, 4\]: BREAKS under DataParallel: it has no batch dimension, so DataParallel returns 2 copies stacked along dim 0 \(\[17464, 4\] instead of \[8732, 4\]\)'
+expect_exit 1 ckpt verify --model models/crnn_tiny.json --replicas 2 tests/data/crnn_tiny.pth
+expect_stdout_match '^replica +logits \[8, 4, 11\]: BREAKS under DataParallel: its batch dimension is dim 1, not 0'
+expect_exit 0 ckpt verify --json --model $mlp --replicas 2 tests/data/fmnist_mlp.pth
+json_expect 'd["replicas"]["used"]' 2
+json_expect 'd["replicas"]["outputs"][0]["gathered_shape"]' '[4, 10]'
+json_true 'd["replicas"]["outputs"][0]["ok"]'
+
 say "usage errors exit 2"
 expect_exit 2 ckpt verify tests/data/fmnist_mlp.pth
 expect_stderr_prefix 'ckpt: verify: --model SPEC is required'
@@ -92,6 +105,8 @@ expect_exit 2 ckpt verify --model $mlp
 expect_exit 2 ckpt verify --model $mlp --device tpu tests/data/fmnist_mlp.pth
 expect_exit 2 ckpt verify --model $mlp --rtol -1 tests/data/fmnist_mlp.pth
 expect_exit 2 ckpt verify --model $mlp --bogus tests/data/fmnist_mlp.pth
+expect_exit 2 ckpt verify --model $mlp --replicas 0 tests/data/fmnist_mlp.pth
+expect_stderr_prefix "ckpt: verify: --replicas needs a count from 1 to 64"
 expect_exit 0 ckpt verify --help
 expect_stdout_match '^usage: ckpt verify --model SPEC'
 

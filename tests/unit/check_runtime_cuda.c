@@ -347,6 +347,36 @@ static void test_softmax(int64_t outer, int64_t dim, int64_t inner, double rtol,
     free(x);
 }
 
+/* ---- l2norm (SSD) ---- */
+
+typedef struct {
+    int64_t n, c, hw;
+} l2norm_args;
+
+static int op_l2norm(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const l2norm_args *a = args;
+    return b->ops->l2norm(b, in[0], in[1], out, a->n, a->c, a->hw, 1e-10f);
+}
+
+/* both sum the squares over channels in ascending order in float32; only
+ * sqrtf and the division may round differently */
+static void test_l2norm(int64_t n, int64_t c, int64_t h, int64_t w)
+{
+    l2norm_args a = {n, c, h * w};
+    size_t nx = (size_t)(n * c * h * w);
+    float *x = host_rand(nx, 3.0f);
+    float *wt = host_rand((size_t)c, 20.0f);
+    const float *hin[] = {x, wt};
+    size_t nin[] = {nx, (size_t)c};
+    char name[96];
+    snprintf(name, sizeof name, "l2norm [%lld, %lld, %lld, %lld]", (long long)n, (long long)c,
+             (long long)h, (long long)w);
+    check(name, op_l2norm, &a, hin, nin, 2, nx, NULL, 1e-6, 1e-6);
+    free(x);
+    free(wt);
+}
+
 /* ---- permute, copy_rows ---- */
 
 typedef struct {
@@ -543,6 +573,9 @@ int main(void)
     test_softmax(3, 100, 1, 1e-6, 1);
     test_softmax(2, 1000, 1, 4e-6, 0);
     test_softmax(1, 1, 7, 1e-6, 0);
+    test_l2norm(2, 512, 38, 38); /* SSD's conv4_3 */
+    test_l2norm(1, 1, 5, 7);
+    test_l2norm(3, 64, 1, 1);
 
     {
         const int64_t s1[] = {2, 3, 5, 7};
