@@ -79,6 +79,7 @@ typedef struct verify {
     int loaded, ran;
     /* --replicas */
     ckpt_backend *rep_backends[64];
+    unsigned char rep_owned[64];  /* opened for the replay (not the main backend) */
     size_t nrep_backends;
     int rep_used;
     int64_t rep_batch;
@@ -516,10 +517,13 @@ static void replica_reason(const verify *v, size_t i, char *buf, size_t cap)
     int d = v->batch_dims[i];
     char sb[128], gb[128];
     shape_text(one, sb, sizeof sb);
-    if (!g->data)
+    if (!g->data && d > 0)
+        snprintf(buf, cap, "its batch dimension is dim %d, not 0 (a permute inside forward), and "
+                 "the replicas' outputs differ in it, so gather cannot concatenate them along "
+                 "dim 0 (torch raises); keep the batch first until after the wrapper", d);
+    else if (!g->data)
         snprintf(buf, cap, "the replicas' outputs differ outside dim 0, so gather cannot "
-                 "concatenate them (torch raises)%s",
-                 d > 0 ? ": its batch dimension is not first (a permute inside forward?)" : "");
+                 "concatenate them (torch raises)");
     else if (d < 0)
         snprintf(buf, cap, "it has no batch dimension, so DataParallel returns %d copies stacked "
                  "along dim 0 (%s instead of %s); return it from outside the wrapped module, "
@@ -826,25 +830,38 @@ static int run_replicas(verify *v, double atol, double rtol)
 {
     size_t nout = ckpt_model_output_count(v->model);
     const char *dev = ckpt_backend_device(v->backend);
+    /* one GPU per replica, cuda:0 .. cuda:N-1, as DataParallel's device_ids
+     * default; else every chunk in turn on the device in use */
     v->rep_backends[0] = v->backend;
     v->nrep_backends = 1;
-    if (strncmp(dev, "cuda", 4) == 0 && ckpt_cuda_device_count_usable() >= v->replicas &&
-        v->replicas <= 64) {
-        int first = atoi(dev + 5);
+    if (strncmp(dev, "cuda", 4) == 0 && ckpt_cuda_device_count_usable() >= v->replicas) {
+        int mine = atoi(dev + 5);
+        v->nrep_backends = 0;
         for (int i = 0; i < v->replicas; i++) {
             char name[32], err[256];
-            if (i == first)
+            if (i == mine) {
+                v->rep_backends[v->nrep_backends++] = v->backend;
                 continue;
+            }
             snprintf(name, sizeof name, "cuda:%d", i);
             ckpt_backend *b;
             if (ckpt_backend_open(name, &b, err, sizeof err) != CKPT_OK) {
                 cli_error("verify", NULL, "--replicas: %s: %s", name, err);
                 return CLI_EXIT_IO;
             }
+            v->rep_owned[v->nrep_backends] = 1;
             v->rep_backends[v->nrep_backends++] = b;
         }
     }
     v->rep_batch = v->inputs[0].ndim ? v->inputs[0].shape[0] : 0;
+    if (v->rep_batch < 2) {
+        /* nothing would be split: a pass here would prove nothing */
+        cli_error("verify", v->ref_path, "--replicas %d needs a batch of at least 2 to split, "
+                  "and the input's is %lld (give a reference with a bigger batch, or none: "
+                  "a random batch of %d is used then)", v->replicas, (long long)v->rep_batch,
+                  2 * v->replicas);
+        return CLI_EXIT_USAGE;
+    }
     if (!(v->gathered = calloc(nout, sizeof *v->gathered)) ||
         !(v->batch_dims = calloc(nout, sizeof *v->batch_dims)) ||
         !(v->vs_single = calloc(nout, sizeof *v->vs_single))) {
@@ -856,8 +873,9 @@ static int run_replicas(verify *v, double atol, double rtol)
         st = ckpt_model_run_replicas(v->model, v->rep_backends, v->nrep_backends, v->replicas,
                                      v->inputs, v->gathered, &v->rep_used);
     if (st != CKPT_OK) {
-        cli_error("verify", v->ckpt_path, "--replicas: %s", ckpt_model_error_message(v->model));
-        return cli_exit_for(st);
+        cli_error("verify", v->ref_path ? v->ref_path : v->ckpt_path, "--replicas: %s",
+                  ckpt_model_error_message(v->model));
+        return st == CKPT_ERR_USAGE ? CLI_EXIT_BAD_INPUT : cli_exit_for(st);
     }
     for (size_t i = 0; i < nout; i++) {
         if (v->gathered[i].data)
@@ -975,8 +993,9 @@ static void verify_free(verify *v)
     free(v->gathered);
     free(v->batch_dims);
     free(v->vs_single);
-    for (size_t i = 1; i < v->nrep_backends; i++)
-        ckpt_backend_free(v->rep_backends[i]);
+    for (size_t i = 0; i < v->nrep_backends; i++)
+        if (v->rep_owned[i])
+            ckpt_backend_free(v->rep_backends[i]);
     ckpt_model_free(v->model);
     ckpt_model_free(v->model2);
     ckpt_backend_free(v->backend);

@@ -107,6 +107,8 @@ expect_exit 2 ckpt verify --model $mlp --rtol -1 tests/data/fmnist_mlp.pth
 expect_exit 2 ckpt verify --model $mlp --bogus tests/data/fmnist_mlp.pth
 expect_exit 2 ckpt verify --model $mlp --replicas 0 tests/data/fmnist_mlp.pth
 expect_stderr_prefix "ckpt: verify: --replicas needs a count from 1 to 64"
+expect_exit 2 ckpt verify --model models/ssd300.json --replicas 2 --reference tests/data/ssd300_narrow.ref.pth tests/data/ssd300_narrow.pth
+expect_stderr_line 'ssd300_narrow.ref.pth: --replicas 2 needs a batch of at least 2 to split, and the input.s is 1'
 expect_exit 0 ckpt verify --help
 expect_stdout_match '^usage: ckpt verify --model SPEC'
 
