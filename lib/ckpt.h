@@ -603,6 +603,57 @@ CKPT_API int ckpt_model_run_replicas(ckpt_model *m, ckpt_backend *const *backend
                                      int replicas, const ckpt_array *inputs,
                                      ckpt_array *outputs, int *used);
 
+/* ---- scanning: what a file's pickles would import, without running them ---- */
+
+/*
+ * ckpt scan's engine.  Every pickle of a file (each .pkl record of a zip,
+ * the five pickles of a legacy checkpoint, every pickle of a plain pickle
+ * file) is run through the reading VM in scanning mode: nothing is imported
+ * or called, STACK_GLOBAL's operands are resolved through the memo as when
+ * reading, and every global named (GLOBAL, STACK_GLOBAL, INST) is listed
+ * once per pickle, with the first call (REDUCE, NEWOBJ, NEWOBJ_EX, INST,
+ * OBJ) or BUILD that uses it.  A safetensors file has no pickle: its header
+ * is validated as when reading.
+ */
+typedef struct ckpt_scan ckpt_scan;
+
+enum { CKPT_SCAN_CALLED = 1 << 0, CKPT_SCAN_BUILT = 1 << 1 };
+
+typedef struct ckpt_scan_hit {
+    const char *global;      /* "module.name" (Python 2 module names mapped as pickle does) */
+    const char *pickle;      /* the pickle it is in: "archive/data.pkl", "pickle 4 (...)" */
+    uint64_t offset;         /* of the first opcode naming it, in that pickle */
+    const char *opcode;      /* that opcode: "GLOBAL", "STACK_GLOBAL", "INST" */
+    ckpt_global_class cls;   /* INTERPRETED, KNOWN_DATA, or REFUSED (unknown) */
+    int dangerous;           /* unknown and known to run commands or code */
+    unsigned uses;           /* CKPT_SCAN_CALLED | CKPT_SCAN_BUILT */
+    const char *used_by;     /* the first opcode that used it, or NULL */
+    uint64_t use_offset;
+    size_t count;            /* times it is named in that pickle */
+} ckpt_scan_hit;
+
+CKPT_API ckpt_scan *ckpt_scan_new(void);
+CKPT_API void ckpt_scan_free(ckpt_scan *s);
+/* Limits as for ckpt_file_set_limit (the size of one pickle above all). */
+CKPT_API int ckpt_scan_set_limit(ckpt_scan *s, ckpt_limit which, uint64_t value);
+/*
+ * Scan PATH.  The hits found are kept even when it fails (a pickle that is
+ * malformed after its dangerous part still shows that part); the error is
+ * in ckpt_scan_error_code() / ckpt_scan_error_message().
+ */
+CKPT_API int ckpt_scan_file(ckpt_scan *s, const char *path);
+CKPT_API int ckpt_scan_error_code(const ckpt_scan *s);
+CKPT_API const char *ckpt_scan_error_message(const ckpt_scan *s);
+/* PTH_ZIP, PTH_LEGACY, SAFETENSORS, or UNKNOWN with ckpt_scan_is_pickle(). */
+CKPT_API ckpt_format ckpt_scan_format(const ckpt_scan *s);
+CKPT_API int ckpt_scan_is_pickle(const ckpt_scan *s);
+CKPT_API size_t ckpt_scan_pickle_count(const ckpt_scan *s);
+CKPT_API const char *ckpt_scan_pickle_name(const ckpt_scan *s, size_t i);
+CKPT_API size_t ckpt_scan_hit_count(const ckpt_scan *s);
+CKPT_API const ckpt_scan_hit *ckpt_scan_hit_at(const ckpt_scan *s, size_t i);
+/* 1 when a global is neither interpreted nor known data. */
+CKPT_API int ckpt_scan_unsafe(const ckpt_scan *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -225,6 +225,14 @@ typedef struct ckpt_pickle_ctx {
                                    ckpt_error *err);
     void *user;
     ckpt_arena *arena;
+    /* ckpt scan: every global the pickle names (ON_GLOBAL) and every call or
+     * BUILD that uses one (ON_USE) is reported, with the opcode and its
+     * offset; unknown and dangerous globals are then kept as opaque objects
+     * instead of failing, and torch's rebuild functions are not interpreted
+     * (nothing is ever imported or called either way). */
+    void (*on_global)(void *user, const char *qualified_name, ckpt_global_class cls, int opcode,
+                      uint64_t offset);
+    void (*on_use)(void *user, const char *qualified_name, int opcode, uint64_t offset);
 } ckpt_pickle_ctx;
 
 /*

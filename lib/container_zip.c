@@ -95,8 +95,10 @@ int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err)
                             (long long)i);
         }
         if (st.valid & ZIP_STAT_ENCRYPTION_METHOD && st.encryption_method != ZIP_EM_NONE) {
+            /* the message first: st.name belongs to the archive closed next */
+            int rc = ckpt_err(err, CKPT_ERR_UNSUPPORTED, "record '%s' is encrypted", st.name);
             ckpt_zip_close(z);
-            return ckpt_err(err, CKPT_ERR_UNSUPPORTED, "record '%s' is encrypted", st.name);
+            return rc;
         }
         z->names[i] = st.name;
         z->sizes[i] = st.size;

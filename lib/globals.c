@@ -110,15 +110,21 @@ const char *ckpt_globals_py3_module(const char *module)
  * unknown globals or names them, so that no rewrite can carry them on. */
 bool ckpt_globals_dangerous(const char *q)
 {
-    static const char *const prefixes[] = {"os.", "posix.", "nt.", "sys.", "subprocess.",
-                                           "shutil.", "socket.", "importlib.", "runpy.",
-                                           "pty.", "webbrowser.", "ctypes."};
-    static const char *const names[] = {"builtins.eval", "builtins.exec", "builtins.compile",
-                                        "builtins.__import__", "builtins.getattr",
-                                        "builtins.setattr", "builtins.delattr",
-                                        "builtins.open", "builtins.globals",
-                                        "builtins.breakpoint", "builtins.input",
-                                        "operator.attrgetter", "operator.methodcaller"};
+    /* documented in ckpt-scan(1): keep the two lists in step */
+    static const char *const prefixes[] = {
+        "os.", "posix.", "nt.", "sys.", "subprocess.", "_posixsubprocess.", "shutil.",
+        "socket.", "importlib.", "runpy.", "pty.", "webbrowser.", "ctypes.", "pickle.",
+        "_pickle.", "marshal.", "code.", "codeop.", "pdb.", "bdb.", "timeit.", "profile.",
+        "cProfile.", "trace.", "multiprocessing.", "asyncio.", "platform.", "pydoc.",
+        "commands.", "torch.hub.", "torch.jit.", "torch._C.", "torch.classes."};
+    static const char *const names[] = {
+        "builtins.eval", "builtins.exec", "builtins.compile", "builtins.__import__",
+        "builtins.getattr", "builtins.setattr", "builtins.delattr", "builtins.open",
+        "builtins.globals", "builtins.locals", "builtins.vars", "builtins.breakpoint",
+        "builtins.input", "builtins.memoryview", "operator.attrgetter",
+        "operator.methodcaller", "operator.itemgetter", "functools.reduce",
+        "torch.load", "torch.save", "numpy.load", "numpy.save",
+        "numpy.testing._private.utils.runstring", "numpy.f2py.diagnose.run_command"};
     for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
         if (strncmp(q, prefixes[i], strlen(prefixes[i])) == 0)
             return true;

@@ -603,6 +603,11 @@ static int push_global(vm *m, const char *mod, size_t modlen, const char *name, 
     q[l3] = '.';
     memcpy(q + l3 + 1, name, namelen);
     ckpt_global_class cls = m->ctx->classify(m->ctx->user, q);
+    if (m->ctx->on_global) {
+        m->ctx->on_global(m->ctx->user, q, cls, m->op, m->op_at);
+        if (cls == CKPT_GLOBAL_REFUSED)
+            cls = CKPT_GLOBAL_ALLOWED; /* scanned, never run: keep going */
+    }
     if (cls == CKPT_GLOBAL_REFUSED && ckpt_globals_dangerous(q))
         return fail(m, CKPT_ERR_UNSAFE,
                     "refused global '%s': it can run commands or code (never admitted)", q);
@@ -795,6 +800,8 @@ static int rebuild_parameter(vm *m, const char *fn, ckpt_value *args)
 static int new_object(vm *m, ckpt_value *callable, ckpt_value *args, ckpt_value *kwargs,
                       ckpt_obj_how how)
 {
+    if (m->ctx->on_use && callable->kind == CKPT_KIND_GLOBAL && how != CKPT_OBJ_REDUCE)
+        m->ctx->on_use(m->ctx->user, callable->u.global.name, m->op, m->op_at);
     ckpt_value *v = node(m, CKPT_KIND_OBJECT);
     if (!v)
         return oom(m);
@@ -865,6 +872,8 @@ static int op_reduce(vm *m)
     ckpt_value *args, *fn;
     CKPT_FORWARD(pop(m, &args));
     CKPT_FORWARD(pop(m, &fn));
+    if (fn->kind != CKPT_KIND_GLOBAL && m->ctx->on_use && args->kind == CKPT_KIND_TUPLE)
+        return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE); /* scanning: a call of a call */
     if (fn->kind != CKPT_KIND_GLOBAL)
         return fail(m, CKPT_ERR_FORMAT, "REDUCE calls a %s, not a global",
                     ckpt_kind_name((ckpt_kind)fn->kind));
@@ -872,6 +881,11 @@ static int op_reduce(vm *m)
         return fail(m, CKPT_ERR_FORMAT, "REDUCE arguments are a %s, not a tuple",
                     ckpt_kind_name((ckpt_kind)args->kind));
     const char *q = fn->u.global.name;
+    if (m->ctx->on_use) {
+        m->ctx->on_use(m->ctx->user, q, m->op, m->op_at);
+        if (strncmp(q, "torch._utils._rebuild_", 22) == 0)
+            return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE); /* scanning: not run */
+    }
     if (fn->u.global.cls == CKPT_GLOBAL_INTERPRETED) {
         if (strcmp(q, "collections.OrderedDict") == 0) {
             ckpt_value *d = node(m, CKPT_KIND_DICT);
@@ -912,10 +926,17 @@ static int op_reduce(vm *m)
 
 static int op_build(vm *m)
 {
-    ckpt_value *state, *obj;
+    ckpt_value *state = NULL, *obj = NULL;
     CKPT_FORWARD(pop(m, &state));
     CKPT_FORWARD(top(m, &obj));
     ckpt_value **slot = NULL;
+    if (m->ctx->on_use) {
+        /* scanning: say which class's object is built; keep no state */
+        if (obj->kind == CKPT_KIND_OBJECT && obj->u.obj.callable &&
+            obj->u.obj.callable->kind == CKPT_KIND_GLOBAL)
+            m->ctx->on_use(m->ctx->user, obj->u.obj.callable->u.global.name, m->op, m->op_at);
+        return CKPT_OK;
+    }
     if (obj->kind == CKPT_KIND_DICT && (obj->flags & CKPT_VF_ORDERED))
         slot = &obj->u.dict.state;
     else if (obj->kind == CKPT_KIND_OBJECT)

@@ -81,5 +81,6 @@ int cmd_remap(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_scan(int argc, char **argv);
 
 #endif

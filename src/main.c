@@ -19,6 +19,7 @@ static const struct command {
     {"convert", cmd_convert, "convert between pth, legacy pth and safetensors; cast dtypes"},
     {"diff", cmd_diff, "compare keys, shapes, dtypes and values of two checkpoints"},
     {"verify", cmd_verify, "load weights into a model (CPU or GPU) and check its outputs"},
+    {"scan", cmd_scan, "list every global a file's pickles would import; flag unsafe ones"},
 };
 
 static void usage(FILE *out)

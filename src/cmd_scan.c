@@ -1,0 +1,218 @@
+/* cmd_scan.c - ckpt scan: list every global a file's pickles reference and
+ * what uses it, classified, without running anything; one verdict per file. */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: ckpt scan [--json] [--max-pickle-bytes N] [--quiet] FILE...\n"
+    "\n"
+    "List every global (module.name) the pickles of each FILE would import --\n"
+    "through GLOBAL, STACK_GLOBAL (memoized strings resolved), INST and OBJ --\n"
+    "with the call or BUILD that uses it, classified as interpreted (what state\n"
+    "dicts are made of), known data, or unknown, and unknown ones that can run\n"
+    "commands or code marked DANGEROUS.  Nothing in a file is ever run.\n"
+    "FILE may be a .pth (zip: every .pkl record; legacy: every pickle), a plain\n"
+    "pickle file, or a .safetensors file (header checked; it has no pickle).\n"
+    "\n"
+    "Exit status: 0 every file holds only interpreted and known-data globals,\n"
+    "1 a file holds anything else, 3 a file cannot be read as any of these\n"
+    "(nothing unsafe found first), 4 a file cannot be opened; the worst wins.\n"
+    "\n"
+    "  --json                  one JSON document for all files (ckpt-scan(1))\n"
+    "  --max-pickle-bytes N    refuse pickles larger than N bytes (default 1G;\n"
+    "                          K, M, G suffixes)\n"
+    "  --quiet                 print nothing; the exit status tells\n"
+    "  --help                  this text\n";
+
+enum { OPT_JSON = CLI_OPT_FIRST_COMMAND_OPTION };
+
+static const char *class_name(const ckpt_scan_hit *h)
+{
+    switch (h->cls) {
+    case CKPT_GLOBAL_INTERPRETED: return "interpreted";
+    case CKPT_GLOBAL_KNOWN_DATA: return "known data";
+    default: return h->dangerous ? "DANGEROUS" : "unknown";
+    }
+}
+
+static int file_exit(const ckpt_scan *s, int rc)
+{
+    if (ckpt_scan_unsafe(s))
+        return CLI_EXIT_DIFFERENT; /* unsafe content outranks a later parse error */
+    if (rc != CKPT_OK)
+        return rc == CKPT_ERR_IO ? CLI_EXIT_IO
+               : rc == CKPT_ERR_NOMEM ? CLI_EXIT_IO : CLI_EXIT_BAD_INPUT;
+    return CLI_EXIT_OK;
+}
+
+static const char *format_text(const ckpt_scan *s)
+{
+    if (ckpt_scan_is_pickle(s))
+        return "pickle";
+    ckpt_format f = ckpt_scan_format(s);
+    return f == CKPT_FORMAT_UNKNOWN ? "unknown" : ckpt_format_name(f);
+}
+
+static void print_text(const char *path, const ckpt_scan *s, int rc)
+{
+    size_t np = ckpt_scan_pickle_count(s), nh = ckpt_scan_hit_count(s);
+    size_t dangerous = 0, unknown = 0;
+    printf("%s: %s, %zu pickle%s\n", path, format_text(s), np, np == 1 ? "" : "s");
+    for (size_t i = 0; i < nh; i++) {
+        const ckpt_scan_hit *h = ckpt_scan_hit_at(s, i);
+        printf("  %-11s %s  (%s at %s+%llu", class_name(h), h->global, h->opcode, h->pickle,
+               (unsigned long long)h->offset);
+        if (h->used_by)
+            printf("; %s by %s at +%llu", h->uses & CKPT_SCAN_CALLED ? "called" : "built",
+                   h->used_by, (unsigned long long)h->use_offset);
+        if (h->count > 1)
+            printf("; named %zu times", h->count);
+        printf(")\n");
+        dangerous += h->dangerous;
+        unknown += h->cls != CKPT_GLOBAL_INTERPRETED && h->cls != CKPT_GLOBAL_KNOWN_DATA;
+    }
+    if (unknown)
+        printf("  verdict: UNSAFE: %zu unknown global%s, %zu of them dangerous%s\n", unknown,
+               unknown == 1 ? "" : "s", dangerous,
+               rc != CKPT_OK ? " (and the file is malformed after them)" : "");
+    else if (rc != CKPT_OK)
+        printf("  verdict: unreadable: %s\n", ckpt_scan_error_message(s));
+    else
+        printf("  verdict: safe: only state-dict (interpreted) and known-data globals\n");
+}
+
+static cJSON *json_u64(unsigned long long v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", v);
+    return cJSON_CreateRaw(buf);
+}
+
+static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "file", path);
+    cJSON_AddStringToObject(o, "format", format_text(s));
+    cJSON *pk = cJSON_AddArrayToObject(o, "pickles");
+    for (size_t i = 0; i < ckpt_scan_pickle_count(s); i++)
+        cJSON_AddItemToArray(pk, cJSON_CreateString(ckpt_scan_pickle_name(s, i)));
+    cJSON *gl = cJSON_AddArrayToObject(o, "globals");
+    for (size_t i = 0; i < ckpt_scan_hit_count(s); i++) {
+        const ckpt_scan_hit *h = ckpt_scan_hit_at(s, i);
+        cJSON *g = cJSON_CreateObject();
+        cJSON_AddStringToObject(g, "global", h->global);
+        cJSON_AddStringToObject(g, "class", h->cls == CKPT_GLOBAL_INTERPRETED ? "interpreted"
+                                            : h->cls == CKPT_GLOBAL_KNOWN_DATA ? "known data"
+                                                                               : "unknown");
+        cJSON_AddBoolToObject(g, "dangerous", h->dangerous);
+        cJSON_AddStringToObject(g, "pickle", h->pickle);
+        cJSON_AddItemToObject(g, "offset", json_u64(h->offset));
+        cJSON_AddStringToObject(g, "opcode", h->opcode);
+        cJSON *uses = cJSON_AddArrayToObject(g, "uses");
+        if (h->uses & CKPT_SCAN_CALLED)
+            cJSON_AddItemToArray(uses, cJSON_CreateString("call"));
+        if (h->uses & CKPT_SCAN_BUILT)
+            cJSON_AddItemToArray(uses, cJSON_CreateString("build"));
+        if (h->used_by) {
+            cJSON_AddStringToObject(g, "used_by", h->used_by);
+            cJSON_AddItemToObject(g, "use_offset", json_u64(h->use_offset));
+        }
+        cJSON_AddItemToObject(g, "count", json_u64(h->count));
+        cJSON_AddItemToArray(gl, g);
+    }
+    int ex = file_exit(s, rc);
+    cJSON_AddStringToObject(o, "verdict", ex == CLI_EXIT_OK ? "safe"
+                                          : ex == CLI_EXIT_DIFFERENT ? "unsafe" : "error");
+    if (rc != CKPT_OK)
+        cJSON_AddStringToObject(o, "error", ckpt_scan_error_message(s));
+    else
+        cJSON_AddNullToObject(o, "error");
+    cJSON_AddItemToObject(o, "exit", json_u64((unsigned long long)ex));
+    return o;
+}
+
+int cmd_scan(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, OPT_JSON},
+        CLI_COMMON_LONG_OPTIONS,
+        {NULL, 0, NULL, 0},
+    };
+    cli_common common = {0};
+    int json = 0, worst = CLI_EXIT_OK, opt;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        int c = cli_common_option("scan", opt, optarg, &common);
+        if (c < 0) {
+            cli_common_free(&common);
+            return CLI_EXIT_USAGE;
+        }
+        if (c > 0)
+            continue;
+        switch (opt) {
+        case OPT_JSON:
+            json = 1;
+            break;
+        case CLI_OPT_HELP:
+            fputs(usage, stdout);
+            cli_common_free(&common);
+            return CLI_EXIT_OK;
+        default:
+            cli_common_free(&common);
+            return cli_bad_option("scan", opt, argv);
+        }
+    }
+    if (common.nallow || common.allow_unknown) {
+        cli_common_free(&common);
+        return cli_usage_error("scan", "--allow-global and --allow-unknown do not apply: scan "
+                                       "reports every global and admits none");
+    }
+    if (optind >= argc) {
+        cli_common_free(&common);
+        return cli_usage_error("scan", "needs at least one FILE");
+    }
+    cJSON *root = json ? cJSON_CreateObject() : NULL;
+    cJSON *files = root ? cJSON_AddArrayToObject(root, "files") : NULL;
+    for (int i = optind; i < argc; i++) {
+        ckpt_scan *s = ckpt_scan_new();
+        if (!s) {
+            cli_error("scan", NULL, "out of memory");
+            worst = CLI_EXIT_IO;
+            break;
+        }
+        if (common.max_pickle_bytes)
+            ckpt_scan_set_limit(s, CKPT_LIMIT_PICKLE_BYTES, common.max_pickle_bytes);
+        int rc = ckpt_scan_file(s, argv[i]);
+        int ex = file_exit(s, rc);
+        if (rc != CKPT_OK && !common.quiet)
+            cli_error("scan", argv[i], "%s", ckpt_scan_error_message(s));
+        if (!common.quiet) {
+            if (json)
+                cJSON_AddItemToArray(files, json_file(argv[i], s, rc));
+            else
+                print_text(argv[i], s, rc);
+        }
+        if (ex > worst)
+            worst = ex;
+        ckpt_scan_free(s);
+    }
+    if (root) {
+        cJSON_AddItemToObject(root, "exit", json_u64((unsigned long long)worst));
+        char *text = cJSON_Print(root);
+        cJSON_Delete(root);
+        if (text) {
+            puts(text);
+            free(text);
+        }
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        cli_error("scan", NULL, "cannot write output");
+        worst = CLI_EXIT_IO;
+    }
+    cli_common_free(&common);
+    return worst;
+}

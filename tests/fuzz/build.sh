@@ -1,0 +1,30 @@
+#!/bin/sh
+# build.sh - build the libFuzzer targets with clang, ASan and UBSan.
+#   tests/fuzz/build.sh [OUTDIR]       (from the top of a configured tree)
+# Each target is lib/*.c + tests/fuzz/fuzz_NAME.c, compiled with
+# -fsanitize=fuzzer,address,undefined into OUTDIR (default tests/fuzz/bin).
+# The CUDA backend is left out: fuzzing needs no GPU.
+set -eu
+out=${1:-tests/fuzz/bin}
+CC=${FUZZ_CC:-clang}
+[ -f config.h ] || { echo "build.sh: run ./configure first (no config.h here)" >&2; exit 2; }
+mkdir -p "$out/include"
+sed 's/^#define CKPT_HAVE_CUDA 1/#define CKPT_HAVE_CUDA 0/' config.h >"$out/include/config.h"
+deps="libzip zlib libcjson libpcre2-8"
+flags="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
+objs=""
+mkdir -p "$out/obj"
+for src in lib/*.c; do
+    o="$out/obj/$(basename "$src" .c).o"
+    $CC $flags -fsanitize=fuzzer-no-link -std=gnu11 -DCKPT_BUILDING -I"$out/include" -Ilib \
+        $(pkg-config --cflags $deps) -c "$src" -o "$o" 2>/dev/null ||
+        $CC $flags -std=gnu11 -DCKPT_BUILDING -I"$out/include" -Ilib \
+            $(pkg-config --cflags $deps) -c "$src" -o "$o"
+    objs="$objs $o"
+done
+for t in container pickle safetensors rename spec; do
+    $CC $flags -std=gnu11 -I"$out/include" -Ilib -Itests/fuzz $(pkg-config --cflags $deps) \
+        tests/fuzz/fuzz_$t.c $objs $(pkg-config --libs $deps) -lm -lpthread -ldl \
+        -o "$out/fuzz_$t"
+    echo "built $out/fuzz_$t"
+done

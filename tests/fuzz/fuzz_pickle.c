@@ -1,0 +1,57 @@
+/* fuzz_pickle.c - any bytes as one pickle, through the VM twice: as the
+ * reader runs it (allow-list, limits, persistent ids as storages) and as
+ * `ckpt scan` runs it (every global reported, nothing refused). */
+#include "fuzz.h"
+
+#include "ckpt_private.h"
+
+static ckpt_global_class classify(void *user, const char *q)
+{
+    (void)user;
+    return ckpt_globals_builtin_class(q);
+}
+
+static ckpt_value *pid(void *user, ckpt_value *id, uint64_t offset, ckpt_error *err)
+{
+    (void)id;
+    (void)offset;
+    ckpt_value *v = ckpt_arena_alloc(user, sizeof *v);
+    if (!v)
+        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    return v;
+}
+
+static void on_global(void *u, const char *q, ckpt_global_class c, int op, uint64_t at)
+{
+    (void)u, (void)q, (void)c, (void)op, (void)at;
+}
+
+static void on_use(void *u, const char *q, int op, uint64_t at)
+{
+    (void)u, (void)q, (void)op, (void)at;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const uint64_t limits[CKPT_LIMIT_COUNT_] = {
+        [CKPT_LIMIT_PICKLE_BYTES] = 1 << 20, [CKPT_LIMIT_DEPTH] = 200,
+        [CKPT_LIMIT_STACK] = 1 << 16,       [CKPT_LIMIT_MARKS] = 1 << 12,
+        [CKPT_LIMIT_MEMO] = 1 << 16,        [CKPT_LIMIT_ITEMS] = 1 << 16,
+        [CKPT_LIMIT_STORAGES] = 1 << 12};
+    for (int scan = 0; scan < 2; scan++) {
+        ckpt_arena arena;
+        ckpt_arena_init(&arena);
+        ckpt_pickle_ctx ctx = {.name = "fuzz.pkl", .limits = limits, .classify = classify,
+                               .persistent_load = pid, .user = &arena, .arena = &arena};
+        if (scan) {
+            ctx.on_global = on_global;
+            ctx.on_use = on_use;
+        }
+        ckpt_error err = {0};
+        ckpt_value *root;
+        size_t used;
+        ckpt_pickle_load(&ctx, data, size, &root, &used, &err);
+        ckpt_arena_release(&arena);
+    }
+    return 0;
+}

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Seed corpora and dictionaries for the fuzz targets (tests/fuzz/README.md).
+
+    /usr/bin/python3 tests/fuzz/make_corpus.py      (from the top of the tree)
+
+container:   small checkpoints (zip, legacy, safetensors) written by torch here,
+             plus the small fixtures of tests/data and tests/bad
+pickle:      the data.pkl records of those, and the hostile pickles of tests/bad
+safetensors: headers of small safetensors files (without their framing)
+rename:      rule lines and keys
+spec:        the model specs and the op-case specs
+Deterministic; needs torch (Debian's python3-torch)."""
+import collections
+import glob
+import io
+import json
+import os
+import struct
+import zipfile
+
+import torch
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
+OUT = os.path.join(ROOT, 'tests', 'fuzz', 'corpus')
+MAX = 64 * 1024
+
+
+def put(target, name, data):
+    d = os.path.join(OUT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), 'wb') as f:
+        f.write(data)
+
+
+def saved(obj, legacy=False):
+    b = io.BytesIO()
+    torch.save(obj, b, _use_new_zipfile_serialization=not legacy)
+    return b.getvalue()
+
+
+def main():
+    torch.manual_seed(0)
+    small = collections.OrderedDict([('module.w', torch.arange(6.0).view(2, 3)),
+                                     ('module.b', torch.tensor([1.5, -2.0])),
+                                     ('i', torch.tensor([3], dtype=torch.int64))])
+    files = {
+        'tiny_zip.pth': saved(small),
+        'tiny_legacy.pth': saved(small, legacy=True),
+        'view.pth': saved({'base': torch.arange(8.0), 'v': torch.arange(8.0)[2:5]}),
+        'half.pth': saved({'h': torch.ones(3, dtype=torch.float16),
+                           'bf': torch.ones(2, dtype=torch.bfloat16)}),
+        'nested.pth': saved({'epoch': 1, 'sd': small, 'l': [1, 2.5, 'x', None, True]}),
+    }
+    for name in ('dtypes.pth', 'bn.pth'):
+        with open(os.path.join(ROOT, 'tests', 'data', name), 'rb') as f:
+            files[name] = f.read()
+    for path in sorted(glob.glob(os.path.join(ROOT, 'tests', 'bad', '*'))):
+        if os.path.getsize(path) <= MAX and not path.endswith(('.md', '.py')):
+            with open(path, 'rb') as f:
+                files['bad_' + os.path.basename(path)] = f.read()
+    for name, data in sorted(files.items()):
+        put('container', name, data)
+        if data[:2] == b'PK':
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                for rec in z.namelist():
+                    if rec.endswith('.pkl'):
+                        put('pickle', name + '.' + os.path.basename(rec), z.read(rec))
+        elif data[:1] == b'\x80':
+            put('pickle', name + '.stream', data[:MAX])
+
+    # safetensors headers
+    def header(tensors, meta=None):
+        h, off = {}, 0
+        for n, (dt, shape, nbytes) in tensors.items():
+            h[n] = {'dtype': dt, 'shape': shape, 'data_offsets': [off, off + nbytes]}
+            off += nbytes
+        if meta is not None:
+            h['__metadata__'] = meta
+        return json.dumps(h, separators=(',', ':')).encode()
+    put('safetensors', 'one.json', header({'w': ('F32', [2, 3], 24)}))
+    put('safetensors', 'many.json', header({'a': ('F16', [4], 8), 'b': ('BF16', [2, 2], 8),
+                                            'c': ('I64', [], 8), 'd': ('BOOL', [3], 3)},
+                                           {'format': 'pt'}))
+    put('safetensors', 'empty.json', b'{}')
+    put('safetensors', 'f8.json', header({'x': ('F8_E4M3', [16], 16)}))
+
+    rules = [b's/^module\\.//\nmodule.\nmodule.n.1.weight\nn.2.bias\n_orig_mod.x',
+             b's|(\\w+)\\.(\\d+)|${2}_$1|g\nx\nencoder.0.weight\ndecoder.10.bias',
+             b's/a*/b/gi\n\nAAA\n',
+             b's#^partitions\\.0\\.0\\.#encoder.#\npartitions.\npartitions.0.0.conv1.weight']
+    for i, r in enumerate(rules):
+        put('rename', 'rules%d' % i, r)
+
+    for path in sorted(glob.glob(os.path.join(ROOT, 'models', '*.json')) +
+                       glob.glob(os.path.join(ROOT, 'tests', 'data', 'ops', '*.json'))):
+        with open(path, 'rb') as f:
+            data = f.read()
+        if len(data) <= MAX:
+            put('spec', os.path.basename(path), data)
+
+
+if __name__ == '__main__':
+    main()
