@@ -23,9 +23,19 @@ static int load_next(ckpt_file *f, const uint8_t *map, size_t size, size_t *pos,
     /* each pickle is bounded by the pickle-size limit, not the file size */
     size_t avail = size - *pos;
     uint64_t lim = f->limits[CKPT_LIMIT_PICKLE_BYTES];
-    if (avail > lim)
+    int capped = avail > lim;
+    if (capped)
         avail = (size_t)lim;
     int rc = ckpt_pickle_load(&ctx, map + *pos, avail, out, &used, &f->err);
+    if (rc && capped) {
+        /* the pickle may be fine, only longer than the user allows */
+        char msg[CKPT_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", f->err.msg);
+        ckpt_err_clear(&f->err);
+        return ckpt_err(&f->err, CKPT_ERR_LIMIT, "the %s pickle does not end within the limit "
+                        "of %llu bytes (--max-pickle-bytes): %s", what,
+                        (unsigned long long)lim, msg);
+    }
     if (rc) {
         /* the VM's offsets are within this pickle; say where it starts */
         if (*pos) {

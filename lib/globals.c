@@ -98,7 +98,10 @@ const char *ckpt_globals_py3_module(const char *module)
     static const char *const map[][2] = {
         {"__builtin__", "builtins"}, {"copy_reg", "copyreg"},
         {"UserDict", "collections"}, {"UserList", "collections"},
-        {"exceptions", "builtins"},
+        {"exceptions", "builtins"}, {"cPickle", "pickle"}, {"commands", "subprocess"},
+        {"thread", "_thread"}, {"httplib", "http.client"}, {"urllib2", "urllib.request"},
+        {"StringIO", "io"}, {"cStringIO", "io"}, {"Queue", "queue"},
+        {"SocketServer", "socketserver"}, {"ConfigParser", "configparser"},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
         if (strcmp(module, map[i][0]) == 0)
@@ -124,7 +127,9 @@ bool ckpt_globals_dangerous(const char *q)
         "builtins.input", "builtins.memoryview", "operator.attrgetter",
         "operator.methodcaller", "operator.itemgetter", "functools.reduce",
         "torch.load", "torch.save", "numpy.load", "numpy.save",
-        "numpy.testing._private.utils.runstring", "numpy.f2py.diagnose.run_command"};
+        "numpy.testing._private.utils.runstring", "numpy.f2py.diagnose.run_command",
+        "builtins.reduce", "builtins.intern", "types.FunctionType", "types.CodeType",
+        "types.MethodType"};
     for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
         if (strncmp(q, prefixes[i], strlen(prefixes[i])) == 0)
             return true;

@@ -211,7 +211,7 @@ static int pop_mark(vm *m, ckpt_value ***items, size_t *n)
     if (!m->nmarks)
         return fail(m, CKPT_ERR_FORMAT, "opcode needs a MARK and there is none");
     size_t at = m->marks[--m->nmarks];
-    *items = m->stack + at;
+    *items = m->stack ? m->stack + at : NULL; /* nothing pushed yet: no stack at all */
     *n = m->sp - at;
     m->sp = at;
     return CKPT_OK;

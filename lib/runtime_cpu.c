@@ -242,10 +242,26 @@ static void im2col(const float *x, const ckpt_conv_geom *g, float *cols)
                         memset(dst, 0, sizeof(float) * (size_t)g->out_w);
                         continue;
                     }
-                    for (int64_t ow = 0; ow < g->out_w; ow++) {
-                        int64_t iw = ow * g->stride_w - g->pad_w + j * g->dil_w;
-                        dst[ow] = iw >= 0 && iw < g->in_w ? plane[ih * g->in_w + iw] : 0.0f;
-                    }
+                    /* the columns whose iw = ow * stride + shift falls in the row */
+                    int64_t shift = j * g->dil_w - g->pad_w;
+                    int64_t lo = shift >= 0 ? 0 : (-shift + g->stride_w - 1) / g->stride_w;
+                    int64_t hi = g->in_w - shift <= 0 ? 0
+                                                      : (g->in_w - shift + g->stride_w - 1) /
+                                                            g->stride_w;
+                    if (hi > g->out_w)
+                        hi = g->out_w;
+                    if (lo > hi)
+                        lo = hi;
+                    const float *row = plane + ih * g->in_w;
+                    for (int64_t ow = 0; ow < lo; ow++)
+                        dst[ow] = 0.0f;
+                    if (g->stride_w == 1 && hi > lo)
+                        memcpy(dst + lo, row + lo + shift, sizeof(float) * (size_t)(hi - lo));
+                    else
+                        for (int64_t ow = lo; ow < hi; ow++)
+                            dst[ow] = row[ow * g->stride_w + shift];
+                    for (int64_t ow = hi; ow < g->out_w; ow++)
+                        dst[ow] = 0.0f;
                 }
             }
 }

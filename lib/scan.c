@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -216,20 +217,28 @@ static int scan_zip(ckpt_scan *s, const char *path)
     ckpt_zip *z;
     CKPT_FORWARD(ckpt_zip_open(path, &z, &s->err));
     int rc = CKPT_OK, found = 0;
-    for (int64_t i = 0; i < ckpt_zip_count(z) && rc == CKPT_OK; i++) {
+    ckpt_error first = {0};
+    /* every record, even after one fails: a payload may sit in a later one */
+    for (int64_t i = 0; i < ckpt_zip_count(z); i++) {
         const char *name = ckpt_zip_name(z, i);
         if (!name || !ends_with_nocase(name, ".pkl"))
             continue;
         found = 1;
         uint8_t *buf;
         size_t len, used;
-        rc = ckpt_zip_read_all(z, i, s->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len, &s->err);
-        if (rc == CKPT_OK) {
-            rc = scan_pickle(s, name, buf, len, &used);
+        int r = ckpt_zip_read_all(z, i, s->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len, &s->err);
+        if (r == CKPT_OK) {
+            r = scan_pickle(s, name, buf, len, &used);
             free(buf);
+        }
+        if (r != CKPT_OK && rc == CKPT_OK) {
+            rc = r;
+            first = s->err;
         }
     }
     ckpt_zip_close(z);
+    if (rc != CKPT_OK)
+        s->err = first;
     if (rc == CKPT_OK && !found)
         rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "a zip archive without a .pkl record");
     return rc;
@@ -240,15 +249,25 @@ static int scan_zip(ckpt_scan *s, const char *path)
 static const uint8_t LEGACY_MAGIC[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
                                        0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e};
 
+/* Opcodes a pickle can start with (pickle.dumps at any protocol, or by hand). */
+static int pickle_start(uint8_t b)
+{
+    return b == 0x80 || (b < 0x80 && strchr("()]}NIJKMLFGSTUVXBCcdlqpghjK.", b) && b);
+}
+
 static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len)
 {
     if (len == 0)
         return ckpt_err(&s->err, CKPT_ERR_FORMAT, "empty file");
     int legacy = len >= sizeof LEGACY_MAGIC && memcmp(buf, LEGACY_MAGIC, sizeof LEGACY_MAGIC) == 0;
+    if (!legacy && !pickle_start(buf[0]))
+        return ckpt_err(&s->err, CKPT_ERR_FORMAT, "not a checkpoint or a pickle (first byte "
+                        "0x%02x)", buf[0]);
     s->format = legacy ? CKPT_FORMAT_PTH_LEGACY : CKPT_FORMAT_UNKNOWN;
     s->is_pickle = !legacy;
     static const char *const legacy_names[] = {"magic number", "protocol version", "sys_info",
                                                "data pickle", "storage keys"};
+    uint64_t cap = s->limits[CKPT_LIMIT_PICKLE_BYTES];
     size_t at = 0;
     /* a legacy file holds five pickles, then raw storage bytes; a pickle
      * file holds pickles back to back */
@@ -258,16 +277,23 @@ static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len)
             snprintf(name, sizeof name, "pickle %d (%s)", k + 1, legacy_names[k]);
         else
             snprintf(name, sizeof name, "pickle %d (from byte %zu)", k + 1, at);
-        size_t used = 0;
-        int rc = scan_pickle(s, name, buf + at, len - at, &used);
+        if (k > 0 && !legacy && !pickle_start(buf[at]))
+            break; /* trailing bytes, which pickle.load never reads */
+        /* each pickle is bounded by the limit, not by the rest of the file */
+        size_t avail = len - at, used = 0;
+        int capped = avail > cap;
+        if (capped)
+            avail = (size_t)cap;
+        int rc = scan_pickle(s, name, buf + at, avail, &used);
         if (rc != CKPT_OK) {
-            if (k == 0 && !legacy && s->nhits == 0 && used <= 1)
-                return ckpt_err(&s->err, CKPT_ERR_FORMAT,
-                                "not a checkpoint or a pickle (unknown format)");
-            /* say where in the file, not only in the pickle */
             char msg[CKPT_ERRMSG_MAX];
             snprintf(msg, sizeof msg, "%s", s->err.msg);
-            return ckpt_err(&s->err, rc, "%s: %s", name, msg);
+            ckpt_err_clear(&s->err); /* the first error is kept: replace it */
+            if (capped)
+                return ckpt_err(&s->err, CKPT_ERR_LIMIT, "%s does not end within the limit of "
+                                "%llu bytes (--max-pickle-bytes): %s", name,
+                                (unsigned long long)cap, msg);
+            return ckpt_err(&s->err, rc, "%s", msg);
         }
         at += used;
     }
@@ -315,24 +341,18 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         return rc;
     }
     /* a pickle stream: a legacy checkpoint or a plain pickle file */
-    if ((uint64_t)st.st_size > s->limits[CKPT_LIMIT_PICKLE_BYTES] * 8 + (64u << 20) &&
-        !(got >= 2 && head[0] == 0x80)) {
-        close(fd);
-        return ckpt_err(&s->err, CKPT_ERR_FORMAT, "not a checkpoint or a pickle");
-    }
     size_t len = (size_t)st.st_size;
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf) {
+    if (len == 0) {
         close(fd);
-        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory for %zu bytes", len);
+        return ckpt_err(&s->err, CKPT_ERR_FORMAT, "empty file");
     }
-    int rc = ckpt_pread_all(fd, buf, len, 0) == 0 ? CKPT_OK
-                                                  : ckpt_err(&s->err, CKPT_ERR_IO, "%s",
-                                                             strerror(errno));
+    /* mapped: only the pickles' pages are read, never the tensor data */
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (rc == CKPT_OK)
-        rc = scan_stream(s, buf, len);
-    free(buf);
+    if (map == MAP_FAILED)
+        return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
+    int rc = scan_stream(s, map, len);
+    munmap(map, len);
     return rc;
 }
 

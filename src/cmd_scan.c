@@ -188,9 +188,9 @@ int cmd_scan(int argc, char **argv)
             ckpt_scan_set_limit(s, CKPT_LIMIT_PICKLE_BYTES, common.max_pickle_bytes);
         int rc = ckpt_scan_file(s, argv[i]);
         int ex = file_exit(s, rc);
-        if (rc != CKPT_OK && !common.quiet)
+        if (rc != CKPT_OK) /* errors even with --quiet, as for every command */
             cli_error("scan", argv[i], "%s", ckpt_scan_error_message(s));
-        if (!common.quiet) {
+        if (!common.quiet && !(rc == CKPT_ERR_IO && !json)) {
             if (json)
                 cJSON_AddItemToArray(files, json_file(argv[i], s, rc));
             else
