@@ -9,7 +9,7 @@ the conv autoencoder at batch 1 and 256.  Issue 6: the full SSD300
 layout; models/ssd300.json) at batch 1 and 8.  This script
 
   1. for SSD300, makes the full-width checkpoint once (a torch child:
-     torch.manual_seed(SEED), the default init, torch.save of the state dict
+     torch.manual_seed(SEED), He init of the conv weights, torch.save
      to bench/out/, reused while it is there) and, before any timing, checks
      ckpt's outputs against torch's: bench_forward --dump (OpenBLAS, and the
      plain-C loops when they are timed) on its fixed input, torch's forward
@@ -94,7 +94,7 @@ SSD_PLAIN_BATCHES = "1"
 SSD_CHECK_BATCH = 2
 SSD_SEED = 0
 SSD_MAX_REL = 1e-4  # the output check: max |ckpt - torch| <= 1e-4 * max |torch|
-SSD_GEN_VERSION = 1  # bump when the generated checkpoint changes
+SSD_GEN_VERSION = 2  # bump when the generated checkpoint changes
 
 # key for --models: label, spec, checkpoint (None: generated), class in
 # tests/fixtures/models.py and its keyword arguments, section
@@ -183,6 +183,12 @@ import models
 t0 = time.perf_counter()
 torch.manual_seed(cfg["seed"])
 model = getattr(models, cfg["cls"])(**cfg["kwargs"])
+# He init of every conv weight (biases: torch's default; L2Norm.weight 20): with
+# the default init the input shapes the outputs by under 1% and the output
+# check could not see a wrong early layer
+for mod in model.modules():
+    if isinstance(mod, torch.nn.Conv2d):
+        torch.nn.init.kaiming_normal_(mod.weight, mode="fan_in", nonlinearity="relu")
 sd = model.state_dict()
 # multiply-adds of the conv2d layers for one 300x300 image
 macs = []
@@ -764,6 +770,7 @@ def main():
         if m["ckpt"]:
             m["path"] = os.path.join(ROOT, m["ckpt"])
     digest = sha256(a.bench_forward)
+    rev = bi.git_rev()  # at the start: the tree may move on while this runs
     groups = []
     mnist = [models[k] for k in keys if MODELS[k]["section"] == SECTION]
     if mnist:
@@ -851,7 +858,10 @@ def main():
         (" --ssd-check-batch %d" % a.ssd_check_batch
          if a.ssd_check_batch != SSD_CHECK_BATCH else "") + \
         (" --ssd-seed %d" % a.ssd_seed if a.ssd_seed != SSD_SEED else "") + \
-        (" --no-thread-variants" if a.no_thread_variants else "")
+        (" --no-thread-variants" if a.no_thread_variants else "") + \
+        (" --bench-forward %s" % a.bench_forward
+         if a.bench_forward != os.path.join(HERE, "bench_forward") else "") + \
+        (" --ckpt %s" % a.ckpt if a.ckpt != os.path.join(ROOT, "ckpt") else "")
     texts = []
     for grp, cpu, gpu_rows, extra, elapsed in results:
         torch_threads = cpu[0][3]["torch"]["threads"]
@@ -893,7 +903,7 @@ def main():
                    % (mi["cpu"], mi["cores"], mi["ram"], mi["os"], mi["kernel"]))
         out.append("- Software: %s (git %s); `bench/bench_forward` sha256 %s…; ckpt CPU "
                    "backend: %s; Python %s, torch %s (%d intra-op thread%s by default)"
-                   % (ckver, bi.git_rev(), digest[:12], blas_desc, mi["python"], t0["torch"],
+                   % (ckver, rev, digest[:12], blas_desc, mi["python"], t0["torch"],
                       torch_threads, "" if torch_threads == 1 else "s"))
         out.append("- %s%s" % (gpu_note[0].upper() + gpu_note[1:],
                                " (%s)" % gpu_why if gpu_why else ""))
@@ -906,7 +916,11 @@ def main():
             out.append("- Model: `models/ssd300.json` with a full-width checkpoint made at "
                        "benchmark time (not committed): tests/fixtures/models.py "
                        "`SSD300(width=1)` (ssd.pytorch's layout, 21 classes), "
-                       "`torch.manual_seed(%d)`, the default init (`L2Norm.weight` 20), its "
+                       "`torch.manual_seed(%d)`, every conv weight re-initialised with "
+                       "`kaiming_normal_(mode='fan_in', nonlinearity='relu')` (the biases "
+                       "keep torch's default init, `L2Norm.weight` 20) so that the input "
+                       "shapes the outputs (with the default init it moves them by under 1%%, "
+                       "and a wrong early layer could hide under the check's 1e-4), its "
                        "state dict (%d tensors, %s float32 parameters) written by `torch.save` "
                        "to `%s` (%.1f MiB; %s). %.1f GMAC an image (conv2d). Outputs `loc` "
                        "[B, 8732, 4], `conf` [B, 8732, 21], `priors` [8732, 4]. Input a fixed "

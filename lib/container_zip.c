@@ -6,6 +6,8 @@
 #include "ckpt_private.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,7 +21,10 @@ struct ckpt_zip {
     uint64_t *sizes;
     uint32_t *crcs;
     uint8_t *stored; /* 1 when the record is not compressed (seekable) */
-    uint64_t *offsets; /* local header offsets, read on first need */
+    uint64_t *offsets; /* local header offsets (central directory, at open) */
+    uint64_t *csizes;  /* compressed sizes */
+    uint16_t *namelens;
+    uint64_t cd_off;   /* where the central directory starts */
     int64_t *slots;  /* open-addressing index by case-folded name: index + 1 */
     size_t nslots;
 };
@@ -52,6 +57,72 @@ static int zip_error_to_status(int ze)
     default:
         return CKPT_ERR_FORMAT;
     }
+}
+
+static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err);
+
+static int by_offset(const void *a, const void *b, void *offsets);
+
+/* Every record must lie in the file, before the central directory, and
+ * apart from the others: overlapping records (one local header reached from
+ * two directory entries, a record hidden in another's data) and declared
+ * sizes far past the file (zip bombs) are refused here, before any data is
+ * read or any buffer is sized from them. */
+static int check_layout(ckpt_zip *z, const char *path, ckpt_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return ckpt_err(err, CKPT_ERR_IO, "%s", strerror(errno));
+    }
+    int rc = load_offsets(z, fd, (uint64_t)st.st_size, err);
+    close(fd);
+    if (rc != CKPT_OK)
+        return rc;
+    int64_t *order = malloc((size_t)(z->count ? z->count : 1) * sizeof *order);
+    if (!order)
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < z->count; i++) {
+        uint64_t start = z->offsets[i], hdr = 30 + (uint64_t)z->namelens[i];
+        if (start > z->cd_off || z->cd_off - start < hdr ||
+            z->cd_off - start - hdr < z->csizes[i]) {
+            free(order);
+            return ckpt_err(err, CKPT_ERR_FORMAT,
+                            "record '%s' declares %llu bytes, more than the file holds (a zip "
+                            "bomb or a truncated file)", z->names[i],
+                            (unsigned long long)z->csizes[i]);
+        }
+        /* deflate expands at most about 1032 to 1 */
+        if (!z->stored[i] && z->sizes[i] / 1032 > z->csizes[i] + 64) {
+            free(order);
+            return ckpt_err(err, CKPT_ERR_FORMAT,
+                            "record '%s' declares %llu bytes inflated from %llu: more than "
+                            "deflate can expand (a zip bomb)", z->names[i],
+                            (unsigned long long)z->sizes[i], (unsigned long long)z->csizes[i]);
+        }
+        order[i] = i;
+    }
+    qsort_r(order, (size_t)z->count, sizeof *order, by_offset, z->offsets);
+    for (int64_t k = 0; k + 1 < z->count; k++) {
+        int64_t a = order[k], b = order[k + 1];
+        uint64_t end = z->offsets[a] + 30 + z->namelens[a] + z->csizes[a];
+        if (z->offsets[b] < end) {
+            rc = ckpt_err(err, CKPT_ERR_FORMAT, "records '%s' and '%s' overlap in the file",
+                          z->names[a], z->names[b]);
+            break;
+        }
+    }
+    free(order);
+    return rc;
+}
+
+static int by_offset(const void *a, const void *b, void *offsets)
+{
+    const uint64_t *off = offsets;
+    uint64_t x = off[*(const int64_t *)a], y = off[*(const int64_t *)b];
+    return x < y ? -1 : x > y;
 }
 
 int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err)
@@ -116,12 +187,23 @@ int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err)
     for (int64_t i = 0; i < z->count; i++) {
         size_t b = name_hash(z->names[i]) & (z->nslots - 1);
         while (z->slots[b]) {
-            if (strcasecmp(z->names[z->slots[b] - 1], z->names[i]) == 0)
-                break; /* a duplicate name: the first one wins, as in miniz */
+            if (strcasecmp(z->names[z->slots[b] - 1], z->names[i]) == 0) {
+                /* torch reads the first, Python's zipfile the last: a scanner
+                 * and a loader would see different files.  Refuse. */
+                int rc = ckpt_err(err, CKPT_ERR_FORMAT,
+                                  "two records named '%s' (names are compared ignoring case)",
+                                  z->names[i]);
+                ckpt_zip_close(z);
+                return rc;
+            }
             b = (b + 1) & (z->nslots - 1);
         }
-        if (!z->slots[b])
-            z->slots[b] = i + 1;
+        z->slots[b] = i + 1;
+    }
+    int rc = check_layout(z, path, err);
+    if (rc != CKPT_OK) {
+        ckpt_zip_close(z);
+        return rc;
     }
     *out = z;
     return CKPT_OK;
@@ -129,6 +211,10 @@ int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err)
 
 void ckpt_zip_close(ckpt_zip *z)
 {
+    if (z) {
+        free(z->csizes);
+        free(z->namelens);
+    }
     if (!z)
         return;
     if (z->za)
@@ -227,6 +313,15 @@ int ckpt_zip_read(ckpt_zip *z, int64_t i, uint64_t offset, void *buf, size_t len
         p += got;
         left -= (size_t)got;
     }
+    if (whole && !z->stored[i]) {
+        /* a deflate stream must end where the directory says the record does */
+        uint8_t extra;
+        if (zip_fread(zf, &extra, 1) > 0) {
+            rc = ckpt_err(err, CKPT_ERR_FORMAT, "record '%s' inflates past its declared %llu "
+                          "bytes", z->names[i], (unsigned long long)size);
+            goto done;
+        }
+    }
     if (whole && (uint32_t)crc != z->crcs[i])
         rc = ckpt_err(err, CKPT_ERR_FORMAT,
                       "record '%s': CRC-32 mismatch (stored %08x, data %08x): the file is corrupt",
@@ -316,7 +411,10 @@ static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err)
         return ckpt_err(err, CKPT_ERR_FORMAT, "zip central directory disagrees with itself");
     uint8_t *cd = malloc(cd_size ? (size_t)cd_size : 1);
     z->offsets = calloc((size_t)count + 1, sizeof(*z->offsets));
-    if (!cd || !z->offsets) {
+    z->csizes = calloc((size_t)count + 1, sizeof(*z->csizes));
+    z->namelens = calloc((size_t)count + 1, sizeof(*z->namelens));
+    z->cd_off = cd_off;
+    if (!cd || !z->offsets || !z->csizes || !z->namelens) {
         free(cd);
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
     }
@@ -356,6 +454,8 @@ static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err)
             x += 4 + len;
         }
         z->offsets[i] = off;
+        z->csizes[i] = csize;
+        z->namelens[i] = (uint16_t)nl;
         p += 46 + nl + xl + cl;
     }
     free(cd);
@@ -402,6 +502,11 @@ int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_
         }
         if (got == 0)
             break;
+        if ((uint64_t)got > z->sizes[i] - total) {
+            rc = ckpt_err(err, CKPT_ERR_FORMAT, "record '%s' inflates past its declared %llu "
+                          "bytes", z->names[i], (unsigned long long)z->sizes[i]);
+            break;
+        }
         crc = crc32(crc, buf, (uInt)got);
         total += (uint64_t)got;
         rc = sink(user, buf, (size_t)got);

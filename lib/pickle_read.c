@@ -941,8 +941,14 @@ static int op_build(vm *m)
         slot = &obj->u.dict.state;
     else if (obj->kind == CKPT_KIND_OBJECT)
         slot = &obj->u.obj.state;
-    else if (obj->kind == CKPT_KIND_TENSOR)
+    else if (obj->kind == CKPT_KIND_TENSOR) {
+        /* a tensor's __setstate__ takes its attribute dict; anything else
+         * makes torch.load fail, so it is not a checkpoint torch reads */
+        if (state->kind != CKPT_KIND_DICT && state->kind != CKPT_KIND_NONE)
+            return fail(m, CKPT_ERR_FORMAT, "BUILD on a tensor with a %s as state",
+                        ckpt_kind_name((ckpt_kind)state->kind));
         slot = &obj->u.tensor->state;
+    }
     if (!slot)
         return fail(m, CKPT_ERR_FORMAT, "BUILD on a %s", ckpt_value_kind_name(obj));
     if (*slot)

@@ -35,7 +35,7 @@ typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float a
 
 #define WT_CACHE 64
 #define POOL_SLOTS 64
-#define POOL_MAX_BYTES ((size_t)512 << 20)
+#define POOL_MAX_BYTES ((size_t)1536 << 20)
 
 typedef struct cpu_impl {
     void *blas;           /* dlopen handle */
@@ -54,6 +54,10 @@ typedef struct cpu_impl {
         size_t n;
     } pool[POOL_SLOTS];
     size_t pool_bytes;
+    /* im2col / col2im columns, kept between calls: the big layers' buffers
+     * (hundreds of MB for SSD300) cost more in page faults than in work */
+    float *cols;
+    size_t cols_n;
 } cpu_impl;
 
 static void buf_free(float *p);
@@ -71,6 +75,7 @@ static void cpu_destroy(ckpt_backend *b)
             free(c->wt[i].wt);
         for (size_t i = 0; i < POOL_SLOTS; i++)
             buf_free(c->pool[i].p);
+        free(c->cols);
         if (c->blas)
             dlclose(c->blas);
         free(c);
@@ -226,6 +231,18 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
     return CKPT_OK;
 }
 
+static float *scratch(cpu_impl *c, size_t n)
+{
+    if (n > c->cols_n) {
+        free(c->cols);
+        c->cols_n = 0;
+        if (!(c->cols = malloc((n ? n : 1) * sizeof(float))))
+            return NULL;
+        c->cols_n = n;
+    }
+    return c->cols;
+}
+
 /* cols[(ci * kh + i) * kw + j, oh * out_w + ow] = x[ci, ih, iw] or 0 in the padding */
 static void im2col(const float *x, const ckpt_conv_geom *g, float *cols)
 {
@@ -274,7 +291,7 @@ static int cpu_conv2d(ckpt_backend *b, const float *x, const float *w, const flo
     int direct = g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
                  g->pad_h == 0 && g->pad_w == 0;
     float *cols = NULL;
-    if (!direct && !(cols = malloc((size_t)(ckk * hw > 0 ? ckk * hw : 1) * sizeof(float))))
+    if (!direct && !(cols = scratch(c, (size_t)(ckk * hw))))
         return nomem(b);
     for (int64_t n = 0; n < g->batch; n++) {
         const float *xn = x + n * g->in_c * g->in_h * g->in_w;
@@ -287,7 +304,6 @@ static int cpu_conv2d(ckpt_backend *b, const float *x, const float *w, const flo
                 for (int64_t p = 0; p < hw; p++)
                     yn[oc * hw + p] += bias[oc];
     }
-    free(cols);
     return CKPT_OK;
 }
 
@@ -296,7 +312,7 @@ static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
 {
     cpu_impl *c = b->impl;
     int64_t hw_in = g->in_h * g->in_w, kk = g->k_h * g->k_w, okk = g->out_c * kk;
-    float *cols = malloc((size_t)(okk * hw_in > 0 ? okk * hw_in : 1) * sizeof(float));
+    float *cols = scratch(c, (size_t)(okk * hw_in));
     if (!cols)
         return nomem(b);
     for (int64_t n = 0; n < g->batch; n++) {
@@ -329,7 +345,6 @@ static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
                     yc[p] += bias[oc];
         }
     }
-    free(cols);
     return CKPT_OK;
 }
 

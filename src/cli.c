@@ -7,16 +7,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *cli_escape(const char *s, char *buf, size_t cap)
+{
+    /* names come from the file: a newline or an ESC must not reach the
+     * terminal as such (one line per message, no escape sequences) */
+    size_t o = 0;
+    if (!cap)
+        return "";
+    for (; *s && o + 5 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)
 {
+    char msg[2048], esc[4096];
     va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     fprintf(stderr, "ckpt: %s: ", cmd);
     if (file)
-        fprintf(stderr, "%s: ", file);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
+        fprintf(stderr, "%s: ", cli_escape(file, esc, sizeof esc));
+    fprintf(stderr, "%s\n", cli_escape(msg, esc, sizeof esc));
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)

@@ -51,7 +51,11 @@ enum {
 int cli_common_option(const char *cmd, int opt, const char *arg, cli_common *c);
 void cli_common_free(cli_common *c);
 
-/* "ckpt: <cmd>: <file>: <message>" on stderr (file may be NULL). */
+/* S with control characters written as \xNN, into BUF (names read from a
+ * file must not put newlines or escape sequences on a terminal). */
+const char *cli_escape(const char *s, char *buf, size_t cap);
+
+/* "ckpt: <cmd>: <file>: <message>" on stderr (file may be NULL), escaped. */
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Report a usage error and the hint to --help; returns CLI_EXIT_USAGE. */

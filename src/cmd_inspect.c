@@ -363,8 +363,11 @@ static int print_text(inspect *in)
     printf("%s: %s, %zu tensors in %zu storages, %s\n", in->file,
            ckpt_format_name(ckpt_file_format(f)), n, ckpt_file_storage_count(f),
            cli_human_bytes(t.bytes, b1, sizeof(b1)));
-    if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP)
-        printf("archive prefix '%s', %zu records\n", ckpt_file_prefix(f), ckpt_file_record_count(f));
+    if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP) {
+        char pesc[1024];
+        printf("archive prefix '%s', %zu records\n",
+               cli_escape(ckpt_file_prefix(f), pesc, sizeof pesc), ckpt_file_record_count(f));
+    }
 
     for (size_t i = 0; i < ckpt_file_state_dict_count(f); i++) {
         ckpt_path p;
@@ -420,7 +423,9 @@ static int print_text(inspect *in)
         nshown++;
         const ckpt_storage *s = ckpt_tensor_storage(x);
         format_shape(x, b2, sizeof(b2));
-        printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, k, (int)wdt,
+        char kesc[1024];
+        printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, cli_escape(k, kesc, sizeof kesc),
+               (int)wdt,
                ckpt_dtype_name(ckpt_tensor_dtype(x)), (int)wshape, b2, (int)wdev,
                ckpt_storage_device(s), cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
         if (in->stats) {

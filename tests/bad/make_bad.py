@@ -5,7 +5,9 @@ usage: $PYTHON tests/bad/make_bad.py [--no-torch] OUTDIR
 
 Every file written here must be refused by `ckpt inspect FILE` with exit
 status 3 and one line on stderr, `ckpt: inspect: <file>: <message>`
-(crc_flip.pth: by `ckpt inspect --stats`; see README.md).  Besides the
+(the files whose defect is in the record data, crc_flip.pth and a few
+more: by `ckpt inspect --stats`; see README.md), and `ckpt convert` must
+refuse it the same way.  Besides the
 pth files: safetensors files (st_*.safetensors, each differing from a good
 twin that safetensors.torch.load_file loads by its defect) and shard
 indexes (sharded_*.index.json; the shards they name are absent, outside
@@ -14,7 +16,10 @@ the folder, or hostile themselves).
 The pickles are crafted byte by byte (nothing here is ever unpickled by
 Python's pickle).  Zip archives are built with zipfile: stored records,
 fixed timestamps, folder `archive/` with `data.pkl`, `data/<key>` and
-`version` (`3\\n`), as torch writes to a buffer.  Each hostile file has a
+`version` (`3\\n`), as torch writes to a buffer; the zips whose defect is in
+the zip structure itself (sizes that lie, zip64, overlapping or duplicate
+records) are written field by field with struct (raw_zip), in the same
+layout.  Each hostile file has a
 "good twin" built by the same code with the defect left out; when torch can
 be imported, the generator checks that torch loads every twin, so each file
 differs from a loadable checkpoint by exactly its defect.  It also records
@@ -35,6 +40,7 @@ import struct
 import subprocess
 import sys
 import zipfile
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
@@ -169,6 +175,98 @@ def pickle_zip(pkl):
     return zip_bytes(pkl, {})
 
 
+# --------------------------------------------------------------------------
+# zips written field by field (struct), for the defects zipfile cannot make:
+# declared sizes that lie, zip64 sizes, central entries that share or nest
+# local data, duplicate names.  Same conventions as zip_bytes: DOS date
+# 1980-01-01, version 20 (45 with zip64), external attributes 0644.
+
+U32 = 0xFFFFFFFF
+
+
+class Rec:
+    """One zip record: NAME, the bytes PAYLOAD as they lie in the file, its
+    METHOD (0 stored, 8 deflated), and the CRC-32 / compressed size /
+    uncompressed size the headers declare (by default the true ones)."""
+
+    def __init__(self, name, payload, method=0, crc=None, csize=None,
+                 usize=None, plain=None):
+        self.name = name.encode() if isinstance(name, str) else name
+        self.payload = payload
+        self.method = method
+        plain = payload if plain is None else plain
+        self.crc = zlib.crc32(plain) if crc is None else crc
+        self.csize = len(payload) if csize is None else csize
+        self.usize = len(plain) if usize is None else usize
+        self.offset = None   # of its local header, once written
+
+
+def deflated(name, plain, **kw):
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return Rec(name, c.compress(plain) + c.flush(), method=8, plain=plain,
+               **kw)
+
+
+def _sizes(r, local):
+    """(csize, usize, version, extra) for a header of R: sizes that do not
+    fit 32 bits go into a zip64 extra field (0xFFFFFFFF in the header)."""
+    big = r.csize >= U32 or r.usize >= U32
+    if not big:
+        return r.csize, r.usize, 20, b''
+    if local:
+        x = struct.pack('<QQ', r.usize, r.csize)
+    else:
+        x = b''
+        if r.usize >= U32:
+            x += struct.pack('<Q', r.usize)
+        if r.csize >= U32:
+            x += struct.pack('<Q', r.csize)
+    cs = U32 if (local or r.csize >= U32) else r.csize
+    us = U32 if (local or r.usize >= U32) else r.usize
+    return cs, us, 45, struct.pack('<HH', 1, len(x)) + x
+
+
+def local_header(r):
+    cs, us, ver, extra = _sizes(r, True)
+    return struct.pack('<IHHHHHIIIHH', 0x04034b50, ver, 0, r.method, 0, 0x21,
+                       r.crc, cs, us, len(r.name), len(extra)) + r.name + extra
+
+
+def central_header(r, offset):
+    cs, us, ver, extra = _sizes(r, False)
+    return struct.pack('<IHHHHHHIIIHHHHHII', 0x02014b50, ver, ver, 0,
+                       r.method, 0, 0x21, r.crc, cs, us, len(r.name),
+                       len(extra), 0, 0, 0, 0o644 << 16,
+                       offset) + r.name + extra
+
+
+def raw_zip(records, central=None):
+    """The local records in order, then a central directory of CENTRAL,
+    a list of (Rec, local header offset, or a function giving it once the
+    records are laid out) (default: every record at its own offset), then
+    the end record."""
+    out = b''
+    for r in records:
+        r.offset = len(out)
+        out += local_header(r) + r.payload
+    if central is None:
+        central = [(r, r.offset) for r in records]
+    cd = b''.join(central_header(r, off() if callable(off) else off)
+                  for r, off in central)
+    return out + cd + struct.pack('<IHHHHIIH', 0x06054b50, 0, 0, len(central),
+                                  len(central), len(cd), len(out), 0)
+
+
+def ckpt_recs(tensors, pkl=None, data=None, prefix='archive/'):
+    """The records of a checkpoint (data.pkl, data/<key> in order, version),
+    stored, as Rec objects to edit before raw_zip."""
+    pkl = state_dict_pickle(tensors) if pkl is None else pkl
+    data = data_for(tensors) if data is None else data
+    return ([Rec(prefix + 'data.pkl', pkl)]
+            + [Rec(prefix + 'data/' + k, data[k]) for k in sorted(data)]
+            + [Rec(prefix + 'version', b'3\n')])
+
+
 MAGIC_NUMBER = 0x1950a86a20f9469cfc6c
 LEGACY_HEAD = (pickle.dumps(MAGIC_NUMBER, protocol=2)
                + pickle.dumps(1001, protocol=2)
@@ -248,6 +346,11 @@ def index_json(weight_map):
 # the files
 
 FILES = []   # (name, bytes, what is wrong, how ckpt must fail, good twin)
+
+
+# what ckpt must do with a defect that only reading the data can reveal
+DATA_LEVEL = ('`inspect --stats` exits 3 (the data is read). Plain `inspect` '
+              'reads no data and MAY succeed (exit 0)')
 
 
 def bad(name, content, why, expect='`inspect` exits 3', twin=None):
@@ -410,6 +513,206 @@ def build():
         '`data/1`, `version` at the top level): torch refuses with "file in '
         'archive is not in a subdirectory"', twin=good_zip)
 
+
+    # ---- zip container: sizes that lie, records that share bytes or names
+    # (written field by field: raw_zip)
+    good_raw = raw_zip(ckpt_recs(GOOD))
+    n29 = [T('w', numel=2**29, size=(2**29,), stride=(1,))]
+    recs = ckpt_recs(n29, data={'0': f32(12)})
+    recs[1].csize = recs[1].usize = 2**31
+    z = raw_zip(recs)
+    bad('zip_bomb_stored.pth', z,
+        'zip bomb by declaration: stored record `archive/data/0` holds 48 '
+        'bytes, but its local header and central directory entry both say '
+        '2147483648 (2 GiB, exactly what its storage, FloatStorage numel '
+        '2^29, needs): the record would run 2 GiB past the end of the '
+        '%d-byte file, through the next records and the central directory'
+        % len(z))
+    n38 = [T('w', numel=2**38, size=(2**38,), stride=(1,))]
+    recs = ckpt_recs(n38, data={'0': f32(12)})
+    recs[1].csize = recs[1].usize = 2**40
+    z = raw_zip(recs)
+    bad('zip_bomb_zip64.pth', z,
+        'as zip_bomb_stored.pth with zip64 sizes: `archive/data/0` (48 bytes '
+        'in the file) declares 2^40 bytes (1 TiB) in the zip64 extra fields '
+        'of its local and central headers, what its storage (FloatStorage '
+        'numel 2^38) needs; the file is %d bytes' % len(z))
+    recs = ckpt_recs(n29, data={'0': b''})
+    recs[1] = deflated('archive/data/0', f32(12), usize=2**31)
+    z = raw_zip(recs)
+    bad('zip_bomb_deflate.pth', z,
+        'deflated record `archive/data/0` whose headers declare an '
+        'uncompressed size of 2147483648 (2 GiB, what its storage, '
+        'FloatStorage numel 2^29, needs); the deflate stream (%d bytes) '
+        'inflates to 48' % len(recs[1].payload), expect=DATA_LEVEL)
+    recs = ckpt_recs(GOOD)
+    recs[0] = deflated('archive/data.pkl', recs[0].payload)
+    twin = raw_zip(recs)
+    recs[0].usize = 2**30 - 64
+    bad('zip_bomb_pickle.pth', raw_zip(recs),
+        'deflated `archive/data.pkl` whose headers declare an uncompressed '
+        'size of 1073741760 bytes (64 under the 1 GiB pickle limit); the '
+        '%d-byte stream inflates to %d' % (len(recs[0].payload),
+                                         len(state_dict_pickle(GOOD))),
+        twin=twin)
+    recs = ckpt_recs(GOOD)
+    plain = data_for(GOOD)['0']
+    recs[1] = deflated('archive/data/0', plain)
+    twin = raw_zip(recs)
+    recs[1] = deflated('archive/data/0', plain + bytes(1 << 20),
+                       crc=zlib.crc32(plain), usize=len(plain))
+    bad('zip_deflate_overrun.pth', raw_zip(recs),
+        'deflated `archive/data/0` declares 48 bytes (and the CRC-32 of its '
+        'first 48), but its %d-byte deflate stream inflates to 48 + 1048576 '
+        'bytes: a reader that stops at the declared size and checks the CRC '
+        'sees nothing wrong' % len(recs[1].payload), twin=twin,
+        expect=DATA_LEVEL)
+
+    pair = [T('w', numel=6, size=(2, 3), stride=(3, 1)),
+            T('b', key='1', numel=6, size=(6,), stride=(1,))]
+    recs = ckpt_recs(pair)
+    twin = raw_zip(recs)
+    d1 = recs.pop(2)    # archive/data/1: central entry only
+    d1.payload = recs[1].payload
+    d1.crc = recs[1].crc
+    cen = [(recs[0], recs[0]), (recs[1], recs[1]), (d1, recs[1]),
+           (recs[2], recs[2])]
+    cen = [(r, (lambda o=o: o.offset)) for r, o in cen]
+    bad('overlapping_records.pth', raw_zip(recs, cen),
+        'the central directory entries of `archive/data/0` and '
+        '`archive/data/1` (two 24-byte storages) point at the same local '
+        'header (named `archive/data/0`): both tensors would read the same '
+        'bytes; sizes and CRC-32s agree, so only the overlap is wrong',
+        twin=twin)
+    pair = [T('w', numel=16, size=(4, 4), stride=(4, 1)),
+            T('b', key='1', numel=3, size=(3,), stride=(1,))]
+    recs = ckpt_recs(pair)
+    twin = raw_zip(recs)
+    d1 = recs.pop(2)
+    inner = local_header(d1) + d1.payload            # 30 + 14 + 12 bytes
+    recs[1] = Rec('archive/data/0', b'\0' * 4 + inner
+                  + b'\0' * (64 - 4 - len(inner)))
+    d0 = recs[1]
+    cen = [(recs[0], lambda: recs[0].offset), (d0, lambda: d0.offset),
+           (d1, lambda: d0.offset + 30 + len(d0.name) + 4),
+           (recs[2], lambda: recs[2].offset)]
+    bad('overlapping_records_nested.pth', raw_zip(recs, cen),
+        '`archive/data/1` (12 bytes) has no local record of its own: its '
+        'central entry points at a complete local header + data hidden at '
+        'byte 4 of the 64-byte data of `archive/data/0`, so the two '
+        'records overlap (each CRC-32 is right)', twin=twin)
+
+    recs = ckpt_recs(GOOD)
+    recs.insert(2, Rec('archive/data/0', f32(12, start=100.0)))
+    bad('duplicate_record.pth', raw_zip(recs),
+        'two records named `archive/data/0` (both 48 bytes, different '
+        'values: 0.0, 0.25, ... and 100.0, 100.25, ...); which one is '
+        'tensor `w` depends on the reader', twin=good_raw)
+    recs = ckpt_recs(GOOD)
+    recs.append(Rec('archive/data.pkl',
+                    PROTO2 + G('os', 'system') + U('touch ' + PWNED) + TUPLE1
+                    + REDUCE + STOP))
+    bad('duplicate_data_pkl.pth', raw_zip(recs),
+        'two records named `archive/data.pkl`: the first a valid state dict, '
+        "the last (which Python's zipfile reads) `os.system('touch %s')`; a "
+        'reader that takes the first one sees a clean file' % PWNED,
+        twin=good_raw)
+
+    zrecs = zipfile.ZipFile(io.BytesIO(good_zip)).infolist()
+    d0_at = zrecs[1].header_offset
+    cd_at = len(good_zip) - 22 - sum(46 + len(i.filename) for i in zrecs)
+    bad('truncated_local_header.pth', good_zip[:d0_at + 20],
+        'the good twin of crc_flip.pth (2 tensors, %d bytes) cut 20 bytes '
+        'into the local header of `archive/data/0` (byte %d): no record '
+        'data after it, no central directory' % (len(good_zip), d0_at + 20),
+        twin=good_zip)
+    bad('truncated_central_directory.pth', good_zip[:cd_at + 46 + 10],
+        'the same zip cut in its central directory: the first central '
+        'entry (at byte %d) is complete up to 10 bytes into its name, the '
+        'rest and the end record are missing' % cd_at, twin=good_zip)
+    bad('truncated_end_record.pth', good_zip[:-10],
+        'the same zip without the last 10 bytes: the end-of-central-'
+        'directory record is cut (its directory size and offset fields are '
+        'gone)', twin=good_zip)
+
+    # ---- tensors: shapes, strides, offsets, storage sizes
+    one = ckpt_zip([T('w', numel=6)])   # w (2,3) stride (3,1) on 6 floats
+    bad('shape_overflow.pth',
+        ckpt_zip([T('w', numel=6, size=(2**32, 2**32), stride=(2**32, 1))]),
+        'tensor `w` of shape (2^32, 2^32): its element count, 2^64, wraps '
+        'to 0 in 64 bits (stride (2^32, 1), storage of 6 floats)', twin=one)
+    bad('shape_overflow_int64.pth',
+        ckpt_zip([T('w', numel=6, size=(2**62, 3), stride=(0, 0))]),
+        'tensor `w` of shape (2^62, 3) and stride (0, 0) (every element is '
+        'element 0, inside the storage): 3 x 2^62 elements fit in uint64 '
+        'but not in int64', twin=one)
+    bad('stride_outside.pth',
+        ckpt_zip([T('w', numel=6, size=(2, 3), stride=(6, 1))]),
+        'tensor `w` of shape (2, 3), offset 0, on a FloatStorage of numel 6: '
+        'its 6 elements fit, but stride (6, 1) reaches element 8',
+        twin=one)
+    bad('stride_overflow.pth',
+        ckpt_zip([T('w', numel=6, size=(2, 3), stride=(2**62, 1))]),
+        'tensor `w` of shape (2, 3) with stride (2^62, 1): it reaches '
+        'element 2^62 + 2, whose byte offset overflows 64 bits', twin=one)
+    bad('negative_size.pth',
+        ckpt_zip([T('w', numel=6, size=(-1, 3), stride=(3, 1))]),
+        'tensor `w` of shape (-1, 3)', twin=one)
+    bad('negative_stride.pth',
+        ckpt_zip([T('w', numel=6, offset=2, size=(2, 3), stride=(3, -1))]),
+        'tensor `w` of shape (2, 3), stride (3, -1), offset 2 (every element '
+        'it names is inside the storage; torch has no negative strides)',
+        twin=one)
+    bad('negative_offset.pth',
+        ckpt_zip([T('w', numel=6, offset=-1, size=(2,), stride=(1,))]),
+        'tensor `w` with storage_offset -1', twin=one)
+    bad('storage_numel_overflow.pth',
+        ckpt_zip([T('w', numel=2**62, size=(0,), stride=(1,))],
+                 data={'0': b''}),
+        'FloatStorage of numel 2^62: its byte size, 2^64, wraps to 0, which '
+        'is the size of its (empty) record; the tensor is empty (shape (0,))',
+        twin=ckpt_zip([T('w', numel=0, size=(0,), stride=(1,))]))
+    bad('storage_negative_numel.pth',
+        ckpt_zip([T('w', numel=-1, size=(0,), stride=(1,))],
+                 data={'0': b''}),
+        'FloatStorage of numel -1 (empty record, empty tensor)',
+        twin=ckpt_zip([T('w', numel=0, size=(0,), stride=(1,))]))
+    huge = [T('w', key=LEGACY_KEYS[0], numel=2**61, size=(3, 4),
+              stride=(4, 1)), GOOD_LEGACY[1]]
+    bad('legacy_huge_storage.pth',
+        legacy_bytes(huge, counts={LEGACY_KEYS[0]: 2**61},
+                     data={LEGACY_KEYS[0]: f32(12), LEGACY_KEYS[1]: f32(3)}),
+        'legacy file: storage %s is FloatStorage numel 2^61 (2^63 bytes) in '
+        'the pickle and in its element count, but 48 bytes follow'
+        % LEGACY_KEYS[0], twin=good_legacy)
+
+    # ---- pickle VM: memo, BUILD, lengths
+    bad('binget_before_binput.pth',
+        pickle_zip(PROTO2 + EMPTY_DICT + U('k') + BINGET(0) + SETITEM + STOP),
+        'BINGET 0 with an empty memo (no PUT of any kind before it)')
+    bad('memo_index_out_of_range.pth',
+        pickle_zip(PROTO2 + EMPTY_LIST + b'p4294967296\n' + STOP),
+        'protocol-0 PUT with memo index 4294967296 (2^32; BINPUT and '
+        'LONG_BINPUT can only say up to 2^32 - 1)')
+    bad('build_on_tensor_junk.pth',
+        zip_bytes(PROTO2 + ODICT + MARK + U('w') + tensor(T('w', numel=6))
+                  + U('junk') + I(7) + TUPLE2 + b'b' + SETITEMS + STOP,
+                  data_for([T('w', numel=6)])),
+        "state dict {w: tensor} where BUILD is applied to the rebuilt "
+        "tensor with the state ('junk', 7) (torch would call "
+        "tensor.set_('junk', 7))", twin=one)
+    bad('storage_key_newline.pth',
+        ckpt_zip([T('w', key='0\n\x1b[2J', numel=6)], data={'0': f32(6)}),
+        'the storage key is `0`, newline, `ESC [2J` (a terminal\'s clear '
+        'screen) and there is no record of that name (only '
+        '`archive/data/0`): the message that names the key must still be '
+        'one line, with the control characters escaped', twin=one)
+    bad('huge_length8.pth',
+        pickle_zip(b'\x80\x04' + b'\x8e' + struct.pack('<Q', 2**64 - 1)
+                   + b'abc' + STOP),
+        'BINBYTES8 whose u64 length field is 2^64 - 1, in a data.pkl of a '
+        'few bytes')
+
     # ---- safetensors (the last column is what safetensors' own loader,
     # safetensors.torch.load_file, does with them)
     good_st = st_good()
@@ -454,6 +757,9 @@ def build():
     bad('st_unknown_dtype.safetensors',
         st_good([('w', 'Q4', (2, 3), (0, 24)), ('b', 'F32', (3,), (24, 36))]),
         '`w` has dtype "Q4", which is not a safetensors dtype', twin=good_st)
+    bad('st_truncated_data.safetensors', good_st[:-4],
+        'the good file without its last 4 bytes: tensor `b` (data_offsets '
+        '[24, 36]) ends 4 bytes past the end of the data', twin=good_st)
     bad('st_duplicate_name.safetensors',
         st_good([('w', 'F32', (2, 3), (0, 24)), ('w', 'F32', (3,), (24, 36))]),
         'the name `w` appears twice in the JSON header (a JSON parser keeps '
@@ -506,6 +812,7 @@ for p in sys.argv[1:]:
         r = 'loads'
     except BaseException as e:
         m = str(e).replace('\n', ' ')
+        m = ''.join(c if c.isprintable() else ascii(c)[1:-1] for c in m)
         k = m.find('WeightsUnpickler error: ')
         if k >= 0:
             m = 'weights-only: ' + m[k + 24:]
@@ -596,8 +903,14 @@ def main():
         'Every file must be refused by `ckpt inspect FILE` with exit status '
         '3 and exactly one stderr line `ckpt: inspect: <file>: <message>`, '
         'and nothing may be executed (`%s` must never appear). Exception: '
-        '`crc_flip.pth` is refused by `ckpt inspect --stats` (plain '
-        '`inspect` reads no data and may exit 0).' % PWNED,
+        'the files whose defect is in the record data (%s) are refused by '
+        '`ckpt inspect --stats` (plain `inspect` reads no data and may exit '
+        '0). `ckpt convert FILE OUT.safetensors` must refuse every file the '
+        'same way (exit 3, one line `ckpt: convert: <file>: <message>`), '
+        'leaving no OUT behind. tests/cli/bad_inputs.sh checks all this, and '
+        'the gist of each message.' % (PWNED, ', '.join(
+            '`%s`' % n for n, _, _, e, _ in FILES
+            if e != '`inspect` exits 3')),
         '',
         'Files marked "twin" differ from a checkpoint that torch loads by '
         'exactly the defect: the generator builds that twin with the same '

@@ -1,9 +1,12 @@
 #!/bin/sh
 # bad_inputs.sh - every hostile or malformed file of tests/bad (described in
 # tests/bad/README.md) is refused by `ckpt inspect`: exit status 3, exactly
-# one line on stderr, "ckpt: inspect: FILE: <message>", nothing on stdout,
+# one line on stderr, "ckpt: inspect: FILE: <message>", the message saying
+# what is wrong (each file's expected message is below), nothing on stdout,
 # the input left as it was, and nothing in it executed (the payloads would
-# create /tmp/ckpt_pwned).  The log is a catalogue of the messages.
+# create /tmp/ckpt_pwned).  `ckpt convert FILE OUT.safetensors` refuses it
+# too, and leaves no OUT (nor any temporary file) behind.  The log is a
+# catalogue of the messages.
 # shellcheck source=tests/cli/setup.sh
 . "${srcdir:-.}/tests/cli/setup.sh"
 
@@ -18,7 +21,8 @@ fi
 
 # refused FILE ARGS...: `ckpt inspect ARGS FILE` refuses FILE as it should:
 # exit 3, nothing on stdout, one line on stderr starting "ckpt: inspect:
-# FILE: ", FILE unchanged, no $pwned.  One "ok" line, or a FAIL naming every
+# FILE: " (no control characters: names taken from the file are escaped),
+# FILE unchanged, no $pwned.  One "ok" line, or a FAIL naming every
 # problem.
 refused() {
     _file=$1
@@ -34,11 +38,131 @@ refused() {
     "ckpt: inspect: $_file: "?*) ;;
     *) _p="$_p; stderr does not start with 'ckpt: inspect: $_file: '" ;;
     esac
+    ! grep -q '[[:cntrl:]]' "$err" || _p="$_p; control characters in the message"
     cksum <"$_file" >"$tmp/after"
     cmp -s "$tmp/before" "$tmp/after" || _p="$_p; $_file was modified"
     [ ! -e "$pwned" ] || _p="$_p; $pwned exists: a payload ran"
     if [ -z "$_p" ]; then
         ok "refused (3, one line on stderr, no stdout, input unchanged): $last_cmd"
+    else
+        fail "$last_cmd: ${_p#; }"
+        show_output
+    fi
+}
+
+# expect NAME: sets $pat, an extended regular expression (matched without
+# regard to case) that the message for tests/bad/NAME must match, and $level:
+# "data" for the files whose defect is in the record data, which plain
+# `inspect` does not read (it may succeed; --stats must refuse), else
+# "header".  Every file of tests/bad must be listed here.
+expect() {
+    level=header
+    case $1 in
+    truncated_zip.pth | truncated_local_header.pth | \
+        truncated_central_directory.pth | truncated_end_record.pth)
+        pat='not a readable zip archive' ;;
+    truncated_pickle.pth) pat='archive/data\.pkl at byte [0-9]+: truncated pickle' ;;
+    truncated_legacy.pth) pat="truncated: storage '140000000004096' needs 48 bytes" ;;
+    crc_flip.pth)
+        level=data
+        pat="record 'archive/data/0'.*CRC-32 mismatch" ;;
+    os_system.pth | os_system_nested.pth) pat="refused global 'os\.system'" ;;
+    posix_system.pth) pat="refused global 'posix\.system'" ;;
+    builtins_eval.pth) pat="refused global 'builtins\.eval'" ;;
+    memo_bad_index.pth) pat='memo index 7 read before it was stored' ;;
+    binget_before_binput.pth) pat='memo index 0 read before it was stored' ;;
+    memo_index_out_of_range.pth) pat='memo index 4294967296 out of range' ;;
+    stack_underflow.pth | stack_underflow_reduce.pth) pat='stack underflow' ;;
+    mark_bomb.pth) pat='more than [0-9]+ nested MARKs' ;;
+    setitems_on_list.pth) pat='SETITEMS? on a list' ;;
+    deep_nesting.pth) pat='nested more than [0-9]+ levels' ;;
+    build_on_tensor_junk.pth) pat='BUILD' ;;
+    storage_too_small.pth) pat="reaching element 15\) goes past the end of storage '0'" ;;
+    storage_offset_past_end.pth) pat="offset 10, .*goes past the end of storage '0'" ;;
+    stride_outside.pth) pat="reaching element 8\) goes past the end of storage '0'" ;;
+    stride_overflow.pth) pat="(goes past the end of storage '0'|overflow)" ;;
+    shape_overflow.pth | shape_overflow_int64.pth) pat='tensor size overflows 64 bits' ;;
+    negative_size.pth) pat='tensor shape has a negative entry \(-1\)' ;;
+    negative_stride.pth) pat='tensor stride has a negative entry \(-1\)' ;;
+    negative_offset.pth) pat='negative tensor offset' ;;
+    storage_numel_overflow.pth) pat="storage '0' size overflows" ;;
+    storage_negative_numel.pth) pat="storage '0' has an invalid element count" ;;
+    storage_key_newline.pth) pat='has no record' ;;
+    record_size_mismatch.pth) pat="record 'archive/data/0' is 40 bytes but storage '0' .* needs 48" ;;
+    missing_record.pth) pat="storage '1' has no record 'archive/data/1'" ;;
+    unknown_storage_type.pth) pat='torch\.FooStorage' ;;
+    bad_utf8.pth | st_bad_utf8.safetensors) pat='not valid UTF-8' ;;
+    huge_length.pth) pat='opcode needs 2147483648 more bytes' ;;
+    huge_length8.pth) pat='opcode needs 18446744073709551615 more bytes' ;;
+    legacy_bad_count.pth) pat="storage '140000000004096' has wrong byte size: expected 12 elements, got 13" ;;
+    legacy_huge_storage.pth) pat="storage '140000000004096' needs 9223372036854775808 bytes" ;;
+    not_a_checkpoint.pth) pat='not a PyTorch checkpoint' ;;
+    empty.pth) pat='empty file' ;;
+    no_prefix_dir.pth) pat='not in a subdirectory' ;;
+    zip_bomb_stored.pth | zip_bomb_zip64.pth)
+        pat="record 'archive/data/0' declares [0-9]+ bytes, more than the file holds \(a zip bomb" ;;
+    zip_bomb_deflate.pth)
+        pat="record 'archive/data/0' declares 2147483648 bytes inflated from 36: more than deflate can expand \(a zip bomb\)" ;;
+    zip_bomb_pickle.pth) pat="record 'archive/data\.pkl' declares [0-9]+ bytes inflated from [0-9]+: .*zip bomb" ;;
+    zip_deflate_overrun.pth)
+        level=data
+        pat="record 'archive/data/0' inflates past its declared 48 bytes" ;;
+    overlapping_records.pth | overlapping_records_nested.pth)
+        pat="archive/data/[01].*overlap|overlap.*archive/data/[01]" ;;
+    duplicate_record.pth) pat="archive/data/0.*(duplicate|twice)|(duplicate|twice).*archive/data/0" ;;
+    duplicate_data_pkl.pth) pat="archive/data\.pkl.*(duplicate|twice)|(duplicate|twice).*archive/data\.pkl" ;;
+    st_header_past_eof.safetensors) pat='header length 1144 goes past the end of the 188-byte file' ;;
+    st_huge_header.safetensors) pat='header of 100000001 bytes is over' ;;
+    st_overlap.safetensors) pat="tensors 'w' and 'b' overlap" ;;
+    st_size_mismatch.safetensors) pat="tensor 'w' is 20 bytes by its offsets" ;;
+    st_offsets_out_of_bounds.safetensors) pat="tensor 'b' ends at byte 36 of a 28-byte data section" ;;
+    st_truncated_data.safetensors) pat="tensor 'b' ends at byte 36 of a 32-byte data section" ;;
+    st_bad_json.safetensors) pat='not one JSON object' ;;
+    st_unknown_dtype.safetensors) pat="unknown dtype 'Q4'" ;;
+    st_duplicate_name.safetensors) pat="tensor 'w' appears twice" ;;
+    sharded_missing_shard.index.json) pat="shard 'model-00001-of-00002\.safetensors'.*No such file" ;;
+    sharded_escape.index.json) pat='maps to \.\./data/mlp\.pth, not a file name beside the index' ;;
+    sharded_absolute.index.json) pat='maps to /etc/passwd, not a file name beside the index' ;;
+    sharded_bad_shard.index.json) pat="shard 'st_overlap\.safetensors': .*overlap" ;;
+    *) return 1 ;;
+    esac
+}
+
+# says PATTERN: the message of the last run matches PATTERN (ERE, any case).
+says() {
+    if grep -Eiq -- "$1" "$err"; then
+        ok "the message says /$1/"
+    else
+        fail "the message does not match /$1/: $last_cmd"
+        show_output
+    fi
+}
+
+# convert_refuses FILE: `ckpt convert FILE OUT.safetensors` exits 3 with one
+# line "ckpt: convert: FILE: ..." and nothing on stdout, writes nothing, and
+# leaves FILE as it was.
+convert_refuses() {
+    rm -rf "$tmp/conv"
+    mkdir "$tmp/conv"
+    cksum <"$1" >"$tmp/before"
+    ckpt convert "$1" "$tmp/conv/out.safetensors"
+    _p=
+    [ "$status" -eq 3 ] || _p="$_p; exit $status, expected 3"
+    [ ! -s "$out" ] || _p="$_p; output on stdout"
+    _n=$(wc -l <"$err" | tr -d ' ')
+    [ "$_n" -eq 1 ] || _p="$_p; $_n lines on stderr, expected 1"
+    case $(head -n 1 "$err") in
+    "ckpt: convert: $1: "?*) ;;
+    *) _p="$_p; stderr does not start with 'ckpt: convert: $1: '" ;;
+    esac
+    ! grep -q '[[:cntrl:]]' "$err" || _p="$_p; control characters in the message"
+    _left=$(listing "$tmp/conv" | tr '\n' ' ')
+    [ -z "$_left" ] || _p="$_p; left behind: $_left"
+    cksum <"$1" >"$tmp/after"
+    cmp -s "$tmp/before" "$tmp/after" || _p="$_p; $1 was modified"
+    [ ! -e "$pwned" ] || _p="$_p; $pwned exists: a payload ran"
+    if [ -z "$_p" ]; then
+        ok "refused, nothing written: $last_cmd"
     else
         fail "$last_cmd: ${_p#; }"
         show_output
@@ -53,27 +177,43 @@ for path in tests/bad/*; do
     [ -f "$path" ] || continue
     n=$((n + 1))
     name=${path#tests/bad/}
-    case $name in
-    crc_flip.pth)
+    if ! expect "$name"; then
+        fail "$name: no expected message for it in tests/cli/bad_inputs.sh (add one)"
+        continue
+    fi
+    case $level in
+    data)
         # Plain inspect reads no tensor data and may succeed; --stats reads
-        # it and must find the flipped bit.
-        say "$name (with --stats: the data is read and its CRC-32 checked)"
+        # it and must find the defect.
+        say "$name (with --stats: the defect is in the data)"
         refused "$path" --stats
         note "message: $(cat "$err")"
+        says "$pat"
         refused "$path" --stats --json
         refused "$path" --stats --quiet
+        ckpt inspect "$path"
+        case $status in
+        0) ok "plain inspect (no data read): exit 0" ;;
+        3) refused "$path" ;;
+        *)
+            fail "exit $status, expected 0 or 3: $last_cmd"
+            show_output
+            ;;
+        esac
         ;;
     *)
         say "$name"
         refused "$path"
         note "message: $(cat "$err")"
+        says "$pat"
         refused "$path" --json
         refused "$path" --stats
         refused "$path" --quiet
         ;;
     esac
+    convert_refuses "$path"
 done
-check "found $n hostile inputs in tests/bad" test "$n" -ge 20
+check "found $n hostile inputs in tests/bad" test "$n" -ge 60
 
 # ---------------------------------------------------------------------------
 say "crc_flip.pth without --stats: only the pickle is read, the listing succeeds"

@@ -55,16 +55,20 @@ def main():
         with open(os.path.join(ROOT, 'tests', 'data', name), 'rb') as f:
             files[name] = f.read()
     for path in sorted(glob.glob(os.path.join(ROOT, 'tests', 'bad', '*'))):
-        if os.path.getsize(path) <= MAX and not path.endswith(('.md', '.py')):
+        if os.path.isfile(path) and os.path.getsize(path) <= MAX and \
+                not path.endswith(('.md', '.py')):
             with open(path, 'rb') as f:
                 files['bad_' + os.path.basename(path)] = f.read()
     for name, data in sorted(files.items()):
         put('container', name, data)
         if data[:2] == b'PK':
-            with zipfile.ZipFile(io.BytesIO(data)) as z:
-                for rec in z.namelist():
-                    if rec.endswith('.pkl'):
-                        put('pickle', name + '.' + os.path.basename(rec), z.read(rec))
+            try:  # the hostile zips may not even open
+                with zipfile.ZipFile(io.BytesIO(data)) as z:
+                    for rec in z.namelist():
+                        if rec.endswith('.pkl'):
+                            put('pickle', name + '.' + os.path.basename(rec), z.read(rec))
+            except Exception:
+                pass
         elif data[:1] == b'\x80':
             put('pickle', name + '.stream', data[:MAX])
 

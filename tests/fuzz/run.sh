@@ -7,7 +7,7 @@ set -eu
 secs=${1:-600}
 [ $# -gt 0 ] && shift
 targets=${*:-container pickle safetensors rename spec}
-bin=tests/fuzz/bin
+bin=${FUZZ_BIN:-tests/fuzz/bin}
 work=${FUZZ_WORK:-tests/fuzz/work}
 mkdir -p "$work"
 run_one() {
