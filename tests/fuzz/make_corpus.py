@@ -9,7 +9,8 @@ pickle:      the data.pkl records of those, and the hostile pickles of tests/bad
 safetensors: headers of small safetensors files (without their framing)
 rename:      rule lines and keys
 spec:        the model specs and the op-case specs
-Deterministic; needs torch (Debian's python3-torch)."""
+Needs torch (Debian's python3-torch).  Deterministic except the legacy
+file's storage keys, which torch takes from C pointers."""
 import collections
 import glob
 import io
