@@ -81,6 +81,8 @@ static void print_text(const char *path, const ckpt_scan *s, int rc)
                rc != CKPT_OK ? " (and the file is malformed after them)" : "");
     else if (rc != CKPT_OK)
         printf("  verdict: unreadable: %s\n", ckpt_scan_error_message(s));
+    else if (ckpt_scan_format(s) == CKPT_FORMAT_SAFETENSORS)
+        printf("  verdict: safe: no pickle (a safetensors header, checked)\n");
     else
         printf("  verdict: safe: only state-dict (interpreted) and known-data globals\n");
 }
