@@ -220,19 +220,7 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
     if (!m || !f || !sd || !m->nnodes)
         return CKPT_ERR_USAGE;
     unbind(m);
-    for (size_t i = 0; i < m->nreport_strings; i++)
-        free(m->report_strings[i]);
-    free(m->report_strings);
-    free(m->missing);
-    free(m->unexpected);
-    free(m->bad_dtype);
-    free(m->mismatches);
-    free(m->message);
-    m->report_strings = NULL;
-    m->nreport_strings = 0;
-    m->missing = m->unexpected = m->bad_dtype = NULL;
-    m->mismatches = NULL;
-    m->message = NULL;
+    rt_model_clear_report(m);
     m->err_code = CKPT_OK;
     m->err[0] = '\0';
     if (report)

@@ -132,6 +132,9 @@ int64_t rt_prior_boxes(const rt_prior *p, float *boxes);
 int rt_check_inputs(ckpt_model *m, const ckpt_array *inputs, rt_shape *shape);
 int rt_model_shapes(ckpt_model *m, rt_shape *shape);
 
+/* Free what the last strict load's report points to. */
+void rt_model_clear_report(ckpt_model *m);
+
 /* Drop uploaded parameters (before a rebind or free). */
 void rt_model_release_device(ckpt_model *m);
 

@@ -38,7 +38,7 @@ ckpt_model *ckpt_model_new(void)
     return calloc(1, sizeof(ckpt_model));
 }
 
-static void model_clear_report(ckpt_model *m)
+void rt_model_clear_report(ckpt_model *m)
 {
     for (size_t i = 0; i < m->nreport_strings; i++)
         free(m->report_strings[i]);
@@ -58,7 +58,7 @@ static void model_clear_report(ckpt_model *m)
 static void model_clear(ckpt_model *m)
 {
     rt_model_release_device(m);
-    model_clear_report(m);
+    rt_model_clear_report(m);
     free(m->path);
     free(m->name);
     free(m->klass);
