@@ -663,7 +663,7 @@ def main():
     # the numbers must come from one build: note the binary and the tree now,
     # and check at the end that the binary did not change during the run
     rev = bi.git_rev()
-    digest = br.file_digest(ckpt)
+    digest = bi.file_digest(ckpt)
     tmpdir = tempfile.mkdtemp(prefix="bench_convert.")
     done = []
     try:
@@ -680,7 +680,7 @@ def main():
     text, _ = report(a, ckpt, done, rev, digest)
     print()
     print(text)
-    if br.file_digest(ckpt) != digest:
+    if bi.file_digest(ckpt) != digest:
         sys.exit("bench: %s changed during the run (rebuilt?): the numbers mix two "
                  "builds; %s left alone" % (ckpt, a.results))
     if not a.no_results:

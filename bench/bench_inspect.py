@@ -357,6 +357,17 @@ def fmt_ms(s):
     return "%.1f" % v if v < 1000 else "%.0f" % v
 
 
+def file_digest(path):
+    """SHA-256 of a file: the benchmarks check that the binary they time did
+    not change during the run."""
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def update_results(path, section_text, section=None):
     """Replace SECTION's part of RESULTS.md (append it if absent); every
     benchmark in bench/ writes its own section through this."""

@@ -626,15 +626,6 @@ def env_notes():
     return notes
 
 
-def file_digest(path):
-    import hashlib
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def report(a, ckpt, sizes, rev):
     mi = bi.machine_info()
     ckver = subprocess.run([ckpt, "--version"], capture_output=True,
@@ -850,7 +841,7 @@ def main():
     # the numbers must come from one build: note the binary and the tree now,
     # and check at the end that the binary did not change during the run
     rev = bi.git_rev()
-    digest = file_digest(ckpt)
+    digest = bi.file_digest(ckpt)
     tmpdir = tempfile.mkdtemp(prefix="bench_rewrite.")
     done = []
     try:
@@ -866,7 +857,7 @@ def main():
     text, allv = report(a, ckpt, done, rev)
     print()
     print(text)
-    if file_digest(ckpt) != digest:
+    if bi.file_digest(ckpt) != digest:
         sys.exit("bench: %s changed during the run (rebuilt?): the numbers mix two "
                  "builds; %s left alone" % (ckpt, a.results))
     if not a.no_results:

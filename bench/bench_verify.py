@@ -362,14 +362,6 @@ def combine(results):
     return res
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def blas_threads(description):
     m = re.search(r"(\d+) threads", description or "")
     return int(m.group(1)) if m else None
@@ -769,7 +761,7 @@ def main():
     for m in models.values():
         if m["ckpt"]:
             m["path"] = os.path.join(ROOT, m["ckpt"])
-    digest = sha256(a.bench_forward)
+    digest = bi.file_digest(a.bench_forward)
     rev = bi.git_rev()  # at the start: the tree may move on while this runs
     groups = []
     mnist = [models[k] for k in keys if MODELS[k]["section"] == SECTION]
@@ -834,7 +826,7 @@ def main():
             results.append((grp, cpu, gpu_rows, extra, time.perf_counter() - t_start))
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-    same_binary = sha256(a.bench_forward) == digest
+    same_binary = bi.file_digest(a.bench_forward) == digest
 
     # ---- the sections
     mi = bi.machine_info()

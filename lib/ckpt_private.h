@@ -451,6 +451,8 @@ int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root);
 /* N elements of DT at P as doubles (float16, bfloat16, float8 exactly);
  * false (and NaNs) for dtypes without an order: complex, quantized, bits. */
 bool ckpt_dtype_to_double(ckpt_dtype dt, const uint8_t *p, size_t n, double *out);
+/* 1 for the dtypes ckpt_dtype_to_double() converts: floating and integer. */
+bool ckpt_dtype_is_real(ckpt_dtype dt);
 
 /* Convert IEEE half / bfloat16 bits to float exactly. */
 float ckpt_half_to_float(uint16_t h);

@@ -67,6 +67,11 @@ static double float8_value(uint8_t v, int ebits, int mbits, int bias, int kind)
     return sign ? -x : x;
 }
 
+bool ckpt_dtype_is_real(ckpt_dtype dt)
+{
+    return class_of(dt) != VC_RAW;
+}
+
 /* Convert N elements of a VC_FLOAT or integer dtype at P to double. */
 bool ckpt_dtype_to_double(ckpt_dtype dt, const uint8_t *p, size_t n, double *out)
 {

@@ -211,12 +211,10 @@ int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err)
 
 void ckpt_zip_close(ckpt_zip *z)
 {
-    if (z) {
-        free(z->csizes);
-        free(z->namelens);
-    }
     if (!z)
         return;
+    free(z->csizes);
+    free(z->namelens);
     if (z->za)
         zip_discard(z->za);
     free(z->names);
@@ -469,8 +467,7 @@ int ckpt_zip_data_offset(ckpt_zip *z, int fd, uint64_t file_size, int64_t i, uin
 {
     if (!z->stored[i])
         return CKPT_ERR_UNSUPPORTED;
-    if (!z->offsets)
-        CKPT_FORWARD(load_offsets(z, fd, file_size, err));
+    /* z->offsets were read by check_layout() when the archive was opened */
     uint8_t h[30];
     uint64_t at = z->offsets[i];
     if (at > file_size || file_size - at < 30 || ckpt_pread_all(fd, h, 30, at) ||

@@ -180,14 +180,6 @@ static const ckpt_value *sd_get(const ckpt_value *sd, const char *key)
     return ckpt_value_dict_get(sd, key);
 }
 
-static int dtype_loadable(ckpt_dtype dt)
-{
-    /* copy_ into a float32 parameter takes any real dtype */
-    double probe;
-    uint8_t zero[16] = {0};
-    return ckpt_dtype_to_double(dt, zero, 1, &probe);
-}
-
 static int read_param(ckpt_model *m, ckpt_file *f, const ckpt_tensor *t, rt_param *p)
 {
     int64_t numel = ckpt_tensor_numel(t);
@@ -378,7 +370,7 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
             m->bad_dtype[nbad++] = key;
             continue;
         }
-        if (!dtype_loadable(ckpt_tensor_dtype(ten))) {
+        if (!ckpt_dtype_is_real(ckpt_tensor_dtype(ten))) { /* copy_ takes any real dtype */
             sb_add(&lines, "\n\tWhile copying the parameter named \"%s\", a %s tensor cannot be "
                    "copied into a float32 parameter.", key, ckpt_dtype_name(ckpt_tensor_dtype(ten)));
             m->bad_dtype[nbad++] = key;

@@ -25,6 +25,7 @@ typedef struct rt_prior {
     int nratios[RT_PRIOR_MAX_MAPS];
     double ratios[RT_PRIOR_MAX_MAPS][RT_PRIOR_MAX_RATIOS];
     int clip;
+    float *boxes;   /* [count, 4], computed on first use and kept */
 } rt_prior;
 
 enum { RT_P_WEIGHT, RT_P_BIAS, RT_P_COUNT };

@@ -154,14 +154,15 @@ static int exec_node(run *r, const rt_node *n)
     case RT_L2NORM:
         return b->ops->l2norm(b, xp, w, yp, x->d[0], x->d[1], x->d[2] * x->d[3], (float)n->eps);
     case RT_PRIOR_BOX: {
-        /* a constant of the graph: made on the host, in double as Python does */
-        float *boxes = malloc(count * sizeof(float) + sizeof(float));
-        if (!boxes)
-            return ckpt_backend_fail(b, CKPT_ERR_NOMEM, "out of memory");
-        rt_prior_boxes(n->prior, boxes);
-        rc = b->ops->upload(b, yp, boxes, count);
-        free(boxes);
-        return rc;
+        /* a constant of the graph: made once on the host, in double as
+         * Python does, and copied in on every run */
+        rt_prior *pr = n->prior;
+        if (!pr->boxes) {
+            if (!(pr->boxes = malloc(count * sizeof(float) + sizeof(float))))
+                return ckpt_backend_fail(b, CKPT_ERR_NOMEM, "out of memory");
+            rt_prior_boxes(pr, pr->boxes);
+        }
+        return b->ops->upload(b, yp, pr->boxes, count);
     }
     case RT_RELU:
         return b->ops->relu(b, xp, yp, count);

@@ -1,6 +1,7 @@
 /* runtime_spec.c - reading a graph spec (DESIGN.md "Model specs") into a
  * ckpt_model.  Everything in the JSON is checked here, so the executor can
  * trust names, attributes and counts; a mistake names the node. */
+#include "ckpt_private.h"
 #include "runtime_private.h"
 
 #include <cjson/cJSON.h>
@@ -69,6 +70,8 @@ static void model_clear(ckpt_model *m)
     free(m->value_names);
     for (size_t i = 0; i < m->nnodes; i++) {
         free(m->nodes[i].inputs);
+        if (m->nodes[i].prior)
+            free(m->nodes[i].prior->boxes);
         free(m->nodes[i].prior);
     }
     free(m->nodes);
@@ -704,17 +707,9 @@ int ckpt_model_load(ckpt_model *m, const char *path)
         close(fd);
         return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
     }
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
+    int bad = ckpt_pread_all(fd, buf, len, 0);
     close(fd);
-    if (got != len) {
+    if (bad) {
         free(buf);
         return ckpt_model_fail(m, CKPT_ERR_IO, "%s: could not read the whole file", path);
     }

@@ -27,6 +27,7 @@ struct ckpt_scan {
     size_t nhits, cap;
     int unsafe;               /* something neither interpreted nor known data */
     const char *cur;          /* pickle being scanned (an entry of pickles) */
+    int oom;                  /* a hit could not be recorded */
     ckpt_arena *arena;        /* its VM's arena */
 };
 
@@ -74,6 +75,7 @@ static void scan_clear(ckpt_scan *s)
     s->pickles = NULL;
     s->npickles = 0;
     s->unsafe = 0;
+    s->oom = 0;
     s->format = CKPT_FORMAT_UNKNOWN;
     s->is_pickle = 0;
     ckpt_err_clear(&s->err);
@@ -119,14 +121,18 @@ static void on_global(void *user, const char *q, ckpt_global_class cls, int op, 
     if (s->nhits == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 16;
         ckpt_scan_hit *n = realloc(s->hits, cap * sizeof *n);
-        if (!n)
-            return; /* reported as out of memory by the caller's check below */
+        if (!n) {
+            s->oom = 1; /* scan_pickle reports it: a lost hit must not pass as safe */
+            return;
+        }
         s->hits = n;
         s->cap = cap;
     }
     char *name = strdup(q);
-    if (!name)
+    if (!name) {
+        s->oom = 1;
         return;
+    }
     h = &s->hits[s->nhits++];
     memset(h, 0, sizeof *h);
     h->global = name;
@@ -200,6 +206,10 @@ static int scan_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, size_
     int rc = ckpt_pickle_load(&ctx, buf, len, &root, used, &s->err);
     s->arena = NULL;
     ckpt_arena_release(&arena);
+    if (s->oom) {
+        ckpt_err_clear(&s->err);
+        rc = ckpt_err(&s->err, CKPT_ERR_NOMEM, "%s: out of memory for the globals found", name);
+    }
     return rc;
 }
 

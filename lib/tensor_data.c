@@ -134,9 +134,7 @@ CKPT_API int ckpt_tensor_read_float32(ckpt_file *f, const ckpt_tensor *t, float 
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "buffer of %zu floats for %lld elements", count,
                         (long long)numel);
     ckpt_dtype dt = ckpt_tensor_dtype(t);
-    double probe;
-    uint8_t zero[16] = {0};
-    if (!ckpt_dtype_to_double(dt, zero, 1, &probe))
+    if (!ckpt_dtype_is_real(dt))
         return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "a %s tensor has no float32 value",
                         ckpt_dtype_name(dt));
     const uint8_t *bytes;
@@ -257,8 +255,7 @@ CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t, ckpt_
     }
     st->crc32 = (uint32_t)c;
     st->min = st->max = st->mean = st->std = NAN;
-    double probe;
-    if (!ckpt_dtype_to_double(t->dtype, (const uint8_t[16]){0}, 1, &probe)) {
+    if (!ckpt_dtype_is_real(t->dtype)) {
         free(own1); /* complex, quantized: no order */
         free(own2);
         return CKPT_OK;

@@ -1,6 +1,7 @@
 /* cli.c - messages, exit codes and the options shared by every command. */
 #include "cli.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -174,4 +175,19 @@ const char *cli_human_bytes(unsigned long long n, char *buf, size_t cap)
     }
     snprintf(buf, cap, "%.1f %s", v, units[u]);
     return buf;
+}
+
+cJSON *cli_json_int(long long v)
+{
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%lld", v);
+    return cJSON_CreateRaw(buf);
+}
+
+cJSON *cli_json_dims(const int64_t *d, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(a, cli_json_int(d[i]));
+    return a;
 }

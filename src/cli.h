@@ -72,6 +72,11 @@ int cli_exit_for(int status);
  * the exit status (the handle is freed).  0 on success. */
 int cli_open(const char *cmd, const char *path, const cli_common *c, ckpt_file **out);
 
+/* Exact JSON integers (cJSON's numbers are doubles): a raw number, and an
+ * array of them (a shape). */
+struct cJSON *cli_json_int(long long v);
+struct cJSON *cli_json_dims(const int64_t *d, int n);
+
 /* "392.0 KiB" */
 const char *cli_human_bytes(unsigned long long n, char *buf, size_t cap);
 

@@ -558,13 +558,6 @@ static void print_text(diff *d)
 
 /* ---- JSON output --------------------------------------------------------------- */
 
-static cJSON *json_int(long long v)
-{
-    char buf[32];
-    snprintf(buf, sizeof(buf), "%lld", v);
-    return cJSON_CreateRaw(buf);
-}
-
 /* A double; not-finite ones as the strings "nan", "inf", "-inf". */
 static cJSON *json_double(double v)
 {
@@ -589,10 +582,7 @@ static cJSON *json_value(ckpt_file *f, const ckpt_tensor *t, int64_t i, double v
 
 static cJSON *json_shape(const ckpt_tensor *t)
 {
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < ckpt_tensor_ndim(t); i++)
-        cJSON_AddItemToArray(a, json_int(ckpt_tensor_shape(t)[i]));
-    return a;
+    return cli_json_dims(ckpt_tensor_shape(t), ckpt_tensor_ndim(t));
 }
 
 static cJSON *json_index(const ckpt_tensor *t, int64_t i)
@@ -603,7 +593,7 @@ static cJSON *json_index(const ckpt_tensor *t, int64_t i)
     if (n < 0)
         n = 0; /* not expected: the readers refuse more dimensions */
     for (int k = 0; k < n; k++)
-        cJSON_AddItemToArray(a, json_int(idx[k]));
+        cJSON_AddItemToArray(a, cli_json_int(idx[k]));
     return a;
 }
 
@@ -614,7 +604,7 @@ static cJSON *json_source(const side *s)
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; i < s->sd_path.len; i++) {
         const ckpt_path_elem *e = &s->sd_path.elems[i];
-        cJSON_AddItemToArray(a, e->is_int ? json_int(e->index) : cJSON_CreateString(e->key));
+        cJSON_AddItemToArray(a, e->is_int ? cli_json_int(e->index) : cJSON_CreateString(e->key));
     }
     return a;
 }
@@ -677,8 +667,8 @@ static int print_json(diff *d)
             cJSON_AddNullToObject(o, "compared_as");
         const ckpt_compare_result *r = &p->r;
         bool values = p->how == V_VALUES, any = values || p->how == V_BYTES;
-        cJSON_AddItemToObject(o, "count", any ? json_int(r->count) : cJSON_CreateNull());
-        cJSON_AddItemToObject(o, "mismatched", any ? json_int(r->mismatched) : cJSON_CreateNull());
+        cJSON_AddItemToObject(o, "count", any ? cli_json_int(r->count) : cJSON_CreateNull());
+        cJSON_AddItemToObject(o, "mismatched", any ? cli_json_int(r->mismatched) : cJSON_CreateNull());
         cJSON_AddItemToObject(o, "max_abs", values ? json_double(r->max_abs) : cJSON_CreateNull());
         cJSON_AddItemToObject(o, "max_rel", values ? json_double(r->max_rel) : cJSON_CreateNull());
         bool first = any && r->first_index >= 0;
@@ -693,13 +683,13 @@ static int print_json(diff *d)
         cJSON_AddItemToArray(tensors, o);
     }
     cJSON *sum = cJSON_AddObjectToObject(root, "summary");
-    cJSON_AddItemToObject(sum, "compared", json_int((long long)d->np));
-    cJSON_AddItemToObject(sum, "equal", json_int((long long)d->equal));
-    cJSON_AddItemToObject(sum, "differ", json_int((long long)d->differ));
-    cJSON_AddItemToObject(sum, "missing", json_int((long long)d->missing));
-    cJSON_AddItemToObject(sum, "unexpected", json_int((long long)d->unexpected));
-    cJSON_AddItemToObject(sum, "size_mismatch", json_int((long long)d->size_mismatch));
-    cJSON_AddItemToObject(sum, "dtype_mismatch", json_int((long long)d->dtype_mismatch));
+    cJSON_AddItemToObject(sum, "compared", cli_json_int((long long)d->np));
+    cJSON_AddItemToObject(sum, "equal", cli_json_int((long long)d->equal));
+    cJSON_AddItemToObject(sum, "differ", cli_json_int((long long)d->differ));
+    cJSON_AddItemToObject(sum, "missing", cli_json_int((long long)d->missing));
+    cJSON_AddItemToObject(sum, "unexpected", cli_json_int((long long)d->unexpected));
+    cJSON_AddItemToObject(sum, "size_mismatch", cli_json_int((long long)d->size_mismatch));
+    cJSON_AddItemToObject(sum, "dtype_mismatch", cli_json_int((long long)d->dtype_mismatch));
 
     int rc = CLI_EXIT_OK;
     char *text = cJSON_Print(root);

@@ -65,28 +65,12 @@ static bool shown(inspect *in, const char *path)
                        NULL) >= 0;
 }
 
-/* Exact JSON integers (cJSON numbers are doubles). */
-static cJSON *json_int(long long v)
-{
-    char buf[32];
-    snprintf(buf, sizeof(buf), "%lld", v);
-    return cJSON_CreateRaw(buf);
-}
-
 static cJSON *json_path(const ckpt_path *p)
 {
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; i < p->len; i++)
-        cJSON_AddItemToArray(a, p->elems[i].is_int ? json_int(p->elems[i].index)
+        cJSON_AddItemToArray(a, p->elems[i].is_int ? cli_json_int(p->elems[i].index)
                                                    : cJSON_CreateString(p->elems[i].key));
-    return a;
-}
-
-static cJSON *json_dims(const int64_t *d, int n)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < n; i++)
-        cJSON_AddItemToArray(a, json_int(d[i]));
     return a;
 }
 
@@ -221,8 +205,8 @@ static void json_stats(const ckpt_tensor_stats *st, cJSON *jt)
         cJSON_AddItemToObject(jt, "max", json_double(st->max));
         cJSON_AddItemToObject(jt, "mean", json_double(st->mean));
         cJSON_AddItemToObject(jt, "std", json_double(st->std));
-        cJSON_AddItemToObject(jt, "nan", json_int(st->nan));
-        cJSON_AddItemToObject(jt, "inf", json_int(st->inf));
+        cJSON_AddItemToObject(jt, "nan", cli_json_int(st->nan));
+        cJSON_AddItemToObject(jt, "inf", cli_json_int(st->inf));
     }
     char crc[16];
     snprintf(crc, sizeof(crc), "%08x", st->crc32);
@@ -252,12 +236,12 @@ static int print_json(inspect *in)
         cJSON *jt = cJSON_CreateObject();
         cJSON_AddItemToObject(jt, "path", json_path(&p));
         cJSON_AddStringToObject(jt, "dtype", ckpt_dtype_name(ckpt_tensor_dtype(t)));
-        cJSON_AddItemToObject(jt, "shape", json_dims(ckpt_tensor_shape(t), ckpt_tensor_ndim(t)));
-        cJSON_AddItemToObject(jt, "stride", json_dims(ckpt_tensor_stride(t), ckpt_tensor_ndim(t)));
-        cJSON_AddItemToObject(jt, "offset", json_int(ckpt_tensor_offset(t)));
+        cJSON_AddItemToObject(jt, "shape", cli_json_dims(ckpt_tensor_shape(t), ckpt_tensor_ndim(t)));
+        cJSON_AddItemToObject(jt, "stride", cli_json_dims(ckpt_tensor_stride(t), ckpt_tensor_ndim(t)));
+        cJSON_AddItemToObject(jt, "offset", cli_json_int(ckpt_tensor_offset(t)));
         cJSON_AddStringToObject(jt, "device", ckpt_storage_device(s));
         cJSON_AddStringToObject(jt, "storage", ckpt_storage_key(s));
-        cJSON_AddItemToObject(jt, "nbytes", json_int((long long)ckpt_tensor_nbytes(t)));
+        cJSON_AddItemToObject(jt, "nbytes", cli_json_int((long long)ckpt_tensor_nbytes(t)));
         cJSON_AddBoolToObject(jt, "parameter", ckpt_tensor_is_parameter(t));
         cJSON_AddBoolToObject(jt, "requires_grad", ckpt_tensor_requires_grad(t));
         cJSON_AddItemToArray(tensors, jt);
@@ -270,9 +254,9 @@ static int print_json(inspect *in)
         cJSON *js = cJSON_CreateObject();
         cJSON_AddStringToObject(js, "key", ckpt_storage_key(s));
         cJSON_AddStringToObject(js, "dtype", ckpt_dtype_name(ckpt_storage_dtype(s)));
-        cJSON_AddItemToObject(js, "numel", json_int(ckpt_storage_numel(s)));
+        cJSON_AddItemToObject(js, "numel", cli_json_int(ckpt_storage_numel(s)));
         cJSON_AddStringToObject(js, "device", ckpt_storage_device(s));
-        cJSON_AddItemToObject(js, "nbytes", json_int((long long)ckpt_storage_nbytes(s)));
+        cJSON_AddItemToObject(js, "nbytes", cli_json_int((long long)ckpt_storage_nbytes(s)));
         cJSON_AddItemToArray(storages, js);
     }
     cJSON *sds = cJSON_AddArrayToObject(root, "state_dicts");
@@ -281,7 +265,7 @@ static int print_json(inspect *in)
         const ckpt_value *sd = ckpt_file_state_dict(f, i, &p);
         cJSON *js = cJSON_CreateObject();
         cJSON_AddItemToObject(js, "path", json_path(&p));
-        cJSON_AddItemToObject(js, "tensors", json_int((long long)ckpt_value_len(sd)));
+        cJSON_AddItemToObject(js, "tensors", cli_json_int((long long)ckpt_value_len(sd)));
         const char *w[16];
         size_t nw = ckpt_state_dict_wrappers(sd, w, 16);
         cJSON *jw = cJSON_AddArrayToObject(js, "wrappers");
@@ -301,9 +285,9 @@ static int print_json(inspect *in)
     totals t;
     compute_totals(in, &t);
     cJSON *sum = cJSON_AddObjectToObject(root, "summary");
-    cJSON_AddItemToObject(sum, "tensors", json_int((long long)n));
-    cJSON_AddItemToObject(sum, "parameters", json_int((long long)t.elements));
-    cJSON_AddItemToObject(sum, "bytes", json_int((long long)t.bytes));
+    cJSON_AddItemToObject(sum, "tensors", cli_json_int((long long)n));
+    cJSON_AddItemToObject(sum, "parameters", cli_json_int((long long)t.elements));
+    cJSON_AddItemToObject(sum, "bytes", cli_json_int((long long)t.bytes));
     cJSON_AddItemToObject(sum, "by_dtype", t.by_dtype);
     cJSON_AddItemToObject(sum, "by_device", t.by_device);
 

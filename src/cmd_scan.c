@@ -87,13 +87,6 @@ static void print_text(const char *path, const ckpt_scan *s, int rc)
         printf("  verdict: safe: only state-dict (interpreted) and known-data globals\n");
 }
 
-static cJSON *json_u64(unsigned long long v)
-{
-    char buf[32];
-    snprintf(buf, sizeof buf, "%llu", v);
-    return cJSON_CreateRaw(buf);
-}
-
 static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
 {
     cJSON *o = cJSON_CreateObject();
@@ -112,7 +105,7 @@ static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
                                                                                : "unknown");
         cJSON_AddBoolToObject(g, "dangerous", h->dangerous);
         cJSON_AddStringToObject(g, "pickle", h->pickle);
-        cJSON_AddItemToObject(g, "offset", json_u64(h->offset));
+        cJSON_AddItemToObject(g, "offset", cli_json_int((long long)h->offset));
         cJSON_AddStringToObject(g, "opcode", h->opcode);
         cJSON *uses = cJSON_AddArrayToObject(g, "uses");
         if (h->uses & CKPT_SCAN_CALLED)
@@ -121,9 +114,9 @@ static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
             cJSON_AddItemToArray(uses, cJSON_CreateString("build"));
         if (h->used_by) {
             cJSON_AddStringToObject(g, "used_by", h->used_by);
-            cJSON_AddItemToObject(g, "use_offset", json_u64(h->use_offset));
+            cJSON_AddItemToObject(g, "use_offset", cli_json_int((long long)h->use_offset));
         }
-        cJSON_AddItemToObject(g, "count", json_u64(h->count));
+        cJSON_AddItemToObject(g, "count", cli_json_int((long long)h->count));
         cJSON_AddItemToArray(gl, g);
     }
     int ex = file_exit(s, rc);
@@ -133,7 +126,7 @@ static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
         cJSON_AddStringToObject(o, "error", ckpt_scan_error_message(s));
     else
         cJSON_AddNullToObject(o, "error");
-    cJSON_AddItemToObject(o, "exit", json_u64((unsigned long long)ex));
+    cJSON_AddItemToObject(o, "exit", cli_json_int((long long)(unsigned long long)ex));
     return o;
 }
 
@@ -203,7 +196,7 @@ int cmd_scan(int argc, char **argv)
         ckpt_scan_free(s);
     }
     if (root) {
-        cJSON_AddItemToObject(root, "exit", json_u64((unsigned long long)worst));
+        cJSON_AddItemToObject(root, "exit", cli_json_int((long long)(unsigned long long)worst));
         char *text = cJSON_Print(root);
         cJSON_Delete(root);
         if (text) {

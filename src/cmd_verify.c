@@ -646,17 +646,6 @@ static cJSON *json_num(double d)
     return cJSON_CreateRaw(buf);
 }
 
-static cJSON *json_shape(int ndim, const int64_t *d)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < ndim; i++) {
-        char buf[32];
-        snprintf(buf, sizeof buf, "%lld", (long long)d[i]);
-        cJSON_AddItemToArray(a, cJSON_CreateRaw(buf));
-    }
-    return a;
-}
-
 static cJSON *json_load(const char *file, const char *where, const ckpt_load_report *r)
 {
     cJSON *o = cJSON_CreateObject();
@@ -674,9 +663,9 @@ static cJSON *json_load(const char *file, const char *where, const ckpt_load_rep
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "key", r->mismatches[i].key);
         cJSON_AddItemToObject(e, "checkpoint",
-                              json_shape(r->mismatches[i].ckpt_ndim, r->mismatches[i].ckpt_shape));
+                              cli_json_dims(r->mismatches[i].ckpt_shape, r->mismatches[i].ckpt_ndim));
         cJSON_AddItemToObject(e, "model",
-                              json_shape(r->mismatches[i].model_ndim, r->mismatches[i].model_shape));
+                              cli_json_dims(r->mismatches[i].model_shape, r->mismatches[i].model_ndim));
         cJSON_AddItemToArray(mm, e);
     }
     cJSON *bad = cJSON_AddArrayToObject(o, "bad_type");
@@ -695,7 +684,7 @@ static cJSON *json_check(const check *c)
     cJSON_AddItemToObject(o, "max_abs_reference", json_num(c->scale));
     cJSON_AddItemToObject(o, "atol", json_num(c->atol));
     cJSON_AddItemToObject(o, "rtol", json_num(c->rtol));
-    cJSON_AddItemToObject(o, "mismatched", json_num((double)c->mismatched));
+    cJSON_AddItemToObject(o, "mismatched", cli_json_int(c->mismatched));
     cJSON_AddBoolToObject(o, "pass", c->shape_ok && c->pass);
     return o;
 }
@@ -723,7 +712,7 @@ static int print_json(verify *v)
         for (size_t i = 0; i < ckpt_model_output_count(v->model); i++) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "name", ckpt_model_output_name(v->model, i));
-            cJSON_AddItemToObject(o, "shape", json_shape(v->outputs[i].ndim, v->outputs[i].shape));
+            cJSON_AddItemToObject(o, "shape", cli_json_dims(v->outputs[i].shape, v->outputs[i].ndim));
             if (v->vs_ref) {
                 cJSON_AddItemToObject(o, "reference", json_check(&v->vs_ref[i]));
                 if (v->vs_ref[i].has_acc) {
@@ -741,9 +730,9 @@ static int print_json(verify *v)
     }
     if (v->ran && v->replicas) {
         cJSON *rep = cJSON_AddObjectToObject(root, "replicas");
-        cJSON_AddItemToObject(rep, "requested", json_num(v->replicas));
-        cJSON_AddItemToObject(rep, "used", json_num(v->rep_used));
-        cJSON_AddItemToObject(rep, "batch", json_num((double)v->rep_batch));
+        cJSON_AddItemToObject(rep, "requested", cli_json_int(v->replicas));
+        cJSON_AddItemToObject(rep, "used", cli_json_int(v->rep_used));
+        cJSON_AddItemToObject(rep, "batch", cli_json_int(v->rep_batch));
         cJSON *devs = cJSON_AddArrayToObject(rep, "devices");
         for (size_t i = 0; i < v->nrep_backends; i++)
             cJSON_AddItemToArray(devs, cJSON_CreateString(ckpt_backend_device(v->rep_backends[i])));
@@ -752,13 +741,13 @@ static int print_json(verify *v)
             cJSON *o = cJSON_CreateObject();
             int ok = v->vs_single[i].shape_ok && v->vs_single[i].pass;
             cJSON_AddStringToObject(o, "name", ckpt_model_output_name(v->model, i));
-            cJSON_AddItemToObject(o, "shape", json_shape(v->outputs[i].ndim, v->outputs[i].shape));
+            cJSON_AddItemToObject(o, "shape", cli_json_dims(v->outputs[i].shape, v->outputs[i].ndim));
             if (v->gathered[i].data)
                 cJSON_AddItemToObject(o, "gathered_shape",
-                                      json_shape(v->gathered[i].ndim, v->gathered[i].shape));
+                                      cli_json_dims(v->gathered[i].shape, v->gathered[i].ndim));
             else
                 cJSON_AddNullToObject(o, "gathered_shape");
-            cJSON_AddItemToObject(o, "batch_dim", json_num(v->batch_dims[i]));
+            cJSON_AddItemToObject(o, "batch_dim", cli_json_int(v->batch_dims[i]));
             cJSON_AddBoolToObject(o, "ok", ok);
             if (v->vs_single[i].shape_ok)
                 cJSON_AddItemToObject(o, "max_abs", json_num(v->vs_single[i].max_abs));
