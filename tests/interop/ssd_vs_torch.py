@@ -45,6 +45,11 @@ import models  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix='ckpt-ssd-')
 results = []
+skipped = []
+
+
+class Skip(Exception):
+    """A case that cannot run here (no GPU): reported and counted as skipped."""
 
 
 def case(name):
@@ -53,6 +58,9 @@ def case(name):
             fn()
             results.append((name, None))
             print('ok', name)
+        except Skip as e:
+            skipped.append(name)
+            print(f'SKIP {name}: {e}')
         except Exception as e:  # report and go on
             results.append((name, e))
             print(f'FAIL {name}: {e}')
@@ -142,16 +150,17 @@ def _():
 
 
 def gpu_present():
+    """Whether `--device auto` picks a GPU; a ckpt that fails here is a failure, not a skip."""
     p = subprocess.run([CKPT, 'verify', '--json', '--model', os.path.join(SPECS, 'mnist_mlp.json'),
                         os.path.join(DATA, 'fmnist_mlp.pth')], capture_output=True, text=True)
-    return p.returncode == 0 and json.loads(p.stdout)['device'].startswith('cuda')
+    assert p.returncode == 0, f'ckpt verify exit {p.returncode}: {p.stderr.strip()}'
+    return json.loads(p.stdout)['device'].startswith('cuda')
 
 
 @case('ssd300 full width, batch 8 on the GPU (CUDA backend) against torch on the CPU')
 def _():
     if not gpu_present():
-        print('   (no GPU: skipped)')
-        return
+        raise Skip('no GPU')
     torch.manual_seed(4)
     model = models.SSD300(width=1)
     path = os.path.join(TMP, 'ssd300_full_b8.pth')
@@ -238,15 +247,21 @@ def _():
     check_replicas(doc, ['loc', 'conf', 'priors'], shapes, used, {'priors'})
 
 
-@case('tests/data/replicas.json (written by the fixture generator) agrees')
+@case('tests/data/replicas.json (torch gather shapes, from the fixture generator) = ckpt report')
 def _():
     with open(os.path.join(DATA, 'replicas.json')) as f:
         table = json.load(f)
-    crnn = table['crnn_tiny']
-    assert crnn['gathered']['logits'] == [16, 2, 11], crnn
-    assert table['ssd300_narrow']['gathered']['priors'] == [17464, 4], table['ssd300_narrow']
+    # inputs of the table's batch sizes: the CRNN's reference, the batch-2 SSD one made above
+    for name, spec, ref in (('crnn_tiny', 'crnn_tiny.json', os.path.join(DATA, 'crnn_tiny.ref.pth')),
+                            ('ssd300_narrow', 'ssd300.json', os.path.join(TMP, 'ssd_b2.ref.pth'))):
+        row = table[name]
+        assert list(torch.load(ref)['input'].shape) == row['input'], (name, row['input'])
+        rc, doc = verify(spec, os.path.join(DATA, name + '.pth'), '--reference', ref,
+                         '--replicas', str(row['replicas']))
+        got = {o['name']: o['gathered_shape'] for o in doc['replicas']['outputs']}
+        assert got == row['gathered'], (name, got, row['gathered'])
 
 
 failed = [n for n, e in results if e]
-print(f'{len(results) - len(failed)} passed, {len(failed)} failed')
+print(f'{len(results) - len(failed)} passed, {len(failed)} failed, {len(skipped)} skipped')
 sys.exit(1 if failed else 0)

@@ -255,8 +255,22 @@ def _():
     ref16 = reference(models.MLP(), sd, ['logits'], batch=4, name='ref16.pth')
     check_pass(MLP_SPEC, half, ref16)
     # against the float32 model's outputs, float16 rounding is far past 1e-5
-    assert r['output.logits'].shape == (256, 10)
-    check_pass(MLP_SPEC, half, ref, want_rc=1)
+    doc = check_pass(MLP_SPEC, half, ref, want_rc=1)
+    assert doc['outputs'][0]['shape'] == list(r['output.logits'].shape), doc['outputs'][0]
+    assert doc['outputs'][0]['reference']['max_abs'] > 1e-4, doc['outputs'][0]
+
+
+@case('numbers: a bfloat16 copy keeps the accuracy but fails, max abs about 0.02 (README)')
+def _():
+    bf = os.path.join(TMP, 'bf16.pth')
+    assert ckpt('convert', '--dtype', 'bfloat16', os.path.join(DATA, 'fmnist_mlp.pth'), bf)[0] == 0
+    doc = check_pass(MLP_SPEC, bf, os.path.join(DATA, 'fmnist_mlp.ref.pth'), want_rc=1)
+    out = doc['outputs'][0]
+    assert out['accuracy'] == out['reference_accuracy'], out
+    assert 0.005 < out['reference']['max_abs'] < 0.05, out
+    rc, doc = verify_json(MLP_SPEC, bf, '--atol', '0.05', '--reference',
+                          os.path.join(DATA, 'fmnist_mlp.ref.pth'))
+    assert rc == 0, doc['outputs']
 
 
 @case('numbers: a nudged weight fails')
