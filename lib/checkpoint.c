@@ -267,10 +267,12 @@ ckpt_value *ckpt_file_persistent_load(void *user, ckpt_value *pid, uint64_t offs
         ckpt_err(err, CKPT_ERR_FORMAT, "storage key is a %s", ckpt_kind_name((ckpt_kind)a[2]->kind));
         return NULL;
     }
-    if (f->key_prefix) { /* shards each number their storages from "0" */
-        snprintf(prefixed, sizeof(prefixed), "%s%s", f->key_prefix, key);
-        key = prefixed;
+    const char *table_key = ckpt_file_table_key(f, key, prefixed, sizeof(prefixed));
+    if (!table_key) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "storage key of %zu bytes is too long", strlen(key));
+        return NULL;
     }
+    key = table_key;
     if (a[3]->kind != CKPT_KIND_STR || a[3]->u.s.len == 0 || a[3]->u.s.len > 64) {
         ckpt_err(err, CKPT_ERR_FORMAT, "storage '%s' has no valid location tag", key);
         return NULL;
@@ -341,6 +343,14 @@ void ckpt_source_close(ckpt_source *src)
     if (src->fd >= 0)
         close(src->fd);
     src->fd = -1;
+}
+
+const char *ckpt_file_table_key(const ckpt_file *f, const char *key, char *buf, size_t cap)
+{
+    if (!f->key_prefix)
+        return key;
+    int n = snprintf(buf, cap, "%s%s", f->key_prefix, key);
+    return n < 0 || (size_t)n >= cap ? NULL : buf;
 }
 
 ckpt_format ckpt_sniff_format(const uint8_t *head, size_t n, uint64_t file_size)

@@ -440,6 +440,11 @@ void ckpt_file_pickle_ctx(ckpt_file *f, ckpt_pickle_ctx *ctx, const char *name);
 
 /* Add S to the storage table (index, hash). */
 int ckpt_file_storage_add(ckpt_file *f, struct ckpt_storage *s, ckpt_error *err);
+/* KEY as the storage table holds it: KEY itself, or (in a shard, since every
+ * shard numbers its storages from "0") the prefixed key written into BUF;
+ * NULL when that does not fit in CAP bytes. */
+const char *ckpt_file_table_key(const ckpt_file *f, const char *key, char *buf, size_t cap);
+
 /* The storage with KEY, or NULL. */
 struct ckpt_storage *ckpt_file_storage_find(ckpt_file *f, const char *key);
 

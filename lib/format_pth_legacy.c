@@ -84,8 +84,10 @@ int ckpt_pth_legacy_open(ckpt_file *f, const uint8_t *map, size_t size, ckpt_val
         ckpt_value *kv = keys->u.seq.items[k];
         CKPT_RETURN_IF(kv->kind != CKPT_KIND_STR, &f->err, CKPT_ERR_FORMAT,
                        "storage key list holds a %s", ckpt_kind_name((ckpt_kind)kv->kind));
-        char key[600];
-        snprintf(key, sizeof(key), "%s%s", f->key_prefix ? f->key_prefix : "", kv->u.s.s);
+        char buf[600];
+        const char *key = ckpt_file_table_key(f, kv->u.s.s, buf, sizeof(buf));
+        CKPT_RETURN_IF(!key, &f->err, CKPT_ERR_FORMAT, "storage key of %zu bytes is too long",
+                       strlen(kv->u.s.s));
         ckpt_storage *s = ckpt_file_storage_find(f, key);
         CKPT_RETURN_IF(!s, &f->err, CKPT_ERR_FORMAT, "storage key list names unknown storage '%s'",
                        kv->u.s.s);
