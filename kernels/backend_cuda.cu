@@ -20,7 +20,7 @@
 #include "config.h"
 #include "ckpt.h"
 #include "ckpt_cuda.h"
-#include "runtime_backend.h"
+#include "runtime/backend.h"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

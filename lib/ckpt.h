@@ -108,6 +108,10 @@ typedef enum ckpt_format {
 
 /* "pth-zip", "pth-legacy", "safetensors", "sharded" as in DESIGN.md's JSON. */
 CKPT_API const char *ckpt_format_name(ckpt_format format);
+/* The format an output named PATH is written in when none is asked for:
+ * SHARDED for NAME.index.json, SAFETENSORS for *.safetensors, else PTH_ZIP
+ * (DESIGN.md: --to, else OUT's extension, else pth-zip). */
+CKPT_API ckpt_format ckpt_format_for_path(const char *path);
 
 typedef enum ckpt_limit {
     CKPT_LIMIT_PICKLE_BYTES = 0, /* size of one pickle (default 1 GiB) */

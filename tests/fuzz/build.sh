@@ -1,7 +1,7 @@
 #!/bin/sh
 # build.sh - build the libFuzzer targets with clang, ASan and UBSan.
 #   tests/fuzz/build.sh [OUTDIR]       (from the top of a configured tree)
-# Each target is lib/*.c + tests/fuzz/fuzz_NAME.c, compiled with
+# Each target is lib/*/*.c + tests/fuzz/fuzz_NAME.c, compiled with
 # -fsanitize=fuzzer,address,undefined into OUTDIR (default tests/fuzz/bin).
 # The CUDA backend is left out: fuzzing needs no GPU.
 set -eu
@@ -14,8 +14,8 @@ deps="libzip zlib libcjson libpcre2-8"
 flags="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
 objs=""
 mkdir -p "$out/obj"
-for src in lib/*.c; do
-    o="$out/obj/$(basename "$src" .c).o"
+for src in lib/*/*.c; do
+    o="$out/obj/$(echo "${src#lib/}" | tr / _ | sed 's/\.c$//').o" # pickle/read.c: pickle_read.o
     $CC $flags -fsanitize=fuzzer-no-link -std=gnu11 -DCKPT_BUILDING -I"$out/include" -Ilib \
         $(pkg-config --cflags $deps) -c "$src" -o "$o" 2>/dev/null ||
         $CC $flags -std=gnu11 -DCKPT_BUILDING -I"$out/include" -Ilib \

@@ -3,7 +3,7 @@
  * `ckpt scan` runs it (every global reported, nothing refused). */
 #include "fuzz.h"
 
-#include "ckpt_private.h"
+#include "checkpoint/checkpoint.h"
 
 static ckpt_global_class classify(void *user, const char *q)
 {
@@ -46,6 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (scan) {
             ctx.on_global = on_global;
             ctx.on_use = on_use;
+            ctx.scan = true;
         }
         ckpt_error err = {0};
         ckpt_value *root;

@@ -2,8 +2,8 @@
  * (every pair, float64 targets too, which `ckpt convert --dtype` does not
  * offer): `cast_tool FROM TO < in > out` reads raw little-endian FROM
  * elements and writes them cast to TO. */
-#include "ckpt_private.h"
-#include "cast_private.h"
+#include "checkpoint/checkpoint.h"
+#include "core/core.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * NaN patterns and float64 -> 16-bit rounding twice through float32.
  * tests/interop/cast_vs_torch.py compares with torch itself. */
 #include "unit.h"
-#include "cast_private.h"
+#include "core/core.h"
 
 #include <math.h>
 

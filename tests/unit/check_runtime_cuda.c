@@ -6,7 +6,7 @@
  * Exits 77 (skipped) where there is no GPU. */
 #include "ckpt.h"
 #include "ckpt_cuda.h"
-#include "runtime_backend.h"
+#include "runtime/backend.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -101,7 +101,7 @@ static bool same_value(const ckpt_value *a, const ckpt_value *b, int depth)
 /* Write the tree of F with the pickle writer and read it back in G. */
 static ckpt_value *round_trip(ckpt_file *g, const ckpt_value *root, ckpt_pickle_out *out)
 {
-    ck_assert_int_eq(ckpt_pickle_write(f, root, out, &f->err), CKPT_OK);
+    ck_assert_int_eq(ckpt_pickle_write(&f->arena, f->nstorages, root, out, &f->err), CKPT_OK);
     ckpt_pickle_ctx ctx;
     ckpt_file_pickle_ctx(g, &ctx, "rewritten.pkl");
     ckpt_value *v = NULL;

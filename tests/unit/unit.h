@@ -3,7 +3,7 @@
 #ifndef CKPT_UNIT_H
 #define CKPT_UNIT_H
 
-#include "ckpt_private.h"
+#include "checkpoint/checkpoint.h"
 
 #include <check.h>
 #include <stdio.h>

@@ -1,0 +1,149 @@
+/*
+ * checkpoint/checkpoint.h - the model of an open checkpoint: the ckpt_file
+ * handle, the storage table and pickle context that format readers fill,
+ * the index of tensors, state dicts and objects, storage bytes wherever
+ * they are, and the selection of a state dict.  Below the formats: it never
+ * names one; the format dispatcher installs in the handle how a format that
+ * holds others reads and writes its parts (ckpt_parts).
+ */
+#ifndef CKPT_CHECKPOINT_H
+#define CKPT_CHECKPOINT_H
+
+#include "container/container.h"
+#include "pickle/pickle.h"
+
+#define CKPT_FILE_MAGIC 0x636b7074u /* "ckpt" */
+
+/* A file that storages' bytes live in (one, or each shard of a sharded set). */
+typedef struct ckpt_source {
+    ckpt_format format; /* as sniffed: pth-zip, pth-legacy or safetensors */
+    int fd;
+    struct ckpt_zip *zip;
+    uint64_t file_size;
+    char *path;
+} ckpt_source;
+
+void ckpt_source_close(ckpt_source *src);
+
+typedef struct ckpt_walk_entry {
+    const ckpt_value *value;
+    ckpt_path path;
+} ckpt_walk_entry;
+
+typedef struct ckpt_walk_list {
+    ckpt_walk_entry *items;
+    size_t len, cap;
+} ckpt_walk_list;
+
+/*
+ * How a format that holds others (a sharded set's shards) reads and writes
+ * its parts without naming their format: installed in the handle by the
+ * format dispatcher (formats/read.c, formats/write.c).
+ */
+typedef struct ckpt_parts {
+    /* Open SRC->path, sniff it, and read it into *ROOT with storages keyed
+     * under f->key_prefix. */
+    int (*read)(ckpt_file *f, ckpt_source *src, ckpt_value **root);
+    /* Write f->root to PATH as one file: OPT->format, else PATH's name. */
+    int (*write)(ckpt_file *f, const char *path, const ckpt_write_options *opt);
+} ckpt_parts;
+
+struct ckpt_file {
+    uint32_t magic;
+    ckpt_error err;
+    ckpt_arena arena;
+    uint64_t limits[CKPT_LIMIT_COUNT_];
+    char **allowed;        /* malloc'd user allow-list */
+    size_t nallowed;
+    bool allow_unknown;
+    bool opened;
+
+    char *path;
+    ckpt_format format;
+    const char *prefix;     /* the main file's archive prefix */
+    const char *cur_prefix; /* the prefix of the zip being read */
+    const char **records;
+    size_t nrecords;
+
+    ckpt_value *root;
+    ckpt_value *file_root;  /* the root as read, when ckpt_file_select changed root */
+    struct ckpt_storage **storages;
+    size_t nstorages, storages_cap;
+    struct ckpt_storage **storage_hash;
+    size_t storage_hash_size;
+
+    ckpt_walk_list tensors, state_dicts, objects;
+
+    ckpt_source main;      /* the file opened (the first shard of a sharded set) */
+    ckpt_source **shards;  /* sharded: every shard, main excluded */
+    size_t nshards;
+    ckpt_source *cur_src;  /* the source whose pickle is being read */
+    const char *key_prefix;/* sharded: prefix making storage keys unique */
+    ckpt_value *st_metadata; /* safetensors __metadata__ (a dict of str), or NULL */
+    ckpt_parts parts;      /* installed by the format dispatcher */
+    uint64_t dev, ino;     /* to refuse writing over the input */
+    uint32_t mode;     /* kept when the input is replaced */
+};
+
+bool ckpt_file_valid(const ckpt_file *f);
+
+/* ---- the storage table and the pickle context (checkpoint/storage.c) --------- */
+
+/* Add S to the storage table (index, hash). */
+int ckpt_file_storage_add(ckpt_file *f, struct ckpt_storage *s, ckpt_error *err);
+/* The storage with KEY, or NULL. */
+struct ckpt_storage *ckpt_file_storage_find(ckpt_file *f, const char *key);
+/* KEY as the storage table holds it: KEY itself, or (in a shard, since every
+ * shard numbers its storages from "0") the prefixed key written into BUF;
+ * NULL when that does not fit in CAP bytes. */
+const char *ckpt_file_table_key(const ckpt_file *f, const char *key, char *buf, size_t cap);
+/* A new storage record KEY (already a table key) of NUMEL elements of DT on
+ * DEVICE, its bytes in f->cur_src, added to the table; NULL + err on failure. */
+struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_dtype dt,
+                                           int64_t numel, const char *device, size_t devlen,
+                                           ckpt_error *err);
+/* A reading context for a pickle of F named NAME: F's limits and allow-list,
+ * torch's persistent ids turned into storages of F's table. */
+void ckpt_file_pickle_ctx(ckpt_file *f, ckpt_pickle_ctx *ctx, const char *name);
+
+/* ---- the index (checkpoint/index.c) ---------------------------------------- */
+
+/* After parsing: index tensors, state dicts and objects (and check depth). */
+int ckpt_file_index(ckpt_file *f);
+/* Index again after f->root changed from OLD_ROOT. */
+int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root);
+/* Merge repeated str/int keys the way Python's dict does (first position,
+ * last value).  -1 on OOM. */
+int ckpt_dict_dedupe(ckpt_arena *a, ckpt_value *dict);
+
+/* ---- storage bytes (checkpoint/tensor_data.c) -------------------------------- */
+
+/* Where S's bytes lie raw in a file, ready to be copied unread: CKPT_OK with
+ * *FD and *OFFSET; CKPT_ERR_UNSUPPORTED when they must be decoded first
+ * (deflated, cast); other errors for a broken container. */
+int ckpt_storage_raw_range(ckpt_file *f, const ckpt_storage *s, int *fd, uint64_t *offset);
+/* Storage S's bytes as the output needs them (cast when S was cast), CRC-checked
+ * against the source where it has a CRC: into a malloc'd *BUF of S->nbytes. */
+int ckpt_storage_load(ckpt_file *f, const ckpt_storage *s, uint8_t **buf);
+/* The same bytes handed to SINK in pieces (bounded memory, cast on the way,
+ * the source's CRC checked at the end). */
+int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, ckpt_sink_fn sink, void *user);
+/* Copy the view's elements in C order from its storage's bytes SRC. */
+void ckpt_tensor_gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst);
+
+/* ---- choosing what to write (checkpoint/select.c) ----------------------------- */
+
+/* The mapping at SELECT ("a/b/0"); errors name what is missing. */
+int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, ckpt_path *path);
+/* The mapping a tensors-only format writes: SELECT, the root when it is all
+ * tensors, or the file's one state dict. */
+int ckpt_pick_state_dict(ckpt_file *f, const char *select, const ckpt_value **out);
+/* Two names for one thing: the same storage, offset, shape, stride, dtype. */
+bool ckpt_tensor_same_view(const ckpt_tensor *a, const ckpt_tensor *b);
+/* A hash of what ckpt_tensor_same_view compares: equal views hash alike. */
+uint64_t ckpt_tensor_view_hash(const ckpt_tensor *t);
+/* Tied tensors among the N views T: FIRST[i] is the first j < i with the
+ * same view, else -1 (a hash by view: linear in N). */
+int ckpt_tensors_tied(ckpt_file *f, const ckpt_tensor *const *t, size_t n, long *first);
+
+#endif /* CKPT_CHECKPOINT_H */

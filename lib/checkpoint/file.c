@@ -1,0 +1,149 @@
+/*
+ * file.c - the ckpt_file handle: creation, options (limits, the allow-list
+ * of globals), errors, and what it holds.  Opening is the format
+ * dispatcher's (formats/read.c); the storage table is storage.c's.
+ */
+#include "checkpoint/checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const uint64_t default_limits[CKPT_LIMIT_COUNT_] = {
+    [CKPT_LIMIT_PICKLE_BYTES] = 1ull << 30,
+    [CKPT_LIMIT_DEPTH] = 1000,
+    [CKPT_LIMIT_STACK] = 16ull << 20,
+    [CKPT_LIMIT_MARKS] = 100000,
+    [CKPT_LIMIT_MEMO] = 16ull << 20,
+    [CKPT_LIMIT_ITEMS] = 64ull << 20,
+    [CKPT_LIMIT_STORAGES] = 16ull << 20,
+};
+
+bool ckpt_file_valid(const ckpt_file *f)
+{
+    return f && f->magic == CKPT_FILE_MAGIC;
+}
+
+CKPT_API ckpt_file *ckpt_file_new(void)
+{
+    ckpt_file *f = calloc(1, sizeof(*f));
+    if (!f)
+        return NULL;
+    f->magic = CKPT_FILE_MAGIC;
+    f->main.fd = -1;
+    ckpt_arena_init(&f->arena);
+    memcpy(f->limits, default_limits, sizeof(f->limits));
+    f->prefix = "";
+    return f;
+}
+
+CKPT_API void ckpt_file_free(ckpt_file *f)
+{
+    if (!ckpt_file_valid(f))
+        return;
+    ckpt_source_close(&f->main);
+    for (size_t i = 0; i < f->nshards; i++) {
+        ckpt_source_close(f->shards[i]);
+        free(f->shards[i]);
+    }
+    free(f->shards);
+    for (size_t i = 0; i < f->nallowed; i++)
+        free(f->allowed[i]);
+    free(f->allowed);
+    free(f->storages);
+    free(f->storage_hash);
+    free(f->tensors.items);
+    free(f->state_dicts.items);
+    free(f->objects.items);
+    free(f->path);
+    ckpt_arena_release(&f->arena);
+    f->magic = 0;
+    free(f);
+}
+
+CKPT_API int ckpt_file_allow_global(ckpt_file *f, const char *q)
+{
+    if (!ckpt_file_valid(f))
+        return CKPT_ERR_USAGE;
+    if (!q || !strchr(q, '.') || q[0] == '.')
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "'%s' is not a MODULE.NAME global", q ? q : "");
+    char **a = realloc(f->allowed, (f->nallowed + 1) * sizeof(*a));
+    if (!a)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    f->allowed = a;
+    if (!(a[f->nallowed] = strdup(q)))
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    f->nallowed++;
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_file_set_allow_unknown(ckpt_file *f, int allow)
+{
+    if (!ckpt_file_valid(f))
+        return CKPT_ERR_USAGE;
+    f->allow_unknown = allow != 0;
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_file_set_limit(ckpt_file *f, ckpt_limit which, uint64_t value)
+{
+    if (!ckpt_file_valid(f) || (unsigned)which >= CKPT_LIMIT_COUNT_ || value == 0)
+        return CKPT_ERR_USAGE;
+    f->limits[which] = value;
+    return CKPT_OK;
+}
+
+CKPT_API uint64_t ckpt_file_limit(const ckpt_file *f, ckpt_limit which)
+{
+    if (!ckpt_file_valid(f) || (unsigned)which >= CKPT_LIMIT_COUNT_)
+        return 0;
+    return f->limits[which];
+}
+
+CKPT_API int ckpt_file_error_code(const ckpt_file *f)
+{
+    return ckpt_file_valid(f) ? f->err.code : CKPT_ERR_USAGE;
+}
+
+CKPT_API const char *ckpt_file_error_message(const ckpt_file *f)
+{
+    if (!ckpt_file_valid(f))
+        return "invalid ckpt_file handle";
+    return f->err.code ? f->err.msg : "";
+}
+
+CKPT_API const char *ckpt_file_path(const ckpt_file *f) { return ckpt_file_valid(f) ? f->path : NULL; }
+CKPT_API ckpt_format ckpt_file_format(const ckpt_file *f) { return ckpt_file_valid(f) ? f->format : CKPT_FORMAT_UNKNOWN; }
+CKPT_API const char *ckpt_file_prefix(const ckpt_file *f) { return ckpt_file_valid(f) ? f->prefix : ""; }
+CKPT_API size_t ckpt_file_record_count(const ckpt_file *f) { return ckpt_file_valid(f) ? f->nrecords : 0; }
+CKPT_API const ckpt_value *ckpt_file_root(const ckpt_file *f) { return ckpt_file_valid(f) ? f->root : NULL; }
+CKPT_API size_t ckpt_file_storage_count(const ckpt_file *f) { return ckpt_file_valid(f) ? f->nstorages : 0; }
+
+CKPT_API const char *ckpt_file_record_name(const ckpt_file *f, size_t i)
+{
+    return ckpt_file_valid(f) && i < f->nrecords ? f->records[i] : NULL;
+}
+
+CKPT_API const ckpt_storage *ckpt_file_storage(const ckpt_file *f, size_t i)
+{
+    return ckpt_file_valid(f) && i < f->nstorages ? f->storages[i] : NULL;
+}
+
+/* ---- globals and persistent ids ------------------------------------------------- */
+
+CKPT_API ckpt_global_class ckpt_file_classify_global(const ckpt_file *f, const char *q)
+{
+    ckpt_global_class c = ckpt_globals_builtin_class(q);
+    if (c != CKPT_GLOBAL_REFUSED || !ckpt_file_valid(f) || ckpt_globals_dangerous(q))
+        return c;
+    for (size_t i = 0; i < f->nallowed; i++)
+        if (strcmp(f->allowed[i], q) == 0)
+            return CKPT_GLOBAL_ALLOWED;
+    return f->allow_unknown ? CKPT_GLOBAL_ALLOWED : CKPT_GLOBAL_REFUSED;
+}
+
+

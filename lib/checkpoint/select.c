@@ -1,0 +1,159 @@
+/*
+ * select.c - what a command works on: the mapping --select names, the state
+ * dict a tensors-only format writes, and tied tensors (two names for one
+ * view), found by a hash so that a million names stay linear.
+ */
+#include "checkpoint/checkpoint.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The mapping at "a/b/0": dict keys (strings, else ints), list indices. */
+int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, ckpt_path *path)
+{
+    ckpt_value *v = f->root;
+    char *copy = strdup(select);
+    size_t nparts = 1;
+    for (const char *p = select; *p; p++)
+        nparts += *p == '/';
+    ckpt_path_elem *elems = ckpt_arena_alloc(&f->arena, nparts * sizeof(*elems));
+    if (!copy || !elems) {
+        free(copy);
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    size_t depth = 0;
+    int rc = CKPT_OK;
+    char *save = NULL;
+    for (char *part = strtok_r(copy, "/", &save); part && rc == CKPT_OK;
+         part = strtok_r(NULL, "/", &save)) {
+        ckpt_value *next = NULL;
+        ckpt_path_elem e = {0};
+        char *end;
+        long long idx = strtoll(part, &end, 10);
+        bool numeric = *part && !*end;
+        if (v->kind == CKPT_KIND_DICT) {
+            next = (ckpt_value *)ckpt_value_dict_get(v, part);
+            if (next) {
+                e.key = ckpt_arena_strndup(&f->arena, part, strlen(part));
+            } else if (numeric) {
+                for (size_t i = v->u.dict.keys.len; i-- > 0 && !next;) {
+                    ckpt_value *k = v->u.dict.keys.items[i];
+                    if (k->kind == CKPT_KIND_INT && !k->u.i.big && k->u.i.v == idx)
+                        next = v->u.dict.vals.items[i];
+                }
+                e.is_int = 1;
+                e.index = idx;
+            }
+        } else if ((v->kind == CKPT_KIND_LIST || v->kind == CKPT_KIND_TUPLE) && numeric && idx >= 0 &&
+                   (size_t)idx < v->u.seq.len) {
+            next = v->u.seq.items[idx];
+            e.is_int = 1;
+            e.index = idx;
+        }
+        if (!next)
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "--select '%s': there is no '%s' in the %s",
+                          select, part, ckpt_value_kind_name(v));
+        else {
+            elems[depth++] = e;
+            v = next;
+        }
+    }
+    free(copy);
+    CKPT_FORWARD(rc);
+    if (v->kind != CKPT_KIND_DICT)
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "--select '%s' names %s %s, not a mapping", select,
+                        strchr("aeiouAEIOU", ckpt_value_kind_name(v)[0]) ? "an" : "a",
+                        ckpt_value_kind_name(v));
+    path->len = depth;
+    path->elems = elems;
+    *out = v;
+    return CKPT_OK;
+}
+
+/* The mapping to write: --select, the root when it is a state dict, or the
+ * one state dict of the file. */
+int ckpt_pick_state_dict(ckpt_file *f, const char *select, const ckpt_value **out)
+{
+    if (select && *select) {
+        ckpt_value *v;
+        ckpt_path p;
+        CKPT_FORWARD(ckpt_file_find_mapping(f, select, &v, &p));
+        *out = v;
+        return CKPT_OK;
+    }
+    if (f->root->kind == CKPT_KIND_DICT) {
+        bool all = f->root->u.dict.keys.len > 0;
+        for (size_t i = 0; i < f->root->u.dict.keys.len && all; i++)
+            all = f->root->u.dict.vals.items[i]->kind == CKPT_KIND_TENSOR;
+        if (all) {
+            *out = f->root;
+            return CKPT_OK;
+        }
+    }
+    if (f->state_dicts.len == 1) {
+        *out = f->state_dicts.items[0].value;
+        return CKPT_OK;
+    }
+    char names[300] = "";
+    for (size_t i = 0; i < f->state_dicts.len && strlen(names) < 200; i++) {
+        char p[128];
+        ckpt_path_format(&f->state_dicts.items[i].path, p, sizeof(p));
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s'%s'", i ? ", " : "",
+                 f->state_dicts.items[i].path.len ? p : "(root)");
+    }
+    return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                    "safetensors holds tensors only and this file holds more (epoch, optimizer "
+                    "state, ...); name the state dict to write with --select (state dicts: %s)",
+                    f->state_dicts.len ? names : "none");
+}
+
+bool ckpt_tensor_same_view(const ckpt_tensor *a, const ckpt_tensor *b)
+{
+    if (a == b)
+        return true;
+    if (a->storage != b->storage || a->offset != b->offset || a->ndim != b->ndim ||
+        a->dtype != b->dtype)
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->stride[d] != b->stride[d])
+            return false;
+    return true;
+}
+
+uint64_t ckpt_tensor_view_hash(const ckpt_tensor *t)
+{
+    uint64_t h = 1469598103934665603ull;
+#define MIX(x) (h = (h ^ (uint64_t)(x)) * 1099511628211ull)
+    MIX((uintptr_t)t->storage);
+    MIX(t->offset);
+    MIX(t->ndim);
+    MIX(t->dtype);
+    for (int d = 0; d < t->ndim; d++) {
+        MIX(t->shape[d]);
+        MIX(t->stride[d]);
+    }
+#undef MIX
+    return h;
+}
+
+int ckpt_tensors_tied(ckpt_file *f, const ckpt_tensor *const *t, size_t n, long *first)
+{
+    size_t size = 16;
+    while (size < 2 * n)
+        size *= 2;
+    size_t *slot = calloc(size, sizeof(*slot)); /* entry index + 1, 0 for empty */
+    if (!slot)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        size_t b = (size_t)ckpt_tensor_view_hash(t[i]) & (size - 1);
+        first[i] = -1;
+        while (slot[b] && !ckpt_tensor_same_view(t[slot[b] - 1], t[i]))
+            b = (b + 1) & (size - 1);
+        if (slot[b])
+            first[i] = (long)(slot[b] - 1);
+        else
+            slot[b] = i + 1;
+    }
+    free(slot);
+    return CKPT_OK;
+}

@@ -1,0 +1,220 @@
+/*
+ * storage.c - the storage table that format readers fill (a hash by key),
+ * and the pickle context they read with: the handle's limits and allow-list,
+ * torch's persistent ids turned into storage records.  Readers call here;
+ * nothing here calls a reader.
+ */
+#include "checkpoint/checkpoint.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    while (*s)
+        h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+    return h;
+}
+
+ckpt_storage *ckpt_file_storage_find(ckpt_file *f, const char *key)
+{
+    if (!f->storage_hash_size)
+        return NULL;
+    ckpt_storage *s = f->storage_hash[hash_str(key) & (f->storage_hash_size - 1)];
+    while (s && strcmp(s->key, key) != 0)
+        s = s->hash_next;
+    return s;
+}
+
+int ckpt_file_storage_add(ckpt_file *f, ckpt_storage *s, ckpt_error *err)
+{
+    if (f->nstorages >= f->limits[CKPT_LIMIT_STORAGES])
+        return ckpt_err(err, CKPT_ERR_LIMIT, "more than %llu storages",
+                        (unsigned long long)f->limits[CKPT_LIMIT_STORAGES]);
+    if (f->nstorages == f->storages_cap) {
+        size_t cap = f->storages_cap ? f->storages_cap * 2 : 64;
+        ckpt_storage **a = realloc(f->storages, cap * sizeof(*a));
+        if (!a)
+            return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        f->storages = a;
+        f->storages_cap = cap;
+    }
+    if ((f->nstorages + 1) * 2 > f->storage_hash_size) {
+        size_t size = f->storage_hash_size ? f->storage_hash_size * 2 : 128;
+        ckpt_storage **h = calloc(size, sizeof(*h));
+        if (!h)
+            return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < f->nstorages; i++) {
+            ckpt_storage *t = f->storages[i];
+            size_t b = hash_str(t->key) & (size - 1);
+            t->hash_next = h[b];
+            h[b] = t;
+        }
+        free(f->storage_hash);
+        f->storage_hash = h;
+        f->storage_hash_size = size;
+    }
+    s->index = f->nstorages;
+    f->storages[f->nstorages++] = s;
+    size_t b = hash_str(s->key) & (f->storage_hash_size - 1);
+    s->hash_next = f->storage_hash[b];
+    f->storage_hash[b] = s;
+    return CKPT_OK;
+}
+
+static ckpt_global_class classify(void *user, const char *q)
+{
+    return ckpt_file_classify_global(user, q);
+}
+
+struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_dtype dt,
+                                           int64_t numel, const char *device, size_t devlen,
+                                           ckpt_error *err)
+{
+    uint64_t nbytes;
+    if (numel < 0 || ckpt_mul_overflow((uint64_t)numel, ckpt_dtype_size(dt), &nbytes)) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "storage '%s' size overflows", key);
+        return NULL;
+    }
+    ckpt_storage *s = ckpt_arena_alloc(&f->arena, sizeof(*s));
+    if (!s || !(s->key = ckpt_arena_strndup(&f->arena, key, strlen(key))) ||
+        !(s->device = ckpt_arena_strndup(&f->arena, device, devlen))) {
+        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    s->src = f->cur_src;
+    s->src_key = s->key + (f->key_prefix ? strlen(f->key_prefix) : 0);
+    s->dtype = s->src_dtype = dt;
+    s->numel = numel;
+    s->nbytes = s->src_nbytes = nbytes;
+    s->zip_index = -1;
+    if (ckpt_file_storage_add(f, s, err))
+        return NULL;
+    return s;
+}
+
+const char *ckpt_file_table_key(const ckpt_file *f, const char *key, char *buf, size_t cap)
+{
+    if (!f->key_prefix)
+        return key;
+    int n = snprintf(buf, cap, "%s%s", f->key_prefix, key);
+    return n < 0 || (size_t)n >= cap ? NULL : buf;
+}
+
+void ckpt_source_close(ckpt_source *src)
+{
+    ckpt_zip_close(src->zip);
+    src->zip = NULL;
+    if (src->fd >= 0)
+        close(src->fd);
+    src->fd = -1;
+}
+
+/*
+ * ('storage', torch.<X>Storage, key, location, numel)          pth-zip
+ * ('storage', torch.<X>Storage, key, location, numel, None)    pth-legacy
+ */
+static ckpt_value *persistent_load(void *user, ckpt_value *pid, uint64_t offset,
+                                      ckpt_error *err)
+{
+    ckpt_file *f = user;
+    if (pid->kind != CKPT_KIND_TUPLE || pid->u.seq.len < 1) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "persistent id is a %s, not a tuple",
+                 ckpt_kind_name((ckpt_kind)pid->kind));
+        return NULL;
+    }
+    ckpt_value **a = pid->u.seq.items;
+    size_t n = pid->u.seq.len;
+    if (ckpt_value_is_str(a[0], "module")) {
+        ckpt_err(err, CKPT_ERR_UNSUPPORTED,
+                 "the file pickles a whole nn.Module with its source; only state dicts and "
+                 "plain data can be read safely");
+        return NULL;
+    }
+    if (!ckpt_value_is_str(a[0], "storage") || (n != 5 && n != 6)) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "persistent id is not a ('storage', type, key, "
+                                       "location, numel) tuple");
+        return NULL;
+    }
+    if (n == 6 && a[5]->kind != CKPT_KIND_NONE) {
+        ckpt_err(err, CKPT_ERR_UNSUPPORTED, "legacy storage views (view_metadata) are not supported");
+        return NULL;
+    }
+    const char *type_name = NULL;
+    ckpt_dtype dt = a[1]->kind == CKPT_KIND_GLOBAL
+                        ? ckpt_storage_type_dtype(a[1]->u.global.name, &type_name)
+                        : CKPT_DTYPE_UNKNOWN;
+    if (dt == CKPT_DTYPE_UNKNOWN) {
+        ckpt_err(err, CKPT_ERR_UNSUPPORTED, "storage type %s is not recognized",
+                 a[1]->kind == CKPT_KIND_GLOBAL ? a[1]->u.global.name : "(not a global)");
+        return NULL;
+    }
+    char keybuf[32];
+    const char *key;
+    char prefixed[600];
+    if (a[2]->kind == CKPT_KIND_STR) {
+        key = a[2]->u.s.s;
+    } else if (a[2]->kind == CKPT_KIND_INT && !a[2]->u.i.big) {
+        snprintf(keybuf, sizeof(keybuf), "%lld", (long long)a[2]->u.i.v);
+        key = keybuf;
+    } else {
+        ckpt_err(err, CKPT_ERR_FORMAT, "storage key is a %s", ckpt_kind_name((ckpt_kind)a[2]->kind));
+        return NULL;
+    }
+    const char *table_key = ckpt_file_table_key(f, key, prefixed, sizeof(prefixed));
+    if (!table_key) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "storage key of %zu bytes is too long", strlen(key));
+        return NULL;
+    }
+    key = table_key;
+    if (a[3]->kind != CKPT_KIND_STR || a[3]->u.s.len == 0 || a[3]->u.s.len > 64) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "storage '%s' has no valid location tag", key);
+        return NULL;
+    }
+    int64_t numel;
+    if (a[4]->kind != CKPT_KIND_INT || a[4]->u.i.big || (numel = a[4]->u.i.v) < 0) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "storage '%s' has an invalid element count", key);
+        return NULL;
+    }
+    uint64_t nbytes;
+    if (ckpt_mul_overflow((uint64_t)numel, ckpt_dtype_size(dt), &nbytes)) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "storage '%s' size overflows", key);
+        return NULL;
+    }
+    ckpt_storage *s = ckpt_file_storage_find(f, key);
+    if (s) {
+        if (s->nbytes != nbytes || strcmp(s->device, a[3]->u.s.s) != 0) {
+            ckpt_err(err, CKPT_ERR_FORMAT,
+                     "storage '%s' is named twice with different sizes or locations", key);
+            return NULL;
+        }
+    } else {
+        s = ckpt_file_storage_new(f, key, dt, numel, a[3]->u.s.s, a[3]->u.s.len, err);
+        if (!s)
+            return NULL;
+        s->type_name = type_name;
+    }
+    ckpt_value *v = ckpt_value_new(&f->arena, CKPT_KIND_STORAGE, offset);
+    if (!v) {
+        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    v->u.st.ptr = s;
+    v->u.st.dtype = dt;
+    v->u.st.type_name = type_name;
+    return v;
+}
+
+void ckpt_file_pickle_ctx(ckpt_file *f, ckpt_pickle_ctx *ctx, const char *name)
+{
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->name = name;
+    ctx->limits = f->limits;
+    ctx->classify = classify;
+    ctx->persistent_load = persistent_load;
+    ctx->user = f;
+    ctx->arena = &f->arena;
+}
+

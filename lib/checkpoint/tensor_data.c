@@ -1,0 +1,390 @@
+/*
+ * tensor_data.c - storage bytes wherever they are (the one place that reads
+ * each kind of location; CRC-checked where the container keeps one), a
+ * strided view gathered into C order, and per-tensor statistics.
+ */
+#include "checkpoint/checkpoint.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+CKPT_API int ckpt_storage_read(ckpt_file *f, const ckpt_storage *s, uint64_t offset, void *buf,
+                               size_t len)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !s || (!buf && len))
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    if (offset > s->src_nbytes || len > s->src_nbytes - offset)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "read past the end of storage '%s'", s->key);
+    switch (s->loc) {
+    case CKPT_LOC_ZIP_RECORD:
+        return ckpt_zip_read(s->src->zip, s->zip_index, offset, buf, len, &f->err);
+    case CKPT_LOC_FILE_RANGE: {
+        int rc = ckpt_pread_all(s->src->fd, buf, len, s->file_offset + offset);
+        if (rc == CKPT_ERR_IO)
+            return ckpt_err(&f->err, CKPT_ERR_IO, "reading storage '%s': %s", s->key,
+                            strerror(errno));
+        if (rc)
+            return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage '%s' is truncated", s->key);
+        return CKPT_OK;
+    }
+    default:
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage '%s' has no bytes in the file", s->key);
+    }
+}
+
+int ckpt_storage_raw_range(ckpt_file *f, const ckpt_storage *s, int *fd, uint64_t *offset)
+{
+    if (s->dtype != s->src_dtype)
+        return CKPT_ERR_UNSUPPORTED; /* cast: decoded on the way */
+    *fd = s->src->fd;
+    switch (s->loc) {
+    case CKPT_LOC_FILE_RANGE:
+        *offset = s->file_offset;
+        return CKPT_OK;
+    case CKPT_LOC_ZIP_RECORD: {
+        ckpt_error e = {0}; /* a deflated record is no error, just not raw */
+        int rc = ckpt_zip_data_offset(s->src->zip, s->src->fd, s->src->file_size, s->zip_index,
+                                      offset, &e);
+        if (rc != CKPT_OK && rc != CKPT_ERR_UNSUPPORTED)
+            ckpt_err(&f->err, rc, "%s", e.msg);
+        return rc;
+    }
+    default:
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage '%s' has no bytes in the file", s->key);
+    }
+}
+
+/* Copy the view's elements in C order from the storage bytes SRC. */
+void ckpt_tensor_gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst)
+{
+    size_t es = ckpt_dtype_size(t->dtype);
+    if (t->numel == 0)
+        return;
+    if (ckpt_tensor_is_contiguous(t)) {
+        memcpy(dst, src + (size_t)t->offset * es, (size_t)t->numel * es);
+        return;
+    }
+    int64_t idx[64] = {0};
+    int nd = t->ndim;
+    /* innermost dimension as a run */
+    int64_t inner = t->shape[nd - 1], istride = t->stride[nd - 1];
+    int64_t outer = t->numel / inner;
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t base = t->offset;
+        for (int d = 0; d < nd - 1; d++)
+            base += idx[d] * t->stride[d];
+        if (istride == 1) {
+            memcpy(dst, src + (size_t)base * es, (size_t)inner * es);
+            dst += (size_t)inner * es;
+        } else {
+            for (int64_t k = 0; k < inner; k++) {
+                memcpy(dst, src + (size_t)(base + k * istride) * es, es);
+                dst += es;
+            }
+        }
+        for (int d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < t->shape[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+}
+
+/*
+ * The tensor's bytes in C order: the whole storage is read (so its CRC is
+ * checked); a contiguous tensor is then a slice of it, a strided one is
+ * gathered into a second buffer.  *OWN1 / *OWN2 are what to free.
+ */
+static int tensor_bytes(ckpt_file *f, const ckpt_tensor *t, const uint8_t **bytes, uint8_t **own1,
+                        uint8_t **own2)
+{
+    const ckpt_storage *s = t->storage;
+    *own1 = *own2 = NULL;
+    uint8_t *all;
+    CKPT_FORWARD(ckpt_storage_load(f, s, &all));
+    *own1 = all;
+    size_t es = ckpt_dtype_size(t->dtype);
+    if (ckpt_tensor_is_contiguous(t)) {
+        *bytes = all + (t->numel ? (size_t)t->offset * es : 0);
+        return CKPT_OK;
+    }
+    size_t n = ckpt_tensor_nbytes(t);
+    uint8_t *g = malloc(n ? n : 1);
+    if (!g)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory for a %zu-byte tensor", n);
+    *own2 = g;
+    ckpt_tensor_gather(t, all, g);
+    *bytes = g;
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_tensor_read(ckpt_file *f, const ckpt_tensor *t, void *buf, size_t cap)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !t)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    size_t need = ckpt_tensor_nbytes(t);
+    if (cap < need)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "buffer of %zu bytes for a %zu-byte tensor", cap,
+                        need);
+    const uint8_t *bytes;
+    uint8_t *own1, *own2;
+    int rc = tensor_bytes(f, t, &bytes, &own1, &own2);
+    if (rc == CKPT_OK && need)
+        memcpy(buf, bytes, need);
+    free(own1);
+    free(own2);
+    return rc;
+}
+
+CKPT_API int ckpt_tensor_read_float32(ckpt_file *f, const ckpt_tensor *t, float *buf,
+                                      size_t count)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !t || !buf)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    int64_t numel = ckpt_tensor_numel(t);
+    if ((uint64_t)numel > count)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "buffer of %zu floats for %lld elements", count,
+                        (long long)numel);
+    ckpt_dtype dt = ckpt_tensor_dtype(t);
+    if (!ckpt_dtype_is_real(dt))
+        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "a %s tensor has no float32 value",
+                        ckpt_dtype_name(dt));
+    const uint8_t *bytes;
+    uint8_t *own1, *own2;
+    int rc = tensor_bytes(f, t, &bytes, &own1, &own2);
+    if (rc == CKPT_OK) {
+        size_t es = ckpt_dtype_size(dt);
+        double blk[1024];
+        if (dt == CKPT_DTYPE_FLOAT32 && numel)
+            memcpy(buf, bytes, (size_t)numel * sizeof(float));
+        else
+            for (int64_t i = 0; i < numel; i += 1024) {
+                size_t n = (size_t)(numel - i < 1024 ? numel - i : 1024);
+                ckpt_dtype_to_double(dt, bytes + (size_t)i * es, n, blk);
+                for (size_t k = 0; k < n; k++)
+                    buf[i + (int64_t)k] = (float)blk[k]; /* nearest, as copy_ rounds */
+            }
+    }
+    free(own1);
+    free(own2);
+    return rc;
+}
+
+#define BLOCK 1024
+
+/* Compensated (Neumaier) summation in long double: the fallback for values
+ * near the double maximum, where a double sum would overflow. */
+static void neumaier(long double *sum, long double *comp, long double x)
+{
+    long double t = *sum + x;
+    if (fabsl(*sum) >= fabsl(x))
+        *comp += (*sum - t) + x;
+    else
+        *comp += (x - t) + *sum;
+    *sum = t;
+}
+
+static void moments_wide(ckpt_dtype dt, const uint8_t *p, int64_t numel, int64_t count,
+                         double *mean_out, double *std_out)
+{
+    size_t es = ckpt_dtype_size(dt);
+    double blk[BLOCK];
+    long double sum = 0, comp = 0, ss = 0, ssc = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        long double mean = (sum + comp) / count;
+        for (int64_t i = 0; i < numel; i += BLOCK) {
+            size_t n = (size_t)(numel - i < BLOCK ? numel - i : BLOCK);
+            ckpt_dtype_to_double(dt, p + (size_t)i * es, n, blk);
+            for (size_t k = 0; k < n; k++) {
+                if (!isfinite(blk[k]))
+                    continue;
+                if (pass == 0) {
+                    neumaier(&sum, &comp, blk[k]);
+                } else {
+                    long double d = (long double)blk[k] - mean;
+                    neumaier(&ss, &ssc, d * d);
+                }
+            }
+        }
+    }
+    *mean_out = (double)((sum + comp) / count);
+    *std_out = count > 1 ? (double)sqrtl((ss + ssc) / (count - 1)) : NAN;
+}
+
+CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t, ckpt_tensor_stats *st)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !t || !st)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    memset(st, 0, sizeof(*st));
+    const uint8_t *buf;
+    uint8_t *own1, *own2;
+    int rc = tensor_bytes(f, t, &buf, &own1, &own2);
+    if (rc) {
+        free(own1);
+        free(own2);
+        return rc;
+    }
+    size_t n = ckpt_tensor_nbytes(t);
+    st->crc32 = ckpt_crc32_update(0, buf, n);
+    st->min = st->max = st->mean = st->std = NAN;
+    if (!ckpt_dtype_is_real(t->dtype)) {
+        free(own1); /* complex, quantized: no order */
+        free(own2);
+        return CKPT_OK;
+    }
+    st->valid = 1;
+    /* Pass 1: counts, extremes and the sum; pass 2: squared deviations.
+     * Four partial sums in double keep the loops fast and accurate. */
+    size_t es = ckpt_dtype_size(t->dtype);
+    double blk[BLOCK], mn = INFINITY, mx = -INFINITY, sum[4] = {0}, ss[4] = {0};
+    int64_t count = 0;
+    for (int64_t i = 0; i < t->numel; i += BLOCK) {
+        size_t k = (size_t)(t->numel - i < BLOCK ? t->numel - i : BLOCK);
+        ckpt_dtype_to_double(t->dtype, buf + (size_t)i * es, k, blk);
+        for (size_t j = 0; j < k; j++) {
+            double x = blk[j];
+            if (isfinite(x)) {
+                count++;
+                mn = x < mn ? x : mn;
+                mx = x > mx ? x : mx;
+                sum[j & 3] += x;
+            } else if (isnan(x)) {
+                st->nan++;
+            } else {
+                st->inf++;
+            }
+        }
+    }
+    if (count) {
+        st->min = mn;
+        st->max = mx;
+        double total = (sum[0] + sum[1]) + (sum[2] + sum[3]), mean = total / (double)count;
+        for (int64_t i = 0; i < t->numel && count > 1 && isfinite(total); i += BLOCK) {
+            size_t k = (size_t)(t->numel - i < BLOCK ? t->numel - i : BLOCK);
+            ckpt_dtype_to_double(t->dtype, buf + (size_t)i * es, k, blk);
+            for (size_t j = 0; j < k; j++) {
+                double d = blk[j] - mean;
+                if (isfinite(blk[j]))
+                    ss[j & 3] += d * d;
+            }
+        }
+        double sst = (ss[0] + ss[1]) + (ss[2] + ss[3]);
+        st->mean = mean;
+        st->std = count > 1 ? sqrt(sst / (double)(count - 1)) : NAN;
+        if (!isfinite(total) || !isfinite(sst)) /* near the double maximum */
+            moments_wide(t->dtype, buf, t->numel, count, &st->mean, &st->std);
+    }
+    free(own1);
+    free(own2);
+    return CKPT_OK;
+}
+
+int ckpt_storage_load(ckpt_file *f, const ckpt_storage *s, uint8_t **out)
+{
+    *out = NULL;
+    uint8_t *raw = malloc(s->src_nbytes ? (size_t)s->src_nbytes : 1);
+    if (!raw)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory for storage '%s' (%llu bytes)",
+                        s->key, (unsigned long long)s->src_nbytes);
+    int rc = ckpt_storage_read(f, s, 0, raw, (size_t)s->src_nbytes);
+    if (rc) {
+        free(raw);
+        return rc;
+    }
+    if (s->src_dtype == s->dtype) {
+        *out = raw;
+        return CKPT_OK;
+    }
+    uint8_t *cast = malloc(s->nbytes ? (size_t)s->nbytes : 1);
+    if (!cast) {
+        free(raw);
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory for storage '%s'", s->key);
+    }
+    ckpt_cast(s->src_dtype, raw, s->dtype, cast, (size_t)s->numel);
+    free(raw);
+    *out = cast;
+    return CKPT_OK;
+}
+
+/* ---- streaming a storage, cast on the way, in bounded memory ---- */
+
+#define STREAM_CHUNK (1u << 20) /* source bytes per step, a multiple of every element size */
+
+typedef struct stream_ctx {
+    ckpt_file *f;
+    const ckpt_storage *s;
+    int (*sink)(void *user, const uint8_t *p, size_t n);
+    void *user;
+    uint8_t *cast_buf;
+    uint8_t carry[16]; /* a partial element between two chunks */
+    size_t ncarry;
+} stream_ctx;
+
+static int stream_emit(stream_ctx *c, const uint8_t *p, size_t n)
+{
+    const ckpt_storage *s = c->s;
+    if (s->src_dtype == s->dtype)
+        return c->sink(c->user, p, n);
+    size_t es = ckpt_dtype_size(s->src_dtype), eo = ckpt_dtype_size(s->dtype);
+    int rc = CKPT_OK;
+    /* complete an element split across chunks (deflated records come in any sizes) */
+    while (c->ncarry && n && rc == CKPT_OK) {
+        c->carry[c->ncarry++] = *p++;
+        n--;
+        if (c->ncarry == es) {
+            uint8_t out[16];
+            ckpt_cast(s->src_dtype, c->carry, s->dtype, out, 1);
+            rc = c->sink(c->user, out, eo);
+            c->ncarry = 0;
+        }
+    }
+    size_t whole = n / es;
+    if (rc == CKPT_OK && whole) {
+        ckpt_cast(s->src_dtype, p, s->dtype, c->cast_buf, whole);
+        rc = c->sink(c->user, c->cast_buf, whole * eo);
+    }
+    size_t rest = n - whole * es;
+    memcpy(c->carry, p + whole * es, rest);
+    c->ncarry = rest;
+    return rc;
+}
+
+static int stream_zip_sink(void *user, const uint8_t *p, size_t n)
+{
+    return stream_emit(user, p, n);
+}
+
+int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, ckpt_sink_fn sink, void *user)
+{
+    stream_ctx c = {.f = f, .s = s, .sink = sink, .user = user};
+    size_t es = ckpt_dtype_size(s->src_dtype), eo = ckpt_dtype_size(s->dtype);
+    c.cast_buf = malloc(STREAM_CHUNK / (es ? es : 1) * (eo ? eo : 1) + 16);
+    if (!c.cast_buf)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = CKPT_OK;
+    if (s->loc == CKPT_LOC_ZIP_RECORD) {
+        /* one pass through libzip, which inflates if needed; the CRC is checked at the end */
+        rc = ckpt_zip_stream(s->src->zip, s->zip_index, stream_zip_sink, &c, &f->err);
+    } else {
+        uint8_t *buf = malloc(STREAM_CHUNK);
+        if (!buf)
+            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        for (uint64_t off = 0; buf && off < s->src_nbytes && rc == CKPT_OK;) {
+            size_t n = s->src_nbytes - off < STREAM_CHUNK ? (size_t)(s->src_nbytes - off) : STREAM_CHUNK;
+            rc = ckpt_storage_read(f, s, off, buf, n);
+            if (rc == CKPT_OK)
+                rc = stream_emit(&c, buf, n);
+            off += n;
+        }
+        free(buf);
+    }
+    free(c.cast_buf);
+    return rc;
+}

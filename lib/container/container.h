@@ -1,0 +1,57 @@
+/*
+ * container/container.h - the zip container: reading records through libzip
+ * (zip.c) and writing torch's aligned layout (zip_write.c).
+ */
+#ifndef CKPT_CONTAINER_H
+#define CKPT_CONTAINER_H
+
+#include "io/io.h"
+
+typedef struct ckpt_zip ckpt_zip;
+
+int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err);
+void ckpt_zip_close(ckpt_zip *z);
+int64_t ckpt_zip_count(const ckpt_zip *z);
+const char *ckpt_zip_name(const ckpt_zip *z, int64_t i);
+/* Case-insensitive lookup as torch's miniz does; -1 when absent. */
+int64_t ckpt_zip_find(const ckpt_zip *z, const char *name);
+uint64_t ckpt_zip_size(const ckpt_zip *z, int64_t i);
+uint32_t ckpt_zip_crc(const ckpt_zip *z, int64_t i);
+/* Read a whole record into a fresh malloc'd buffer (at most MAX bytes),
+ * verifying its CRC-32. */
+int ckpt_zip_read_all(ckpt_zip *z, int64_t i, uint64_t max, uint8_t **out,
+                      size_t *len, ckpt_error *err);
+/* Read [offset, offset+len) of a record.  When the range is the whole record
+ * the CRC-32 is verified too. */
+int ckpt_zip_read(ckpt_zip *z, int64_t i, uint64_t offset, void *buf, size_t len,
+                  ckpt_error *err);
+
+/* Read record I start to end, handing each chunk to SINK; the CRC-32 is
+ * checked at the end (bounded memory, one pass even when deflated). */
+int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_t *p, size_t n),
+                    void *user, ckpt_error *err);
+
+/* File offset of a stored record's first data byte (from the central
+ * directory and the local header); CKPT_ERR_UNSUPPORTED when compressed. */
+int ckpt_zip_data_offset(ckpt_zip *z, int fd, uint64_t file_size, int64_t i, uint64_t *offset,
+                         ckpt_error *err);
+
+/* The writer of torch's zip layout (zip_write.c). */
+typedef struct ckpt_zipw ckpt_zipw;
+ckpt_zipw *ckpt_zipw_new(int fd, ckpt_error *err);
+void ckpt_zipw_free(ckpt_zipw *w);
+/* Start record NAME of SIZE bytes: local header + FB padding; *data_at gets the
+ * file offset where its data goes (a multiple of 64). */
+int ckpt_zipw_begin(ckpt_zipw *w, const char *name, uint64_t size, uint64_t *data_at);
+/* The file descriptor written to. */
+int ckpt_zipw_fd(const ckpt_zipw *w);
+/* Append data of the current record (pwrite at the cursor). */
+int ckpt_zipw_write(ckpt_zipw *w, const void *p, size_t n);
+/* Account for N data bytes placed at the cursor by someone else (copy_file_range). */
+void ckpt_zipw_advance(ckpt_zipw *w, uint64_t n);
+/* End the current record: its data descriptor. */
+int ckpt_zipw_end(ckpt_zipw *w, uint32_t crc);
+/* Central directory and end records. */
+int ckpt_zipw_finish(ckpt_zipw *w);
+
+#endif /* CKPT_CONTAINER_H */

@@ -1,0 +1,91 @@
+/* dtype.c - torch dtypes: names and element sizes (reference/pth-format.md 3.2). */
+#include "core/core.h"
+
+#include <string.h>
+
+static const struct {
+    const char *name;
+    size_t size;
+    bool floating;
+} dtypes[CKPT_DTYPE_COUNT_] = {
+    [CKPT_DTYPE_UNKNOWN] = {"unknown", 0, false},
+    [CKPT_DTYPE_FLOAT64] = {"float64", 8, true},
+    [CKPT_DTYPE_FLOAT32] = {"float32", 4, true},
+    [CKPT_DTYPE_FLOAT16] = {"float16", 2, true},
+    [CKPT_DTYPE_BFLOAT16] = {"bfloat16", 2, true},
+    [CKPT_DTYPE_INT64] = {"int64", 8, false},
+    [CKPT_DTYPE_INT32] = {"int32", 4, false},
+    [CKPT_DTYPE_INT16] = {"int16", 2, false},
+    [CKPT_DTYPE_INT8] = {"int8", 1, false},
+    [CKPT_DTYPE_UINT8] = {"uint8", 1, false},
+    [CKPT_DTYPE_BOOL] = {"bool", 1, false},
+    [CKPT_DTYPE_COMPLEX128] = {"complex128", 16, false},
+    [CKPT_DTYPE_COMPLEX64] = {"complex64", 8, false},
+    [CKPT_DTYPE_COMPLEX32] = {"complex32", 4, false},
+    [CKPT_DTYPE_QINT8] = {"qint8", 1, false},
+    [CKPT_DTYPE_QUINT8] = {"quint8", 1, false},
+    [CKPT_DTYPE_QINT32] = {"qint32", 4, false},
+    [CKPT_DTYPE_QUINT4X2] = {"quint4x2", 1, false},
+    [CKPT_DTYPE_QUINT2X4] = {"quint2x4", 1, false},
+    [CKPT_DTYPE_FLOAT8_E5M2] = {"float8_e5m2", 1, true},
+    [CKPT_DTYPE_FLOAT8_E4M3FN] = {"float8_e4m3fn", 1, true},
+    [CKPT_DTYPE_FLOAT8_E5M2FNUZ] = {"float8_e5m2fnuz", 1, true},
+    [CKPT_DTYPE_FLOAT8_E4M3FNUZ] = {"float8_e4m3fnuz", 1, true},
+    [CKPT_DTYPE_FLOAT8_E8M0FNU] = {"float8_e8m0fnu", 1, true},
+    [CKPT_DTYPE_UINT16] = {"uint16", 2, false},
+    [CKPT_DTYPE_UINT32] = {"uint32", 4, false},
+    [CKPT_DTYPE_UINT64] = {"uint64", 8, false},
+    [CKPT_DTYPE_BITS8] = {"bits8", 1, false},
+    [CKPT_DTYPE_BITS16] = {"bits16", 2, false},
+    [CKPT_DTYPE_BITS1X8] = {"bits1x8", 1, false},
+    [CKPT_DTYPE_BITS2X4] = {"bits2x4", 1, false},
+    [CKPT_DTYPE_BITS4X2] = {"bits4x2", 1, false},
+};
+
+/* Aliases torch accepts as attribute names of the torch module. */
+static const struct {
+    const char *alias;
+    ckpt_dtype dtype;
+} aliases[] = {
+    {"double", CKPT_DTYPE_FLOAT64}, {"float", CKPT_DTYPE_FLOAT32},
+    {"half", CKPT_DTYPE_FLOAT16},   {"long", CKPT_DTYPE_INT64},
+    {"int", CKPT_DTYPE_INT32},      {"short", CKPT_DTYPE_INT16},
+    {"cdouble", CKPT_DTYPE_COMPLEX128}, {"cfloat", CKPT_DTYPE_COMPLEX64},
+    {"chalf", CKPT_DTYPE_COMPLEX32},
+};
+
+CKPT_API const char *ckpt_dtype_name(ckpt_dtype d)
+{
+    if ((unsigned)d >= CKPT_DTYPE_COUNT_)
+        return "unknown";
+    return dtypes[d].name;
+}
+
+CKPT_API size_t ckpt_dtype_size(ckpt_dtype d)
+{
+    if ((unsigned)d >= CKPT_DTYPE_COUNT_)
+        return 0;
+    return dtypes[d].size;
+}
+
+CKPT_API int ckpt_dtype_is_floating(ckpt_dtype d)
+{
+    if ((unsigned)d >= CKPT_DTYPE_COUNT_)
+        return 0;
+    return dtypes[d].floating;
+}
+
+CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name)
+{
+    if (!name)
+        return CKPT_DTYPE_UNKNOWN;
+    if (strncmp(name, "torch.", 6) == 0)
+        name += 6;
+    for (int d = 1; d < CKPT_DTYPE_COUNT_; d++)
+        if (strcmp(name, dtypes[d].name) == 0)
+            return (ckpt_dtype)d;
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strcmp(name, aliases[i].alias) == 0)
+            return aliases[i].dtype;
+    return CKPT_DTYPE_UNKNOWN;
+}

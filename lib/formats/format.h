@@ -1,0 +1,58 @@
+/*
+ * formats/format.h - the format table.  Each format module exports one
+ * descriptor; formats/table.c lists them in one place, in the order
+ * torch.load tries them.  Reading dispatch (formats/read.c: sniffing) and
+ * writing dispatch (formats/write.c: --to or OUT's name) go through the
+ * table; no format names another.  A format that holds others reads and
+ * writes its parts through f->parts, which the dispatchers install.
+ */
+#ifndef CKPT_FORMAT_H
+#define CKPT_FORMAT_H
+
+#include "checkpoint/checkpoint.h"
+
+typedef struct ckpt_format_desc {
+    ckpt_format id;
+    const char *name;   /* as in DESIGN.md's JSON: "pth-zip" */
+    const char *suffix; /* OUT's name ending so picks this format for writing, or NULL */
+    /* Whether the first N bytes of a file (fewer for a short file) are this
+     * format's; the first yes in table order wins.  NULL: known by name. */
+    bool (*sniff)(const uint8_t *head, size_t n);
+    /* A file whose content no format claims is this format's when its name
+     * ends so (".json"), or NULL. */
+    const char *name_suffix;
+    /* Read the open SRC (f->cur_src) into *ROOT, its storages into f's table. */
+    int (*read)(ckpt_file *f, ckpt_source *src, ckpt_value **root);
+    /* Write f->root to the open file OUT that will be named PATH; NULL when
+     * the format is written as a set. */
+    int (*write)(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt);
+    /* Write f->root as PATH and the files it names, all or nothing; NULL
+     * for one-file formats. */
+    int (*write_set)(ckpt_file *f, const char *path, const ckpt_write_options *opt);
+} ckpt_format_desc;
+
+extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
+    ckpt_format_safetensors, ckpt_format_sharded;
+
+/* The writers of the format modules, for their descriptors (one module
+ * never calls another's). */
+int ckpt_pth_zip_write(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt);
+int ckpt_pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt);
+int ckpt_safetensors_write(ckpt_file *f, int out, const char *path,
+                           const ckpt_write_options *opt);
+int ckpt_sharded_write(ckpt_file *f, const char *path, const ckpt_write_options *opt);
+/* safetensors dtype names ("F32") and back; UNKNOWN / NULL if none. */
+ckpt_dtype ckpt_safetensors_dtype(const char *name);
+const char *ckpt_safetensors_dtype_name(ckpt_dtype dtype);
+
+/* The table (formats/table.c), NULL-terminated, in torch.load's order. */
+extern const ckpt_format_desc *const ckpt_format_table[];
+/* The descriptor of ID, or NULL. */
+const ckpt_format_desc *ckpt_format_find(ckpt_format id);
+/* The format of a file from its first bytes, else from PATH's name (NULL:
+ * by content alone); NULL when none. */
+const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, const char *path);
+/* Whether PATH ends in SUFFIX. */
+bool ckpt_path_has_suffix(const char *path, const char *suffix);
+
+#endif /* CKPT_FORMAT_H */

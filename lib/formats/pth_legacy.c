@@ -1,0 +1,142 @@
+/* pth_legacy.c - the pre-1.6 stream (reference/pth-format.md section 2):
+ * magic, protocol version, sys_info, main pickle, sorted storage keys, then
+ * per storage an int64 element count and its raw bytes. */
+#include "formats/format.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* 0x1950a86a20f9469cfc6c, little-endian, as LONG1 carries it */
+static const uint8_t magic_bytes[10] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9,
+                                        0x20, 0x6a, 0xa8, 0x50, 0x19};
+#define LEGACY_PROTOCOL_VERSION 1001
+
+static int load_next(ckpt_file *f, const uint8_t *map, size_t size, size_t *pos,
+                     const char *what, ckpt_value **out)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "%s pickle", what);
+    ckpt_pickle_ctx ctx;
+    ckpt_file_pickle_ctx(f, &ctx, name);
+    size_t used = 0;
+    if (*pos >= size)
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "truncated: the %s pickle is missing", what);
+    /* each pickle is bounded by the pickle-size limit, not the file size */
+    size_t avail = size - *pos;
+    uint64_t lim = f->limits[CKPT_LIMIT_PICKLE_BYTES];
+    int capped = avail > lim;
+    if (capped)
+        avail = (size_t)lim;
+    int rc = ckpt_pickle_load(&ctx, map + *pos, avail, out, &used, &f->err);
+    if (rc && capped) {
+        /* the pickle may be fine, only longer than the user allows */
+        char msg[CKPT_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", f->err.msg);
+        ckpt_err_clear(&f->err);
+        return ckpt_err(&f->err, CKPT_ERR_LIMIT, "the %s pickle does not end within the limit "
+                        "of %llu bytes (--max-pickle-bytes): %s", what,
+                        (unsigned long long)lim, msg);
+    }
+    if (rc) {
+        /* the VM's offsets are within this pickle; say where it starts */
+        if (*pos) {
+            size_t l = strlen(f->err.msg);
+            snprintf(f->err.msg + l, sizeof(f->err.msg) - l, " (pickle starts at file byte %zu)",
+                     *pos);
+        }
+        return rc;
+    }
+    *pos += used;
+    return CKPT_OK;
+}
+
+static int read_stream(ckpt_file *f, const uint8_t *map, size_t size, ckpt_value **root)
+{
+    size_t pos = 0;
+    ckpt_value *v;
+
+    /* the first three pickles hold no persistent ids */
+    CKPT_FORWARD(load_next(f, map, size, &pos, "magic number", &v));
+    size_t mlen = 0;
+    const uint8_t *mb = ckpt_value_bigint(v, &mlen);
+    CKPT_RETURN_IF(!mb || mlen != sizeof(magic_bytes) || memcmp(mb, magic_bytes, mlen) != 0,
+                   &f->err, CKPT_ERR_FORMAT, "invalid magic number; not a torch.save file");
+    CKPT_FORWARD(load_next(f, map, size, &pos, "protocol version", &v));
+    int64_t pv = 0;
+    CKPT_RETURN_IF(ckpt_value_int(v, &pv) != CKPT_OK || pv != LEGACY_PROTOCOL_VERSION, &f->err,
+                   CKPT_ERR_UNSUPPORTED, "invalid protocol version: %lld", (long long)pv);
+    CKPT_FORWARD(load_next(f, map, size, &pos, "sys_info", &v));
+    const ckpt_value *le = ckpt_value_dict_get(v, "little_endian");
+    CKPT_RETURN_IF(v->kind != CKPT_KIND_DICT, &f->err, CKPT_ERR_FORMAT, "sys_info is not a dict");
+    CKPT_RETURN_IF(le && le->kind == CKPT_KIND_BOOL && !le->u.b, &f->err, CKPT_ERR_UNSUPPORTED,
+                   "big-endian checkpoints are not supported");
+
+    size_t before = f->nstorages; /* this file's storages (a shard adds to others) */
+    CKPT_FORWARD(load_next(f, map, size, &pos, "main", root));
+    ckpt_value *keys;
+    CKPT_FORWARD(load_next(f, map, size, &pos, "storage key list", &keys));
+    CKPT_RETURN_IF(keys->kind != CKPT_KIND_LIST && keys->kind != CKPT_KIND_TUPLE, &f->err,
+                   CKPT_ERR_FORMAT, "storage key list is a %s", ckpt_kind_name((ckpt_kind)keys->kind));
+    CKPT_RETURN_IF(keys->u.seq.len != f->nstorages - before, &f->err, CKPT_ERR_FORMAT,
+                   "storage key list names %zu storages, the pickle %zu", keys->u.seq.len,
+                   f->nstorages - before);
+
+    for (size_t k = 0; k < keys->u.seq.len; k++) {
+        ckpt_value *kv = keys->u.seq.items[k];
+        CKPT_RETURN_IF(kv->kind != CKPT_KIND_STR, &f->err, CKPT_ERR_FORMAT,
+                       "storage key list holds a %s", ckpt_kind_name((ckpt_kind)kv->kind));
+        char buf[600];
+        const char *key = ckpt_file_table_key(f, kv->u.s.s, buf, sizeof(buf));
+        CKPT_RETURN_IF(!key, &f->err, CKPT_ERR_FORMAT, "storage key of %zu bytes is too long",
+                       strlen(kv->u.s.s));
+        ckpt_storage *s = ckpt_file_storage_find(f, key);
+        CKPT_RETURN_IF(!s, &f->err, CKPT_ERR_FORMAT, "storage key list names unknown storage '%s'",
+                       kv->u.s.s);
+        CKPT_RETURN_IF(s->loc != CKPT_LOC_NONE, &f->err, CKPT_ERR_FORMAT,
+                       "storage '%s' listed twice", s->key);
+        CKPT_RETURN_IF(size - pos < 8, &f->err, CKPT_ERR_FORMAT,
+                       "truncated: no element count for storage '%s' at byte %zu", s->key, pos);
+        uint64_t count = 0;
+        for (int b = 7; b >= 0; b--)
+            count = (count << 8) | map[pos + (size_t)b];
+        pos += 8;
+        size_t es = ckpt_dtype_size(s->dtype);
+        uint64_t expect = es ? s->nbytes / es : 0;
+        CKPT_RETURN_IF(count != expect, &f->err, CKPT_ERR_FORMAT,
+                       "storage '%s' has wrong byte size: expected %llu elements, got %llu", s->key,
+                       (unsigned long long)expect, (unsigned long long)count);
+        CKPT_RETURN_IF(size - pos < s->nbytes, &f->err, CKPT_ERR_FORMAT,
+                       "truncated: storage '%s' needs %llu bytes at byte %zu, the file has %zu",
+                       s->key, (unsigned long long)s->nbytes, pos, size - pos);
+        s->loc = CKPT_LOC_FILE_RANGE;
+        s->file_offset = pos;
+        pos += (size_t)s->nbytes;
+    }
+    return CKPT_OK;
+}
+
+/* The stream is read mapped: its pickles are parsed where they lie. */
+static int pth_legacy_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
+{
+    void *map = mmap(NULL, (size_t)src->file_size, PROT_READ, MAP_PRIVATE, src->fd, 0);
+    if (map == MAP_FAILED)
+        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot map '%s': %s", src->path, strerror(errno));
+    int rc = read_stream(f, map, (size_t)src->file_size, root);
+    munmap(map, (size_t)src->file_size);
+    return rc;
+}
+
+/* A protocol-2+ pickle: PROTO 2..5 */
+static bool pth_legacy_sniff(const uint8_t *head, size_t n)
+{
+    return n >= 2 && head[0] == 0x80 && head[1] <= 5;
+}
+
+const ckpt_format_desc ckpt_format_pth_legacy = {
+    .id = CKPT_FORMAT_PTH_LEGACY,
+    .name = "pth-legacy",
+    .sniff = pth_legacy_sniff,
+    .read = pth_legacy_read,
+    .write = ckpt_pth_legacy_write,
+};

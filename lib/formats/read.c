@@ -1,0 +1,118 @@
+/*
+ * read.c - reading dispatch: ckpt_file_open() sniffs a file through the
+ * format table, in torch.load's order, and hands it to its format's reader.
+ * It also installs f->parts.read, through which a format that holds others
+ * (a sharded set) reads its parts without naming their format.
+ */
+#include "formats/format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Read SRC, an open file, as format D into *ROOT. */
+static int read_as(ckpt_file *f, const ckpt_format_desc *d, ckpt_source *src, ckpt_value **root)
+{
+    ckpt_source *prev = f->cur_src;
+    f->cur_src = src;
+    src->format = d->id;
+    int rc = d->read(f, src, root);
+    f->cur_src = prev;
+    return rc;
+}
+
+/* The names of the formats known by their content: "a, b or c". */
+static void content_formats(char *buf, size_t cap)
+{
+    size_t n = 0, k = 0, len = 0;
+    for (const ckpt_format_desc *const *d = ckpt_format_table; *d; d++)
+        n += (*d)->sniff ? 1 : 0;
+    buf[0] = '\0';
+    for (const ckpt_format_desc *const *d = ckpt_format_table; *d && len < cap; d++) {
+        if (!(*d)->sniff)
+            continue; /* known by its name alone */
+        k++;
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", k == 1 ? "" : k == n ? " or " : ", ",
+                                (*d)->name);
+    }
+}
+
+/* f->parts.read: a part named by a set, known by its content alone. */
+static int read_part(ckpt_file *f, ckpt_source *src, ckpt_value **root)
+{
+    uint8_t head[16];
+    int got = src->file_size ? ckpt_pread_all(src->fd, head, src->file_size < sizeof(head)
+                                                                  ? (size_t)src->file_size
+                                                                  : sizeof(head), 0)
+                             : CKPT_ERR_FORMAT;
+    const ckpt_format_desc *d =
+        got == CKPT_OK ? ckpt_format_sniff(head, src->file_size < sizeof(head)
+                                                     ? (size_t)src->file_size : sizeof(head), NULL)
+                       : NULL;
+    if (!d) {
+        char names[200];
+        content_formats(names, sizeof(names));
+        return ckpt_err(&f->err, got == CKPT_ERR_IO ? CKPT_ERR_IO : CKPT_ERR_FORMAT,
+                        "not a %s file", names);
+    }
+    return read_as(f, d, src, root);
+}
+
+CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
+{
+    if (!ckpt_file_valid(f) || !path)
+        return CKPT_ERR_USAGE;
+    if (f->opened)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "handle already used; make a new one");
+    f->opened = true;
+    ckpt_err_clear(&f->err);
+    if (!(f->path = strdup(path)))
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    f->main.path = f->path;
+    f->cur_src = &f->main;
+    f->parts.read = read_part;
+
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot open: %s", strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot stat: %s", strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return ckpt_err(&f->err, CKPT_ERR_IO, "is a directory");
+    }
+    f->main.fd = fd;
+    f->main.file_size = (uint64_t)st.st_size;
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
+    f->mode = st.st_mode;
+    uint8_t head[512];
+    size_t got = st.st_size < (off_t)sizeof(head) ? (size_t)st.st_size : sizeof(head);
+    if (got && ckpt_pread_all(fd, head, got, 0) != CKPT_OK)
+        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot read: %s", strerror(errno));
+    const ckpt_format_desc *d = got ? ckpt_format_sniff(head, got, path) : NULL;
+    int rc;
+    if (got == 0) {
+        rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "empty file");
+    } else if (!d && got >= 262 && memcmp(head + 257, "ustar", 5) == 0) {
+        rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                      "the tar checkpoint format of torch before 0.4 is not supported");
+    } else if (!d) {
+        rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                      "not a PyTorch checkpoint (not a zip archive, a legacy pickle stream, "
+                      "safetensors or a shard index)");
+    } else {
+        f->format = d->id;
+        rc = read_as(f, d, &f->main, &f->root);
+    }
+    if (rc == CKPT_OK)
+        rc = ckpt_file_index(f);
+    return rc;
+}

@@ -1,0 +1,387 @@
+/* scan.c - ckpt scan: every global a file's pickles name, and what uses it,
+ * found by running the same safe VM that reads checkpoints in its scanning
+ * mode (nothing imported, nothing called; STACK_GLOBAL operands resolved
+ * through the memo exactly as when reading), so the answer cannot differ
+ * from what a load would meet. */
+#include "formats/format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct ckpt_scan {
+    ckpt_error err;
+    uint64_t limits[CKPT_LIMIT_COUNT_];
+    ckpt_format format;
+    int is_pickle;            /* a plain pickle file, not a checkpoint */
+    char **pickles;           /* names of the pickles scanned */
+    size_t npickles;
+    ckpt_scan_hit *hits;
+    size_t nhits, cap;
+    int unsafe;               /* something neither interpreted nor known data */
+    const char *cur;          /* pickle being scanned (an entry of pickles) */
+    int oom;                  /* a hit could not be recorded */
+    ckpt_arena *arena;        /* its VM's arena */
+};
+
+static const char *op_name(int op)
+{
+    switch (op) {
+    case 'c': return "GLOBAL";
+    case 0x93: return "STACK_GLOBAL";
+    case 'i': return "INST";
+    case 'o': return "OBJ";
+    case 'R': return "REDUCE";
+    case 0x81: return "NEWOBJ";
+    case 0x92: return "NEWOBJ_EX";
+    case 'b': return "BUILD";
+    default: return "?";
+    }
+}
+
+ckpt_scan *ckpt_scan_new(void)
+{
+    ckpt_scan *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    ckpt_file *f = ckpt_file_new(); /* for the default limits */
+    if (!f) {
+        free(s);
+        return NULL;
+    }
+    for (int i = 0; i < CKPT_LIMIT_COUNT_; i++)
+        s->limits[i] = ckpt_file_limit(f, (ckpt_limit)i);
+    ckpt_file_free(f);
+    return s;
+}
+
+static void scan_clear(ckpt_scan *s)
+{
+    for (size_t i = 0; i < s->nhits; i++)
+        free((char *)s->hits[i].global);
+    free(s->hits);
+    for (size_t i = 0; i < s->npickles; i++)
+        free(s->pickles[i]);
+    free(s->pickles);
+    s->hits = NULL;
+    s->nhits = s->cap = 0;
+    s->pickles = NULL;
+    s->npickles = 0;
+    s->unsafe = 0;
+    s->oom = 0;
+    s->format = CKPT_FORMAT_UNKNOWN;
+    s->is_pickle = 0;
+    ckpt_err_clear(&s->err);
+}
+
+void ckpt_scan_free(ckpt_scan *s)
+{
+    if (!s)
+        return;
+    scan_clear(s);
+    free(s);
+}
+
+int ckpt_scan_set_limit(ckpt_scan *s, ckpt_limit which, uint64_t value)
+{
+    if (!s || which < 0 || which >= CKPT_LIMIT_COUNT_ || value == 0)
+        return CKPT_ERR_USAGE;
+    s->limits[which] = value;
+    return CKPT_OK;
+}
+
+/* ---- the VM's callbacks --------------------------------------------------- */
+
+static ckpt_scan_hit *hit_for(ckpt_scan *s, const char *q)
+{
+    for (size_t i = s->nhits; i-- > 0;) {
+        if (s->hits[i].pickle != s->cur)
+            break; /* one entry per global and pickle */
+        if (strcmp(s->hits[i].global, q) == 0)
+            return &s->hits[i];
+    }
+    return NULL;
+}
+
+static void on_global(void *user, const char *q, ckpt_global_class cls, int op, uint64_t at)
+{
+    ckpt_scan *s = user;
+    ckpt_scan_hit *h = hit_for(s, q);
+    if (h) {
+        h->count++;
+        return;
+    }
+    if (s->nhits == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        ckpt_scan_hit *n = realloc(s->hits, cap * sizeof *n);
+        if (!n) {
+            s->oom = 1; /* scan_pickle reports it: a lost hit must not pass as safe */
+            return;
+        }
+        s->hits = n;
+        s->cap = cap;
+    }
+    char *name = strdup(q);
+    if (!name) {
+        s->oom = 1;
+        return;
+    }
+    h = &s->hits[s->nhits++];
+    memset(h, 0, sizeof *h);
+    h->global = name;
+    h->pickle = s->cur;
+    h->offset = at;
+    h->opcode = op_name(op);
+    h->cls = cls;
+    h->dangerous = cls == CKPT_GLOBAL_REFUSED && ckpt_globals_dangerous(q);
+    h->count = 1;
+    if (cls != CKPT_GLOBAL_INTERPRETED && cls != CKPT_GLOBAL_KNOWN_DATA)
+        s->unsafe = 1;
+}
+
+static void on_use(void *user, const char *q, int op, uint64_t at)
+{
+    ckpt_scan *s = user;
+    ckpt_scan_hit *h = hit_for(s, q);
+    if (!h)
+        return;
+    h->uses |= op == 'b' ? CKPT_SCAN_BUILT : CKPT_SCAN_CALLED;
+    if (!h->used_by) {
+        h->used_by = op_name(op);
+        h->use_offset = at;
+    }
+}
+
+static ckpt_global_class classify(void *user, const char *q)
+{
+    (void)user;
+    return ckpt_globals_builtin_class(q);
+}
+
+static ckpt_value *any_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_error *err)
+{
+    /* storages are not read when scanning: a None stands for any of them */
+    ckpt_scan *s = user;
+    (void)pid;
+    (void)offset;
+    ckpt_value *v = ckpt_arena_alloc(s->arena, sizeof *v); /* zeroed: kind NONE */
+    if (!v)
+        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    return v;
+}
+
+/* Scan the pickle at BUF[0..LEN) named NAME; *USED gets its length. */
+static int scan_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len,
+                       size_t *used)
+{
+    char **n = realloc(s->pickles, (s->npickles + 1) * sizeof *n);
+    if (!n)
+        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
+    s->pickles = n;
+    if (!(n[s->npickles] = strdup(name)))
+        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
+    s->cur = n[s->npickles++];
+
+    ckpt_arena arena;
+    ckpt_arena_init(&arena);
+    ckpt_pickle_ctx ctx = {
+        .name = s->cur,
+        .limits = s->limits,
+        .classify = classify,
+        .persistent_load = any_pid,
+        .user = s,
+        .arena = &arena,
+        .on_global = on_global,
+        .on_use = on_use,
+        .scan = true,
+    };
+    ckpt_value *root;
+    s->arena = &arena;
+    int rc = ckpt_pickle_load(&ctx, buf, len, &root, used, &s->err);
+    s->arena = NULL;
+    ckpt_arena_release(&arena);
+    if (s->oom) {
+        ckpt_err_clear(&s->err);
+        rc = ckpt_err(&s->err, CKPT_ERR_NOMEM, "%s: out of memory for the globals found", name);
+    }
+    return rc;
+}
+
+/* ---- formats ---------------------------------------------------------------- */
+
+/* torch finds records case-insensitively (miniz), so "DATA.PKL" loads too */
+static int ends_with_nocase(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcasecmp(s + a - b, suffix) == 0;
+}
+
+static int scan_zip(ckpt_scan *s, const char *path)
+{
+    ckpt_zip *z;
+    CKPT_FORWARD(ckpt_zip_open(path, &z, &s->err));
+    int rc = CKPT_OK, found = 0;
+    ckpt_error first = {0};
+    /* every record, even after one fails: a payload may sit in a later one */
+    for (int64_t i = 0; i < ckpt_zip_count(z); i++) {
+        const char *name = ckpt_zip_name(z, i);
+        if (!name || !ends_with_nocase(name, ".pkl"))
+            continue;
+        found = 1;
+        uint8_t *buf;
+        size_t len, used;
+        int r = ckpt_zip_read_all(z, i, s->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len, &s->err);
+        if (r == CKPT_OK) {
+            r = scan_pickle(s, name, buf, len, &used);
+            free(buf);
+        }
+        if (r != CKPT_OK && rc == CKPT_OK) {
+            rc = r;
+            first = s->err;
+        }
+    }
+    ckpt_zip_close(z);
+    if (rc != CKPT_OK)
+        s->err = first;
+    if (rc == CKPT_OK && !found)
+        rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "a zip archive without a .pkl record");
+    return rc;
+}
+
+/* The magic number torch's legacy format starts with: 0x1950a86a20f9469cfc6c
+ * as a protocol-2 LONG1. */
+static const uint8_t LEGACY_MAGIC[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
+                                       0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e};
+
+/* Opcodes a pickle can start with (pickle.dumps at any protocol, or by hand). */
+static int pickle_start(uint8_t b)
+{
+    return b == 0x80 || (b < 0x80 && strchr("()]}NIJKMLFGSTUVXBCcdlqpghjK.", b) && b);
+}
+
+static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len)
+{
+    if (len == 0)
+        return ckpt_err(&s->err, CKPT_ERR_FORMAT, "empty file");
+    int legacy = len >= sizeof LEGACY_MAGIC && memcmp(buf, LEGACY_MAGIC, sizeof LEGACY_MAGIC) == 0;
+    if (!legacy && !pickle_start(buf[0]))
+        return ckpt_err(&s->err, CKPT_ERR_FORMAT, "not a checkpoint or a pickle (first byte "
+                        "0x%02x)", buf[0]);
+    s->format = legacy ? CKPT_FORMAT_PTH_LEGACY : CKPT_FORMAT_UNKNOWN;
+    s->is_pickle = !legacy;
+    static const char *const legacy_names[] = {"magic number", "protocol version", "sys_info",
+                                               "data pickle", "storage keys"};
+    uint64_t cap = s->limits[CKPT_LIMIT_PICKLE_BYTES];
+    size_t at = 0;
+    /* a legacy file holds five pickles, then raw storage bytes; a pickle
+     * file holds pickles back to back */
+    for (int k = 0; at < len && (!legacy || k < 5); k++) {
+        char name[64];
+        if (legacy)
+            snprintf(name, sizeof name, "pickle %d (%s)", k + 1, legacy_names[k]);
+        else
+            snprintf(name, sizeof name, "pickle %d (from byte %zu)", k + 1, at);
+        if (k > 0 && !legacy && !pickle_start(buf[at]))
+            break; /* trailing bytes, which pickle.load never reads */
+        /* each pickle is bounded by the limit, not by the rest of the file */
+        size_t avail = len - at, used = 0;
+        int capped = avail > cap;
+        if (capped)
+            avail = (size_t)cap;
+        int rc = scan_pickle(s, name, buf + at, avail, &used);
+        if (rc != CKPT_OK) {
+            char msg[CKPT_ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s", s->err.msg);
+            ckpt_err_clear(&s->err); /* the first error is kept: replace it */
+            if (capped)
+                return ckpt_err(&s->err, CKPT_ERR_LIMIT, "%s does not end within the limit of "
+                                "%llu bytes (--max-pickle-bytes): %s", name,
+                                (unsigned long long)cap, msg);
+            return ckpt_err(&s->err, rc, "%s", msg);
+        }
+        at += used;
+    }
+    return CKPT_OK;
+}
+
+int ckpt_scan_file(ckpt_scan *s, const char *path)
+{
+    if (!s || !path)
+        return CKPT_ERR_USAGE;
+    scan_clear(s);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ckpt_err(&s->err, CKPT_ERR_IO, "not a regular file");
+    }
+    uint8_t head[16] = {0};
+    size_t got = st.st_size < (off_t)sizeof head ? (size_t)st.st_size : sizeof head;
+    if (got && ckpt_pread_all(fd, head, got, 0) != CKPT_OK)
+        got = 0;
+    const ckpt_format_desc *d = ckpt_format_sniff(head, got, NULL);
+    ckpt_format fmt = d ? d->id : CKPT_FORMAT_UNKNOWN;
+    if (fmt == CKPT_FORMAT_PTH_ZIP) {
+        close(fd);
+        s->format = fmt;
+        return scan_zip(s, path);
+    }
+    if (fmt == CKPT_FORMAT_SAFETENSORS) {
+        /* no pickle: the header is JSON, validated as when reading */
+        close(fd);
+        s->format = fmt;
+        ckpt_file *f = ckpt_file_new();
+        if (!f)
+            return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
+        int rc = ckpt_file_open(f, path);
+        if (rc != CKPT_OK) {
+            const char *msg = ckpt_file_error_message(f);
+            size_t pl = strlen(path);
+            /* the file's messages start with its path: drop it */
+            if (strncmp(msg, path, pl) == 0 && msg[pl] == ':')
+                msg += pl + 2;
+            ckpt_err(&s->err, rc, "%s", msg);
+        }
+        ckpt_file_free(f);
+        return rc;
+    }
+    /* a pickle stream: a legacy checkpoint or a plain pickle file */
+    size_t len = (size_t)st.st_size;
+    if (len == 0) {
+        close(fd);
+        return ckpt_err(&s->err, CKPT_ERR_FORMAT, "empty file");
+    }
+    /* mapped: only the pickles' pages are read, never the tensor data */
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
+    int rc = scan_stream(s, map, len);
+    munmap(map, len);
+    return rc;
+}
+
+int ckpt_scan_error_code(const ckpt_scan *s) { return s->err.code; }
+const char *ckpt_scan_error_message(const ckpt_scan *s) { return s->err.msg; }
+ckpt_format ckpt_scan_format(const ckpt_scan *s) { return s->format; }
+int ckpt_scan_is_pickle(const ckpt_scan *s) { return s->is_pickle; }
+size_t ckpt_scan_pickle_count(const ckpt_scan *s) { return s->npickles; }
+const char *ckpt_scan_pickle_name(const ckpt_scan *s, size_t i)
+{
+    return i < s->npickles ? s->pickles[i] : NULL;
+}
+size_t ckpt_scan_hit_count(const ckpt_scan *s) { return s->nhits; }
+const ckpt_scan_hit *ckpt_scan_hit_at(const ckpt_scan *s, size_t i)
+{
+    return i < s->nhits ? &s->hits[i] : NULL;
+}
+int ckpt_scan_unsafe(const ckpt_scan *s) { return s->unsafe; }

@@ -1,0 +1,207 @@
+/*
+ * sharded.c - a sharded checkpoint: an index (Hugging Face style
+ * *.index.json, {"weight_map": {tensor: shard file}}) and the shards beside
+ * it, each a pth-zip, pth-legacy or safetensors file.  The shards' tensors
+ * become one state dict, in the order of the shards.
+ */
+#include "formats/format.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct name_slot {
+    const char *name;
+    int shard;  /* index into the shard list */
+    bool seen;
+} name_slot;
+
+static uint64_t hash_name(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    while (*s)
+        h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+    return h;
+}
+
+static name_slot *slot_for(name_slot *t, size_t size, const char *name)
+{
+    size_t i = hash_name(name) & (size - 1);
+    while (t[i].name && strcmp(t[i].name, name) != 0)
+        i = (i + 1) & (size - 1);
+    return &t[i];
+}
+
+/* Shard names are plain file names beside the index: no paths, no "..". */
+static bool safe_shard_name(const char *n)
+{
+    return n[0] && n[0] != '.' && !strchr(n, '/') && !strchr(n, '\\') && strlen(n) < 256;
+}
+
+static int open_shard(ckpt_file *f, const char *dir, const char *name, ckpt_source **out)
+{
+    ckpt_source *src = calloc(1, sizeof(*src));
+    if (!src)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    src->fd = -1;
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *path = ckpt_arena_alloc(&f->arena, n);
+    if (!path) {
+        free(src);
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    snprintf(path, n, "%s/%s", dir, name);
+    src->path = path;
+    *out = src; /* owned by the caller from here, even on failure */
+    src->fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (src->fd < 0 || fstat(src->fd, &st) != 0) {
+        /* a shard the index names but that is not there: the set is broken */
+        int e = errno;
+        return ckpt_err(&f->err, e == ENOENT ? CKPT_ERR_FORMAT : CKPT_ERR_IO,
+                        "shard '%s' named by the index: %s", name, strerror(e));
+    }
+    src->file_size = (uint64_t)st.st_size;
+    return CKPT_OK;
+}
+
+static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value **root_out)
+{
+    cJSON *idx = cJSON_ParseWithLength((const char *)text, len);
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
+    if (!cJSON_IsObject(map)) {
+        cJSON_Delete(idx);
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                        "not a shard index: no \"weight_map\" object (a *.index.json)");
+    }
+    size_t n = (size_t)cJSON_GetArraySize(map), size = 16;
+    while (size < n * 2)
+        size *= 2;
+    name_slot *table = calloc(size, sizeof(*table));
+    const char **shards = calloc(n ? n : 1, sizeof(*shards));
+    char *dir = strdup(f->path);
+    ckpt_value *root = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0);
+    int rc = (!table || !shards || !dir || !root) ? ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory")
+                                                  : CKPT_OK;
+    size_t nshards = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, map)
+    {
+        if (rc)
+            break;
+        if (!cJSON_IsString(e) || !safe_shard_name(e->valuestring)) {
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                          "shard index: '%s' maps to %s, not a file name beside the index",
+                          e->string, cJSON_IsString(e) ? e->valuestring : "a non-string");
+            break;
+        }
+        name_slot *s = slot_for(table, size, e->string);
+        if (s->name) {
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "shard index: '%s' appears twice", e->string);
+            break;
+        }
+        size_t k = 0;
+        while (k < nshards && strcmp(shards[k], e->valuestring) != 0)
+            k++;
+        if (k == nshards)
+            shards[nshards++] = e->valuestring;
+        s->name = e->string;
+        s->shard = (int)k;
+    }
+    if (rc == CKPT_OK) {
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            strcpy(dir, ".");
+        root->flags |= CKPT_VF_ORDERED;
+        f->shards = calloc(nshards ? nshards : 1, sizeof(*f->shards));
+        if (!f->shards)
+            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    size_t found = 0;
+    for (size_t k = 0; k < nshards && rc == CKPT_OK; k++) {
+        ckpt_source *src = NULL;
+        rc = open_shard(f, dir, shards[k], &src);
+        if (src)
+            f->shards[f->nshards++] = src;
+        if (rc)
+            break;
+        char prefix[300];
+        snprintf(prefix, sizeof(prefix), "%s:", shards[k]);
+        f->key_prefix = ckpt_arena_strndup(&f->arena, prefix, strlen(prefix));
+        ckpt_value *sd = NULL;
+        rc = f->parts.read(f, src, &sd); /* its format is the dispatcher's business */
+        f->key_prefix = NULL;
+        if (rc) {
+            /* name the shard: the reader's message is about its insides */
+            char inner[CKPT_ERRMSG_MAX];
+            memcpy(inner, f->err.msg, sizeof(inner));
+            snprintf(f->err.msg, sizeof(f->err.msg), "shard '%.100s': %.380s", shards[k], inner);
+            break;
+        }
+        if (sd->kind != CKPT_KIND_DICT) {
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "shard '%s' holds a %s, not a state dict",
+                          shards[k], ckpt_value_kind_name(sd));
+            break;
+        }
+        for (size_t i = 0; i < sd->u.dict.keys.len && rc == CKPT_OK; i++) {
+            ckpt_value *key = sd->u.dict.keys.items[i];
+            if (key->kind != CKPT_KIND_STR)
+                continue;
+            name_slot *s = slot_for(table, size, key->u.s.s);
+            if (!s->name || s->shard != (int)k || s->seen)
+                continue; /* the index decides where each tensor lives */
+            s->seen = true;
+            found++;
+            if (ckpt_vec_push(&f->arena, &root->u.dict.keys, key) ||
+                ckpt_vec_push(&f->arena, &root->u.dict.vals, sd->u.dict.vals.items[i]))
+                rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        }
+    }
+    if (rc == CKPT_OK && found != n) {
+        for (size_t i = 0; i < size; i++)
+            if (table[i].name && !table[i].seen) {
+                rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "shard index names '%s' in '%s', which lacks it",
+                              table[i].name, shards[table[i].shard]);
+                break;
+            }
+    }
+    if (rc == CKPT_OK)
+        *root_out = root;
+    free(table);
+    free(shards);
+    free(dir);
+    cJSON_Delete(idx);
+    return rc;
+}
+
+static int sharded_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
+{
+    uint64_t size = src->file_size;
+    if (size > (64u << 20))
+        return ckpt_err(&f->err, CKPT_ERR_LIMIT, "shard index of %llu bytes is over 64 MiB",
+                        (unsigned long long)size);
+    uint8_t *text = malloc((size_t)size + 1);
+    if (!text)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = ckpt_pread_all(src->fd, text, (size_t)size, 0)
+                 ? ckpt_err(&f->err, CKPT_ERR_IO, "cannot read the shard index")
+                 : parse_index(f, text, (size_t)size, root);
+    free(text);
+    return rc;
+}
+
+/* Known by its name (NAME.index.json): its JSON has no signature. */
+const ckpt_format_desc ckpt_format_sharded = {
+    .id = CKPT_FORMAT_SHARDED,
+    .name = "sharded",
+    .suffix = ".index.json",
+    .name_suffix = ".json",
+    .read = sharded_read,
+    .write_set = ckpt_sharded_write,
+};

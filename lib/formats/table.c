@@ -1,0 +1,48 @@
+/*
+ * table.c - every format ckpt reads or writes, in one place.  The order is
+ * torch.load's: a zip first, then safetensors (which torch 2.x picks by
+ * name), the legacy pickle stream, and a shard index last (by its name).
+ * A new format is a module exporting a descriptor and one line here.
+ */
+#include "formats/format.h"
+
+#include <string.h>
+
+const ckpt_format_desc *const ckpt_format_table[] = {
+    &ckpt_format_pth_zip,
+    &ckpt_format_safetensors,
+    &ckpt_format_pth_legacy,
+    &ckpt_format_sharded,
+    NULL,
+};
+
+const ckpt_format_desc *ckpt_format_find(ckpt_format id)
+{
+    for (const ckpt_format_desc *const *d = ckpt_format_table; *d; d++)
+        if ((*d)->id == id)
+            return *d;
+    return NULL;
+}
+
+bool ckpt_path_has_suffix(const char *path, const char *suffix)
+{
+    size_t n = strlen(path), k = strlen(suffix);
+    return n > k && strcmp(path + n - k, suffix) == 0;
+}
+
+const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, const char *path)
+{
+    for (const ckpt_format_desc *const *d = ckpt_format_table; *d; d++)
+        if ((*d)->sniff && (*d)->sniff(head, n))
+            return *d;
+    for (const ckpt_format_desc *const *d = ckpt_format_table; path && *d; d++)
+        if ((*d)->name_suffix && ckpt_path_has_suffix(path, (*d)->name_suffix))
+            return *d;
+    return NULL;
+}
+
+CKPT_API const char *ckpt_format_name(ckpt_format format)
+{
+    const ckpt_format_desc *d = ckpt_format_find(format);
+    return d ? d->name : "unknown";
+}

@@ -1,0 +1,56 @@
+/*
+ * io/io.h - the bottom layer: positioned reads and writes, copies and CRCs of
+ * file ranges, sinks, and atomic output files.  Everything above reads and
+ * writes files through here.
+ */
+#ifndef CKPT_IO_H
+#define CKPT_IO_H
+
+#include "core/core.h"
+
+#define CKPT_IO_BUF (1u << 20) /* the bounded buffers of copies and CRCs */
+
+/* pread all N bytes at AT: CKPT_OK, CKPT_ERR_IO, or CKPT_ERR_FORMAT at end of file. */
+int ckpt_pread_all(int fd, void *buf, size_t n, uint64_t at);
+/* pwrite all N bytes at OFF. */
+int ckpt_write_all(int fd, const void *buf, size_t n, uint64_t off, ckpt_error *err);
+
+/* CRC-32 (zlib's) of N more bytes; start from 0. */
+uint32_t ckpt_crc32_update(uint32_t crc, const uint8_t *p, size_t n);
+/* CRC-32 of LEN bytes of FD at OFF through BUF (CKPT_IO_BUF bytes); stops
+ * with CKPT_ERR_IO when *CANCEL becomes true.  Status only, no message:
+ * safe to call from a helper thread. */
+int ckpt_crc_range_buf(int fd, uint64_t off, uint64_t len, uint8_t *buf, uint32_t *out,
+                       volatile bool *cancel);
+/* CRC-32 of LEN bytes of FD at OFF (a bounded buffer). */
+int ckpt_crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc, ckpt_error *err);
+/* Kernel-side copy of LEN bytes (copy_file_range), a bounded buffer where the
+ * kernel declines. */
+int ckpt_copy_range(int in, uint64_t in_off, int out, uint64_t out_off, uint64_t len,
+                    ckpt_error *err);
+
+/* A byte sink: what streams of storage bytes are handed to, piece by piece. */
+typedef int (*ckpt_sink_fn)(void *user, const uint8_t *p, size_t n);
+/* A sink that writes each piece after the last. */
+typedef struct ckpt_fd_sink {
+    int fd;
+    uint64_t at;
+    ckpt_error *err;
+} ckpt_fd_sink;
+int ckpt_fd_sink_write(void *sink, const uint8_t *p, size_t n);
+
+/* ---- atomic output files (io/output.c) ------------------------------------------ */
+
+typedef struct ckpt_out {
+    int fd;
+    char *path, *dir;
+    char *tmp; /* a named temporary file, when there is one */
+} ckpt_out;
+
+int ckpt_out_open(ckpt_out *o, const char *path, ckpt_error *err);
+/* fsync, then give the file its name (replacing an existing one). */
+int ckpt_out_commit(ckpt_out *o, ckpt_error *err);
+/* Close and remove whatever was written. */
+void ckpt_out_abort(ckpt_out *o);
+
+#endif /* CKPT_IO_H */

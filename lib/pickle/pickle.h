@@ -1,0 +1,209 @@
+/*
+ * pickle/pickle.h - the value tree (values, tensor views, storage records),
+ * the classes of globals, the safe reader VM and the protocol-2 writer.
+ * Below the checkpoint: it knows storages as records that a persistent-id
+ * callback hands it, never the file they came from.
+ */
+#ifndef CKPT_PICKLE_H
+#define CKPT_PICKLE_H
+
+#include "core/core.h"
+
+/* ---- the value tree ------------------------------------------------------ */
+
+enum {
+    CKPT_VF_ORDERED = 1 << 0,   /* DICT is an OrderedDict */
+    CKPT_VF_BYTEARRAY = 1 << 1, /* BYTES came from BYTEARRAY8 */
+    CKPT_VF_WALKING = 1 << 2,   /* on the walk's stack (cycle guard) */
+    CKPT_VF_VISITED = 1 << 3,   /* already walked */
+    CKPT_VF_EMITTING = 1 << 4   /* the writer is inside it (cycle guard) */
+};
+
+/* How an OBJECT was built, so a writer can rebuild it the same way. */
+typedef enum ckpt_obj_how {
+    CKPT_OBJ_REDUCE = 0,
+    CKPT_OBJ_NEWOBJ,
+    CKPT_OBJ_NEWOBJ_EX,
+    CKPT_OBJ_INST,  /* protocol 0 INST / OBJ */
+    CKPT_OBJ_OBJ
+} ckpt_obj_how;
+
+typedef struct ckpt_vec {
+    ckpt_value **items;
+    size_t len, cap;
+} ckpt_vec;
+
+struct ckpt_value {
+    uint8_t kind;
+    uint8_t flags;
+    uint64_t offset; /* byte offset of the creating opcode in its pickle */
+    union {
+        int b;
+        struct {
+            int64_t v;
+            bool big;            /* does not fit in int64 */
+            const uint8_t *bytes; /* LE two's complement, set for every int */
+            size_t nbytes;
+        } i;
+        double f;
+        struct {
+            char *s;
+            size_t len;
+        } s;
+        ckpt_vec seq; /* LIST, TUPLE, SET, FROZENSET */
+        struct {
+            ckpt_vec keys, vals;
+            ckpt_value *state; /* BUILD state (OrderedDict's __dict__) */
+        } dict;
+        struct {
+            char *name;      /* "module.name" */
+            uint16_t modlen; /* the module part is name[0..modlen) */
+            uint8_t cls;     /* ckpt_global_class */
+        } global;
+        struct {
+            ckpt_value *callable; /* a GLOBAL */
+            ckpt_value *args;     /* TUPLE or NULL */
+            ckpt_value *kwargs;   /* NEWOBJ_EX kwargs or NULL */
+            ckpt_value *state;    /* BUILD state or NULL */
+            ckpt_vec listitems;   /* APPEND(S) on the object */
+            ckpt_vec dictkeys, dictvals; /* SETITEM(S) on the object */
+            uint8_t how;          /* ckpt_obj_how */
+        } obj;
+        struct ckpt_tensor *tensor;
+        struct {
+            struct ckpt_storage *ptr;
+            ckpt_dtype dtype;      /* of this reference's storage type */
+            const char *type_name; /* "FloatStorage" */
+        } st;
+    } u;
+};
+
+struct ckpt_tensor {
+    ckpt_dtype dtype;
+    int ndim;
+    int64_t *shape;
+    int64_t *stride;
+    int64_t offset;
+    int64_t numel;
+    bool requires_grad;
+    bool parameter;
+    struct ckpt_storage *storage;
+    /* The call that built it, kept for writers: "_rebuild_tensor_v2", ... */
+    const char *rebuild;
+    ckpt_value *rebuild_args;   /* the tensor call's argument tuple */
+    ckpt_value *param_args;     /* _rebuild_parameter's arguments, or NULL */
+    const char *param_rebuild;
+    ckpt_value *state;          /* BUILD on the tensor, or NULL */
+};
+
+struct ckpt_source; /* checkpoint/checkpoint.h */
+
+/* Where a storage's bytes are.  They are read in one place
+ * (checkpoint/tensor_data.c: ckpt_storage_read, _stream, _raw_range); a new
+ * kind of input (chunks placed at offsets of the whole, a decompressed or
+ * byte-swapped stream) adds a kind here and a case there. */
+typedef enum ckpt_loc_kind {
+    CKPT_LOC_NONE = 0,   /* not located (a reader fills it in) */
+    CKPT_LOC_ZIP_RECORD, /* record zip_index of src->zip (stored or deflated) */
+    CKPT_LOC_FILE_RANGE  /* nbytes raw at file_offset of src->fd */
+} ckpt_loc_kind;
+
+struct ckpt_storage {
+    char *key;              /* unique in the file (shards: "shard:key") */
+    const char *src_key;    /* the key as its own file names it */
+    const struct ckpt_source *src; /* the file the bytes are in */
+    ckpt_dtype dtype;      /* from the storage type (v3: the tensor dtype); after a cast, the new one */
+    ckpt_dtype src_dtype;  /* as stored in the source */
+    uint64_t src_nbytes;   /* as stored in the source */
+    const char *type_name; /* "FloatStorage" as in the file */
+    int64_t numel;
+    uint64_t nbytes;
+    char *device;
+    size_t index;
+    /* where the bytes are */
+    ckpt_loc_kind loc;
+    int64_t zip_index;     /* ZIP_RECORD: libzip index of data/<key> */
+    uint64_t file_offset;  /* FILE_RANGE: offset of the first data byte */
+    bool has_crc;          /* the container records a CRC-32 of the bytes: */
+    uint32_t crc32;        /* checked whenever they are read whole */
+    struct ckpt_storage *hash_next;
+};
+
+/* ---- values: constructors and helpers used by the VM and walkers ---------- */
+
+ckpt_value *ckpt_value_new(ckpt_arena *a, ckpt_kind kind, uint64_t offset);
+/* Append to a vector; grows inside the arena.  -1 on OOM. */
+int ckpt_vec_push(ckpt_arena *a, ckpt_vec *v, ckpt_value *item);
+bool ckpt_value_is_str(const ckpt_value *v, const char *s);
+const char *ckpt_kind_name(ckpt_kind kind);
+
+/* ---- globals --------------------------------------------------------------- */
+
+/* Classify without the user's allow-list: INTERPRETED, KNOWN_DATA or REFUSED. */
+ckpt_global_class ckpt_globals_builtin_class(const char *qualified_name);
+/* Globals that run commands or code: never admitted, whatever the options. */
+bool ckpt_globals_dangerous(const char *qualified_name);
+/* Python 2 module names as pickle's fix_imports maps them ("__builtin__"). */
+const char *ckpt_globals_py3_module(const char *module);
+/* "FloatStorage" (with or without "torch." / "torch.cuda.") -> dtype. */
+ckpt_dtype ckpt_storage_type_dtype(const char *qualified_name, const char **short_name);
+
+/* UTF-8 as Python's decoder with 'surrogatepass' accepts it. */
+bool ckpt_utf8_valid(const uint8_t *s, size_t n);
+
+/* A tensor value as torch.save would pickle it: _rebuild_tensor_v2 (or _v3
+ * for dtypes without a typed storage) over STORAGE. */
+ckpt_value *ckpt_tensor_value_new(ckpt_arena *a, struct ckpt_storage *storage, ckpt_dtype dtype,
+                                  int ndim, const int64_t *shape, const int64_t *stride,
+                                  int64_t offset);
+/* "FloatStorage" for float32...; NULL for dtypes saved as UntypedStorage. */
+const char *ckpt_storage_type_name(ckpt_dtype dtype);
+
+/* ---- the pickle VM ---------------------------------------------------------- */
+
+typedef struct ckpt_pickle_ctx {
+    const char *name;                 /* for messages: "archive/data.pkl" */
+    const uint64_t *limits;           /* CKPT_LIMIT_COUNT_ values */
+    /* Classify "module.name"; may return ALLOWED for user-admitted ones. */
+    ckpt_global_class (*classify)(void *user, const char *qualified_name);
+    /* Turn a persistent id into a value (a STORAGE); NULL + error to fail. */
+    ckpt_value *(*persistent_load)(void *user, ckpt_value *pid, uint64_t offset,
+                                   ckpt_error *err);
+    void *user;
+    ckpt_arena *arena;
+    /* ckpt scan (SCAN set): every global the pickle names (ON_GLOBAL) and every call or
+     * BUILD that uses one (ON_USE) is reported, with the opcode and its
+     * offset; unknown and dangerous globals are then kept as opaque objects
+     * instead of failing, and torch's rebuild functions are not interpreted
+     * (nothing is ever imported or called either way). */
+    void (*on_global)(void *user, const char *qualified_name, ckpt_global_class cls, int opcode,
+                      uint64_t offset);
+    void (*on_use)(void *user, const char *qualified_name, int opcode, uint64_t offset);
+    bool scan;
+} ckpt_pickle_ctx;
+
+/*
+ * Run the VM over BUF[0..LEN) until STOP.  *CONSUMED gets the bytes used
+ * (a legacy file is several pickles back to back).
+ */
+int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len,
+                     ckpt_value **out, size_t *consumed, ckpt_error *err);
+
+/* ---- the pickle writer ------------------------------------------------------ */
+
+typedef struct ckpt_pickle_out {
+    uint8_t *buf;
+    size_t len, cap;
+    size_t *order;  /* input storage indices in output key order ("0", "1", ...) */
+    size_t norder;
+} ckpt_pickle_out;
+
+/* Protocol-2 pickle of ROOT; storages are renumbered in first-reference order. */
+int ckpt_pickle_write(ckpt_arena *a, size_t nstorages, const ckpt_value *root,
+                      ckpt_pickle_out *out, ckpt_error *err);
+/* LEGACY: persistent ids as the pre-1.6 format writes them. */
+int ckpt_pickle_write2(ckpt_arena *a, size_t nstorages, const ckpt_value *root, bool legacy,
+                       ckpt_pickle_out *out, ckpt_error *err);
+void ckpt_pickle_out_free(ckpt_pickle_out *out);
+
+#endif /* CKPT_PICKLE_H */

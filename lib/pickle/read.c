@@ -1,0 +1,1340 @@
+/*
+ * pickle_read.c - a safe pickle VM (protocols 0-5) that builds a value tree.
+ *
+ * Nothing is imported or called: GLOBAL only names a class or function, which
+ * is classified (interpreted / known data / refused) before it is pushed;
+ * REDUCE of an interpreted function is understood here (OrderedDict, the
+ * torch tensor rebuild functions), every other call becomes an opaque OBJECT
+ * node that keeps its callable and arguments.  Every length is checked
+ * against the bytes that remain and every count against a limit.
+ */
+#include "pickle/pickle.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Opcodes (pickletools names). */
+enum {
+    OP_MARK = '(', OP_STOP = '.', OP_POP = '0', OP_POP_MARK = '1', OP_DUP = '2',
+    OP_FLOAT = 'F', OP_INT = 'I', OP_BININT = 'J', OP_BININT1 = 'K', OP_LONG = 'L',
+    OP_BININT2 = 'M', OP_NONE = 'N', OP_PERSID = 'P', OP_BINPERSID = 'Q',
+    OP_REDUCE = 'R', OP_STRING = 'S', OP_BINSTRING = 'T', OP_SHORT_BINSTRING = 'U',
+    OP_UNICODE = 'V', OP_BINUNICODE = 'X', OP_APPEND = 'a', OP_BUILD = 'b',
+    OP_GLOBAL = 'c', OP_DICT = 'd', OP_EMPTY_DICT = '}', OP_APPENDS = 'e',
+    OP_GET = 'g', OP_BINGET = 'h', OP_INST = 'i', OP_LONG_BINGET = 'j',
+    OP_LIST = 'l', OP_EMPTY_LIST = ']', OP_OBJ = 'o', OP_PUT = 'p', OP_BINPUT = 'q',
+    OP_LONG_BINPUT = 'r', OP_SETITEM = 's', OP_TUPLE = 't', OP_EMPTY_TUPLE = ')',
+    OP_SETITEMS = 'u', OP_BINFLOAT = 'G',
+    OP_PROTO = 0x80, OP_NEWOBJ = 0x81, OP_EXT1 = 0x82, OP_EXT2 = 0x83, OP_EXT4 = 0x84,
+    OP_TUPLE1 = 0x85, OP_TUPLE2 = 0x86, OP_TUPLE3 = 0x87, OP_NEWTRUE = 0x88,
+    OP_NEWFALSE = 0x89, OP_LONG1 = 0x8a, OP_LONG4 = 0x8b,
+    OP_BINBYTES = 'B', OP_SHORT_BINBYTES = 'C',
+    OP_SHORT_BINUNICODE = 0x8c, OP_BINUNICODE8 = 0x8d, OP_BINBYTES8 = 0x8e,
+    OP_EMPTY_SET = 0x8f, OP_ADDITEMS = 0x90, OP_FROZENSET = 0x91, OP_NEWOBJ_EX = 0x92,
+    OP_STACK_GLOBAL = 0x93, OP_MEMOIZE = 0x94, OP_FRAME = 0x95,
+    OP_BYTEARRAY8 = 0x96, OP_NEXT_BUFFER = 0x97, OP_READONLY_BUFFER = 0x98
+};
+
+#define MAX_NDIM 64
+#define MAX_DECIMAL_DIGITS 4300 /* Python's own int-from-text limit */
+
+typedef struct memo_slot {
+    uint32_t key;
+    bool used;
+    ckpt_value *v;
+} memo_slot;
+
+typedef struct vm {
+    ckpt_pickle_ctx *ctx;
+    ckpt_arena *a;
+    ckpt_error *err;
+    const uint8_t *buf;
+    size_t len, pos;
+    uint64_t op_at; /* offset of the opcode being run */
+    int op;
+
+    ckpt_value **stack;
+    size_t sp, stack_cap;
+    size_t *marks;
+    size_t nmarks, marks_cap;
+    memo_slot *memo;
+    size_t memo_count, memo_cap;
+} vm;
+
+static int fail(vm *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(vm *m, int code, const char *fmt, ...)
+{
+    char what[CKPT_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    return ckpt_err(m->err, code, "%s at byte %llu: %s", m->ctx->name,
+                    (unsigned long long)m->op_at, what);
+}
+
+static int oom(vm *m)
+{
+    return fail(m, CKPT_ERR_NOMEM, "out of memory");
+}
+
+static uint64_t limit(vm *m, ckpt_limit which)
+{
+    return m->ctx->limits[which];
+}
+
+/* ---- input ---------------------------------------------------------------- */
+
+static int need(vm *m, uint64_t n)
+{
+    if (n > m->len - m->pos)
+        return fail(m, CKPT_ERR_FORMAT, "truncated pickle: opcode needs %llu more bytes, %zu left",
+                    (unsigned long long)n, m->len - m->pos);
+    return CKPT_OK;
+}
+
+static uint64_t rd_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static int take_le(vm *m, int n, uint64_t *out)
+{
+    CKPT_FORWARD(need(m, (uint64_t)n));
+    *out = rd_le(m->buf + m->pos, n);
+    m->pos += (size_t)n;
+    return CKPT_OK;
+}
+
+/* A text argument up to '\n' (protocol 0); the newline is consumed. */
+static int take_line(vm *m, const char **line, size_t *n)
+{
+    const uint8_t *start = m->buf + m->pos;
+    const uint8_t *nl = memchr(start, '\n', m->len - m->pos);
+    if (!nl)
+        return fail(m, CKPT_ERR_FORMAT, "truncated pickle: text argument has no end of line");
+    *line = (const char *)start;
+    *n = (size_t)(nl - start);
+    m->pos += *n + 1;
+    return CKPT_OK;
+}
+
+/* A protocol-0 memo index: decimal digits up to '\n'. */
+static int take_index_line(vm *m, uint64_t *out)
+{
+    const char *line;
+    size_t n;
+    CKPT_FORWARD(take_line(m, &line, &n));
+    if (n == 0 || n > 10)
+        return fail(m, CKPT_ERR_FORMAT, "bad memo index");
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (line[i] < '0' || line[i] > '9')
+            return fail(m, CKPT_ERR_FORMAT, "bad memo index");
+        v = v * 10 + (uint64_t)(line[i] - '0');
+    }
+    *out = v;
+    return CKPT_OK;
+}
+
+/* ---- stack, marks, memo ---------------------------------------------------- */
+
+static int push(vm *m, ckpt_value *v)
+{
+    if (!v)
+        return oom(m);
+    if (m->sp == m->stack_cap) {
+        if (m->sp >= limit(m, CKPT_LIMIT_STACK))
+            return fail(m, CKPT_ERR_LIMIT, "pickle stack deeper than the limit of %llu entries",
+                        (unsigned long long)limit(m, CKPT_LIMIT_STACK));
+        size_t cap = m->stack_cap ? m->stack_cap * 2 : 64;
+        ckpt_value **s = realloc(m->stack, cap * sizeof(*s));
+        if (!s)
+            return oom(m);
+        m->stack = s;
+        m->stack_cap = cap;
+    }
+    m->stack[m->sp++] = v;
+    return CKPT_OK;
+}
+
+/* Items above the innermost MARK (or the whole stack when there is none) */
+static size_t floor_of(vm *m)
+{
+    return m->nmarks ? m->marks[m->nmarks - 1] : 0;
+}
+
+static int pop(vm *m, ckpt_value **out)
+{
+    if (m->sp <= floor_of(m))
+        return fail(m, CKPT_ERR_FORMAT, "stack underflow (opcode 0x%02x needs a value)",
+                    (unsigned)m->op);
+    *out = m->stack[--m->sp];
+    return CKPT_OK;
+}
+
+static int top(vm *m, ckpt_value **out)
+{
+    if (m->sp <= floor_of(m))
+        return fail(m, CKPT_ERR_FORMAT, "stack underflow: opcode needs a value on the stack");
+    *out = m->stack[m->sp - 1];
+    return CKPT_OK;
+}
+
+static int push_mark(vm *m)
+{
+    if (m->nmarks == m->marks_cap) {
+        if (m->nmarks >= limit(m, CKPT_LIMIT_MARKS))
+            return fail(m, CKPT_ERR_LIMIT, "more than %llu nested MARKs",
+                        (unsigned long long)limit(m, CKPT_LIMIT_MARKS));
+        size_t cap = m->marks_cap ? m->marks_cap * 2 : 16;
+        size_t *s = realloc(m->marks, cap * sizeof(*s));
+        if (!s)
+            return oom(m);
+        m->marks = s;
+        m->marks_cap = cap;
+    }
+    m->marks[m->nmarks++] = m->sp;
+    return CKPT_OK;
+}
+
+/* Pop to the innermost MARK: *items points at the popped items (valid until
+ * the next push), *n is their count. */
+static int pop_mark(vm *m, ckpt_value ***items, size_t *n)
+{
+    if (!m->nmarks)
+        return fail(m, CKPT_ERR_FORMAT, "opcode needs a MARK and there is none");
+    size_t at = m->marks[--m->nmarks];
+    *items = m->stack ? m->stack + at : NULL; /* nothing pushed yet: no stack at all */
+    *n = m->sp - at;
+    m->sp = at;
+    return CKPT_OK;
+}
+
+static memo_slot *memo_find(vm *m, uint32_t key)
+{
+    if (!m->memo_cap)
+        return NULL;
+    size_t mask = m->memo_cap - 1;
+    size_t i = (key * 2654435761u) & mask;
+    while (m->memo[i].used) {
+        if (m->memo[i].key == key)
+            return &m->memo[i];
+        i = (i + 1) & mask;
+    }
+    return &m->memo[i];
+}
+
+static int memo_put(vm *m, uint64_t key64, ckpt_value *v)
+{
+    if (key64 > UINT32_MAX)
+        return fail(m, CKPT_ERR_FORMAT, "memo index %llu out of range", (unsigned long long)key64);
+    uint32_t key = (uint32_t)key64;
+    memo_slot *s = memo_find(m, key);
+    if (s && s->used) {
+        s->v = v;
+        return CKPT_OK;
+    }
+    if (m->memo_count >= limit(m, CKPT_LIMIT_MEMO))
+        return fail(m, CKPT_ERR_LIMIT, "more than %llu memo entries",
+                    (unsigned long long)limit(m, CKPT_LIMIT_MEMO));
+    if ((m->memo_count + 1) * 2 > m->memo_cap) {
+        size_t cap = m->memo_cap ? m->memo_cap * 2 : 256;
+        memo_slot *old = m->memo;
+        size_t old_cap = m->memo_cap;
+        m->memo = calloc(cap, sizeof(*m->memo));
+        if (!m->memo) {
+            m->memo = old;
+            return oom(m);
+        }
+        m->memo_cap = cap;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].used)
+                *memo_find(m, old[i].key) = old[i];
+        free(old);
+    }
+    s = memo_find(m, key);
+    s->used = true;
+    s->key = key;
+    s->v = v;
+    m->memo_count++;
+    return CKPT_OK;
+}
+
+static int memo_get(vm *m, uint64_t key64)
+{
+    memo_slot *s = key64 <= UINT32_MAX ? memo_find(m, (uint32_t)key64) : NULL;
+    if (!s || !s->used)
+        return fail(m, CKPT_ERR_FORMAT, "memo index %llu read before it was stored",
+                    (unsigned long long)key64);
+    return push(m, s->v);
+}
+
+static int memo_put_top(vm *m, uint64_t key)
+{
+    ckpt_value *v = NULL;
+    CKPT_FORWARD(top(m, &v));
+    return memo_put(m, key, v);
+}
+
+/* ---- value construction ------------------------------------------------------ */
+
+static ckpt_value *node(vm *m, ckpt_kind kind)
+{
+    return ckpt_value_new(m->a, kind, m->op_at);
+}
+
+static int add_item(vm *m, ckpt_vec *v, ckpt_value *item)
+{
+    if (v->len >= limit(m, CKPT_LIMIT_ITEMS))
+        return fail(m, CKPT_ERR_LIMIT, "a container holds more than %llu items",
+                    (unsigned long long)limit(m, CKPT_LIMIT_ITEMS));
+    if (ckpt_vec_push(m->a, v, item))
+        return oom(m);
+    return CKPT_OK;
+}
+
+static int push_int(vm *m, int64_t v)
+{
+    ckpt_value *n = node(m, CKPT_KIND_INT);
+    if (n)
+        n->u.i.v = v;
+    return push(m, n);
+}
+
+/* Little-endian two's complement bytes (LONG1/LONG4) -> INT. */
+static int push_long_bytes(vm *m, const uint8_t *p, size_t n)
+{
+    ckpt_value *v = node(m, CKPT_KIND_INT);
+    if (!v)
+        return oom(m);
+    if (n == 0) {
+        v->u.i.v = 0;
+        return push(m, v);
+    }
+    bool neg = p[n - 1] & 0x80;
+    bool fits = true;
+    for (size_t i = 8; i < n; i++)
+        if (p[i] != (neg ? 0xff : 0x00))
+            fits = false;
+    if (n > 8 && fits && ((p[7] & 0x80) != 0) != neg)
+        fits = false;
+    if (fits) {
+        uint64_t u = 0;
+        size_t k = n < 8 ? n : 8;
+        for (size_t i = k; i-- > 0;)
+            u = (u << 8) | p[i];
+        if (neg && k < 8)
+            u |= ~(uint64_t)0 << (8 * k);
+        v->u.i.v = (int64_t)u;
+    } else {
+        uint8_t *copy = ckpt_arena_alloc(m->a, n);
+        if (!copy)
+            return oom(m);
+        memcpy(copy, p, n);
+        v->u.i.big = true;
+        v->u.i.bytes = copy;
+        v->u.i.nbytes = n;
+    }
+    return push(m, v);
+}
+
+/* Decimal text (INT / LONG, protocol 0) -> INT of any size. */
+static int push_decimal(vm *m, const char *s, size_t n)
+{
+    if (n && s[n - 1] == 'L') /* Python 2 long suffix */
+        n--;
+    bool neg = false;
+    size_t i = 0;
+    if (i < n && (s[i] == '-' || s[i] == '+'))
+        neg = s[i++] == '-';
+    if (i == n)
+        return fail(m, CKPT_ERR_FORMAT, "integer argument is empty");
+    if (n - i > MAX_DECIMAL_DIGITS)
+        return fail(m, CKPT_ERR_LIMIT, "integer text longer than %d digits", MAX_DECIMAL_DIGITS);
+    /* magnitude as little-endian base-256, one extra byte for the sign */
+    size_t cap = (n - i) / 2 + 2;
+    uint8_t *mag = calloc(cap, 1);
+    if (!mag)
+        return oom(m);
+    size_t used = 1;
+    for (; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            free(mag);
+            return fail(m, CKPT_ERR_FORMAT, "bad digit in integer text");
+        }
+        unsigned carry = (unsigned)(s[i] - '0');
+        for (size_t k = 0; k < used; k++) {
+            unsigned t = mag[k] * 10u + carry;
+            mag[k] = (uint8_t)t;
+            carry = t >> 8;
+        }
+        if (carry)
+            mag[used++] = (uint8_t)carry;
+    }
+    used++; /* room for the sign bit */
+    if (neg) {
+        unsigned carry = 1;
+        for (size_t k = 0; k < used; k++) {
+            unsigned t = (uint8_t)~mag[k] + carry;
+            mag[k] = (uint8_t)t;
+            carry = t >> 8;
+        }
+    }
+    int rc = push_long_bytes(m, mag, used);
+    free(mag);
+    return rc;
+}
+
+/* UTF-8 as Python's decoder with 'surrogatepass' accepts it. */
+bool ckpt_utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k;
+        uint32_t cp;
+        if (c >= 0xc2 && c <= 0xdf) {
+            k = 1;
+            cp = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            k = 2;
+            cp = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            k = 3;
+            cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (n - i <= k)
+            return false;
+        for (size_t j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + j] & 0x3f);
+        }
+        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+            return false;
+        i += k + 1;
+    }
+    return true;
+}
+
+static int push_bytes(vm *m, ckpt_kind kind, const uint8_t *p, size_t n, uint8_t flags)
+{
+    if (kind == CKPT_KIND_STR && !ckpt_utf8_valid(p, n))
+        return fail(m, CKPT_ERR_FORMAT, "string is not valid UTF-8");
+    ckpt_value *v = node(m, kind);
+    if (!v)
+        return oom(m);
+    v->flags = flags;
+    v->u.s.s = ckpt_arena_strndup(m->a, (const char *)p, n);
+    if (!v->u.s.s)
+        return oom(m);
+    v->u.s.len = n;
+    return push(m, v);
+}
+
+static int take_counted(vm *m, int lenbytes, ckpt_kind kind, uint8_t flags)
+{
+    uint64_t n;
+    CKPT_FORWARD(take_le(m, lenbytes, &n));
+    if (lenbytes == 4 && kind == CKPT_KIND_STR && m->op == OP_BINSTRING && (n & 0x80000000u))
+        return fail(m, CKPT_ERR_FORMAT, "negative string length");
+    CKPT_FORWARD(need(m, n));
+    const uint8_t *p = m->buf + m->pos;
+    m->pos += (size_t)n;
+    return push_bytes(m, kind, p, (size_t)n, flags);
+}
+
+static void utf8_put(uint8_t **o, uint32_t cp)
+{
+    uint8_t *p = *o;
+    if (cp < 0x80) {
+        *p++ = (uint8_t)cp;
+    } else if (cp < 0x800) {
+        *p++ = (uint8_t)(0xc0 | (cp >> 6));
+        *p++ = (uint8_t)(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+        *p++ = (uint8_t)(0xe0 | (cp >> 12));
+        *p++ = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
+        *p++ = (uint8_t)(0x80 | (cp & 0x3f));
+    } else {
+        *p++ = (uint8_t)(0xf0 | (cp >> 18));
+        *p++ = (uint8_t)(0x80 | ((cp >> 12) & 0x3f));
+        *p++ = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
+        *p++ = (uint8_t)(0x80 | (cp & 0x3f));
+    }
+    *o = p;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* UNICODE: raw-unicode-escape text (\uXXXX, \UXXXXXXXX; other bytes latin-1). */
+static int push_raw_unicode(vm *m, const char *s, size_t n)
+{
+    uint8_t *out = malloc(n * 4 + 1), *o = out;
+    if (!out)
+        return oom(m);
+    for (size_t i = 0; i < n;) {
+        if (s[i] == '\\' && i + 1 < n && (s[i + 1] == 'u' || s[i + 1] == 'U')) {
+            size_t digits = s[i + 1] == 'u' ? 4 : 8;
+            if (n - i - 2 < digits) {
+                free(out);
+                return fail(m, CKPT_ERR_FORMAT, "truncated \\u escape in UNICODE");
+            }
+            uint32_t cp = 0;
+            for (size_t k = 0; k < digits; k++) {
+                int h = hexval(s[i + 2 + k]);
+                if (h < 0) {
+                    free(out);
+                    return fail(m, CKPT_ERR_FORMAT, "bad \\u escape in UNICODE");
+                }
+                cp = cp * 16 + (uint32_t)h;
+            }
+            if (cp > 0x10ffff) {
+                free(out);
+                return fail(m, CKPT_ERR_FORMAT, "code point out of range in UNICODE");
+            }
+            utf8_put(&o, cp);
+            i += 2 + digits;
+        } else {
+            utf8_put(&o, (uint8_t)s[i]);
+            i++;
+        }
+    }
+    int rc = push_bytes(m, CKPT_KIND_STR, out, (size_t)(o - out), 0);
+    free(out);
+    return rc;
+}
+
+/* STRING: a quoted Python 2 repr; escapes as codecs.escape_decode. */
+static int push_quoted(vm *m, const char *s, size_t n)
+{
+    if (n < 2 || (s[0] != '\'' && s[0] != '"') || s[n - 1] != s[0])
+        return fail(m, CKPT_ERR_FORMAT, "STRING argument is not quoted");
+    s++;
+    n -= 2;
+    uint8_t *out = malloc(n + 1), *o = out;
+    if (!out)
+        return oom(m);
+    for (size_t i = 0; i < n;) {
+        if (s[i] != '\\' || i + 1 == n) {
+            *o++ = (uint8_t)s[i++];
+            continue;
+        }
+        char c = s[i + 1];
+        i += 2;
+        switch (c) {
+        case 'n': *o++ = '\n'; break;
+        case 't': *o++ = '\t'; break;
+        case 'r': *o++ = '\r'; break;
+        case 'a': *o++ = '\a'; break;
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'v': *o++ = '\v'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\'': *o++ = '\''; break;
+        case '"': *o++ = '"'; break;
+        case '\n': break;
+        case 'x': {
+            int h1 = i < n ? hexval(s[i]) : -1, h2 = i + 1 < n ? hexval(s[i + 1]) : -1;
+            if (h1 < 0 || h2 < 0) {
+                free(out);
+                return fail(m, CKPT_ERR_FORMAT, "bad \\x escape in STRING");
+            }
+            *o++ = (uint8_t)(h1 * 16 + h2);
+            i += 2;
+            break;
+        }
+        default:
+            if (c >= '0' && c <= '7') {
+                unsigned v = (unsigned)(c - '0');
+                for (int k = 0; k < 2 && i < n && s[i] >= '0' && s[i] <= '7'; k++)
+                    v = v * 8 + (unsigned)(s[i++] - '0');
+                *o++ = (uint8_t)v;
+            } else {
+                *o++ = '\\';
+                *o++ = (uint8_t)c;
+            }
+        }
+    }
+    int rc = push_bytes(m, CKPT_KIND_STR, out, (size_t)(o - out), 0);
+    free(out);
+    return rc;
+}
+
+/* ---- globals ------------------------------------------------------------------- */
+
+static int push_global(vm *m, const char *mod, size_t modlen, const char *name, size_t namelen)
+{
+    if (!modlen || !namelen || memchr(mod, 0, modlen) || memchr(name, 0, namelen))
+        return fail(m, CKPT_ERR_FORMAT, "GLOBAL with an empty or invalid name");
+    char modbuf[256];
+    if (modlen >= sizeof(modbuf) || namelen >= 256)
+        return fail(m, CKPT_ERR_FORMAT, "GLOBAL name longer than 255 bytes");
+    memcpy(modbuf, mod, modlen);
+    modbuf[modlen] = '\0';
+    const char *mod3 = ckpt_globals_py3_module(modbuf);
+    size_t l3 = strlen(mod3);
+    char *q = ckpt_arena_alloc(m->a, l3 + 1 + namelen + 1);
+    if (!q)
+        return oom(m);
+    memcpy(q, mod3, l3);
+    q[l3] = '.';
+    memcpy(q + l3 + 1, name, namelen);
+    ckpt_global_class cls = m->ctx->classify(m->ctx->user, q);
+    if (m->ctx->scan) {
+        m->ctx->on_global(m->ctx->user, q, cls, m->op, m->op_at);
+        if (cls == CKPT_GLOBAL_REFUSED)
+            cls = CKPT_GLOBAL_ALLOWED; /* scanned, never run: keep going */
+    }
+    if (cls == CKPT_GLOBAL_REFUSED && ckpt_globals_dangerous(q))
+        return fail(m, CKPT_ERR_UNSAFE,
+                    "refused global '%s': it can run commands or code (never admitted)", q);
+    if (cls == CKPT_GLOBAL_REFUSED)
+        return fail(m, CKPT_ERR_UNSAFE,
+                    "refused global '%s' (not a state-dict or known data class; "
+                    "--allow-global %s admits it as an opaque object)", q, q);
+    ckpt_value *v = node(m, CKPT_KIND_GLOBAL);
+    if (!v)
+        return oom(m);
+    v->u.global.name = q;
+    v->u.global.modlen = (uint16_t)l3;
+    v->u.global.cls = (uint8_t)cls;
+    return push(m, v);
+}
+
+static int stack_global(vm *m)
+{
+    ckpt_value *name, *mod;
+    CKPT_FORWARD(pop(m, &name));
+    CKPT_FORWARD(pop(m, &mod));
+    if (mod->kind != CKPT_KIND_STR || name->kind != CKPT_KIND_STR)
+        return fail(m, CKPT_ERR_FORMAT, "STACK_GLOBAL needs two strings");
+    return push_global(m, mod->u.s.s, mod->u.s.len, name->u.s.s, name->u.s.len);
+}
+
+static int text_global(vm *m, ckpt_value **out)
+{
+    const char *mod, *name;
+    size_t ml, nl;
+    CKPT_FORWARD(take_line(m, &mod, &ml));
+    CKPT_FORWARD(take_line(m, &name, &nl));
+    CKPT_FORWARD(push_global(m, mod, ml, name, nl));
+    if (out)
+        return pop(m, out);
+    return CKPT_OK;
+}
+
+/* ---- interpreted calls ----------------------------------------------------------- */
+
+static int as_int(vm *m, const ckpt_value *v, const char *what, int64_t *out)
+{
+    if (v && v->kind == CKPT_KIND_BOOL) {
+        *out = v->u.b;
+        return CKPT_OK;
+    }
+    if (!v || v->kind != CKPT_KIND_INT)
+        return fail(m, CKPT_ERR_FORMAT, "tensor %s is a %s, not an int", what,
+                    v ? ckpt_kind_name((ckpt_kind)v->kind) : "nothing");
+    if (v->u.i.big)
+        return fail(m, CKPT_ERR_FORMAT, "tensor %s does not fit in 64 bits", what);
+    *out = v->u.i.v;
+    return CKPT_OK;
+}
+
+/* A size or stride: a tuple of ints (or torch.Size(tuple)). */
+static int int_tuple(vm *m, const ckpt_value *v, const char *what, int64_t **out, int *n)
+{
+    if (v && v->kind == CKPT_KIND_OBJECT && v->u.obj.callable &&
+        strcmp(v->u.obj.callable->u.global.name, "torch.Size") == 0 && v->u.obj.args &&
+        v->u.obj.args->u.seq.len == 1)
+        v = v->u.obj.args->u.seq.items[0];
+    if (!v || (v->kind != CKPT_KIND_TUPLE && v->kind != CKPT_KIND_LIST))
+        return fail(m, CKPT_ERR_FORMAT, "tensor %s is not a tuple", what);
+    if (v->u.seq.len > MAX_NDIM)
+        return fail(m, CKPT_ERR_UNSUPPORTED, "tensor has %zu dimensions (at most %d)",
+                    v->u.seq.len, MAX_NDIM);
+    *n = (int)v->u.seq.len;
+    *out = ckpt_arena_alloc(m->a, (v->u.seq.len + 1) * sizeof(int64_t));
+    if (!*out)
+        return oom(m);
+    for (size_t i = 0; i < v->u.seq.len; i++) {
+        CKPT_FORWARD(as_int(m, v->u.seq.items[i], what, &(*out)[i]));
+        if ((*out)[i] < 0)
+            return fail(m, CKPT_ERR_FORMAT, "tensor %s has a negative entry (%lld)", what,
+                        (long long)(*out)[i]);
+    }
+    return CKPT_OK;
+}
+
+/* _rebuild_tensor(storage, offset, size, stride)
+ * _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata])
+ * _rebuild_tensor_v3(storage, offset, size, stride, requires_grad, hooks, dtype[, metadata]) */
+static int rebuild_tensor(vm *m, const char *fn, ckpt_value *args)
+{
+    size_t n = args->u.seq.len;
+    ckpt_value **a = args->u.seq.items;
+    bool v3 = strcmp(fn, "_rebuild_tensor_v3") == 0;
+    bool v1 = strcmp(fn, "_rebuild_tensor") == 0;
+    size_t min = v1 ? 4 : v3 ? 7 : 6;
+    if (n < min || n > min + 1 || (v1 && n != 4))
+        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, n);
+    if (a[0]->kind != CKPT_KIND_STORAGE)
+        return fail(m, CKPT_ERR_FORMAT, "%s: first argument is a %s, not a storage", fn,
+                    ckpt_kind_name((ckpt_kind)a[0]->kind));
+    ckpt_tensor *t = ckpt_arena_alloc(m->a, sizeof(*t));
+    if (!t)
+        return oom(m);
+    ckpt_storage *s = a[0]->u.st.ptr;
+    t->storage = s;
+    t->dtype = a[0]->u.st.dtype;
+    t->rebuild = fn;
+    t->rebuild_args = args;
+    CKPT_FORWARD(as_int(m, a[1], "offset", &t->offset));
+    if (t->offset < 0)
+        return fail(m, CKPT_ERR_FORMAT, "negative tensor offset");
+    int nd_shape, nd_stride;
+    CKPT_FORWARD(int_tuple(m, a[2], "shape", &t->shape, &nd_shape));
+    CKPT_FORWARD(int_tuple(m, a[3], "stride", &t->stride, &nd_stride));
+    if (nd_shape != nd_stride)
+        return fail(m, CKPT_ERR_FORMAT, "tensor shape has %d dimensions but stride has %d",
+                    nd_shape, nd_stride);
+    t->ndim = nd_shape;
+    if (!v1) {
+        if (a[4]->kind != CKPT_KIND_BOOL && a[4]->kind != CKPT_KIND_INT)
+            return fail(m, CKPT_ERR_FORMAT, "%s: requires_grad is a %s", fn,
+                        ckpt_kind_name((ckpt_kind)a[4]->kind));
+        t->requires_grad = a[4]->kind == CKPT_KIND_BOOL ? a[4]->u.b : a[4]->u.i.v != 0;
+    }
+    if (v3) {
+        if (a[6]->kind != CKPT_KIND_GLOBAL)
+            return fail(m, CKPT_ERR_FORMAT, "%s: dtype argument is not a dtype", fn);
+        t->dtype = ckpt_dtype_from_name(a[6]->u.global.name);
+        if (t->dtype == CKPT_DTYPE_UNKNOWN)
+            return fail(m, CKPT_ERR_UNSUPPORTED, "unknown dtype '%s'", a[6]->u.global.name);
+    }
+    size_t es = ckpt_dtype_size(t->dtype);
+    uint64_t numel = 1, reach = (uint64_t)t->offset;
+    bool bad = false;
+    for (int d = 0; d < t->ndim; d++) {
+        uint64_t span;
+        bad |= ckpt_mul_overflow(numel, (uint64_t)t->shape[d], &numel);
+        if (t->shape[d] > 0) {
+            bad |= ckpt_mul_overflow((uint64_t)t->shape[d] - 1, (uint64_t)t->stride[d], &span);
+            bad |= ckpt_add_overflow(reach, span, &reach);
+        }
+    }
+    if (bad || numel > INT64_MAX)
+        return fail(m, CKPT_ERR_FORMAT, "tensor size overflows 64 bits");
+    t->numel = (int64_t)numel;
+    uint64_t end_bytes;
+    if (numel > 0 &&
+        (ckpt_add_overflow(reach, 1, &end_bytes) || ckpt_mul_overflow(end_bytes, es, &end_bytes) ||
+         end_bytes > s->nbytes))
+        return fail(m, CKPT_ERR_FORMAT,
+                    "tensor view (offset %lld, reaching element %llu) goes past the end of "
+                    "storage '%s' (%lld %s elements)",
+                    (long long)t->offset, (unsigned long long)reach, s->key,
+                    (long long)(s->nbytes / (es ? es : 1)), ckpt_dtype_name(t->dtype));
+    if (v3 && s->dtype == CKPT_DTYPE_UINT8 && t->dtype != CKPT_DTYPE_UINT8 &&
+        strcmp(a[0]->u.st.type_name, "UntypedStorage") == 0 && s->nbytes % es == 0) {
+        /* a byte storage read as another dtype: describe it in that dtype */
+        s->dtype = s->src_dtype = t->dtype;
+        s->numel = (int64_t)(s->nbytes / es);
+    }
+    ckpt_value *v = node(m, CKPT_KIND_TENSOR);
+    if (!v)
+        return oom(m);
+    v->u.tensor = t;
+    return push(m, v);
+}
+
+/* _rebuild_parameter(data, requires_grad, hooks)
+ * _rebuild_parameter_with_state(data, requires_grad, hooks, state) */
+static int rebuild_parameter(vm *m, const char *fn, ckpt_value *args)
+{
+    size_t n = args->u.seq.len;
+    bool with_state = strcmp(fn, "_rebuild_parameter_with_state") == 0;
+    if (n != (with_state ? 4u : 3u))
+        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, n);
+    ckpt_value *data = args->u.seq.items[0], *rg = args->u.seq.items[1];
+    if (data->kind != CKPT_KIND_TENSOR)
+        return fail(m, CKPT_ERR_FORMAT, "%s: data is a %s, not a tensor", fn,
+                    ckpt_kind_name((ckpt_kind)data->kind));
+    ckpt_tensor *t = ckpt_arena_alloc(m->a, sizeof(*t));
+    if (!t)
+        return oom(m);
+    *t = *data->u.tensor;
+    t->parameter = true;
+    t->requires_grad = rg->kind == CKPT_KIND_BOOL ? rg->u.b : (rg->kind == CKPT_KIND_INT && rg->u.i.v);
+    t->param_rebuild = fn;
+    t->param_args = args;
+    ckpt_value *v = node(m, CKPT_KIND_TENSOR);
+    if (!v)
+        return oom(m);
+    v->u.tensor = t;
+    return push(m, v);
+}
+
+static int new_object(vm *m, ckpt_value *callable, ckpt_value *args, ckpt_value *kwargs,
+                      ckpt_obj_how how)
+{
+    if (m->ctx->scan && callable->kind == CKPT_KIND_GLOBAL && how != CKPT_OBJ_REDUCE)
+        m->ctx->on_use(m->ctx->user, callable->u.global.name, m->op, m->op_at);
+    ckpt_value *v = node(m, CKPT_KIND_OBJECT);
+    if (!v)
+        return oom(m);
+    v->u.obj.callable = callable;
+    v->u.obj.args = args;
+    v->u.obj.kwargs = kwargs;
+    v->u.obj.how = (uint8_t)how;
+    return push(m, v);
+}
+
+static int seq_from(vm *m, ckpt_kind kind, ckpt_value **items, size_t n);
+
+/* Latin-1 text (UTF-8 here, every code point < 256) back to its bytes. */
+static int push_latin1(vm *m, const ckpt_value *text, uint8_t flags)
+{
+    const uint8_t *s = (const uint8_t *)text->u.s.s;
+    size_t n = text->u.s.len, k = 0;
+    uint8_t *out = malloc(n ? n : 1);
+    if (!out)
+        return oom(m);
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < 0x80) {
+            out[k++] = s[i];
+        } else if ((s[i] == 0xc2 || s[i] == 0xc3) && i + 1 < n) {
+            out[k++] = (uint8_t)(((s[i] & 0x03) << 6) | (s[i + 1] & 0x3f));
+            i++;
+        } else {
+            free(out);
+            return 1; /* not latin-1: keep the call as an object */
+        }
+    }
+    int rc = push_bytes(m, CKPT_KIND_BYTES, out, k, flags);
+    free(out);
+    return rc;
+}
+
+/*
+ * The values protocol 2 can only spell as calls: set([...]), frozenset([...]),
+ * _codecs.encode(text, 'latin1') for bytes, bytearray(text, 'latin-1').
+ * Pushes the plain value and returns 0; returns 1 to keep it as an object.
+ */
+static int builtin_value(vm *m, const char *q, ckpt_value *args)
+{
+    size_t n = args->u.seq.len;
+    ckpt_value **a = args->u.seq.items;
+    bool set = strcmp(q, "builtins.set") == 0, frozen = strcmp(q, "builtins.frozenset") == 0;
+    if (set || frozen) {
+        if (n == 0)
+            return push(m, node(m, set ? CKPT_KIND_SET : CKPT_KIND_FROZENSET));
+        if (n != 1 || (a[0]->kind != CKPT_KIND_LIST && a[0]->kind != CKPT_KIND_TUPLE))
+            return 1;
+        return seq_from(m, set ? CKPT_KIND_SET : CKPT_KIND_FROZENSET, a[0]->u.seq.items,
+                        a[0]->u.seq.len);
+    }
+    bool codecs = strcmp(q, "_codecs.encode") == 0, bytes = strcmp(q, "builtins.bytes") == 0,
+         array = strcmp(q, "builtins.bytearray") == 0;
+    if ((bytes || array) && n == 0)
+        return push_bytes(m, CKPT_KIND_BYTES, (const uint8_t *)"", 0,
+                          array ? CKPT_VF_BYTEARRAY : 0);
+    if ((codecs || array) && n == 2 && a[0]->kind == CKPT_KIND_STR &&
+        (ckpt_value_is_str(a[1], "latin1") || ckpt_value_is_str(a[1], "latin-1")))
+        return push_latin1(m, a[0], array ? CKPT_VF_BYTEARRAY : 0);
+    return 1;
+}
+
+static int op_reduce(vm *m)
+{
+    ckpt_value *args, *fn;
+    CKPT_FORWARD(pop(m, &args));
+    CKPT_FORWARD(pop(m, &fn));
+    if (fn->kind != CKPT_KIND_GLOBAL && m->ctx->scan && args->kind == CKPT_KIND_TUPLE)
+        return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE); /* scanning: a call of a call */
+    if (fn->kind != CKPT_KIND_GLOBAL)
+        return fail(m, CKPT_ERR_FORMAT, "REDUCE calls a %s, not a global",
+                    ckpt_kind_name((ckpt_kind)fn->kind));
+    if (args->kind != CKPT_KIND_TUPLE)
+        return fail(m, CKPT_ERR_FORMAT, "REDUCE arguments are a %s, not a tuple",
+                    ckpt_kind_name((ckpt_kind)args->kind));
+    const char *q = fn->u.global.name;
+    if (m->ctx->scan) {
+        m->ctx->on_use(m->ctx->user, q, m->op, m->op_at);
+        if (strncmp(q, "torch._utils._rebuild_", 22) == 0)
+            return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE); /* scanning: not run */
+    }
+    if (fn->u.global.cls == CKPT_GLOBAL_INTERPRETED) {
+        if (strcmp(q, "collections.OrderedDict") == 0) {
+            ckpt_value *d = node(m, CKPT_KIND_DICT);
+            if (!d)
+                return oom(m);
+            d->flags |= CKPT_VF_ORDERED;
+            if (args->u.seq.len > 1)
+                return fail(m, CKPT_ERR_FORMAT, "OrderedDict called with %zu arguments",
+                            args->u.seq.len);
+            if (args->u.seq.len == 1) {
+                ckpt_value *items = args->u.seq.items[0];
+                if (items->kind != CKPT_KIND_LIST && items->kind != CKPT_KIND_TUPLE)
+                    return fail(m, CKPT_ERR_FORMAT, "OrderedDict argument is a %s",
+                                ckpt_kind_name((ckpt_kind)items->kind));
+                for (size_t i = 0; i < items->u.seq.len; i++) {
+                    ckpt_value *pair = items->u.seq.items[i];
+                    if ((pair->kind != CKPT_KIND_TUPLE && pair->kind != CKPT_KIND_LIST) ||
+                        pair->u.seq.len != 2)
+                        return fail(m, CKPT_ERR_FORMAT, "OrderedDict item is not a pair");
+                    CKPT_FORWARD(add_item(m, &d->u.dict.keys, pair->u.seq.items[0]));
+                    CKPT_FORWARD(add_item(m, &d->u.dict.vals, pair->u.seq.items[1]));
+                }
+            }
+            return push(m, d);
+        }
+        if (strncmp(q, "torch._utils._rebuild_tensor", 28) == 0)
+            return rebuild_tensor(m, q + 13, args);
+        if (strncmp(q, "torch._utils._rebuild_parameter", 31) == 0)
+            return rebuild_parameter(m, q + 13, args);
+    }
+    if (fn->u.global.cls == CKPT_GLOBAL_KNOWN_DATA) {
+        int rc = builtin_value(m, q, args);
+        if (rc <= 0)
+            return rc;
+    }
+    return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE);
+}
+
+static int op_build(vm *m)
+{
+    ckpt_value *state = NULL, *obj = NULL;
+    CKPT_FORWARD(pop(m, &state));
+    CKPT_FORWARD(top(m, &obj));
+    ckpt_value **slot = NULL;
+    if (m->ctx->scan) {
+        /* scanning: say which class's object is built; keep no state */
+        if (obj->kind == CKPT_KIND_OBJECT && obj->u.obj.callable &&
+            obj->u.obj.callable->kind == CKPT_KIND_GLOBAL)
+            m->ctx->on_use(m->ctx->user, obj->u.obj.callable->u.global.name, m->op, m->op_at);
+        return CKPT_OK;
+    }
+    if (obj->kind == CKPT_KIND_DICT && (obj->flags & CKPT_VF_ORDERED))
+        slot = &obj->u.dict.state;
+    else if (obj->kind == CKPT_KIND_OBJECT)
+        slot = &obj->u.obj.state;
+    else if (obj->kind == CKPT_KIND_TENSOR) {
+        /* a tensor's __setstate__ takes its attribute dict; anything else
+         * makes torch.load fail, so it is not a checkpoint torch reads */
+        if (state->kind != CKPT_KIND_DICT && state->kind != CKPT_KIND_NONE)
+            return fail(m, CKPT_ERR_FORMAT, "BUILD on a tensor with a %s as state",
+                        ckpt_kind_name((ckpt_kind)state->kind));
+        slot = &obj->u.tensor->state;
+    }
+    if (!slot)
+        return fail(m, CKPT_ERR_FORMAT, "BUILD on a %s", ckpt_value_kind_name(obj));
+    if (*slot)
+        return fail(m, CKPT_ERR_UNSUPPORTED, "a second BUILD on the same %s",
+                    ckpt_value_kind_name(obj));
+    if (slot == &obj->u.dict.state && state->kind != CKPT_KIND_DICT &&
+        state->kind != CKPT_KIND_NONE)
+        return fail(m, CKPT_ERR_FORMAT, "BUILD on an OrderedDict with a %s as state",
+                    ckpt_kind_name((ckpt_kind)state->kind));
+    *slot = state;
+    return CKPT_OK;
+}
+
+static int set_items(vm *m, ckpt_value *target, ckpt_value **kv, size_t n)
+{
+    if (n % 2)
+        return fail(m, CKPT_ERR_FORMAT, "SETITEMS with an odd number of values");
+    ckpt_vec *keys, *vals;
+    if (target->kind == CKPT_KIND_DICT) {
+        keys = &target->u.dict.keys;
+        vals = &target->u.dict.vals;
+    } else if (target->kind == CKPT_KIND_OBJECT) {
+        keys = &target->u.obj.dictkeys;
+        vals = &target->u.obj.dictvals;
+    } else {
+        return fail(m, CKPT_ERR_FORMAT, "SETITEM on a %s", ckpt_value_kind_name(target));
+    }
+    for (size_t i = 0; i < n; i += 2) {
+        CKPT_FORWARD(add_item(m, keys, kv[i]));
+        CKPT_FORWARD(add_item(m, vals, kv[i + 1]));
+    }
+    return CKPT_OK;
+}
+
+static int append_items(vm *m, ckpt_value *target, ckpt_value **items, size_t n)
+{
+    ckpt_vec *vec;
+    if (target->kind == CKPT_KIND_LIST)
+        vec = &target->u.seq;
+    else if (target->kind == CKPT_KIND_OBJECT)
+        vec = &target->u.obj.listitems;
+    else
+        return fail(m, CKPT_ERR_FORMAT, "APPEND on a %s", ckpt_value_kind_name(target));
+    for (size_t i = 0; i < n; i++)
+        CKPT_FORWARD(add_item(m, vec, items[i]));
+    return CKPT_OK;
+}
+
+static int seq_from(vm *m, ckpt_kind kind, ckpt_value **items, size_t n)
+{
+    ckpt_value *v = node(m, kind);
+    if (!v)
+        return oom(m);
+    for (size_t i = 0; i < n; i++)
+        CKPT_FORWARD(add_item(m, &v->u.seq, items[i]));
+    return push(m, v);
+}
+
+static int persistent(vm *m, ckpt_value *pid)
+{
+    if (!m->ctx->persistent_load)
+        return fail(m, CKPT_ERR_UNSUPPORTED, "persistent id outside a checkpoint");
+    ckpt_error inner;
+    ckpt_err_clear(&inner);
+    ckpt_value *v = m->ctx->persistent_load(m->ctx->user, pid, m->op_at, &inner);
+    if (!v)
+        return fail(m, inner.code ? inner.code : CKPT_ERR_FORMAT, "%s", inner.msg);
+    return push(m, v);
+}
+
+/* ---- the loop ----------------------------------------------------------------------- */
+
+static int step(vm *m, bool *stop)
+{
+    ckpt_value *a = NULL, *b = NULL, *c = NULL, **items = NULL;
+    size_t n = 0;
+    uint64_t u;
+    const char *line;
+    size_t ll;
+
+    m->op_at = m->pos;
+    m->op = m->buf[m->pos++];
+    switch (m->op) {
+    case OP_PROTO:
+        CKPT_FORWARD(take_le(m, 1, &u));
+        if (u > 5)
+            return fail(m, CKPT_ERR_UNSUPPORTED, "pickle protocol %llu (at most 5)",
+                        (unsigned long long)u);
+        return CKPT_OK;
+    case OP_FRAME:
+        CKPT_FORWARD(take_le(m, 8, &u));
+        return need(m, u);
+    case OP_STOP:
+        *stop = true;
+        return CKPT_OK;
+    case OP_MARK:
+        return push_mark(m);
+    case OP_POP:
+        if (m->sp > floor_of(m)) {
+            m->sp--;
+            return CKPT_OK;
+        }
+        return pop_mark(m, &items, &n);
+    case OP_POP_MARK:
+        return pop_mark(m, &items, &n);
+    case OP_DUP:
+        CKPT_FORWARD(top(m, &a));
+        return push(m, a);
+
+    case OP_NONE:
+        return push(m, node(m, CKPT_KIND_NONE));
+    case OP_NEWTRUE:
+    case OP_NEWFALSE:
+        a = node(m, CKPT_KIND_BOOL);
+        if (a)
+            a->u.b = m->op == OP_NEWTRUE;
+        return push(m, a);
+    case OP_BININT:
+        CKPT_FORWARD(take_le(m, 4, &u));
+        return push_int(m, (int32_t)(uint32_t)u);
+    case OP_BININT1:
+        CKPT_FORWARD(take_le(m, 1, &u));
+        return push_int(m, (int64_t)u);
+    case OP_BININT2:
+        CKPT_FORWARD(take_le(m, 2, &u));
+        return push_int(m, (int64_t)u);
+    case OP_LONG1:
+    case OP_LONG4:
+        CKPT_FORWARD(take_le(m, m->op == OP_LONG1 ? 1 : 4, &u));
+        if (m->op == OP_LONG4 && (u & 0x80000000u))
+            return fail(m, CKPT_ERR_FORMAT, "LONG4 with a negative length");
+        CKPT_FORWARD(need(m, u));
+        m->pos += (size_t)u;
+        return push_long_bytes(m, m->buf + m->pos - u, (size_t)u);
+    case OP_INT:
+        CKPT_FORWARD(take_line(m, &line, &ll));
+        if (ll == 2 && line[0] == '0' && (line[1] == '0' || line[1] == '1')) {
+            a = node(m, CKPT_KIND_BOOL);
+            if (a)
+                a->u.b = line[1] == '1';
+            return push(m, a);
+        }
+        return push_decimal(m, line, ll);
+    case OP_LONG:
+        CKPT_FORWARD(take_line(m, &line, &ll));
+        return push_decimal(m, line, ll);
+    case OP_FLOAT: {
+        CKPT_FORWARD(take_line(m, &line, &ll));
+        char tmp[64];
+        if (ll == 0 || ll >= sizeof(tmp))
+            return fail(m, CKPT_ERR_FORMAT, "bad FLOAT text");
+        memcpy(tmp, line, ll);
+        tmp[ll] = '\0';
+        char *end;
+        errno = 0;
+        double d = strtod(tmp, &end);
+        if (*end != '\0')
+            return fail(m, CKPT_ERR_FORMAT, "bad FLOAT text");
+        a = node(m, CKPT_KIND_FLOAT);
+        if (a)
+            a->u.f = d;
+        return push(m, a);
+    }
+    case OP_BINFLOAT: {
+        CKPT_FORWARD(need(m, 8));
+        uint64_t bits = 0;
+        for (int i = 0; i < 8; i++)
+            bits = (bits << 8) | m->buf[m->pos + (size_t)i];
+        m->pos += 8;
+        a = node(m, CKPT_KIND_FLOAT);
+        if (a)
+            memcpy(&a->u.f, &bits, sizeof(double));
+        return push(m, a);
+    }
+
+    case OP_BINUNICODE:
+        return take_counted(m, 4, CKPT_KIND_STR, 0);
+    case OP_SHORT_BINUNICODE:
+        return take_counted(m, 1, CKPT_KIND_STR, 0);
+    case OP_BINUNICODE8:
+        return take_counted(m, 8, CKPT_KIND_STR, 0);
+    case OP_BINSTRING:
+        return take_counted(m, 4, CKPT_KIND_STR, 0);
+    case OP_SHORT_BINSTRING:
+        return take_counted(m, 1, CKPT_KIND_STR, 0);
+    case OP_BINBYTES:
+        return take_counted(m, 4, CKPT_KIND_BYTES, 0);
+    case OP_SHORT_BINBYTES:
+        return take_counted(m, 1, CKPT_KIND_BYTES, 0);
+    case OP_BINBYTES8:
+        return take_counted(m, 8, CKPT_KIND_BYTES, 0);
+    case OP_BYTEARRAY8:
+        return take_counted(m, 8, CKPT_KIND_BYTES, CKPT_VF_BYTEARRAY);
+    case OP_STRING:
+        CKPT_FORWARD(take_line(m, &line, &ll));
+        return push_quoted(m, line, ll);
+    case OP_UNICODE:
+        CKPT_FORWARD(take_line(m, &line, &ll));
+        return push_raw_unicode(m, line, ll);
+
+    case OP_EMPTY_TUPLE:
+        return push(m, node(m, CKPT_KIND_TUPLE));
+    case OP_TUPLE:
+        CKPT_FORWARD(pop_mark(m, &items, &n));
+        return seq_from(m, CKPT_KIND_TUPLE, items, n);
+    case OP_TUPLE1:
+    case OP_TUPLE2:
+    case OP_TUPLE3:
+        n = (size_t)(m->op - OP_TUPLE1 + 1);
+        if (m->sp - floor_of(m) < n)
+            return fail(m, CKPT_ERR_FORMAT, "stack underflow: TUPLE%zu with %zu values", n,
+                        m->sp - floor_of(m));
+        m->sp -= n;
+        return seq_from(m, CKPT_KIND_TUPLE, m->stack + m->sp, n);
+    case OP_EMPTY_LIST:
+        return push(m, node(m, CKPT_KIND_LIST));
+    case OP_LIST:
+        CKPT_FORWARD(pop_mark(m, &items, &n));
+        return seq_from(m, CKPT_KIND_LIST, items, n);
+    case OP_APPEND:
+        CKPT_FORWARD(pop(m, &a));
+        CKPT_FORWARD(top(m, &b));
+        return append_items(m, b, &a, 1);
+    case OP_APPENDS:
+        CKPT_FORWARD(pop_mark(m, &items, &n));
+        CKPT_FORWARD(top(m, &b));
+        return append_items(m, b, items, n);
+    case OP_EMPTY_DICT:
+        return push(m, node(m, CKPT_KIND_DICT));
+    case OP_DICT:
+        CKPT_FORWARD(pop_mark(m, &items, &n));
+        a = node(m, CKPT_KIND_DICT);
+        if (!a)
+            return oom(m);
+        {
+            /* items live on the stack above sp; copy before pushing */
+            int rc = set_items(m, a, items, n);
+            if (rc)
+                return rc;
+        }
+        return push(m, a);
+    case OP_SETITEM: {
+        ckpt_value *kv[2];
+        CKPT_FORWARD(pop(m, &kv[1]));
+        CKPT_FORWARD(pop(m, &kv[0]));
+        CKPT_FORWARD(top(m, &c));
+        return set_items(m, c, kv, 2);
+    }
+    case OP_SETITEMS:
+        CKPT_FORWARD(pop_mark(m, &items, &n));
+        CKPT_FORWARD(top(m, &c));
+        return set_items(m, c, items, n);
+    case OP_EMPTY_SET:
+        return push(m, node(m, CKPT_KIND_SET));
+    case OP_ADDITEMS:
+        CKPT_FORWARD(pop_mark(m, &items, &n));
+        CKPT_FORWARD(top(m, &c));
+        if (c->kind != CKPT_KIND_SET)
+            return fail(m, CKPT_ERR_FORMAT, "ADDITEMS on a %s", ckpt_value_kind_name(c));
+        for (size_t i = 0; i < n; i++)
+            CKPT_FORWARD(add_item(m, &c->u.seq, items[i]));
+        return CKPT_OK;
+    case OP_FROZENSET:
+        CKPT_FORWARD(pop_mark(m, &items, &n));
+        return seq_from(m, CKPT_KIND_FROZENSET, items, n);
+
+    case OP_GLOBAL:
+        return text_global(m, NULL);
+    case OP_STACK_GLOBAL:
+        return stack_global(m);
+    case OP_EXT1:
+    case OP_EXT2:
+    case OP_EXT4:
+        return fail(m, CKPT_ERR_UNSUPPORTED, "extension registry opcodes (EXT1/2/4) are not supported");
+    case OP_REDUCE:
+        return op_reduce(m);
+    case OP_BUILD:
+        return op_build(m);
+    case OP_NEWOBJ:
+        CKPT_FORWARD(pop(m, &b));
+        CKPT_FORWARD(pop(m, &a));
+        if (a->kind != CKPT_KIND_GLOBAL || b->kind != CKPT_KIND_TUPLE)
+            return fail(m, CKPT_ERR_FORMAT, "NEWOBJ needs a class and a tuple");
+        return new_object(m, a, b, NULL, CKPT_OBJ_NEWOBJ);
+    case OP_NEWOBJ_EX:
+        CKPT_FORWARD(pop(m, &c));
+        CKPT_FORWARD(pop(m, &b));
+        CKPT_FORWARD(pop(m, &a));
+        if (a->kind != CKPT_KIND_GLOBAL || b->kind != CKPT_KIND_TUPLE || c->kind != CKPT_KIND_DICT)
+            return fail(m, CKPT_ERR_FORMAT, "NEWOBJ_EX needs a class, a tuple and a dict");
+        return new_object(m, a, b, c, CKPT_OBJ_NEWOBJ_EX);
+    case OP_INST: {
+        ckpt_value *cls, *args;
+        CKPT_FORWARD(text_global(m, &cls));
+        CKPT_FORWARD(pop_mark(m, &items, &n));
+        ckpt_value **copy = items;
+        args = node(m, CKPT_KIND_TUPLE);
+        if (!args)
+            return oom(m);
+        for (size_t i = 0; i < n; i++)
+            CKPT_FORWARD(add_item(m, &args->u.seq, copy[i]));
+        return new_object(m, cls, args, NULL, CKPT_OBJ_INST);
+    }
+    case OP_OBJ: {
+        CKPT_FORWARD(pop_mark(m, &items, &n));
+        if (n == 0 || items[0]->kind != CKPT_KIND_GLOBAL)
+            return fail(m, CKPT_ERR_FORMAT, "OBJ needs a class after the MARK");
+        ckpt_value *cls = items[0];
+        ckpt_value *args = node(m, CKPT_KIND_TUPLE);
+        if (!args)
+            return oom(m);
+        for (size_t i = 1; i < n; i++)
+            CKPT_FORWARD(add_item(m, &args->u.seq, items[i]));
+        return new_object(m, cls, args, NULL, CKPT_OBJ_OBJ);
+    }
+
+    case OP_PERSID:
+        CKPT_FORWARD(take_line(m, &line, &ll));
+        CKPT_FORWARD(push_bytes(m, CKPT_KIND_STR, (const uint8_t *)line, ll, 0));
+        CKPT_FORWARD(pop(m, &a));
+        return persistent(m, a);
+    case OP_BINPERSID:
+        CKPT_FORWARD(pop(m, &a));
+        return persistent(m, a);
+
+    case OP_PUT:
+        CKPT_FORWARD(take_index_line(m, &u));
+        return memo_put_top(m, u);
+    case OP_BINPUT:
+        CKPT_FORWARD(take_le(m, 1, &u));
+        return memo_put_top(m, u);
+    case OP_LONG_BINPUT:
+        CKPT_FORWARD(take_le(m, 4, &u));
+        return memo_put_top(m, u);
+    case OP_MEMOIZE:
+        return memo_put_top(m, m->memo_count);
+    case OP_GET:
+        CKPT_FORWARD(take_index_line(m, &u));
+        return memo_get(m, u);
+    case OP_BINGET:
+        CKPT_FORWARD(take_le(m, 1, &u));
+        return memo_get(m, u);
+    case OP_LONG_BINGET:
+        CKPT_FORWARD(take_le(m, 4, &u));
+        return memo_get(m, u);
+
+    case OP_NEXT_BUFFER:
+    case OP_READONLY_BUFFER:
+        return fail(m, CKPT_ERR_UNSUPPORTED, "out-of-band buffers (protocol 5) are not supported");
+    default:
+        return fail(m, CKPT_ERR_FORMAT, "unknown opcode 0x%02x", (unsigned)m->op);
+    }
+}
+
+int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_value **out,
+                     size_t *consumed, ckpt_error *err)
+{
+    vm m = {.ctx = ctx, .a = ctx->arena, .err = err, .buf = buf, .len = len};
+    int rc = CKPT_OK;
+    bool stop = false;
+
+    *out = NULL;
+    if (ctx->scan && (!ctx->on_global || !ctx->on_use))
+        return ckpt_err(err, CKPT_ERR_USAGE, "%s: scanning needs on_global and on_use", ctx->name);
+    if (len > ctx->limits[CKPT_LIMIT_PICKLE_BYTES])
+        return ckpt_err(err, CKPT_ERR_LIMIT,
+                        "%s: pickle of %zu bytes is over the limit of %llu (--max-pickle-bytes)",
+                        ctx->name, len, (unsigned long long)ctx->limits[CKPT_LIMIT_PICKLE_BYTES]);
+    while (rc == CKPT_OK && !stop) {
+        if (m.pos >= m.len) {
+            m.op_at = m.pos;
+            rc = fail(&m, CKPT_ERR_FORMAT, "truncated pickle: no STOP opcode");
+            break;
+        }
+        rc = step(&m, &stop);
+    }
+    if (rc == CKPT_OK) {
+        if (m.sp == 0)
+            rc = fail(&m, CKPT_ERR_FORMAT, "STOP with an empty stack");
+        else
+            *out = m.stack[m.sp - 1];
+    }
+    if (consumed)
+        *consumed = m.pos;
+    free(m.stack);
+    free(m.marks);
+    free(m.memo);
+    return rc;
+}

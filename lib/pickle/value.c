@@ -1,0 +1,334 @@
+/* value.c - the pickle value tree: construction and read-only accessors. */
+#include "pickle/pickle.h"
+
+#include <string.h>
+
+ckpt_value *ckpt_value_new(ckpt_arena *a, ckpt_kind kind, uint64_t offset)
+{
+    ckpt_value *v = ckpt_arena_alloc(a, sizeof(*v));
+    if (v) {
+        v->kind = (uint8_t)kind;
+        v->offset = offset;
+    }
+    return v;
+}
+
+int ckpt_vec_push(ckpt_arena *a, ckpt_vec *v, ckpt_value *item)
+{
+    if (v->len == v->cap) {
+        /* Doubling inside the arena: the abandoned arrays add at most as
+         * much again, so memory stays linear in the pickle size. */
+        size_t cap = v->cap ? v->cap * 2 : 4;
+        if (cap > SIZE_MAX / sizeof(ckpt_value *))
+            return -1;
+        ckpt_value **items = ckpt_arena_alloc(a, cap * sizeof(ckpt_value *));
+        if (!items)
+            return -1;
+        if (v->len)
+            memcpy(items, v->items, v->len * sizeof(ckpt_value *));
+        v->items = items;
+        v->cap = cap;
+    }
+    v->items[v->len++] = item;
+    return 0;
+}
+
+bool ckpt_value_is_str(const ckpt_value *v, const char *s)
+{
+    return v && v->kind == CKPT_KIND_STR && strlen(s) == v->u.s.len &&
+           memcmp(v->u.s.s, s, v->u.s.len) == 0;
+}
+
+const char *ckpt_kind_name(ckpt_kind kind)
+{
+    static const char *const names[] = {
+        [CKPT_KIND_NONE] = "None",      [CKPT_KIND_BOOL] = "bool",
+        [CKPT_KIND_INT] = "int",        [CKPT_KIND_FLOAT] = "float",
+        [CKPT_KIND_STR] = "str",        [CKPT_KIND_BYTES] = "bytes",
+        [CKPT_KIND_LIST] = "list",      [CKPT_KIND_TUPLE] = "tuple",
+        [CKPT_KIND_DICT] = "dict",      [CKPT_KIND_SET] = "set",
+        [CKPT_KIND_FROZENSET] = "frozenset", [CKPT_KIND_GLOBAL] = "global",
+        [CKPT_KIND_OBJECT] = "object",  [CKPT_KIND_TENSOR] = "tensor",
+        [CKPT_KIND_STORAGE] = "storage",
+    };
+    if ((unsigned)kind >= sizeof(names) / sizeof(names[0]))
+        return "?";
+    return names[kind];
+}
+
+CKPT_API ckpt_kind ckpt_value_kind(const ckpt_value *v)
+{
+    return v ? (ckpt_kind)v->kind : CKPT_KIND_NONE;
+}
+
+CKPT_API const char *ckpt_value_kind_name(const ckpt_value *v)
+{
+    if (v && v->kind == CKPT_KIND_DICT && (v->flags & CKPT_VF_ORDERED))
+        return "OrderedDict";
+    if (v && v->kind == CKPT_KIND_BYTES && (v->flags & CKPT_VF_BYTEARRAY))
+        return "bytearray";
+    return ckpt_kind_name(ckpt_value_kind(v));
+}
+
+CKPT_API int ckpt_value_bool(const ckpt_value *v)
+{
+    return v && v->kind == CKPT_KIND_BOOL ? v->u.b : 0;
+}
+
+CKPT_API int ckpt_value_int(const ckpt_value *v, int64_t *out)
+{
+    if (!v || v->kind != CKPT_KIND_INT)
+        return CKPT_ERR_USAGE;
+    if (v->u.i.big)
+        return CKPT_ERR_LIMIT;
+    *out = v->u.i.v;
+    return CKPT_OK;
+}
+
+CKPT_API const uint8_t *ckpt_value_bigint(const ckpt_value *v, size_t *len)
+{
+    if (!v || v->kind != CKPT_KIND_INT)
+        return NULL;
+    if (len)
+        *len = v->u.i.nbytes;
+    return v->u.i.bytes;
+}
+
+CKPT_API double ckpt_value_float(const ckpt_value *v)
+{
+    return v && v->kind == CKPT_KIND_FLOAT ? v->u.f : 0.0;
+}
+
+CKPT_API const char *ckpt_value_str(const ckpt_value *v, size_t *len)
+{
+    if (!v || (v->kind != CKPT_KIND_STR && v->kind != CKPT_KIND_BYTES))
+        return NULL;
+    if (len)
+        *len = v->u.s.len;
+    return v->u.s.s;
+}
+
+static const ckpt_vec *seq_of(const ckpt_value *v)
+{
+    if (!v)
+        return NULL;
+    switch (v->kind) {
+    case CKPT_KIND_LIST:
+    case CKPT_KIND_TUPLE:
+    case CKPT_KIND_SET:
+    case CKPT_KIND_FROZENSET:
+        return &v->u.seq;
+    case CKPT_KIND_DICT:
+        return &v->u.dict.keys;
+    default:
+        return NULL;
+    }
+}
+
+CKPT_API size_t ckpt_value_len(const ckpt_value *v)
+{
+    const ckpt_vec *s = seq_of(v);
+    return s ? s->len : 0;
+}
+
+CKPT_API const ckpt_value *ckpt_value_item(const ckpt_value *v, size_t i)
+{
+    if (!v || v->kind == CKPT_KIND_DICT)
+        return NULL;
+    const ckpt_vec *s = seq_of(v);
+    return s && i < s->len ? s->items[i] : NULL;
+}
+
+CKPT_API const ckpt_value *ckpt_value_dict_key(const ckpt_value *v, size_t i)
+{
+    if (!v || v->kind != CKPT_KIND_DICT || i >= v->u.dict.keys.len)
+        return NULL;
+    return v->u.dict.keys.items[i];
+}
+
+CKPT_API const ckpt_value *ckpt_value_dict_value(const ckpt_value *v, size_t i)
+{
+    if (!v || v->kind != CKPT_KIND_DICT || i >= v->u.dict.vals.len)
+        return NULL;
+    return v->u.dict.vals.items[i];
+}
+
+CKPT_API const ckpt_value *ckpt_value_dict_get(const ckpt_value *v, const char *key)
+{
+    if (!v || v->kind != CKPT_KIND_DICT || !key)
+        return NULL;
+    /* Last one wins, as in a Python dict built by SETITEMS. */
+    for (size_t i = v->u.dict.keys.len; i-- > 0;)
+        if (ckpt_value_is_str(v->u.dict.keys.items[i], key))
+            return v->u.dict.vals.items[i];
+    return NULL;
+}
+
+CKPT_API int ckpt_value_dict_ordered(const ckpt_value *v)
+{
+    return v && v->kind == CKPT_KIND_DICT && (v->flags & CKPT_VF_ORDERED);
+}
+
+CKPT_API const ckpt_value *ckpt_value_state(const ckpt_value *v)
+{
+    if (!v)
+        return NULL;
+    if (v->kind == CKPT_KIND_DICT)
+        return v->u.dict.state;
+    if (v->kind == CKPT_KIND_OBJECT)
+        return v->u.obj.state;
+    if (v->kind == CKPT_KIND_TENSOR)
+        return v->u.tensor->state;
+    return NULL;
+}
+
+CKPT_API const char *ckpt_value_global(const ckpt_value *v)
+{
+    if (!v)
+        return NULL;
+    if (v->kind == CKPT_KIND_GLOBAL)
+        return v->u.global.name;
+    if (v->kind == CKPT_KIND_OBJECT && v->u.obj.callable)
+        return v->u.obj.callable->u.global.name;
+    return NULL;
+}
+
+CKPT_API const ckpt_value *ckpt_value_object_args(const ckpt_value *v)
+{
+    return v && v->kind == CKPT_KIND_OBJECT ? v->u.obj.args : NULL;
+}
+
+CKPT_API uint64_t ckpt_value_offset(const ckpt_value *v)
+{
+    return v ? v->offset : 0;
+}
+
+CKPT_API const ckpt_tensor *ckpt_value_tensor(const ckpt_value *v)
+{
+    return v && v->kind == CKPT_KIND_TENSOR ? v->u.tensor : NULL;
+}
+
+CKPT_API const ckpt_storage *ckpt_value_storage(const ckpt_value *v)
+{
+    if (!v)
+        return NULL;
+    if (v->kind == CKPT_KIND_STORAGE)
+        return v->u.st.ptr;
+    if (v->kind == CKPT_KIND_TENSOR)
+        return v->u.tensor->storage;
+    return NULL;
+}
+
+/* ---- tensors and storages ---- */
+
+CKPT_API ckpt_dtype ckpt_tensor_dtype(const ckpt_tensor *t) { return t->dtype; }
+CKPT_API int ckpt_tensor_ndim(const ckpt_tensor *t) { return t->ndim; }
+CKPT_API const int64_t *ckpt_tensor_shape(const ckpt_tensor *t) { return t->shape; }
+CKPT_API const int64_t *ckpt_tensor_stride(const ckpt_tensor *t) { return t->stride; }
+CKPT_API int64_t ckpt_tensor_offset(const ckpt_tensor *t) { return t->offset; }
+CKPT_API int64_t ckpt_tensor_numel(const ckpt_tensor *t) { return t->numel; }
+CKPT_API int ckpt_tensor_requires_grad(const ckpt_tensor *t) { return t->requires_grad; }
+CKPT_API int ckpt_tensor_is_parameter(const ckpt_tensor *t) { return t->parameter; }
+CKPT_API const ckpt_storage *ckpt_tensor_storage(const ckpt_tensor *t) { return t->storage; }
+
+CKPT_API size_t ckpt_tensor_nbytes(const ckpt_tensor *t)
+{
+    /* numel * size was checked against the storage when the tensor was built */
+    return (size_t)t->numel * ckpt_dtype_size(t->dtype);
+}
+
+CKPT_API int ckpt_tensor_is_contiguous(const ckpt_tensor *t)
+{
+    /* torch's rule: size-1 dimensions may have any stride */
+    int64_t expected = 1;
+    if (t->numel == 0)
+        return 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->stride[d] != expected)
+            return 0;
+        expected *= t->shape[d];
+    }
+    return 1;
+}
+
+CKPT_API const char *ckpt_storage_key(const ckpt_storage *s) { return s->key; }
+CKPT_API ckpt_dtype ckpt_storage_dtype(const ckpt_storage *s) { return s->dtype; }
+CKPT_API int64_t ckpt_storage_numel(const ckpt_storage *s) { return s->numel; }
+CKPT_API size_t ckpt_storage_nbytes(const ckpt_storage *s) { return (size_t)s->nbytes; }
+CKPT_API const char *ckpt_storage_device(const ckpt_storage *s) { return s->device; }
+CKPT_API size_t ckpt_storage_index(const ckpt_storage *s) { return s->index; }
+
+/* ---- building tensors that did not come from a pickle (safetensors) ---- */
+
+static ckpt_value *int_value(ckpt_arena *a, int64_t v)
+{
+    ckpt_value *x = ckpt_value_new(a, CKPT_KIND_INT, 0);
+    if (x)
+        x->u.i.v = v;
+    return x;
+}
+
+static ckpt_value *dims_tuple(ckpt_arena *a, int n, const int64_t *d)
+{
+    ckpt_value *t = ckpt_value_new(a, CKPT_KIND_TUPLE, 0);
+    for (int i = 0; t && i < n; i++) {
+        ckpt_value *x = int_value(a, d[i]);
+        if (!x || ckpt_vec_push(a, &t->u.seq, x))
+            return NULL;
+    }
+    return t;
+}
+
+ckpt_value *ckpt_tensor_value_new(ckpt_arena *a, struct ckpt_storage *s, ckpt_dtype dtype, int ndim,
+                                  const int64_t *shape, const int64_t *stride, int64_t offset)
+{
+    const char *type = ckpt_storage_type_name(dtype);
+    bool v3 = type == NULL; /* new dtypes: UntypedStorage + an explicit dtype */
+    ckpt_tensor *t = ckpt_arena_alloc(a, sizeof(*t));
+    ckpt_value *ref = ckpt_value_new(a, CKPT_KIND_STORAGE, 0);
+    ckpt_value *args = ckpt_value_new(a, CKPT_KIND_TUPLE, 0);
+    ckpt_value *hooks = ckpt_value_new(a, CKPT_KIND_DICT, 0);
+    ckpt_value *rg = ckpt_value_new(a, CKPT_KIND_BOOL, 0);
+    ckpt_value *v = ckpt_value_new(a, CKPT_KIND_TENSOR, 0);
+    ckpt_value *sh = dims_tuple(a, ndim, shape), *st = dims_tuple(a, ndim, stride);
+    ckpt_value *off = int_value(a, offset);
+    if (!t || !ref || !args || !hooks || !rg || !v || !sh || !st || !off)
+        return NULL;
+    t->shape = ckpt_arena_alloc(a, (size_t)(ndim + 1) * sizeof(int64_t));
+    t->stride = ckpt_arena_alloc(a, (size_t)(ndim + 1) * sizeof(int64_t));
+    if (!t->shape || !t->stride)
+        return NULL;
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        t->shape[d] = shape[d];
+        t->stride[d] = stride[d];
+        numel *= shape[d];
+    }
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->offset = offset;
+    t->numel = numel;
+    t->storage = s;
+    t->rebuild = v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2";
+    ref->u.st.ptr = s;
+    ref->u.st.dtype = v3 ? CKPT_DTYPE_UINT8 : dtype;
+    ref->u.st.type_name = v3 ? "UntypedStorage" : type;
+    hooks->flags |= CKPT_VF_ORDERED;
+    ckpt_value *items[] = {ref, off, sh, st, rg, hooks};
+    for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++)
+        if (ckpt_vec_push(a, &args->u.seq, items[i]))
+            return NULL;
+    if (v3) {
+        char name[64];
+        snprintf(name, sizeof(name), "torch.%s", ckpt_dtype_name(dtype));
+        ckpt_value *g = ckpt_value_new(a, CKPT_KIND_GLOBAL, 0);
+        if (!g || !(g->u.global.name = ckpt_arena_strndup(a, name, strlen(name))) ||
+            ckpt_vec_push(a, &args->u.seq, g))
+            return NULL;
+        g->u.global.modlen = 5;
+        g->u.global.cls = CKPT_GLOBAL_INTERPRETED;
+    }
+    t->rebuild_args = args;
+    v->u.tensor = t;
+    return v;
+}

@@ -1,0 +1,571 @@
+/*
+ * pickle_write.c - emit a value tree as a protocol-2 pickle the way Python's
+ * pickler (and so torch.save) does: containers memoized before their items,
+ * repeated strings, globals and shared objects as BINGET, items in batches
+ * of 1000, tensors as torch's rebuild calls with storages as persistent ids.
+ * Interpreted content uses only the opcodes of torch 1.13's weights-only
+ * unpickler (reference/pth-format.md sections 3.4, 5, 8).
+ */
+#include "pickle/pickle.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define BATCH 1000
+
+typedef struct memo_entry {
+    const void *key; /* node pointer, or NULL for a string entry */
+    const char *s;   /* string content (strings and globals are memoized by value) */
+    size_t len;
+    uint8_t tag;     /* 0 node, 1 str, 2 global */
+    uint32_t index;
+    bool used;
+} memo_entry;
+
+typedef struct writer {
+    ckpt_arena *arena; /* where memo keys are kept */
+    ckpt_error *err;
+    ckpt_pickle_out *out;
+    memo_entry *memo;
+    size_t memo_cap, memo_count;
+    uint32_t next_index;
+    int64_t *new_key; /* per input storage: output key number, or -1 */
+    bool legacy;      /* pre-1.6 persistent ids: a sixth item, None */
+} writer;
+
+/* ---- output buffer ---- */
+
+static int put(writer *w, const void *p, size_t n)
+{
+    ckpt_pickle_out *o = w->out;
+    if (n > SIZE_MAX - o->len)
+        return ckpt_err(w->err, CKPT_ERR_NOMEM, "pickle too large");
+    if (o->len + n > o->cap) {
+        size_t cap = o->cap ? o->cap : 4096;
+        while (cap < o->len + n)
+            cap *= 2;
+        uint8_t *b = realloc(o->buf, cap);
+        if (!b)
+            return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
+        o->buf = b;
+        o->cap = cap;
+    }
+    memcpy(o->buf + o->len, p, n);
+    o->len += n;
+    return CKPT_OK;
+}
+
+static int op(writer *w, uint8_t code)
+{
+    return put(w, &code, 1);
+}
+
+static int op_le(writer *w, uint8_t code, uint64_t v, int n)
+{
+    uint8_t b[9];
+    b[0] = code;
+    for (int i = 0; i < n; i++)
+        b[1 + i] = (uint8_t)(v >> (8 * i));
+    return put(w, b, (size_t)n + 1);
+}
+
+/* ---- memo ---- */
+
+static uint64_t hash_bytes(uint8_t tag, const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull ^ tag;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t hash_entry(const memo_entry *e)
+{
+    if (e->tag == 0)
+        return (uint64_t)(uintptr_t)e->key * 0x9e3779b97f4a7c15ull;
+    return hash_bytes(e->tag, e->s, e->len);
+}
+
+static bool same(const memo_entry *a, const memo_entry *b)
+{
+    if (a->tag != b->tag)
+        return false;
+    if (a->tag == 0)
+        return a->key == b->key;
+    return a->len == b->len && memcmp(a->s, b->s, a->len) == 0;
+}
+
+static memo_entry *memo_slot(writer *w, const memo_entry *probe)
+{
+    size_t mask = w->memo_cap - 1, i = hash_entry(probe) & mask;
+    while (w->memo[i].used && !same(&w->memo[i], probe))
+        i = (i + 1) & mask;
+    return &w->memo[i];
+}
+
+static memo_entry *memo_find(writer *w, const memo_entry *probe)
+{
+    if (!w->memo_cap)
+        return NULL;
+    memo_entry *e = memo_slot(w, probe);
+    return e->used ? e : NULL;
+}
+
+static int emit_get(writer *w, uint32_t index)
+{
+    return index < 256 ? op_le(w, 'h', index, 1) : op_le(w, 'j', index, 4);
+}
+
+/* Record PROBE under the next memo index and emit BINPUT / LONG_BINPUT. */
+static int memoize(writer *w, const memo_entry *probe)
+{
+    if ((w->memo_count + 1) * 2 > w->memo_cap) {
+        size_t cap = w->memo_cap ? w->memo_cap * 2 : 1024;
+        memo_entry *old = w->memo;
+        size_t old_cap = w->memo_cap;
+        w->memo = calloc(cap, sizeof(*w->memo));
+        if (!w->memo) {
+            w->memo = old;
+            return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
+        }
+        w->memo_cap = cap;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].used)
+                *memo_slot(w, &old[i]) = old[i];
+        free(old);
+    }
+    memo_entry *e = memo_slot(w, probe);
+    *e = *probe;
+    e->used = true;
+    e->index = w->next_index++;
+    w->memo_count++;
+    return e->index < 256 ? op_le(w, 'q', e->index, 1) : op_le(w, 'r', e->index, 4);
+}
+
+static memo_entry node_key(const void *p)
+{
+    return (memo_entry){.key = p, .tag = 0};
+}
+
+/* ---- scalars and strings ---- */
+
+static int emit_int64(writer *w, int64_t v)
+{
+    if (v >= 0 && v < 256)
+        return op_le(w, 'K', (uint64_t)v, 1);
+    if (v >= 0 && v < 65536)
+        return op_le(w, 'M', (uint64_t)v, 2);
+    if (v >= INT32_MIN && v <= INT32_MAX)
+        return op_le(w, 'J', (uint64_t)(uint32_t)(int32_t)v, 4);
+    /* LONG1 with the shortest two's complement encoding, as Python's encode_long */
+    uint8_t b[8];
+    int n = 8;
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)v >> (8 * i));
+    while (n > 1 && ((b[n - 1] == 0x00 && !(b[n - 2] & 0x80)) ||
+                     (b[n - 1] == 0xff && (b[n - 2] & 0x80))))
+        n--;
+    CKPT_FORWARD(op_le(w, 0x8a, (uint64_t)n, 1));
+    return put(w, b, (size_t)n);
+}
+
+static int emit_int(writer *w, const ckpt_value *v)
+{
+    if (!v->u.i.big)
+        return emit_int64(w, v->u.i.v);
+    if (v->u.i.nbytes < 256)
+        CKPT_FORWARD(op_le(w, 0x8a, v->u.i.nbytes, 1));
+    else
+        CKPT_FORWARD(op_le(w, 0x8b, v->u.i.nbytes, 4));
+    return put(w, v->u.i.bytes, v->u.i.nbytes);
+}
+
+static int emit_float(writer *w, double d)
+{
+    uint64_t bits;
+    memcpy(&bits, &d, sizeof(bits));
+    uint8_t b[9] = {'G'};
+    for (int i = 0; i < 8; i++)
+        b[1 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    return put(w, b, sizeof(b));
+}
+
+/* BINUNICODE, memoized by content: repeated keys and tags become BINGET */
+static int emit_str(writer *w, const char *s, size_t n)
+{
+    memo_entry probe = {.s = s, .len = n, .tag = 1};
+    memo_entry *e = memo_find(w, &probe);
+    if (e)
+        return emit_get(w, e->index);
+    if (n > UINT32_MAX)
+        return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "a string of %zu bytes", n);
+    CKPT_FORWARD(op_le(w, 'X', n, 4));
+    CKPT_FORWARD(put(w, s, n));
+    /* the memo keeps the text: S may be a caller's temporary buffer */
+    if (!(probe.s = ckpt_arena_strndup(w->arena, s, n)))
+        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
+    return memoize(w, &probe);
+}
+
+static int emit_cstr(writer *w, const char *s)
+{
+    return emit_str(w, s, strlen(s));
+}
+
+/* GLOBAL 'module\nname\n', memoized by name; protocol-2 names for builtins as
+ * Python's pickler writes them (fix_imports). */
+static int emit_global2(writer *w, const char *mod, size_t modlen, const char *name)
+{
+    char q[600];
+    int qn = snprintf(q, sizeof(q), "%.*s\n%s\n", (int)modlen, mod, name);
+    if (qn < 0 || (size_t)qn >= sizeof(q))
+        return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "global name too long");
+    memo_entry probe = {.s = q, .len = (size_t)qn, .tag = 2};
+    memo_entry *e = memo_find(w, &probe);
+    if (e)
+        return emit_get(w, e->index);
+    const char *m = mod;
+    size_t ml = modlen;
+    if (ml == 8 && memcmp(mod, "builtins", 8) == 0) {
+        m = "__builtin__";
+        ml = 11;
+    } else if (ml == 7 && memcmp(mod, "copyreg", 7) == 0) {
+        m = "copy_reg";
+        ml = 8;
+    }
+    CKPT_FORWARD(op(w, 'c'));
+    CKPT_FORWARD(put(w, m, ml));
+    CKPT_FORWARD(op(w, '\n'));
+    CKPT_FORWARD(put(w, name, strlen(name)));
+    CKPT_FORWARD(op(w, '\n'));
+    /* the memo entry must outlive this frame: keep its text in the arena */
+    char *keep = ckpt_arena_strndup(w->arena, q, (size_t)qn);
+    if (!keep)
+        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
+    probe.s = keep;
+    return memoize(w, &probe);
+}
+
+static int emit_global(writer *w, const ckpt_value *g)
+{
+    return emit_global2(w, g->u.global.name, g->u.global.modlen,
+                        g->u.global.name + g->u.global.modlen + 1);
+}
+
+static int emit_value(writer *w, const ckpt_value *v);
+
+/* ---- containers ---- */
+
+static int emit_appends(writer *w, const ckpt_vec *items)
+{
+    for (size_t i = 0; i < items->len; i += BATCH) {
+        size_t n = items->len - i < BATCH ? items->len - i : BATCH;
+        if (n == 1) {
+            CKPT_FORWARD(emit_value(w, items->items[i]));
+            CKPT_FORWARD(op(w, 'a'));
+            continue;
+        }
+        CKPT_FORWARD(op(w, '('));
+        for (size_t k = 0; k < n; k++)
+            CKPT_FORWARD(emit_value(w, items->items[i + k]));
+        CKPT_FORWARD(op(w, 'e'));
+    }
+    return CKPT_OK;
+}
+
+static int emit_setitems(writer *w, const ckpt_vec *keys, const ckpt_vec *vals)
+{
+    for (size_t i = 0; i < keys->len; i += BATCH) {
+        size_t n = keys->len - i < BATCH ? keys->len - i : BATCH;
+        if (n == 1) {
+            CKPT_FORWARD(emit_value(w, keys->items[i]));
+            CKPT_FORWARD(emit_value(w, vals->items[i]));
+            CKPT_FORWARD(op(w, 's'));
+            continue;
+        }
+        CKPT_FORWARD(op(w, '('));
+        for (size_t k = 0; k < n; k++) {
+            CKPT_FORWARD(emit_value(w, keys->items[i + k]));
+            CKPT_FORWARD(emit_value(w, vals->items[i + k]));
+        }
+        CKPT_FORWARD(op(w, 'u'));
+    }
+    return CKPT_OK;
+}
+
+static int emit_tuple_items(writer *w, const ckpt_value *t)
+{
+    size_t n = t->u.seq.len;
+    if (n == 0)
+        return op(w, ')');
+    if (n > 3)
+        CKPT_FORWARD(op(w, '('));
+    for (size_t i = 0; i < n; i++)
+        CKPT_FORWARD(emit_value(w, t->u.seq.items[i]));
+    if (n > 3)
+        return op(w, 't');
+    return op(w, (uint8_t)(0x85 + n - 1));
+}
+
+static int emit_tuple(writer *w, const ckpt_value *v)
+{
+    if (v->u.seq.len == 0)
+        return op(w, ')'); /* the empty tuple is not memoized */
+    /* items are emitted before the tuple exists: a tuple reached again from
+     * inside itself has no pickle form without Python's POP_MARK trick */
+    if (v->flags & CKPT_VF_EMITTING)
+        return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "a tuple that contains itself");
+    ((ckpt_value *)v)->flags |= CKPT_VF_EMITTING;
+    int rc = emit_tuple_items(w, v);
+    ((ckpt_value *)v)->flags &= (uint8_t)~CKPT_VF_EMITTING;
+    CKPT_FORWARD(rc);
+    memo_entry k = node_key(v);
+    return memoize(w, &k);
+}
+
+/* latin-1 text of BYTES as UTF-8, for protocol 2's _codecs.encode form */
+static int emit_latin1(writer *w, const ckpt_value *v)
+{
+    size_t n = v->u.s.len;
+    char *u = malloc(n * 2 + 1);
+    if (!u)
+        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = (uint8_t)v->u.s.s[i];
+        if (c < 0x80) {
+            u[k++] = (char)c;
+        } else {
+            u[k++] = (char)(0xc0 | (c >> 6));
+            u[k++] = (char)(0x80 | (c & 0x3f));
+        }
+    }
+    /* a fresh string each time, like Python's str(obj, 'latin1') */
+    int rc = op_le(w, 'X', k, 4);
+    if (!rc)
+        rc = put(w, u, k);
+    free(u);
+    return rc;
+}
+
+static int emit_bytes(writer *w, const ckpt_value *v)
+{
+    bool bytearray = v->flags & CKPT_VF_BYTEARRAY;
+    CKPT_FORWARD(emit_global2(w, bytearray ? "builtins" : (v->u.s.len ? "_codecs" : "builtins"),
+                              bytearray ? 8 : (v->u.s.len ? 7 : 8),
+                              bytearray ? "bytearray" : (v->u.s.len ? "encode" : "bytes")));
+    if (v->u.s.len == 0 && !bytearray) {
+        CKPT_FORWARD(op(w, ')'));
+    } else {
+        CKPT_FORWARD(emit_latin1(w, v));
+        CKPT_FORWARD(emit_cstr(w, bytearray ? "latin-1" : "latin1"));
+        CKPT_FORWARD(op(w, 0x86));
+    }
+    CKPT_FORWARD(op(w, 'R'));
+    memo_entry k = node_key(v);
+    return memoize(w, &k);
+}
+
+/* ---- storages and tensors ---- */
+
+/* ('storage', torch.<Type>Storage, key, location, numel) BINPERSID */
+static int emit_storage(writer *w, const ckpt_value *ref)
+{
+    const ckpt_storage *s = ref->u.st.ptr;
+    int64_t *nk = &w->new_key[s->index];
+    if (*nk < 0) {
+        ckpt_pickle_out *o = w->out;
+        *nk = (int64_t)o->norder;
+        o->order[o->norder++] = s->index;
+    }
+    char key[32];
+    snprintf(key, sizeof(key), "%lld", (long long)*nk);
+    /* a cast storage takes its new type; otherwise the reference's own */
+    bool cast = s->dtype != s->src_dtype;
+    const char *type = cast ? s->type_name : ref->u.st.type_name;
+    size_t es = ckpt_dtype_size(cast ? s->dtype : ref->u.st.dtype);
+    CKPT_FORWARD(op(w, '('));
+    CKPT_FORWARD(emit_cstr(w, "storage"));
+    CKPT_FORWARD(emit_global2(w, "torch", 5, type));
+    CKPT_FORWARD(emit_cstr(w, key));
+    CKPT_FORWARD(emit_cstr(w, s->device));
+    CKPT_FORWARD(emit_int64(w, (int64_t)(s->nbytes / (es ? es : 1))));
+    if (w->legacy)
+        CKPT_FORWARD(op(w, 'N')); /* view_metadata, always None */
+    CKPT_FORWARD(op(w, 't'));
+    memo_entry k = node_key(ref); /* the id tuple, as Python memoizes it */
+    CKPT_FORWARD(memoize(w, &k));
+    return op(w, 'Q');
+}
+
+static int emit_tensor(writer *w, const ckpt_value *v)
+{
+    const ckpt_tensor *t = v->u.tensor;
+    if (t->param_rebuild) {
+        CKPT_FORWARD(emit_global2(w, "torch._utils", 12, t->param_rebuild));
+        CKPT_FORWARD(emit_value(w, t->param_args));
+    } else {
+        CKPT_FORWARD(emit_global2(w, "torch._utils", 12, t->rebuild));
+        CKPT_FORWARD(emit_value(w, t->rebuild_args));
+    }
+    CKPT_FORWARD(op(w, 'R'));
+    memo_entry k = node_key(v);
+    CKPT_FORWARD(memoize(w, &k));
+    if (t->state) {
+        CKPT_FORWARD(emit_value(w, t->state));
+        CKPT_FORWARD(op(w, 'b'));
+    }
+    return CKPT_OK;
+}
+
+/* ---- objects ---- */
+
+static int emit_object(writer *w, const ckpt_value *v)
+{
+    const ckpt_value *cls = v->u.obj.callable;
+    switch (v->u.obj.how) {
+    case CKPT_OBJ_NEWOBJ:
+        CKPT_FORWARD(emit_global(w, cls));
+        CKPT_FORWARD(emit_value(w, v->u.obj.args));
+        CKPT_FORWARD(op(w, 0x81));
+        break;
+    case CKPT_OBJ_NEWOBJ_EX: /* a protocol-4 opcode; the input needed it too */
+        CKPT_FORWARD(emit_global(w, cls));
+        CKPT_FORWARD(emit_value(w, v->u.obj.args));
+        CKPT_FORWARD(emit_value(w, v->u.obj.kwargs));
+        CKPT_FORWARD(op(w, 0x92));
+        break;
+    case CKPT_OBJ_INST:
+    case CKPT_OBJ_OBJ: /* protocol 0/1 forms, rebuilt as OBJ */
+        CKPT_FORWARD(op(w, '('));
+        CKPT_FORWARD(emit_global(w, cls));
+        for (size_t i = 0; v->u.obj.args && i < v->u.obj.args->u.seq.len; i++)
+            CKPT_FORWARD(emit_value(w, v->u.obj.args->u.seq.items[i]));
+        CKPT_FORWARD(op(w, 'o'));
+        break;
+    default:
+        CKPT_FORWARD(emit_global(w, cls));
+        CKPT_FORWARD(emit_value(w, v->u.obj.args));
+        CKPT_FORWARD(op(w, 'R'));
+        break;
+    }
+    memo_entry k = node_key(v);
+    CKPT_FORWARD(memoize(w, &k));
+    CKPT_FORWARD(emit_appends(w, &v->u.obj.listitems));
+    CKPT_FORWARD(emit_setitems(w, &v->u.obj.dictkeys, &v->u.obj.dictvals));
+    if (v->u.obj.state) {
+        CKPT_FORWARD(emit_value(w, v->u.obj.state));
+        CKPT_FORWARD(op(w, 'b'));
+    }
+    return CKPT_OK;
+}
+
+static int emit_value(writer *w, const ckpt_value *v)
+{
+    switch (v->kind) {
+    case CKPT_KIND_NONE:
+        return op(w, 'N');
+    case CKPT_KIND_BOOL:
+        return op(w, v->u.b ? 0x88 : 0x89);
+    case CKPT_KIND_INT:
+        return emit_int(w, v);
+    case CKPT_KIND_FLOAT:
+        return emit_float(w, v->u.f);
+    case CKPT_KIND_STR:
+        return emit_str(w, v->u.s.s, v->u.s.len);
+    case CKPT_KIND_GLOBAL:
+        return emit_global(w, v);
+    case CKPT_KIND_STORAGE:
+        return emit_storage(w, v);
+    default:
+        break;
+    }
+    /* shared objects: the second reference is a BINGET */
+    memo_entry k = node_key(v);
+    memo_entry *e = memo_find(w, &k);
+    if (e)
+        return emit_get(w, e->index);
+    switch (v->kind) {
+    case CKPT_KIND_BYTES:
+        return emit_bytes(w, v);
+    case CKPT_KIND_TUPLE:
+        return emit_tuple(w, v);
+    case CKPT_KIND_LIST:
+        CKPT_FORWARD(op(w, ']'));
+        CKPT_FORWARD(memoize(w, &k));
+        return emit_appends(w, &v->u.seq);
+    case CKPT_KIND_DICT:
+        if (v->flags & CKPT_VF_ORDERED) {
+            CKPT_FORWARD(emit_global2(w, "collections", 11, "OrderedDict"));
+            CKPT_FORWARD(op(w, ')'));
+            CKPT_FORWARD(op(w, 'R'));
+        } else {
+            CKPT_FORWARD(op(w, '}'));
+        }
+        CKPT_FORWARD(memoize(w, &k));
+        CKPT_FORWARD(emit_setitems(w, &v->u.dict.keys, &v->u.dict.vals));
+        if (v->u.dict.state) {
+            CKPT_FORWARD(emit_value(w, v->u.dict.state));
+            CKPT_FORWARD(op(w, 'b'));
+        }
+        return CKPT_OK;
+    case CKPT_KIND_SET:
+    case CKPT_KIND_FROZENSET: {
+        /* protocol 2: builtins.set([items]) via REDUCE */
+        bool frozen = v->kind == CKPT_KIND_FROZENSET;
+        CKPT_FORWARD(emit_global2(w, "builtins", 8, frozen ? "frozenset" : "set"));
+        CKPT_FORWARD(op(w, ']'));
+        CKPT_FORWARD(emit_appends(w, &v->u.seq));
+        CKPT_FORWARD(op(w, 0x85));
+        CKPT_FORWARD(op(w, 'R'));
+        return memoize(w, &k);
+    }
+    case CKPT_KIND_OBJECT:
+        return emit_object(w, v);
+    case CKPT_KIND_TENSOR:
+        return emit_tensor(w, v);
+    default:
+        return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "cannot write a %s",
+                        ckpt_kind_name((ckpt_kind)v->kind));
+    }
+}
+
+int ckpt_pickle_write(ckpt_arena *a, size_t nstorages, const ckpt_value *root,
+                      ckpt_pickle_out *out, ckpt_error *err)
+{
+    return ckpt_pickle_write2(a, nstorages, root, false, out, err);
+}
+
+int ckpt_pickle_write2(ckpt_arena *a, size_t nstorages, const ckpt_value *root, bool legacy,
+                       ckpt_pickle_out *out, ckpt_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    writer w = {.arena = a, .err = err, .out = out, .legacy = legacy};
+    size_t ns = nstorages;
+    w.new_key = malloc((ns ? ns : 1) * sizeof(*w.new_key));
+    out->order = malloc((ns ? ns : 1) * sizeof(*out->order));
+    int rc = CKPT_OK;
+    if (!w.new_key || !out->order) {
+        rc = ckpt_err(err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
+    } else {
+        for (size_t i = 0; i < ns; i++)
+            w.new_key[i] = -1;
+        rc = op_le(&w, 0x80, 2, 1);
+        if (!rc)
+            rc = emit_value(&w, root);
+        if (!rc)
+            rc = op(&w, '.');
+    }
+    free(w.new_key);
+    free(w.memo);
+    if (rc)
+        ckpt_pickle_out_free(out);
+    return rc;
+}
+
+void ckpt_pickle_out_free(ckpt_pickle_out *out)
+{
+    free(out->buf);
+    free(out->order);
+    memset(out, 0, sizeof(*out));
+}

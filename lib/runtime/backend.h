@@ -1,0 +1,123 @@
+/*
+ * runtime/backend.h - the operations a model-runtime backend provides.
+ *
+ * Private to libckpt: lib/runtime*.c (the executor and the CPU reference)
+ * and kernels/ (the CUDA backend) include it.  Plain C, so nvcc can compile
+ * the CUDA side against it.
+ *
+ * Every tensor is float32, C-contiguous, in a buffer the backend allocated
+ * (host memory for the CPU, device memory for CUDA).  Every operation
+ * returns CKPT_OK or a negative ckpt_status with a one-line message in
+ * b->message; nothing prints, nothing aborts.  Operations may be queued
+ * (CUDA streams): download() and synchronize() wait for them.  Output
+ * buffers never alias input buffers.
+ */
+#ifndef CKPT_RUNTIME_BACKEND_H
+#define CKPT_RUNTIME_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKPT_RT_MAX_DIMS 8
+
+typedef struct ckpt_backend ckpt_backend;
+
+/* conv2d and conv_transpose2d, NCHW.  conv2d: w [out_c, in_c, k_h, k_w];
+ * conv_transpose2d: w [in_c, out_c, k_h, k_w] (torch's layouts).  The
+ * output sizes are computed by the executor from torch's formulas. */
+typedef struct ckpt_conv_geom {
+    int64_t batch;
+    int64_t in_c, in_h, in_w;
+    int64_t out_c, out_h, out_w;
+    int64_t k_h, k_w;
+    int64_t stride_h, stride_w;
+    int64_t pad_h, pad_w;
+    int64_t dil_h, dil_w;
+} ckpt_conv_geom;
+
+/* max_pool2d over planes of [planes = N*C, in_h, in_w]; padding counts as
+ * -infinity (never chosen), as torch's does.  A window that lies wholly in
+ * the padding cannot occur: the executor's output sizes follow torch's
+ * ceil_mode rule that the last window starts inside the input or the left
+ * padding. */
+typedef struct ckpt_pool_geom {
+    int64_t planes;
+    int64_t in_h, in_w, out_h, out_w;
+    int64_t k_h, k_w;
+    int64_t stride_h, stride_w;
+    int64_t pad_h, pad_w;
+    int64_t dil_h, dil_w;
+} ckpt_pool_geom;
+
+typedef struct ckpt_backend_ops {
+    void (*destroy)(ckpt_backend *b);
+
+    /* Buffers of N floats (N may be 0: any pointer, released as usual). */
+    int (*alloc)(ckpt_backend *b, size_t n, float **out);
+    void (*release)(ckpt_backend *b, float *p);
+    /* host SRC -> backend DST, backend SRC -> host DST; N floats. */
+    int (*upload)(ckpt_backend *b, float *dst, const float *src, size_t n);
+    int (*download)(ckpt_backend *b, float *dst, const float *src, size_t n);
+
+    /* y[r, o] = sum_i x[r, i] * w[o, i] (+ bias[o]); w is [out, in] as in
+     * nn.Linear; BIAS may be NULL. */
+    int (*linear)(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                  float *y, int64_t rows, int64_t in, int64_t out);
+    /* BIAS [out_c] may be NULL. */
+    int (*conv2d)(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                  float *y, const ckpt_conv_geom *g);
+    int (*conv_transpose2d)(ckpt_backend *b, const float *x, const float *w,
+                            const float *bias, float *y, const ckpt_conv_geom *g);
+    int (*max_pool2d)(ckpt_backend *b, const float *x, float *y, const ckpt_pool_geom *g);
+    /* SSD's L2Norm over the channels of NCHW x (C channels, HW pixels per
+     * plane): y[n, c, p] = w[c] * x[n, c, p] / (sqrt(sum_c x[n, c, p]^2) + eps). */
+    int (*l2norm)(ckpt_backend *b, const float *x, const float *w, float *y, int64_t n,
+                  int64_t c, int64_t hw, float eps);
+    /* Elementwise over N floats. */
+    int (*relu)(ckpt_backend *b, const float *x, float *y, size_t n);
+    int (*sigmoid)(ckpt_backend *b, const float *x, float *y, size_t n);
+    /* Softmax over the middle axis of x viewed as [outer, dim, inner]
+     * (max subtracted first, as torch does). */
+    int (*softmax)(ckpt_backend *b, const float *x, float *y, int64_t outer, int64_t dim,
+                   int64_t inner);
+    /* y = x.permute(perm).contiguous(); SHAPE is x's (NDIM <= CKPT_RT_MAX_DIMS). */
+    int (*permute)(ckpt_backend *b, const float *x, float *y, int ndim, const int64_t *shape,
+                   const int *perm);
+    /* ROWS rows of LEN floats: y[r * y_stride + j] = x[r * x_stride + j]
+     * (cat is made of these). */
+    int (*copy_rows)(ckpt_backend *b, const float *x, int64_t x_stride, float *y,
+                     int64_t y_stride, int64_t rows, int64_t len);
+    /* Wait for queued work; report any error it met. */
+    int (*synchronize)(ckpt_backend *b);
+} ckpt_backend_ops;
+
+struct ckpt_backend {
+    const ckpt_backend_ops *ops;
+    char device[32];        /* "cpu", "cuda:0" */
+    char description[192];  /* "cpu (OpenBLAS 0.3.21, 2 threads)", "cuda:0 (NVIDIA H100 ...)" */
+    char message[256];      /* the last error */
+    void *impl;             /* the backend's own state */
+    int refs;               /* the opener's, plus one per model holding parameters here */
+};
+
+/* printf into b->message; returns STATUS. */
+int ckpt_backend_fail(ckpt_backend *b, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* The CPU reference (lib/runtime_cpu.c): with OpenBLAS when it loads, or
+ * always with the plain-C loops (for tests and benchmarks). */
+int ckpt_backend_cpu_open(ckpt_backend **out, char *err, size_t cap);
+int ckpt_backend_cpu_plain_open(ckpt_backend **out, char *err, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CKPT_RUNTIME_BACKEND_H */

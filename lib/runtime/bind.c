@@ -1,0 +1,462 @@
+/* runtime_bind.c - strict load of a state dict into a model, reported the
+ * way torch's load_state_dict(strict=True) reports it (reference/
+ * pth-format.md §7): Missing key(s), Unexpected key(s), then one line per
+ * size mismatch, in torch's module order. */
+#include "checkpoint/checkpoint.h"
+#include "runtime/runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- growing string and pointer lists --------------------------------- */
+
+typedef struct strbuf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} strbuf;
+
+static void sb_add(strbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#include <stdarg.h>
+static void sb_add(strbuf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->s && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t ncap = (b->cap ? b->cap * 2 : 256) + (size_t)n;
+        char *ns = realloc(b->s, ncap);
+        if (!ns) {
+            b->oom = 1;
+            return;
+        }
+        b->s = ns;
+        b->cap = ncap;
+        if (b->len == 0)
+            b->s[0] = '\0';
+    }
+}
+
+/* Keep a malloc'd string for the report; NULL on OOM. */
+static const char *keep(ckpt_model *m, char *s)
+{
+    if (!s)
+        return NULL;
+    char **n = realloc(m->report_strings, (m->nreport_strings + 1) * sizeof *n);
+    if (!n) {
+        free(s);
+        return NULL;
+    }
+    m->report_strings = n;
+    n[m->nreport_strings++] = s;
+    return s;
+}
+
+/* ---- the module tree torch walks ------------------------------------------ */
+
+/* Modules are the dotted prefixes of the spec's parameter keys; torch visits
+ * them in pre-order, children in registration order (here: first use). */
+typedef struct rt_module {
+    char *prefix;      /* "" for the root, else "encoder.conv1." */
+    int parent;
+    const char *name;  /* last component, within prefix */
+    size_t name_len;
+} rt_module;
+
+typedef struct tree {
+    rt_module *mods;
+    size_t count;
+    int *param_module; /* module of each parameter */
+} tree;
+
+static void tree_free(tree *t)
+{
+    for (size_t i = 0; i < t->count; i++)
+        free(t->mods[i].prefix);
+    free(t->mods);
+    free(t->param_module);
+}
+
+static int tree_module(tree *t, const char *key, size_t plen, int parent)
+{
+    for (size_t i = 0; i < t->count; i++)
+        if (strlen(t->mods[i].prefix) == plen && memcmp(t->mods[i].prefix, key, plen) == 0)
+            return (int)i;
+    rt_module *n = realloc(t->mods, (t->count + 1) * sizeof *n);
+    if (!n)
+        return -1;
+    t->mods = n;
+    rt_module *md = &n[t->count];
+    if (!(md->prefix = strndup(key, plen)))
+        return -1;
+    md->parent = parent;
+    /* name: the component before the final dot */
+    size_t start = plen ? plen - 1 : 0;
+    while (start > 0 && key[start - 1] != '.')
+        start--;
+    md->name = md->prefix + start;
+    md->name_len = plen ? plen - 1 - start : 0;
+    return (int)t->count++;
+}
+
+static int tree_build(const ckpt_model *m, tree *t)
+{
+    memset(t, 0, sizeof *t);
+    if (!(t->param_module = calloc(m->nparams ? m->nparams : 1, sizeof(int))) ||
+        tree_module(t, "", 0, -1) < 0)
+        return -1;
+    for (size_t i = 0; i < m->nparams; i++) {
+        const char *k = m->params[i].key;
+        int parent = 0;
+        for (const char *dot = strchr(k, '.'); dot; dot = strchr(dot + 1, '.')) {
+            parent = tree_module(t, k, (size_t)(dot - k) + 1, parent);
+            if (parent < 0)
+                return -1;
+        }
+        t->param_module[i] = parent;
+    }
+    return 0;
+}
+
+/* Pre-order of modules: children follow their parent, in creation order. */
+static void tree_preorder(const tree *t, int mod, int *out, size_t *n)
+{
+    out[(*n)++] = mod;
+    for (size_t i = 0; i < t->count; i++)
+        if (t->mods[i].parent == mod)
+            tree_preorder(t, (int)i, out, n);
+}
+
+/* ---- the strict load ---------------------------------------------------- */
+
+static const char *python_type(const ckpt_value *v)
+{
+    switch (ckpt_value_kind(v)) {
+    case CKPT_KIND_NONE: return "<class 'NoneType'>";
+    case CKPT_KIND_BOOL: return "<class 'bool'>";
+    case CKPT_KIND_INT: return "<class 'int'>";
+    case CKPT_KIND_FLOAT: return "<class 'float'>";
+    case CKPT_KIND_STR: return "<class 'str'>";
+    case CKPT_KIND_BYTES: return "<class 'bytes'>";
+    case CKPT_KIND_LIST: return "<class 'list'>";
+    case CKPT_KIND_TUPLE: return "<class 'tuple'>";
+    case CKPT_KIND_DICT:
+        return ckpt_value_dict_ordered(v) ? "<class 'collections.OrderedDict'>"
+                                          : "<class 'dict'>";
+    case CKPT_KIND_SET: return "<class 'set'>";
+    case CKPT_KIND_FROZENSET: return "<class 'frozenset'>";
+    default: return "<class 'object'>";
+    }
+}
+
+static void torch_size(strbuf *b, int ndim, const int64_t *d)
+{
+    sb_add(b, "torch.Size([");
+    for (int i = 0; i < ndim; i++)
+        sb_add(b, "%s%lld", i ? ", " : "", (long long)d[i]);
+    sb_add(b, "])");
+}
+
+/* The value for KEY in SD, or NULL. */
+static const ckpt_value *sd_get(const ckpt_value *sd, const char *key)
+{
+    return ckpt_value_dict_get(sd, key);
+}
+
+static int read_param(ckpt_model *m, ckpt_file *f, const ckpt_tensor *t, rt_param *p)
+{
+    int64_t numel = ckpt_tensor_numel(t);
+    float *host = malloc(numel ? (size_t)numel * sizeof(float) : sizeof(float));
+    if (!host)
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory reading \"%s\"", p->key);
+    int rc = ckpt_tensor_read_float32(f, t, host, (size_t)numel);
+    if (rc) {
+        free(host);
+        return ckpt_model_fail(m, rc, "%s", ckpt_file_error_message(f));
+    }
+    p->host = host;
+    p->shape.ndim = ckpt_tensor_ndim(t);
+    memcpy(p->shape.d, ckpt_tensor_shape(t), sizeof(int64_t) * (size_t)p->shape.ndim);
+    return CKPT_OK;
+}
+
+static void unbind(ckpt_model *m)
+{
+    rt_model_release_device(m);
+    for (size_t i = 0; i < m->nparams; i++) {
+        free(m->params[i].host);
+        m->params[i].host = NULL;
+    }
+    m->bound = 0;
+}
+
+int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load_report *report)
+{
+    if (!m || !f || !sd || !m->nnodes)
+        return CKPT_ERR_USAGE;
+    unbind(m);
+    rt_model_clear_report(m);
+    m->err_code = CKPT_OK;
+    m->err[0] = '\0';
+    if (report)
+        memset(report, 0, sizeof *report);
+    if (ckpt_value_kind(sd) != CKPT_KIND_DICT)
+        return ckpt_model_fail(m, CKPT_ERR_USAGE,
+                               "Expected state_dict to be dict-like, got %s.", python_type(sd));
+
+    size_t nkeys = ckpt_value_len(sd);
+    tree t;
+    int *order = NULL, *torder = NULL;
+    rt_shape *vshape = NULL;
+    unsigned char *vknown = NULL, *reported = NULL;
+    strbuf msg = {0}, lines = {0};
+    int rc = CKPT_ERR_NOMEM;
+    size_t nmiss = 0, nunexp = 0, nmis = 0, nbad = 0;
+
+    if (tree_build(m, &t) ||
+        !(order = calloc(t.count, sizeof(int))) ||
+        !(torder = calloc(m->nparams + 1, sizeof(int))) ||
+        !(m->missing = calloc(m->nparams + 1, sizeof(char *))) ||
+        !(m->unexpected = calloc(nkeys + 1, sizeof(char *))) ||
+        !(m->bad_dtype = calloc(m->nparams + 1, sizeof(char *))) ||
+        !(m->mismatches = calloc(m->nparams + 1, sizeof(ckpt_size_mismatch))) ||
+        !(reported = calloc(m->nparams + 1, 1)) ||
+        !(vshape = calloc(m->nvalues, sizeof *vshape)) ||
+        !(vknown = calloc(m->nvalues, 1)))
+        goto out;
+
+    /* torch's order: modules in pre-order, each module's own parameters */
+    size_t nmods = 0, np = 0;
+    tree_preorder(&t, 0, order, &nmods);
+    for (size_t k = 0; k < nmods; k++)
+        for (size_t i = 0; i < m->nparams; i++)
+            if (t.param_module[i] == order[k])
+                torder[np++] = (int)i;
+
+    for (size_t k = 0; k < np; k++) {
+        const char *key = m->params[torder[k]].key;
+        if (!sd_get(sd, key))
+            m->missing[nmiss++] = key;
+    }
+    for (size_t k = 0; k < nmods; k++) {
+        const rt_module *md = &t.mods[order[k]];
+        size_t plen = strlen(md->prefix);
+        for (size_t i = 0; i < nkeys; i++) {
+            const ckpt_value *kv = ckpt_value_dict_key(sd, i);
+            char num[32];
+            const char *key;
+            if (ckpt_value_kind(kv) == CKPT_KIND_STR) {
+                key = ckpt_value_str(kv, NULL);
+            } else {
+                /* torch would fail on a non-str key; report it at the root */
+                if (order[k] != 0)
+                    continue;
+                int64_t iv = 0;
+                ckpt_value_int(kv, &iv);
+                snprintf(num, sizeof num, "%lld", (long long)iv);
+                if (!(key = keep(m, strdup(num))))
+                    goto out;
+                m->unexpected[nunexp++] = key;
+                continue;
+            }
+            if (strncmp(key, md->prefix, plen) != 0)
+                continue;
+            const char *rest = key + plen;
+            size_t flen = strcspn(rest, ".");
+            int known = 0;
+            for (size_t c = 0; c < t.count && !known; c++)
+                known = t.mods[c].parent == order[k] && t.mods[c].name_len == flen &&
+                        memcmp(t.mods[c].name, rest, flen) == 0;
+            for (size_t i2 = 0; i2 < m->nparams && !known; i2++)
+                known = t.param_module[i2] == order[k] &&
+                        strlen(m->params[i2].key) == plen + flen &&
+                        memcmp(m->params[i2].key + plen, rest, flen) == 0;
+            if (!known)
+                m->unexpected[nunexp++] = key;
+        }
+    }
+
+    /* shapes: run the shape rules with a batch of 1 and the checkpoint's
+     * parameter shapes; compare each parameter with what the graph implies */
+    char shape_err[320] = "";
+    for (size_t i = 0; i < m->ninputs; i++) {
+        vshape[i] = m->input_shapes[i];
+        for (int d = 0; d < vshape[i].ndim; d++)
+            if (vshape[i].d[d] == -1)
+                vshape[i].d[d] = 1;
+        vknown[i] = 1;
+    }
+    rt_shape *expect = calloc(m->nparams + 1, sizeof *expect);
+    if (!expect)
+        goto out;
+    for (size_t ni = 0; ni < m->nnodes && !shape_err[0]; ni++) {
+        const rt_node *n = &m->nodes[ni];
+        const rt_shape *in[1];
+        const rt_shape **ins = n->ninputs <= 1 ? in : calloc((size_t)n->ninputs, sizeof *ins);
+        if (!ins) {
+            free(expect);
+            goto out;
+        }
+        int known = 1;
+        for (int k = 0; k < n->ninputs; k++) {
+            ins[k] = &vshape[n->inputs[k]];
+            known &= vknown[n->inputs[k]];
+        }
+        rt_shape pshape[RT_P_COUNT], *pp[RT_P_COUNT] = {NULL, NULL};
+        for (int s = 0; s < RT_P_COUNT; s++) {
+            if (n->param[s] < 0)
+                continue;
+            const ckpt_value *v = sd_get(sd, m->params[n->param[s]].key);
+            const ckpt_tensor *ten = v ? ckpt_value_tensor(v) : NULL;
+            if (!ten)
+                continue;
+            pshape[s].ndim = ckpt_tensor_ndim(ten);
+            memcpy(pshape[s].d, ckpt_tensor_shape(ten),
+                   sizeof(int64_t) * (size_t)pshape[s].ndim);
+            pp[s] = &pshape[s];
+        }
+        if (known) {
+            rt_shape pe[RT_P_COUNT];
+            char err[256];
+            int r = rt_shape_infer(n, ins, pp[RT_P_WEIGHT], pp[RT_P_BIAS], &vshape[n->output],
+                                   &pe[RT_P_WEIGHT], &pe[RT_P_BIAS], err, sizeof err);
+            if (r < 0) {
+                char lb[160];
+                snprintf(shape_err, sizeof shape_err, "%s: %s", rt_node_label(m, n, lb, sizeof lb),
+                         err);
+            } else {
+                vknown[n->output] = r == 0;
+                /* with the weight missing the graph cannot say what the
+                 * other parameters should be: nothing to report for them */
+                for (int s = 0; s < RT_P_COUNT && r == 0; s++)
+                    if (n->param[s] >= 0 && !reported[n->param[s]]) {
+                        reported[n->param[s]] = 1;
+                        expect[n->param[s]] = pe[s];
+                    }
+            }
+        }
+        if (ins != in)
+            free(ins);
+    }
+
+    /* per-key messages in torch's order */
+    for (size_t k = 0; k < np; k++) {
+        int pi = torder[k];
+        const char *key = m->params[pi].key;
+        const ckpt_value *v = sd_get(sd, key);
+        if (!v)
+            continue;
+        const ckpt_tensor *ten = ckpt_value_tensor(v);
+        if (!ten) {
+            sb_add(&lines, "\n\tWhile copying the parameter named \"%s\", expected torch.Tensor "
+                   "or Tensor-like object from checkpoint but received %s", key, python_type(v));
+            m->bad_dtype[nbad++] = key;
+            continue;
+        }
+        if (!ckpt_dtype_is_real(ckpt_tensor_dtype(ten))) { /* copy_ takes any real dtype */
+            sb_add(&lines, "\n\tWhile copying the parameter named \"%s\", a %s tensor cannot be "
+                   "copied into a float32 parameter.", key, ckpt_dtype_name(ckpt_tensor_dtype(ten)));
+            m->bad_dtype[nbad++] = key;
+            continue;
+        }
+        if (!reported[pi])
+            continue; /* downstream of a missing weight: the graph cannot say */
+        rt_shape got;
+        got.ndim = ckpt_tensor_ndim(ten);
+        memcpy(got.d, ckpt_tensor_shape(ten), sizeof(int64_t) * (size_t)got.ndim);
+        if (rt_shape_equal(&got, &expect[pi]))
+            continue;
+        ckpt_size_mismatch *mm = &m->mismatches[nmis++];
+        mm->key = key;
+        mm->ckpt_ndim = got.ndim;
+        memcpy(mm->ckpt_shape, got.d, sizeof got.d);
+        mm->model_ndim = expect[pi].ndim;
+        memcpy(mm->model_shape, expect[pi].d, sizeof got.d);
+        sb_add(&lines, "\n\tsize mismatch for %s: copying a param with shape ", key);
+        torch_size(&lines, got.ndim, got.d);
+        sb_add(&lines, " from checkpoint, the shape in current model is ");
+        torch_size(&lines, expect[pi].ndim, expect[pi].d);
+        sb_add(&lines, ".");
+    }
+    free(expect);
+    if (shape_err[0] && !nmiss && !nmis && !nbad)
+        sb_add(&lines, "\n\tthe checkpoint's shapes do not fit the graph: %s", shape_err);
+
+    int ok = !nmiss && !nunexp && !nmis && !nbad && !shape_err[0];
+    if (!ok) {
+        sb_add(&msg, "Error(s) in loading state_dict for %s:", ckpt_model_class(m));
+        if (nmiss) {
+            sb_add(&msg, "\n\tMissing key(s) in state_dict: ");
+            for (size_t i = 0; i < nmiss; i++)
+                sb_add(&msg, "%s\"%s\"", i ? ", " : "", m->missing[i]);
+            sb_add(&msg, ". ");
+        }
+        if (nunexp) {
+            sb_add(&msg, "\n\tUnexpected key(s) in state_dict: ");
+            for (size_t i = 0; i < nunexp; i++)
+                sb_add(&msg, "%s\"%s\"", i ? ", " : "", m->unexpected[i]);
+            sb_add(&msg, ". ");
+        }
+        if (lines.len)
+            sb_add(&msg, "%s", lines.s);
+    } else {
+        sb_add(&msg, "%s", "");
+    }
+    if (msg.oom || lines.oom)
+        goto out;
+    m->message = msg.s;
+    msg.s = NULL;
+
+    if (ok) {
+        for (size_t i = 0; i < m->nparams; i++) {
+            const ckpt_tensor *ten = ckpt_value_tensor(sd_get(sd, m->params[i].key));
+            if ((rc = read_param(m, f, ten, &m->params[i])) != CKPT_OK) {
+                unbind(m);
+                goto out;
+            }
+        }
+        m->bound = 1;
+    }
+    if (report) {
+        report->ok = ok;
+        report->missing_count = nmiss;
+        report->missing = m->missing;
+        report->unexpected_count = nunexp;
+        report->unexpected = m->unexpected;
+        report->mismatch_count = nmis;
+        report->mismatches = m->mismatches;
+        report->bad_dtype_count = nbad;
+        report->bad_dtype = m->bad_dtype;
+        report->message = m->message;
+    }
+    rc = CKPT_OK;
+out:
+    if (rc == CKPT_ERR_NOMEM && !m->err_code)
+        ckpt_model_fail(m, rc, "out of memory");
+    tree_free(&t);
+    free(order);
+    free(torder);
+    free(vshape);
+    free(vknown);
+    free(reported);
+    free(msg.s);
+    free(lines.s);
+    return rc;
+}

@@ -1,0 +1,579 @@
+/* runtime_cpu.c - the CPU reference backend: float32, host memory.
+ *
+ * Matrix products go to OpenBLAS's cblas_sgemm when the library can be
+ * loaded (dlopen at backend open, so commands that never run a model do not
+ * pay for loading it), else to the plain-C loops below.
+ *
+ * Accumulation order of the plain-C path (documented in ckpt-verify(1)):
+ * every output element of linear and conv2d is a float32 sum over the
+ * reduction index in ascending order (input feature; input channel, kernel
+ * row, kernel column), starting from 0, with the bias added last;
+ * conv_transpose2d sums the products over input channels in ascending
+ * order, then the kernel taps that reach each output pixel in ascending
+ * (row, column) order, then adds the bias.
+ * softmax sums exp(x - max) in ascending order in float32, l2norm the squares
+ * over channels in ascending order.  With OpenBLAS
+ * the products are summed in OpenBLAS's blocked order instead.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3") /* the plain-C loops rely on vectorization */
+#endif
+#include "core/core.h"
+#include "runtime/backend.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* cblas_sgemm's enums, as every CBLAS defines them */
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                         int ldc);
+
+#define WT_CACHE 64
+#define POOL_SLOTS 64
+#define POOL_MAX_BYTES ((size_t)1536 << 20)
+
+typedef struct cpu_impl {
+    void *blas;           /* dlopen handle */
+    sgemm_fn sgemm;
+    /* linear's weights transposed for the plain-C loop, by weight buffer */
+    struct {
+        const float *w;
+        int64_t in, out;
+        float *wt;
+    } wt[WT_CACHE];
+    size_t wt_next;
+    /* released buffers kept for the next run (same sizes every forward):
+     * fresh pages cost more than the small layers' arithmetic */
+    struct {
+        float *p;
+        size_t n;
+    } pool[POOL_SLOTS];
+    size_t pool_bytes;
+    /* im2col / col2im columns, kept between calls: the big layers' buffers
+     * (hundreds of MB for SSD300) cost more in page faults than in work */
+    float *cols;
+    size_t cols_n;
+} cpu_impl;
+
+static void buf_free(float *p);
+
+static int nomem(ckpt_backend *b)
+{
+    return ckpt_backend_fail(b, CKPT_ERR_NOMEM, "out of memory");
+}
+
+static void cpu_destroy(ckpt_backend *b)
+{
+    cpu_impl *c = b->impl;
+    if (c) {
+        for (size_t i = 0; i < WT_CACHE; i++)
+            free(c->wt[i].wt);
+        for (size_t i = 0; i < POOL_SLOTS; i++)
+            buf_free(c->pool[i].p);
+        free(c->cols);
+        if (c->blas)
+            dlclose(c->blas);
+        free(c);
+    }
+    free(b);
+}
+
+/* Each buffer carries its size in a header, for the pool. */
+#define BUF_HEADER 64
+
+static float *buf_new(size_t n)
+{
+    unsigned char *raw = malloc(BUF_HEADER + (n ? n * sizeof(float) : sizeof(float)));
+    if (!raw)
+        return NULL;
+    memcpy(raw, &n, sizeof n);
+    return (float *)(void *)(raw + BUF_HEADER);
+}
+
+static size_t buf_size(const float *p)
+{
+    size_t n;
+    memcpy(&n, (const unsigned char *)p - BUF_HEADER, sizeof n);
+    return n;
+}
+
+static void buf_free(float *p)
+{
+    if (p)
+        free((unsigned char *)p - BUF_HEADER);
+}
+
+static int cpu_alloc(ckpt_backend *b, size_t n, float **out)
+{
+    cpu_impl *c = b->impl;
+    if (n > SIZE_MAX / sizeof(float) / 2)
+        return nomem(b);
+    for (size_t i = 0; i < POOL_SLOTS; i++)
+        if (c->pool[i].p && c->pool[i].n == n) {
+            *out = c->pool[i].p;
+            c->pool[i].p = NULL;
+            c->pool_bytes -= n * sizeof(float);
+            return CKPT_OK;
+        }
+    *out = buf_new(n);
+    return *out ? CKPT_OK : nomem(b);
+}
+
+static void cpu_release(ckpt_backend *b, float *p)
+{
+    cpu_impl *c = b->impl;
+    if (!p)
+        return;
+    for (size_t i = 0; i < WT_CACHE; i++)
+        if (c->wt[i].w == p) {
+            free(c->wt[i].wt);
+            c->wt[i].wt = NULL;
+            c->wt[i].w = NULL;
+        }
+    size_t n = buf_size(p);
+    if (c->pool_bytes + n * sizeof(float) <= POOL_MAX_BYTES)
+        for (size_t i = 0; i < POOL_SLOTS; i++)
+            if (!c->pool[i].p) {
+                c->pool[i].p = p;
+                c->pool[i].n = n;
+                c->pool_bytes += n * sizeof(float);
+                return;
+            }
+    buf_free(p);
+}
+
+static int cpu_copy(ckpt_backend *b, float *dst, const float *src, size_t n)
+{
+    (void)b;
+    if (n)
+        memcpy(dst, src, n * sizeof(float));
+    return CKPT_OK;
+}
+
+/* C[m, n] (ldc) = sum_k A(i, k) * B[k, n] (row-major B, ldb), A(i, k) being
+ * A[i * lda + k] or, transposed, A[k * lda + i].  Ascending k, float32. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+/* AVX2 where the CPU has it (no FMA: the same roundings as the SSE2 build) */
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void gemm_plain(int trans_a, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                       const float *bm, int64_t ldb, float *c, int64_t ldc)
+{
+    for (int64_t i = 0; i < m; i++) {
+        float *restrict ci = c + i * ldc;
+        for (int64_t j = 0; j < n; j++)
+            ci[j] = 0.0f;
+        for (int64_t p = 0; p < k; p++) {
+            float av = trans_a ? a[p * lda + i] : a[i * lda + p];
+            const float *restrict bp = bm + p * ldb;
+            for (int64_t j = 0; j < n; j++)
+                ci[j] += av * bp[j];
+        }
+    }
+}
+
+/* C = op(A) * B with op(A) [m, k], B [k, n], all row-major, beta 0. */
+static void gemm(cpu_impl *c, int trans_a, int64_t m, int64_t n, int64_t k, const float *a,
+                 int64_t lda, const float *bm, int64_t ldb, float *cm, int64_t ldc)
+{
+    if (c->sgemm && m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && k > 0)
+        c->sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, CBLAS_NO_TRANS,
+                 (int)m, (int)n, (int)k, 1.0f, a, (int)lda, bm, (int)ldb, 0.0f, cm, (int)ldc);
+    else
+        gemm_plain(trans_a, m, n, k, a, lda, bm, ldb, cm, ldc);
+}
+
+static const float *transposed_weight(ckpt_backend *b, const float *w, int64_t in, int64_t out)
+{
+    cpu_impl *c = b->impl;
+    for (size_t i = 0; i < WT_CACHE; i++)
+        if (c->wt[i].w == w && c->wt[i].in == in && c->wt[i].out == out && c->wt[i].wt)
+            return c->wt[i].wt;
+    float *wt = malloc((size_t)(in * out > 0 ? in * out : 1) * sizeof(float));
+    if (!wt)
+        return NULL;
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t i = 0; i < in; i++)
+            wt[i * out + o] = w[o * in + i];
+    size_t slot = c->wt_next++ % WT_CACHE;
+    free(c->wt[slot].wt);
+    c->wt[slot].w = w;
+    c->wt[slot].in = in;
+    c->wt[slot].out = out;
+    c->wt[slot].wt = wt;
+    return wt;
+}
+
+static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                      float *y, int64_t rows, int64_t in, int64_t out)
+{
+    cpu_impl *c = b->impl;
+    /* a row or two: OpenBLAS's set-up costs more than the plain loop */
+    if (c->sgemm && rows > 2 && rows <= INT32_MAX && in <= INT32_MAX && out <= INT32_MAX &&
+        in > 0) {
+        c->sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)out, (int)in,
+                 1.0f, x, (int)in, w, (int)in, 0.0f, y, (int)out);
+    } else {
+        const float *wt = transposed_weight(b, w, in, out);
+        if (!wt)
+            return nomem(b);
+        gemm_plain(0, rows, out, in, x, in, wt, out, y, out);
+    }
+    if (bias)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t o = 0; o < out; o++)
+                y[r * out + o] += bias[o];
+    return CKPT_OK;
+}
+
+static float *scratch(cpu_impl *c, size_t n)
+{
+    if (n > c->cols_n) {
+        free(c->cols);
+        c->cols_n = 0;
+        if (!(c->cols = malloc((n ? n : 1) * sizeof(float))))
+            return NULL;
+        c->cols_n = n;
+    }
+    return c->cols;
+}
+
+/* cols[(ci * kh + i) * kw + j, oh * out_w + ow] = x[ci, ih, iw] or 0 in the padding */
+static void im2col(const float *x, const ckpt_conv_geom *g, float *cols)
+{
+    int64_t hw = g->out_h * g->out_w;
+    for (int64_t ci = 0; ci < g->in_c; ci++)
+        for (int64_t i = 0; i < g->k_h; i++)
+            for (int64_t j = 0; j < g->k_w; j++) {
+                float *row = cols + ((ci * g->k_h + i) * g->k_w + j) * hw;
+                const float *plane = x + ci * g->in_h * g->in_w;
+                for (int64_t oh = 0; oh < g->out_h; oh++) {
+                    int64_t ih = oh * g->stride_h - g->pad_h + i * g->dil_h;
+                    float *dst = row + oh * g->out_w;
+                    if (ih < 0 || ih >= g->in_h) {
+                        memset(dst, 0, sizeof(float) * (size_t)g->out_w);
+                        continue;
+                    }
+                    /* the columns whose iw = ow * stride + shift falls in the row */
+                    int64_t shift = j * g->dil_w - g->pad_w;
+                    int64_t lo = shift >= 0 ? 0 : (-shift + g->stride_w - 1) / g->stride_w;
+                    int64_t hi = g->in_w - shift <= 0 ? 0
+                                                      : (g->in_w - shift + g->stride_w - 1) /
+                                                            g->stride_w;
+                    if (hi > g->out_w)
+                        hi = g->out_w;
+                    if (lo > hi)
+                        lo = hi;
+                    const float *row = plane + ih * g->in_w;
+                    for (int64_t ow = 0; ow < lo; ow++)
+                        dst[ow] = 0.0f;
+                    if (g->stride_w == 1 && hi > lo)
+                        memcpy(dst + lo, row + lo + shift, sizeof(float) * (size_t)(hi - lo));
+                    else
+                        for (int64_t ow = lo; ow < hi; ow++)
+                            dst[ow] = row[ow * g->stride_w + shift];
+                    for (int64_t ow = hi; ow < g->out_w; ow++)
+                        dst[ow] = 0.0f;
+                }
+            }
+}
+
+static int cpu_conv2d(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                      float *y, const ckpt_conv_geom *g)
+{
+    cpu_impl *c = b->impl;
+    int64_t hw = g->out_h * g->out_w, ckk = g->in_c * g->k_h * g->k_w;
+    int direct = g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+                 g->pad_h == 0 && g->pad_w == 0;
+    float *cols = NULL;
+    if (!direct && !(cols = scratch(c, (size_t)(ckk * hw))))
+        return nomem(b);
+    for (int64_t n = 0; n < g->batch; n++) {
+        const float *xn = x + n * g->in_c * g->in_h * g->in_w;
+        float *yn = y + n * g->out_c * hw;
+        if (!direct)
+            im2col(xn, g, cols);
+        gemm(c, 0, g->out_c, hw, ckk, w, ckk, direct ? xn : cols, hw, yn, hw);
+        if (bias)
+            for (int64_t oc = 0; oc < g->out_c; oc++)
+                for (int64_t p = 0; p < hw; p++)
+                    yn[oc * hw + p] += bias[oc];
+    }
+    return CKPT_OK;
+}
+
+static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
+                                const float *bias, float *y, const ckpt_conv_geom *g)
+{
+    cpu_impl *c = b->impl;
+    int64_t hw_in = g->in_h * g->in_w, kk = g->k_h * g->k_w, okk = g->out_c * kk;
+    float *cols = scratch(c, (size_t)(okk * hw_in));
+    if (!cols)
+        return nomem(b);
+    for (int64_t n = 0; n < g->batch; n++) {
+        const float *xn = x + n * g->in_c * hw_in;
+        float *yn = y + n * g->out_c * g->out_h * g->out_w;
+        /* cols[oc * kk + (i, j), input pixel] = sum_ci w[ci, oc, i, j] * x[ci, pixel] */
+        gemm(c, 1, okk, hw_in, g->in_c, w, okk, xn, hw_in, cols, hw_in);
+        /* col2im: each output pixel gets its kernel taps in ascending (row,
+         * column) order -- one tap per (i, j) at most -- then the bias */
+        int64_t ohw = g->out_h * g->out_w;
+        memset(yn, 0, sizeof(float) * (size_t)(g->out_c * ohw));
+        for (int64_t oc = 0; oc < g->out_c; oc++) {
+            float *yc = yn + oc * ohw;
+            for (int64_t i = 0; i < g->k_h; i++)
+                for (int64_t j = 0; j < g->k_w; j++) {
+                    const float *col = cols + (oc * kk + i * g->k_w + j) * hw_in;
+                    for (int64_t ih = 0; ih < g->in_h; ih++) {
+                        int64_t oh = ih * g->stride_h - g->pad_h + i * g->dil_h;
+                        if (oh < 0 || oh >= g->out_h)
+                            continue;
+                        for (int64_t iw = 0; iw < g->in_w; iw++) {
+                            int64_t ow = iw * g->stride_w - g->pad_w + j * g->dil_w;
+                            if (ow >= 0 && ow < g->out_w)
+                                yc[oh * g->out_w + ow] += col[ih * g->in_w + iw];
+                        }
+                    }
+                }
+            if (bias)
+                for (int64_t p = 0; p < ohw; p++)
+                    yc[p] += bias[oc];
+        }
+    }
+    return CKPT_OK;
+}
+
+static int cpu_max_pool2d(ckpt_backend *b, const float *x, float *y, const ckpt_pool_geom *g)
+{
+    (void)b;
+    for (int64_t p = 0; p < g->planes; p++) {
+        const float *xp = x + p * g->in_h * g->in_w;
+        float *yp = y + p * g->out_h * g->out_w;
+        for (int64_t oh = 0; oh < g->out_h; oh++)
+            for (int64_t ow = 0; ow < g->out_w; ow++) {
+                float best = -INFINITY;
+                for (int64_t i = 0; i < g->k_h; i++) {
+                    int64_t ih = oh * g->stride_h - g->pad_h + i * g->dil_h;
+                    if (ih < 0 || ih >= g->in_h)
+                        continue;
+                    for (int64_t j = 0; j < g->k_w; j++) {
+                        int64_t iw = ow * g->stride_w - g->pad_w + j * g->dil_w;
+                        if (iw < 0 || iw >= g->in_w)
+                            continue;
+                        float v = xp[ih * g->in_w + iw];
+                        if (v > best || isnan(v)) /* torch: a NaN wins */
+                            best = v;
+                        if (isnan(v))
+                            goto done;
+                    }
+                }
+            done:
+                yp[oh * g->out_w + ow] = best;
+            }
+    }
+    return CKPT_OK;
+}
+
+static int cpu_l2norm(ckpt_backend *b, const float *x, const float *w, float *y, int64_t n,
+                      int64_t c, int64_t hw, float eps)
+{
+    float *norm = malloc((size_t)(hw > 0 ? hw : 1) * sizeof(float));
+    if (!norm)
+        return nomem(b);
+    for (int64_t i = 0; i < n; i++) {
+        const float *xi = x + i * c * hw;
+        float *yi = y + i * c * hw;
+        /* sum of squares per pixel, channels in ascending order */
+        for (int64_t p = 0; p < hw; p++)
+            norm[p] = 0.0f;
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < hw; p++)
+                norm[p] += xi[ch * hw + p] * xi[ch * hw + p];
+        for (int64_t p = 0; p < hw; p++)
+            norm[p] = sqrtf(norm[p]) + eps;
+        /* as torch: x / norm, then times the weight */
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < hw; p++)
+                yi[ch * hw + p] = w[ch] * (xi[ch * hw + p] / norm[p]);
+    }
+    free(norm);
+    return CKPT_OK;
+}
+
+static int cpu_relu(ckpt_backend *b, const float *x, float *y, size_t n)
+{
+    (void)b;
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] < 0.0f ? 0.0f : x[i]; /* as torch: NaN and -0.0 pass through */
+    return CKPT_OK;
+}
+
+static int cpu_sigmoid(ckpt_backend *b, const float *x, float *y, size_t n)
+{
+    (void)b;
+    for (size_t i = 0; i < n; i++)
+        y[i] = 1.0f / (1.0f + expf(-x[i]));
+    return CKPT_OK;
+}
+
+static int cpu_softmax(ckpt_backend *b, const float *x, float *y, int64_t outer, int64_t dim,
+                       int64_t inner)
+{
+    (void)b;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float *xp = x + o * dim * inner + i;
+            float *yp = y + o * dim * inner + i;
+            float mx = -INFINITY;
+            for (int64_t d = 0; d < dim; d++)
+                if (xp[d * inner] > mx || isnan(xp[d * inner]))
+                    mx = xp[d * inner];
+            float sum = 0.0f;
+            for (int64_t d = 0; d < dim; d++) {
+                float e = expf(xp[d * inner] - mx);
+                yp[d * inner] = e;
+                sum += e;
+            }
+            for (int64_t d = 0; d < dim; d++)
+                yp[d * inner] /= sum;
+        }
+    return CKPT_OK;
+}
+
+static int cpu_permute(ckpt_backend *b, const float *x, float *y, int ndim,
+                       const int64_t *shape, const int *perm)
+{
+    (void)b;
+    int64_t xstride[CKPT_RT_MAX_DIMS], oshape[CKPT_RT_MAX_DIMS], ostride[CKPT_RT_MAX_DIMS];
+    int64_t total = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        xstride[i] = total;
+        total *= shape[i];
+    }
+    for (int i = 0; i < ndim; i++) {
+        oshape[i] = shape[perm[i]];
+        ostride[i] = xstride[perm[i]]; /* input stride of output axis i */
+    }
+    int64_t idx[CKPT_RT_MAX_DIMS] = {0}, src = 0;
+    for (int64_t k = 0; k < total; k++) {
+        y[k] = x[src];
+        for (int i = ndim - 1; i >= 0; i--) {
+            if (++idx[i] < oshape[i]) {
+                src += ostride[i];
+                break;
+            }
+            src -= ostride[i] * (oshape[i] - 1);
+            idx[i] = 0;
+        }
+    }
+    return CKPT_OK;
+}
+
+static int cpu_copy_rows(ckpt_backend *b, const float *x, int64_t x_stride, float *y,
+                         int64_t y_stride, int64_t rows, int64_t len)
+{
+    (void)b;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(y + r * y_stride, x + r * x_stride, (size_t)len * sizeof(float));
+    return CKPT_OK;
+}
+
+static int cpu_synchronize(ckpt_backend *b)
+{
+    (void)b;
+    return CKPT_OK;
+}
+
+static const ckpt_backend_ops CPU_OPS = {
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .linear = cpu_linear,
+    .conv2d = cpu_conv2d,
+    .conv_transpose2d = cpu_conv_transpose2d,
+    .max_pool2d = cpu_max_pool2d,
+    .l2norm = cpu_l2norm,
+    .relu = cpu_relu,
+    .sigmoid = cpu_sigmoid,
+    .softmax = cpu_softmax,
+    .permute = cpu_permute,
+    .copy_rows = cpu_copy_rows,
+    .synchronize = cpu_synchronize,
+};
+
+/* OpenBLAS, when present: found by soname at run time. */
+static void load_blas(cpu_impl *c, char *desc, size_t cap)
+{
+#ifdef CKPT_BLAS_SONAME
+    static const char *const names[] = {CKPT_BLAS_SONAME, "libopenblas.so.0", "libopenblas.so"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !c->blas; i++)
+        c->blas = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (c->blas) {
+        c->sgemm = (sgemm_fn)(uintptr_t)dlsym(c->blas, "cblas_sgemm");
+        if (!c->sgemm) {
+            dlclose(c->blas);
+            c->blas = NULL;
+        }
+    }
+    if (c->sgemm) {
+        typedef char *(*cfg_fn)(void);
+        typedef int (*nt_fn)(void);
+        cfg_fn cfg = (cfg_fn)(uintptr_t)dlsym(c->blas, "openblas_get_config");
+        nt_fn nt = (nt_fn)(uintptr_t)dlsym(c->blas, "openblas_get_num_threads");
+        char name[64] = "OpenBLAS";
+        if (cfg) {
+            /* "OpenBLAS 0.3.21 DYNAMIC_ARCH ..." : keep the name and version */
+            const char *s = cfg();
+            const char *sp = s ? strchr(s, ' ') : NULL;
+            sp = sp ? strchr(sp + 1, ' ') : NULL;
+            snprintf(name, sizeof name, "%.*s", s ? (int)(sp ? sp - s : (long)strlen(s)) : 8,
+                     s ? s : "OpenBLAS");
+        }
+        if (nt)
+            snprintf(desc, cap, "cpu (float32, %s, %d threads)", name, nt());
+        else
+            snprintf(desc, cap, "cpu (float32, %s)", name);
+        return;
+    }
+#endif
+    snprintf(desc, cap, "cpu (float32, plain C reference loops)");
+}
+
+static int cpu_open(int plain, ckpt_backend **out, char *err, size_t cap)
+{
+    ckpt_backend *b = calloc(1, sizeof *b);
+    cpu_impl *c = calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        snprintf(err, cap, "out of memory");
+        return CKPT_ERR_NOMEM;
+    }
+    b->ops = &CPU_OPS;
+    b->impl = c;
+    b->refs = 1;
+    snprintf(b->device, sizeof b->device, "cpu");
+    if (plain)
+        snprintf(b->description, sizeof b->description, "cpu (float32, plain C reference loops)");
+    else
+        load_blas(c, b->description, sizeof b->description);
+    *out = b;
+    return CKPT_OK;
+}
+
+int ckpt_backend_cpu_open(ckpt_backend **out, char *err, size_t cap)
+{
+    return cpu_open(0, out, err, cap);
+}
+
+int ckpt_backend_cpu_plain_open(ckpt_backend **out, char *err, size_t cap)
+{
+    return cpu_open(1, out, err, cap);
+}

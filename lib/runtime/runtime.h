@@ -1,0 +1,142 @@
+/* runtime/runtime.h - the model runtime's internals, shared by
+ * runtime_spec.c (parse), runtime_shape.c (shape rules), runtime_bind.c
+ * (strict load) and runtime_run.c (executor). */
+#ifndef CKPT_RUNTIME_PRIVATE_H
+#define CKPT_RUNTIME_PRIVATE_H
+
+#include "ckpt.h"
+#include "runtime/backend.h"
+
+typedef enum rt_op {
+    RT_LINEAR, RT_CONV2D, RT_CONV_TRANSPOSE2D, RT_MAX_POOL2D, RT_RELU, RT_SIGMOID,
+    RT_SOFTMAX, RT_FLATTEN, RT_RESHAPE, RT_PERMUTE, RT_CAT, RT_L2NORM, RT_PRIOR_BOX
+} rt_op;
+
+#define RT_PRIOR_MAX_MAPS 16
+#define RT_PRIOR_MAX_RATIOS 8
+
+/* SSD's default boxes (ssd.pytorch's PriorBox), computed in double as
+ * Python does, then rounded to float32. */
+typedef struct rt_prior {
+    int nmaps;
+    double image_size;
+    int64_t feature_maps[RT_PRIOR_MAX_MAPS];
+    double steps[RT_PRIOR_MAX_MAPS], min_sizes[RT_PRIOR_MAX_MAPS], max_sizes[RT_PRIOR_MAX_MAPS];
+    int nratios[RT_PRIOR_MAX_MAPS];
+    double ratios[RT_PRIOR_MAX_MAPS][RT_PRIOR_MAX_RATIOS];
+    int clip;
+    float *boxes;   /* [count, 4], computed on first use and kept */
+} rt_prior;
+
+enum { RT_P_WEIGHT, RT_P_BIAS, RT_P_COUNT };
+
+#define RT_MAX_DEVICES 16
+
+typedef struct rt_shape {
+    int ndim;
+    int64_t d[CKPT_MAX_DIMS];
+} rt_shape;
+
+typedef struct rt_node {
+    rt_op op;
+    const char *opname;          /* as written in the spec */
+    size_t index;                /* position in "nodes", for messages */
+    int ninputs;
+    int *inputs;                 /* value ids */
+    int output;                  /* value id */
+    int param[RT_P_COUNT];       /* model parameter index, or -1 */
+    /* attributes (torch's names and defaults) */
+    int64_t stride[2], padding[2], dilation[2], output_padding[2], kernel[2];
+    int has_kernel, ceil_mode;
+    int64_t dim, start_dim, end_dim;
+    int nlist;                   /* reshape "shape" / permute "dims" */
+    int64_t list[CKPT_MAX_DIMS];
+    double eps;                  /* l2norm */
+    rt_prior *prior;             /* prior_box (owned) */
+} rt_node;
+
+typedef struct rt_param {
+    char *key;
+    rt_shape shape;              /* as bound */
+    float *host;                 /* float32 copy, NULL until bound */
+} rt_param;
+
+struct ckpt_model {
+    int err_code;
+    char err[512];
+    char *path, *name, *klass, *description;
+
+    size_t ninputs;
+    rt_shape *input_shapes;      /* -1 marks the batch dimension */
+    size_t nvalues;              /* inputs are values 0..ninputs-1 */
+    char **value_names;
+    size_t nnodes;
+    rt_node *nodes;
+    size_t noutputs;
+    int *outputs;                /* value ids */
+    size_t nparams;
+    rt_param *params;
+
+    /* binding */
+    int bound;
+    char **report_strings;       /* owned strings the last report points to */
+    size_t nreport_strings;
+    const char **missing, **unexpected, **bad_dtype;
+    ckpt_size_mismatch *mismatches;
+    char *message;
+
+    /* parameters uploaded to backends (one per GPU for DataParallel's replay) */
+    struct rt_device {
+        ckpt_backend *backend;
+        float **params;
+    } dev[RT_MAX_DEVICES];
+    size_t ndev;
+};
+
+int ckpt_model_fail(ckpt_model *m, int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* "node 3 (linear -> h1)" into BUF. */
+const char *rt_node_label(const ckpt_model *m, const rt_node *n, char *buf, size_t cap);
+
+/*
+ * The shape rule of node N.  IN holds its inputs' shapes; W and B the
+ * parameters' shapes as given (NULL when the node has none or it is
+ * missing).  Writes the output shape and, for parameters, the shape the
+ * model expects (channel counts taken from W where the graph leaves them
+ * free).  Returns 0, 1 when the output cannot be known (a missing weight),
+ * or -1 with a message in ERR when the inputs do not fit the node.
+ */
+int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *w,
+                   const rt_shape *b, rt_shape *out, rt_shape *w_expect, rt_shape *b_expect,
+                   char *err, size_t cap);
+
+int64_t rt_shape_numel(const rt_shape *s);
+int rt_shape_equal(const rt_shape *a, const rt_shape *b);
+/* "[2, 3]" */
+const char *rt_shape_format(const rt_shape *s, char *buf, size_t cap);
+
+/* Geometry of conv / pool nodes for the backend, from an input shape. */
+void rt_conv_geom(const rt_node *n, const rt_shape *x, const rt_shape *w, const rt_shape *y,
+                  ckpt_conv_geom *g);
+void rt_pool_geom(const rt_node *n, const rt_shape *x, const rt_shape *y, ckpt_pool_geom *g);
+
+/* Number of boxes prior_box makes; fills BOXES ([count, 4]) when not NULL. */
+int64_t rt_prior_boxes(const rt_prior *p, float *boxes);
+
+/* Check INPUTS against the spec's inputs and copy their shapes into
+ * SHAPE[0 .. ninputs); then size every value (SHAPE has nvalues entries).
+ * Errors (CKPT_ERR_USAGE) are in the model's handle. */
+int rt_check_inputs(ckpt_model *m, const ckpt_array *inputs, rt_shape *shape);
+int rt_model_shapes(ckpt_model *m, rt_shape *shape);
+
+/* Free what the last strict load's report points to. */
+void rt_model_clear_report(ckpt_model *m);
+
+/* Drop uploaded parameters (before a rebind or free). */
+void rt_model_release_device(ckpt_model *m);
+
+#endif

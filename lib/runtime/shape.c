@@ -1,0 +1,369 @@
+/* runtime_shape.c - the shape rule of every op, with torch's formulas.
+ * Used twice: at bind time to know the shape each parameter must have
+ * (channel counts come from the weights, the rest follows from the
+ * inputs), and at run time to size every value for the batch at hand. */
+#include "runtime/runtime.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int64_t rt_shape_numel(const rt_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++)
+        n *= s->d[i];
+    return n;
+}
+
+int rt_shape_equal(const rt_shape *a, const rt_shape *b)
+{
+    return a->ndim == b->ndim && memcmp(a->d, b->d, sizeof(int64_t) * (size_t)a->ndim) == 0;
+}
+
+const char *rt_shape_format(const rt_shape *s, char *buf, size_t cap)
+{
+    size_t at = 0;
+    at += (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < s->ndim && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", i ? ", " : "", (long long)s->d[i]);
+    if (at < cap)
+        snprintf(buf + at, cap - at, "]");
+    return buf;
+}
+
+static int fail(char *err, size_t cap, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static int fail(char *err, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Sizes are kept below 2^40 so that products of a few of them cannot overflow. */
+#define SIZE_MAX_ELEMS (INT64_C(1) << 40)
+
+static int check_numel(const rt_shape *s, char *err, size_t cap)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) {
+        if (s->d[i] < 0 || (s->d[i] && n > SIZE_MAX_ELEMS / s->d[i]))
+            return fail(err, cap, "a value of more than 2^40 elements");
+        n *= s->d[i];
+    }
+    return 0;
+}
+
+static int norm_dim(int64_t dim, int ndim, int64_t *out)
+{
+    if (dim < -ndim || dim >= ndim)
+        return -1;
+    *out = dim < 0 ? dim + ndim : dim;
+    return 0;
+}
+
+static int conv_rule(const rt_node *n, const rt_shape *x, const rt_shape *w, rt_shape *out,
+                     rt_shape *we, char *err, size_t cap)
+{
+    int transposed = n->op == RT_CONV_TRANSPOSE2D;
+    char sb[96];
+    if (x->ndim != 4)
+        return fail(err, cap, "expects a 4-D [N, C, H, W] input, got %s",
+                    rt_shape_format(x, sb, sizeof sb));
+    /* the weight's free dimensions: output channels, and the kernel unless
+     * the spec pins it */
+    int64_t oc = 1, kh = n->kernel[0], kw = n->kernel[1];
+    if (w && w->ndim >= 2)
+        oc = w->d[transposed ? 1 : 0];
+    else if (w && w->ndim == 1)
+        oc = w->d[0];
+    if (!n->has_kernel && w && w->ndim == 4) {
+        kh = w->d[2];
+        kw = w->d[3];
+    }
+    we->ndim = 4;
+    we->d[0] = transposed ? x->d[1] : oc;
+    we->d[1] = transposed ? oc : x->d[1];
+    we->d[2] = kh;
+    we->d[3] = kw;
+    out->ndim = 4;
+    out->d[0] = x->d[0];
+    out->d[1] = oc;
+    for (int i = 0; i < 2; i++) {
+        int64_t in = x->d[2 + i], k = i ? kw : kh;
+        int64_t ext = n->dilation[i] * (k - 1) + 1;
+        int64_t o;
+        if (transposed)
+            o = (in - 1) * n->stride[i] - 2 * n->padding[i] + ext + n->output_padding[i];
+        else
+            o = (in + 2 * n->padding[i] - ext) / n->stride[i] + 1;
+        if (in + 2 * n->padding[i] < ext && !transposed)
+            o = 0;
+        if (o <= 0)
+            return fail(err, cap, "input %s is too small for a %lldx%lld kernel",
+                        rt_shape_format(x, sb, sizeof sb), (long long)kh, (long long)kw);
+        out->d[2 + i] = o;
+    }
+    return 0;
+}
+
+static int pool_rule(const rt_node *n, const rt_shape *x, rt_shape *out, char *err, size_t cap)
+{
+    char sb[96];
+    if (x->ndim != 4 && x->ndim != 3)
+        return fail(err, cap, "expects a 3-D or 4-D input, got %s",
+                    rt_shape_format(x, sb, sizeof sb));
+    *out = *x;
+    for (int i = 0; i < 2; i++) {
+        int64_t in = x->d[x->ndim - 2 + i];
+        int64_t ext = n->dilation[i] * (n->kernel[i] - 1) + 1;
+        int64_t span = in + 2 * n->padding[i] - ext;
+        if (span < 0)
+            return fail(err, cap, "input %s is too small for the pooling window",
+                        rt_shape_format(x, sb, sizeof sb));
+        int64_t o = (span + (n->ceil_mode ? n->stride[i] - 1 : 0)) / n->stride[i] + 1;
+        /* torch: the last window must start inside the input or the left padding */
+        if (n->ceil_mode && (o - 1) * n->stride[i] >= in + n->padding[i])
+            o--;
+        out->d[x->ndim - 2 + i] = o;
+    }
+    return 0;
+}
+
+int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *w,
+                   const rt_shape *b, rt_shape *out, rt_shape *we, rt_shape *be, char *err,
+                   size_t cap)
+{
+    const rt_shape *x = n->ninputs ? in[0] : NULL;
+    char sb[96];
+    int64_t d;
+    (void)b;
+    memset(we, 0, sizeof *we);
+    memset(be, 0, sizeof *be);
+    switch (n->op) {
+    case RT_LINEAR: {
+        if (x->ndim < 1)
+            return fail(err, cap, "expects an input of at least 1 dimension");
+        int64_t of = !w ? 1 : w->ndim >= 1 ? w->d[0] : 1;
+        we->ndim = 2;
+        we->d[0] = of;
+        we->d[1] = x->d[x->ndim - 1];
+        be->ndim = 1;
+        be->d[0] = of;
+        *out = *x;
+        out->d[x->ndim - 1] = of;
+        break;
+    }
+    case RT_CONV2D:
+    case RT_CONV_TRANSPOSE2D:
+        if (conv_rule(n, x, w, out, we, err, cap))
+            return -1;
+        be->ndim = 1;
+        be->d[0] = out->d[1];
+        break;
+    case RT_MAX_POOL2D:
+        if (pool_rule(n, x, out, err, cap))
+            return -1;
+        break;
+    case RT_RELU:
+    case RT_SIGMOID:
+        *out = *x;
+        break;
+    case RT_SOFTMAX:
+        if (norm_dim(n->dim, x->ndim, &d))
+            return fail(err, cap, "dim %lld is out of range for %s", (long long)n->dim,
+                        rt_shape_format(x, sb, sizeof sb));
+        *out = *x;
+        break;
+    case RT_FLATTEN: {
+        int64_t s, e;
+        if (x->ndim == 0) {
+            out->ndim = 1;
+            out->d[0] = 1;
+            break;
+        }
+        if (norm_dim(n->start_dim, x->ndim, &s) || norm_dim(n->end_dim, x->ndim, &e) || s > e)
+            return fail(err, cap, "start_dim %lld / end_dim %lld do not fit %s",
+                        (long long)n->start_dim, (long long)n->end_dim,
+                        rt_shape_format(x, sb, sizeof sb));
+        out->ndim = 0;
+        for (int64_t i = 0; i < x->ndim; i++) {
+            if (i > s && i <= e)
+                out->d[out->ndim - 1] *= x->d[i];
+            else
+                out->d[out->ndim++] = x->d[i];
+        }
+        break;
+    }
+    case RT_RESHAPE: {
+        int64_t known = 1, infer = -1;
+        out->ndim = n->nlist;
+        for (int i = 0; i < n->nlist; i++) {
+            int64_t v = n->list[i];
+            if (v == 0) {
+                if (i >= x->ndim)
+                    return fail(err, cap, "shape entry %d is 0 (copy) but the input %s has "
+                                "no dimension %d", i, rt_shape_format(x, sb, sizeof sb), i);
+                v = x->d[i];
+            }
+            out->d[i] = v;
+            if (v == -1)
+                infer = i;
+            else if (v > 0 && known > SIZE_MAX_ELEMS / v)
+                return fail(err, cap, "\"shape\" is too big");
+            else
+                known *= v;
+        }
+        int64_t total = rt_shape_numel(x);
+        if (infer >= 0) {
+            if (known == 0 || total % known)
+                return fail(err, cap, "cannot view %s as the shape asked",
+                            rt_shape_format(x, sb, sizeof sb));
+            out->d[infer] = total / known;
+        } else if (known != total) {
+            char ob[96];
+            return fail(err, cap, "cannot view %s (%lld elements) as %s",
+                        rt_shape_format(x, sb, sizeof sb), (long long)total,
+                        rt_shape_format(out, ob, sizeof ob));
+        }
+        break;
+    }
+    case RT_PERMUTE: {
+        if (n->nlist != x->ndim)
+            return fail(err, cap, "\"dims\" has %d entries for the %d-D input %s", n->nlist,
+                        x->ndim, rt_shape_format(x, sb, sizeof sb));
+        unsigned seen = 0;
+        out->ndim = x->ndim;
+        for (int i = 0; i < n->nlist; i++) {
+            if (norm_dim(n->list[i], x->ndim, &d) || (seen & (1u << d)))
+                return fail(err, cap, "\"dims\" is not a permutation of the input's %d "
+                            "dimensions", x->ndim);
+            seen |= 1u << d;
+            out->d[i] = x->d[d];
+        }
+        break;
+    }
+    case RT_L2NORM:
+        if (x->ndim != 4)
+            return fail(err, cap, "expects a 4-D [N, C, H, W] input, got %s",
+                        rt_shape_format(x, sb, sizeof sb));
+        we->ndim = 1;
+        we->d[0] = x->d[1];
+        *out = *x;
+        break;
+    case RT_PRIOR_BOX:
+        out->ndim = 2;
+        out->d[0] = rt_prior_boxes(n->prior, NULL);
+        out->d[1] = 4;
+        break;
+    case RT_CAT:
+        if (norm_dim(n->dim, x->ndim, &d))
+            return fail(err, cap, "dim %lld is out of range for %s", (long long)n->dim,
+                        rt_shape_format(x, sb, sizeof sb));
+        *out = *x;
+        for (int i = 1; i < n->ninputs; i++) {
+            const rt_shape *y = in[i];
+            int ok = y->ndim == x->ndim;
+            for (int k = 0; ok && k < x->ndim; k++)
+                ok = k == d || y->d[k] == x->d[k];
+            if (!ok) {
+                char yb[96];
+                return fail(err, cap, "cannot concatenate %s and %s along dim %lld",
+                            rt_shape_format(x, sb, sizeof sb), rt_shape_format(y, yb, sizeof yb),
+                            (long long)n->dim);
+            }
+            out->d[d] += y->d[d];
+        }
+        break;
+    }
+    if (check_numel(out, err, cap))
+        return -1;
+    return w || n->param[RT_P_WEIGHT] < 0 ? 0 : 1;
+}
+
+int64_t rt_prior_boxes(const rt_prior *p, float *boxes)
+{
+    /* ssd.pytorch's PriorBox.forward: per feature map, per cell (row i,
+     * column j), the square box of min_size, the one of sqrt(min * max),
+     * then two boxes per aspect ratio */
+    int64_t count = 0;
+    for (int k = 0; k < p->nmaps; k++) {
+        double fk = p->image_size / p->steps[k];
+        double sk = p->min_sizes[k] / p->image_size;
+        double skp = sqrt(sk * (p->max_sizes[k] / p->image_size));
+        for (int64_t i = 0; i < p->feature_maps[k]; i++)
+            for (int64_t j = 0; j < p->feature_maps[k]; j++) {
+                double cx = ((double)j + 0.5) / fk, cy = ((double)i + 0.5) / fk;
+                double box[2 + 2 * RT_PRIOR_MAX_RATIOS][2];
+                int nb = 0;
+                box[nb][0] = sk, box[nb++][1] = sk;
+                box[nb][0] = skp, box[nb++][1] = skp;
+                for (int r = 0; r < p->nratios[k]; r++) {
+                    double q = sqrt(p->ratios[k][r]);
+                    box[nb][0] = sk * q, box[nb++][1] = sk / q;
+                    box[nb][0] = sk / q, box[nb++][1] = sk * q;
+                }
+                for (int b = 0; b < nb; b++, count++) {
+                    if (!boxes)
+                        continue;
+                    double v[4] = {cx, cy, box[b][0], box[b][1]};
+                    for (int c = 0; c < 4; c++) {
+                        float f = (float)v[c]; /* torch.Tensor(list) rounds to float32 */
+                        if (p->clip) /* clamp_(max=1, min=0), on the float32 values */
+                            f = f > 1.0f ? 1.0f : f < 0.0f ? 0.0f : f;
+                        boxes[count * 4 + c] = f;
+                    }
+                }
+            }
+    }
+    return count;
+}
+
+void rt_conv_geom(const rt_node *n, const rt_shape *x, const rt_shape *w, const rt_shape *y,
+                  ckpt_conv_geom *g)
+{
+    memset(g, 0, sizeof *g);
+    g->batch = x->d[0];
+    g->in_c = x->d[1];
+    g->in_h = x->d[2];
+    g->in_w = x->d[3];
+    g->out_c = y->d[1];
+    g->out_h = y->d[2];
+    g->out_w = y->d[3];
+    g->k_h = w->d[2];
+    g->k_w = w->d[3];
+    g->stride_h = n->stride[0];
+    g->stride_w = n->stride[1];
+    g->pad_h = n->padding[0];
+    g->pad_w = n->padding[1];
+    g->dil_h = n->dilation[0];
+    g->dil_w = n->dilation[1];
+}
+
+void rt_pool_geom(const rt_node *n, const rt_shape *x, const rt_shape *y, ckpt_pool_geom *g)
+{
+    memset(g, 0, sizeof *g);
+    g->planes = 1;
+    for (int i = 0; i < x->ndim - 2; i++)
+        g->planes *= x->d[i];
+    g->in_h = x->d[x->ndim - 2];
+    g->in_w = x->d[x->ndim - 1];
+    g->out_h = y->d[y->ndim - 2];
+    g->out_w = y->d[y->ndim - 1];
+    g->k_h = n->kernel[0];
+    g->k_w = n->kernel[1];
+    g->stride_h = n->stride[0];
+    g->stride_w = n->stride[1];
+    g->pad_h = n->padding[0];
+    g->pad_w = n->padding[1];
+    g->dil_h = n->dilation[0];
+    g->dil_w = n->dilation[1];
+}

@@ -1,0 +1,719 @@
+/* runtime_spec.c - reading a graph spec (DESIGN.md "Model specs") into a
+ * ckpt_model.  Everything in the JSON is checked here, so the executor can
+ * trust names, attributes and counts; a mistake names the node. */
+#include "io/io.h"
+#include "runtime/runtime.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SPEC_MAX_BYTES (16u << 20) /* specs are small: refuse anything absurd */
+#define SPEC_MAX_NODES 100000
+
+int ckpt_model_fail(ckpt_model *m, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->err, sizeof m->err, fmt, ap);
+    va_end(ap);
+    m->err_code = code;
+    return code;
+}
+
+const char *rt_node_label(const ckpt_model *m, const rt_node *n, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "node %zu (%s -> \"%s\")", n->index, n->opname,
+             n->output >= 0 ? m->value_names[n->output] : "?");
+    return buf;
+}
+
+ckpt_model *ckpt_model_new(void)
+{
+    return calloc(1, sizeof(ckpt_model));
+}
+
+void rt_model_clear_report(ckpt_model *m)
+{
+    for (size_t i = 0; i < m->nreport_strings; i++)
+        free(m->report_strings[i]);
+    free(m->report_strings);
+    free(m->missing);
+    free(m->unexpected);
+    free(m->bad_dtype);
+    free(m->mismatches);
+    free(m->message);
+    m->report_strings = NULL;
+    m->nreport_strings = 0;
+    m->missing = m->unexpected = m->bad_dtype = NULL;
+    m->mismatches = NULL;
+    m->message = NULL;
+}
+
+static void model_clear(ckpt_model *m)
+{
+    rt_model_release_device(m);
+    rt_model_clear_report(m);
+    free(m->path);
+    free(m->name);
+    free(m->klass);
+    free(m->description);
+    free(m->input_shapes);
+    for (size_t i = 0; i < m->nvalues; i++)
+        free(m->value_names[i]);
+    free(m->value_names);
+    for (size_t i = 0; i < m->nnodes; i++) {
+        free(m->nodes[i].inputs);
+        if (m->nodes[i].prior)
+            free(m->nodes[i].prior->boxes);
+        free(m->nodes[i].prior);
+    }
+    free(m->nodes);
+    free(m->outputs);
+    for (size_t i = 0; i < m->nparams; i++) {
+        free(m->params[i].key);
+        free(m->params[i].host);
+    }
+    free(m->params);
+    memset(m, 0, sizeof *m);
+}
+
+void ckpt_model_free(ckpt_model *m)
+{
+    if (!m)
+        return;
+    model_clear(m);
+    free(m);
+}
+
+int ckpt_model_error_code(const ckpt_model *m) { return m->err_code; }
+const char *ckpt_model_error_message(const ckpt_model *m) { return m->err; }
+const char *ckpt_model_name(const ckpt_model *m) { return m->name ? m->name : ""; }
+const char *ckpt_model_class(const ckpt_model *m) { return m->klass ? m->klass : "Model"; }
+size_t ckpt_model_input_count(const ckpt_model *m) { return m->ninputs; }
+const char *ckpt_model_input_name(const ckpt_model *m, size_t i)
+{
+    return i < m->ninputs ? m->value_names[i] : NULL;
+}
+int ckpt_model_input_shape(const ckpt_model *m, size_t i, int64_t *shape)
+{
+    if (i >= m->ninputs)
+        return -1;
+    memcpy(shape, m->input_shapes[i].d, sizeof(int64_t) * (size_t)m->input_shapes[i].ndim);
+    return m->input_shapes[i].ndim;
+}
+size_t ckpt_model_output_count(const ckpt_model *m) { return m->noutputs; }
+const char *ckpt_model_output_name(const ckpt_model *m, size_t i)
+{
+    return i < m->noutputs ? m->value_names[m->outputs[i]] : NULL;
+}
+size_t ckpt_model_param_count(const ckpt_model *m) { return m->nparams; }
+const char *ckpt_model_param_key(const ckpt_model *m, size_t i)
+{
+    return i < m->nparams ? m->params[i].key : NULL;
+}
+
+/* ---- parsing ------------------------------------------------------------ */
+
+typedef struct parser {
+    ckpt_model *m;
+    const char *file;   /* for messages */
+    char where[160];    /* "node 3 (linear -> \"h1\")" while parsing a node */
+} parser;
+
+static int pfail(parser *p, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static int pfail(parser *p, const char *fmt, ...)
+{
+    char msg[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (p->where[0])
+        return ckpt_model_fail(p->m, CKPT_ERR_FORMAT, "%s: %s: %s", p->file, p->where, msg);
+    return ckpt_model_fail(p->m, CKPT_ERR_FORMAT, "%s: %s", p->file, msg);
+}
+
+static int find_value(const ckpt_model *m, const char *name)
+{
+    for (size_t i = 0; i < m->nvalues; i++)
+        if (strcmp(m->value_names[i], name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int add_value(parser *p, const char *name)
+{
+    ckpt_model *m = p->m;
+    if (!name[0])
+        return pfail(p, "an empty value name");
+    if (find_value(m, name) >= 0)
+        return pfail(p, "the value \"%s\" is defined twice", name);
+    char **nv = realloc(m->value_names, (m->nvalues + 1) * sizeof *nv);
+    if (!nv)
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+    m->value_names = nv;
+    if (!(nv[m->nvalues] = strdup(name)))
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+    return (int)m->nvalues++;
+}
+
+static int add_param(parser *p, const char *key)
+{
+    ckpt_model *m = p->m;
+    if (!key[0])
+        return pfail(p, "an empty parameter key");
+    for (size_t i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i].key, key) == 0)
+            return (int)i; /* shared weights: one key, several nodes */
+    rt_param *np = realloc(m->params, (m->nparams + 1) * sizeof *np);
+    if (!np)
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+    m->params = np;
+    memset(&np[m->nparams], 0, sizeof *np);
+    if (!(np[m->nparams].key = strdup(key)))
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+    return (int)m->nparams++;
+}
+
+/* An integer-valued JSON number in [lo, hi]. */
+static int get_int(parser *p, const cJSON *j, const char *what, int64_t lo, int64_t hi,
+                   int64_t *out)
+{
+    if (!cJSON_IsNumber(j))
+        return pfail(p, "\"%s\" must be an integer", what);
+    double v = j->valuedouble;
+    if (!(v >= (double)lo && v <= (double)hi) || v != (double)(int64_t)v)
+        return pfail(p, "\"%s\" must be an integer from %lld to %lld", what, (long long)lo,
+                     (long long)hi);
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* An int or an [h, w] pair (torch's _pair). */
+static int get_pair(parser *p, const cJSON *attrs, const char *name, int64_t lo, int64_t def,
+                    int64_t out[2], int *present)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(attrs, name);
+    if (present)
+        *present = j != NULL;
+    if (!j) {
+        out[0] = out[1] = def;
+        return 0;
+    }
+    if (cJSON_IsArray(j)) {
+        if (cJSON_GetArraySize(j) != 2)
+            return pfail(p, "\"%s\" must be an integer or a pair [h, w]", name);
+        for (int i = 0; i < 2; i++)
+            if (get_int(p, cJSON_GetArrayItem(j, i), name, lo, 1 << 20, &out[i]))
+                return -1;
+        return 0;
+    }
+    if (get_int(p, j, name, lo, 1 << 20, &out[0]))
+        return -1;
+    out[1] = out[0];
+    return 0;
+}
+
+static int get_dim(parser *p, const cJSON *attrs, const char *name, int required, int64_t def,
+                   int64_t *out)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(attrs, name);
+    if (!j) {
+        if (required)
+            return pfail(p, "the attribute \"%s\" is required", name);
+        *out = def;
+        return 0;
+    }
+    return get_int(p, j, name, -CKPT_MAX_DIMS, CKPT_MAX_DIMS - 1, out);
+}
+
+static int get_list(parser *p, const cJSON *attrs, const char *name, int64_t lo, int64_t hi,
+                    rt_node *n)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(attrs, name);
+    if (!j)
+        return pfail(p, "the attribute \"%s\" is required", name);
+    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) < 1 ||
+        cJSON_GetArraySize(j) > CKPT_MAX_DIMS)
+        return pfail(p, "\"%s\" must be a list of 1 to %d integers", name, CKPT_MAX_DIMS);
+    n->nlist = cJSON_GetArraySize(j);
+    for (int i = 0; i < n->nlist; i++)
+        if (get_int(p, cJSON_GetArrayItem(j, i), name, lo, hi, &n->list[i]))
+            return -1;
+    return 0;
+}
+
+/* A list of 1 to CAP positive numbers. */
+static int get_numbers(parser *p, const cJSON *attrs, const char *name, double *out, int cap)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(attrs, name);
+    if (!j)
+        return pfail(p, "the attribute \"%s\" is required", name);
+    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) < 1 || cJSON_GetArraySize(j) > cap)
+        return pfail(p, "\"%s\" must be a list of 1 to %d numbers", name, cap);
+    int i = 0;
+    for (const cJSON *e = j->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || e->valuedouble > 1e6)
+            return pfail(p, "\"%s\" must hold positive numbers", name);
+        out[i] = e->valuedouble;
+    }
+    return i;
+}
+
+static int parse_prior(parser *p, rt_node *n, const cJSON *attrs)
+{
+    rt_prior *pr = calloc(1, sizeof *pr);
+    if (!pr)
+        return ckpt_model_fail(p->m, CKPT_ERR_NOMEM, "out of memory");
+    n->prior = pr;
+    double fm[RT_PRIOR_MAX_MAPS];
+    int k = get_numbers(p, attrs, "feature_maps", fm, RT_PRIOR_MAX_MAPS);
+    if (k < 0)
+        return -1;
+    const cJSON *is = cJSON_GetObjectItemCaseSensitive(attrs, "image_size");
+    if (!cJSON_IsNumber(is) || !(is->valuedouble > 0) || is->valuedouble > 1e6)
+        return pfail(p, "\"image_size\" must be a positive number (300 for SSD300)");
+    pr->nmaps = k;
+    pr->image_size = is->valuedouble;
+    for (int i = 0; i < k; i++) {
+        if (fm[i] != (double)(int64_t)fm[i] || fm[i] > 4096)
+            return pfail(p, "\"feature_maps\" must hold integers up to 4096");
+        pr->feature_maps[i] = (int64_t)fm[i];
+    }
+    static const char *const lists[] = {"steps", "min_sizes", "max_sizes"};
+    double *dst[] = {pr->steps, pr->min_sizes, pr->max_sizes};
+    for (int l = 0; l < 3; l++) {
+        int c = get_numbers(p, attrs, lists[l], dst[l], RT_PRIOR_MAX_MAPS);
+        if (c < 0)
+            return -1;
+        if (c != k)
+            return pfail(p, "\"%s\" has %d entries for %d feature maps", lists[l], c, k);
+    }
+    const cJSON *ar = cJSON_GetObjectItemCaseSensitive(attrs, "aspect_ratios");
+    if (!cJSON_IsArray(ar) || cJSON_GetArraySize(ar) != k)
+        return pfail(p, "\"aspect_ratios\" must be a list of %d lists, one per feature map", k);
+    int i = 0;
+    for (const cJSON *e = ar->child; e; e = e->next, i++) {
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) > RT_PRIOR_MAX_RATIOS)
+            return pfail(p, "\"aspect_ratios\" entries must be lists of up to %d numbers",
+                         RT_PRIOR_MAX_RATIOS);
+        int r = 0;
+        for (const cJSON *v = e->child; v; v = v->next, r++) {
+            if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || v->valuedouble > 1e3)
+                return pfail(p, "\"aspect_ratios\" must hold positive numbers");
+            pr->ratios[i][r] = v->valuedouble;
+        }
+        pr->nratios[i] = r;
+    }
+    const cJSON *clip = cJSON_GetObjectItemCaseSensitive(attrs, "clip");
+    if (clip && !cJSON_IsBool(clip))
+        return pfail(p, "\"clip\" must be true or false");
+    pr->clip = clip && cJSON_IsTrue(clip);
+    double boxes = 0;
+    for (int m = 0; m < k; m++)
+        boxes += (double)pr->feature_maps[m] * (double)pr->feature_maps[m] *
+                 (2.0 + 2.0 * pr->nratios[m]);
+    if (boxes > (double)(1 << 24))
+        return pfail(p, "%.0f default boxes is more than %d", boxes, 1 << 24);
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    rt_op op;
+    int min_inputs, max_inputs; /* max 0: any number; -1: none at all */
+    int weight, bias;           /* 2 required, 1 optional, 0 none */
+    const char *attrs;          /* the attributes it accepts, space-separated */
+} OPS[] = {
+    {"linear", RT_LINEAR, 1, 1, 2, 1, ""},
+    {"conv2d", RT_CONV2D, 1, 1, 2, 1, "stride padding dilation groups kernel_size"},
+    {"conv_transpose2d", RT_CONV_TRANSPOSE2D, 1, 1, 2, 1,
+     "stride padding output_padding dilation groups kernel_size"},
+    {"max_pool2d", RT_MAX_POOL2D, 1, 1, 0, 0, "kernel_size stride padding dilation ceil_mode"},
+    {"relu", RT_RELU, 1, 1, 0, 0, ""},
+    {"sigmoid", RT_SIGMOID, 1, 1, 0, 0, ""},
+    {"softmax", RT_SOFTMAX, 1, 1, 0, 0, "dim"},
+    {"flatten", RT_FLATTEN, 1, 1, 0, 0, "start_dim end_dim"},
+    {"reshape", RT_RESHAPE, 1, 1, 0, 0, "shape"},
+    {"view", RT_RESHAPE, 1, 1, 0, 0, "shape"},
+    {"permute", RT_PERMUTE, 1, 1, 0, 0, "dims"},
+    {"cat", RT_CAT, 1, 0, 0, 0, "dim"},
+    {"l2norm", RT_L2NORM, 1, 1, 2, 0, "eps"},
+    {"prior_box", RT_PRIOR_BOX, 0, -1, 0, 0,
+     "image_size feature_maps steps min_sizes max_sizes aspect_ratios clip"},
+};
+
+static int attr_known(const char *list, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *s = list; *s;) {
+        const char *e = strchr(s, ' ');
+        size_t l = e ? (size_t)(e - s) : strlen(s);
+        if (l == len && memcmp(s, name, len) == 0)
+            return 1;
+        s += l + (e != NULL);
+    }
+    return 0;
+}
+
+static int parse_attrs(parser *p, rt_node *n, const cJSON *attrs, const char *accepted)
+{
+    if (attrs && !cJSON_IsObject(attrs))
+        return pfail(p, "\"attrs\" must be an object");
+    for (const cJSON *a = attrs ? attrs->child : NULL; a; a = a->next)
+        if (!attr_known(accepted, a->string)) {
+            if (!accepted[0])
+                return pfail(p, "%s takes no attribute (\"%s\" given)", n->opname, a->string);
+            return pfail(p, "unknown attribute \"%s\" for %s (it takes: %s)", a->string,
+                         n->opname, accepted);
+        }
+    static const cJSON empty;
+    if (!attrs)
+        attrs = &empty;
+
+    switch (n->op) {
+    case RT_CONV2D:
+    case RT_CONV_TRANSPOSE2D: {
+        int64_t groups = 1;
+        if (get_pair(p, attrs, "stride", 1, 1, n->stride, NULL) ||
+            get_pair(p, attrs, "padding", 0, 0, n->padding, NULL) ||
+            get_pair(p, attrs, "dilation", 1, 1, n->dilation, NULL) ||
+            get_pair(p, attrs, "kernel_size", 1, 1, n->kernel, &n->has_kernel))
+            return -1;
+        if (n->op == RT_CONV_TRANSPOSE2D &&
+            get_pair(p, attrs, "output_padding", 0, 0, n->output_padding, NULL))
+            return -1;
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(attrs, "groups");
+        if (g && get_int(p, g, "groups", 1, 1 << 20, &groups))
+            return -1;
+        if (groups != 1)
+            return pfail(p, "groups = %lld is not supported (only 1)", (long long)groups);
+        if (n->op == RT_CONV_TRANSPOSE2D)
+            for (int i = 0; i < 2; i++)
+                if (n->output_padding[i] >= n->stride[i] &&
+                    n->output_padding[i] >= n->dilation[i])
+                    return pfail(p, "output_padding must be smaller than stride or dilation");
+        return 0;
+    }
+    case RT_MAX_POOL2D: {
+        int has_stride;
+        if (get_pair(p, attrs, "kernel_size", 1, 1, n->kernel, &n->has_kernel))
+            return -1;
+        if (!n->has_kernel)
+            return pfail(p, "the attribute \"kernel_size\" is required");
+        if (get_pair(p, attrs, "stride", 1, 1, n->stride, &has_stride) ||
+            get_pair(p, attrs, "padding", 0, 0, n->padding, NULL) ||
+            get_pair(p, attrs, "dilation", 1, 1, n->dilation, NULL))
+            return -1;
+        if (!has_stride)
+            memcpy(n->stride, n->kernel, sizeof n->stride);
+        for (int i = 0; i < 2; i++)
+            if (n->padding[i] * 2 > n->kernel[i])
+                return pfail(p, "padding should be at most half of kernel_size");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(attrs, "ceil_mode");
+        if (c && !cJSON_IsBool(c))
+            return pfail(p, "\"ceil_mode\" must be true or false");
+        n->ceil_mode = c && cJSON_IsTrue(c);
+        return 0;
+    }
+    case RT_SOFTMAX:
+        return get_dim(p, attrs, "dim", 1, 0, &n->dim);
+    case RT_CAT:
+        return get_dim(p, attrs, "dim", 0, 0, &n->dim);
+    case RT_FLATTEN:
+        return get_dim(p, attrs, "start_dim", 0, 1, &n->start_dim) ||
+               get_dim(p, attrs, "end_dim", 0, -1, &n->end_dim);
+    case RT_RESHAPE: {
+        if (get_list(p, attrs, "shape", -1, INT64_C(1) << 40, n))
+            return -1;
+        int infer = 0;
+        for (int i = 0; i < n->nlist; i++)
+            infer += n->list[i] == -1;
+        if (infer > 1)
+            return pfail(p, "\"shape\" may hold one -1 at most");
+        return 0;
+    }
+    case RT_PERMUTE:
+        return get_list(p, attrs, "dims", -CKPT_MAX_DIMS, CKPT_MAX_DIMS - 1, n);
+    case RT_L2NORM: {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(attrs, "eps");
+        n->eps = 1e-10; /* ssd.pytorch's L2Norm */
+        if (e && (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || e->valuedouble > 1))
+            return pfail(p, "\"eps\" must be a number in (0, 1]");
+        if (e)
+            n->eps = e->valuedouble;
+        return 0;
+    }
+    case RT_PRIOR_BOX:
+        return parse_prior(p, n, attrs);
+    default:
+        return 0;
+    }
+}
+
+static int parse_params(parser *p, rt_node *n, const cJSON *params, int weight, int bias)
+{
+    n->param[RT_P_WEIGHT] = n->param[RT_P_BIAS] = -1;
+    if (params && !cJSON_IsObject(params))
+        return pfail(p, "\"params\" must be an object such as {\"weight\": \"fc.weight\"}");
+    for (const cJSON *e = params ? params->child : NULL; e; e = e->next) {
+        int slot;
+        if (strcmp(e->string, "weight") == 0 && weight)
+            slot = RT_P_WEIGHT;
+        else if (strcmp(e->string, "bias") == 0 && bias)
+            slot = RT_P_BIAS;
+        else
+            return pfail(p, "%s takes no parameter \"%s\"", n->opname, e->string);
+        if (!cJSON_IsString(e))
+            return pfail(p, "parameter \"%s\" must name a state-dict key", e->string);
+        int idx = add_param(p, e->valuestring);
+        if (idx < 0)
+            return -1;
+        n->param[slot] = idx;
+    }
+    if (weight == 2 && n->param[RT_P_WEIGHT] < 0)
+        return pfail(p, "the parameter \"weight\" is required");
+    return 0;
+}
+
+static int parse_node(parser *p, const cJSON *jn, size_t index)
+{
+    ckpt_model *m = p->m;
+    rt_node *n = &m->nodes[index];
+    memset(n, 0, sizeof *n);
+    n->index = index;
+    n->output = -1;
+    snprintf(p->where, sizeof p->where, "node %zu", index);
+    if (!cJSON_IsObject(jn))
+        return pfail(p, "must be an object");
+
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(jn, "op");
+    const cJSON *out = cJSON_GetObjectItemCaseSensitive(jn, "output");
+    if (!cJSON_IsString(op))
+        return pfail(p, "\"op\" must be a string");
+    if (cJSON_IsString(out))
+        snprintf(p->where, sizeof p->where, "node %zu (%.40s -> \"%.60s\")", index,
+                 op->valuestring, out->valuestring);
+    size_t k;
+    for (k = 0; k < sizeof OPS / sizeof OPS[0]; k++)
+        if (strcmp(OPS[k].name, op->valuestring) == 0)
+            break;
+    if (k == sizeof OPS / sizeof OPS[0])
+        return pfail(p, "unknown op \"%s\"", op->valuestring);
+    n->op = OPS[k].op;
+    n->opname = OPS[k].name;
+    if (!cJSON_IsString(out))
+        return pfail(p, "\"output\" must be a string");
+
+    for (const cJSON *e = jn->child; e; e = e->next)
+        if (strcmp(e->string, "op") && strcmp(e->string, "inputs") &&
+            strcmp(e->string, "output") && strcmp(e->string, "attrs") &&
+            strcmp(e->string, "params") && strcmp(e->string, "comment"))
+            return pfail(p, "unknown member \"%s\"", e->string);
+
+    const cJSON *ins = cJSON_GetObjectItemCaseSensitive(jn, "inputs");
+    if (!cJSON_IsArray(ins))
+        return pfail(p, "\"inputs\" must be a list of value names");
+    int count = cJSON_GetArraySize(ins);
+    if (OPS[k].max_inputs < 0 && count)
+        return pfail(p, "%s takes no input (\"inputs\": [])", n->opname);
+    if (count < OPS[k].min_inputs || (OPS[k].max_inputs > 0 && count > OPS[k].max_inputs) ||
+        count > 4096)
+        return pfail(p, "%s takes %d input%s, not %d", n->opname, OPS[k].min_inputs,
+                     OPS[k].min_inputs == 1 && OPS[k].max_inputs == 1 ? "" : " or more",
+                     count);
+    if (!(n->inputs = calloc(count ? (size_t)count : 1, sizeof(int))))
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+    n->ninputs = count;
+    for (int i = 0; i < count; i++) {
+        const cJSON *in = cJSON_GetArrayItem(ins, i);
+        if (!cJSON_IsString(in))
+            return pfail(p, "\"inputs\" must be a list of value names");
+        n->inputs[i] = find_value(m, in->valuestring);
+        if (n->inputs[i] < 0)
+            return pfail(p, "input \"%s\" is not defined by an input or an earlier node",
+                         in->valuestring);
+    }
+    if (parse_attrs(p, n, cJSON_GetObjectItemCaseSensitive(jn, "attrs"), OPS[k].attrs) ||
+        parse_params(p, n, cJSON_GetObjectItemCaseSensitive(jn, "params"), OPS[k].weight,
+                     OPS[k].bias))
+        return -1;
+    if ((n->output = add_value(p, out->valuestring)) < 0)
+        return -1;
+    return 0;
+}
+
+static int parse_inputs(parser *p, const cJSON *ins)
+{
+    ckpt_model *m = p->m;
+    if (!cJSON_IsArray(ins) || cJSON_GetArraySize(ins) < 1 || cJSON_GetArraySize(ins) > 64)
+        return pfail(p, "\"inputs\" must be a list of 1 to 64 {\"name\", \"shape\"} objects");
+    m->ninputs = (size_t)cJSON_GetArraySize(ins);
+    if (!(m->input_shapes = calloc(m->ninputs, sizeof *m->input_shapes)))
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < m->ninputs; i++) {
+        const cJSON *in = cJSON_GetArrayItem(ins, (int)i);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(in, "name");
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(in, "shape");
+        snprintf(p->where, sizeof p->where, "input %zu", i);
+        if (!cJSON_IsString(name))
+            return pfail(p, "\"name\" must be a string");
+        snprintf(p->where, sizeof p->where, "input \"%.60s\"", name->valuestring);
+        if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) < 1 ||
+            cJSON_GetArraySize(shape) > CKPT_MAX_DIMS)
+            return pfail(p, "\"shape\" must be a list of 1 to %d sizes", CKPT_MAX_DIMS);
+        rt_shape *s = &m->input_shapes[i];
+        s->ndim = cJSON_GetArraySize(shape);
+        int batch = 0;
+        for (int d = 0; d < s->ndim; d++) {
+            if (get_int(p, cJSON_GetArrayItem(shape, d), "shape", -1, INT64_C(1) << 31, &s->d[d]))
+                return -1;
+            if (s->d[d] == 0)
+                return pfail(p, "a size of 0 in \"shape\"");
+            batch += s->d[d] == -1;
+        }
+        if (batch > 1)
+            return pfail(p, "\"shape\" may mark one batch dimension (-1) only");
+        if (add_value(p, name->valuestring) < 0)
+            return -1;
+    }
+    p->where[0] = '\0';
+    return 0;
+}
+
+static int parse_spec(parser *p, const cJSON *root)
+{
+    ckpt_model *m = p->m;
+    if (!cJSON_IsObject(root))
+        return pfail(p, "a model spec must be a JSON object");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
+    const cJSON *klass = cJSON_GetObjectItemCaseSensitive(root, "class");
+    const cJSON *desc = cJSON_GetObjectItemCaseSensitive(root, "description");
+    if (!cJSON_IsString(name) || !name->valuestring[0])
+        return pfail(p, "\"name\" must be a non-empty string");
+    if ((klass && !cJSON_IsString(klass)) || (desc && !cJSON_IsString(desc)))
+        return pfail(p, "\"class\" and \"description\" must be strings");
+    if (!(m->name = strdup(name->valuestring)) ||
+        !(m->klass = strdup(klass ? klass->valuestring : "Model")) ||
+        !(m->description = strdup(desc ? desc->valuestring : "")))
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+
+    if (parse_inputs(p, cJSON_GetObjectItemCaseSensitive(root, "inputs")))
+        return -1;
+
+    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(root, "nodes");
+    if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) < 1 ||
+        cJSON_GetArraySize(nodes) > SPEC_MAX_NODES)
+        return pfail(p, "\"nodes\" must be a list of 1 to %d nodes", SPEC_MAX_NODES);
+    m->nnodes = (size_t)cJSON_GetArraySize(nodes);
+    if (!(m->nodes = calloc(m->nnodes, sizeof *m->nodes)))
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+    size_t i = 0;
+    for (const cJSON *jn = nodes->child; jn; jn = jn->next, i++)
+        if (parse_node(p, jn, i))
+            return -1;
+    p->where[0] = '\0';
+
+    const cJSON *outs = cJSON_GetObjectItemCaseSensitive(root, "outputs");
+    if (!cJSON_IsArray(outs) || cJSON_GetArraySize(outs) < 1 || cJSON_GetArraySize(outs) > 64)
+        return pfail(p, "\"outputs\" must be a list of 1 to 64 value names");
+    m->noutputs = (size_t)cJSON_GetArraySize(outs);
+    if (!(m->outputs = calloc(m->noutputs, sizeof(int))))
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+    i = 0;
+    for (const cJSON *o = outs->child; o; o = o->next, i++) {
+        if (!cJSON_IsString(o))
+            return pfail(p, "\"outputs\" must be a list of value names");
+        if ((m->outputs[i] = find_value(m, o->valuestring)) < 0)
+            return pfail(p, "output \"%s\" is not a value of the graph", o->valuestring);
+        for (size_t j = 0; j < i; j++)
+            if (m->outputs[j] == m->outputs[i])
+                return pfail(p, "output \"%s\" is listed twice", o->valuestring);
+    }
+    for (const cJSON *e = root->child; e; e = e->next)
+        if (strcmp(e->string, "name") && strcmp(e->string, "class") &&
+            strcmp(e->string, "description") && strcmp(e->string, "inputs") &&
+            strcmp(e->string, "nodes") && strcmp(e->string, "outputs") &&
+            strcmp(e->string, "comment"))
+            return pfail(p, "unknown member \"%s\"", e->string);
+    return 0;
+}
+
+int ckpt_model_parse(ckpt_model *m, const char *json, size_t len, const char *name)
+{
+    if (!m || (!json && len))
+        return CKPT_ERR_USAGE;
+    model_clear(m);
+    parser p = {.m = m, .file = name ? name : "<spec>"};
+    if (!(m->path = strdup(p.file)))
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+    p.file = m->path;
+    if (len > SPEC_MAX_BYTES)
+        return pfail(&p, "a model spec of %zu bytes is too big", len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json ? json : "", len, &end, 0);
+    if (!root) {
+        size_t at = end && end >= json ? (size_t)(end - json) : 0;
+        return pfail(&p, "not valid JSON (near byte %zu)", at);
+    }
+    int rc = parse_spec(&p, root);
+    cJSON_Delete(root);
+    if (rc) {
+        int code = m->err_code;
+        char msg[sizeof m->err];
+        memcpy(msg, m->err, sizeof msg);
+        model_clear(m);
+        m->err_code = code;
+        memcpy(m->err, msg, sizeof msg);
+        return code;
+    }
+    m->err_code = CKPT_OK;
+    m->err[0] = '\0';
+    return CKPT_OK;
+}
+
+int ckpt_model_load(ckpt_model *m, const char *path)
+{
+    if (!m || !path)
+        return CKPT_ERR_USAGE;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_model_fail(m, CKPT_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ckpt_model_fail(m, CKPT_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > SPEC_MAX_BYTES) {
+        close(fd);
+        return ckpt_model_fail(m, CKPT_ERR_FORMAT, "%s: a model spec of %lld bytes is too big",
+                               path, (long long)st.st_size);
+    }
+    size_t len = (size_t)st.st_size;
+    char *buf = malloc(len + 1);
+    if (!buf) {
+        close(fd);
+        return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+    }
+    int bad = ckpt_pread_all(fd, buf, len, 0);
+    close(fd);
+    if (bad) {
+        free(buf);
+        return ckpt_model_fail(m, CKPT_ERR_IO, "%s: could not read the whole file", path);
+    }
+    int rc = ckpt_model_parse(m, buf, len, path);
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,717 @@
+/*
+ * transform.c - edits of an opened checkpoint: key renames (strip/add a
+ * prefix, unwrap wrapper components, sed-style PCRE2 rules) applied to state
+ * dicts and their _metadata, and storage location remaps.  Edits change the
+ * value tree and the storage table; ckpt_file_write then writes the result.
+ */
+#include "checkpoint/checkpoint.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+typedef enum rule_kind { RULE_STRIP, RULE_ADD, RULE_UNWRAP, RULE_SED } rule_kind;
+
+typedef struct rule {
+    rule_kind kind;
+    char *text;        /* prefix, or the replacement (PCRE2 syntax) */
+    pcre2_code *re;
+    bool global;
+} rule;
+
+struct ckpt_rename {
+    rule *rules;
+    size_t n;
+    char error[256];
+};
+
+static const char *const wrappers[] = {
+    "module.", "_orig_mod.", "_fsdp_wrapped_module.", "_forward_module.",
+    "_checkpoint_wrapped_module.",
+};
+
+CKPT_API ckpt_rename *ckpt_rename_new(void)
+{
+    return calloc(1, sizeof(ckpt_rename));
+}
+
+CKPT_API void ckpt_rename_free(ckpt_rename *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->n; i++) {
+        free(r->rules[i].text);
+        pcre2_code_free(r->rules[i].re);
+    }
+    free(r->rules);
+    free(r);
+}
+
+CKPT_API const char *ckpt_rename_error(const ckpt_rename *r)
+{
+    return r ? r->error : "";
+}
+
+static int add_rule(ckpt_rename *r, rule x)
+{
+    rule *a = realloc(r->rules, (r->n + 1) * sizeof(*a));
+    if (!a) {
+        free(x.text);
+        pcre2_code_free(x.re);
+        return CKPT_ERR_NOMEM;
+    }
+    r->rules = a;
+    r->rules[r->n++] = x;
+    return CKPT_OK;
+}
+
+static int prefix_rule(ckpt_rename *r, rule_kind kind, const char *prefix)
+{
+    if (!r || !prefix || !prefix[0]) {
+        if (r)
+            snprintf(r->error, sizeof(r->error), "the prefix is empty");
+        return CKPT_ERR_USAGE;
+    }
+    rule x = {.kind = kind, .text = strdup(prefix)};
+    if (!x.text)
+        return CKPT_ERR_NOMEM;
+    return add_rule(r, x);
+}
+
+CKPT_API int ckpt_rename_strip_prefix(ckpt_rename *r, const char *prefix)
+{
+    return prefix_rule(r, RULE_STRIP, prefix);
+}
+
+CKPT_API int ckpt_rename_add_prefix(ckpt_rename *r, const char *prefix)
+{
+    return prefix_rule(r, RULE_ADD, prefix);
+}
+
+CKPT_API int ckpt_rename_unwrap(ckpt_rename *r)
+{
+    if (!r)
+        return CKPT_ERR_USAGE;
+    return add_rule(r, (rule){.kind = RULE_UNWRAP});
+}
+
+/* Split "s<d>RE<d>REPL<d>FLAGS": an escaped delimiter is the delimiter itself
+ * (kept escaped in RE, where PCRE2 reads it as a literal, unescaped in REPL);
+ * \N in REPL becomes PCRE2's ${N}. */
+CKPT_API int ckpt_rename_sed(ckpt_rename *r, const char *expr)
+{
+    if (!r || !expr)
+        return CKPT_ERR_USAGE;
+    r->error[0] = '\0';
+    size_t n = strlen(expr);
+    if (n < 4 || expr[0] != 's' || expr[1] == '\\' || expr[1] == '\n' ||
+        (expr[1] >= 'a' && expr[1] <= 'z') || (expr[1] >= '0' && expr[1] <= '9')) {
+        snprintf(r->error, sizeof(r->error), "'%s' is not of the form s/REGEX/REPLACEMENT/[gi]",
+                 expr);
+        return CKPT_ERR_USAGE;
+    }
+    char d = expr[1];
+    char *re = malloc(n + 1), *repl = malloc(n * 4 + 1);
+    if (!re || !repl) {
+        free(re);
+        free(repl);
+        return CKPT_ERR_NOMEM;
+    }
+    size_t i = 2, k = 0;
+    for (; i < n && expr[i] != d; i++) {
+        if (expr[i] == '\\' && i + 1 < n)
+            re[k++] = expr[i++];
+        re[k++] = expr[i];
+    }
+    re[k] = '\0';
+    bool ok = i < n;
+    k = 0;
+    for (i++; ok && i < n && expr[i] != d; i++) {
+        if (expr[i] == '\\' && i + 1 < n) {
+            char c = expr[++i];
+            if (c >= '0' && c <= '9') {
+                k += (size_t)sprintf(repl + k, "${%c", c);
+                while (i + 1 < n && expr[i + 1] >= '0' && expr[i + 1] <= '9')
+                    repl[k++] = expr[++i];
+                repl[k++] = '}';
+            } else if (c == '\\') {
+                repl[k++] = '\\';
+            } else {
+                repl[k++] = c; /* \<delimiter> and other escapes: the character */
+            }
+            continue;
+        }
+        repl[k++] = expr[i];
+    }
+    repl[k] = '\0';
+    ok = ok && i < n;
+    uint32_t options = 0;
+    bool global = false;
+    for (i++; ok && i < n; i++) {
+        if (expr[i] == 'g')
+            global = true;
+        else if (expr[i] == 'i')
+            options |= PCRE2_CASELESS;
+        else {
+            snprintf(r->error, sizeof(r->error), "unknown flag '%c' in '%s' (g and i are known)",
+                     expr[i], expr);
+            free(re);
+            free(repl);
+            return CKPT_ERR_USAGE;
+        }
+    }
+    if (!ok) {
+        snprintf(r->error, sizeof(r->error), "'%s' is not of the form s/REGEX/REPLACEMENT/[gi]",
+                 expr);
+        free(re);
+        free(repl);
+        return CKPT_ERR_USAGE;
+    }
+    int errcode;
+    PCRE2_SIZE at;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, options | PCRE2_UTF,
+                                     &errcode, &at, NULL);
+    free(re);
+    if (!code) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(errcode, msg, sizeof(msg));
+        snprintf(r->error, sizeof(r->error), "bad regular expression in '%s': %s at offset %zu",
+                 expr, (char *)msg, (size_t)at);
+        free(repl);
+        return CKPT_ERR_USAGE;
+    }
+    /* every group the replacement names must exist, whether or not a key
+     * happens to match */
+    uint32_t groups = 0;
+    pcre2_pattern_info(code, PCRE2_INFO_CAPTURECOUNT, &groups);
+    for (const char *q = repl; *q; q++) {
+        if (*q != '$')
+            continue;
+        if (q[1] == '$') {
+            q++;
+            continue;
+        }
+        const char *d = q + 1 + (q[1] == '{');
+        if (*d < '0' || *d > '9')
+            continue;
+        unsigned long g = strtoul(d, NULL, 10);
+        if (g > groups) {
+            snprintf(r->error, sizeof(r->error),
+                     "'%s' refers to group %lu but the expression has %u", expr, g, groups);
+            free(repl);
+            pcre2_code_free(code);
+            return CKPT_ERR_USAGE;
+        }
+    }
+    return add_rule(r, (rule){.kind = RULE_SED, .text = repl, .re = code, .global = global});
+}
+
+static char *apply_sed(const rule *x, const char *key, char *errbuf, size_t errcap)
+{
+    size_t cap = strlen(key) * 2 + 64;
+    for (;;) {
+        char *out = malloc(cap);
+        if (!out)
+            return NULL;
+        PCRE2_SIZE len = cap;
+        uint32_t opts = PCRE2_SUBSTITUTE_OVERFLOW_LENGTH | (x->global ? PCRE2_SUBSTITUTE_GLOBAL : 0);
+        int rc = pcre2_substitute(x->re, (PCRE2_SPTR)key, PCRE2_ZERO_TERMINATED, 0, opts, NULL, NULL,
+                                  (PCRE2_SPTR)x->text, PCRE2_ZERO_TERMINATED, (PCRE2_UCHAR *)out,
+                                  &len);
+        if (rc == PCRE2_ERROR_NOMEMORY) {
+            free(out);
+            cap = len + 1;
+            continue;
+        }
+        if (rc < 0) {
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(rc, msg, sizeof(msg));
+            if (errbuf)
+                snprintf(errbuf, errcap, "replacement '%s': %s", x->text, (char *)msg);
+            free(out);
+            return NULL;
+        }
+        return out;
+    }
+}
+
+/* Remove wrapper components standing at the start of KEY or after a '.'. */
+static char *unwrap_key(const char *key)
+{
+    char *out = strdup(key);
+    if (!out)
+        return NULL;
+    size_t pos = 0;
+    while (out[pos]) {
+        bool removed = false;
+        if (pos == 0 || out[pos - 1] == '.')
+            for (size_t w = 0; w < sizeof(wrappers) / sizeof(wrappers[0]); w++) {
+                size_t wl = strlen(wrappers[w]);
+                if (strncmp(out + pos, wrappers[w], wl) == 0) {
+                    memmove(out + pos, out + pos + wl, strlen(out + pos + wl) + 1);
+                    removed = true;
+                    break;
+                }
+            }
+        if (!removed)
+            pos++;
+    }
+    return out;
+}
+
+static char *apply_rules(const ckpt_rename *r, const char *key, char *errbuf, size_t errcap)
+{
+    char *cur = strdup(key);
+    for (size_t i = 0; cur && i < r->n; i++) {
+        const rule *x = &r->rules[i];
+        char *next = NULL;
+        switch (x->kind) {
+        case RULE_STRIP: {
+            const char *p = cur;
+            size_t pl = strlen(x->text);
+            while (strncmp(p, x->text, pl) == 0)
+                p += pl;
+            next = strdup(p);
+            break;
+        }
+        case RULE_ADD: {
+            size_t a = strlen(x->text), b = strlen(cur);
+            if ((next = malloc(a + b + 1))) {
+                memcpy(next, x->text, a);
+                memcpy(next + a, cur, b + 1);
+            }
+            break;
+        }
+        case RULE_UNWRAP:
+            next = unwrap_key(cur);
+            break;
+        case RULE_SED:
+            next = apply_sed(x, cur, errbuf, errcap);
+            break;
+        }
+        free(cur);
+        cur = next;
+    }
+    return cur;
+}
+
+CKPT_API char *ckpt_rename_apply(const ckpt_rename *r, const char *key)
+{
+    if (!r || !key)
+        return NULL;
+    return apply_rules(r, key, NULL, 0);
+}
+
+/* A module path of _metadata ("", "0", "layer1.0") through key rules: the
+ * rules see "path." (a key prefix), the trailing dot is then dropped. */
+static char *apply_rules_to_module_path(const ckpt_rename *r, const char *path, char *errbuf,
+                                        size_t errcap)
+{
+    size_t n = strlen(path);
+    char *k = malloc(n + 2);
+    if (!k)
+        return NULL;
+    memcpy(k, path, n);
+    if (n)
+        k[n++] = '.';
+    k[n] = '\0';
+    char *out = apply_rules(r, k, errbuf, errcap);
+    free(k);
+    if (out) {
+        size_t l = strlen(out);
+        if (l && out[l - 1] == '.')
+            out[l - 1] = '\0';
+    }
+    return out;
+}
+
+/* ---- applying to state dicts ---- */
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    while (*s)
+        h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+    return h;
+}
+
+typedef struct key_map {
+    char **new_keys; /* per entry: NULL when the key is not a string */
+    size_t n;
+} key_map;
+
+static void key_map_free(key_map *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        free(m->new_keys[i]);
+    free(m->new_keys);
+    m->new_keys = NULL;
+}
+
+/* Index of a string key equal to NEW among the first N (or -1); a small
+ * open-addressing table keyed by the new names. */
+typedef struct name_index {
+    size_t *slots, size;
+} name_index;
+
+static int name_index_init(name_index *x, size_t n)
+{
+    x->size = 16;
+    while (x->size < n * 2)
+        x->size *= 2;
+    x->slots = calloc(x->size, sizeof(*x->slots));
+    return x->slots ? 0 : -1;
+}
+
+/* Insert entry I under NAME; returns the index of an earlier entry with the
+ * same name, or SIZE_MAX. */
+static size_t name_index_put(name_index *x, char *const *names, size_t i)
+{
+    size_t b = hash_str(names[i]) & (x->size - 1);
+    while (x->slots[b]) {
+        if (strcmp(names[x->slots[b] - 1], names[i]) == 0)
+            return x->slots[b] - 1;
+        b = (b + 1) & (x->size - 1);
+    }
+    x->slots[b] = i + 1;
+    return SIZE_MAX;
+}
+
+static ckpt_value *new_str(ckpt_file *f, const char *s)
+{
+    ckpt_value *v = ckpt_value_new(&f->arena, CKPT_KIND_STR, 0);
+    if (!v || !(v->u.s.s = ckpt_arena_strndup(&f->arena, s, strlen(s))))
+        return NULL;
+    v->u.s.len = strlen(s);
+    return v;
+}
+
+static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
+{
+    size_t n = md->u.dict.keys.len;
+    char **nk = calloc(n ? n : 1, sizeof(*nk));
+    size_t *orig_len = calloc(n ? n : 1, sizeof(*orig_len));
+    name_index idx = {0};
+    int rc = (!nk || !orig_len || name_index_init(&idx, n)) ? CKPT_ERR_NOMEM : CKPT_OK;
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        ckpt_value *k = md->u.dict.keys.items[i];
+        if (k->kind != CKPT_KIND_STR)
+            continue;
+        char errbuf[256] = "";
+        orig_len[i] = k->u.s.len;
+        nk[i] = apply_rules_to_module_path(r, k->u.s.s, errbuf, sizeof(errbuf));
+        if (!nk[i])
+            rc = errbuf[0] ? ckpt_err(&f->err, CKPT_ERR_USAGE, "%s", errbuf)
+                           : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    /* Entries that meet: the first one's place, the inner module's value
+     * (the longer original path: DDP's 'module' wins over its own ''). */
+    size_t out = 0;
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        if (!nk[i]) {
+            md->u.dict.keys.items[out] = md->u.dict.keys.items[i];
+            md->u.dict.vals.items[out++] = md->u.dict.vals.items[i];
+            continue;
+        }
+        size_t prev = name_index_put(&idx, nk, i);
+        if (prev != SIZE_MAX) {
+            /* find where PREV landed */
+            for (size_t j = 0; j < out; j++)
+                if (ckpt_value_is_str(md->u.dict.keys.items[j], nk[i])) {
+                    if (orig_len[i] > orig_len[prev])
+                        md->u.dict.vals.items[j] = md->u.dict.vals.items[i];
+                    break;
+                }
+            if (orig_len[i] > orig_len[prev])
+                orig_len[prev] = orig_len[i];
+            continue;
+        }
+        ckpt_value *key = md->u.dict.keys.items[i];
+        if (strcmp(key->u.s.s, nk[i]) != 0 && !(key = new_str(f, nk[i])))
+            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        md->u.dict.keys.items[out] = key;
+        md->u.dict.vals.items[out++] = md->u.dict.vals.items[i];
+    }
+    if (rc == CKPT_OK)
+        md->u.dict.keys.len = md->u.dict.vals.len = out;
+    /* adding a wrapper: the wrapper's own entry comes first */
+    bool adds = false;
+    for (size_t i = 0; i < r->n; i++)
+        adds |= r->rules[i].kind == RULE_ADD;
+    if (rc == CKPT_OK && adds && !ckpt_value_dict_get(md, "")) {
+        ckpt_value *k = new_str(f, ""), *v = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0),
+                   *vk = new_str(f, "version"), *one = ckpt_value_new(&f->arena, CKPT_KIND_INT, 0);
+        if (!k || !v || !vk || !one || ckpt_vec_push(&f->arena, &v->u.dict.keys, vk) ||
+            ckpt_vec_push(&f->arena, &v->u.dict.vals, one) ||
+            ckpt_vec_push(&f->arena, &md->u.dict.keys, k) ||
+            ckpt_vec_push(&f->arena, &md->u.dict.vals, v)) {
+            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        } else {
+            one->u.i.v = 1;
+            size_t last = md->u.dict.keys.len - 1;
+            memmove(md->u.dict.keys.items + 1, md->u.dict.keys.items, last * sizeof(ckpt_value *));
+            memmove(md->u.dict.vals.items + 1, md->u.dict.vals.items, last * sizeof(ckpt_value *));
+            md->u.dict.keys.items[0] = k;
+            md->u.dict.vals.items[0] = v;
+        }
+    }
+    for (size_t i = 0; nk && i < n; i++)
+        free(nk[i]);
+    free(nk);
+    free(orig_len);
+    free(idx.slots);
+    return rc;
+}
+
+static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, const ckpt_rename *r,
+                          unsigned flags, const ckpt_edit_report *rep)
+{
+    size_t n = d->u.dict.keys.len, changed = 0;
+    key_map m = {.new_keys = calloc(n ? n : 1, sizeof(char *)), .n = n};
+    name_index idx = {0};
+    char where[512];
+    const char *sd_name = "(root)";
+    if (path->len) {
+        ckpt_path_format(path, where, sizeof(where));
+        sd_name = where;
+    }
+    if (!m.new_keys || name_index_init(&idx, n)) {
+        key_map_free(&m);
+        free(idx.slots);
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    int rc = CKPT_OK;
+    char errbuf[256] = "";
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        ckpt_value *k = d->u.dict.keys.items[i];
+        if (k->kind != CKPT_KIND_STR)
+            continue;
+        m.new_keys[i] = apply_rules(r, k->u.s.s, errbuf, sizeof(errbuf));
+        if (!m.new_keys[i])
+            rc = errbuf[0] ? ckpt_err(&f->err, CKPT_ERR_USAGE, "%s", errbuf)
+                           : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++)
+        if (m.new_keys[i] && !m.new_keys[i][0])
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                          "key '%s' would become empty in state dict %s; nothing was written",
+                          d->u.dict.keys.items[i]->u.s.s, sd_name);
+    /* refuse a rename that makes two keys equal, naming both */
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        if (!m.new_keys[i])
+            continue;
+        size_t prev = name_index_put(&idx, m.new_keys, i);
+        if (prev != SIZE_MAX)
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                          "keys '%s' and '%s' would both become '%s' in state dict %s; "
+                          "nothing was written",
+                          d->u.dict.keys.items[prev]->u.s.s, d->u.dict.keys.items[i]->u.s.s,
+                          m.new_keys[i], sd_name);
+    }
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        ckpt_value *k = d->u.dict.keys.items[i];
+        if (!m.new_keys[i] || strcmp(k->u.s.s, m.new_keys[i]) == 0)
+            continue;
+        changed++;
+        if (rep && rep->key)
+            rep->key(rep->user, path, k->u.s.s, m.new_keys[i]);
+    }
+    if (rc == CKPT_OK && !(flags & CKPT_EDIT_DRY_RUN) && changed) {
+        for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+            ckpt_value *k = d->u.dict.keys.items[i];
+            if (!m.new_keys[i] || strcmp(k->u.s.s, m.new_keys[i]) == 0)
+                continue;
+            if (!(d->u.dict.keys.items[i] = new_str(f, m.new_keys[i])))
+                rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        }
+        const ckpt_value *md = ckpt_value_dict_get(d->u.dict.state, "_metadata");
+        if (rc == CKPT_OK && md && md->kind == CKPT_KIND_DICT)
+            rc = rename_metadata(f, (ckpt_value *)md, r);
+    }
+    if (rc == CKPT_OK && rep && rep->state_dict)
+        rep->state_dict(rep->user, path, changed, n);
+    key_map_free(&m);
+    free(idx.slots);
+    return rc;
+}
+
+CKPT_API int ckpt_file_rename_keys(ckpt_file *f, const ckpt_rename *r, const char *select,
+                                   unsigned flags, const ckpt_edit_report *report)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !f->root || !r)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    if (select && *select) {
+        ckpt_value *d = NULL;
+        ckpt_path path = {0};
+        CKPT_FORWARD(ckpt_file_find_mapping(f, select, &d, &path));
+        return rename_mapping(f, d, &path, r, flags, report);
+    }
+    /* Check every state dict before changing any, so that a collision in
+     * the second leaves the first untouched too. */
+    for (size_t i = 0; i < f->state_dicts.len; i++) {
+        ckpt_walk_entry *e = &f->state_dicts.items[i];
+        CKPT_FORWARD(rename_mapping(f, (ckpt_value *)e->value, &e->path, r, CKPT_EDIT_DRY_RUN, NULL));
+    }
+    for (size_t i = 0; i < f->state_dicts.len; i++) {
+        ckpt_walk_entry *e = &f->state_dicts.items[i];
+        CKPT_FORWARD(rename_mapping(f, (ckpt_value *)e->value, &e->path, r, flags, report));
+    }
+    return CKPT_OK;
+}
+
+/* ---- devices ---- */
+
+CKPT_API int ckpt_device_valid(const char *tag)
+{
+    /* torch's tags: a lower-case device type, then ":N" optionally */
+    if (!tag || !((*tag >= 'a' && *tag <= 'z') || *tag == '_'))
+        return 0;
+    const char *p = tag;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')
+        p++;
+    if (*p == ':') {
+        p++;
+        if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
+            return 0;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    return *p == '\0' && p - tag <= 64;
+}
+
+CKPT_API int ckpt_device_known(const char *tag)
+{
+    static const char *const types[] = {"cpu", "cuda", "mps", "meta", "hpu", "xpu", "mtia",
+                                        "xla", "ipu", "lazy", "hip", "ve", "vulkan", "ort",
+                                        "privateuseone", "maia", "fpga"};
+    if (!ckpt_device_valid(tag))
+        return 0;
+    size_t n = strcspn(tag, ":");
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (strlen(types[i]) == n && strncmp(tag, types[i], n) == 0)
+            return 1;
+    return 0;
+}
+
+static bool device_matches(const char *from, const char *tag)
+{
+    if (strcmp(from, "*") == 0 || strcmp(from, tag) == 0)
+        return true;
+    size_t n = strlen(from);
+    return !strchr(from, ':') && strncmp(tag, from, n) == 0 && tag[n] == ':';
+}
+
+CKPT_API int ckpt_file_remap_devices(ckpt_file *f, const char *const *from, const char *const *to,
+                                     size_t nrules, unsigned flags, const ckpt_edit_report *report)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || (!from && nrules) || (!to && nrules))
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    for (size_t k = 0; k < nrules; k++) {
+        if (!(strcmp(from[k], "*") == 0 || ckpt_device_valid(from[k])))
+            return ckpt_err(&f->err, CKPT_ERR_USAGE, "'%s' is not a device tag or '*'", from[k]);
+        if (!ckpt_device_valid(to[k]))
+            return ckpt_err(&f->err, CKPT_ERR_USAGE, "'%s' is not a device tag", to[k]);
+    }
+    /* tally changes per (old, new) pair, in order of first appearance */
+    size_t n = f->nstorages;
+    const char **olds = calloc(n ? n : 1, sizeof(*olds)), **news = calloc(n ? n : 1, sizeof(*news));
+    size_t *counts = calloc(n ? n : 1, sizeof(*counts)), npairs = 0;
+    int rc = (!olds || !news || !counts) ? ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory")
+                                         : CKPT_OK;
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        ckpt_storage *s = f->storages[i];
+        const char *target = NULL;
+        for (size_t k = 0; k < nrules && !target; k++)
+            if (device_matches(from[k], s->device))
+                target = to[k];
+        if (!target || strcmp(target, s->device) == 0)
+            continue;
+        size_t p = 0;
+        while (p < npairs && !(strcmp(olds[p], s->device) == 0 && strcmp(news[p], target) == 0))
+            p++;
+        if (p == npairs) {
+            olds[p] = s->device;
+            news[p] = target;
+            npairs++;
+        }
+        counts[p]++;
+    }
+    for (size_t p = 0; p < npairs && rc == CKPT_OK && report && report->device; p++)
+        report->device(report->user, olds[p], news[p], counts[p]);
+    if (rc == CKPT_OK && !(flags & CKPT_EDIT_DRY_RUN)) {
+        for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+            ckpt_storage *s = f->storages[i];
+            for (size_t k = 0; k < nrules; k++)
+                if (device_matches(from[k], s->device)) {
+                    if (strcmp(to[k], s->device) != 0 &&
+                        !(s->device = ckpt_arena_strndup(&f->arena, to[k], strlen(to[k]))))
+                        rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                    break;
+                }
+        }
+    }
+    free(olds);
+    free(news);
+    free(counts);
+    return rc;
+}
+
+/* ---- dtype casts ---- */
+
+CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
+                            const ckpt_edit_report *report)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    if (!ckpt_cast_supported(CKPT_DTYPE_FLOAT32, to))
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "cannot cast to %s (float16, bfloat16, float32 or "
+                                                 "float64)", ckpt_dtype_name(to));
+    /* count per source dtype, for the report */
+    size_t counts[CKPT_DTYPE_COUNT_] = {0};
+    for (size_t i = 0; i < f->nstorages; i++) {
+        ckpt_storage *s = f->storages[i];
+        if (s->dtype != to && ckpt_cast_supported(s->dtype, to))
+            counts[s->dtype]++;
+    }
+    if (report && report->device) /* reuses the "old -> new (N storages)" form */
+        for (int d = 0; d < CKPT_DTYPE_COUNT_; d++)
+            if (counts[d])
+                report->device(report->user, ckpt_dtype_name((ckpt_dtype)d), ckpt_dtype_name(to),
+                               counts[d]);
+    if (flags & CKPT_EDIT_DRY_RUN)
+        return CKPT_OK;
+    for (size_t i = 0; i < f->nstorages; i++) {
+        ckpt_storage *s = f->storages[i];
+        if (s->dtype == to || !ckpt_cast_supported(s->dtype, to))
+            continue; /* integers, bool, complex and the rest keep their type */
+        s->dtype = to;
+        s->type_name = ckpt_storage_type_name(to);
+        s->nbytes = (uint64_t)s->numel * ckpt_dtype_size(to);
+    }
+    for (size_t i = 0; i < f->tensors.len; i++) {
+        ckpt_tensor *t = (ckpt_tensor *)f->tensors.items[i].value->u.tensor;
+        if (t->storage->dtype != t->storage->src_dtype)
+            t->dtype = t->storage->dtype;
+    }
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_file_select(ckpt_file *f, const char *select)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !f->root || !select)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    ckpt_value *v;
+    ckpt_path p;
+    CKPT_FORWARD(ckpt_file_find_mapping(f, select, &v, &p));
+    ckpt_value *old = f->root;
+    if (!f->file_root)
+        f->file_root = old;
+    f->root = v;
+    return ckpt_file_reindex(f, old);
+}
