@@ -5,12 +5,8 @@
  */
 #include "checkpoint/checkpoint.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static const uint64_t default_limits[CKPT_LIMIT_COUNT_] = {
@@ -39,6 +35,15 @@ CKPT_API ckpt_file *ckpt_file_new(void)
     memcpy(f->limits, default_limits, sizeof(f->limits));
     f->prefix = "";
     return f;
+}
+
+void ckpt_source_close(ckpt_source *src)
+{
+    ckpt_zip_close(src->zip);
+    src->zip = NULL;
+    if (src->fd >= 0)
+        close(src->fd);
+    src->fd = -1;
 }
 
 CKPT_API void ckpt_file_free(ckpt_file *f)

@@ -8,7 +8,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static uint64_t hash_str(const char *s)
 {
@@ -103,14 +102,6 @@ const char *ckpt_file_table_key(const ckpt_file *f, const char *key, char *buf, 
     return n < 0 || (size_t)n >= cap ? NULL : buf;
 }
 
-void ckpt_source_close(ckpt_source *src)
-{
-    ckpt_zip_close(src->zip);
-    src->zip = NULL;
-    if (src->fd >= 0)
-        close(src->fd);
-    src->fd = -1;
-}
 
 /*
  * ('storage', torch.<X>Storage, key, location, numel)          pth-zip

@@ -34,17 +34,6 @@ typedef struct ckpt_format_desc {
 extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
     ckpt_format_safetensors, ckpt_format_sharded;
 
-/* The writers of the format modules, for their descriptors (one module
- * never calls another's). */
-int ckpt_pth_zip_write(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt);
-int ckpt_pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt);
-int ckpt_safetensors_write(ckpt_file *f, int out, const char *path,
-                           const ckpt_write_options *opt);
-int ckpt_sharded_write(ckpt_file *f, const char *path, const ckpt_write_options *opt);
-/* safetensors dtype names ("F32") and back; UNKNOWN / NULL if none. */
-ckpt_dtype ckpt_safetensors_dtype(const char *name);
-const char *ckpt_safetensors_dtype_name(ckpt_dtype dtype);
-
 /* The table (formats/table.c), NULL-terminated, in torch.load's order. */
 extern const ckpt_format_desc *const ckpt_format_table[];
 /* The descriptor of ID, or NULL. */

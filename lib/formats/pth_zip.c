@@ -1,9 +1,14 @@
-/* pth_zip.c - torch.save's zip layout (torch >= 1.6), read the way
- * torch reads it (reference/pth-format.md section 1). */
+/* pth_zip.c - torch.save's zip layout (torch >= 1.6), read the way torch reads it
+ * (reference/pth-format.md section 1) and written as torch.save writes it. */
 #include "formats/format.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_SUPPORTED_VERSION 10
 
@@ -139,10 +144,231 @@ static bool pth_zip_sniff(const uint8_t *head, size_t n)
     return n >= 4 && memcmp(head, "PK\x03\x04", 4) == 0;
 }
 
+/* ---- writing: as torch.save's zip does ------------------------------------------
+ *
+ * The pickle is built in memory (it is small); storage bytes go from the
+ * input file to the output with copy_file_range where the kernel allows (a
+ * bounded buffer otherwise), while a second thread reads the same input
+ * ranges and computes their CRC-32: the CRC the output needs, and a check
+ * of the input's own.  Memory stays bounded whatever the checkpoint size.
+ */
+/* One storage to copy: where its bytes are in the input. */
+typedef struct job {
+    const ckpt_storage *s;
+    int fd;            /* the source file (shards differ) */
+    bool raw;          /* bytes at in_off in the input file, uncompressed */
+    uint64_t in_off;
+    uint32_t crc;      /* computed by the CRC thread (raw jobs) */
+    int status;
+} job;
+
+typedef struct crc_pool {
+    job *jobs;
+    size_t n, done;
+    bool cancel;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} crc_pool;
+
+static void *crc_thread(void *arg)
+{
+    crc_pool *p = arg;
+    uint8_t *buf = malloc(CKPT_IO_BUF);
+    for (size_t i = 0; i < p->n; i++) {
+        job *j = &p->jobs[i];
+        int st = CKPT_OK;
+        uint32_t crc = 0;
+        if (!buf)
+            st = CKPT_ERR_NOMEM;
+        else if (j->raw)
+            st = ckpt_crc_range_buf(j->fd, j->in_off, j->s->nbytes, buf, &crc, &p->cancel);
+        pthread_mutex_lock(&p->mu);
+        j->crc = crc;
+        j->status = st;
+        p->done = i + 1;
+        pthread_cond_broadcast(&p->cv);
+        bool stop = p->cancel;
+        pthread_mutex_unlock(&p->mu);
+        if (stop)
+            break;
+    }
+    free(buf);
+    return NULL;
+}
+
+static void crc_wait(crc_pool *p, size_t i)
+{
+    pthread_mutex_lock(&p->mu);
+    while (p->done <= i)
+        pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Storage bytes that are not raw in a file (cast, deflated) are streamed
+ * into the record: ckpt_storage_stream checks the input's CRC. */
+typedef struct sink_ctx {
+    ckpt_zipw *w;
+    uint32_t crc;
+} sink_ctx;
+
+static int sink_write(void *user, const uint8_t *p, size_t n)
+{
+    sink_ctx *c = user;
+    c->crc = ckpt_crc32_update(c->crc, p, n);
+    return ckpt_zipw_write(c->w, p, n);
+}
+
+/* torch names the archive folder after the file: base name, last extension off */
+static char *archive_prefix(const char *path)
+{
+    const char *base = path;
+    for (const char *p = path; *p; p++)
+        if (*p == '/' || *p == '\\')
+            base = p + 1;
+    size_t n = strlen(base);
+    const char *dot = strrchr(base, '.');
+    if (dot)
+        n = (size_t)(dot - base);
+    bool ascii = n > 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)base[i] >= 0x80)
+            ascii = false; /* Python writes such names through a stream: "archive" */
+    return ascii ? strndup(base, n) : strdup("archive");
+}
+
+static int write_small(ckpt_zipw *w, const char *name, const void *data, size_t n)
+{
+    uint64_t at;
+    CKPT_FORWARD(ckpt_zipw_begin(w, name, n, &at));
+    CKPT_FORWARD(ckpt_zipw_write(w, data, n));
+    return ckpt_zipw_end(w, ckpt_crc32_update(0, data, n));
+}
+
+static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const ckpt_pickle_out *pk,
+                         const ckpt_write_options *opt)
+{
+    char name[1200];
+    ckpt_error *err = &f->err;
+    snprintf(name, sizeof(name), "%s/data.pkl", prefix);
+    CKPT_FORWARD(write_small(w, name, pk->buf, pk->len));
+    snprintf(name, sizeof(name), "%s/byteorder", prefix);
+    CKPT_FORWARD(write_small(w, name, "little", 6));
+
+    size_t n = pk->norder;
+    job *jobs = calloc(n ? n : 1, sizeof(*jobs));
+    if (!jobs)
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    uint64_t total = 0, done = 0;
+    int rc = CKPT_OK;
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        const ckpt_storage *s = f->storages[pk->order[i]];
+        jobs[i].s = s;
+        total += s->nbytes;
+        /* raw bytes are copied by the kernel; the rest (cast, deflated) streamed */
+        int r = ckpt_storage_raw_range(f, s, &jobs[i].fd, &jobs[i].in_off);
+        if (r == CKPT_OK)
+            jobs[i].raw = true;
+        else if (r != CKPT_ERR_UNSUPPORTED)
+            rc = r;
+    }
+    crc_pool pool = {.jobs = jobs, .n = n};
+    pthread_t th;
+    bool threaded = false;
+    if (rc == CKPT_OK && n) {
+        pthread_mutex_init(&pool.mu, NULL);
+        pthread_cond_init(&pool.cv, NULL);
+        threaded = pthread_create(&th, NULL, crc_thread, &pool) == 0;
+    }
+    uint8_t *inline_buf = NULL;
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        job *j = &jobs[i];
+        const ckpt_storage *s = j->s;
+        uint64_t at;
+        uint32_t crc = 0;
+        snprintf(name, sizeof(name), "%s/data/%zu", prefix, i);
+        rc = ckpt_zipw_begin(w, name, s->nbytes, &at);
+        if (rc)
+            break;
+        if (j->raw) {
+            rc = ckpt_copy_range(j->fd, j->in_off, ckpt_zipw_fd(w), at, s->nbytes, err);
+            if (rc)
+                break;
+            ckpt_zipw_advance(w, s->nbytes);
+            if (threaded) {
+                crc_wait(&pool, i);
+            } else {
+                if (!inline_buf && !(inline_buf = malloc(CKPT_IO_BUF))) {
+                    rc = ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+                    break;
+                }
+                j->status = ckpt_crc_range_buf(j->fd, j->in_off, s->nbytes, inline_buf, &j->crc, NULL);
+            }
+            if (j->status) {
+                rc = ckpt_err(err, j->status, "cannot read storage '%s' of the input", s->key);
+                break;
+            }
+            crc = j->crc;
+            if (s->has_crc && crc != s->crc32) {
+                rc = ckpt_err(err, CKPT_ERR_FORMAT,
+                              "record for storage '%s': CRC-32 mismatch (stored %08x, data %08x): "
+                              "the input is corrupt", s->key, s->crc32, crc);
+                break;
+            }
+        } else {
+            sink_ctx c = {.w = w, .crc = 0};
+            rc = ckpt_storage_stream(f, s, sink_write, &c);
+            crc = c.crc;
+            if (rc)
+                break;
+        }
+        rc = ckpt_zipw_end(w, crc);
+        /* start writing back what is copied so far, so that the fsync that
+         * makes OUT durable has little left to wait for */
+        if (rc == CKPT_OK && s->nbytes >= (1u << 20))
+            sync_file_range(ckpt_zipw_fd(w), (off64_t)at, (off64_t)s->nbytes,
+                            SYNC_FILE_RANGE_WRITE);
+        done += s->nbytes;
+        if (opt && opt->progress)
+            opt->progress(opt->user, done, total);
+    }
+    if (threaded) {
+        pthread_mutex_lock(&pool.mu);
+        pool.cancel = true;
+        pthread_mutex_unlock(&pool.mu);
+        pthread_join(th, NULL);
+    }
+    if (n) {
+        pthread_mutex_destroy(&pool.mu);
+        pthread_cond_destroy(&pool.cv);
+    }
+    free(inline_buf);
+    free(jobs);
+    CKPT_FORWARD(rc);
+    snprintf(name, sizeof(name), "%s/version", prefix);
+    CKPT_FORWARD(write_small(w, name, "3\n", 2));
+    return ckpt_zipw_finish(w);
+}
+
+static int pth_zip_write(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt)
+{
+    char *prefix = archive_prefix(path);
+    if (!prefix)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    ckpt_pickle_out pk;
+    int rc = ckpt_pickle_write(&f->arena, f->nstorages, f->root, &pk, &f->err);
+    ckpt_zipw *w = rc ? NULL : ckpt_zipw_new(out, &f->err);
+    if (rc == CKPT_OK)
+        rc = w ? write_records(f, w, prefix, &pk, opt) : CKPT_ERR_NOMEM;
+    ckpt_zipw_free(w);
+    ckpt_pickle_out_free(&pk);
+    free(prefix);
+    return rc;
+}
+
 const ckpt_format_desc ckpt_format_pth_zip = {
     .id = CKPT_FORMAT_PTH_ZIP,
     .name = "pth-zip",
     .sniff = pth_zip_sniff,
     .read = pth_zip_read,
-    .write = ckpt_pth_zip_write,
+    .write = pth_zip_write,
 };
