@@ -47,8 +47,7 @@ int ckpt_storage_raw_range(ckpt_file *f, const ckpt_storage *s, int *fd, uint64_
         return CKPT_OK;
     case CKPT_LOC_ZIP_RECORD: {
         ckpt_error e = {0}; /* a deflated record is no error, just not raw */
-        int rc = ckpt_zip_data_offset(s->src->zip, s->src->fd, s->src->file_size, s->zip_index,
-                                      offset, &e);
+        int rc = ckpt_zip_data_offset(s->src->zip, s->zip_index, offset, &e);
         if (rc != CKPT_OK && rc != CKPT_ERR_UNSUPPORTED)
             ckpt_err(&f->err, rc, "%s", e.msg);
         return rc;

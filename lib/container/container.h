@@ -9,7 +9,8 @@
 
 typedef struct ckpt_zip ckpt_zip;
 
-int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err);
+/* Open the zip archive FD (borrowed: it stays open while the archive is). */
+int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err);
 void ckpt_zip_close(ckpt_zip *z);
 int64_t ckpt_zip_count(const ckpt_zip *z);
 const char *ckpt_zip_name(const ckpt_zip *z, int64_t i);
@@ -33,8 +34,7 @@ int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_
 
 /* File offset of a stored record's first data byte (from the central
  * directory and the local header); CKPT_ERR_UNSUPPORTED when compressed. */
-int ckpt_zip_data_offset(ckpt_zip *z, int fd, uint64_t file_size, int64_t i, uint64_t *offset,
-                         ckpt_error *err);
+int ckpt_zip_data_offset(ckpt_zip *z, int64_t i, uint64_t *offset, ckpt_error *err);
 
 /* The writer of torch's zip layout (zip_write.c). */
 typedef struct ckpt_zipw ckpt_zipw;

@@ -1,7 +1,10 @@
 /*
- * container_zip.c - zip records through libzip: the central directory only
- * at open, record bytes on demand with their CRC-32 checked by us (zlib), so
- * that a flipped data byte is caught whatever libzip's own checks do.
+ * zip.c - zip records through libzip: the central directory only at open,
+ * record bytes on demand with their CRC-32 checked by us (zlib), so that a
+ * flipped data byte is caught whatever libzip's own checks do.  The file is
+ * the caller's open descriptor: opened once, its directory read once by us
+ * (for the layout checks and data offsets libzip keeps to itself) besides
+ * libzip's own parse.
  */
 #include "container/container.h"
 
@@ -16,6 +19,8 @@
 
 struct ckpt_zip {
     zip_t *za;
+    int fd;             /* the caller's, borrowed (libzip reads a dup of it) */
+    uint64_t file_size;
     int64_t count;
     const char **names; /* libzip-owned strings */
     uint64_t *sizes;
@@ -68,17 +73,9 @@ static int by_offset(const void *a, const void *b, void *offsets);
  * two directory entries, a record hidden in another's data) and declared
  * sizes far past the file (zip bombs) are refused here, before any data is
  * read or any buffer is sized from them. */
-static int check_layout(ckpt_zip *z, const char *path, ckpt_error *err)
+static int check_layout(ckpt_zip *z, ckpt_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return ckpt_err(err, CKPT_ERR_IO, "%s", strerror(errno));
-    }
-    int rc = load_offsets(z, fd, (uint64_t)st.st_size, err);
-    close(fd);
+    int rc = load_offsets(z, z->fd, z->file_size, err);
     if (rc != CKPT_OK)
         return rc;
     int64_t *order = malloc((size_t)(z->count ? z->count : 1) * sizeof *order);
@@ -125,12 +122,24 @@ static int by_offset(const void *a, const void *b, void *offsets)
     return x < y ? -1 : x > y;
 }
 
-int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err)
+int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
 {
     int ze = 0;
     *out = NULL;
-    zip_t *za = zip_open(path, ZIP_RDONLY, &ze);
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return ckpt_err(err, CKPT_ERR_IO, "%s", strerror(errno));
+    /* libzip owns what it is given: a duplicate, read from the start */
+    int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dfd < 0 || lseek(dfd, 0, SEEK_SET) != 0) {
+        int e = errno;
+        if (dfd >= 0)
+            close(dfd);
+        return ckpt_err(err, CKPT_ERR_IO, "%s", strerror(e));
+    }
+    zip_t *za = zip_fdopen(dfd, ZIP_RDONLY, &ze);
     if (!za) {
+        close(dfd);
         zip_error_t e;
         zip_error_init_with_code(&e, ze);
         int rc = ckpt_err(err, zip_error_to_status(ze), "not a readable zip archive: %s",
@@ -144,6 +153,8 @@ int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err)
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
     }
     z->za = za;
+    z->fd = fd;
+    z->file_size = (uint64_t)st.st_size;
     z->count = zip_get_num_entries(za, 0);
     if (z->count < 0)
         z->count = 0;
@@ -200,7 +211,7 @@ int ckpt_zip_open(const char *path, ckpt_zip **out, ckpt_error *err)
         }
         z->slots[b] = i + 1;
     }
-    int rc = check_layout(z, path, err);
+    int rc = check_layout(z, err);
     if (rc != CKPT_OK) {
         ckpt_zip_close(z);
         return rc;
@@ -446,9 +457,10 @@ static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err)
     return CKPT_OK;
 }
 
-int ckpt_zip_data_offset(ckpt_zip *z, int fd, uint64_t file_size, int64_t i, uint64_t *offset,
-                         ckpt_error *err)
+int ckpt_zip_data_offset(ckpt_zip *z, int64_t i, uint64_t *offset, ckpt_error *err)
 {
+    int fd = z->fd;
+    uint64_t file_size = z->file_size;
     if (!z->stored[i])
         return CKPT_ERR_UNSUPPORTED;
     /* z->offsets were read by check_layout() when the archive was opened */

@@ -92,8 +92,7 @@ static int locate_storages(ckpt_file *f, size_t first)
 
 static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
-    (void)src; /* f->cur_src */
-    CKPT_FORWARD(ckpt_zip_open(f->cur_src->path, &f->cur_src->zip, &f->err));
+    CKPT_FORWARD(ckpt_zip_open(src->fd, &src->zip, &f->err));
     int64_t n = ckpt_zip_count(f->cur_src->zip);
     CKPT_RETURN_IF(n <= 0, &f->err, CKPT_ERR_FORMAT, "zip archive has no records");
 

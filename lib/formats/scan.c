@@ -223,10 +223,10 @@ static int ends_with_nocase(const char *s, const char *suffix)
     return a >= b && strcasecmp(s + a - b, suffix) == 0;
 }
 
-static int scan_zip(ckpt_scan *s, const char *path)
+static int scan_zip(ckpt_scan *s, int fd)
 {
     ckpt_zip *z;
-    CKPT_FORWARD(ckpt_zip_open(path, &z, &s->err));
+    CKPT_FORWARD(ckpt_zip_open(fd, &z, &s->err));
     int rc = CKPT_OK, found = 0;
     ckpt_error first = {0};
     /* every record, even after one fails: a payload may sit in a later one */
@@ -331,9 +331,10 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     const ckpt_format_desc *d = ckpt_format_sniff(head, got, NULL);
     ckpt_format fmt = d ? d->id : CKPT_FORMAT_UNKNOWN;
     if (fmt == CKPT_FORMAT_PTH_ZIP) {
-        close(fd);
         s->format = fmt;
-        return scan_zip(s, path);
+        int rc = scan_zip(s, fd);
+        close(fd);
+        return rc;
     }
     if (fmt == CKPT_FORMAT_SAFETENSORS) {
         /* no pickle: the header is JSON, validated as when reading */
