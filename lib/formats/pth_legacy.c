@@ -251,7 +251,6 @@ static int cmp_key(const void *a, const void *b)
 static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt)
 {
     (void)path; /* the stream does not name itself */
-    (void)opt;  /* nothing to choose: every storage, as torch wrote them */
     ckpt_pickle_out pk;
     CKPT_FORWARD(ckpt_pickle_write2(&f->arena, f->nstorages, f->root, true, &pk, &f->err));
     size_t n = pk.norder;
@@ -289,7 +288,9 @@ static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_
         else
             rc = ckpt_write_all(out, b.p, b.n, 0, &f->err);
     }
-    uint64_t at = b.n;
+    uint64_t at = b.n, done = 0, total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += keys[i].s->nbytes;
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         const ckpt_storage *s = keys[i].s;
         size_t es = ckpt_dtype_size(s->dtype);
@@ -321,6 +322,9 @@ static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_
             rc = ckpt_storage_stream(f, s, ckpt_fd_sink_write, &sk);
         }
         at += s->nbytes;
+        done += s->nbytes;
+        if (rc == CKPT_OK && opt && opt->progress)
+            opt->progress(opt->user, done, total);
     }
     free(b.p);
     free(keys);

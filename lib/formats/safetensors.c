@@ -446,6 +446,32 @@ static int copy_whole(ckpt_file *f, const ckpt_tensor *t, int out, uint64_t at, 
     return CKPT_OK;
 }
 
+/* The bytes of entry E at BASE + its offset: copied by the kernel when they
+ * are a whole raw storage, streamed when a whole storage to decode, else
+ * gathered from the storage in memory. */
+static int write_entry(ckpt_file *f, const st_entry *e, int out, uint64_t base)
+{
+    bool done;
+    CKPT_FORWARD(copy_whole(f, e->t, out, base + e->begin, &done));
+    if (done)
+        return CKPT_OK;
+    const ckpt_tensor *t = e->t;
+    if (t->offset == 0 && ckpt_tensor_is_contiguous(t) &&
+        (uint64_t)t->numel * ckpt_dtype_size(t->storage->dtype) == t->storage->nbytes) {
+        /* the whole storage, cast or inflated on the way: bounded memory */
+        ckpt_fd_sink sk = {.fd = out, .at = base + e->begin, .err = &f->err};
+        return ckpt_storage_stream(f, t->storage, ckpt_fd_sink_write, &sk);
+    }
+    const uint8_t *bytes = NULL;
+    uint8_t *own, *own2;
+    int rc = tensor_out_bytes(f, t, &bytes, &own, &own2);
+    if (rc == CKPT_OK)
+        rc = ckpt_write_all(out, bytes, (size_t)(e->end - e->begin), base + e->begin, &f->err);
+    free(own);
+    free(own2);
+    return rc;
+}
+
 static int safetensors_write(ckpt_file *f, int out, const char *path,
                            const ckpt_write_options *opt)
 {
@@ -581,30 +607,14 @@ static int safetensors_write(ckpt_file *f, int out, const char *path,
     }
     free(head);
     free(text);
-    uint64_t base = 8 + padded;
+    uint64_t base = 8 + padded, done = 0;
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         if (e[i].alias_of >= 0 || e[i].end == e[i].begin)
             continue;
-        bool done;
-        rc = copy_whole(f, e[i].t, out, base + e[i].begin, &done);
-        if (rc || done)
-            continue;
-        const ckpt_tensor *t = e[i].t;
-        if (t->offset == 0 && ckpt_tensor_is_contiguous(t) &&
-            (uint64_t)t->numel * ckpt_dtype_size(t->storage->dtype) == t->storage->nbytes) {
-            /* the whole storage, cast or inflated on the way: bounded memory */
-            ckpt_fd_sink sk = {.fd = out, .at = base + e[i].begin, .err = &f->err};
-            rc = ckpt_storage_stream(f, t->storage, ckpt_fd_sink_write, &sk);
-            continue;
-        }
-        const uint8_t *bytes = NULL;
-        uint8_t *own, *own2;
-        rc = tensor_out_bytes(f, e[i].t, &bytes, &own, &own2);
-        if (rc == CKPT_OK)
-            rc = ckpt_write_all(out, bytes, (size_t)(e[i].end - e[i].begin), base + e[i].begin,
-                                &f->err);
-        free(own);
-        free(own2);
+        rc = write_entry(f, &e[i], out, base);
+        done += e[i].end - e[i].begin;
+        if (rc == CKPT_OK && opt && opt->progress)
+            opt->progress(opt->user, done, at);
     }
     free(e);
     return rc;

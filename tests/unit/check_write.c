@@ -537,6 +537,51 @@ START_TEST(legacy_written_as_zip_with_renumbered_storages)
 }
 END_TEST
 
+typedef struct progress_seen {
+    int calls;
+    uint64_t done, total;
+} progress_seen;
+
+static void on_progress(void *user, uint64_t done, uint64_t total)
+{
+    progress_seen *s = user;
+    ck_assert_uint_ge(done, s->done); /* never goes back */
+    s->calls++;
+    s->done = done;
+    s->total = total;
+}
+
+/* Every one-file format says how far it is, up to all of it. */
+START_TEST(every_format_reports_progress_to_the_end)
+{
+    static const ckpt_format formats[] = {CKPT_FORMAT_PTH_ZIP, CKPT_FORMAT_PTH_LEGACY,
+                                          CKPT_FORMAT_SAFETENSORS};
+    for (size_t k = 0; k < sizeof formats / sizeof *formats; k++) {
+        ckpt_file *g = ckpt_file_new();
+        ck_assert_int_eq(ckpt_file_open(g, src_path("tests/data/mlp.pth")), CKPT_OK);
+        progress_seen seen = {0};
+        ckpt_write_options opt = {.format = formats[k], .progress = on_progress, .user = &seen};
+        ck_assert_int_eq(ckpt_file_write(g, path, &opt), CKPT_OK);
+        ck_assert_msg(seen.calls > 0, "%s: no progress", ckpt_format_name(formats[k]));
+        ck_assert_uint_gt(seen.total, 0);
+        ck_assert_uint_eq(seen.done, seen.total);
+        ckpt_file_free(g);
+    }
+}
+END_TEST
+
+/* Write dispatch: OUT's name picks the format when none is asked for. */
+START_TEST(output_format_from_the_name)
+{
+    ck_assert_int_eq(ckpt_format_for_path("model.safetensors"), CKPT_FORMAT_SAFETENSORS);
+    ck_assert_int_eq(ckpt_format_for_path("model.safetensors.index.json"), CKPT_FORMAT_SHARDED);
+    ck_assert_int_eq(ckpt_format_for_path("pytorch_model.bin.index.json"), CKPT_FORMAT_SHARDED);
+    ck_assert_int_eq(ckpt_format_for_path("model.pth"), CKPT_FORMAT_PTH_ZIP);
+    ck_assert_int_eq(ckpt_format_for_path("model.bin"), CKPT_FORMAT_PTH_ZIP);
+    ck_assert_int_eq(ckpt_format_for_path(".safetensors"), CKPT_FORMAT_PTH_ZIP); /* no name */
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("write");
@@ -567,6 +612,8 @@ static Suite *suite(void)
     tcase_add_test(e, remap_rules);
     tcase_add_test(e, write_refuses_input_and_stdout);
     tcase_add_test(e, legacy_written_as_zip_with_renumbered_storages);
+    tcase_add_test(e, every_format_reports_progress_to_the_end);
+    tcase_add_test(e, output_format_from_the_name);
     suite_add_tcase(s, e);
     return s;
 }
