@@ -88,17 +88,15 @@ static int option(void *st, int opt, const char *arg)
 static int run(void *st, rewrite *rw)
 {
     state *s = st;
-    ckpt_format to = s->to;
-    size_t n = strlen(rw->out);
-    bool index = n > 11 && strcmp(rw->out + n - 11, ".index.json") == 0;
+    ckpt_format to = s->to, by_name = ckpt_format_for_path(rw->out);
+    bool index = by_name == CKPT_FORMAT_SHARDED;
     if (s->shard_size && !index)
         return cli_usage_error(rw->cmd, "--shard-size writes NAME.index.json and its shards; "
                                         "OUT must end in .index.json");
     if (index)
         to = CKPT_FORMAT_SHARDED; /* the shards' format comes from NAME's extension */
     else if (!to)
-        to = n > 12 && strcmp(rw->out + n - 12, ".safetensors") == 0 ? CKPT_FORMAT_SAFETENSORS
-                                                                      : CKPT_FORMAT_PTH_ZIP;
+        to = by_name;
     rw->out_format = to;
     rw->shard_size = s->shard_size;
     rw->write_flags = s->no_dedupe ? CKPT_WRITE_NO_DEDUPE : 0;
