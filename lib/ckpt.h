@@ -475,6 +475,18 @@ typedef struct ckpt_write_options {
  */
 CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_options *opt);
 
+/*
+ * Remove the temporary files of writes in progress that have a name in a
+ * directory (where the filesystem has no O_TMPFILE, a write goes to a
+ * hidden ".NAME.ckpt-XXXXXX" until it is complete).  Async-signal-safe: it
+ * only reads a fixed table and calls unlink(), for a program's handler of
+ * SIGINT, SIGTERM or SIGHUP to call before the program dies of the signal.
+ * The library installs no signal handler itself.  Meant to be followed by
+ * the program's end (_exit() or the signal re-raised): a write still going
+ * on then fails.
+ */
+CKPT_API void ckpt_cleanup_temporaries(void);
+
 /* ---- the model runtime: graph specs, backends, strict load, forward -------- */
 
 /*

@@ -22,6 +22,31 @@ static const struct command {
     {"scan", cmd_scan, "list every global a file's pickles would import; flag unsafe ones"},
 };
 
+/* SIGINT, SIGTERM, SIGHUP: remove the temporary file of a write in progress
+ * (the library's, when it has a name), then die of the signal as if there
+ * were no handler, so that the caller sees the signal in the exit status. */
+static void on_fatal_signal(int sig)
+{
+    ckpt_cleanup_temporaries();
+    signal(sig, SIG_DFL);
+    raise(sig); /* delivered when the handler returns (SIG is blocked in it) */
+}
+
+static void catch_fatal_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        struct sigaction sa, old;
+        /* a signal ignored by whoever started us (nohup, `cmd &`) stays ignored */
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN)
+            continue;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_fatal_signal;
+        sigfillset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: ckpt <command> [options] ...\n"
@@ -44,6 +69,8 @@ int main(int argc, char **argv)
     /* a file-size limit must be an error we report and clean up after, not a
      * signal that kills us with a partial file behind */
     signal(SIGXFSZ, SIG_IGN);
+    /* an interrupted write leaves no temporary file behind */
+    catch_fatal_signals();
 
     if (argc < 2) {
         usage(stderr);

@@ -340,7 +340,7 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
         ckpt_out out;
         if (!text) {
             rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
-        } else if ((rc = ckpt_out_open(&out, path, &f->err)) != CKPT_OK) {
+        } else if ((rc = ckpt_out_open(&out, path, strlen(text) + 1, &f->err)) != CKPT_OK) {
             ckpt_out_abort(&out);
         } else {
             size_t len = strlen(text);

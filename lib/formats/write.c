@@ -2,8 +2,10 @@
  * write.c - writing dispatch: ckpt_file_write() picks the format (OPT's, a
  * set for --shard-size or NAME.index.json, else pth-zip; OUT's name through
  * ckpt_format_for_path), makes the checks every output shares, and has one
- * file written atomically by its format's writer.  It also installs
- * f->parts.write, through which a set writes its parts by their names.
+ * file written atomically by its format's writer, once its filesystem is
+ * known to have room for the tensor bytes it will hold (expected_size).  It
+ * also installs f->parts.write, through which a set writes its parts by
+ * their names (each part gets the same check).
  */
 #include "formats/format.h"
 
@@ -26,6 +28,60 @@ static bool same_file(const ckpt_file *f, const char *path)
     return stat(path, &st) == 0 && (uint64_t)st.st_dev == f->dev && (uint64_t)st.st_ino == f->ino;
 }
 
+/* Add to *SUM the bytes that tensor V's storage puts in any output: what the
+ * view needs, at most the storage (pth formats write whole storages,
+ * safetensors each view), each storage counted once (SEEN by its index). */
+static void count_tensor(const ckpt_file *f, const ckpt_value *v, uint64_t *seen, uint64_t *sum)
+{
+    if (!v || v->kind != CKPT_KIND_TENSOR || !v->u.tensor || !v->u.tensor->storage)
+        return;
+    const ckpt_tensor *t = v->u.tensor;
+    const ckpt_storage *s = t->storage;
+    if (s->index >= f->nstorages || f->storages[s->index] != s)
+        return;
+    uint64_t n = (uint64_t)ckpt_tensor_nbytes(t);
+    if (n > s->nbytes)
+        n = s->nbytes;
+    if (n > seen[s->index]) {
+        *sum += n - seen[s->index];
+        seen[s->index] = n;
+    }
+}
+
+/*
+ * A lower bound of the size of the file any writer makes of f->root, for
+ * the free-space check (0: unknown): the tensor bytes of the state dict a
+ * tensors-only format writes (ckpt_pick_state_dict: --select, the root when
+ * it holds only tensors, or the file's one state dict), which the pth
+ * formats write too, since they write the whole root that holds it; when
+ * there is no such state dict, those of every tensor under the root.
+ * Nothing is added for pickles, headers or storage bytes outside the views:
+ * only a write that cannot fit is refused before it starts (one that
+ * overflows later fails there, and leaves nothing behind either).
+ */
+static uint64_t expected_size(ckpt_file *f, const ckpt_write_options *opt)
+{
+    /* (an empty root: nothing to count, and the index may be another root's) */
+    if (f->nstorages == 0 || (f->root->kind == CKPT_KIND_DICT && f->root->u.dict.keys.len == 0))
+        return 0;
+    uint64_t *seen = calloc(f->nstorages, sizeof(*seen));
+    if (!seen)
+        return 0;
+    uint64_t sum = 0;
+    const ckpt_value *sd = NULL;
+    ckpt_error saved = f->err; /* a failed pick is no error here */
+    int rc = ckpt_pick_state_dict(f, opt ? opt->select : NULL, &sd);
+    f->err = saved;
+    if (rc == CKPT_OK && sd && sd->kind == CKPT_KIND_DICT)
+        for (size_t i = 0; i < sd->u.dict.vals.len; i++)
+            count_tensor(f, sd->u.dict.vals.items[i], seen, &sum);
+    else
+        for (size_t i = 0; i < f->tensors.len; i++)
+            count_tensor(f, f->tensors.items[i].value, seen, &sum);
+    free(seen);
+    return sum;
+}
+
 /* One file of format D at PATH: a temporary file renamed when complete. */
 static int write_one(ckpt_file *f, const ckpt_format_desc *d, const char *path,
                      const ckpt_write_options *opt)
@@ -34,7 +90,7 @@ static int write_one(ckpt_file *f, const ckpt_format_desc *d, const char *path,
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "%s is not written as one file", d->name);
     bool in_place = same_file(f, path);
     ckpt_out out;
-    int rc = ckpt_out_open(&out, path, &f->err);
+    int rc = ckpt_out_open(&out, path, expected_size(f, opt), &f->err);
     if (rc != CKPT_OK) {
         ckpt_out_abort(&out); /* frees what a failed open allocated */
         return rc;

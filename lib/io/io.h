@@ -45,9 +45,15 @@ typedef struct ckpt_out {
     int fd;
     char *path, *dir;
     char *tmp; /* a named temporary file, when there is one */
+    int slot;  /* its entry in the registry of temporaries + 1; 0: none */
 } ckpt_out;
 
-int ckpt_out_open(ckpt_out *o, const char *path, ckpt_error *err);
+/* Open a temporary file that ckpt_out_commit() will name PATH.  EXPECT is
+ * the least number of bytes the file will hold (0: unknown): when PATH's
+ * filesystem has less free space, CKPT_ERR_IO ("not enough free space in
+ * 'DIR': N bytes needed, M available") before anything is created.  On
+ * failure the caller still calls ckpt_out_abort(). */
+int ckpt_out_open(ckpt_out *o, const char *path, uint64_t expect, ckpt_error *err);
 /* fsync, then give the file its name (replacing an existing one). */
 int ckpt_out_commit(ckpt_out *o, ckpt_error *err);
 /* Close and remove whatever was written. */

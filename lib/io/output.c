@@ -1,20 +1,111 @@
 /*
- * output_file.c - atomic creation of an output file: the data goes to an
- * unnamed temporary file in the target's directory (O_TMPFILE, or a hidden
- * named one where the filesystem has no O_TMPFILE), is fsynced, and only
- * then takes the target's name.  A crash or an error leaves no partial file
- * under the target name (and, with O_TMPFILE, nothing at all).
+ * output.c - atomic creation of an output file (DESIGN.md, "Common rules").
+ *
+ * The data goes to a temporary file in the target's directory: an unnamed
+ * one (O_TMPFILE), or a hidden named one, ".NAME.ckpt-XXXXXX", where the
+ * filesystem has no O_TMPFILE.  It is fsynced and only then takes the
+ * target's name (an unnamed file is first linked under a hidden name, then
+ * renamed), so the target is the old file or the complete new one, never a
+ * part.  An error leaves nothing behind: ckpt_out_abort() closes and removes
+ * the temporary file.
+ *
+ * Free space: ckpt_out_open() is told the least number of bytes the
+ * file will hold and refuses (CKPT_ERR_IO) before creating anything when
+ * the target's filesystem has less free space (statvfs of the directory;
+ * the blocks reserved for root count as free when running as root, so that
+ * only a write that cannot fit is refused).
+ *
+ * Signals: the library installs no handler and never exits.  It keeps a
+ * fixed registry of the temporary files that have a name while they exist
+ * (the named fallback from creation to commit; an O_TMPFILE file only for
+ * the instant between linkat and rename), and ckpt_cleanup_temporaries()
+ * (ckpt.h), which only reads that registry and calls unlink(), is safe to
+ * call from the program's own handler of SIGINT, SIGTERM, SIGHUP before it
+ * dies of the signal (the ckpt command does, in src/main.c).  Creating or
+ * removing a name and recording it in the registry happen with every
+ * signal blocked in the calling thread, so a handler running on that
+ * thread sees every name that exists.  An unnamed file needs nothing: the
+ * kernel frees it when the process dies.
+ *
+ * CKPT_NO_O_TMPFILE: when this environment variable is set and not empty,
+ * O_TMPFILE is not tried and the named fallback is used.  It exists for the
+ * test suite only (tests/cli/output.sh), to exercise the fallback on
+ * filesystems that have O_TMPFILE.
  */
 #include "io/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
+
+/* ---- the registry of named temporary files ----------------------------------- */
+
+/* More than the files a process writes at once (a set writes one part at a
+ * time); when every slot is taken a file is still written, and removed on
+ * an error, but not by ckpt_cleanup_temporaries(). */
+#define TEMP_SLOTS 16
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_LIVE };
+
+static atomic_int temp_state[TEMP_SLOTS];
+static char temp_name[TEMP_SLOTS][PATH_MAX];
+
+/* Record PATH; its slot + 1, or 0 (registry full, or PATH too long to exist). */
+static int temp_register(const char *path)
+{
+    size_t n = strlen(path);
+    if (n >= PATH_MAX)
+        return 0;
+    for (int i = 0; i < TEMP_SLOTS; i++) {
+        int expected = SLOT_FREE;
+        if (atomic_compare_exchange_strong(&temp_state[i], &expected, SLOT_FILLING)) {
+            memcpy(temp_name[i], path, n + 1);
+            atomic_store(&temp_state[i], SLOT_LIVE);
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+static void temp_release(int *slot)
+{
+    if (*slot > 0)
+        atomic_store(&temp_state[*slot - 1], SLOT_FREE);
+    *slot = 0;
+}
+
+CKPT_API void ckpt_cleanup_temporaries(void)
+{
+    /* async-signal-safe: lock-free atomic loads and unlink() */
+    for (int i = 0; i < TEMP_SLOTS; i++)
+        if (atomic_load(&temp_state[i]) == SLOT_LIVE)
+            unlink(temp_name[i]);
+}
+
+/* Block every signal in this thread (restored by unblock_signals): a name
+ * is created or removed and its registry entry changed as one step. */
+static void block_signals(sigset_t *old)
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, old);
+}
+
+static void unblock_signals(const sigset_t *old)
+{
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+/* ---- output files ----------------------------------------------------------------- */
 
 static char *dir_of(const char *path)
 {
@@ -34,21 +125,43 @@ static mode_t creation_mode(void)
     return 0666 & ~m;
 }
 
+/* Refuse when the filesystem of O->dir cannot hold EXPECT more bytes. */
+static int check_space(const ckpt_out *o, uint64_t expect, ckpt_error *err)
+{
+    struct statvfs sv;
+    if (expect == 0 || statvfs(o->dir, &sv) != 0)
+        return CKPT_OK; /* unknown: creating the file reports what is wrong */
+    uint64_t unit = sv.f_frsize ? sv.f_frsize : sv.f_bsize;
+    uint64_t blocks = geteuid() == 0 ? sv.f_bfree : sv.f_bavail;
+    if (unit == 0 || blocks > UINT64_MAX / unit)
+        return CKPT_OK;
+    uint64_t avail = blocks * unit;
+    if (expect <= avail)
+        return CKPT_OK;
+    return ckpt_err(err, CKPT_ERR_IO,
+                    "not enough free space in '%s': %llu bytes needed, %llu available", o->dir,
+                    (unsigned long long)expect, (unsigned long long)avail);
+}
+
 /* On failure the caller still calls ckpt_out_abort() to free O. */
-int ckpt_out_open(ckpt_out *o, const char *path, ckpt_error *err)
+int ckpt_out_open(ckpt_out *o, const char *path, uint64_t expect, ckpt_error *err)
 {
     memset(o, 0, sizeof(*o));
     o->fd = -1;
     if (!(o->path = strdup(path)) || !(o->dir = dir_of(path)))
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    CKPT_FORWARD(check_space(o, expect, err));
 #ifdef O_TMPFILE
-    o->fd = open(o->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
-    if (o->fd >= 0)
-        return CKPT_OK;
-    /* filesystems without O_TMPFILE say so with one of these */
-    if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
-        return ckpt_err(err, CKPT_ERR_IO, "cannot create a file in '%s': %s", o->dir,
-                        strerror(errno));
+    const char *no_tmpfile = getenv("CKPT_NO_O_TMPFILE"); /* tests only (see above) */
+    if (!no_tmpfile || !*no_tmpfile) {
+        o->fd = open(o->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
+        if (o->fd >= 0)
+            return CKPT_OK;
+        /* filesystems without O_TMPFILE say so with one of these */
+        if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+            return ckpt_err(err, CKPT_ERR_IO, "cannot create a file in '%s': %s", o->dir,
+                            strerror(errno));
+    }
 #endif
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -56,15 +169,20 @@ int ckpt_out_open(ckpt_out *o, const char *path, ckpt_error *err)
     if (!(o->tmp = malloc(n)))
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
     snprintf(o->tmp, n, "%s/.%s.ckpt-XXXXXX", o->dir, base);
+    sigset_t old;
+    block_signals(&old);
     o->fd = mkostemp(o->tmp, O_CLOEXEC);
+    int e = errno;
+    if (o->fd >= 0)
+        o->slot = temp_register(o->tmp);
+    unblock_signals(&old);
     if (o->fd < 0) {
-        int e = errno;
         free(o->tmp);
         o->tmp = NULL;
         return ckpt_err(err, CKPT_ERR_IO, "cannot create a file in '%s': %s", o->dir, strerror(e));
     }
     if (fchmod(o->fd, creation_mode()) != 0) {
-        int e = errno;
+        e = errno;
         return ckpt_err(err, CKPT_ERR_IO, "cannot set the mode of '%s': %s", path, strerror(e));
     }
     return CKPT_OK;
@@ -74,23 +192,30 @@ int ckpt_out_commit(ckpt_out *o, ckpt_error *err)
 {
     if (fsync(o->fd) != 0)
         return ckpt_err(err, CKPT_ERR_IO, "cannot write '%s': %s", o->path, strerror(errno));
+    sigset_t old;
+    block_signals(&old);
     if (!o->tmp) {
         /* give the unnamed file a hidden name, then rename it over the target */
         size_t n = strlen(o->dir) + strlen(o->path) + 48;
         char proc[64];
-        if (!(o->tmp = malloc(n)))
+        if (!(o->tmp = malloc(n))) {
+            unblock_signals(&old);
             return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        }
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", o->fd);
         for (int attempt = 0;; attempt++) {
             const char *base = strrchr(o->path, '/');
             snprintf(o->tmp, n, "%s/.%s.ckpt-%ld-%d", o->dir, base ? base + 1 : o->path,
                      (long)getpid(), attempt);
-            if (linkat(AT_FDCWD, proc, AT_FDCWD, o->tmp, AT_SYMLINK_FOLLOW) == 0)
+            if (linkat(AT_FDCWD, proc, AT_FDCWD, o->tmp, AT_SYMLINK_FOLLOW) == 0) {
+                o->slot = temp_register(o->tmp);
                 break;
+            }
             if (errno != EEXIST || attempt > 100) {
                 int e = errno;
                 free(o->tmp);
                 o->tmp = NULL;
+                unblock_signals(&old);
                 return ckpt_err(err, CKPT_ERR_IO, "cannot create '%s': %s", o->path, strerror(e));
             }
         }
@@ -98,10 +223,14 @@ int ckpt_out_commit(ckpt_out *o, ckpt_error *err)
     if (rename(o->tmp, o->path) != 0) {
         int e = errno;
         unlink(o->tmp);
+        temp_release(&o->slot);
+        unblock_signals(&old);
         free(o->tmp);
         o->tmp = NULL;
         return ckpt_err(err, CKPT_ERR_IO, "cannot create '%s': %s", o->path, strerror(e));
     }
+    temp_release(&o->slot);
+    unblock_signals(&old);
     free(o->tmp);
     o->tmp = NULL;
     /* make the new name durable too */
@@ -122,8 +251,13 @@ void ckpt_out_abort(ckpt_out *o)
 {
     if (o->fd >= 0)
         close(o->fd);
-    if (o->tmp)
+    if (o->tmp) {
+        sigset_t old;
+        block_signals(&old);
         unlink(o->tmp);
+        temp_release(&o->slot);
+        unblock_signals(&old);
+    }
     free(o->tmp);
     free(o->path);
     free(o->dir);
