@@ -1,26 +1,55 @@
 /*
  * ckpt.h - libckpt, the PyTorch checkpoint library behind the ckpt tool.
+ * The whole public API; man 3 libckpt documents it group by group.
  *
- * Reads .pth checkpoints (zip and pre-1.6 legacy) without Python: the pickle
- * inside is parsed by a safe VM that never imports or calls anything.
+ * Reads .pth checkpoints (zip and pre-1.6 legacy), safetensors files and
+ * sharded sets (*.index.json) without Python: the pickle inside is parsed
+ * by a safe VM that never imports or calls anything.  Edits them (key
+ * renames, device remaps, dtype casts), writes them in any of those
+ * formats, scans pickles for what they would import, and runs a model spec
+ * on a checkpoint's weights (CPU or CUDA).
  *
  * Errors.  Functions that can fail return an int from enum ckpt_status:
  * CKPT_OK (0) on success, a negative code on failure.  The handle keeps the
  * code and a one-line message naming what was wrong and where; read them
- * with ckpt_file_error_code() / ckpt_file_error_message().  Calls without a
- * handle are described by ckpt_strerror().  The library never prints, never
- * exits and never reads the environment.
+ * with ckpt_file_error_code() / ckpt_file_error_message() (ckpt_model_*,
+ * ckpt_scan_* for those handles; ckpt_rename_error() for a rule;
+ * ckpt_backend_open() writes its message into the caller's buffer).  A call
+ * that opens, reads, compares, edits or writes clears the handle's error
+ * first; the message is then that call's first error.  A call given a
+ * NULL handle, or NULL where a pointer is required, returns CKPT_ERR_USAGE
+ * and may record nothing: ckpt_strerror() names any status.  The library
+ * never prints, never exits and never reads the environment.
  *
  * Ownership.
  *  (a) What ckpt_*_new returns is released by the matching ckpt_*_free;
  *      every _free accepts NULL.
  *  (b) Getters return borrowed pointers (const where the caller must not
- *      write), valid until the owning ckpt_file is freed.  Values, tensors
- *      and storages all live in an arena owned by their ckpt_file.
+ *      write), valid until the owning handle is freed.  Values, tensors
+ *      and storages all live in an arena owned by their ckpt_file, and so
+ *      do the strings of paths and keys (also the keys an edit replaced).
  *  (c) Setters copy their string arguments.
- *  (d) Bulk data goes into caller-supplied buffers with an explicit capacity.
+ *  (d) Bulk data goes into caller-supplied buffers with an explicit
+ *      capacity.  The exceptions are malloc'd for the caller to release:
+ *      ckpt_rename_apply()'s string (free()) and ckpt_model_run()'s
+ *      outputs (ckpt_array_clear()).
  *
- * Threads.  A ckpt_file may be used by one thread at a time.
+ * Threads.  The library's global tables are set up once, under
+ * pthread_once(): different handles may be used by different threads at
+ * once.  One handle (a ckpt_file with everything borrowed from it, a
+ * ckpt_model, a ckpt_scan, a ckpt_backend with the models that ran on it)
+ * is used by one thread at a time; calls that take it const only read it,
+ * and may run at once in several threads while no call that takes it
+ * non-const runs.  A ckpt_rename may be shared once its rules are added.
+ * ckpt_version_details() fills a static buffer: call it from one thread.
+ * ckpt_file_write() may run a helper thread of its own (CRC checks); it
+ * has ended when the call returns, and callbacks are made from the
+ * calling thread.
+ *
+ * Versions.  CKPT_VERSION_* is the release.  The shared library's version
+ * follows libtool's interface rules (configure.ac, CKPT_LT_VERSION): an
+ * interface added keeps the soname (current and age go up), one removed or
+ * changed incompatibly changes it (age back to 0).
  */
 #ifndef CKPT_H
 #define CKPT_H
@@ -38,6 +67,13 @@ extern "C" {
 #define CKPT_API
 #endif
 
+/* ---- version and status codes -------------------------------------------- */
+
+/*
+ * The release this header belongs to, and the library's own idea of it at
+ * run time; the status codes every fallible call returns, and their names.
+ */
+
 #define CKPT_VERSION_MAJOR 0
 #define CKPT_VERSION_MINOR 1
 #define CKPT_VERSION_PATCH 0
@@ -51,7 +87,7 @@ CKPT_API const char *ckpt_version_details(void);
 
 typedef enum ckpt_status {
     CKPT_OK = 0,
-    CKPT_EOF = 1,                /* iterator exhausted */
+    CKPT_EOF = 1,                /* iterator exhausted (reserved: nothing returns it yet) */
     CKPT_ERR_USAGE = -1,         /* API misuse or invalid argument */
     CKPT_ERR_FORMAT = -2,        /* malformed or corrupt input */
     CKPT_ERR_UNSAFE = -3,        /* refused: a global outside the allow-list */
@@ -65,6 +101,11 @@ typedef enum ckpt_status {
 CKPT_API const char *ckpt_strerror(int status);
 
 /* ---- dtypes ------------------------------------------------------------ */
+
+/*
+ * Every dtype torch saves, in torch's names.  Tensors and storages report
+ * theirs; casts and the float32 reader take them.
+ */
 
 typedef enum ckpt_dtype {
     CKPT_DTYPE_UNKNOWN = 0,
@@ -92,6 +133,15 @@ CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name);
 CKPT_API int ckpt_dtype_is_floating(ckpt_dtype dtype);
 
 /* ---- opening a checkpoint ---------------------------------------------- */
+
+/*
+ * A ckpt_file is made with ckpt_file_new(), configured (allow-list, limits),
+ * opened once with ckpt_file_open() (a handle is not reused: make a new one
+ * per file), queried, edited and written, and released with
+ * ckpt_file_free(), which releases everything borrowed from it.  The format
+ * is recognised by content (then by name for a shard index), whatever the
+ * file is called.
+ */
 
 typedef struct ckpt_file ckpt_file;
 typedef struct ckpt_value ckpt_value;
@@ -161,6 +211,14 @@ CKPT_API const ckpt_storage *ckpt_file_storage(const ckpt_file *f, size_t i);
 
 /* ---- the value tree ------------------------------------------------------ */
 
+/*
+ * The unpickled object as a tree of values (ckpt_file_root()): dicts,
+ * lists, tuples, strings, numbers, tensors, and the globals and objects it
+ * names, kept opaque.  These getters accept NULL and a value of another
+ * kind: they then return NULL, 0 or CKPT_KIND_NONE (ckpt_value_int():
+ * CKPT_ERR_USAGE).
+ */
+
 typedef enum ckpt_kind {
     CKPT_KIND_NONE = 0,
     CKPT_KIND_BOOL,
@@ -217,6 +275,12 @@ CKPT_API const ckpt_storage *ckpt_value_storage(const ckpt_value *v);
 
 /* ---- tensors and storages ---------------------------------------------- */
 
+/*
+ * A tensor is a view (dtype, shape, stride, offset) of a storage, as in
+ * torch; tied tensors share one storage.  These getters read what the
+ * pickle says and never the data; they take non-NULL pointers.
+ */
+
 CKPT_API ckpt_dtype ckpt_tensor_dtype(const ckpt_tensor *t);
 CKPT_API int ckpt_tensor_ndim(const ckpt_tensor *t);
 CKPT_API const int64_t *ckpt_tensor_shape(const ckpt_tensor *t);
@@ -241,6 +305,14 @@ CKPT_API const char *ckpt_storage_device(const ckpt_storage *s);
 /* Index in ckpt_file_storage(). */
 CKPT_API size_t ckpt_storage_index(const ckpt_storage *s);
 
+/* ---- reading tensor data --------------------------------------------------- */
+
+/*
+ * The data, read on demand into the caller's buffer, every zip record's
+ * CRC-32 checked when read whole.  These take the ckpt_file non-const: the
+ * error lands in its handle.
+ */
+
 /*
  * Read LEN bytes of storage S starting at byte OFFSET into BUF.  Reading a
  * whole record (offset 0, len = nbytes) also verifies its CRC-32 (zip).
@@ -263,6 +335,9 @@ CKPT_API int ckpt_tensor_read(ckpt_file *f, const ckpt_tensor *t, void *buf, siz
 CKPT_API int ckpt_tensor_read_float32(ckpt_file *f, const ckpt_tensor *t, float *buf,
                                       size_t count);
 
+/* ---- statistics ------------------------------------------------------------ */
+
+/* What `ckpt inspect --stats` shows for one tensor. */
 typedef struct ckpt_tensor_stats {
     int valid;          /* 0 when the dtype has no ordering (complex, quantized) */
     double min, max;    /* over finite elements; NaN when there are none */
@@ -276,6 +351,8 @@ CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t,
                                        ckpt_tensor_stats *out);
 
 /* ---- comparing tensors ---------------------------------------------------- */
+
+/* ckpt diff's engine: two tensors' elements, as torch.isclose sees them. */
 
 typedef struct ckpt_compare_result {
     int64_t count;          /* elements compared (numel when the shapes agree) */
@@ -319,6 +396,13 @@ CKPT_API int ckpt_tensor_compare(ckpt_file *fa, const ckpt_tensor *a, ckpt_file 
                                  ckpt_compare_result *out);
 
 /* ---- walking: tensors, state dicts, objects, by path -------------------- */
+
+/*
+ * Listings made when the file is opened (and again by ckpt_file_select()),
+ * each entry with its path from the root.  ckpt_file_rename_keys() changes
+ * keys in the value tree, not these paths: they still name the keys as
+ * they were (walk ckpt_file_root() for the new ones).
+ */
 
 /* One step of a path from the root: a dict key or a list/tuple index. */
 typedef struct ckpt_path_elem {
@@ -369,6 +453,14 @@ typedef enum ckpt_global_class {
 CKPT_API ckpt_global_class ckpt_file_classify_global(const ckpt_file *f, const char *qualified_name);
 
 /* ---- editing: key renames and device remaps ------------------------------- */
+
+/*
+ * Edits change the opened checkpoint in memory, never the file it came
+ * from; ckpt_file_write() then writes the result.  An edit refused (a bad
+ * rule or tag, two keys made equal) changes nothing; with CKPT_EDIT_DRY_RUN
+ * an edit only reports what it would do.  Edits combine: select, rename,
+ * remap and cast one handle, then write it once.
+ */
 
 /*
  * A list of key rename rules, applied in order to every key.  Rules copy
@@ -448,6 +540,14 @@ CKPT_API int ckpt_device_known(const char *tag);
 
 /* ---- writing -------------------------------------------------------------- */
 
+/*
+ * One call writes the checkpoint, edits included, in one of the formats
+ * (ckpt_format): pth-zip by default, pth-legacy, safetensors (a mapping of
+ * tensors only: the root or OPT->select), or a sharded set (PATH named
+ * NAME.index.json, or OPT->shard_size).  ckpt_format_for_path() gives the
+ * format an output's name asks for, as ckpt convert picks it.
+ */
+
 enum {
     CKPT_WRITE_IN_PLACE = 1 << 0, /* allow PATH to be the file that was opened */
     CKPT_WRITE_NO_DEDUPE = 1 << 1 /* safetensors: write tied tensors once per name */
@@ -460,18 +560,21 @@ typedef struct ckpt_write_options {
     uint64_t shard_size; /* > 0: write PATH (NAME.index.json) and shards of at most this
                             many bytes (a bigger tensor has a shard to itself); a PATH
                             ending in .index.json without it keeps the input's shards */
-    /* Called now and then with bytes of storage data copied so far. */
+    /* Called now and then with bytes of storage data copied so far (pth-zip). */
     void (*progress)(void *user, uint64_t done, uint64_t total);
     void *user;
 } ckpt_write_options;
 
 /*
- * Write the checkpoint, with any edits made to it, to PATH as pth-zip in
- * torch's layout: protocol-2 pickle, stored records aligned to 64 bytes,
- * zip64 where needed, storages renumbered "0".. in pickle order.  Storage
- * bytes are copied from the input (CRC-checked on the way), never held
- * whole in memory.  Atomic: PATH appears complete or not at all.  Refuses
- * "-" and the input file itself unless CKPT_WRITE_IN_PLACE.  OPT may be NULL.
+ * Write the checkpoint, with any edits made to it, to PATH in OPT->format:
+ * pth-zip when that is 0 (or OPT is NULL), whatever PATH is called, except
+ * that a PATH named NAME.index.json is always written as a sharded set
+ * (its shards in the format their names say).  pth-zip is torch's layout:
+ * protocol-2 pickle, stored records aligned to 64 bytes, zip64 where
+ * needed, storages renumbered "0".. in pickle order.  Storage bytes are
+ * copied from the input (CRC-checked on the way), never held whole in
+ * memory.  Atomic: PATH appears complete or not at all.  Refuses "-" and
+ * the input file itself unless CKPT_WRITE_IN_PLACE.  OPT may be NULL.
  */
 CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_options *opt);
 
