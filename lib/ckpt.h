@@ -560,7 +560,7 @@ typedef struct ckpt_write_options {
     uint64_t shard_size; /* > 0: write PATH (NAME.index.json) and shards of at most this
                             many bytes (a bigger tensor has a shard to itself); a PATH
                             ending in .index.json without it keeps the input's shards */
-    /* Called now and then with bytes of storage data copied so far (pth-zip). */
+    /* Called now and then with bytes of storage data copied so far (every format). */
     void (*progress)(void *user, uint64_t done, uint64_t total);
     void *user;
 } ckpt_write_options;
@@ -573,8 +573,10 @@ typedef struct ckpt_write_options {
  * protocol-2 pickle, stored records aligned to 64 bytes, zip64 where
  * needed, storages renumbered "0".. in pickle order.  Storage bytes are
  * copied from the input (CRC-checked on the way), never held whole in
- * memory.  Atomic: PATH appears complete or not at all.  Refuses "-" and
- * the input file itself unless CKPT_WRITE_IN_PLACE.  OPT may be NULL.
+ * memory.  Atomic: PATH appears complete or not at all.  CKPT_ERR_IO
+ * before anything is written when PATH's filesystem has less free space
+ * than the tensor data to write.  Refuses "-" and the input file itself
+ * unless CKPT_WRITE_IN_PLACE.  OPT may be NULL.
  */
 CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_options *opt);
 
