@@ -8,19 +8,19 @@ and random bit patterns.  Long tensors take torch's vectorised kernels;
 each special value is also cast alone, as a tensor of length 1.  With $CKPT
 set, the same tensors also go through `ckpt convert --dtype`."""
 import os
-import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-    import torch
-except ImportError:
-    print("no torch: skipped")
-    sys.exit(77)
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as c  # noqa: E402  (exit 77 without torch)
 
-CAST_TOOL = os.environ.get("CAST_TOOL", "./tests/interop/cast_tool")
-CKPT = os.environ.get("CKPT", "")  # also checks `ckpt convert --dtype` when set
+c.need("numpy")
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+CAST_TOOL = c.CAST_TOOL
+CKPT = c.CKPT if os.environ.get("CKPT") else ""  # also checks `ckpt convert --dtype` when set
 
 DTYPES = {  # name: (torch dtype, unsigned numpy type of the bits, signed one, method)
     "float64": (torch.float64, np.uint64, np.int64, "double"),
@@ -152,10 +152,9 @@ def all16_inputs():
 # ---- comparing ----------------------------------------------------------------
 
 def ckpt_cast(src, dst, bits):
-    run = subprocess.run([CAST_TOOL, src, dst], input=np.ascontiguousarray(bits).tobytes(),
-                         stdout=subprocess.PIPE)
-    if run.returncode != 0:
-        raise RuntimeError("cast_tool %s %s exited %d" % (src, dst, run.returncode))
+    run = c.run([CAST_TOOL, src, dst], input=np.ascontiguousarray(bits).tobytes())
+    if run.rc != 0:
+        raise c.Fail("cast_tool %s %s exited %d: %s" % (src, dst, run.rc, run.err.strip()))
     return np.frombuffer(run.stdout, dtype=DTYPES[dst][1])
 
 
@@ -163,47 +162,76 @@ def torch_cast(src, dst, bits):
     return to_bits(dst, getattr(to_tensor(src, bits), DTYPES[dst][3])())
 
 
-def through_convert(inputs, tmp):
+def through_convert(t, inputs, tmp):
     """The same tensors through `ckpt convert --dtype` ($CKPT), as torch
-    loads the result; (passed, failed)."""
+    loads the result: one check per target dtype and format."""
     sd = {"%s/%s" % (src, g): to_tensor(src, bits).clone()
           for src, groups in inputs.items() for g, bits in groups.items()}
-    path = os.path.join(tmp, "in.pth")
-    torch.save(sd, path)
-    passed = failed = 0
+    path = c.save(sd, os.path.join(tmp, "in.pth"))
+
+    def convert(dst, fmt):
+        out = os.path.join(tmp, "out.pth")
+        c.ckpt_expect(0, "convert", "--quiet", "--to", fmt, "--dtype", dst, path, out)
+        got = torch.load(out)
+        os.unlink(out)
+        bad = []
+        for k, v in sd.items():
+            if k not in got or got[k].dtype != DTYPES[dst][0] or got[k].shape != v.shape:
+                bad.append("%s: missing or %s, not %s" % (k, got[k].dtype if k in got else "-", dst))
+                continue
+            src = k.split("/")[0]
+            want, g = torch_cast(src, dst, to_bits(src, v)), to_bits(dst, got[k])
+            diff = want != g
+            if dst == "bfloat16" and k.startswith("float64/"):  # as in compare()
+                diff &= ~(is_nan("float64", to_bits("float64", v)) & (want == 0x7FC0) & (g == 0xFFFF))
+            if diff.any():
+                bad.append("%s: %d elements differ" % (k, int(diff.sum())))
+        return bad
+
     for dst in ("float16", "bfloat16", "float32"):
         for fmt in ("pth", "pth-legacy"):
-            out = os.path.join(tmp, "out.pth")
-            run = subprocess.run([CKPT, "convert", "--quiet", "--to", fmt, "--dtype", dst, path, out])
-            bad = []
-            if run.returncode != 0:
-                bad.append("exited %d" % run.returncode)
-            else:
-                got = torch.load(out)
-                for k, v in sd.items():
-                    if k not in got or got[k].dtype != DTYPES[dst][0] or got[k].shape != v.shape:
-                        bad.append("%s: missing or %s, not %s" % (k, got[k].dtype if k in got else "-", dst))
-                        continue
-                    src = k.split("/")[0]
-                    want, g = torch_cast(src, dst, to_bits(src, v)), to_bits(dst, got[k])
-                    diff = want != g
-                    if dst == "bfloat16" and k.startswith("float64/"):  # as in main()
-                        diff &= ~(is_nan("float64", to_bits("float64", v)) & (want == 0x7FC0) & (g == 0xFFFF))
-                    if diff.any():
-                        bad.append("%s: %d elements differ" % (k, int(diff.sum())))
-                os.unlink(out)
-            for b in bad[:5]:
-                print("FAIL ckpt convert --to %s --dtype %s: %s" % (fmt, dst, b))
-            failed += bool(bad)
-            passed += not bad
-    return passed, failed
+            t.run("ckpt convert --to %s --dtype %s" % (fmt, dst), convert, dst, fmt)
+
+
+def compare(src, dst, bits, vector_bf16, tolerated, alone=False):
+    """The cast of BITS from SRC to DST by cast_tool against torch's: as one
+    long tensor (BITS repeated to 1000 elements or more), and with ALONE
+    each element also as a tensor of its own.  What differs, as a list."""
+    got = ckpt_cast(src, dst, bits)
+    checks = [("long", bits if len(bits) >= 1000 else np.tile(bits, -(-1000 // len(bits))))]
+    if alone:
+        checks.append(("length 1", bits))
+    errs = []
+    for how, b in checks:
+        g = got if len(b) == len(bits) else np.tile(got, len(b) // len(bits))
+        if how == "length 1":
+            want = np.concatenate([torch_cast(src, dst, b[i:i + 1]) for i in range(len(b))])
+        else:
+            want = torch_cast(src, dst, b)
+        diff = want != g
+        if dst == "bfloat16" and (src == "float64" or (src == "float32" and not vector_bf16)):
+            # torch's scalar kernel gives a bfloat16 NaN 0x7fc0 where its
+            # vectorised one (and ckpt) give 0xffff: float64 tails of
+            # fewer than 16 (AVX2) / 32 (AVX-512) elements, and all
+            # NaNs without AVX2
+            ok = diff & is_nan(src, b) & (want == 0x7FC0) & (g == 0xFFFF)
+            if ok.any():
+                key = "%s -> %s (%s)" % (src, dst, how)
+                tolerated[key] = tolerated.get(key, 0) + int(ok.sum())
+            diff &= ~ok
+        if diff.any():
+            errs.append("%s: %d of %d elements differ, e.g. %s" % (
+                how, int(diff.sum()), len(b), ", ".join(
+                    "in %#x torch %#x ckpt %#x" % (int(b[i]), int(want[i]), int(g[i]))
+                    for i in np.flatnonzero(diff)[:5])))
+    return errs
 
 
 def main():
-    if not os.access(CAST_TOOL, os.X_OK):
-        print("FAIL no cast tool at %s (set CAST_TOOL)" % CAST_TOOL)
-        print("0 passed, 1 failed")
-        return 1
+    t = c.Tally(uses="cast_tool %s, ckpt %s" % (CAST_TOOL, CKPT or "(CKPT not set: convert not run)"))
+    t.need(CAST_TOOL, "CAST_TOOL")
+    if CKPT:
+        t.need(CKPT, "CKPT")
     rng = np.random.default_rng(20240513)
     inputs = {"float32": f32_inputs(rng)}
     inputs["float64"] = f64_inputs(rng, inputs["float32"])
@@ -221,55 +249,18 @@ def main():
     if not vector_bf16:
         print("note torch %s has no vectorised float32 -> bfloat16 here (CPU capability %s)"
               % (torch.__version__, os.environ.get("ATEN_CPU_CAPABILITY", "?")))
-    passed = failed = 0
     tolerated = {}
     for src, groups in inputs.items():
         for dst in DTYPES:
             for gname, bits in groups.items():
-                got = ckpt_cast(src, dst, bits)
-                checks = [("long", bits if len(bits) >= 1000 else np.tile(bits, -(-1000 // len(bits))))]
-                if gname == "specials":
-                    checks.append(("length 1", bits))
-                bad = 0
-                for how, b in checks:
-                    g = got if len(b) == len(bits) else np.tile(got, len(b) // len(bits))
-                    if how == "length 1":
-                        want = np.concatenate([torch_cast(src, dst, b[i:i + 1]) for i in range(len(b))])
-                    else:
-                        want = torch_cast(src, dst, b)
-                    diff = want != g
-                    if dst == "bfloat16" and (src == "float64" or (src == "float32" and not vector_bf16)):
-                        # torch's scalar kernel gives a bfloat16 NaN 0x7fc0 where its
-                        # vectorised one (and ckpt) give 0xffff: float64 tails of
-                        # fewer than 16 (AVX2) / 32 (AVX-512) elements, and all
-                        # NaNs without AVX2
-                        ok = diff & is_nan(src, b) & (want == 0x7FC0) & (g == 0xFFFF)
-                        if ok.any():
-                            key = "%s -> %s (%s)" % (src, dst, how)
-                            tolerated[key] = tolerated.get(key, 0) + int(ok.sum())
-                        diff &= ~ok
-                    for i in np.flatnonzero(diff)[:5]:
-                        print("FAIL %s -> %s, %s, %s: in %#x torch %#x ckpt %#x"
-                              % (src, dst, gname, how, int(b[i]), int(want[i]), int(g[i])))
-                    if diff.any():
-                        print("FAIL %s -> %s, %s, %s: %d of %d elements differ"
-                              % (src, dst, gname, how, int(diff.sum()), len(b)))
-                        bad += 1
-                if bad:
-                    failed += 1
-                else:
-                    passed += 1
-    if CKPT and not os.access(CKPT, os.X_OK):
-        print("FAIL no ckpt at %s" % CKPT)
-        failed += 1
-    elif CKPT:
-        with tempfile.TemporaryDirectory() as tmp:
-            p, f = through_convert(inputs, tmp)
-        passed, failed = passed + p, failed + f
+                t.run("%s -> %s, %s" % (src, dst, gname), compare, src, dst, bits,
+                      vector_bf16, tolerated, gname == "specials")
+    if CKPT:
+        with tempfile.TemporaryDirectory(prefix="ckpt-cast-") as tmp:
+            through_convert(t, inputs, tmp)
     for k, v in sorted(tolerated.items()):
         print("note %s: %d NaNs where torch's scalar path gives 0x7fc0, ckpt 0xffff" % (k, v))
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return t.summary()
 
 
 sys.exit(main())

@@ -81,36 +81,28 @@ torch or safetensors cannot be imported.
   convert_vs_torch.py [NAME...]    run only the cases whose name starts so
 """
 import collections
+import functools
 import json
 import os
 import struct
-import subprocess
 import sys
-import tempfile
-import zlib
-
-try:
-    import torch
-    import torch.nn as nn
-    import safetensors
-    import safetensors.torch
-    from safetensors import safe_open
-except Exception as e:  # pragma: no cover
-    print('torch or safetensors cannot be imported (%s): skipping' % e,
-          file=sys.stderr)
-    sys.exit(77)
 
 sys.dont_write_bytecode = True
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRCDIR = os.environ.get('srcdir') or os.path.normpath(
-    os.path.join(HERE, '..', '..'))
-CKPT = os.environ.get('CKPT') or os.path.join(SRCDIR, 'ckpt')
-DATA = os.path.join(SRCDIR, 'tests', 'data')
-BAD = os.path.join(SRCDIR, 'tests', 'bad')
-TIMEOUT = 120
-sys.path.insert(0, os.path.join(SRCDIR, 'tests', 'fixtures'))
-import models  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as c  # noqa: E402  (exit 77 without torch)
 
+c.need('safetensors', 'safetensors.torch')
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import safetensors  # noqa: E402
+import safetensors.torch  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+import models  # noqa: E402  (tests/fixtures/models.py)
+
+DATA, BAD = c.DATA, c.BAD
+refused, Fail = c.refused, c.Fail
+ckpt = functools.partial(c.ckpt_expect, 0)    # ckpt ARGS; Fail unless it exits 0
+load, sid, raw, crc = c.load_tagged, c.sid, c.raw_bytes, c.crc32
 OD = collections.OrderedDict
 ST_DTYPES = {
     torch.float64: 'F64', torch.float32: 'F32', torch.float16: 'F16',
@@ -118,38 +110,6 @@ ST_DTYPES = {
     torch.int16: 'I16', torch.int8: 'I8', torch.uint8: 'U8',
     torch.bool: 'BOOL'}
 FLOATS = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
-
-
-class Fail(Exception):
-    pass
-
-
-# --------------------------------------------------------------------------
-# running ckpt
-
-def ckpt(*args, want=0):
-    """Run ckpt; raise Fail unless it exits WANT.  Returns the process."""
-    r = subprocess.run([CKPT] + [str(a) for a in args], capture_output=True,
-                       timeout=TIMEOUT)
-    if r.returncode != want:
-        raise Fail('`ckpt %s` exited %d (want %d): %s' % (
-            ' '.join(map(str, args)), r.returncode, want,
-            r.stderr.decode(errors='replace').strip()[:400]))
-    return r
-
-
-def refused(want, *args):
-    """ckpt ARGS exits WANT with one stderr line `ckpt: CMD: ...` and
-    nothing on stdout; returns that line."""
-    r = ckpt(*args, want=want)
-    err = r.stderr.decode(errors='replace')
-    if len(err.splitlines()) != 1 or not err.startswith('ckpt: '):
-        raise Fail('`ckpt %s`: stderr is not one line "ckpt: ...": %r'
-                   % (' '.join(map(str, args)), err[:400]))
-    if r.stdout:
-        raise Fail('`ckpt %s`: output on stdout: %r'
-                   % (' '.join(map(str, args)), r.stdout[:200]))
-    return err.strip()
 
 
 def inspect_json(path, *opts):
@@ -160,61 +120,6 @@ def inspect_json(path, *opts):
 
 # --------------------------------------------------------------------------
 # torch's view of a file
-
-def load(path, weights_only=True):
-    """(object, tags): torch.load on the CPU, with the location tag saved
-    with each storage (by storage _cdata)."""
-    tags = {}
-
-    def ml(storage, location):
-        tags[storage._cdata] = location
-        return storage
-    obj = torch.load(path, map_location=ml, weights_only=weights_only)
-    return obj, tags
-
-
-def sid(t):
-    return t.storage()._storage._cdata
-
-
-def raw(t):
-    """The bytes of the values of T in C order."""
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        t = t.view(torch.int16)
-    elif t.dtype.is_complex:
-        t = torch.view_as_real(t)
-    return t.numpy().tobytes()
-
-
-def crc(t):
-    return '%08x' % (zlib.crc32(raw(t)) & 0xffffffff)
-
-
-def storage_bytes(t):
-    s = t.storage()
-    n = s.size()
-    whole = torch.empty(0, dtype=t.dtype)
-    whole.set_(s, 0, (n,), (1,))
-    return raw(whole)
-
-
-def fmt(p):
-    return '/'.join(map(str, p)) or '(root)'
-
-
-def tensors_of(obj, path=()):
-    if isinstance(obj, torch.Tensor):
-        yield path, obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from tensors_of(v, path + (k,))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from tensors_of(v, path + (i,))
-    elif hasattr(obj, '__dict__') and not isinstance(obj, type):
-        yield from tensors_of(vars(obj), path + ('.',))
-
 
 NOTES = OD()    # (input names, aliases that moved) -> where seen
 
@@ -425,7 +330,7 @@ def check_inspect(path, sd, fmt_name, errs, storages=None, aliases=()):
             continue
         w = sd[k]
         g = (t['dtype'], t['shape'], t.get('crc32'))
-        e = (str(w.dtype)[6:], list(w.shape), crc(w))
+        e = (c.dtype_name(w.dtype), list(w.shape), crc(w))
         if g != e:
             errs.append('inspect %s: (dtype, shape, crc32) %s, torch %s'
                         % (k, g, e))
@@ -551,26 +456,26 @@ CHAINS = [
 ]
 
 
-def source_sd(c, tmp):
-    if c.make:
-        src = os.path.join(tmp, c.src)
-        c.make(src)
+def source_sd(ch, tmp):
+    if ch.make:
+        src = os.path.join(tmp, ch.src)
+        ch.make(src)
     else:
-        src = os.path.join(DATA, c.src)
+        src = os.path.join(DATA, ch.src)
     obj, _ = load(src, weights_only=False)
-    if c.sd_path:
-        for part in c.sd_path.split('/'):
+    if ch.sd_path:
+        for part in ch.sd_path.split('/'):
             obj = obj[part]
     sd = OD((k, v.detach()) for k, v in obj.items())
     return src, sd
 
 
-def run_chain(c, tmp):
+def run_chain(ch, tmp):
     errs = []
-    src, sd = source_sd(c, tmp)
+    src, sd = source_sd(ch, tmp)
     groups = tied_groups(sd)
     aliases = OD((k, g[0]) for g in groups for k in g[1:])
-    sel = ['--select', c.select] if c.select else []
+    sel = ['--select', ch.select] if ch.select else []
 
     def step(what, fn):
         e = []
@@ -592,8 +497,8 @@ def run_chain(c, tmp):
         if not last or not last[0].startswith('wrote %s: safetensors, %d '
                                               'tensors' % (a, len(sd))):
             e.append('stdout %r' % r.stdout.decode()[-200:])
-        check_st_file(a, sd, aliases, c.metadata, e)
-        check_st_load(a, sd, aliases, c.metadata, e)
+        check_st_file(a, sd, aliases, ch.metadata, e)
+        check_st_load(a, sd, aliases, ch.metadata, e)
         check_inspect(a, sd, 'safetensors', e,
                       storages=len(sd) - len(aliases), aliases=aliases)
     step('pth -> safetensors', to_st)
@@ -602,7 +507,7 @@ def run_chain(c, tmp):
 
     def st_to_pth(e):
         ckpt('convert', a, b)
-        check_pth(b, sd, groups, e, model=c.model, aliases=aliases)
+        check_pth(b, sd, groups, e, model=ch.model, aliases=aliases)
         check_inspect(b, sd, 'pth-zip', e, storages=len(sd) - len(aliases),
                       aliases=aliases)
     step('safetensors -> pth', st_to_pth)
@@ -611,19 +516,19 @@ def run_chain(c, tmp):
         r = ckpt('convert', '--to', 'pth-legacy', b, c_)
         if b'pth-legacy' not in r.stdout:
             e.append('stdout %r' % r.stdout.decode())
-        check_pth(c_, sd, groups, e, legacy=True, model=c.model,
+        check_pth(c_, sd, groups, e, legacy=True, model=ch.model,
                   aliases=aliases)
         check_inspect(c_, sd, 'pth-legacy', e, aliases=aliases)
     step('pth -> pth-legacy', pth_to_legacy)
 
     def legacy_to_pth(e):
         ckpt('convert', c_, d)
-        check_pth(d, sd, groups, e, model=c.model, aliases=aliases)
+        check_pth(d, sd, groups, e, model=ch.model, aliases=aliases)
     step('pth-legacy -> pth', legacy_to_pth)
 
     def st_to_legacy(e):
         ckpt('convert', '--to', 'pth-legacy', a, e_)
-        check_pth(e_, sd, groups, e, legacy=True, model=c.model,
+        check_pth(e_, sd, groups, e, legacy=True, model=ch.model,
                   aliases=aliases)
     step('safetensors -> pth-legacy', st_to_legacy)
 
@@ -636,7 +541,7 @@ def run_chain(c, tmp):
                         y.storage_offset() or x.stride() != y.stride():
                     e.append('%s and %s are not one storage, same view'
                              % (alias, name))
-            if c.model is TiedLM:
+            if ch.model is TiedLM:
                 m = TiedLM()
                 m.load_state_dict(got, strict=True)
                 if m.out.weight is not m.emb.weight:
@@ -661,7 +566,7 @@ def describe(obj, tags):
             return ('tensor', type(o).__name__, bool(o.requires_grad),
                     str(o.dtype), tuple(o.shape), o.stride(),
                     o.storage_offset(), tags.get(k), order[k],
-                    storage_bytes(o))
+                    c.storage_bytes(o))
         if isinstance(o, dict):
             return (type(o).__name__, [(repr(k), d(v)) for k, v in o.items()],
                     d(getattr(o, '_metadata', None)))
@@ -676,19 +581,11 @@ def describe(obj, tags):
     return d(obj)
 
 
-def weights_only_ok(path):
-    try:
-        torch.load(path, map_location='cpu', weights_only=True)
-        return True
-    except Exception:
-        return False
-
-
 def run_direct(fixture, tmp):
     errs = []
     src = os.path.join(DATA, fixture)
     want = describe(*load(src, weights_only=False))
-    wo = weights_only_ok(src)
+    wo, _ = c.loads_weights_only(src, map_location='cpu')
     for to, ext in (('pth', 'pth'), ('pth-legacy', 'legacy.pth')):
         out = os.path.join(tmp, 'out.' + ext)
         try:
@@ -815,7 +712,7 @@ def run_theirs(tmp):
         g = got.get(k)
         if g is None:
             continue
-        for f, v in (('dtype', str(t.dtype)[6:]), ('shape', list(t.shape)),
+        for f, v in (('dtype', c.dtype_name(t.dtype)), ('shape', list(t.shape)),
                      ('stride', list(t.stride()) if t.numel() else
                       g['stride']), ('crc32', crc(t)),
                      ('device', 'cpu'), ('offset', 0),
@@ -1095,7 +992,7 @@ def run_dtype(target, tmp):
     seen = set()
     for v in d.values():
         if v.dtype in FLOATS and v.dtype != T and sid(v) not in seen:
-            counts[str(v.dtype)[6:]] += 1
+            counts[c.dtype_name(v.dtype)] += 1
         seen.add(sid(v))
     lines = sorted(r.stdout.decode().splitlines())
     exp_lines = sorted('%s -> %s (%d storage%s)' % (k, target, n,
@@ -1193,14 +1090,13 @@ def run_hostile(tmp):
             f.write(struct.pack('<Q', n) + head + b' ' * (n - len(head))
                     + struct.pack('<2f', 1.5, -2.0))
         theirs = st_refuses(path) is None
-        r = subprocess.run([CKPT, 'inspect', '--stats', path],
-                           capture_output=True, timeout=TIMEOUT)
+        r = c.ckpt('inspect', '--stats', path)
         if theirs != ok:
             errs.append('header of %d bytes: safetensors %s it'
                         % (n, 'reads' if theirs else 'refuses'))
-        if (r.returncode == 0) != ok:
+        if (r.rc == 0) != ok:
             errs.append('header of %d bytes: ckpt inspect exits %d (%s)' % (
-                n, r.returncode, r.stderr.decode(errors='replace').strip()))
+                n, r.rc, r.err.strip()))
         os.unlink(path)
     return errs
 
@@ -1217,19 +1113,18 @@ print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 
 def peak_rss(args):
-    r = subprocess.run([sys.executable, '-c', RSS_PROBE, CKPT] + args,
-                       capture_output=True, text=True, timeout=TIMEOUT)
-    rc, kib = r.stdout.split()
+    r = c.run([sys.executable, '-c', RSS_PROBE, c.CKPT] + args)
+    rc, kib = r.out.split()
     if rc != '0':
         raise Fail('`ckpt %s` exited %s: %s' % (' '.join(args), rc,
-                                                 r.stderr.strip()))
+                                                 r.err.strip()))
     return int(kib) / 1024.0
 
 
 def sanitized():
     """ckpt is built with AddressSanitizer (its quarantine of freed memory
     makes peak RSS meaningless)."""
-    with open(CKPT, 'rb') as f:
+    with open(c.CKPT, 'rb') as f:
         return b'__asan_init' in f.read()
 
 
@@ -1273,8 +1168,8 @@ def run_memory(tmp):
 # --------------------------------------------------------------------------
 
 def cases():
-    for c in CHAINS:
-        yield 'chain %s' % c.name, lambda tmp, c=c: run_chain(c, tmp)
+    for ch in CHAINS:
+        yield 'chain %s' % ch.name, lambda tmp, ch=ch: run_chain(ch, tmp)
     for f in sorted(os.listdir(DATA)):
         if f.endswith('.pth'):
             yield 'direct %s' % f, lambda tmp, f=f: run_direct(f, tmp)
@@ -1291,38 +1186,16 @@ def cases():
 
 def main():
     only = sys.argv[1:]
-    if not os.access(CKPT, os.X_OK):
-        print('ckpt binary not found at %s (set CKPT)' % CKPT,
-              file=sys.stderr)
-        return 1
-    print('torch %s, safetensors %s, ckpt %s' % (
-        torch.__version__, safetensors.__version__, CKPT))
-    passed = failed = 0
+    t = c.Tally(max_errors=8)
+    t.need(c.CKPT, 'CKPT')
     for name, fn in cases():
         if only and not any(name.startswith(o) for o in only):
             continue
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                errs = fn(tmp)
-            except Fail as e:
-                errs = [str(e)]
-            except subprocess.TimeoutExpired as e:
-                errs = ['timed out: %s' % e]
-            except Exception as e:
-                errs = ['%s: %s' % (type(e).__name__, e)]
-        if errs:
-            failed += 1
-            print('FAIL %s: %s' % (name, '; '.join(errs[:8]) + (
-                '; ... %d more' % (len(errs) - 8) if len(errs) > 8 else '')))
-        else:
-            passed += 1
-            print('ok %s' % name)
-        sys.stdout.flush()
+        t.run(name, fn, tmp=True)
     for (want, moved), where in NOTES.items():
         print('note: %s come back last (input order %s) in %s'
               % (', '.join(moved), ', '.join(want), ', '.join(where)))
-    print('%d passed, %d failed' % (passed, failed))
-    return 1 if failed else 0
+    return t.summary()
 
 
 if __name__ == '__main__':

@@ -29,37 +29,26 @@ exits 1 if anything failed, 77 (skip) if torch cannot be imported.
 
   diff_vs_torch.py [NAME...]    run only the named cases
 """
-import collections
 import json
 import math
 import os
 import re
-import subprocess
 import sys
-import tempfile
-
-try:
-    import torch
-    import torch.nn as nn
-except Exception:  # pragma: no cover
-    print('torch cannot be imported: skipping', file=sys.stderr)
-    sys.exit(77)
 
 sys.dont_write_bytecode = True
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRCDIR = os.environ.get('srcdir') or os.path.normpath(
-    os.path.join(HERE, '..', '..'))
-CKPT = os.environ.get('CKPT') or os.path.join(SRCDIR, 'ckpt')
-TIMEOUT = 120
-sys.path.insert(0, os.path.join(SRCDIR, 'tests', 'fixtures'))
-import models  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as c  # noqa: E402  (exit 77 without torch)
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import models  # noqa: E402  (tests/fixtures/models.py)
 
 try:
-    from safetensors.torch import save_file as save_safetensors
+    import safetensors.torch  # noqa: E402,F401
+    HAVE_SAFETENSORS = True
 except Exception:  # pragma: no cover - optional
-    save_safetensors = None
+    HAVE_SAFETENSORS = False
 
-OD = collections.OrderedDict
+OD = c.OD
 KEY_LINE = re.compile(r'^(Missing key\(s\) in state_dict: |Unexpected key\(s\)'
                       r' in state_dict: |size mismatch for )')
 INT_DTYPES = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
@@ -71,14 +60,12 @@ INT_DTYPES = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
 
 def torch_lines(model, sd):
     """The messages of load_state_dict(strict=True): [] when it loads."""
-    try:
-        model.load_state_dict(sd, strict=True)
+    msg = c.strict_load_error(model, sd)
+    if msg is None:
         return []
-    except RuntimeError as e:
-        msg = str(e)
-        head, _, rest = msg.partition('\n\t')
-        assert head.startswith('Error(s) in loading state_dict for '), msg
-        return rest.split('\n\t')
+    head, _, rest = msg.partition('\n\t')
+    assert head.startswith('Error(s) in loading state_dict for '), msg
+    return rest.split('\n\t')
 
 
 def reference(ta, tb, atol, rtol):
@@ -172,15 +159,6 @@ def same_number(got, want, rel_tol=0.0):
     return got == want
 
 
-# --------------------------------------------------------------------------
-# running ckpt
-
-def ckpt(*args):
-    r = subprocess.run([CKPT] + list(args), stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, timeout=TIMEOUT)
-    return r.returncode, r.stdout.decode(), r.stderr.decode()
-
-
 def sd_of(obj):
     """The tensors ckpt compares: the state dict when there is exactly one
     mapping of strings to tensors, else every tensor by its path."""
@@ -188,8 +166,7 @@ def sd_of(obj):
 
     def walk(v, path):
         if isinstance(v, dict):
-            if v and all(isinstance(k, str) for k in v) and all(
-                    isinstance(x, torch.Tensor) for x in v.values()):
+            if c.is_state_dict(v):
                 sds.append((path, v))
             for k, x in v.items():
                 walk(x, path + [str(k)])
@@ -223,13 +200,9 @@ def safetensors_order(path):
     return [k for k in header if k != '__metadata__']
 
 
-WRAP = re.compile(r'(?:^|(?<=\.))(?:module|_orig_mod|_fsdp_wrapped_module'
-                  r'|_forward_module|_checkpoint_wrapped_module)\.')
-
-
 def unwrap(key):
     while True:
-        k = WRAP.sub('', key)
+        k = c.WRAP_RE.sub('', key)
         if k == key:
             return k
         key = k
@@ -239,12 +212,12 @@ def torch_size(t):
     return 'torch.Size([%s])' % ', '.join(str(d) for d in t.shape)
 
 
-def check_case(case, tmp):
+def check_case(tmp, case):
     """Run one case; returns a list of what went wrong."""
     errs = []
     pa, pb = os.path.join(tmp, 'a' + case.ext_a), os.path.join(tmp, 'b' + case.ext_b)
-    case.save(case.a, pa, case.fmt_a)
-    case.save(case.b, pb, case.fmt_b)
+    c.save(case.a, pa, case.fmt_a)
+    c.save(case.b, pb, case.fmt_b)
     opts = list(case.opts)
     atol = rtol = 0.0
     for i, o in enumerate(opts):
@@ -270,7 +243,7 @@ def check_case(case, tmp):
     size_mm = [k for k in common if A[ka[k]].shape != B[kb[k]].shape]
     dtype_mm = [k for k in common if A[ka[k]].dtype != B[kb[k]].dtype]
 
-    rc, out, err = ckpt('diff', '--json', *opts, pa, pb)
+    rc, out, err = c.ckpt('diff', '--json', *opts, pa, pb)
     if rc not in (0, 1):
         return ['ckpt diff --json exited %d: %s' % (rc, err.strip()[:300])]
     if err:
@@ -288,8 +261,8 @@ def check_case(case, tmp):
                 'b_shape': list(B[kb[k]].shape)} for k in size_mm]
     if doc['size_mismatch'] != want_sm:
         errs.append('size_mismatch %s, want %s' % (doc['size_mismatch'], want_sm))
-    want_dm = [{'key': k, 'a_dtype': str(A[ka[k]].dtype)[6:],
-                'b_dtype': str(B[kb[k]].dtype)[6:]} for k in dtype_mm]
+    want_dm = [{'key': k, 'a_dtype': c.dtype_name(A[ka[k]].dtype),
+                'b_dtype': c.dtype_name(B[kb[k]].dtype)} for k in dtype_mm]
     if doc['dtype_mismatch'] != want_dm:
         errs.append('dtype_mismatch %s, want %s' % (doc['dtype_mismatch'], want_dm))
     if [t['key'] for t in doc['tensors']] != common:
@@ -350,7 +323,7 @@ def check_case(case, tmp):
         errs.append('summary %s, want %s' % (doc['summary'], want_sum))
 
     # the text: torch's own lines, then the summary line
-    rc2, text, err2 = ckpt('diff', *opts, pa, pb)
+    rc2, text, err2 = c.ckpt('diff', *opts, pa, pb)
     if rc2 != rc or err2:
         errs.append('text run: exit %d, stderr %r' % (rc2, err2[:200]))
     lines = text.splitlines()
@@ -417,15 +390,6 @@ class Case:
         self.torch_order, self.extra = torch_order, extra
         ext = {'zip': '.pth', 'legacy': '.pth', 'safetensors': '.safetensors'}
         self.ext_a, self.ext_b = ext[fmt_a], ext[fmt_b]
-
-    @staticmethod
-    def save(obj, path, fmt):
-        if fmt == 'zip':
-            torch.save(obj, path)
-        elif fmt == 'legacy':
-            torch.save(obj, path, _use_new_zipfile_serialization=False)
-        else:
-            save_safetensors({k: v.contiguous() for k, v in obj.items()}, path)
 
 
 def mlp_sd(seed=0, hidden=128):
@@ -630,7 +594,7 @@ def cases():
              extra=check_paths(tr_keys)),
         Case('training_same', training(5, False), training(5, False), None, want_exit=0),
     ]
-    if save_safetensors is not None:
+    if HAVE_SAFETENSORS:
         cs += [
             Case('safetensors_same', sd, clone(sd), MLP, want_exit=0, fmt_b='safetensors'),
             Case('safetensors_perturbed', sd, perturbed(), MLP, fmt_b='safetensors'),
@@ -644,30 +608,15 @@ def cases():
 
 def main():
     only = set(sys.argv[1:])
-    if not os.access(CKPT, os.X_OK):
-        print('ckpt binary not found at %s (set CKPT)' % CKPT, file=sys.stderr)
-        return 1
-    passed = failed = 0
+    t = c.Tally()
+    t.need(c.CKPT, 'CKPT')
     for case in cases():
         if only and case.name not in only:
             continue
-        with tempfile.TemporaryDirectory(prefix='ckpt-diff-') as tmp:
-            try:
-                errs = check_case(case, tmp)
-            except Exception as e:
-                errs = ['%s: %s' % (type(e).__name__, e)]
-        if errs:
-            failed += 1
-            print('FAIL %s: %s' % (case.name, '; '.join(errs[:6])
-                                    + ('; ... %d more' % (len(errs) - 6)
-                                       if len(errs) > 6 else '')))
-        else:
-            passed += 1
-            print('ok %s' % case.name)
-    if save_safetensors is None:
+        t.run(case.name, check_case, case, tmp=True, prefix='ckpt-diff-')
+    if not HAVE_SAFETENSORS:
         print('note: safetensors is not installed: the safetensors cases were not run')
-    print('%d passed, %d failed' % (passed, failed))
-    return 1 if failed else 0
+    return t.summary()
 
 
 if __name__ == '__main__':

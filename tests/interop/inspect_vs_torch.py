@@ -14,8 +14,8 @@ parameter, requires_grad, crc32 of the values, min/max/mean/std/nan/inf
 table, state dicts and their wrappers, opaque objects, records, format and
 the summary.  Then every hostile file in $srcdir/tests/bad/*.pth must be
 refused by `ckpt inspect` (crc_flip.pth: `ckpt inspect --stats`) with exit
-status 3 and exactly one stderr line `ckpt: inspect: FILE: ...`, and
-/tmp/ckpt_pwned must not appear.
+status 3, exactly one stderr line `ckpt: inspect: FILE: ...` and nothing on
+stdout, and /tmp/ckpt_pwned must not appear.
 
 Prints `ok NAME (...)` or `FAIL NAME: why` per file, then `N passed, M
 failed`; exits 1 if anything failed, 77 (skip) if torch cannot be imported.
@@ -29,25 +29,17 @@ import os
 import subprocess
 import sys
 import zipfile
-import zlib
 from fractions import Fraction
 
-try:
-    import torch
-    import torch.nn as nn
-except Exception:  # pragma: no cover
-    print('torch cannot be imported: skipping', file=sys.stderr)
-    sys.exit(77)
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as c  # noqa: E402  (exit 77 without torch)
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRCDIR = os.environ.get('srcdir') or os.path.normpath(
-    os.path.join(HERE, '..', '..'))
-CKPT = os.environ.get('CKPT') or os.path.join(SRCDIR, 'ckpt')
 PWNED = '/tmp/ckpt_pwned'
-TIMEOUT = 60
-WRAPPERS = ('module.', '_orig_mod.', '_fsdp_wrapped_module.',
-            '_forward_module.', '_checkpoint_wrapped_module.')
 FLOATS = ('float64', 'float32', 'float16', 'bfloat16')
+dtype_name = c.dtype_name
 
 # files whose `wrappers` the brief pins down exactly
 WRAPPERS_EXPECTED = {
@@ -59,17 +51,6 @@ WRAPPERS_EXPECTED = {
 
 # --------------------------------------------------------------------------
 # torch's view
-
-def dtype_name(dt):
-    return str(dt).replace('torch.', '')
-
-
-def raw_bytes(t):
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        t = t.view(torch.int16)
-    return t.numpy().tobytes()
-
 
 def torch_stats(t):
     """Expected min/max/mean/std/nan/inf over the finite values (None where
@@ -139,13 +120,7 @@ def jkey(k):
 
 def torch_view(path):
     """Load `path` with torch and describe it like ckpt inspect would."""
-    tags = {}
-
-    def ml(storage, location):
-        tags[storage._cdata] = location
-        return storage
-
-    obj = torch.load(path, map_location=ml)
+    obj, tags = c.load_tagged(path, weights_only=False)
     tensors = {}     # path tuple -> dict
     groups = {}      # storage cdata -> [path tuples]
     storages = {}    # storage cdata -> (dtype, numel, device, nbytes)
@@ -155,7 +130,7 @@ def torch_view(path):
     def walk(o, p):
         if isinstance(o, torch.Tensor):
             st = o.storage()
-            cd = st._storage._cdata
+            cd = c.sid(o)
             dev = tags.get(cd, '?')
             tensors[p] = {
                 'dtype': dtype_name(o.dtype), 'shape': list(o.shape),
@@ -163,15 +138,14 @@ def torch_view(path):
                 'device': dev, 'parameter': isinstance(o, nn.Parameter),
                 'requires_grad': bool(o.requires_grad),
                 'nbytes': o.numel() * o.element_size(),
-                'crc32': '%08x' % (zlib.crc32(raw_bytes(o)) & 0xffffffff),
+                'crc32': c.crc32(o),
                 'stats': torch_stats(o),
             }
             groups.setdefault(cd, []).append(p)
             storages[cd] = (dtype_name(st.dtype), st.size(), dev,
                             st.nbytes())
         elif isinstance(o, dict):
-            if (o and all(isinstance(k, str) for k in o)
-                    and all(isinstance(v, torch.Tensor) for v in o.values())):
+            if c.is_state_dict(o):
                 state_dicts.append((p, len(o), wrappers_of(list(o))))
             for k, v in o.items():
                 walk(v, p + (jkey(k),))
@@ -185,8 +159,7 @@ def torch_view(path):
             objects.append((p, tp.__module__ + '.' + tp.__qualname__))
 
     walk(obj, ())
-    with open(path, 'rb') as f:
-        is_zip = f.read(4) == b'PK\x03\x04'
+    is_zip = c.is_zip(path)
     records = None
     if is_zip:
         with zipfile.ZipFile(path) as z:
@@ -215,7 +188,7 @@ def wrappers_of(keys):
     out = []
     rest = list(keys)
     while True:
-        for w in WRAPPERS:
+        for w in c.WRAPPERS:
             if all(k.startswith(w) and len(k) > len(w) for k in rest):
                 out.append(w)
                 rest = [k[len(w):] for k in rest]
@@ -401,22 +374,16 @@ def compare(name, path, exp, doc):
     return errs
 
 
-def run_ckpt(args):
-    return subprocess.run([CKPT] + args, capture_output=True,
-                          timeout=TIMEOUT)
-
-
 def check_good(path):
     name = os.path.basename(path)
     exp = torch_view(path)
     try:
-        r = run_ckpt(['inspect', '--json', '--stats', '--allow-global',
-                      'argparse.Namespace', path])
-    except subprocess.TimeoutExpired:
-        return ['ckpt inspect timed out after %ds' % TIMEOUT], exp
-    if r.returncode != 0:
-        return ['ckpt inspect exited %d: %s' % (
-            r.returncode, r.stderr.decode(errors='replace').strip())], exp
+        r = c.ckpt('inspect', '--json', '--stats', '--allow-global',
+                   'argparse.Namespace', path)
+    except subprocess.TimeoutExpired as e:
+        return [c.describe(e)], exp
+    if r.rc != 0:
+        return ['ckpt inspect exited %d: %s' % (r.rc, r.err.strip())], exp
     try:
         doc = json.loads(r.stdout)
     except ValueError as e:
@@ -425,6 +392,8 @@ def check_good(path):
 
 
 def check_bad(path):
+    """`ckpt inspect PATH` exits 3 with one line `ckpt: inspect: PATH: ...`
+    on stderr, nothing on stdout, and /tmp/ckpt_pwned does not appear."""
     name = os.path.basename(path)
     runs = [['inspect', path]]
     optional = set()
@@ -435,25 +404,13 @@ def check_bad(path):
     errs = []
     for i, args in enumerate(runs):
         try:
-            r = run_ckpt(args)
-        except subprocess.TimeoutExpired:
-            errs.append('`ckpt %s` timed out' % ' '.join(args))
+            r = c.ckpt(*args)
+        except subprocess.TimeoutExpired as e:
+            errs.append(c.describe(e))
             continue
-        if i in optional and r.returncode == 0:
+        if i in optional and r.rc == 0:
             continue
-        err = r.stderr.decode(errors='replace')
-        lines = err.splitlines()
-        cmd = 'ckpt ' + ' '.join(args[:-1])
-        if r.returncode != 3:
-            errs.append('`%s` exited %d (want 3); stderr %r'
-                        % (cmd, r.returncode, err[:300]))
-        elif len(lines) != 1 or not err.endswith('\n'):
-            errs.append('`%s`: %d stderr lines (want 1): %r'
-                        % (cmd, len(lines), err[:300]))
-        elif not lines[0].startswith('ckpt: inspect: %s: ' % path):
-            errs.append('`%s`: stderr %r does not start with %r'
-                        % (cmd, lines[0][:300],
-                           'ckpt: inspect: %s: ' % path))
+        errs += c.refusal_errors(r, 3, 'ckpt: inspect: %s: ' % path)
         if os.path.exists(PWNED):
             errs.append('%s was created!' % PWNED)
     return errs
@@ -465,50 +422,36 @@ def main():
         dump(argv[1:])
         return 0
     only = set(argv)
-    if not os.access(CKPT, os.X_OK):
-        print('ckpt binary not found at %s (set CKPT)' % CKPT,
-              file=sys.stderr)
-        return 1
-    datadir = os.path.join(SRCDIR, 'tests', 'data')
-    baddir = os.path.join(SRCDIR, 'tests', 'bad')
-    passed = failed = 0
-    good = sorted(f for f in os.listdir(datadir) if f.endswith('.pth'))
+    t = c.Tally()
+    t.need(c.CKPT, 'CKPT')
+    good = sorted(f for f in os.listdir(c.DATA) if f.endswith('.pth'))
     if not good:
-        print('FAIL no fixtures in %s' % datadir)
-        failed += 1
+        t.fail('fixtures', 'none in %s' % c.DATA)
     for f in good:
         if only and f not in only:
             continue
         try:
-            errs, exp = check_good(os.path.join(datadir, f))
+            errs, exp = check_good(os.path.join(c.DATA, f))
         except Exception as e:   # torch failed: a broken fixture
-            errs, exp = ['torch side: %s: %s' % (type(e).__name__, e)], None
+            errs, exp = ['torch side: %s' % c.describe(e)], None
         if errs:
-            failed += 1
-            print('FAIL %s: %s' % (f, '; '.join(errs[:6])
-                                   + ('; ... %d more' % (len(errs) - 6)
-                                      if len(errs) > 6 else '')))
+            t.report(f, errs)
         else:
-            passed += 1
-            print('ok %s (%d tensors)' % (f, len(exp['tensors'])))
+            t.ok('%s (%d tensors)' % (f, len(exp['tensors'])))
     if os.path.exists(PWNED):
         os.unlink(PWNED)
-    bad = sorted(f for f in os.listdir(baddir) if f.endswith('.pth'))
+    bad = sorted(f for f in os.listdir(c.BAD) if f.endswith('.pth'))
     if not bad:
-        print('FAIL no hostile files in %s' % baddir)
-        failed += 1
+        t.fail('hostile files', 'none in %s' % c.BAD)
     for f in bad:
         if only and f not in only:
             continue
-        errs = check_bad(os.path.join(baddir, f))
+        errs = check_bad(os.path.join(c.BAD, f))
         if errs:
-            failed += 1
-            print('FAIL bad/%s: %s' % (f, '; '.join(errs)))
+            t.report('bad/%s' % f, errs)
         else:
-            passed += 1
-            print('ok bad/%s (refused)' % f)
-    print('%d passed, %d failed' % (passed, failed))
-    return 1 if failed else 0
+            t.ok('bad/%s (refused)' % f)
+    return t.summary()
 
 
 if __name__ == '__main__':

@@ -55,31 +55,21 @@ import pickletools
 import re
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import zipfile
 import zlib
 
-try:
-    import torch
-    import torch.nn as nn
-except Exception:  # pragma: no cover
-    print('torch cannot be imported: skipping', file=sys.stderr)
-    sys.exit(77)
-
 sys.dont_write_bytecode = True
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRCDIR = os.environ.get('srcdir') or os.path.normpath(
-    os.path.join(HERE, '..', '..'))
-CKPT = os.environ.get('CKPT') or os.path.join(SRCDIR, 'ckpt')
-DATA = os.path.join(SRCDIR, 'tests', 'data')
-TIMEOUT = 60
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(SRCDIR, 'tests', 'fixtures'))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as c  # noqa: E402  (exit 77 without torch)
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
 import inspect_vs_torch as ivt  # noqa: E402
-import models  # noqa: E402
+import models  # noqa: E402  (tests/fixtures/models.py)
 
+DATA = c.DATA
+fmt, sid, is_state_dict = c.fmt, c.sid, c.is_state_dict
 OD = collections.OrderedDict
 
 # torch 1.13 _weights_only_unpickler: opcodes and (for interpreted content)
@@ -99,10 +89,6 @@ STORAGE_SIZES = {
 WO_GLOBALS = {'collections OrderedDict', 'torch._utils _rebuild_tensor_v2',
               'torch._utils _rebuild_parameter'} | {
                   'torch ' + n for n in STORAGE_SIZES}
-
-WRAP_RE = re.compile(r'(?:^|(?<=\.))(?:module|_orig_mod|_fsdp_wrapped_module'
-                     r'|_forward_module|_checkpoint_wrapped_module)\.')
-
 
 # --------------------------------------------------------------------------
 # the key rules of doc/rewrite-cli.md, in Python: (key fn, _metadata fn)
@@ -155,17 +141,17 @@ def _paths(fn):
 
 
 def op_unwrap():
-    fn = lambda k: WRAP_RE.sub('', k)  # noqa: E731
+    fn = lambda k: c.WRAP_RE.sub('', k)  # noqa: E731
     return fn, _paths(fn)
 
 
 def op_rename(*rules):
     """rules: (python regex, python replacement, count: 0 all, 1 first)"""
-    comp = [(re.compile(r), s, c) for r, s, c in rules]
+    comp = [(re.compile(r), s, n) for r, s, n in rules]
 
     def fn(k):
-        for r, s, c in comp:
-            k = r.sub(s, k, count=c)
+        for r, s, n in comp:
+            k = r.sub(s, k, count=n)
         return k
     return fn, _paths(fn)
 
@@ -344,10 +330,6 @@ CASES = [
 # --------------------------------------------------------------------------
 # loading with the location tags
 
-def fmt(path):
-    return '/'.join(str(p) for p in path) or '(root)'
-
-
 def tensors_of(obj, path=()):
     if isinstance(obj, torch.Tensor):
         yield path, obj
@@ -361,43 +343,8 @@ def tensors_of(obj, path=()):
         yield from tensors_of(vars(obj), path)
 
 
-def sid(t):
-    return t.storage()._storage._cdata
-
-
-def load_tagged(path, weights_only):
-    """torch.load with a map_location callable that records every storage's
-    location tag; returns (obj, {storage cdata: tag})."""
-    tags = {}
-
-    def ml(storage, location):
-        tags[storage._cdata] = location
-        return storage
-    obj = torch.load(path, map_location=ml, weights_only=weights_only)
-    return obj, tags
-
-
-def loads_weights_only(path, **kw):
-    try:
-        torch.load(path, weights_only=True, **kw)
-        return True, None
-    except Exception as e:
-        return False, '%s: %s' % (type(e).__name__, str(e)[-200:])
-
-
-def storage_bytes(t):
-    u = torch.empty(0, dtype=torch.uint8).set_(t.storage()._storage)
-    return u.numpy().tobytes()
-
-
 # --------------------------------------------------------------------------
 # the expected object
-
-def is_state_dict(o):
-    return (isinstance(o, dict) and len(o) > 0
-            and all(isinstance(k, str) for k in o)
-            and all(isinstance(v, torch.Tensor) for v in o.values()))
-
 
 def expected_rewrite(obj, case):
     """Returns (expected object, [(path, old key, new key)] for the dry run,
@@ -471,7 +418,7 @@ def compare_tensor(p, e, g, ctx, errs):
     got = ctx.got_tags.get(sid(g), '?')
     if got != want:
         errs.append('%s: location %r, want %r' % (fmt(p), got, want))
-    if storage_bytes(e) != storage_bytes(g):
+    if c.storage_bytes(e) != c.storage_bytes(g):
         errs.append('%s: storage bytes differ' % fmt(p))
     ed, gd = e.detach(), g.detach()
     if not torch.equal(ed, gd):
@@ -709,11 +656,6 @@ def check_zip(path, allowed_ops, allowed_globals, errs):
 # --------------------------------------------------------------------------
 # running ckpt
 
-def run_ckpt(args):
-    return subprocess.run([CKPT] + args, capture_output=True,
-                          timeout=TIMEOUT)
-
-
 def sha(path):
     with open(path, 'rb') as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -721,7 +663,7 @@ def sha(path):
 
 def check_stdout(case, out, stdout, counts, n_tensors, n_storages, tags,
                  errs):
-    lines = stdout.decode(errors='replace').splitlines()
+    lines = stdout.splitlines()
     got = {}
     wrote = None
     remap_line = None
@@ -743,13 +685,13 @@ def check_stdout(case, out, stdout, counts, n_tensors, n_storages, tags,
             continue
         errs.append('stdout: unexpected line %r' % ln)
     if case.op:
-        want = {p: c for p, c in counts.items() if c[0]}
-        have = {p: c for p, c in got.items() if c[0]}
+        want = {p: n for p, n in counts.items() if n[0]}
+        have = {p: n for p, n in got.items() if n[0]}
         if want != have:
             errs.append('stdout reports %r, want %r' % (have, want))
-        for p, c in got.items():
-            if not c[0] and counts.get(p) != c:
-                errs.append('stdout: state dict %s: %r' % (p, c))
+        for p, n in got.items():
+            if not n[0] and counts.get(p) != n:
+                errs.append('stdout: state dict %s: %r' % (p, n))
     else:
         n = sum(1 for t in tags.values() if case.remap(t) != t)
         if remap_line != (n, len(tags)):
@@ -773,13 +715,12 @@ def dry_run(case, src, changes, tags, tmp):
     d = os.path.join(tmp, 'dry')
     os.mkdir(d)
     out = os.path.join(d, case.out)
-    r = run_ckpt(case.args + ['--dry-run', src, out])
-    if r.returncode != 0:
-        return ['exit %d: %s' % (r.returncode, r.stderr.decode(
-            errors='replace').strip()[:300])]
+    r = c.ckpt(*case.args, '--dry-run', src, out)
+    if r.rc != 0:
+        return ['exit %d: %s' % (r.rc, r.err.strip()[:300])]
     if os.listdir(d):
         errs.append('--dry-run wrote %s' % os.listdir(d))
-    lines = r.stdout.decode(errors='replace').splitlines()
+    lines = r.out.splitlines()
     if case.op:
         want = []
         for p, a, b in changes:
@@ -801,8 +742,8 @@ def dry_run(case, src, changes, tags, tmp):
 # one case
 
 def expected_for(case, src):
-    wo, _ = loads_weights_only(src, map_location='cpu')
-    obj, tags = load_tagged(src, weights_only=wo)
+    wo, _ = c.loads_weights_only(src, map_location='cpu')
+    obj, tags = c.load_tagged(src, weights_only=wo)
     changes, counts = [], {}
     exp = obj
     if case.op:
@@ -813,7 +754,7 @@ def expected_for(case, src):
 def check_output(case, src, out, wo, exp, tags):
     """Everything about OUT that torch can tell."""
     errs = []
-    owo, why = loads_weights_only(out, map_location='cpu')
+    owo, why = c.loads_weights_only(out, map_location='cpu')
     if wo and not owo:
         errs.append('IN loads with weights_only=True, OUT does not: %s'
                     % why)
@@ -824,13 +765,13 @@ def check_output(case, src, out, wo, exp, tags):
             errs.append('no load without map_location: %s: %s'
                         % (type(e).__name__, str(e)[-200:]))
     try:
-        got, gtags = load_tagged(out, weights_only=wo)
+        got, gtags = c.load_tagged(out, weights_only=wo)
     except Exception as e:
         errs.append('torch.load: %s: %s' % (type(e).__name__, e))
         return errs
     compare_all(exp, got, tags, gtags, case.remap, errs)
     if case.cross:
-        cobj, ctags = load_tagged(os.path.join(DATA, case.cross), False)
+        cobj, ctags = c.load_tagged(os.path.join(DATA, case.cross), False)
         if not case.cross_meta:
             cobj._metadata = got._metadata
         cerrs = []
@@ -865,7 +806,7 @@ def counts_of(exp):
 
 
 def inspect_errors(case, out):
-    if not os.access(CKPT, os.X_OK):
+    if not os.access(c.CKPT, os.X_OK):
         return []
     errs, _ = ivt.check_good(out)
     if case.mid_wrappers:
@@ -884,18 +825,17 @@ def run_case(case, tmp, srcs):
     d = os.path.join(tmp, 'out')
     os.mkdir(d)
     out = os.path.join(d, case.out)
-    r = run_ckpt(case.args + [src, out])
-    if r.returncode != 0:
-        return ['exit %d: %s' % (r.returncode, r.stderr.decode(
-            errors='replace').strip()[:300])], dry_run(case, src, changes,
-                                                       tags, tmp)
+    r = c.ckpt(*case.args, src, out)
+    if r.rc != 0:
+        return ['exit %d: %s' % (r.rc, r.err.strip()[:300])], dry_run(
+            case, src, changes, tags, tmp)
     srcs[case.name] = out
-    if case.op and not changes and not r.stderr.strip():
+    if case.op and not changes and not r.err.strip():
         errs.append('no key changed but no note on stderr')
     if os.listdir(d) != [case.out]:
         errs.append('directory holds %s' % os.listdir(d))
     nt, ns = counts_of(exp)
-    check_stdout(case, out, r.stdout, counts, nt, ns, tags, errs)
+    check_stdout(case, out, r.out, counts, nt, ns, tags, errs)
     errs += check_output(case, src, out, wo, exp, tags)
     errs += inspect_errors(case, out)
     derrs = dry_run(case, src, changes, tags, tmp)
@@ -909,27 +849,17 @@ def collision_case(tmp):
     d = os.path.join(tmp, 'coll')
     os.mkdir(d)
     out = os.path.join(d, 'x.pth')
-    r = run_ckpt(['rename', '-e', r's/\.(weight|bias)$//',
-                  os.path.join(DATA, 'mlp.pth'), out])
+    r = c.ckpt('rename', '-e', r's/\.(weight|bias)$//',
+               os.path.join(DATA, 'mlp.pth'), out)
     errs = []
-    err = r.stderr.decode(errors='replace')
-    if r.returncode != 3:
-        errs.append('exit %d, want 3' % r.returncode)
+    err = r.err
+    if r.rc != 3:
+        errs.append('exit %d, want 3' % r.rc)
     if 'n.1.weight' not in err or 'n.1.bias' not in err:
         errs.append('stderr does not name both keys: %r' % err[:300])
     if os.listdir(d):
         errs.append('left %s behind' % os.listdir(d))
     return errs
-
-
-def report(name, errs, counter):
-    if errs:
-        counter[1] += 1
-        print('FAIL %s: %s' % (name, '; '.join(errs[:6]) + (
-            '; ... %d more' % (len(errs) - 6) if len(errs) > 6 else '')))
-    else:
-        counter[0] += 1
-        print('ok %s' % name)
 
 
 # --------------------------------------------------------------------------
@@ -1124,7 +1054,7 @@ def selftest():
 
 
 def _selftest(keepdir):
-    counter = [0, 0]
+    t = c.Tally()
     srcs = {}
     for case in CASES:
         src = srcs[case.chain.name] if case.chain else os.path.join(
@@ -1176,7 +1106,7 @@ def _selftest(keepdir):
                 f.write(build())
             errs = check_output(case, src, out, wo, exp, tags)
             errs += inspect_errors(case, out)
-            report('selftest %s' % case.name, errs, counter)
+            t.report('selftest %s' % case.name, errs)
             keep = os.path.join(keepdir, case.out)
             shutil.copy(out, keep)
             srcs[case.name] = keep
@@ -1186,17 +1116,13 @@ def _selftest(keepdir):
                 try:
                     errs = check_output(case, src, out, wo, exp, tags)
                 except Exception as e:
-                    errs = ['%s: %s' % (type(e).__name__, e)]
+                    errs = [c.describe(e)]
                 if errs:
-                    counter[0] += 1
-                    print('ok selftest %s: %s caught (%s)'
-                          % (case.name, mname, errs[0][:100]))
+                    t.ok('selftest %s: %s caught (%s)'
+                         % (case.name, mname, errs[0][:100]))
                 else:
-                    counter[1] += 1
-                    print('FAIL selftest %s: %s NOT caught'
-                          % (case.name, mname))
-    print('%d passed, %d failed' % tuple(counter))
-    return 1 if counter[1] else 0
+                    t.fail('selftest %s' % case.name, '%s NOT caught' % mname)
+    return t.summary()
 
 
 # --------------------------------------------------------------------------
@@ -1206,42 +1132,29 @@ def main():
     if argv == ['--selftest']:
         return selftest()
     only = set(argv)
-    if not os.access(CKPT, os.X_OK):
-        print('ckpt binary not found at %s (set CKPT)' % CKPT,
-              file=sys.stderr)
-        return 1
-    counter = [0, 0]
+    t = c.Tally()
+    t.need(c.CKPT, 'CKPT')
     srcs = {}
     with tempfile.TemporaryDirectory() as top:
         for i, case in enumerate(CASES):
             if only and case.name not in only and case.src not in only:
                 continue
             if case.chain and case.chain.name not in srcs:
-                report(case.name, ['needs the output of %r'
-                                   % case.chain.name], counter)
+                t.report(case.name, ['needs the output of %r'
+                                     % case.chain.name])
                 continue
             tmp = os.path.join(top, str(i))
             os.mkdir(tmp)
             try:
                 errs, derrs = run_case(case, tmp, srcs)
-            except subprocess.TimeoutExpired:
-                errs = ['ckpt timed out after %ds' % TIMEOUT]
-                derrs = ['not run']
             except Exception as e:
-                errs = ['%s: %s' % (type(e).__name__, e)]
+                errs = [c.describe(e)]
                 derrs = ['not run']
-            report(case.name, errs, counter)
-            report('%s --dry-run' % case.name, derrs, counter)
+            t.report(case.name, errs)
+            t.report('%s --dry-run' % case.name, derrs)
         if not only or 'collision' in only:
-            tmp = os.path.join(top, 'coll')
-            os.mkdir(tmp)
-            try:
-                errs = collision_case(tmp)
-            except Exception as e:
-                errs = ['%s: %s' % (type(e).__name__, e)]
-            report('rename collision refused', errs, counter)
-    print('%d passed, %d failed' % tuple(counter))
-    return 1 if counter[1] else 0
+            t.run('rename collision refused', collision_case, tmp=True)
+    return t.summary()
 
 
 if __name__ == '__main__':

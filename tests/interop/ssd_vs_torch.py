@@ -21,82 +21,32 @@ MLP), and say when torch's gather could not concatenate at all.
 Prints `ok NAME` or `FAIL NAME: why` per case, then `N passed, M failed`;
 exits 1 if anything failed, 77 (skip) if torch cannot be imported.
 """
-import collections
 import json
 import os
-import subprocess
 import sys
-import tempfile
-
-try:
-    import torch
-except Exception:  # pragma: no cover
-    print('torch cannot be imported: skipping', file=sys.stderr)
-    sys.exit(77)
 
 sys.dont_write_bytecode = True
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRCDIR = os.environ.get('srcdir') or os.path.normpath(os.path.join(HERE, '..', '..'))
-CKPT = os.environ.get('CKPT') or os.path.join(SRCDIR, 'ckpt')
-DATA = os.path.join(SRCDIR, 'tests', 'data')
-SPECS = os.path.join(SRCDIR, 'models')
-sys.path.insert(0, os.path.join(SRCDIR, 'tests', 'fixtures'))
-import models  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as c  # noqa: E402  (exit 77 without torch)
+import torch  # noqa: E402
+import models  # noqa: E402  (tests/fixtures/models.py)
 
-TMP = tempfile.mkdtemp(prefix='ckpt-ssd-')
-results = []
-skipped = []
-
-
-class Skip(Exception):
-    """A case that cannot run here (no GPU): reported and counted as skipped."""
-
-
-def case(name):
-    def wrap(fn):
-        try:
-            fn()
-            results.append((name, None))
-            print('ok', name)
-        except Skip as e:
-            skipped.append(name)
-            print(f'SKIP {name}: {e}')
-        except Exception as e:  # report and go on
-            results.append((name, e))
-            print(f'FAIL {name}: {e}')
-        return fn
-    return wrap
-
-
-def verify(spec, path, *extra):
-    p = subprocess.run([CKPT, 'verify', '--json', '--device', 'cpu', '--model',
-                        os.path.join(SPECS, spec), *extra, path],
-                       capture_output=True, text=True, timeout=600)
-    if p.returncode not in (0, 1):
-        raise AssertionError(f'exit {p.returncode}: {p.stderr.strip()}')
-    return p.returncode, json.loads(p.stdout)
-
-
-def forward(model, x):
-    model.eval()
-    with torch.no_grad():
-        y = model(x)
-    return y if isinstance(y, tuple) else (y,)
+DATA = c.DATA
+t = c.Tally()
+t.need(c.CKPT, 'CKPT')
+case = t.case
+verify = c.verify_json
+forward = c.forward
 
 
 def save_ref(model, x, names, name):
-    ref = {'input': x}
-    for n, y in zip(names, forward(model, x)):
-        ref['output.' + n] = y.contiguous()
-    path = os.path.join(TMP, name)
-    torch.save(ref, path)
-    return path
+    return c.save_reference(model, x, names, c.scratch(name))
 
 
 def data_parallel_shapes(model, x, n):
     """What nn.DataParallel over N devices returns: scatter (torch.chunk along
     dim 0), replicas, gather (torch.cat along dim 0); None where gather raises."""
-    parts = [forward(model, c) for c in x.chunk(n, 0)]
+    parts = [forward(model, part) for part in x.chunk(n, 0)]
     out = []
     for k in range(len(parts[0])):
         try:
@@ -138,7 +88,7 @@ def _():
 def _():
     torch.manual_seed(3)
     model = models.SSD300(width=1)
-    path = os.path.join(TMP, 'ssd300_full.pth')
+    path = c.scratch('ssd300_full.pth')
     torch.save(model.state_dict(), path)
     x = torch.rand(1, 3, 300, 300)
     ref = save_ref(model, x, ['loc', 'conf', 'priors'], 'ssd300_full.ref.pth')
@@ -151,27 +101,23 @@ def _():
 
 def gpu_present():
     """Whether `--device auto` picks a GPU; a ckpt that fails here is a failure, not a skip."""
-    p = subprocess.run([CKPT, 'verify', '--json', '--model', os.path.join(SPECS, 'mnist_mlp.json'),
-                        os.path.join(DATA, 'fmnist_mlp.pth')], capture_output=True, text=True)
-    assert p.returncode == 0, f'ckpt verify exit {p.returncode}: {p.stderr.strip()}'
-    return json.loads(p.stdout)['device'].startswith('cuda')
+    rc, doc = verify('mnist_mlp.json', os.path.join(DATA, 'fmnist_mlp.pth'), device=None)
+    assert rc == 0, f'ckpt verify exit {rc}: {json.dumps(doc.get("outputs"))}'
+    return doc['device'].startswith('cuda')
 
 
 @case('ssd300 full width, batch 8 on the GPU (CUDA backend) against torch on the CPU')
 def _():
     if not gpu_present():
-        raise Skip('no GPU')
+        raise c.Skip('no GPU')
     torch.manual_seed(4)
     model = models.SSD300(width=1)
-    path = os.path.join(TMP, 'ssd300_full_b8.pth')
+    path = c.scratch('ssd300_full_b8.pth')
     torch.save(model.state_dict(), path)
     x = torch.rand(8, 3, 300, 300)
     ref = save_ref(model, x, ['loc', 'conf', 'priors'], 'ssd300_full_b8.ref.pth')
-    p = subprocess.run([CKPT, 'verify', '--json', '--device', 'cuda', '--model',
-                        os.path.join(SPECS, 'ssd300.json'), '--reference', ref, path],
-                       capture_output=True, text=True, timeout=600)
-    doc = json.loads(p.stdout)
-    assert p.returncode == 0, json.dumps(doc.get('outputs'))
+    rc, doc = verify('ssd300.json', path, '--reference', ref, device='cuda')
+    assert rc == 0, json.dumps(doc.get('outputs'))
     assert doc['outputs'][2]['reference']['max_abs'] == 0, doc['outputs'][2]
 
 
@@ -238,11 +184,11 @@ def _():
 @case('replicas 4 on a batch of 2: torch.chunk makes 2 chunks, so 2 replicas run')
 def _():
     model = load_model(models.SSD300, os.path.join(DATA, 'ssd300_narrow.pth'), width=8)
-    x = torch.load(os.path.join(TMP, 'ssd_b2.ref.pth'))['input']
+    x = torch.load(c.scratch('ssd_b2.ref.pth'))['input']
     shapes, used = data_parallel_shapes(model, x, 4)
     assert used == 2, used
     rc, doc = verify('ssd300.json', os.path.join(DATA, 'ssd300_narrow.pth'), '--reference',
-                     os.path.join(TMP, 'ssd_b2.ref.pth'), '--replicas', '4')
+                     c.scratch('ssd_b2.ref.pth'), '--replicas', '4')
     assert rc == 1
     check_replicas(doc, ['loc', 'conf', 'priors'], shapes, used, {'priors'})
 
@@ -253,7 +199,7 @@ def _():
         table = json.load(f)
     # inputs of the table's batch sizes: the CRNN's reference, the batch-2 SSD one made above
     for name, spec, ref in (('crnn_tiny', 'crnn_tiny.json', os.path.join(DATA, 'crnn_tiny.ref.pth')),
-                            ('ssd300_narrow', 'ssd300.json', os.path.join(TMP, 'ssd_b2.ref.pth'))):
+                            ('ssd300_narrow', 'ssd300.json', c.scratch('ssd_b2.ref.pth'))):
         row = table[name]
         assert list(torch.load(ref)['input'].shape) == row['input'], (name, row['input'])
         rc, doc = verify(spec, os.path.join(DATA, name + '.pth'), '--reference', ref,
@@ -262,6 +208,4 @@ def _():
         assert got == row['gathered'], (name, got, row['gathered'])
 
 
-failed = [n for n, e in results if e]
-print(f'{len(results) - len(failed)} passed, {len(failed)} failed, {len(skipped)} skipped')
-sys.exit(1 if failed else 0)
+sys.exit(t.summary())

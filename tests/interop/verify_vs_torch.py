@@ -23,49 +23,21 @@ exits 1 if anything failed, 77 (skip) if torch cannot be imported.
 import collections
 import json
 import os
-import subprocess
 import sys
-import tempfile
-
-try:
-    import torch
-except Exception:  # pragma: no cover
-    print('torch cannot be imported: skipping', file=sys.stderr)
-    sys.exit(77)
 
 sys.dont_write_bytecode = True
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRCDIR = os.environ.get('srcdir') or os.path.normpath(os.path.join(HERE, '..', '..'))
-CKPT = os.environ.get('CKPT') or os.path.join(SRCDIR, 'ckpt')
-DATA = os.path.join(SRCDIR, 'tests', 'data')
-MLP_SPEC = os.path.join(SRCDIR, 'models', 'mnist_mlp.json')
-AE_SPEC = os.path.join(SRCDIR, 'models', 'mnist_autoencoder.json')
-sys.path.insert(0, os.path.join(SRCDIR, 'tests', 'fixtures'))
-import models  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as c  # noqa: E402  (exit 77 without torch)
+import torch  # noqa: E402
+import models  # noqa: E402  (tests/fixtures/models.py)
 
+DATA = c.DATA
+MLP_SPEC = 'mnist_mlp.json'
+AE_SPEC = 'mnist_autoencoder.json'
 torch.manual_seed(0)
-TMP = tempfile.mkdtemp(prefix='ckpt-verify-')
-results = []
-
-
-def ckpt(*args):
-    p = subprocess.run([CKPT, *args], capture_output=True, text=True, timeout=300)
-    return p.returncode, p.stdout, p.stderr
-
-
-def verify_json(spec, path, *extra):
-    rc, out, err = ckpt('verify', '--json', '--device', 'cpu', '--model', spec, *extra, path)
-    if rc not in (0, 1):
-        raise AssertionError(f'exit {rc}: {err.strip()}')
-    return rc, json.loads(out)
-
-
-def torch_load_message(model, sd):
-    try:
-        model.load_state_dict(sd, strict=True)
-        return None
-    except RuntimeError as e:
-        return str(e)
+t = c.Tally()
+t.need(c.CKPT, 'CKPT')
+case = t.case
 
 
 def load_sd(path, select=None):
@@ -76,30 +48,11 @@ def load_sd(path, select=None):
     return obj
 
 
-def case(name):
-    def wrap(fn):
-        try:
-            fn()
-            results.append((name, None))
-            print('ok', name)
-        except Exception as e:  # report and go on
-            results.append((name, e))
-            print(f'FAIL {name}: {e}')
-        return fn
-    return wrap
-
-
-def save(obj, name):
-    path = os.path.join(TMP, name)
-    torch.save(obj, path)
-    return path
-
-
 def check_load(spec, model, path, select=None):
     sd = load_sd(path, select)
-    want = torch_load_message(model, sd)
+    want = c.strict_load_error(model, sd)
     extra = ['--select', select] if select else []
-    rc, doc = verify_json(spec, path, *extra)
+    rc, doc = c.verify_json(spec, path, *extra)
     got_ok = doc['load']['ok']
     if want is None:
         assert got_ok and rc == 0, f'torch loads it, ckpt says: {doc["load"]["message"]!r}'
@@ -123,8 +76,8 @@ def _():
     doc = check_load(MLP_SPEC, models.MLP(), path)
     fix = doc['fix'].split()
     assert fix[:2] == ['ckpt', 'strip-module'], doc['fix']
-    out = os.path.join(TMP, 'dp_fixed.pth')
-    rc, _, err = ckpt('strip-module', path, out)
+    out = c.scratch('dp_fixed.pth')
+    rc, _, err = c.ckpt('strip-module', path, out)
     assert rc == 0, err
     check_load(MLP_SPEC, models.MLP(), out)
 
@@ -169,7 +122,7 @@ def _():
     a, b = models.MLP(hidden=128).state_dict(), models.MLP(hidden=64).state_dict()
     sd = collections.OrderedDict(a)
     sd['n.3.weight'] = b['n.3.weight']
-    doc = check_load(MLP_SPEC, models.MLP(hidden=128), save(sd, 'mismatch.pth'))
+    doc = check_load(MLP_SPEC, models.MLP(hidden=128), c.save(sd, c.scratch('mismatch.pth')))
     assert doc['load']['size_mismatch'] == [
         {'key': 'n.3.weight', 'checkpoint': [10, 64], 'model': [10, 128]}], doc['load']
 
@@ -180,7 +133,7 @@ def _():
     del sd['n.1.bias']
     sd['n.5.weight'] = torch.zeros(3)
     sd['n.3.bias'] = torch.zeros(12)
-    check_load(MLP_SPEC, models.MLP(), save(sd, 'mixed.pth'))
+    check_load(MLP_SPEC, models.MLP(), c.save(sd, c.scratch('mixed.pth')))
 
 
 @case('load: unexpected keys at several depths come in module order')
@@ -192,34 +145,26 @@ def _():
     sd.update(base)
     sd['n.7.x'] = torch.zeros(1)
     sd['encoder.x'] = torch.zeros(1)
-    check_load(MLP_SPEC, models.MLP(), save(sd, 'depths.pth'))
+    check_load(MLP_SPEC, models.MLP(), c.save(sd, c.scratch('depths.pth')))
 
 
 @case('load: wrong autoencoder channel count in the decoder')
 def _():
     sd = collections.OrderedDict(models.Autoencoder().state_dict())
     sd['decoder.deconv2.weight'] = torch.zeros(16, 1, 3, 3)
-    check_load(AE_SPEC, models.Autoencoder(), save(sd, 'ae_bad.pth'))
+    check_load(AE_SPEC, models.Autoencoder(), c.save(sd, c.scratch('ae_bad.pth')))
 
 
 # ---- numbers: ckpt's forward against torch's ---------------------------------
 
 def reference(model, sd, outputs, batch=32, name='ref.pth'):
+    """torch's outputs for a random batch, as a --reference file."""
     model.load_state_dict(sd)
-    model.eval()
-    x = torch.rand(batch, 1, 28, 28)
-    with torch.no_grad():
-        ys = model(x)
-    if not isinstance(ys, tuple):
-        ys = (ys,)
-    ref = {'input': x}
-    for n, y in zip(outputs, ys):
-        ref['output.' + n] = y
-    return save(ref, name)
+    return c.save_reference(model, torch.rand(batch, 1, 28, 28), outputs, c.scratch(name))
 
 
 def check_pass(spec, path, ref, want_rc=0):
-    rc, doc = verify_json(spec, path, '--reference', ref)
+    rc, doc = c.verify_json(spec, path, '--reference', ref)
     assert rc == want_rc, f'exit {rc}, result {doc["result"]}: {json.dumps(doc["outputs"])}'
     return doc
 
@@ -241,15 +186,15 @@ def _():
 def _():
     dp = os.path.join(DATA, 'fmnist_mlp_dp.pth')
     ref = os.path.join(DATA, 'fmnist_mlp.ref.pth')
-    stripped = os.path.join(TMP, 'stripped.pth')
-    st = os.path.join(TMP, 'stripped.safetensors')
-    assert ckpt('strip-module', dp, stripped)[0] == 0
-    assert ckpt('convert', stripped, st)[0] == 0
+    stripped = c.scratch('stripped.pth')
+    st = c.scratch('stripped.safetensors')
+    assert c.ckpt('strip-module', dp, stripped)[0] == 0
+    assert c.ckpt('convert', stripped, st)[0] == 0
     for path in (stripped, st):
         check_pass(MLP_SPEC, path, ref)
     # float16 weights: torch's own outputs for the rounded weights
-    half = os.path.join(TMP, 'half.pth')
-    assert ckpt('convert', '--dtype', 'float16', stripped, half)[0] == 0
+    half = c.scratch('half.pth')
+    assert c.ckpt('convert', '--dtype', 'float16', stripped, half)[0] == 0
     sd = {k: v.float() for k, v in load_sd(half).items()}
     r = load_sd(ref)
     ref16 = reference(models.MLP(), sd, ['logits'], batch=4, name='ref16.pth')
@@ -262,14 +207,14 @@ def _():
 
 @case('numbers: a bfloat16 copy keeps the accuracy but fails, max abs about 0.02 (README)')
 def _():
-    bf = os.path.join(TMP, 'bf16.pth')
-    assert ckpt('convert', '--dtype', 'bfloat16', os.path.join(DATA, 'fmnist_mlp.pth'), bf)[0] == 0
+    bf = c.scratch('bf16.pth')
+    assert c.ckpt('convert', '--dtype', 'bfloat16', os.path.join(DATA, 'fmnist_mlp.pth'), bf)[0] == 0
     doc = check_pass(MLP_SPEC, bf, os.path.join(DATA, 'fmnist_mlp.ref.pth'), want_rc=1)
     out = doc['outputs'][0]
     assert out['accuracy'] == out['reference_accuracy'], out
     assert 0.005 < out['reference']['max_abs'] < 0.05, out
-    rc, doc = verify_json(MLP_SPEC, bf, '--atol', '0.05', '--reference',
-                          os.path.join(DATA, 'fmnist_mlp.ref.pth'))
+    rc, doc = c.verify_json(MLP_SPEC, bf, '--atol', '0.05', '--reference',
+                            os.path.join(DATA, 'fmnist_mlp.ref.pth'))
     assert rc == 0, doc['outputs']
 
 
@@ -278,7 +223,7 @@ def _():
     sd = collections.OrderedDict(load_sd(os.path.join(DATA, 'fmnist_mlp.pth')))
     sd['n.3.bias'] = sd['n.3.bias'].clone()
     sd['n.3.bias'][3] += 0.01
-    bad = save(sd, 'nudged.pth')
+    bad = c.save(sd, c.scratch('nudged.pth'))
     doc = check_pass(MLP_SPEC, bad, os.path.join(DATA, 'fmnist_mlp.ref.pth'), want_rc=1)
     ref = doc['outputs'][0]['reference']
     assert not ref['pass'] and ref['mismatched'] > 0, ref
@@ -288,15 +233,13 @@ def _():
 @case('against: same weights bitwise, other weights fail')
 def _():
     dp = os.path.join(DATA, 'fmnist_mlp_dp.pth')
-    stripped = os.path.join(TMP, 'against.pth')
-    assert ckpt('strip-module', dp, stripped)[0] == 0
-    rc, doc = verify_json(MLP_SPEC, os.path.join(DATA, 'fmnist_mlp.pth'), '--against', stripped)
+    stripped = c.scratch('against.pth')
+    assert c.ckpt('strip-module', dp, stripped)[0] == 0
+    rc, doc = c.verify_json(MLP_SPEC, os.path.join(DATA, 'fmnist_mlp.pth'), '--against', stripped)
     assert rc == 0 and doc['outputs'][0]['against']['max_abs'] == 0, doc
-    rc, doc = verify_json(MLP_SPEC, os.path.join(DATA, 'fmnist_mlp.pth'), '--against',
-                          os.path.join(TMP, 'nudged.pth'))
+    rc, doc = c.verify_json(MLP_SPEC, os.path.join(DATA, 'fmnist_mlp.pth'), '--against',
+                            c.scratch('nudged.pth'))
     assert rc == 1 and not doc['outputs'][0]['against']['pass'], doc
 
 
-failed = [n for n, e in results if e]
-print(f'{len(results) - len(failed)} passed, {len(failed)} failed')
-sys.exit(1 if failed else 0)
+sys.exit(t.summary())
