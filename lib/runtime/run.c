@@ -1,4 +1,4 @@
-/* runtime_run.c - the executor: sizes every value for the batch at hand,
+/* runtime/run.c - the executor: sizes every value for the batch at hand,
  * uploads parameters once per backend, runs the nodes in spec order and
  * frees each intermediate value after its last use. */
 #include "runtime/runtime.h"
@@ -6,24 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void release_one(ckpt_model *m, struct rt_device *d)
-{
-    for (size_t i = 0; d->params && i < m->nparams; i++)
-        if (d->params[i])
-            d->backend->ops->release(d->backend, d->params[i]);
-    free(d->params);
-    ckpt_backend_free(d->backend); /* the reference upload_params took */
-    d->params = NULL;
-    d->backend = NULL;
-}
-
-void rt_model_release_device(ckpt_model *m)
-{
-    for (size_t i = 0; i < m->ndev; i++)
-        release_one(m, &m->dev[i]);
-    m->ndev = 0;
-}
 
 /* The model's parameters on B, uploaded on first use. */
 static float **upload_params(ckpt_model *m, ckpt_backend *b)
@@ -50,7 +32,7 @@ static float **upload_params(ckpt_model *m, ckpt_backend *b)
             rc = b->ops->upload(b, d->params[i], m->params[i].host, n);
         if (rc != CKPT_OK) {
             ckpt_model_fail(m, rc, "%s: %s", b->device, b->message);
-            release_one(m, d);
+            rt_device_release(m, d);
             return NULL;
         }
     }

@@ -1,6 +1,9 @@
-/* runtime/runtime.h - the model runtime's internals, shared by
- * runtime_spec.c (parse), runtime_shape.c (shape rules), runtime_bind.c
- * (strict load) and runtime_run.c (executor). */
+/* runtime/runtime.h - the model runtime's internals, shared by model.c (the
+ * model object), spec.c (parse), shape.c (shape rules),
+ * bind.c (strict load), run.c (executor) and replicas.c (DataParallel).
+ * Calls go one way, never back: replicas -> run -> shape -> model ->
+ * backend.c (the backend object, runtime/backend.h); spec -> model;
+ * bind -> shape, model. */
 #ifndef CKPT_RUNTIME_PRIVATE_H
 #define CKPT_RUNTIME_PRIVATE_H
 
@@ -93,6 +96,9 @@ struct ckpt_model {
     size_t ndev;
 };
 
+/* ---- model.c: the model object ------------------------------------------ */
+
+/* Set the model's error; returns CODE. */
 int ckpt_model_fail(ckpt_model *m, int code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -101,6 +107,19 @@ int ckpt_model_fail(ckpt_model *m, int code, const char *fmt, ...)
 
 /* "node 3 (linear -> h1)" into BUF. */
 const char *rt_node_label(const ckpt_model *m, const rt_node *n, char *buf, size_t cap);
+
+/* Free everything the model holds and zero it (an empty model again). */
+void rt_model_clear(ckpt_model *m);
+
+/* Free what the last strict load's report points to. */
+void rt_model_clear_report(ckpt_model *m);
+
+/* Drop the parameters uploaded to one backend (D, one of m->dev) and the
+ * reference to it; all of them (before a rebind or free). */
+void rt_device_release(ckpt_model *m, struct rt_device *d);
+void rt_model_release_device(ckpt_model *m);
+
+/* ---- shape.c: shape rules -------------------------------------------------- */
 
 /*
  * The shape rule of node N.  IN holds its inputs' shapes; W and B the
@@ -127,16 +146,12 @@ void rt_pool_geom(const rt_node *n, const rt_shape *x, const rt_shape *y, ckpt_p
 /* Number of boxes prior_box makes; fills BOXES ([count, 4]) when not NULL. */
 int64_t rt_prior_boxes(const rt_prior *p, float *boxes);
 
+/* ---- run.c: the executor ------------------------------------------------- */
+
 /* Check INPUTS against the spec's inputs and copy their shapes into
  * SHAPE[0 .. ninputs); then size every value (SHAPE has nvalues entries).
  * Errors (CKPT_ERR_USAGE) are in the model's handle. */
 int rt_check_inputs(ckpt_model *m, const ckpt_array *inputs, rt_shape *shape);
 int rt_model_shapes(ckpt_model *m, rt_shape *shape);
-
-/* Free what the last strict load's report points to. */
-void rt_model_clear_report(ckpt_model *m);
-
-/* Drop uploaded parameters (before a rebind or free). */
-void rt_model_release_device(ckpt_model *m);
 
 #endif
