@@ -335,8 +335,8 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
         if (known) {
             rt_shape pe[RT_P_COUNT];
             char err[256];
-            int r = rt_shape_infer(n, ins, pp[RT_P_WEIGHT], pp[RT_P_BIAS], &vshape[n->output],
-                                   &pe[RT_P_WEIGHT], &pe[RT_P_BIAS], err, sizeof err);
+            int r = rt_shape_infer(n, ins, pp[RT_P_WEIGHT], &vshape[n->output], &pe[RT_P_WEIGHT],
+                                   &pe[RT_P_BIAS], err, sizeof err);
             if (r < 0) {
                 char lb[160];
                 snprintf(shape_err, sizeof shape_err, "%s: %s", rt_node_label(m, n, lb, sizeof lb),

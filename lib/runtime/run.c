@@ -193,11 +193,9 @@ int rt_model_shapes(ckpt_model *m, rt_shape *shape)
             ins[k] = &shape[n->inputs[k]];
         const rt_shape *w = n->param[RT_P_WEIGHT] >= 0 ? &m->params[n->param[RT_P_WEIGHT]].shape
                                                         : NULL;
-        const rt_shape *bs = n->param[RT_P_BIAS] >= 0 ? &m->params[n->param[RT_P_BIAS]].shape
-                                                       : NULL;
         rt_shape we, be;
         char err[256], lb[160];
-        int s = rt_shape_infer(n, ins, w, bs, &shape[n->output], &we, &be, err, sizeof err);
+        int s = rt_shape_infer(n, ins, w, &shape[n->output], &we, &be, err, sizeof err);
         if (ins != one)
             free(ins);
         if (s == 0 && w && !rt_shape_equal(w, &we)) {

@@ -122,16 +122,17 @@ void rt_model_release_device(ckpt_model *m);
 /* ---- shape.c: shape rules -------------------------------------------------- */
 
 /*
- * The shape rule of node N.  IN holds its inputs' shapes; W and B the
- * parameters' shapes as given (NULL when the node has none or it is
- * missing).  Writes the output shape and, for parameters, the shape the
- * model expects (channel counts taken from W where the graph leaves them
- * free).  Returns 0, 1 when the output cannot be known (a missing weight),
- * or -1 with a message in ERR when the inputs do not fit the node.
+ * The shape rule of node N.  IN holds its inputs' shapes; W the weight's
+ * shape as given (NULL when the node has none or it is missing).  Writes
+ * the output shape and, for parameters, the shape the model expects
+ * (channel counts taken from W where the graph leaves them free; the
+ * bias's follows from them, so the bias as given plays no part).  Returns
+ * 0, 1 when the output cannot be known (a missing weight), or -1 with a
+ * message in ERR when the inputs do not fit the node.
  */
 int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *w,
-                   const rt_shape *b, rt_shape *out, rt_shape *w_expect, rt_shape *b_expect,
-                   char *err, size_t cap);
+                   rt_shape *out, rt_shape *w_expect, rt_shape *b_expect, char *err,
+                   size_t cap);
 
 int64_t rt_shape_numel(const rt_shape *s);
 int rt_shape_equal(const rt_shape *a, const rt_shape *b);

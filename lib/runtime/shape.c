@@ -139,13 +139,11 @@ static int pool_rule(const rt_node *n, const rt_shape *x, rt_shape *out, char *e
 }
 
 int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *w,
-                   const rt_shape *b, rt_shape *out, rt_shape *we, rt_shape *be, char *err,
-                   size_t cap)
+                   rt_shape *out, rt_shape *we, rt_shape *be, char *err, size_t cap)
 {
     const rt_shape *x = n->ninputs ? in[0] : NULL;
     char sb[96];
     int64_t d;
-    (void)b;
     memset(we, 0, sizeof *we);
     memset(be, 0, sizeof *be);
     switch (n->op) {
