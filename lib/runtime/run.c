@@ -1,6 +1,7 @@
-/* runtime/run.c - the executor: sizes every value for the batch at hand,
- * uploads parameters once per backend, runs the nodes in spec order and
- * frees each intermediate value after its last use. */
+/* runtime/run.c - the executor: sizes every value for the batch at hand
+ * (the shape pass of shape.c), uploads parameters once per backend, runs
+ * the nodes in spec order and frees each intermediate value after its last
+ * use. */
 #include "runtime/runtime.h"
 
 #include <stdio.h>
@@ -184,30 +185,12 @@ static int exec_node(run *r, const rt_node *n)
 
 int rt_model_shapes(ckpt_model *m, rt_shape *shape)
 {
-    for (size_t ni = 0; ni < m->nnodes; ni++) {
-        const rt_node *n = &m->nodes[ni];
-        const rt_shape *one[1], **ins = one;
-        if (n->ninputs > 1 && !(ins = calloc((size_t)n->ninputs, sizeof *ins)))
-            return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
-        for (int k = 0; k < n->ninputs; k++)
-            ins[k] = &shape[n->inputs[k]];
-        const rt_shape *w = n->param[RT_P_WEIGHT] >= 0 ? &m->params[n->param[RT_P_WEIGHT]].shape
-                                                        : NULL;
-        rt_shape we, be;
-        char err[256], lb[160];
-        int s = rt_shape_infer(n, ins, w, &shape[n->output], &we, &be, err, sizeof err);
-        if (ins != one)
-            free(ins);
-        if (s == 0 && w && !rt_shape_equal(w, &we)) {
-            char b1[96], b2[96];
-            snprintf(err, sizeof err, "weight %s does not fit the input (expects %s)",
-                     rt_shape_format(w, b1, sizeof b1), rt_shape_format(&we, b2, sizeof b2));
-            s = -1;
-        }
-        if (s != 0)
-            return ckpt_model_fail(m, CKPT_ERR_USAGE, "%s: %s",
-                                   rt_node_label(m, n, lb, sizeof lb), err);
-    }
+    char err[sizeof m->err];
+    int rc = rt_graph_shapes(m, NULL, shape, NULL, NULL, NULL, err, sizeof err);
+    if (rc == CKPT_ERR_NOMEM)
+        return ckpt_model_fail(m, rc, "out of memory");
+    if (rc != CKPT_OK)
+        return ckpt_model_fail(m, rc, "%s", err);
     return CKPT_OK;
 }
 

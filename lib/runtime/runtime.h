@@ -1,5 +1,5 @@
 /* runtime/runtime.h - the model runtime's internals, shared by model.c (the
- * model object), spec.c (parse), shape.c (shape rules),
+ * model object), spec.c (parse), shape.c (shape rules and the shape pass),
  * bind.c (strict load), run.c (executor) and replicas.c (DataParallel).
  * Calls go one way, never back: replicas -> run -> shape -> model ->
  * backend.c (the backend object, runtime/backend.h); spec -> model;
@@ -134,6 +134,26 @@ int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *
                    rt_shape *out, rt_shape *w_expect, rt_shape *b_expect, char *err,
                    size_t cap);
 
+/*
+ * The shape pass: every node's rule in spec order.  SHAPE (nvalues entries)
+ * holds the inputs' shapes and gets every node's output shape.  PARAM[i] is
+ * parameter i's shape as given (NULL: missing); PARAM NULL: the model's
+ * bound parameters.
+ *   KNOWN NULL (the executor): every value must be sized, and a weight must
+ *     fit what its input implies.
+ *   KNOWN (nvalues entries, the caller marks the inputs; the strict load):
+ *     a missing weight leaves its node's output unknown, and a node with
+ *     an unknown input is skipped (its output stays unknown).  EXPECT[i]
+ *     gets the shape the graph implies for parameter i, and FIXED[i] is
+ *     set, the first time a node whose output is known uses it (EXPECT and
+ *     FIXED may both be NULL).
+ * Returns CKPT_OK, CKPT_ERR_NOMEM, or CKPT_ERR_USAGE with "node 3 (...):
+ * why" in ERR (CAP bytes) for the first node the shapes do not fit.
+ */
+int rt_graph_shapes(const ckpt_model *m, const rt_shape *const *param, rt_shape *shape,
+                    unsigned char *known, rt_shape *expect, unsigned char *fixed, char *err,
+                    size_t cap);
+
 int64_t rt_shape_numel(const rt_shape *s);
 int rt_shape_equal(const rt_shape *a, const rt_shape *b);
 /* "[2, 3]" */
@@ -150,8 +170,9 @@ int64_t rt_prior_boxes(const rt_prior *p, float *boxes);
 /* ---- run.c: the executor ------------------------------------------------- */
 
 /* Check INPUTS against the spec's inputs and copy their shapes into
- * SHAPE[0 .. ninputs); then size every value (SHAPE has nvalues entries).
- * Errors (CKPT_ERR_USAGE) are in the model's handle. */
+ * SHAPE[0 .. ninputs); then size every value (SHAPE has nvalues entries;
+ * the shape pass with the bound parameters).  Errors (CKPT_ERR_USAGE) are
+ * in the model's handle. */
 int rt_check_inputs(ckpt_model *m, const ckpt_array *inputs, rt_shape *shape);
 int rt_model_shapes(ckpt_model *m, rt_shape *shape);
 
