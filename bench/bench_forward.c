@@ -30,7 +30,7 @@
  * printed) or the model cannot run, 2 on a usage error.
  */
 #include "ckpt.h"
-#include "runtime/backend.h" /* ckpt_backend_cpu_plain_open(): the driver is in-tree */
+#include "runtime/backends.h" /* ckpt_backend_cpu_plain_open(): the driver is in-tree */
 
 #include <errno.h>
 #include <stdint.h>

@@ -1,6 +1,8 @@
-// backend_cuda.cu - the CUDA backend of the model runtime (float32, NCHW):
-// cuBLAS for the matrix products, small kernels for everything else, one
-// stream per backend.
+// backend_cuda.cu - the CUDA backend of the model runtime ("cuda:N";
+// float32, NCHW): cuBLAS for the matrix products, small kernels for
+// everything else, one stream per backend.  Its descriptor, ckpt_backend_cuda
+// (lib/runtime/backends.h), is its only export; lib/runtime/backends.c
+// registers it.
 //
 // cuBLAS is dlopen'ed when the first backend is opened, never linked:
 // linking it costs every ckpt process about 0.5 s and 200 MB at start,
@@ -20,7 +22,7 @@
 #include "config.h"
 #include "ckpt.h"
 #include "ckpt_cuda.h"
-#include "runtime/backend.h"
+#include "runtime/backends.h"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -1082,7 +1084,7 @@ static void cuda_destroy(ckpt_backend *b)
     free(b);
 }
 
-// In runtime_backend.h's order (C++17 has no designated initializers); the
+// In runtime/backend.h's order (C++17 has no designated initializers); the
 // assertion catches an op added there and not here.
 static_assert(sizeof(ckpt_backend_ops) == 16 * sizeof(void (*)(void)),
               "ckpt_backend_ops changed: update cuda_ops");
@@ -1107,7 +1109,7 @@ static int open_fail(ckpt_backend *b, char *err, size_t cap, const char *fmt, ..
     return CKPT_ERR_DEVICE;
 }
 
-extern "C" int ckpt_backend_cuda_open(int device, ckpt_backend **out, char *err, size_t cap)
+static int cuda_open(int device, ckpt_backend **out, char *err, size_t cap)
 {
     char dummy[8];
     if (!err || !cap) {
@@ -1193,3 +1195,27 @@ extern "C" int ckpt_backend_cuda_open(int device, ckpt_backend **out, char *err,
     *out = b;
     return CKPT_OK;
 }
+
+// "auto" takes a GPU when there is one.
+static int cuda_probe(char *why, size_t cap)
+{
+    int count = 0;
+    if (ckpt_cuda_device_count(&count) != 0 || count <= 0) {
+        snprintf(why, cap, "no GPU found");
+        return 0;
+    }
+    return count;
+}
+
+// In runtime/backend.h's order (no designated initializers in C++17).
+static_assert(sizeof(ckpt_backend_desc) == 2 * sizeof(const char *) + 2 * sizeof(int) +
+                                               2 * sizeof(void (*)(void)),
+              "ckpt_backend_desc changed: update ckpt_backend_cuda");
+extern "C" const ckpt_backend_desc ckpt_backend_cuda = {
+    "cuda",     // name
+    "CUDA",     // title
+    1,          // indexed: cuda:N
+    0,          // fallback
+    cuda_probe, // probe
+    cuda_open,  // open
+};

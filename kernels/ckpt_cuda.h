@@ -1,5 +1,5 @@
-/* ckpt_cuda.h - the CUDA side of libckpt, plain C.  Every call returns 0 on
- * success or a CUDA error number; nothing aborts. */
+/* ckpt_cuda.h - CUDA device discovery (cuda_device.cu), plain C.  Every
+ * call returns 0 on success or a CUDA error number; nothing aborts. */
 #ifndef CKPT_CUDA_H
 #define CKPT_CUDA_H
 
@@ -18,12 +18,8 @@ int ckpt_cuda_device_name(int device, char *buf, int cap);
 /* Human-readable text for a status returned above. */
 const char *ckpt_cuda_strerror(int status);
 
-struct ckpt_backend;
-/* The runtime's CUDA backend (backend_cuda.cu, ops in lib/runtime_backend.h)
- * on device DEVICE.  Unlike the calls above it returns a ckpt_status:
- * CKPT_ERR_DEVICE, with the reason in ERR (CAP bytes), when there is no
- * GPU, no driver or no loadable cuBLAS.  Release with ops->destroy. */
-int ckpt_backend_cuda_open(int device, struct ckpt_backend **out, char *err, size_t cap);
+/* The runtime's CUDA backend (backend_cuda.cu) is reached through its
+ * descriptor, ckpt_backend_cuda (lib/runtime/backends.h). */
 
 #ifdef __cplusplus
 }

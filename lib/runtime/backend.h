@@ -1,9 +1,11 @@
 /*
- * runtime/backend.h - the operations a model-runtime backend provides.
+ * runtime/backend.h - the backend interface: the operations a model-runtime
+ * backend provides, and the descriptor each backend registers.  It names no
+ * backend: lib/runtime/backends.h and backends.c (the table) do.
  *
- * Private to libckpt: lib/runtime*.c (the executor and the CPU reference)
- * and kernels/ (the CUDA backend) include it.  Plain C, so nvcc can compile
- * the CUDA side against it.
+ * Private to libckpt: lib/runtime/ (the executor, the chooser, the CPU
+ * reference) and kernels/ (the CUDA backend) include it.  Plain C, so nvcc
+ * can compile the CUDA side against it.
  *
  * Every tensor is float32, C-contiguous, in a buffer the backend allocated
  * (host memory for the CPU, device memory for CUDA).  Every operation
@@ -104,17 +106,36 @@ struct ckpt_backend {
     int refs;               /* the opener's, plus one per model holding parameters here */
 };
 
-/* printf into b->message; returns STATUS. */
+/*
+ * A backend as the chooser (runtime/choose.c) sees it.  Each backend exports
+ * one; runtime/backends.c lists them in one table.  A device is named NAME
+ * or, for an indexed backend, NAME:N (NAME alone being NAME:0).
+ */
+typedef struct ckpt_backend_desc {
+    const char *name;   /* the device type: "cpu", "cuda" */
+    const char *title;  /* in messages: "CUDA could not be used (...)" */
+    int indexed;        /* devices are NAME:N; else NAME alone */
+    int fallback;       /* "auto" takes it only when no other backend runs */
+    /* Devices usable now; 0, with the reason in WHY (CAP bytes), when none
+     * ("no GPU found", "this ckpt was built without CUDA"). */
+    int (*probe)(char *why, size_t cap);
+    /* Open device INDEX: CKPT_OK, or a negative ckpt_status with a message
+     * in ERR (CAP bytes).  NULL: not in this build (probe says so; configure
+     * --with-NAME adds it).  Release with ops->destroy / ckpt_backend_free. */
+    int (*open)(int index, ckpt_backend **out, char *err, size_t cap);
+} ckpt_backend_desc;
+
+/* The table (runtime/backends.c), NULL-terminated, in the order the device
+ * names are listed in messages. */
+extern const ckpt_backend_desc *const ckpt_backend_table[];
+
+/* printf into b->message; returns STATUS (runtime/backend.c: shared by
+ * every backend, calls none). */
 int ckpt_backend_fail(ckpt_backend *b, int status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-
-/* The CPU reference (lib/runtime_cpu.c): with OpenBLAS when it loads, or
- * always with the plain-C loops (for tests and benchmarks). */
-int ckpt_backend_cpu_open(ckpt_backend **out, char *err, size_t cap);
-int ckpt_backend_cpu_plain_open(ckpt_backend **out, char *err, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* runtime_bind.c - strict load of a state dict into a model, reported the
+/* runtime/bind.c - strict load of a state dict into a model, reported the
  * way torch's load_state_dict(strict=True) reports it (reference/
  * pth-format.md §7): Missing key(s), Unexpected key(s), then one line per
  * size mismatch, in torch's module order. */
@@ -224,7 +224,8 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
     size_t nkeys = ckpt_value_len(sd);
     tree t;
     int *order = NULL, *torder = NULL;
-    rt_shape *vshape = NULL;
+    rt_shape *vshape = NULL, *expect = NULL, *given = NULL;
+    const rt_shape **pgiven = NULL;
     unsigned char *vknown = NULL, *reported = NULL;
     strbuf msg = {0}, lines = {0};
     int rc = CKPT_ERR_NOMEM;
@@ -239,7 +240,10 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
         !(m->mismatches = calloc(m->nparams + 1, sizeof(ckpt_size_mismatch))) ||
         !(reported = calloc(m->nparams + 1, 1)) ||
         !(vshape = calloc(m->nvalues, sizeof *vshape)) ||
-        !(vknown = calloc(m->nvalues, 1)))
+        !(vknown = calloc(m->nvalues, 1)) ||
+        !(expect = calloc(m->nparams + 1, sizeof *expect)) ||
+        !(given = calloc(m->nparams + 1, sizeof *given)) ||
+        !(pgiven = calloc(m->nparams + 1, sizeof *pgiven)))
         goto out;
 
     /* torch's order: modules in pre-order, each module's own parameters */
@@ -293,7 +297,7 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
         }
     }
 
-    /* shapes: run the shape rules with a batch of 1 and the checkpoint's
+    /* shapes: the shape pass with a batch of 1 and the checkpoint's
      * parameter shapes; compare each parameter with what the graph implies */
     char shape_err[320] = "";
     for (size_t i = 0; i < m->ninputs; i++) {
@@ -303,58 +307,19 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
                 vshape[i].d[d] = 1;
         vknown[i] = 1;
     }
-    rt_shape *expect = calloc(m->nparams + 1, sizeof *expect);
-    if (!expect)
-        goto out;
-    for (size_t ni = 0; ni < m->nnodes && !shape_err[0]; ni++) {
-        const rt_node *n = &m->nodes[ni];
-        const rt_shape *in[1];
-        const rt_shape **ins = n->ninputs <= 1 ? in : calloc((size_t)n->ninputs, sizeof *ins);
-        if (!ins) {
-            free(expect);
-            goto out;
-        }
-        int known = 1;
-        for (int k = 0; k < n->ninputs; k++) {
-            ins[k] = &vshape[n->inputs[k]];
-            known &= vknown[n->inputs[k]];
-        }
-        rt_shape pshape[RT_P_COUNT], *pp[RT_P_COUNT] = {NULL, NULL};
-        for (int s = 0; s < RT_P_COUNT; s++) {
-            if (n->param[s] < 0)
-                continue;
-            const ckpt_value *v = sd_get(sd, m->params[n->param[s]].key);
-            const ckpt_tensor *ten = v ? ckpt_value_tensor(v) : NULL;
-            if (!ten)
-                continue;
-            pshape[s].ndim = ckpt_tensor_ndim(ten);
-            memcpy(pshape[s].d, ckpt_tensor_shape(ten),
-                   sizeof(int64_t) * (size_t)pshape[s].ndim);
-            pp[s] = &pshape[s];
-        }
-        if (known) {
-            rt_shape pe[RT_P_COUNT];
-            char err[256];
-            int r = rt_shape_infer(n, ins, pp[RT_P_WEIGHT], pp[RT_P_BIAS], &vshape[n->output],
-                                   &pe[RT_P_WEIGHT], &pe[RT_P_BIAS], err, sizeof err);
-            if (r < 0) {
-                char lb[160];
-                snprintf(shape_err, sizeof shape_err, "%s: %s", rt_node_label(m, n, lb, sizeof lb),
-                         err);
-            } else {
-                vknown[n->output] = r == 0;
-                /* with the weight missing the graph cannot say what the
-                 * other parameters should be: nothing to report for them */
-                for (int s = 0; s < RT_P_COUNT && r == 0; s++)
-                    if (n->param[s] >= 0 && !reported[n->param[s]]) {
-                        reported[n->param[s]] = 1;
-                        expect[n->param[s]] = pe[s];
-                    }
-            }
-        }
-        if (ins != in)
-            free(ins);
+    for (size_t i = 0; i < m->nparams; i++) {
+        const ckpt_value *v = sd_get(sd, m->params[i].key);
+        const ckpt_tensor *ten = v ? ckpt_value_tensor(v) : NULL;
+        if (!ten)
+            continue;
+        given[i].ndim = ckpt_tensor_ndim(ten);
+        memcpy(given[i].d, ckpt_tensor_shape(ten), sizeof(int64_t) * (size_t)given[i].ndim);
+        pgiven[i] = &given[i];
     }
+    int st = rt_graph_shapes(m, pgiven, vshape, vknown, expect, reported, shape_err,
+                             sizeof shape_err);
+    if (st == CKPT_ERR_NOMEM)
+        goto out;
 
     /* per-key messages in torch's order */
     for (size_t k = 0; k < np; k++) {
@@ -395,7 +360,6 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
         torch_size(&lines, expect[pi].ndim, expect[pi].d);
         sb_add(&lines, ".");
     }
-    free(expect);
     if (shape_err[0] && !nmiss && !nmis && !nbad)
         sb_add(&lines, "\n\tthe checkpoint's shapes do not fit the graph: %s", shape_err);
 
@@ -456,6 +420,9 @@ out:
     free(vshape);
     free(vknown);
     free(reported);
+    free(expect);
+    free(given);
+    free(pgiven);
     free(msg.s);
     free(lines.s);
     return rc;

@@ -1,4 +1,4 @@
-/* runtime_cpu.c - the CPU reference backend: float32, host memory.
+/* runtime/cpu.c - the CPU reference backend ("cpu"): float32, host memory.
  *
  * Matrix products go to OpenBLAS's cblas_sgemm when the library can be
  * loaded (dlopen at backend open, so commands that never run a model do not
@@ -19,7 +19,7 @@
 #pragma GCC optimize("O3") /* the plain-C loops rely on vectorization */
 #endif
 #include "core/core.h"
-#include "runtime/backend.h"
+#include "runtime/backends.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -568,8 +568,17 @@ static int cpu_open(int plain, ckpt_backend **out, char *err, size_t cap)
     return CKPT_OK;
 }
 
-int ckpt_backend_cpu_open(ckpt_backend **out, char *err, size_t cap)
+static int cpu_probe(char *why, size_t cap)
 {
+    (void)why;
+    (void)cap;
+    return 1;
+}
+
+/* The one device, "cpu" (index 0). */
+static int cpu_open_device(int index, ckpt_backend **out, char *err, size_t cap)
+{
+    (void)index;
     return cpu_open(0, out, err, cap);
 }
 
@@ -577,3 +586,12 @@ int ckpt_backend_cpu_plain_open(ckpt_backend **out, char *err, size_t cap)
 {
     return cpu_open(1, out, err, cap);
 }
+
+const ckpt_backend_desc ckpt_backend_cpu = {
+    .name = "cpu",
+    .title = "CPU",
+    .indexed = 0,
+    .fallback = 1,
+    .probe = cpu_probe,
+    .open = cpu_open_device,
+};

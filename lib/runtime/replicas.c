@@ -1,4 +1,4 @@
-/* runtime_replicas.c - torch.nn.DataParallel's scatter / gather replayed on
+/* runtime/replicas.c - torch.nn.DataParallel's scatter / gather replayed on
  * one or several backends, and the analysis that says why an output does
  * not survive it (no batch dimension, or a batch dimension that is not
  * first). */

@@ -1,29 +1,12 @@
-/* runtime_run.c - the executor: sizes every value for the batch at hand,
- * uploads parameters once per backend, runs the nodes in spec order and
- * frees each intermediate value after its last use. */
+/* runtime/run.c - the executor: sizes every value for the batch at hand
+ * (the shape pass of shape.c), uploads parameters once per backend, runs
+ * the nodes in spec order and frees each intermediate value after its last
+ * use. */
 #include "runtime/runtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void release_one(ckpt_model *m, struct rt_device *d)
-{
-    for (size_t i = 0; d->params && i < m->nparams; i++)
-        if (d->params[i])
-            d->backend->ops->release(d->backend, d->params[i]);
-    free(d->params);
-    ckpt_backend_free(d->backend); /* the reference upload_params took */
-    d->params = NULL;
-    d->backend = NULL;
-}
-
-void rt_model_release_device(ckpt_model *m)
-{
-    for (size_t i = 0; i < m->ndev; i++)
-        release_one(m, &m->dev[i]);
-    m->ndev = 0;
-}
 
 /* The model's parameters on B, uploaded on first use. */
 static float **upload_params(ckpt_model *m, ckpt_backend *b)
@@ -50,7 +33,7 @@ static float **upload_params(ckpt_model *m, ckpt_backend *b)
             rc = b->ops->upload(b, d->params[i], m->params[i].host, n);
         if (rc != CKPT_OK) {
             ckpt_model_fail(m, rc, "%s: %s", b->device, b->message);
-            release_one(m, d);
+            rt_device_release(m, d);
             return NULL;
         }
     }
@@ -202,32 +185,12 @@ static int exec_node(run *r, const rt_node *n)
 
 int rt_model_shapes(ckpt_model *m, rt_shape *shape)
 {
-    for (size_t ni = 0; ni < m->nnodes; ni++) {
-        const rt_node *n = &m->nodes[ni];
-        const rt_shape *one[1], **ins = one;
-        if (n->ninputs > 1 && !(ins = calloc((size_t)n->ninputs, sizeof *ins)))
-            return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
-        for (int k = 0; k < n->ninputs; k++)
-            ins[k] = &shape[n->inputs[k]];
-        const rt_shape *w = n->param[RT_P_WEIGHT] >= 0 ? &m->params[n->param[RT_P_WEIGHT]].shape
-                                                        : NULL;
-        const rt_shape *bs = n->param[RT_P_BIAS] >= 0 ? &m->params[n->param[RT_P_BIAS]].shape
-                                                       : NULL;
-        rt_shape we, be;
-        char err[256], lb[160];
-        int s = rt_shape_infer(n, ins, w, bs, &shape[n->output], &we, &be, err, sizeof err);
-        if (ins != one)
-            free(ins);
-        if (s == 0 && w && !rt_shape_equal(w, &we)) {
-            char b1[96], b2[96];
-            snprintf(err, sizeof err, "weight %s does not fit the input (expects %s)",
-                     rt_shape_format(w, b1, sizeof b1), rt_shape_format(&we, b2, sizeof b2));
-            s = -1;
-        }
-        if (s != 0)
-            return ckpt_model_fail(m, CKPT_ERR_USAGE, "%s: %s",
-                                   rt_node_label(m, n, lb, sizeof lb), err);
-    }
+    char err[sizeof m->err];
+    int rc = rt_graph_shapes(m, NULL, shape, NULL, NULL, NULL, err, sizeof err);
+    if (rc == CKPT_ERR_NOMEM)
+        return ckpt_model_fail(m, rc, "out of memory");
+    if (rc != CKPT_OK)
+        return ckpt_model_fail(m, rc, "%s", err);
     return CKPT_OK;
 }
 

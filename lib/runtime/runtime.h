@@ -1,6 +1,9 @@
-/* runtime/runtime.h - the model runtime's internals, shared by
- * runtime_spec.c (parse), runtime_shape.c (shape rules), runtime_bind.c
- * (strict load) and runtime_run.c (executor). */
+/* runtime/runtime.h - the model runtime's internals, shared by model.c (the
+ * model object), spec.c (parse), shape.c (shape rules and the shape pass),
+ * bind.c (strict load), run.c (executor) and replicas.c (DataParallel).
+ * Calls go one way, never back: replicas -> run -> shape -> model ->
+ * backend.c (the backend object, runtime/backend.h); spec -> model;
+ * bind -> shape, model. */
 #ifndef CKPT_RUNTIME_PRIVATE_H
 #define CKPT_RUNTIME_PRIVATE_H
 
@@ -93,6 +96,9 @@ struct ckpt_model {
     size_t ndev;
 };
 
+/* ---- model.c: the model object ------------------------------------------ */
+
+/* Set the model's error; returns CODE. */
 int ckpt_model_fail(ckpt_model *m, int code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -102,17 +108,51 @@ int ckpt_model_fail(ckpt_model *m, int code, const char *fmt, ...)
 /* "node 3 (linear -> h1)" into BUF. */
 const char *rt_node_label(const ckpt_model *m, const rt_node *n, char *buf, size_t cap);
 
+/* Free everything the model holds and zero it (an empty model again). */
+void rt_model_clear(ckpt_model *m);
+
+/* Free what the last strict load's report points to. */
+void rt_model_clear_report(ckpt_model *m);
+
+/* Drop the parameters uploaded to one backend (D, one of m->dev) and the
+ * reference to it; all of them (before a rebind or free). */
+void rt_device_release(ckpt_model *m, struct rt_device *d);
+void rt_model_release_device(ckpt_model *m);
+
+/* ---- shape.c: shape rules -------------------------------------------------- */
+
 /*
- * The shape rule of node N.  IN holds its inputs' shapes; W and B the
- * parameters' shapes as given (NULL when the node has none or it is
- * missing).  Writes the output shape and, for parameters, the shape the
- * model expects (channel counts taken from W where the graph leaves them
- * free).  Returns 0, 1 when the output cannot be known (a missing weight),
- * or -1 with a message in ERR when the inputs do not fit the node.
+ * The shape rule of node N.  IN holds its inputs' shapes; W the weight's
+ * shape as given (NULL when the node has none or it is missing).  Writes
+ * the output shape and, for parameters, the shape the model expects
+ * (channel counts taken from W where the graph leaves them free; the
+ * bias's follows from them, so the bias as given plays no part).  Returns
+ * 0, 1 when the output cannot be known (a missing weight), or -1 with a
+ * message in ERR when the inputs do not fit the node.
  */
 int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *w,
-                   const rt_shape *b, rt_shape *out, rt_shape *w_expect, rt_shape *b_expect,
-                   char *err, size_t cap);
+                   rt_shape *out, rt_shape *w_expect, rt_shape *b_expect, char *err,
+                   size_t cap);
+
+/*
+ * The shape pass: every node's rule in spec order.  SHAPE (nvalues entries)
+ * holds the inputs' shapes and gets every node's output shape.  PARAM[i] is
+ * parameter i's shape as given (NULL: missing); PARAM NULL: the model's
+ * bound parameters.
+ *   KNOWN NULL (the executor): every value must be sized, and a weight must
+ *     fit what its input implies.
+ *   KNOWN (nvalues entries, the caller marks the inputs; the strict load):
+ *     a missing weight leaves its node's output unknown, and a node with
+ *     an unknown input is skipped (its output stays unknown).  EXPECT[i]
+ *     gets the shape the graph implies for parameter i, and FIXED[i] is
+ *     set, the first time a node whose output is known uses it (EXPECT and
+ *     FIXED may both be NULL).
+ * Returns CKPT_OK, CKPT_ERR_NOMEM, or CKPT_ERR_USAGE with "node 3 (...):
+ * why" in ERR (CAP bytes) for the first node the shapes do not fit.
+ */
+int rt_graph_shapes(const ckpt_model *m, const rt_shape *const *param, rt_shape *shape,
+                    unsigned char *known, rt_shape *expect, unsigned char *fixed, char *err,
+                    size_t cap);
 
 int64_t rt_shape_numel(const rt_shape *s);
 int rt_shape_equal(const rt_shape *a, const rt_shape *b);
@@ -127,16 +167,13 @@ void rt_pool_geom(const rt_node *n, const rt_shape *x, const rt_shape *y, ckpt_p
 /* Number of boxes prior_box makes; fills BOXES ([count, 4]) when not NULL. */
 int64_t rt_prior_boxes(const rt_prior *p, float *boxes);
 
+/* ---- run.c: the executor ------------------------------------------------- */
+
 /* Check INPUTS against the spec's inputs and copy their shapes into
- * SHAPE[0 .. ninputs); then size every value (SHAPE has nvalues entries).
- * Errors (CKPT_ERR_USAGE) are in the model's handle. */
+ * SHAPE[0 .. ninputs); then size every value (SHAPE has nvalues entries;
+ * the shape pass with the bound parameters).  Errors (CKPT_ERR_USAGE) are
+ * in the model's handle. */
 int rt_check_inputs(ckpt_model *m, const ckpt_array *inputs, rt_shape *shape);
 int rt_model_shapes(ckpt_model *m, rt_shape *shape);
-
-/* Free what the last strict load's report points to. */
-void rt_model_clear_report(ckpt_model *m);
-
-/* Drop uploaded parameters (before a rebind or free). */
-void rt_model_release_device(ckpt_model *m);
 
 #endif

@@ -1,12 +1,14 @@
-/* runtime_shape.c - the shape rule of every op, with torch's formulas.
- * Used twice: at bind time to know the shape each parameter must have
- * (channel counts come from the weights, the rest follows from the
- * inputs), and at run time to size every value for the batch at hand. */
+/* runtime/shape.c - the shape rule of every op, with torch's formulas, and
+ * the shape pass that runs them over the graph.  The pass is used twice: at
+ * bind time to know the shape each parameter must have (channel counts
+ * come from the weights, the rest follows from the inputs), and at run time
+ * to size every value for the batch at hand. */
 #include "runtime/runtime.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int64_t rt_shape_numel(const rt_shape *s)
@@ -139,13 +141,11 @@ static int pool_rule(const rt_node *n, const rt_shape *x, rt_shape *out, char *e
 }
 
 int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *w,
-                   const rt_shape *b, rt_shape *out, rt_shape *we, rt_shape *be, char *err,
-                   size_t cap)
+                   rt_shape *out, rt_shape *we, rt_shape *be, char *err, size_t cap)
 {
     const rt_shape *x = n->ninputs ? in[0] : NULL;
     char sb[96];
     int64_t d;
-    (void)b;
     memset(we, 0, sizeof *we);
     memset(be, 0, sizeof *be);
     switch (n->op) {
@@ -287,6 +287,65 @@ int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *
     if (check_numel(out, err, cap))
         return -1;
     return w || n->param[RT_P_WEIGHT] < 0 ? 0 : 1;
+}
+
+/* ---- the shape pass --------------------------------------------------------- */
+
+int rt_graph_shapes(const ckpt_model *m, const rt_shape *const *param, rt_shape *shape,
+                    unsigned char *known, rt_shape *expect, unsigned char *fixed, char *err,
+                    size_t cap)
+{
+    for (size_t ni = 0; ni < m->nnodes; ni++) {
+        const rt_node *n = &m->nodes[ni];
+        const rt_shape *one[1], **ins = one;
+        if (n->ninputs > 1 && !(ins = calloc((size_t)n->ninputs, sizeof *ins)))
+            return CKPT_ERR_NOMEM;
+        int sized = 1;
+        for (int k = 0; k < n->ninputs; k++) {
+            ins[k] = &shape[n->inputs[k]];
+            if (known)
+                sized &= known[n->inputs[k]];
+        }
+        if (!sized) {
+            if (ins != one)
+                free(ins);
+            continue; /* downstream of a missing weight */
+        }
+        int wi = n->param[RT_P_WEIGHT];
+        const rt_shape *w = wi < 0 ? NULL : param ? param[wi] : &m->params[wi].shape;
+        rt_shape pe[RT_P_COUNT];
+        char why[256];
+        int s = rt_shape_infer(n, ins, w, &shape[n->output], &pe[RT_P_WEIGHT], &pe[RT_P_BIAS],
+                               why, sizeof why);
+        if (ins != one)
+            free(ins);
+        if (!known && s == 0 && w && !rt_shape_equal(w, &pe[RT_P_WEIGHT])) {
+            char b1[96], b2[96];
+            snprintf(why, sizeof why, "weight %s does not fit the input (expects %s)",
+                     rt_shape_format(w, b1, sizeof b1),
+                     rt_shape_format(&pe[RT_P_WEIGHT], b2, sizeof b2));
+            s = -1;
+        }
+        if (!known && s > 0) {
+            snprintf(why, sizeof why, "its weight is missing");
+            s = -1;
+        }
+        if (s < 0) {
+            char lb[160];
+            snprintf(err, cap, "%s: %s", rt_node_label(m, n, lb, sizeof lb), why);
+            return CKPT_ERR_USAGE;
+        }
+        if (known)
+            known[n->output] = s == 0;
+        /* with the weight missing the graph cannot say what the other
+         * parameters should be */
+        for (int k = 0; k < RT_P_COUNT && s == 0 && expect; k++)
+            if (n->param[k] >= 0 && !fixed[n->param[k]]) {
+                fixed[n->param[k]] = 1;
+                expect[n->param[k]] = pe[k];
+            }
+    }
+    return CKPT_OK;
 }
 
 int64_t rt_prior_boxes(const rt_prior *p, float *boxes)

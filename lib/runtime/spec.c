@@ -1,4 +1,4 @@
-/* runtime_spec.c - reading a graph spec (DESIGN.md "Model specs") into a
+/* runtime/spec.c - reading a graph spec (DESIGN.md "Model specs") into a
  * ckpt_model.  Everything in the JSON is checked here, so the executor can
  * trust names, attributes and counts; a mistake names the node. */
 #include "io/io.h"
@@ -16,108 +16,6 @@
 
 #define SPEC_MAX_BYTES (16u << 20) /* specs are small: refuse anything absurd */
 #define SPEC_MAX_NODES 100000
-
-int ckpt_model_fail(ckpt_model *m, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->err, sizeof m->err, fmt, ap);
-    va_end(ap);
-    m->err_code = code;
-    return code;
-}
-
-const char *rt_node_label(const ckpt_model *m, const rt_node *n, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "node %zu (%s -> \"%s\")", n->index, n->opname,
-             n->output >= 0 ? m->value_names[n->output] : "?");
-    return buf;
-}
-
-ckpt_model *ckpt_model_new(void)
-{
-    return calloc(1, sizeof(ckpt_model));
-}
-
-void rt_model_clear_report(ckpt_model *m)
-{
-    for (size_t i = 0; i < m->nreport_strings; i++)
-        free(m->report_strings[i]);
-    free(m->report_strings);
-    free(m->missing);
-    free(m->unexpected);
-    free(m->bad_dtype);
-    free(m->mismatches);
-    free(m->message);
-    m->report_strings = NULL;
-    m->nreport_strings = 0;
-    m->missing = m->unexpected = m->bad_dtype = NULL;
-    m->mismatches = NULL;
-    m->message = NULL;
-}
-
-static void model_clear(ckpt_model *m)
-{
-    rt_model_release_device(m);
-    rt_model_clear_report(m);
-    free(m->path);
-    free(m->name);
-    free(m->klass);
-    free(m->description);
-    free(m->input_shapes);
-    for (size_t i = 0; i < m->nvalues; i++)
-        free(m->value_names[i]);
-    free(m->value_names);
-    for (size_t i = 0; i < m->nnodes; i++) {
-        free(m->nodes[i].inputs);
-        if (m->nodes[i].prior)
-            free(m->nodes[i].prior->boxes);
-        free(m->nodes[i].prior);
-    }
-    free(m->nodes);
-    free(m->outputs);
-    for (size_t i = 0; i < m->nparams; i++) {
-        free(m->params[i].key);
-        free(m->params[i].host);
-    }
-    free(m->params);
-    memset(m, 0, sizeof *m);
-}
-
-void ckpt_model_free(ckpt_model *m)
-{
-    if (!m)
-        return;
-    model_clear(m);
-    free(m);
-}
-
-int ckpt_model_error_code(const ckpt_model *m) { return m->err_code; }
-const char *ckpt_model_error_message(const ckpt_model *m) { return m->err; }
-const char *ckpt_model_name(const ckpt_model *m) { return m->name ? m->name : ""; }
-const char *ckpt_model_class(const ckpt_model *m) { return m->klass ? m->klass : "Model"; }
-size_t ckpt_model_input_count(const ckpt_model *m) { return m->ninputs; }
-const char *ckpt_model_input_name(const ckpt_model *m, size_t i)
-{
-    return i < m->ninputs ? m->value_names[i] : NULL;
-}
-int ckpt_model_input_shape(const ckpt_model *m, size_t i, int64_t *shape)
-{
-    if (i >= m->ninputs)
-        return -1;
-    memcpy(shape, m->input_shapes[i].d, sizeof(int64_t) * (size_t)m->input_shapes[i].ndim);
-    return m->input_shapes[i].ndim;
-}
-size_t ckpt_model_output_count(const ckpt_model *m) { return m->noutputs; }
-const char *ckpt_model_output_name(const ckpt_model *m, size_t i)
-{
-    return i < m->noutputs ? m->value_names[m->outputs[i]] : NULL;
-}
-size_t ckpt_model_param_count(const ckpt_model *m) { return m->nparams; }
-const char *ckpt_model_param_key(const ckpt_model *m, size_t i)
-{
-    return i < m->nparams ? m->params[i].key : NULL;
-}
 
 /* ---- parsing ------------------------------------------------------------ */
 
@@ -655,7 +553,7 @@ int ckpt_model_parse(ckpt_model *m, const char *json, size_t len, const char *na
 {
     if (!m || (!json && len))
         return CKPT_ERR_USAGE;
-    model_clear(m);
+    rt_model_clear(m);
     parser p = {.m = m, .file = name ? name : "<spec>"};
     if (!(m->path = strdup(p.file)))
         return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
@@ -674,7 +572,7 @@ int ckpt_model_parse(ckpt_model *m, const char *json, size_t len, const char *na
         int code = m->err_code;
         char msg[sizeof m->err];
         memcpy(msg, m->err, sizeof msg);
-        model_clear(m);
+        rt_model_clear(m);
         m->err_code = code;
         memcpy(m->err, msg, sizeof msg);
         return code;

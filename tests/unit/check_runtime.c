@@ -2,7 +2,7 @@
  * tests/data/ops (made by PyTorch, tests/fixtures/make_verify_fixtures.py)
  * on both CPU paths, spec errors, strict-load reports and run errors. */
 #include "unit.h"
-#include "runtime/backend.h"
+#include "runtime/backends.h" /* ckpt_backend_cpu_plain_open() */
 
 #include <dirent.h>
 #include <math.h>

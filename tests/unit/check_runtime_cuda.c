@@ -6,7 +6,7 @@
  * Exits 77 (skipped) where there is no GPU. */
 #include "ckpt.h"
 #include "ckpt_cuda.h"
-#include "runtime/backend.h"
+#include "runtime/backends.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -513,11 +513,11 @@ int main(void)
         return 77;
     }
     char err[256];
-    if ((rc = ckpt_backend_cpu_open(&cpu, err, sizeof err)) != CKPT_OK) {
+    if ((rc = ckpt_backend_cpu.open(0, &cpu, err, sizeof err)) != CKPT_OK) {
         fprintf(stderr, "FAIL: cpu backend: %s\n", err);
         return 1;
     }
-    if ((rc = ckpt_backend_cuda_open(0, &gpu, err, sizeof err)) != CKPT_OK) {
+    if ((rc = ckpt_backend_cuda.open(0, &gpu, err, sizeof err)) != CKPT_OK) {
         fprintf(stderr, "FAIL: cuda backend: %s\n", err);
         return 1;
     }

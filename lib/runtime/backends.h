@@ -1,0 +1,30 @@
+/*
+ * runtime/backends.h - the backends of libckpt, by name.  Included by
+ * runtime/backends.c (the table), by each backend for its own descriptor,
+ * and by the in-tree tests and benchmarks that reach a backend directly.
+ * Nothing else names a backend: the chooser walks the table.
+ */
+#ifndef CKPT_RUNTIME_BACKENDS_H
+#define CKPT_RUNTIME_BACKENDS_H
+
+#include "runtime/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The CPU reference (runtime/cpu.c): "cpu", with OpenBLAS when it loads. */
+extern const ckpt_backend_desc ckpt_backend_cpu;
+/* The CUDA backend (kernels/backend_cuda.cu): "cuda:N"; in a build without
+ * CUDA, runtime/backends.c's stand-in that says so. */
+extern const ckpt_backend_desc ckpt_backend_cuda;
+
+/* The CPU reference always with its plain-C loops, never OpenBLAS (for
+ * tests and benchmarks: a fixed summation order). */
+int ckpt_backend_cpu_plain_open(ckpt_backend **out, char *err, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CKPT_RUNTIME_BACKENDS_H */
