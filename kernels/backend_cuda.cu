@@ -1,7 +1,7 @@
 // backend_cuda.cu - the CUDA backend of the model runtime ("cuda:N";
 // float32, NCHW): cuBLAS for the matrix products, small kernels for
 // everything else, one stream per backend.  Its descriptor, ckpt_backend_cuda
-// (lib/runtime/backends.h), is its only export; lib/runtime/backends.c
+// (declared in lib/runtime/backends.h), is its only export; lib/runtime/backends.c
 // registers it.
 //
 // cuBLAS is dlopen'ed when the first backend is opened, never linked:
@@ -22,7 +22,7 @@
 #include "config.h"
 #include "ckpt.h"
 #include "ckpt_cuda.h"
-#include "runtime/backends.h"
+#include "runtime/backend.h"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

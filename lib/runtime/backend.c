@@ -12,15 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ckpt_backend_fail(ckpt_backend *b, int status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->message, sizeof b->message, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
 /* Models that hold parameters on a backend keep it alive, so the order in
  * which a caller frees models and backends does not matter. */
 void ckpt_backend_free(ckpt_backend *b)

@@ -17,8 +17,10 @@
 #ifndef CKPT_RUNTIME_BACKEND_H
 #define CKPT_RUNTIME_BACKEND_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -129,13 +131,21 @@ typedef struct ckpt_backend_desc {
  * names are listed in messages. */
 extern const ckpt_backend_desc *const ckpt_backend_table[];
 
-/* printf into b->message; returns STATUS (runtime/backend.c: shared by
- * every backend, calls none). */
-int ckpt_backend_fail(ckpt_backend *b, int status, const char *fmt, ...)
+/* printf into b->message; returns STATUS.  Inline, so that a backend below
+ * lib/ (kernels/) calls nothing of lib/ to report an error. */
+static inline int ckpt_backend_fail(ckpt_backend *b, int status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+static inline int ckpt_backend_fail(ckpt_backend *b, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->message, sizeof b->message, fmt, ap);
+    va_end(ap);
+    return status;
+}
 
 #ifdef __cplusplus
 }
