@@ -5,8 +5,9 @@
  *
  * Casts: converting elements between float64, float32, float16 and
  * bfloat16 so that the bits equal those of torch's .double(), .float(),
- * .half() and .bfloat16() on a contiguous CPU tensor (torch 1.13, AVX2 or
- * AVX-512 kernels; tests/interop/cast_vs_torch.py compares them).
+ * .half() and .bfloat16() on a contiguous CPU tensor (torch 2.x, AVX2 or
+ * AVX-512 kernels; where 1.13 differs, it is said below;
+ * tests/interop/cast_vs_torch.py compares them under both).
  *
  * What torch does, found by experiment:
  *  - Narrowing rounds to nearest, ties to even, including into and out of
@@ -15,8 +16,11 @@
  *  - float64 -> float16 / bfloat16 rounds twice, first to float32: c10::Half
  *    and c10::BFloat16 are built from a float.  So 1 + 2^-11 + 2^-40 becomes
  *    the half 1.0 (the float32 is the tie 1 + 2^-11), not 1 + 2^-10.
- *  - NaNs to float16 keep the sign and become quiet with no payload
- *    (0x7e00 / 0xfe00).
+ *  - NaNs to float16 keep the sign, become quiet and keep the top bits of
+ *    their payload: sign | 0x7e00 | (float32 mantissa >> 13), as torch 2.x
+ *    does on every path (float64 and bfloat16 go through float32 first, so
+ *    0xfff4000000000000 gives 0xff00 and bfloat16 0x7f81 gives 0x7e08).
+ *    torch 1.13 gave sign | 0x7e00, whatever the payload.
  *  - NaNs to bfloat16 depend on the kernel.  float32 -> bfloat16 gives 0xffff
  *    for any NaN (the AVX2 / AVX-512 kernel, used for every contiguous
  *    length); so does float64 -> bfloat16 in its vectorised body, but its
@@ -26,7 +30,10 @@
  *    float16 -> bfloat16 always takes c10's scalar path: 0x7fc0.
  *  - Widening to float32 / float64 is exact.  It quiets a signalling NaN
  *    (sets the top mantissa bit) and keeps the payload, except bfloat16 ->
- *    float32, a 16-bit shift that keeps the NaN as it is.
+ *    float32, a 16-bit shift that keeps the NaN as it is.  torch 2.x's
+ *    float16 -> float32 does so in its vectorised blocks of 8 but gives
+ *    0x7fffffff for any NaN in the last n % 8 elements of a tensor and in a
+ *    0-dim one; we give the vectorised result everywhere.
  *  - float64 -> float32 NaNs keep the sign and the top 22 payload bits and
  *    become quiet (what cvtsd2ss does).
  *
@@ -150,8 +157,8 @@ static inline uint16_t f32_to_f16(uint32_t f)
 {
     uint16_t sign = (uint16_t)((f >> 16) & 0x8000);
     uint32_t a = f & 0x7fffffffu;
-    if (a > 0x7f800000u) /* NaN: quiet, no payload */
-        return sign | 0x7e00;
+    if (a > 0x7f800000u) /* NaN: quiet, the payload's top 9 bits kept (torch 2.x) */
+        return sign | 0x7e00 | (uint16_t)((a & 0x7fffffu) >> 13);
     if (a >= 0x477ff000u) /* 65520 (half way from 65504 to 2^16) and up: the tie goes to even, 2^16 */
         return sign | 0x7c00;
     /*

@@ -331,6 +331,12 @@ def load_tagged(path, weights_only=True):
     return obj, tags
 
 
+def load_trusted(path, **kw):
+    """torch.load of a file this project made (fixtures, references): any
+    object, as torch 1.13's default did (2.6+ defaults to weights_only)."""
+    return torch.load(path, weights_only=False, **kw)
+
+
 def loads_weights_only(path, **kw):
     """(True, None) when torch.load(PATH, weights_only=True) works, else
     (False, why)."""
@@ -354,9 +360,17 @@ def dtype_name(dt):
     return str(dt).replace('torch.', '')
 
 
+def untyped(t):
+    """The untyped storage T is a view of (torch 2.x: untyped_storage();
+    1.13: the TypedStorage's _storage)."""
+    if hasattr(t, 'untyped_storage'):
+        return t.untyped_storage()
+    return t.storage()._storage
+
+
 def sid(t):
     """Which storage T is a view of (equal for tensors sharing one)."""
-    return t.storage()._storage._cdata
+    return untyped(t)._cdata
 
 
 def raw_bytes(t):
@@ -376,7 +390,7 @@ def crc32(t):
 
 def storage_bytes(t):
     """The bytes of the whole storage T is a view of."""
-    u = torch.empty(0, dtype=torch.uint8).set_(t.storage()._storage)
+    u = torch.empty(0, dtype=torch.uint8).set_(untyped(t))
     return u.numpy().tobytes()
 
 

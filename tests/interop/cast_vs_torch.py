@@ -151,6 +151,23 @@ def all16_inputs():
 
 # ---- comparing ----------------------------------------------------------------
 
+TORCH_1 = torch.__version__.split(".")[0] == "1"
+
+
+def documented(src, dst, b, want, g):
+    """Where torch's NaN differs from ckpt's as lib/core/element.c says:
+    torch 1.13 drops a NaN's payload going to float16 (sign | 0x7e00, where
+    ckpt and torch 2.x keep its top bits); torch 2.x's float16 -> float32
+    gives 0x7fffffff for a NaN in a tensor's last n % 8 elements and in a
+    0-dim one (ckpt, everywhere: its vectorised blocks' quiet NaN)."""
+    nan = is_nan(src, b)
+    if dst == "float16" and TORCH_1:
+        return nan & (want == (g & np.uint16(0xFE00)))
+    if src == "float16" and dst == "float32" and not TORCH_1:
+        return nan & (want == np.uint32(0x7FFFFFFF))
+    return np.zeros(len(b), dtype=bool)
+
+
 def ckpt_cast(src, dst, bits):
     run = c.run([CAST_TOOL, src, dst], input=np.ascontiguousarray(bits).tobytes())
     if run.rc != 0:
@@ -184,6 +201,7 @@ def through_convert(t, inputs, tmp):
             diff = want != g
             if dst == "bfloat16" and k.startswith("float64/"):  # as in compare()
                 diff &= ~(is_nan("float64", to_bits("float64", v)) & (want == 0x7FC0) & (g == 0xFFFF))
+            diff &= ~documented(src, dst, to_bits(src, v), want, g)
             if diff.any():
                 bad.append("%s: %d elements differ" % (k, int(diff.sum())))
         return bad
@@ -216,9 +234,14 @@ def compare(src, dst, bits, vector_bf16, tolerated, alone=False):
             # NaNs without AVX2
             ok = diff & is_nan(src, b) & (want == 0x7FC0) & (g == 0xFFFF)
             if ok.any():
-                key = "%s -> %s (%s)" % (src, dst, how)
+                key = "%s -> %s (%s): torch's scalar path gives 0x7fc0, ckpt 0xffff" % (src, dst, how)
                 tolerated[key] = tolerated.get(key, 0) + int(ok.sum())
             diff &= ~ok
+        ok = diff & documented(src, dst, b, want, g)
+        if ok.any():
+            key = "%s -> %s (%s): NaN as torch %s gives it" % (src, dst, how, torch.__version__)
+            tolerated[key] = tolerated.get(key, 0) + int(ok.sum())
+        diff &= ~ok
         if diff.any():
             errs.append("%s: %d of %d elements differ, e.g. %s" % (
                 how, int(diff.sum()), len(b), ", ".join(
@@ -259,7 +282,7 @@ def main():
         with tempfile.TemporaryDirectory(prefix="ckpt-cast-") as tmp:
             through_convert(t, inputs, tmp)
     for k, v in sorted(tolerated.items()):
-        print("note %s: %d NaNs where torch's scalar path gives 0x7fc0, ckpt 0xffff" % (k, v))
+        print("note %s: %d NaNs" % (k, v))
     return t.summary()
 
 

@@ -977,13 +977,66 @@ def edge_file(path):
     return d
 
 
+def as_bits(v, signed, width):
+    """Unsigned bit patterns (int64) from a signed integer view."""
+    b = v.to(torch.int64)
+    return torch.where(b < 0, b + (1 << width), b) if signed else b
+
+
+def from_bits(b, width):
+    """A signed int16 / int32 tensor of WIDTH-bit patterns B (int64)."""
+    b = torch.where(b >= (1 << (width - 1)), b - (1 << width), b)
+    return b.to(torch.int16 if width == 16 else torch.int32)
+
+
+def ckpt_cast(v, T):
+    """V.to(T) as ckpt casts it (lib/core/element.c: torch 2.x's vectorised
+    kernels): torch's .to() where that agrees, and the NaNs that ckpt
+    documents as differing from some torch: 1.13 drops a payload going to
+    float16 (ckpt keeps its top bits: sign | 0x7e00 | float32 mantissa >>
+    13); 2.x gives 0x7fffffff for a float16 NaN in the last n % 8 elements
+    going to float32 (ckpt: quiet, payload << 13).  The NaNs of this torch's
+    .to() must be those values or the documented variant."""
+    w = v.to(T)
+    if v.dtype == T or v.dtype not in FLOATS or T not in (torch.float16, torch.float32):
+        return w
+    flat, wf = v.contiguous().flatten(), w.contiguous().flatten()
+    nan = torch.isnan(flat)
+    if T == torch.float16:
+        f = as_bits(flat.float().view(torch.int32), True, 32)  # payload kept to float32
+        rule = ((f >> 16) & 0x8000) | 0x7e00 | ((f & 0x7fffff) >> 13)
+        got = as_bits(wf.view(torch.int16), True, 16)
+        variant = rule & 0xfe00 if torch.__version__.startswith('1.') else rule
+        width = 16
+    elif v.dtype == torch.float16:
+        h = as_bits(flat.view(torch.int16), True, 16)
+        rule = ((h & 0x8000) << 16) | 0x7fc00000 | ((h & 0x3ff) << 13)
+        got = as_bits(wf.view(torch.int32), True, 32)
+        variant = rule if torch.__version__.startswith('1.') \
+            else torch.full_like(rule, 0x7fffffff)
+        width = 32
+    else:
+        return w
+    odd = nan & (got != rule) & (got != variant)
+    if odd.any():
+        i = int(odd.nonzero()[0])
+        raise Fail('torch %s: %s NaN %#x -> %#x, neither %#x nor the documented %#x'
+                   % (torch.__version__, v.dtype, int(as_bits(
+                       flat.view({torch.float64: torch.int64, torch.float32: torch.int32}
+                                 .get(v.dtype, torch.int16)), True,
+                       flat.element_size() * 8)[i]), int(got[i]), int(rule[i]),
+                      int(variant[i])))
+    out = torch.where(nan, rule, got)
+    return from_bits(out, width).view(T).reshape(w.shape)
+
+
 def run_dtype(target, tmp):
     errs = []
     T = {'float16': torch.float16, 'bfloat16': torch.bfloat16,
          'float32': torch.float32}[target]
     src = os.path.join(tmp, 'edge.pth')
     d = edge_file(src)
-    want = OD((k, v.to(T) if v.dtype in FLOATS else v) for k, v in d.items())
+    want = OD((k, ckpt_cast(v, T) if v.dtype in FLOATS else v) for k, v in d.items())
 
     # --dry-run: the casts, one line per source dtype; nothing written
     r = ckpt('convert', '--dry-run', '--dtype', target, src,

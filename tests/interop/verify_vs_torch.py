@@ -41,7 +41,7 @@ case = t.case
 
 
 def load_sd(path, select=None):
-    obj = torch.load(path, map_location='cpu')
+    obj = c.load_trusted(path, map_location='cpu')
     if select:
         for k in select.split('/'):
             obj = obj[k]
