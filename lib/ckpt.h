@@ -120,6 +120,8 @@ typedef enum ckpt_dtype {
     CKPT_DTYPE_UINT16, CKPT_DTYPE_UINT32, CKPT_DTYPE_UINT64,
     CKPT_DTYPE_BITS8, CKPT_DTYPE_BITS16, CKPT_DTYPE_BITS1X8, CKPT_DTYPE_BITS2X4,
     CKPT_DTYPE_BITS4X2,
+    CKPT_DTYPE_FLOAT4_E2M1FN_X2, /* two 4-bit floats a byte; shapes count bytes */
+    CKPT_DTYPE_BCOMPLEX32,       /* two bfloat16 */
     CKPT_DTYPE_COUNT_
 } ckpt_dtype;
 

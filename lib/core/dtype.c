@@ -40,6 +40,8 @@ static const struct {
     [CKPT_DTYPE_BITS1X8] = {"bits1x8", 1, false},
     [CKPT_DTYPE_BITS2X4] = {"bits2x4", 1, false},
     [CKPT_DTYPE_BITS4X2] = {"bits4x2", 1, false},
+    [CKPT_DTYPE_FLOAT4_E2M1FN_X2] = {"float4_e2m1fn_x2", 1, false},
+    [CKPT_DTYPE_BCOMPLEX32] = {"bcomplex32", 4, false},
 };
 
 /* Aliases torch accepts as attribute names of the torch module. */

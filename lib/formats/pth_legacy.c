@@ -260,6 +260,13 @@ static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         snprintf(keys[i].key, sizeof(keys[i].key), "%zu", i);
         keys[i].s = f->storages[pk.order[i]];
+        /* torch (2.15 too) reads a legacy storage's dtype from its typed
+         * storage class: the untyped storages of newer dtypes fail there */
+        if (!ckpt_storage_type_name(keys[i].s->dtype))
+            rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                          "pth-legacy cannot hold %s tensors: torch loads the pre-1.6 format "
+                          "only for dtypes with a typed storage (torch 1.13's); write pth "
+                          "or safetensors", ckpt_dtype_name(keys[i].s->dtype));
     }
     if (rc == CKPT_OK) {
         /* torch reads the data back in the order of the sorted key list */
@@ -289,7 +296,7 @@ static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_
             rc = ckpt_write_all(out, b.p, b.n, 0, &f->err);
     }
     uint64_t at = b.n, done = 0, total = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++)
         total += keys[i].s->nbytes;
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         const ckpt_storage *s = keys[i].s;

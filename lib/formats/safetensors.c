@@ -30,6 +30,10 @@ static const struct {
     {"U16", CKPT_DTYPE_UINT16},    {"U32", CKPT_DTYPE_UINT32},
     {"U64", CKPT_DTYPE_UINT64},    {"F8_E5M2", CKPT_DTYPE_FLOAT8_E5M2},
     {"F8_E4M3", CKPT_DTYPE_FLOAT8_E4M3FN},
+    /* added by safetensors 0.6+ (0.8 reads and writes them) */
+    {"F8_E4M3FNUZ", CKPT_DTYPE_FLOAT8_E4M3FNUZ},
+    {"F8_E5M2FNUZ", CKPT_DTYPE_FLOAT8_E5M2FNUZ},
+    {"C64", CKPT_DTYPE_COMPLEX64},
 };
 
 static ckpt_dtype dtype_from_name(const char *name)

@@ -40,7 +40,9 @@ const char *ckpt_storage_type_name(ckpt_dtype dtype)
 ckpt_dtype ckpt_storage_type_dtype(const char *q, const char **short_name)
 {
     const char *n;
-    if (strncmp(q, "torch.cuda.", 11) == 0)
+    if (strcmp(q, "torch.storage.UntypedStorage") == 0) /* torch 2.x's v3 tensors */
+        n = q + 14;
+    else if (strncmp(q, "torch.cuda.", 11) == 0)
         n = q + 11;
     else if (strncmp(q, "torch.", 6) == 0)
         n = q + 6;

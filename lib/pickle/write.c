@@ -386,7 +386,12 @@ static int emit_storage(writer *w, const ckpt_value *ref)
     size_t es = ckpt_dtype_size(cast ? s->dtype : ref->u.st.dtype);
     CKPT_FORWARD(op(w, '('));
     CKPT_FORWARD(emit_cstr(w, "storage"));
-    CKPT_FORWARD(emit_global2(w, "torch", 5, type));
+    /* torch 2.x writes (and its weights-only loader admits) the untyped
+     * storage of v3 tensors as torch.storage.UntypedStorage */
+    if (strcmp(type, "UntypedStorage") == 0)
+        CKPT_FORWARD(emit_global2(w, "torch.storage", 13, type));
+    else
+        CKPT_FORWARD(emit_global2(w, "torch", 5, type));
     CKPT_FORWARD(emit_cstr(w, key));
     CKPT_FORWARD(emit_cstr(w, s->device));
     CKPT_FORWARD(emit_int64(w, (int64_t)(s->nbytes / (es ? es : 1))));

@@ -157,6 +157,8 @@ m = mb.T("__metadata__", numel=2, size=(2,), stride=(1,))
 open("metadata_key.pth", "wb").write(mb.ckpt_zip([m]))
 z = mb.T("z", stype="ComplexDoubleStorage", numel=2, size=(2,), stride=(1,))
 open("complex128.pth", "wb").write(mb.ckpt_zip([z], data={"0": struct.pack("<4d", 1, 2, 3, 4)}))
+z = mb.T("z", stype="ComplexFloatStorage", numel=2, size=(2,), stride=(1,))
+open("complex64.pth", "wb").write(mb.ckpt_zip([z], data={"0": struct.pack("<4f", 1, 2, 3, 4)}))
 os.mkdir("set")
 open("set/model-00001-of-00002.safetensors", "wb").write(mb.st_good())
 c = mb.T("c", numel=4, size=(2, 2), stride=(2, 1))
@@ -430,9 +432,13 @@ refused 3 "ckpt: convert: $data/train_ckpt.pth: " convert --select epoch "$data/
 note "an optimizer's state is not a mapping of names to tensors"
 refused 3 "ckpt: convert: $data/train_ckpt.pth: " convert --select optimizer_state_dict "$data/train_ckpt.pth" x.safetensors
 
-say "complex tensors have no safetensors dtype (3); pth formats keep them"
+say "complex128 has no safetensors dtype (3); pth formats keep it; complex64 is C64"
 refused 3 "ckpt: convert: $data/dtypes.pth: " convert "$data/dtypes.pth" dtypes.safetensors
-err_has complex64
+err_has complex128
+expect_exit 0 ckpt convert --quiet "$in/complex64.pth" c64.safetensors
+st_expect c64.safetensors 'h["z"]' '{"dtype": "C64", "shape": [2], "data_offsets": [0, 16]}'
+expect_exit 0 ckpt convert --quiet c64.safetensors c64_back.pth
+same_data "$in/complex64.pth" c64_back.pth
 refused 3 "ckpt: convert: $in/complex128.pth: " convert "$in/complex128.pth" c.safetensors
 err_has complex128
 note "$(cat "$err")"

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Files that only torch 2.x writes (tests/data/torch2/, made by
+tests/fixtures/make_torch2_fixtures.py under torch 2.15; MANIFEST.json says
+what torch itself reads in them): tensors of the dtypes torch added after
+1.13, saved through _rebuild_tensor_v3 and torch.storage.UntypedStorage.
+
+Under every torch:
+  - `ckpt inspect --json --stats` gives each tensor the dtype, shape,
+    stride, offset, storage sharing and CRC-32 of its bytes that torch 2.x
+    gives it, and `ckpt scan` calls the files safe;
+  - `--to pth-legacy` is refused (exit 3, one line): no torch reads those
+    dtypes from the pre-1.6 format.
+Under torch 2.x, besides:
+  - what `ckpt convert` (pth) and `ckpt strip-module` write loads with plain
+    `torch.load(f)` (weights-only, the default) and with `mmap=True`, every
+    tensor bit for bit as in the input, views and sharing kept;
+  - `ckpt convert` to safetensors writes the dtypes the format has
+    (uint16/32/64, the float8 types) and `safetensors.torch.load_file`
+    reads them bit for bit; a dtype it lacks is refused, naming it.
+"""
+import json
+import os
+import sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as c  # noqa: E402  (exit 77 without torch)
+import torch  # noqa: E402
+
+DIR = os.path.join(c.DATA, 'torch2')
+MANIFEST = json.load(open(os.path.join(DIR, 'MANIFEST.json')))
+TORCH2 = int(torch.__version__.split('.')[0]) >= 2
+# the dtypes of dtypes_v3.pth that safetensors 0.8 names (the others are
+# refused by ckpt and by the package alike)
+ST_DTYPES = ['uint16', 'uint32', 'uint64', 'float8_e4m3fn', 'float8_e5m2',
+             'float8_e4m3fnuz', 'float8_e5m2fnuz', 'float32']
+
+t = c.Tally(uses='fixtures written by torch %s' % MANIFEST['torch'])
+t.need(c.CKPT, 'CKPT')
+
+
+def inspect(path):
+    """{key: what ckpt says of it} from inspect --json --stats."""
+    r = c.ckpt_expect(0, 'inspect', '--json', '--stats', path)
+    d = json.loads(r.stdout.decode('utf-8'))
+    out, ids = {}, {}
+    for x in d['tensors']:
+        out[x['path'][0]] = {'dtype': x['dtype'], 'shape': x['shape'],
+                             'stride': x['stride'], 'offset': x['offset'],
+                             'storage': ids.setdefault(x['storage'], len(ids)),
+                             'crc32': x.get('crc32')}
+    return d, out
+
+
+def same_as_torch(name, path):
+    """ckpt's view of PATH against what torch 2.x read in NAME."""
+    want = MANIFEST['files'][name]
+    d, got = inspect(path)
+    errs = []
+    if sorted(got) != sorted(want):
+        errs.append('keys %s, torch: %s' % (sorted(got), sorted(want)))
+    for k in sorted(set(got) & set(want)):
+        w = {f: want[k][f] for f in ('dtype', 'shape', 'stride', 'offset', 'storage', 'crc32')}
+        if got[k] != w:
+            errs.append('%s: ckpt %s, torch %s' % (k, got[k], w))
+    return errs
+
+
+for name in sorted(MANIFEST['files']):
+    t.run('inspect %s: every tensor as torch 2.x reads it' % name, same_as_torch, name,
+          os.path.join(DIR, name))
+
+
+@t.case('scan: torch 2.x files of new dtypes are safe (UntypedStorage is state-dict data)')
+def _():
+    for name in sorted(MANIFEST['files']):
+        r = c.ckpt('scan', os.path.join(DIR, name))
+        assert r.rc == 0 and 'unknown' not in r.out, (name, r.rc, r.out[-300:])
+
+
+@t.case('convert --to pth-legacy refuses the new dtypes (exit 3, one line, nothing written)')
+def _():
+    out = c.scratch('legacy.pth')
+    line = c.refused(3, 'convert', '--to', 'pth-legacy', os.path.join(DIR, 'dtypes_v3.pth'), out)
+    assert 'pth-legacy cannot hold' in line, line
+    assert not os.path.exists(out)
+
+
+def raw(x):
+    """The bytes of X's elements in C order, any dtype."""
+    return bytes(x.contiguous().view(torch.uint8).numpy())
+
+
+def loads_back(src, out, keys=None):
+    """OUT, loaded by plain torch.load (and with mmap=True), holds the
+    tensors of SRC (torch.load of it) bit for bit, under KEYS (new: old)."""
+    errs = []
+    orig = torch.load(src)
+    for how, kw in (('torch.load(f)', {}), ('mmap=True', {'mmap': True})):
+        try:
+            got = torch.load(out, **kw)
+        except Exception as e:
+            errs.append('%s: %s' % (how, c.describe(e)))
+            continue
+        names = keys or {k: k for k in orig}
+        for new, old in names.items():
+            a, b = orig[old], got.get(new)
+            if b is None:
+                errs.append('%s: no %s' % (how, new))
+            elif (b.dtype, b.shape, b.stride(), b.storage_offset()) != \
+                    (a.dtype, a.shape, a.stride(), a.storage_offset()) or \
+                    raw(b) != raw(a):
+                errs.append('%s: %s differs' % (how, new))
+        shared = {c.sid(got[n]) for n in names if n in got}
+        want_shared = {c.sid(orig[o]) for o in names.values()}
+        if len(shared) != len(want_shared):
+            errs.append('%s: %d storages, the input %d' % (how, len(shared), len(want_shared)))
+    return errs
+
+
+def convert_pth(tmp):
+    errs = []
+    for name in sorted(MANIFEST['files']):
+        src, out = os.path.join(DIR, name), os.path.join(tmp, name)
+        c.ckpt_expect(0, 'convert', '--quiet', src, out)
+        errs += ['%s: %s' % (name, e) for e in loads_back(src, out)]
+        errs += ['%s (ckpt reads its output): %s' % (name, e) for e in same_as_torch(name, out)]
+    return errs
+
+
+def strip_module(tmp):
+    src, out = os.path.join(DIR, 'dp_fp8.pth'), os.path.join(tmp, 'fp8.pth')
+    c.ckpt_expect(0, 'strip-module', '--quiet', src, out)
+    keys = {k[len('module.'):]: k for k in MANIFEST['files']['dp_fp8.pth']}
+    return loads_back(src, out, keys)
+
+
+def to_safetensors(tmp):
+    import safetensors.torch
+    errs = []
+    src = os.path.join(DIR, 'dtypes_v3.pth')
+    line = c.refused(3, 'convert', src, os.path.join(tmp, 'all.safetensors'))
+    if 'float8_e8m0fnu' not in line:
+        errs.append('the refusal does not name the first dtype safetensors lacks: %s' % line)
+    orig = torch.load(src)
+    part = os.path.join(tmp, 'part.pth')
+    torch.save({k: orig[k] for k in ST_DTYPES}, part)
+    out = os.path.join(tmp, 'part.safetensors')
+    c.ckpt_expect(0, 'convert', '--quiet', part, out)
+    got = safetensors.torch.load_file(out)
+    for k in ST_DTYPES:
+        a, b = orig[k], got.get(k)
+        if b is None or b.dtype != a.dtype or b.shape != a.shape or \
+                raw(b) != raw(a):
+            errs.append('%s: load_file gives %s' % (k, None if b is None else (b.dtype, b.shape)))
+    # and ckpt reads what the package writes of the same tensors
+    theirs = os.path.join(tmp, 'theirs.safetensors')
+    safetensors.torch.save_file({k: orig[k] for k in ST_DTYPES}, theirs)
+    d, mine = inspect(theirs)
+    for k in ST_DTYPES:
+        if mine.get(k, {}).get('dtype') != k or mine[k]['crc32'] != MANIFEST['files'][
+                'dtypes_v3.pth'][k]['crc32']:
+            errs.append('%s from save_file: ckpt reads %s' % (k, mine.get(k)))
+    return errs
+
+
+if TORCH2:
+    t.run('convert to pth: plain torch.load and mmap=True read every tensor bit for bit',
+          convert_pth, tmp=True)
+    t.run('strip-module of an FP8 DataParallel checkpoint loads with plain torch.load',
+          strip_module, tmp=True)
+    c.need('safetensors')
+    t.run('safetensors: the dtypes the format has, both ways; the others refused by name',
+          to_safetensors, tmp=True)
+else:
+    print('note torch %s cannot load these dtypes: the torch.load checks run under 2.x'
+          % torch.__version__)
+
+sys.exit(t.summary())
