@@ -108,20 +108,25 @@ class T:
     """A tensor entry: storage (type, key, location, numel) + view."""
 
     def __init__(self, name, stype='FloatStorage', key='0', loc='cpu',
-                 numel=6, offset=0, size=(2, 3), stride=(3, 1)):
+                 numel=6, offset=0, size=(2, 3), stride=(3, 1), v3=None):
+        """V3: torch 2.x's form for new dtypes (_rebuild_tensor_v3 over a
+        torch.storage.UntypedStorage of NUMEL bytes), the pickle code of
+        its dtype argument (e.g. G('torch', 'uint16'))."""
         self.__dict__.update(locals())
         del self.__dict__['self']
 
 
 def pid(t, legacy=False):
-    return (MARK + U('storage') + G('torch', t.stype) + U(t.key) + U(t.loc)
+    stype = G('torch.storage', 'UntypedStorage') if t.v3 else G('torch', t.stype)
+    return (MARK + U('storage') + stype + U(t.key) + U(t.loc)
             + I(t.numel) + (NONE if legacy else b'') + TUPLE + BINPERSID)
 
 
 def tensor(t, legacy=False):
-    return (G('torch._utils', '_rebuild_tensor_v2') + MARK + pid(t, legacy)
+    fn = '_rebuild_tensor_v3' if t.v3 else '_rebuild_tensor_v2'
+    return (G('torch._utils', fn) + MARK + pid(t, legacy)
             + I(t.offset) + TUP(t.size) + TUP(t.stride) + NEWFALSE + ODICT
-            + TUPLE + REDUCE)
+            + (t.v3 or b'') + TUPLE + REDUCE)
 
 
 def state_dict_pickle(tensors, legacy=False, extra=b''):
@@ -658,6 +663,23 @@ def build():
     bad('negative_size.pth',
         ckpt_zip([T('w', numel=6, size=(-1, 3), stride=(3, 1))]),
         'tensor `w` of shape (-1, 3)', twin=one)
+    # torch 2.x's untyped storages (v3): sizes count bytes
+    u16 = G('torch', 'uint16')
+    bad('v3_view_past_end.pth',
+        ckpt_zip([T('w', numel=6, size=(4,), stride=(1,), v3=u16)],
+                 data={'0': bytes(6)}),
+        'a uint16 tensor `w` of 4 elements (8 bytes) over an untyped storage of 6 bytes',
+        twin=one)
+    bad('v3_unknown_dtype.pth',
+        ckpt_zip([T('w', numel=8, size=(8,), stride=(1,), v3=G('torch', 'int4'))],
+                 data={'0': bytes(8)}),
+        '`_rebuild_tensor_v3` whose dtype is `torch.int4`, which torch cannot save',
+        twin=one)
+    bad('v3_dtype_not_global.pth',
+        ckpt_zip([T('w', numel=8, size=(4,), stride=(1,), v3=U('uint16'))],
+                 data={'0': bytes(8)}),
+        '`_rebuild_tensor_v3` whose dtype argument is the string `uint16`, not a dtype',
+        twin=one)
     bad('negative_stride.pth',
         ckpt_zip([T('w', numel=6, offset=2, size=(2, 3), stride=(3, -1))]),
         'tensor `w` of shape (2, 3), stride (3, -1), offset 2 (every element '

@@ -84,6 +84,9 @@ expect() {
     shape_overflow.pth | shape_overflow_int64.pth) pat='tensor size overflows 64 bits' ;;
     negative_size.pth) pat='tensor shape has a negative entry \(-1\)' ;;
     negative_stride.pth) pat='tensor stride has a negative entry \(-1\)' ;;
+    v3_view_past_end.pth) pat='goes past the end of storage .0. \(3 uint16 elements\)' ;;
+    v3_unknown_dtype.pth) pat="refused global 'torch.int4'" ;;
+    v3_dtype_not_global.pth) pat='_rebuild_tensor_v3: dtype argument is not a dtype' ;;
     negative_offset.pth) pat='negative tensor offset' ;;
     storage_numel_overflow.pth) pat="storage '0' size overflows" ;;
     storage_negative_numel.pth) pat="storage '0' has an invalid element count" ;;

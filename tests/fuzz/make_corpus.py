@@ -55,6 +55,10 @@ def main():
     for name in ('dtypes.pth', 'bn.pth'):
         with open(os.path.join(ROOT, 'tests', 'data', name), 'rb') as f:
             files[name] = f.read()
+    # what torch 2.x writes: untyped storages of the new dtypes (v3)
+    for path in sorted(glob.glob(os.path.join(ROOT, 'tests', 'data', 'torch2', '*.pth'))):
+        with open(path, 'rb') as f:
+            files['torch2_' + os.path.basename(path)] = f.read()
     for path in sorted(glob.glob(os.path.join(ROOT, 'tests', 'bad', '*'))):
         if os.path.isfile(path) and os.path.getsize(path) <= MAX and \
                 not path.endswith(('.md', '.py')):
