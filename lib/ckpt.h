@@ -196,6 +196,15 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path);
 CKPT_API int ckpt_file_error_code(const ckpt_file *f);
 CKPT_API const char *ckpt_file_error_message(const ckpt_file *f);
 
+/*
+ * What reading the file noticed without refusing it, one line each (no
+ * file name at the start, no newline), for the user to see: e.g. a zip
+ * written without CRC-32s, whose bytes cannot be checked.  Valid as long as
+ * the handle; NULL past the count.
+ */
+CKPT_API size_t ckpt_file_notice_count(const ckpt_file *f);
+CKPT_API const char *ckpt_file_notice(const ckpt_file *f, size_t i);
+
 CKPT_API const char *ckpt_file_path(const ckpt_file *f);
 CKPT_API ckpt_format ckpt_file_format(const ckpt_file *f);
 /* Archive prefix of a pth-zip ("sd" for records "sd/data.pkl"); "" otherwise. */

@@ -156,6 +156,9 @@ int cli_open(const char *cmd, const char *path, const cli_common *c, ckpt_file *
         ckpt_file_free(f);
         return cli_exit_for(rc);
     }
+    /* what the reader noticed without refusing the file: once, on stderr */
+    for (size_t i = 0; !c->quiet && i < ckpt_file_notice_count(f); i++)
+        cli_error(cmd, path, "note: %s", ckpt_file_notice(f, i));
     *out = f;
     return CLI_EXIT_OK;
 }

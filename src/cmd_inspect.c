@@ -225,6 +225,11 @@ static int print_json(inspect *in)
         for (size_t i = 0; i < ckpt_file_record_count(f); i++)
             cJSON_AddItemToArray(rec, cJSON_CreateString(ckpt_file_record_name(f, i)));
     }
+    if (ckpt_file_notice_count(f)) {
+        cJSON *notes = cJSON_AddArrayToObject(root, "notices");
+        for (size_t i = 0; i < ckpt_file_notice_count(f); i++)
+            cJSON_AddItemToArray(notes, cJSON_CreateString(ckpt_file_notice(f, i)));
+    }
     cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
     size_t n = ckpt_file_tensor_count(f);
     for (size_t i = 0; i < n; i++) {

@@ -81,11 +81,15 @@ struct ckpt_file {
     const char *key_prefix;/* sharded: prefix making storage keys unique */
     ckpt_value *st_metadata; /* safetensors __metadata__ (a dict of str), or NULL */
     ckpt_parts parts;      /* installed by the format dispatcher */
+    char **notices;        /* what readers noticed but did not refuse (malloc'd) */
+    size_t nnotices;
     uint64_t dev, ino;     /* to refuse writing over the input */
     uint32_t mode;     /* kept when the input is replaced */
 };
 
 bool ckpt_file_valid(const ckpt_file *f);
+/* Record a notice for the user (the same text once); -1 when out of memory. */
+int ckpt_file_notice_add(ckpt_file *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- the storage table and the pickle context (checkpoint/storage.c) --------- */
 

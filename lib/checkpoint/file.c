@@ -5,6 +5,8 @@
  */
 #include "checkpoint/checkpoint.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,6 +61,9 @@ CKPT_API void ckpt_file_free(ckpt_file *f)
     for (size_t i = 0; i < f->nallowed; i++)
         free(f->allowed[i]);
     free(f->allowed);
+    for (size_t i = 0; i < f->nnotices; i++)
+        free(f->notices[i]);
+    free(f->notices);
     free(f->storages);
     free(f->storage_hash);
     free(f->tensors.items);
@@ -151,4 +156,32 @@ CKPT_API ckpt_global_class ckpt_file_classify_global(const ckpt_file *f, const c
     return f->allow_unknown ? CKPT_GLOBAL_ALLOWED : CKPT_GLOBAL_REFUSED;
 }
 
+int ckpt_file_notice_add(ckpt_file *f, const char *fmt, ...)
+{
+    char buf[CKPT_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    for (size_t i = 0; i < f->nnotices; i++)
+        if (strcmp(f->notices[i], buf) == 0)
+            return 0;
+    char **a = realloc(f->notices, (f->nnotices + 1) * sizeof(*a));
+    if (!a)
+        return -1;
+    f->notices = a;
+    if (!(a[f->nnotices] = strdup(buf)))
+        return -1;
+    f->nnotices++;
+    return 0;
+}
 
+CKPT_API size_t ckpt_file_notice_count(const ckpt_file *f)
+{
+    return ckpt_file_valid(f) ? f->nnotices : 0;
+}
+
+CKPT_API const char *ckpt_file_notice(const ckpt_file *f, size_t i)
+{
+    return ckpt_file_valid(f) && i < f->nnotices ? f->notices[i] : NULL;
+}

@@ -18,6 +18,10 @@ const char *ckpt_zip_name(const ckpt_zip *z, int64_t i);
 int64_t ckpt_zip_find(const ckpt_zip *z, const char *name);
 uint64_t ckpt_zip_size(const ckpt_zip *z, int64_t i);
 uint32_t ckpt_zip_crc(const ckpt_zip *z, int64_t i);
+/* False when the archive was written without CRC-32s (every record with
+ * data has CRC 0, as torch's compute_crc32 off writes): reads then check
+ * none.  One zero CRC among computed ones is checked, and fails. */
+bool ckpt_zip_has_crcs(const ckpt_zip *z);
 /* Read a whole record into a fresh malloc'd buffer (at most MAX bytes),
  * verifying its CRC-32. */
 int ckpt_zip_read_all(ckpt_zip *z, int64_t i, uint64_t max, uint8_t **out,

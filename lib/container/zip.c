@@ -30,6 +30,7 @@ struct ckpt_zip {
     uint64_t *csizes;  /* compressed sizes */
     uint16_t *namelens;
     uint64_t cd_off;   /* where the central directory starts */
+    bool no_crcs;      /* every record with data has CRC 0: written without them */
     int64_t *slots;  /* open-addressing index by case-folded name: index + 1 */
     size_t nslots;
 };
@@ -187,6 +188,14 @@ int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
         z->crcs[i] = (st.valid & ZIP_STAT_CRC) ? st.crc : 0;
         z->stored[i] = (st.valid & ZIP_STAT_COMP_METHOD) && st.comp_method == ZIP_CM_STORE;
     }
+    /* torch with compute_crc32 off writes CRC 0 for every record; a single
+     * zeroed CRC among computed ones is tampering, and is still checked */
+    bool any_data = false, all_zero = true;
+    for (int64_t i = 0; i < z->count; i++) {
+        any_data |= z->sizes[i] != 0;
+        all_zero &= z->sizes[i] == 0 || z->crcs[i] == 0;
+    }
+    z->no_crcs = any_data && all_zero;
     z->nslots = 16;
     while (z->nslots < n * 2)
         z->nslots *= 2;
@@ -241,6 +250,7 @@ int64_t ckpt_zip_count(const ckpt_zip *z) { return z->count; }
 const char *ckpt_zip_name(const ckpt_zip *z, int64_t i) { return z->names[i]; }
 uint64_t ckpt_zip_size(const ckpt_zip *z, int64_t i) { return z->sizes[i]; }
 uint32_t ckpt_zip_crc(const ckpt_zip *z, int64_t i) { return z->crcs[i]; }
+bool ckpt_zip_has_crcs(const ckpt_zip *z) { return !z->no_crcs; }
 
 int64_t ckpt_zip_find(const ckpt_zip *z, const char *name)
 {
@@ -331,7 +341,7 @@ int ckpt_zip_read(ckpt_zip *z, int64_t i, uint64_t offset, void *buf, size_t len
             goto done;
         }
     }
-    if (whole && (uint32_t)crc != z->crcs[i])
+    if (whole && !z->no_crcs && (uint32_t)crc != z->crcs[i])
         rc = ckpt_err(err, CKPT_ERR_FORMAT,
                       "record '%s': CRC-32 mismatch (stored %08x, data %08x): the file is corrupt",
                       z->names[i], z->crcs[i], (uint32_t)crc);
@@ -506,7 +516,7 @@ int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_
     }
     if (rc == CKPT_OK && total != z->sizes[i])
         rc = ckpt_err(err, CKPT_ERR_FORMAT, "record '%s' is truncated", z->names[i]);
-    if (rc == CKPT_OK && (uint32_t)crc != z->crcs[i])
+    if (rc == CKPT_OK && !z->no_crcs && (uint32_t)crc != z->crcs[i])
         rc = ckpt_err(err, CKPT_ERR_FORMAT,
                       "record '%s': CRC-32 mismatch (stored %08x, data %08x): the file is corrupt",
                       z->names[i], z->crcs[i], (uint32_t)crc);

@@ -411,6 +411,18 @@ def build():
         'checked). Plain `inspect` reads no data and MAY succeed (exit 0)',
         twin=good_zip)
 
+    # one zeroed CRC among computed ones: a torch file written without CRCs
+    # has every CRC 0, so this is tampering and must still be checked
+    recs = ckpt_recs([T('w', numel=6)])
+    recs[1].crc = 0
+    bad('crc_one_zeroed.pth', raw_zip(recs),
+        'record `archive/data/0` declares CRC-32 0 while `data.pkl` and '
+        '`version` carry theirs (torch with compute_crc32 off zeroes every '
+        'CRC, not one): its data no longer matches',
+        expect='`inspect --stats` exits 3 (the data is read and its CRC '
+        'checked). Plain `inspect` reads no data and MAY succeed (exit 0)',
+        twin=raw_zip(ckpt_recs([T('w', numel=6)])))
+
     touch = 'touch ' + PWNED
     bad('os_system.pth',
         pickle_zip(PROTO2 + G('os', 'system') + U(touch) + TUPLE1 + REDUCE

@@ -66,6 +66,9 @@ expect() {
     crc_flip.pth)
         level=data
         pat="record 'archive/data/0'.*CRC-32 mismatch" ;;
+    crc_one_zeroed.pth)
+        level=data
+        pat="record 'archive/data/0'.*CRC-32 mismatch \(stored 00000000" ;;
     os_system.pth | os_system_nested.pth) pat="refused global 'os\.system'" ;;
     posix_system.pth) pat="refused global 'posix\.system'" ;;
     builtins_eval.pth) pat="refused global 'builtins\.eval'" ;;

@@ -13,7 +13,7 @@ parameter, requires_grad, crc32 of the values, min/max/mean/std/nan/inf
 (mean/std with a tolerance scaled to the data), storage sharing, the storage
 table, state dicts and their wrappers, opaque objects, records, format and
 the summary.  Then every hostile file in $srcdir/tests/bad/*.pth must be
-refused by `ckpt inspect` (crc_flip.pth: `ckpt inspect --stats`) with exit
+refused by `ckpt inspect` (crc_flip.pth, crc_one_zeroed.pth: `ckpt inspect --stats`) with exit
 status 3, exactly one stderr line `ckpt: inspect: FILE: ...` and nothing on
 stdout, and /tmp/ckpt_pwned must not appear.
 
@@ -398,7 +398,7 @@ def check_bad(path):
     runs = [['inspect', path]]
     optional = set()
     # defects in the record data: found when the data is read
-    if name in ('crc_flip.pth', 'zip_deflate_overrun.pth'):
+    if name in ('crc_flip.pth', 'crc_one_zeroed.pth', 'zip_deflate_overrun.pth'):
         runs = [['inspect', '--stats', path], ['inspect', path]]
         optional.add(1)     # plain inspect reads no data and may succeed
     errs = []

@@ -5,6 +5,8 @@ what torch itself reads in them): tensors of the dtypes torch added after
 1.13, saved through _rebuild_tensor_v3 and torch.storage.UntypedStorage.
 
 Under every torch:
+  - a file saved with compute_crc32 off (every CRC 0) is read with one
+    notice, never refused, and its copies carry real CRC-32s;
   - `ckpt inspect --json --stats` gives each tensor the dtype, shape,
     stride, offset, storage sharing and CRC-32 of its bytes that torch 2.x
     gives it, and `ckpt scan` calls the files safe;
@@ -78,6 +80,27 @@ def _():
         assert r.rc == 0 and 'unknown' not in r.out, (name, r.rc, r.out[-300:])
 
 
+@t.case('a zip written without CRC-32s (compute_crc32 off) is read with one notice; '
+        'its copy gets real CRC-32s')
+def _():
+    import zipfile
+    src = os.path.join(DIR, 'nocrc.pth')
+    for args in (('inspect', src), ('inspect', '--stats', src)):
+        r = c.ckpt_expect(0, *args)
+        assert r.err == 'ckpt: inspect: %s: note: written without CRC-32s (torch\'s ' \
+            'compute_crc32 off): its bytes are not checked\n' % src, r.err
+    d, _ = inspect(src)
+    assert d.get('notices') == ["written without CRC-32s (torch's compute_crc32 off): "
+                                "its bytes are not checked"], d.get('notices')
+    assert c.ckpt_expect(0, 'inspect', '--quiet', src).err == ''
+    out = c.scratch('crc.pth')
+    c.ckpt_expect(0, 'convert', '--quiet', src, out)
+    with zipfile.ZipFile(out) as z:
+        assert z.testzip() is None
+        assert all(i.CRC for i in z.infolist() if i.file_size), 'a zero CRC in the copy'
+    assert c.ckpt_expect(0, 'inspect', out).err == ''
+
+
 @t.case('convert --to pth-legacy refuses the new dtypes (exit 3, one line, nothing written)')
 def _():
     out = c.scratch('legacy.pth')
@@ -88,7 +111,7 @@ def _():
 
 def raw(x):
     """The bytes of X's elements in C order, any dtype."""
-    return bytes(x.contiguous().view(torch.uint8).numpy())
+    return bytes(x.contiguous().reshape(-1).view(torch.uint8).numpy())
 
 
 def loads_back(src, out, keys=None):
