@@ -7,7 +7,8 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: ckpt convert [--to pth|pth-legacy|safetensors] [--dtype float16|bfloat16|float32]\n"
+    "usage: ckpt convert [--to pth|pth-legacy|safetensors]\n"
+    "                    [--dtype float16|bfloat16|float32|float8_e4m3fn|float8_e5m2]\n"
     "                    [--select PATH] [--no-dedupe] [--shard-size N] [--in-place] IN OUT\n"
     "\n"
     "Write IN (pth-zip, pth-legacy, safetensors, or a sharded *.index.json) to OUT\n"
@@ -15,8 +16,9 @@ static const char usage[] =
     "format is --to, else .safetensors for an OUT ending so, else pth-zip.\n"
     "\n"
     "  --to FORMAT     pth (torch >= 1.6 zip), pth-legacy (pre-1.6), safetensors\n"
-    "  --dtype T       cast float64/32/16/bfloat16 tensors to T, rounding as torch's\n"
-    "                  .half()/.bfloat16()/.float() do; integers and bool untouched\n"
+    "  --dtype T       cast floating tensors (float64/32/16, bfloat16, float8_e4m3fn,\n"
+    "                  float8_e5m2) to T, bit for bit as torch 2.x's .to(T) does;\n"
+    "                  integers and bool untouched\n"
     "  --select PATH   write only the mapping at PATH (keys joined by '/'), e.g.\n"
     "                  model_state_dict of a training checkpoint; safetensors holds\n"
     "                  tensors only, so a file with more than one state dict needs it\n"
@@ -58,9 +60,10 @@ static int option(void *st, int opt, const char *arg)
     case OPT_DTYPE:
         s->dtype = ckpt_dtype_from_name(arg);
         if (s->dtype != CKPT_DTYPE_FLOAT16 && s->dtype != CKPT_DTYPE_BFLOAT16 &&
-            s->dtype != CKPT_DTYPE_FLOAT32 && s->dtype != CKPT_DTYPE_FLOAT64) {
-            cli_usage_error("convert", "--dtype: '%s' is not float16, bfloat16, float32 or float64",
-                            arg);
+            s->dtype != CKPT_DTYPE_FLOAT32 && s->dtype != CKPT_DTYPE_FLOAT64 &&
+            s->dtype != CKPT_DTYPE_FLOAT8_E4M3FN && s->dtype != CKPT_DTYPE_FLOAT8_E5M2) {
+            cli_usage_error("convert", "--dtype: '%s' is not float16, bfloat16, float32, float64, "
+                            "float8_e4m3fn or float8_e5m2", arg);
             return -1;
         }
         return 1;

@@ -51,7 +51,8 @@
 static int is_castable(ckpt_dtype d)
 {
     return d == CKPT_DTYPE_FLOAT64 || d == CKPT_DTYPE_FLOAT32 || d == CKPT_DTYPE_FLOAT16 ||
-           d == CKPT_DTYPE_BFLOAT16;
+           d == CKPT_DTYPE_BFLOAT16 || d == CKPT_DTYPE_FLOAT8_E4M3FN ||
+           d == CKPT_DTYPE_FLOAT8_E5M2;
 }
 
 int ckpt_cast_supported(ckpt_dtype from, ckpt_dtype to)
@@ -224,6 +225,70 @@ static inline uint32_t bf16_to_f32(uint16_t b)
     return (uint32_t)b << 16;
 }
 
+/*
+ * float8, as c10's Float8_e4m3fn / Float8_e5m2 convert from and to float
+ * (torch 2.x): the plain element-wise cast, not a scaled quantization.
+ * Rounding to nearest even, subnormals included.  e4m3fn has no infinity:
+ * torch 2.x saturates, so everything past its largest, 448, infinities
+ * included, becomes +-448 (0x7e), and NaNs its NaN 0x7f (with the sign).
+ * e5m2: 61440 (half way past 57344) and up becomes infinity, NaNs its NaN
+ * 0x7f (with the sign).  float64 rounds to float32 first.  Back to float32
+ * exactly; an e5m2 NaN comes out quiet (as float16's), and a float8 NaN
+ * cast to bfloat16 is torch's scalar 0x7fc0.
+ */
+
+/* A float32 magnitude A below the smallest normal of a format whose
+ * subnormals are multiples of 2^-UNIT: the count of them, rounded to even. */
+static inline uint32_t round_subnormal(uint32_t a, unsigned unit)
+{
+    uint32_t e = a >> 23;
+    uint64_t m = (a & 0x7fffffu) | (e ? 0x800000u : 0);
+    unsigned shift = 150 - unit - (e ? e : 1); /* value = m * 2^(e-150) */
+    if (shift > 25)
+        return 0; /* below half the smallest subnormal */
+    uint64_t q = m >> shift, rem = m & ((1ull << shift) - 1), half = 1ull << (shift - 1);
+    return (uint32_t)(q + (rem > half || (rem == half && (q & 1))));
+}
+
+static inline uint8_t f32_to_e4m3fn(uint32_t f)
+{
+    uint32_t sign = f & 0x80000000u, a = f ^ sign, r;
+    if (a > 0x7f800000u) /* NaN */
+        r = 0x7f;
+    else if (a > 0x43e00000u) /* past 448, infinities too: torch 2.x saturates */
+        r = 0x7e;
+    else if (a < 0x3c800000u) /* below 2^-6: subnormal, in units of 2^-9 */
+        r = round_subnormal(a, 9);
+    else
+        r = (a - ((uint32_t)(127 - 7) << 23) + 0x7ffffu + ((a >> 20) & 1)) >> 20;
+    return (uint8_t)(r | (sign >> 24));
+}
+
+static inline uint8_t f32_to_e5m2(uint32_t f)
+{
+    uint32_t sign = f & 0x80000000u, a = f ^ sign, r;
+    if (a >= 0x47800000u) /* 2^16 and up */
+        r = a > 0x7f800000u ? 0x7f : 0x7c;
+    else if (a < 0x38800000u) /* below 2^-14: subnormal, in units of 2^-16 */
+        r = round_subnormal(a, 16);
+    else
+        r = (a - ((uint32_t)(127 - 15) << 23) + 0xfffffu + ((a >> 21) & 1)) >> 21;
+    return (uint8_t)(r | (sign >> 24));
+}
+
+/* exact, as c10's fp8e4m3fn_to_fp32_value: NaN 0x7f is 0x7ff00000 */
+static inline uint32_t e4m3fn_to_f32(uint8_t b)
+{
+    uint32_t w = (uint32_t)b << 24, sign = w & 0x80000000u, nonsign = w & 0x7fffffffu;
+    if (!nonsign)
+        return sign;
+    uint32_t shift = (uint32_t)__builtin_clz(nonsign);
+    shift = shift > 4 ? shift - 4 : 0;
+    uint32_t inf_nan = (uint32_t)((int32_t)(nonsign + 0x01000000u) >> 8) & 0x7f800000u;
+    return sign | ((((nonsign << shift) >> 4) + ((0x78 - shift) << 23)) | inf_nan);
+}
+
+
 /* ---- arrays ---- */
 
 #define PAIR(from, to) ((from) * CKPT_DTYPE_COUNT_ + (to))
@@ -236,6 +301,30 @@ static inline uint32_t bf16_to_f32(uint16_t b)
     }                                                \
     break
 
+/* Casts with a float8 side: each element through float32, as c10 does. */
+static void cast_float8(ckpt_dtype from, const uint8_t *s, ckpt_dtype to, uint8_t *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t f;
+        switch (from) {
+        case CKPT_DTYPE_FLOAT64: f = f64_to_f32(ld64(s + 8 * i)); break;
+        case CKPT_DTYPE_FLOAT32: f = ld32(s + 4 * i); break;
+        case CKPT_DTYPE_FLOAT16: f = f16_to_f32(ld16(s + 2 * i)); break;
+        case CKPT_DTYPE_BFLOAT16: f = bf16_to_f32(ld16(s + 2 * i)); break;
+        case CKPT_DTYPE_FLOAT8_E4M3FN: f = e4m3fn_to_f32(s[i]); break;
+        default: f = f16_to_f32((uint16_t)(s[i] << 8)); break; /* a float16's top byte */
+        }
+        switch (to) {
+        case CKPT_DTYPE_FLOAT64: st64(d + 8 * i, f32_to_f64(f)); break;
+        case CKPT_DTYPE_FLOAT32: st32(d + 4 * i, f); break;
+        case CKPT_DTYPE_FLOAT16: st16(d + 2 * i, f32_to_f16(f)); break;
+        case CKPT_DTYPE_BFLOAT16: st16(d + 2 * i, f32_to_bf16(f, BF16_NAN_SCALAR)); break;
+        case CKPT_DTYPE_FLOAT8_E4M3FN: d[i] = f32_to_e4m3fn(f); break;
+        default: d[i] = f32_to_e5m2(f); break;
+        }
+    }
+}
+
 void ckpt_cast(ckpt_dtype from, const void *src, ckpt_dtype to, void *dst, size_t n)
 {
     const uint8_t *s = src;
@@ -247,8 +336,13 @@ void ckpt_cast(ckpt_dtype from, const void *src, ckpt_dtype to, void *dst, size_
             memcpy(dst, src, n * ckpt_dtype_size(from));
         return;
     }
-    if (from == CKPT_DTYPE_FLOAT16)
+    if (from == CKPT_DTYPE_FLOAT16 || from == CKPT_DTYPE_FLOAT8_E5M2)
         pthread_once(&half_table_once, half_table_fill);
+    if (from == CKPT_DTYPE_FLOAT8_E4M3FN || from == CKPT_DTYPE_FLOAT8_E5M2 ||
+        to == CKPT_DTYPE_FLOAT8_E4M3FN || to == CKPT_DTYPE_FLOAT8_E5M2) {
+        cast_float8(from, s, to, d, n);
+        return;
+    }
     switch (PAIR(from, to)) {
     case PAIR(CKPT_DTYPE_FLOAT64, CKPT_DTYPE_FLOAT32):
         CAST_LOOP(8, ld64, 4, st32, f64_to_f32(x));

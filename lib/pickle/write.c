@@ -383,7 +383,8 @@ static int emit_storage(writer *w, const ckpt_value *ref)
     /* a cast storage takes its new type; otherwise the reference's own */
     bool cast = s->dtype != s->src_dtype;
     const char *type = cast ? s->type_name : ref->u.st.type_name;
-    size_t es = ckpt_dtype_size(cast ? s->dtype : ref->u.st.dtype);
+    bool untyped = strcmp(type, "UntypedStorage") == 0; /* its size counts bytes */
+    size_t es = untyped ? 1 : ckpt_dtype_size(cast ? s->dtype : ref->u.st.dtype);
     CKPT_FORWARD(op(w, '('));
     CKPT_FORWARD(emit_cstr(w, "storage"));
     /* torch 2.x writes (and its weights-only loader admits) the untyped
@@ -403,13 +404,47 @@ static int emit_storage(writer *w, const ckpt_value *ref)
     return op(w, 'Q');
 }
 
+/*
+ * A tensor whose storage was cast to or from one of the dtypes newer than
+ * 1.13 (an untyped storage, sized in bytes, and _rebuild_tensor_v3 with the
+ * dtype; the others have a typed storage and _rebuild_tensor_v2): its call
+ * as torch 2.x would save it in the new dtype.  1 when written, 0 when the
+ * tensor keeps its own call.
+ */
+static int emit_recast(writer *w, const ckpt_tensor *t)
+{
+    const ckpt_storage *s = t->storage;
+    const ckpt_value *args = t->rebuild_args;
+    bool v2 = strcmp(t->rebuild, "_rebuild_tensor_v2") == 0,
+         v3 = strcmp(t->rebuild, "_rebuild_tensor_v3") == 0;
+    bool to_v3 = ckpt_storage_type_name(s->dtype) == NULL;
+    /* v2 -> v2 keeps its call: the typed storage names the new dtype */
+    if (s->dtype == s->src_dtype || !(v2 || v3) || (!to_v3 && !v3) || !args ||
+        args->kind != CKPT_KIND_TUPLE || args->u.seq.len < (v3 ? 7u : 6u))
+        return 0;
+    CKPT_FORWARD(emit_global2(w, "torch._utils", 12,
+                              to_v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2"));
+    CKPT_FORWARD(op(w, '('));
+    for (size_t i = 0; i < 6; i++) /* storage, offset, size, stride, requires_grad, hooks */
+        CKPT_FORWARD(emit_value(w, args->u.seq.items[i]));
+    if (to_v3)
+        CKPT_FORWARD(emit_global2(w, "torch", 5, ckpt_dtype_name(s->dtype)));
+    for (size_t i = v3 ? 7 : 6; i < args->u.seq.len; i++) /* metadata */
+        CKPT_FORWARD(emit_value(w, args->u.seq.items[i]));
+    CKPT_FORWARD(op(w, 't'));
+    return 1;
+}
+
 static int emit_tensor(writer *w, const ckpt_value *v)
 {
     const ckpt_tensor *t = v->u.tensor;
+    int recast = 0;
     if (t->param_rebuild) {
         CKPT_FORWARD(emit_global2(w, "torch._utils", 12, t->param_rebuild));
         CKPT_FORWARD(emit_value(w, t->param_args));
-    } else {
+    } else if ((recast = emit_recast(w, t)) < 0) {
+        return recast;
+    } else if (!recast) {
         CKPT_FORWARD(emit_global2(w, "torch._utils", 12, t->rebuild));
         CKPT_FORWARD(emit_value(w, t->rebuild_args));
     }

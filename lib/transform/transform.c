@@ -669,8 +669,9 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
         return CKPT_ERR_USAGE;
     ckpt_err_clear(&f->err);
     if (!ckpt_cast_supported(CKPT_DTYPE_FLOAT32, to))
-        return ckpt_err(&f->err, CKPT_ERR_USAGE, "cannot cast to %s (float16, bfloat16, float32 or "
-                                                 "float64)", ckpt_dtype_name(to));
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "cannot cast to %s (float16, bfloat16, float32, "
+                                                 "float64, float8_e4m3fn or float8_e5m2)",
+                        ckpt_dtype_name(to));
     /* count per source dtype, for the report */
     size_t counts[CKPT_DTYPE_COUNT_] = {0};
     for (size_t i = 0; i < f->nstorages; i++) {
@@ -691,6 +692,8 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
             continue; /* integers, bool, complex and the rest keep their type */
         s->dtype = to;
         s->type_name = ckpt_storage_type_name(to);
+        if (!s->type_name) /* newer dtypes: as torch 2.x saves them */
+            s->type_name = "UntypedStorage";
         s->nbytes = (uint64_t)s->numel * ckpt_dtype_size(to);
     }
     for (size_t i = 0; i < f->tensors.len; i++) {

@@ -11,6 +11,8 @@
 #define F32 CKPT_DTYPE_FLOAT32
 #define F16 CKPT_DTYPE_FLOAT16
 #define BF16 CKPT_DTYPE_BFLOAT16
+#define E4 CKPT_DTYPE_FLOAT8_E4M3FN
+#define E5 CKPT_DTYPE_FLOAT8_E5M2
 
 /* little-endian bytes of the low SIZE bytes of V */
 static void put(uint8_t *p, size_t size, uint64_t v)
@@ -170,6 +172,36 @@ static const struct row {
     {BF16, F16, 0x33c0, 0x0002, "1.5 * 2^-24, a tie, to even (up)"},
     {BF16, F16, 0xff81, 0xfe08, "negative signalling NaN: quiet, payload kept"},
     {BF16, F16, 0x7f81, 0x7e08, "signalling NaN: quiet, payload kept"},
+    /* float32 -> float8_e4m3fn: torch 2.x saturates at 448, no infinity */
+    {F32, E4, 0x3f800000, 0x38, "1.0"},
+    {F32, E4, 0x43e00000, 0x7e, "448, the largest"},
+    {F32, E4, 0x43e80000, 0x7e, "464, half way to 480: saturates"},
+    {F32, E4, 0x49742400, 0x7e, "1e6 saturates"},
+    {F32, E4, 0xff800000, 0xfe, "-inf saturates to -448"},
+    {F32, E4, 0x7fc00000, 0x7f, "NaN"},
+    {F32, E4, 0xffc00000, 0xff, "negative NaN keeps its sign"},
+    {F32, E4, 0x3b000000, 0x01, "2^-9, the smallest subnormal"},
+    {F32, E4, 0x3a800000, 0x00, "2^-10, a tie, to even: 0"},
+    {F32, E4, 0x3b400000, 0x02, "1.5 * 2^-9, a tie, to even: 2^-8"},
+    {F32, E4, 0x3f880000, 0x38, "1 + 2^-4, a tie, to even: 1"},
+    {F32, E4, 0x3f980000, 0x3a, "1 + 3 * 2^-4, a tie, to even: 1.25"},
+    /* float32 -> float8_e5m2: infinity from 61440 */
+    {F32, E5, 0x3f800000, 0x3c, "1.0"},
+    {F32, E5, 0x47600000, 0x7b, "57344, the largest"},
+    {F32, E5, 0x476fffff, 0x7b, "just under 61440"},
+    {F32, E5, 0x47700000, 0x7c, "61440, a tie, to even: inf"},
+    {F32, E5, 0x7f800000, 0x7c, "inf"},
+    {F32, E5, 0xffc00000, 0xff, "negative NaN"},
+    {F32, E5, 0x37800000, 0x01, "2^-16, the smallest subnormal"},
+    /* back, exactly */
+    {E4, F32, 0x38, 0x3f800000, "1.0"},
+    {E4, F32, 0x7e, 0x43e00000, "448"},
+    {E4, F32, 0x7f, 0x7ff00000, "NaN, as c10 gives it"},
+    {E4, F32, 0x01, 0x3b000000, "2^-9"},
+    {E5, F32, 0x7c, 0x7f800000, "inf"},
+    {E5, F32, 0x7d, 0x7fe00000, "signalling NaN: quiet"},
+    {E4, BF16, 0xff, 0x7fc0, "NaN to bfloat16: torch's scalar NaN"},
+    {F64, E4, 0x3ff0000000000001, 0x38, "1 + 2^-52: through float32"},
 };
 
 START_TEST(test_rows)
@@ -184,13 +216,13 @@ END_TEST
 
 START_TEST(test_supported)
 {
-    ckpt_dtype fl[] = {F64, F32, F16, BF16};
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++)
+    ckpt_dtype fl[] = {F64, F32, F16, BF16, E4, E5};
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 6; j++)
             ck_assert_int_eq(ckpt_cast_supported(fl[i], fl[j]), 1);
     ckpt_dtype other[] = {CKPT_DTYPE_UNKNOWN, CKPT_DTYPE_INT32, CKPT_DTYPE_UINT8,
-                          CKPT_DTYPE_BOOL, CKPT_DTYPE_COMPLEX64, CKPT_DTYPE_FLOAT8_E4M3FN,
-                          CKPT_DTYPE_COUNT_};
+                          CKPT_DTYPE_BOOL, CKPT_DTYPE_COMPLEX64, CKPT_DTYPE_FLOAT8_E4M3FNUZ,
+                          CKPT_DTYPE_FLOAT8_E8M0FNU, CKPT_DTYPE_COUNT_};
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
         ck_assert_int_eq(ckpt_cast_supported(other[i], F32), 0);
         ck_assert_int_eq(ckpt_cast_supported(F32, other[i]), 0);
