@@ -104,7 +104,8 @@ rss_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t2 = time.perf_counter()
 sd = torch.load(sys.argv[1], map_location='cpu')
 t3 = time.perf_counter()
-sd = {k: v.bfloat16() if v.is_floating_point() else v for k, v in sd.items()}
+dt = getattr(torch, sys.argv[3] if len(sys.argv) > 3 else 'bfloat16')
+sd = {k: v.to(dt) if v.is_floating_point() else v for k, v in sd.items()}
 t4 = time.perf_counter()
 torch.save(sd, sys.argv[2])
 t5 = time.perf_counter()
@@ -154,8 +155,8 @@ for c in checks:
         b = out.get(k)
         if b is None:
             continue
-        if dtype == 'bfloat16' and a.is_floating_point():
-            exp = a.bfloat16()
+        if dtype and a.is_floating_point():
+            exp = a.to(getattr(torch, dtype))
             n_cast += 1
         else:
             exp = a
@@ -167,7 +168,8 @@ for c in checks:
     if n_eq != len(ref):
         errs.append("%d of %d tensors bit-equal (first bad: %s)" % (n_eq, len(ref), bad))
     r = {"kind": kind, "ok": not errs, "errors": errs, "how": how, "keys": len(out),
-         "tensors_equal": n_eq, "cast": n_cast, "kept": n_kept}
+         "tensors_equal": n_eq, "cast": n_cast, "kept": n_kept, "dtype": dtype,
+         "torch": torch.__version__}
     r.update(info)
     res.append(r)
     del out
@@ -198,13 +200,20 @@ def commands(a, ckpt, inp, workdir):
         ("torch → safetensors", [a.python, "-c", TORCH_ST_CHILD, inp, ost], "torch", None),
         ("torch bfloat16 → pth", [a.python, "-c", TORCH_BF16_CHILD, inp, opth], "torch",
          None),
-    ]
+    ] + ([  # float8: torch 2.x only (--python2)
+        ("ckpt convert --dtype float8_e4m3fn → pth",
+         [ckpt, "convert", "--dtype", "float8_e4m3fn", inp, opth], "ckpt",
+         "torch 2.x float8_e4m3fn → pth"),
+        ("torch 2.x float8_e4m3fn → pth",
+         [a.python2, "-c", TORCH_BF16_CHILD, inp, opth, "float8_e4m3fn"], "torch", None),
+    ] if a.python2 else [])
 
 
 VERIFY_KINDS = (
     ("safetensors", [], ".safetensors", None),
     ("bf16 pth", ["--dtype", "bfloat16"], ".pth", "bfloat16"),
     ("bf16 safetensors", ["--dtype", "bfloat16"], ".safetensors", "bfloat16"),
+    ("f8 pth", ["--dtype", "float8_e4m3fn"], ".pth", "float8_e4m3fn"),  # under torch 2.x
 )
 
 
@@ -212,7 +221,8 @@ def verify(a, ckpt, inp, workdir, size):
     """Write each ckpt output once (not timed) and check it with torch."""
     free = shutil.disk_usage(workdir).free
     together = free > size * (1 << 30) * 2.5
-    groups = [list(VERIFY_KINDS)] if together else [[k] for k in VERIFY_KINDS]
+    kinds = [k for k in VERIFY_KINDS if not k[0].startswith("f8") or a.python2]
+    groups = [kinds] if together else [[k] for k in kinds]
     results = []
     doc = {}
     for g in groups:
@@ -222,12 +232,19 @@ def verify(a, ckpt, inp, workdir, size):
             subprocess.run([ckpt, "convert", "--quiet"] + opts + [inp, out], check=True)
             checks.append({"kind": kind, "path": out, "dtype": dtype,
                            "bytes": os.path.getsize(out)})
-        r = subprocess.run([a.python, "-c", VERIFY_CHILD, inp, json.dumps(checks)],
-                           stdout=subprocess.PIPE, check=True)
-        doc = json.loads(r.stdout.decode().strip().splitlines()[-1])
-        for c, chk in zip(doc["checks"], checks):
-            c["bytes"] = chk["bytes"]
-            results.append(c)
+        # the float8 outputs are read by torch 2.x (1.13 has no float8)
+        for py, part in ((a.python, [c for c in checks if not c["kind"].startswith("f8")]),
+                         (a.python2, [c for c in checks if c["kind"].startswith("f8")])):
+            if not part:
+                continue
+            r = subprocess.run([py, "-c", VERIFY_CHILD, inp, json.dumps(part)],
+                               stdout=subprocess.PIPE, check=True)
+            d = json.loads(r.stdout.decode().strip().splitlines()[-1])
+            if py == a.python:
+                doc = d
+            for c, chk in zip(d["checks"], part):
+                c["bytes"] = chk["bytes"]
+                results.append(c)
         for c in checks:
             br.rm(c["path"])
         os.sync()
@@ -407,7 +424,8 @@ def evaluate(s):
     ok = {c["kind"]: c["ok"] for c in s["checks"]}
     vkey = {"ckpt convert → safetensors": "safetensors",
             "ckpt convert --dtype bfloat16 → pth": "bf16 pth",
-            "ckpt convert --dtype bfloat16 → safetensors": "bf16 safetensors"}
+            "ckpt convert --dtype bfloat16 → safetensors": "bf16 safetensors",
+            "ckpt convert --dtype float8_e4m3fn → pth": "f8 pth"}
     rows, verdicts = [], []
     for name, r in res.items():
         med = statistics.median(r["walls"])
@@ -583,9 +601,10 @@ def report(a, ckpt, sizes, rev, digest):
                 what = "%d of %d tensors bit-equal to the input's" % (
                     c["tensors_equal"], c["keys"])
             else:
-                what = ("%d of %d tensors bit-equal: %d floating ones to torch's "
-                        ".bfloat16() of the input's, %d integer ones unchanged"
-                        % (c["tensors_equal"], c["keys"], c["cast"], c["kept"]))
+                what = ("%d of %d tensors bit-equal: %d floating ones to torch %s's "
+                        ".to(%s) of the input's, %d integer ones unchanged"
+                        % (c["tensors_equal"], c["keys"], c["cast"], c.get("torch", "?"),
+                           c["dtype"], c["kept"]))
             out.append("- %g GiB, %s (%s, %d bytes): %s; %s"
                        % (s["size"], c["kind"], c["how"], c["bytes"], what,
                           "; ".join(extra)))
@@ -649,6 +668,9 @@ def main():
     ap.add_argument("--python", default=sys.executable,
                     help="Python with torch and safetensors for the generator, torch "
                          "and the checks")
+    ap.add_argument("--python2", default="/opt/ckpt/torch2/bin/python"
+                    if os.path.exists("/opt/ckpt/torch2/bin/python") else "",
+                    help="Python with torch 2.x, for the float8 cast lines ('' to skip them)")
     ap.add_argument("--no-verify", action="store_true",
                     help="skip the checks of the ckpt outputs")
     ap.add_argument("--no-results", action="store_true",

@@ -237,42 +237,46 @@ static inline uint32_t bf16_to_f32(uint16_t b)
  * cast to bfloat16 is torch's scalar 0x7fc0.
  */
 
-/* A float32 magnitude A below the smallest normal of a format whose
- * subnormals are multiples of 2^-UNIT: the count of them, rounded to even. */
-static inline uint32_t round_subnormal(uint32_t a, unsigned unit)
+/*
+ * A float32 magnitude A below the smallest normal of a format whose
+ * subnormals are multiples of 2^-UNIT: the count of them, rounded to even.
+ * Branch-free, as in f32_to_f16: small weights are common, and a branch on
+ * their size mispredicts.  A shift of 25 leaves 0: below half the smallest
+ * subnormal everything underflows, float32 subnormals too.
+ */
+static inline uint32_t round_subnormal(uint32_t a, uint32_t unit)
 {
     uint32_t e = a >> 23;
-    uint64_t m = (a & 0x7fffffu) | (e ? 0x800000u : 0);
-    unsigned shift = 150 - unit - (e ? e : 1); /* value = m * 2^(e-150) */
-    if (shift > 25)
-        return 0; /* below half the smallest subnormal */
-    uint64_t q = m >> shift, rem = m & ((1ull << shift) - 1), half = 1ull << (shift - 1);
-    return (uint32_t)(q + (rem > half || (rem == half && (q & 1))));
+    uint32_t shift = 150 - unit - (e ? e : 1);
+    shift = shift < 25 ? shift : 25;
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    return (m + (1u << (shift - 1)) - 1 + ((m >> shift) & 1)) >> shift;
+}
+
+/* C ? X : Y without a branch (the compiler keeps one for ?: here) */
+static inline uint32_t pick(bool c, uint32_t x, uint32_t y)
+{
+    uint32_t m = 0u - (uint32_t)c;
+    return (x & m) | (y & ~m);
 }
 
 static inline uint8_t f32_to_e4m3fn(uint32_t f)
 {
-    uint32_t sign = f & 0x80000000u, a = f ^ sign, r;
-    if (a > 0x7f800000u) /* NaN */
-        r = 0x7f;
-    else if (a > 0x43e00000u) /* past 448, infinities too: torch 2.x saturates */
-        r = 0x7e;
-    else if (a < 0x3c800000u) /* below 2^-6: subnormal, in units of 2^-9 */
-        r = round_subnormal(a, 9);
-    else
-        r = (a - ((uint32_t)(127 - 7) << 23) + 0x7ffffu + ((a >> 20) & 1)) >> 20;
+    uint32_t sign = f & 0x80000000u, a = f ^ sign;
+    uint32_t normal = (a - ((uint32_t)(127 - 7) << 23) + 0x7ffffu + ((a >> 20) & 1)) >> 20;
+    uint32_t r = pick(a < 0x3c800000u, round_subnormal(a, 9), normal); /* below 2^-6 */
+    r = pick(a > 0x43e00000u, 0x7eu, r); /* past 448, infinities too: torch 2.x saturates */
+    r = pick(a > 0x7f800000u, 0x7fu, r); /* NaN */
     return (uint8_t)(r | (sign >> 24));
 }
 
 static inline uint8_t f32_to_e5m2(uint32_t f)
 {
-    uint32_t sign = f & 0x80000000u, a = f ^ sign, r;
-    if (a >= 0x47800000u) /* 2^16 and up */
-        r = a > 0x7f800000u ? 0x7f : 0x7c;
-    else if (a < 0x38800000u) /* below 2^-14: subnormal, in units of 2^-16 */
-        r = round_subnormal(a, 16);
-    else
-        r = (a - ((uint32_t)(127 - 15) << 23) + 0xfffffu + ((a >> 21) & 1)) >> 21;
+    uint32_t sign = f & 0x80000000u, a = f ^ sign;
+    uint32_t normal = (a - ((uint32_t)(127 - 15) << 23) + 0xfffffu + ((a >> 21) & 1)) >> 21;
+    uint32_t r = pick(a < 0x38800000u, round_subnormal(a, 16), normal); /* below 2^-14 */
+    r = pick(a >= 0x47800000u, 0x7cu, r); /* 2^16 and up: infinity */
+    r = pick(a > 0x7f800000u, 0x7fu, r);  /* NaN */
     return (uint8_t)(r | (sign >> 24));
 }
 
@@ -301,26 +305,67 @@ static inline uint32_t e4m3fn_to_f32(uint8_t b)
     }                                                \
     break
 
-/* Casts with a float8 side: each element through float32, as c10 does. */
+/* Casts with a float8 side: each element through float32, as c10 does;
+ * a block at a time, so that each loop is a tight one. */
 static void cast_float8(ckpt_dtype from, const uint8_t *s, ckpt_dtype to, uint8_t *d, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t f;
+    uint32_t f[1024];
+    size_t es = ckpt_dtype_size(from), eo = ckpt_dtype_size(to);
+    for (size_t at = 0; at < n; at += 1024) {
+        size_t k = n - at < 1024 ? n - at : 1024;
+        const uint8_t *p = s + at * es;
+        uint8_t *q = d + at * eo;
         switch (from) {
-        case CKPT_DTYPE_FLOAT64: f = f64_to_f32(ld64(s + 8 * i)); break;
-        case CKPT_DTYPE_FLOAT32: f = ld32(s + 4 * i); break;
-        case CKPT_DTYPE_FLOAT16: f = f16_to_f32(ld16(s + 2 * i)); break;
-        case CKPT_DTYPE_BFLOAT16: f = bf16_to_f32(ld16(s + 2 * i)); break;
-        case CKPT_DTYPE_FLOAT8_E4M3FN: f = e4m3fn_to_f32(s[i]); break;
-        default: f = f16_to_f32((uint16_t)(s[i] << 8)); break; /* a float16's top byte */
+        case CKPT_DTYPE_FLOAT64:
+            for (size_t i = 0; i < k; i++)
+                f[i] = f64_to_f32(ld64(p + 8 * i));
+            break;
+        case CKPT_DTYPE_FLOAT32:
+            for (size_t i = 0; i < k; i++)
+                f[i] = ld32(p + 4 * i);
+            break;
+        case CKPT_DTYPE_FLOAT16:
+            for (size_t i = 0; i < k; i++)
+                f[i] = f16_to_f32(ld16(p + 2 * i));
+            break;
+        case CKPT_DTYPE_BFLOAT16:
+            for (size_t i = 0; i < k; i++)
+                f[i] = bf16_to_f32(ld16(p + 2 * i));
+            break;
+        case CKPT_DTYPE_FLOAT8_E4M3FN:
+            for (size_t i = 0; i < k; i++)
+                f[i] = e4m3fn_to_f32(p[i]);
+            break;
+        default: /* e5m2: a float16's top byte */
+            for (size_t i = 0; i < k; i++)
+                f[i] = f16_to_f32((uint16_t)(p[i] << 8));
+            break;
         }
         switch (to) {
-        case CKPT_DTYPE_FLOAT64: st64(d + 8 * i, f32_to_f64(f)); break;
-        case CKPT_DTYPE_FLOAT32: st32(d + 4 * i, f); break;
-        case CKPT_DTYPE_FLOAT16: st16(d + 2 * i, f32_to_f16(f)); break;
-        case CKPT_DTYPE_BFLOAT16: st16(d + 2 * i, f32_to_bf16(f, BF16_NAN_SCALAR)); break;
-        case CKPT_DTYPE_FLOAT8_E4M3FN: d[i] = f32_to_e4m3fn(f); break;
-        default: d[i] = f32_to_e5m2(f); break;
+        case CKPT_DTYPE_FLOAT64:
+            for (size_t i = 0; i < k; i++)
+                st64(q + 8 * i, f32_to_f64(f[i]));
+            break;
+        case CKPT_DTYPE_FLOAT32:
+            for (size_t i = 0; i < k; i++)
+                st32(q + 4 * i, f[i]);
+            break;
+        case CKPT_DTYPE_FLOAT16:
+            for (size_t i = 0; i < k; i++)
+                st16(q + 2 * i, f32_to_f16(f[i]));
+            break;
+        case CKPT_DTYPE_BFLOAT16:
+            for (size_t i = 0; i < k; i++)
+                st16(q + 2 * i, f32_to_bf16(f[i], BF16_NAN_SCALAR));
+            break;
+        case CKPT_DTYPE_FLOAT8_E4M3FN:
+            for (size_t i = 0; i < k; i++)
+                q[i] = f32_to_e4m3fn(f[i]);
+            break;
+        default:
+            for (size_t i = 0; i < k; i++)
+                q[i] = f32_to_e5m2(f[i]);
+            break;
         }
     }
 }
