@@ -246,9 +246,10 @@ static inline uint32_t bf16_to_f32(uint16_t b)
  */
 static inline uint32_t round_subnormal(uint32_t a, uint32_t unit)
 {
-    uint32_t e = a >> 23;
-    uint32_t shift = 150 - unit - (e ? e : 1);
-    shift = shift < 25 ? shift : 25;
+    int32_t e = (int32_t)(a >> 23);
+    int32_t sh = 150 - (int32_t)unit - (e ? e : 1);
+    /* 1 at least: for a normal A (whose result the caller drops) too */
+    uint32_t shift = sh < 1 ? 1u : sh > 25 ? 25u : (uint32_t)sh;
     uint32_t m = (a & 0x7fffffu) | 0x800000u;
     return (m + (1u << (shift - 1)) - 1 + ((m >> shift) & 1)) >> shift;
 }
