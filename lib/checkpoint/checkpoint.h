@@ -16,7 +16,6 @@
 
 /* A file that storages' bytes live in (one, or each shard of a sharded set). */
 typedef struct ckpt_source {
-    ckpt_format format; /* as sniffed: pth-zip, pth-legacy or safetensors */
     int fd;
     struct ckpt_zip *zip;
     uint64_t file_size;

@@ -41,6 +41,11 @@ const ckpt_format_desc *ckpt_format_find(ckpt_format id);
 /* The format of a file from its first bytes, else from PATH's name (NULL:
  * by content alone); NULL when none. */
 const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, const char *path);
+/* Read the first bytes of FD (SIZE bytes long) into HEAD (CAP bytes; *GOT
+ * of them) and sniff them and PATH into *OUT (NULL: no format's, or an
+ * empty file).  CKPT_ERR_IO when they cannot be read. */
+int ckpt_format_sniff_fd(int fd, uint64_t size, const char *path, uint8_t *head, size_t cap,
+                         size_t *got, const ckpt_format_desc **out);
 /* Whether PATH ends in SUFFIX. */
 bool ckpt_path_has_suffix(const char *path, const char *suffix);
 

@@ -93,11 +93,15 @@ static int locate_storages(ckpt_file *f, size_t first)
 static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
     CKPT_FORWARD(ckpt_zip_open(src->fd, &src->zip, &f->err));
-    if (!ckpt_zip_has_crcs(src->zip) &&
-        ckpt_file_notice_add(f, "%s%s%swritten without CRC-32s (torch's compute_crc32 off): "
-                                "its bytes are not checked", src == &f->main ? "" : "'",
-                             src == &f->main ? "" : src->path, src == &f->main ? "" : "' ") < 0)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    if (!ckpt_zip_has_crcs(src->zip)) {
+        /* a shard is named; the file itself is in every message already */
+        char who[300] = "";
+        if (src != &f->main)
+            snprintf(who, sizeof(who), "'%.280s' ", src->path);
+        if (ckpt_file_notice_add(f, "%swritten without CRC-32s (torch's compute_crc32 off): "
+                                    "its bytes are not checked", who) < 0)
+            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    }
     int64_t n = ckpt_zip_count(f->cur_src->zip);
     CKPT_RETURN_IF(n <= 0, &f->err, CKPT_ERR_FORMAT, "zip archive has no records");
 

@@ -18,7 +18,6 @@ static int read_as(ckpt_file *f, const ckpt_format_desc *d, ckpt_source *src, ck
 {
     ckpt_source *prev = f->cur_src;
     f->cur_src = src;
-    src->format = d->id;
     int rc = d->read(f, src, root);
     f->cur_src = prev;
     return rc;
@@ -44,19 +43,13 @@ static void content_formats(char *buf, size_t cap)
 static int read_part(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
     uint8_t head[16];
-    int got = src->file_size ? ckpt_pread_all(src->fd, head, src->file_size < sizeof(head)
-                                                                  ? (size_t)src->file_size
-                                                                  : sizeof(head), 0)
-                             : CKPT_ERR_FORMAT;
-    const ckpt_format_desc *d =
-        got == CKPT_OK ? ckpt_format_sniff(head, src->file_size < sizeof(head)
-                                                     ? (size_t)src->file_size : sizeof(head), NULL)
-                       : NULL;
+    size_t got;
+    const ckpt_format_desc *d;
+    int rc = ckpt_format_sniff_fd(src->fd, src->file_size, NULL, head, sizeof(head), &got, &d);
     if (!d) {
         char names[200];
         content_formats(names, sizeof(names));
-        return ckpt_err(&f->err, got == CKPT_ERR_IO ? CKPT_ERR_IO : CKPT_ERR_FORMAT,
-                        "not a %s file", names);
+        return ckpt_err(&f->err, rc ? rc : CKPT_ERR_FORMAT, "not a %s file", names);
     }
     return read_as(f, d, src, root);
 }
@@ -94,11 +87,11 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
     f->ino = st.st_ino;
     f->mode = st.st_mode;
     uint8_t head[512];
-    size_t got = st.st_size < (off_t)sizeof(head) ? (size_t)st.st_size : sizeof(head);
-    if (got && ckpt_pread_all(fd, head, got, 0) != CKPT_OK)
-        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot read: %s", strerror(errno));
-    const ckpt_format_desc *d = got ? ckpt_format_sniff(head, got, path) : NULL;
-    int rc;
+    size_t got;
+    const ckpt_format_desc *d;
+    int rc = ckpt_format_sniff_fd(fd, f->main.file_size, path, head, sizeof(head), &got, &d);
+    if (rc)
+        return ckpt_err(&f->err, rc, "cannot read: %s", strerror(errno));
     if (got == 0) {
         rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "empty file");
     } else if (!d && got >= 262 && memcmp(head + 257, "ustar", 5) == 0) {

@@ -324,12 +324,11 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         close(fd);
         return ckpt_err(&s->err, CKPT_ERR_IO, "not a regular file");
     }
-    uint8_t head[16] = {0};
-    size_t got = st.st_size < (off_t)sizeof head ? (size_t)st.st_size : sizeof head;
-    if (got && ckpt_pread_all(fd, head, got, 0) != CKPT_OK)
-        got = 0;
-    const ckpt_format_desc *d = ckpt_format_sniff(head, got, NULL);
-    ckpt_format fmt = d ? d->id : CKPT_FORMAT_UNKNOWN;
+    uint8_t head[16];
+    size_t got;
+    const ckpt_format_desc *d;
+    ckpt_format_sniff_fd(fd, (uint64_t)st.st_size, NULL, head, sizeof head, &got, &d);
+    ckpt_format fmt = d ? d->id : CKPT_FORMAT_UNKNOWN; /* unreadable: a pickle stream's error */
     if (fmt == CKPT_FORMAT_PTH_ZIP) {
         s->format = fmt;
         int rc = scan_zip(s, fd);

@@ -41,6 +41,18 @@ const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, const c
     return NULL;
 }
 
+int ckpt_format_sniff_fd(int fd, uint64_t size, const char *path, uint8_t *head, size_t cap,
+                         size_t *got, const ckpt_format_desc **out)
+{
+    *got = size < cap ? (size_t)size : cap;
+    *out = NULL;
+    if (*got && ckpt_pread_all(fd, head, *got, 0) != CKPT_OK)
+        return CKPT_ERR_IO;
+    if (*got)
+        *out = ckpt_format_sniff(head, *got, path);
+    return CKPT_OK;
+}
+
 CKPT_API const char *ckpt_format_name(ckpt_format format)
 {
     const ckpt_format_desc *d = ckpt_format_find(format);

@@ -374,13 +374,9 @@ def sid(t):
 
 
 def raw_bytes(t):
-    """The bytes of T's values in C order."""
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        t = t.view(torch.int16)
-    elif t.dtype.is_complex:
-        t = torch.view_as_real(t)
-    return t.numpy().tobytes()
+    """The bytes of T's values in C order, any dtype (bfloat16, complex and
+    the float8 types included)."""
+    return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def crc32(t):

@@ -109,11 +109,6 @@ def _():
     assert not os.path.exists(out)
 
 
-def raw(x):
-    """The bytes of X's elements in C order, any dtype."""
-    return bytes(x.contiguous().reshape(-1).view(torch.uint8).numpy())
-
-
 def loads_back(src, out, keys=None):
     """OUT, loaded by plain torch.load (and with mmap=True), holds the
     tensors of SRC (torch.load of it) bit for bit, under KEYS (new: old)."""
@@ -132,7 +127,7 @@ def loads_back(src, out, keys=None):
                 errs.append('%s: no %s' % (how, new))
             elif (b.dtype, b.shape, b.stride(), b.storage_offset()) != \
                     (a.dtype, a.shape, a.stride(), a.storage_offset()) or \
-                    raw(b) != raw(a):
+                    c.raw_bytes(b) != c.raw_bytes(a):
                 errs.append('%s: %s differs' % (how, new))
         shared = {c.sid(got[n]) for n in names if n in got}
         want_shared = {c.sid(orig[o]) for o in names.values()}
@@ -174,7 +169,7 @@ def to_safetensors(tmp):
     for k in ST_DTYPES:
         a, b = orig[k], got.get(k)
         if b is None or b.dtype != a.dtype or b.shape != a.shape or \
-                raw(b) != raw(a):
+                c.raw_bytes(b) != c.raw_bytes(a):
             errs.append('%s: load_file gives %s' % (k, None if b is None else (b.dtype, b.shape)))
     # and ckpt reads what the package writes of the same tensors
     theirs = os.path.join(tmp, 'theirs.safetensors')
