@@ -305,7 +305,48 @@ CKPT_API int ckpt_tensor_requires_grad(const ckpt_tensor *t);
 /* 1 when saved as an nn.Parameter (state_dict(keep_vars=True), modules). */
 CKPT_API int ckpt_tensor_is_parameter(const ckpt_tensor *t);
 CKPT_API int ckpt_tensor_is_contiguous(const ckpt_tensor *t);
+/* The storage the elements are in; NULL for a tensor without one of its
+ * own (sparse: its parts are tensors of the tree; meta: no data at all). */
 CKPT_API const ckpt_storage *ckpt_tensor_storage(const ckpt_tensor *t);
+
+/*
+ * Tensor kinds besides the plain strided one.  Quantized tensors have a
+ * storage of integer elements (dtype qint8, quint8, qint32, quint4x2,
+ * quint2x4) and quantizer parameters; sparse tensors are built from
+ * tensors of their own (indices, values), which ckpt keeps as they were;
+ * meta tensors have a dtype and a shape and no data.  Rewrites keep every
+ * kind exactly as saved.
+ */
+typedef enum ckpt_tensor_kind {
+    CKPT_TENSOR_DENSE = 0,
+    CKPT_TENSOR_QUANTIZED,
+    CKPT_TENSOR_SPARSE_COO,
+    CKPT_TENSOR_SPARSE_CSR,
+    CKPT_TENSOR_SPARSE_CSC,
+    CKPT_TENSOR_SPARSE_BSR,
+    CKPT_TENSOR_SPARSE_BSC,
+    CKPT_TENSOR_META
+} ckpt_tensor_kind;
+
+CKPT_API ckpt_tensor_kind ckpt_tensor_kind_of(const ckpt_tensor *t);
+/* "dense", "quantized", "sparse_coo", ..., "meta". */
+CKPT_API const char *ckpt_tensor_kind_name(ckpt_tensor_kind kind);
+/* Where torch would put it: the storage's location tag ("cuda:1"), the
+ * values' for a sparse tensor, "meta" for a meta tensor. */
+CKPT_API const char *ckpt_tensor_device(const ckpt_tensor *t);
+
+/* A quantized tensor's quantizer, as torch.save wrote it. */
+typedef struct ckpt_qparams {
+    const char *qscheme;  /* "per_tensor_affine", "per_channel_affine", ... */
+    double scale;         /* per-tensor schemes */
+    int64_t zero_point;
+    int axis;             /* per-channel schemes: the channel dimension, */
+    const ckpt_tensor *scales;      /* one scale per channel (float64 or float32) */
+    const ckpt_tensor *zero_points; /* and zero point (int64, or float32) */
+} ckpt_qparams;
+
+/* Fill OUT for a quantized tensor; CKPT_ERR_USAGE for any other kind. */
+CKPT_API int ckpt_tensor_qparams(const ckpt_tensor *t, ckpt_qparams *out);
 
 CKPT_API const char *ckpt_storage_key(const ckpt_storage *s);
 CKPT_API ckpt_dtype ckpt_storage_dtype(const ckpt_storage *s);

@@ -171,7 +171,8 @@ static int read_all_stats(inspect *in)
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         const ckpt_tensor *t = ckpt_file_tensor(f, i, NULL);
         rc = ckpt_tensor_stats_compute(f, t, &in->st[i]);
-        checked[ckpt_storage_index(ckpt_tensor_storage(t))] = true;
+        if (ckpt_tensor_storage(t))
+            checked[ckpt_storage_index(ckpt_tensor_storage(t))] = true;
         progress(in, i + 1, n, start);
     }
     /* storages no listed tensor uses (inside opaque objects): CRC only */
@@ -213,6 +214,50 @@ static void json_stats(const ckpt_tensor_stats *st, cJSON *jt)
     cJSON_AddStringToObject(jt, "crc32", crc);
 }
 
+/* A per-channel quantizer parameter, read whole (it is one value a channel). */
+static cJSON *json_channel_values(ckpt_file *f, const ckpt_tensor *t)
+{
+    size_t n = (size_t)ckpt_tensor_numel(t);
+    double *v = malloc((n ? n : 1) * sizeof(*v));
+    float *x = malloc((n ? n : 1) * sizeof(*x));
+    int64_t *iv = (int64_t *)v;
+    cJSON *a = NULL;
+    bool ints = ckpt_tensor_dtype(t) == CKPT_DTYPE_INT64;
+    if (v && x &&
+        (ckpt_tensor_dtype(t) == CKPT_DTYPE_FLOAT32
+             ? ckpt_tensor_read_float32(f, t, x, n)
+             : ckpt_tensor_read(f, t, v, n * sizeof(*v))) == CKPT_OK) {
+        a = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++)
+            cJSON_AddItemToArray(a, ints ? cli_json_int(iv[i])
+                                         : json_double(ckpt_tensor_dtype(t) == CKPT_DTYPE_FLOAT32
+                                                           ? (double)x[i]
+                                                           : v[i]));
+    }
+    free(v);
+    free(x);
+    return a ? a : cJSON_CreateNull();
+}
+
+/* "kind", and a quantized tensor's quantizer (DESIGN.md: qscheme, scale,
+ * zero_point, axis; per channel the scales and zero points are lists) */
+static void json_kind(inspect *in, const ckpt_tensor *t, cJSON *jt)
+{
+    ckpt_qparams q;
+    cJSON_AddStringToObject(jt, "kind", ckpt_tensor_kind_name(ckpt_tensor_kind_of(t)));
+    if (ckpt_tensor_qparams(t, &q) != CKPT_OK)
+        return;
+    cJSON_AddStringToObject(jt, "qscheme", q.qscheme);
+    if (!q.scales) {
+        cJSON_AddItemToObject(jt, "scale", json_double(q.scale));
+        cJSON_AddItemToObject(jt, "zero_point", cli_json_int(q.zero_point));
+        return;
+    }
+    cJSON_AddItemToObject(jt, "axis", cli_json_int(q.axis));
+    cJSON_AddItemToObject(jt, "scale", json_channel_values(in->f, q.scales));
+    cJSON_AddItemToObject(jt, "zero_point", json_channel_values(in->f, q.zero_points));
+}
+
 static int print_json(inspect *in)
 {
     ckpt_file *f = in->f;
@@ -244,9 +289,13 @@ static int print_json(inspect *in)
         cJSON_AddItemToObject(jt, "shape", cli_json_dims(ckpt_tensor_shape(t), ckpt_tensor_ndim(t)));
         cJSON_AddItemToObject(jt, "stride", cli_json_dims(ckpt_tensor_stride(t), ckpt_tensor_ndim(t)));
         cJSON_AddItemToObject(jt, "offset", cli_json_int(ckpt_tensor_offset(t)));
-        cJSON_AddStringToObject(jt, "device", ckpt_storage_device(s));
-        cJSON_AddStringToObject(jt, "storage", ckpt_storage_key(s));
+        cJSON_AddStringToObject(jt, "device", ckpt_tensor_device(t));
+        if (s)
+            cJSON_AddStringToObject(jt, "storage", ckpt_storage_key(s));
+        else
+            cJSON_AddNullToObject(jt, "storage");
         cJSON_AddItemToObject(jt, "nbytes", cli_json_int((long long)ckpt_tensor_nbytes(t)));
+        json_kind(in, t, jt);
         cJSON_AddBoolToObject(jt, "parameter", ckpt_tensor_is_parameter(t));
         cJSON_AddBoolToObject(jt, "requires_grad", ckpt_tensor_requires_grad(t));
         cJSON_AddItemToArray(tensors, jt);
@@ -383,7 +432,7 @@ static int print_text(inspect *in)
         wkey = l > wkey ? l : wkey;
         format_shape(x, b2, sizeof(b2));
         wshape = strlen(b2) > wshape ? strlen(b2) : wshape;
-        l = strlen(ckpt_storage_device(ckpt_tensor_storage(x)));
+        l = strlen(ckpt_tensor_device(x));
         wdev = l > wdev ? l : wdev;
         l = strlen(ckpt_dtype_name(ckpt_tensor_dtype(x)));
         wdt = l > wdt ? l : wdt;
@@ -399,8 +448,11 @@ static int print_text(inspect *in)
     /* storages used by more than one listed tensor */
     size_t ns = ckpt_file_storage_count(f);
     unsigned *uses = calloc(ns ? ns : 1, sizeof(*uses));
-    for (size_t i = 0; i < n && uses; i++)
-        uses[ckpt_storage_index(ckpt_tensor_storage(ckpt_file_tensor(f, i, NULL)))]++;
+    for (size_t i = 0; i < n && uses; i++) {
+        const ckpt_storage *s = ckpt_tensor_storage(ckpt_file_tensor(f, i, NULL));
+        if (s)
+            uses[ckpt_storage_index(s)]++;
+    }
 
     size_t nshown = 0;
     for (size_t i = 0; i < n; i++) {
@@ -416,7 +468,7 @@ static int print_text(inspect *in)
         printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, cli_escape(k, kesc, sizeof kesc),
                (int)wdt,
                ckpt_dtype_name(ckpt_tensor_dtype(x)), (int)wshape, b2, (int)wdev,
-               ckpt_storage_device(s), cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
+               ckpt_tensor_device(x), cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
         if (in->stats) {
             const ckpt_tensor_stats *st = &in->st[i];
             if (st->valid)
@@ -430,7 +482,19 @@ static int print_text(inspect *in)
             printf("%sparameter", sep);
             sep = ", ";
         }
-        if (uses && uses[ckpt_storage_index(s)] > 1) {
+        ckpt_qparams q;
+        if (ckpt_tensor_kind_of(x) != CKPT_TENSOR_DENSE) {
+            printf("%s%s", sep, ckpt_tensor_kind_name(ckpt_tensor_kind_of(x)));
+            sep = ", ";
+        }
+        if (ckpt_tensor_qparams(x, &q) == CKPT_OK) {
+            if (q.scales)
+                printf(" %s axis %d", q.qscheme, q.axis);
+            else
+                printf(" %s scale %.9g zero point %lld", q.qscheme, q.scale,
+                       (long long)q.zero_point);
+        }
+        if (s && uses && uses[ckpt_storage_index(s)] > 1) {
             printf("%sshares storage %s", sep, ckpt_storage_key(s));
             sep = ", ";
         }
@@ -438,7 +502,7 @@ static int print_text(inspect *in)
             printf("%soffset %lld", sep, (long long)ckpt_tensor_offset(x));
             sep = ", ";
         }
-        if (!ckpt_tensor_is_contiguous(x))
+        if (s && !ckpt_tensor_is_contiguous(x))
             printf("%snon-contiguous", sep);
         printf("\n");
     }

@@ -161,7 +161,10 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
         size_t ns = ckpt_file_storage_count(f), used = 0;
         bool *seen = calloc(ns ? ns : 1, 1);
         for (size_t i = 0; seen && i < ckpt_file_tensor_count(f); i++) {
-            size_t k = ckpt_storage_index(ckpt_tensor_storage(ckpt_file_tensor(f, i, NULL)));
+            const ckpt_storage *s = ckpt_tensor_storage(ckpt_file_tensor(f, i, NULL));
+            if (!s)
+                continue; /* sparse, meta: counted through their parts, or none */
+            size_t k = ckpt_storage_index(s);
             used += !seen[k];
             seen[k] = true;
         }

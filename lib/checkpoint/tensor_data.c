@@ -103,6 +103,10 @@ static int tensor_bytes(ckpt_file *f, const ckpt_tensor *t, const uint8_t **byte
 {
     const ckpt_storage *s = t->storage;
     *own1 = *own2 = NULL;
+    if (!s)
+        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                        "a %s tensor has no elements of its own to read",
+                        ckpt_tensor_kind_name((ckpt_tensor_kind)t->kind));
     uint8_t *all;
     CKPT_FORWARD(ckpt_storage_load(f, s, &all));
     *own1 = all;
@@ -222,6 +226,9 @@ CKPT_API int ckpt_tensor_stats_compute(ckpt_file *f, const ckpt_tensor *t, ckpt_
         return CKPT_ERR_USAGE;
     ckpt_err_clear(&f->err);
     memset(st, 0, sizeof(*st));
+    st->min = st->max = st->mean = st->std = NAN;
+    if (!t->storage)
+        return CKPT_OK; /* sparse, meta: nothing of its own (sparse parts are storages) */
     const uint8_t *buf;
     uint8_t *own1, *own2;
     int rc = tensor_bytes(f, t, &buf, &own1, &own2);

@@ -65,6 +65,19 @@ static const char *const interpreted[] = {
     "torch._utils._rebuild_parameter",
     "torch._utils._rebuild_parameter_with_state",
     "torch.Size",
+    /* tensors of other kinds (quantized, sparse, meta) and plain tensors with
+     * Python attributes: read, listed and written back as saved */
+    "torch._utils._rebuild_qtensor",
+    "torch._utils._rebuild_sparse_tensor",
+    "torch._utils._rebuild_sparse_csr_tensor",
+    "torch._utils._rebuild_meta_tensor_no_storage",
+    "torch._tensor._rebuild_from_type_v2",
+    "torch.serialization._get_layout",
+    "torch.per_tensor_affine", "torch.per_channel_affine",
+    "torch.per_tensor_symmetric", "torch.per_channel_symmetric",
+    "torch.per_channel_affine_float_qparams",
+    "torch.sparse_coo", "torch.sparse_csr", "torch.sparse_csc", "torch.sparse_bsr",
+    "torch.sparse_bsc", "torch.strided",
 };
 
 static const char *const known_data[] = {
@@ -77,18 +90,9 @@ static const char *const known_data[] = {
     "collections.defaultdict", "collections.Counter", "collections.deque",
     "torch.device",
     "torch.nn.parameter.Parameter",
-    "torch.serialization._get_layout",
-    "torch._tensor._rebuild_from_type_v2",
-    "torch._utils._rebuild_qtensor",
-    "torch._utils._rebuild_sparse_tensor",
-    "torch._utils._rebuild_sparse_csr_tensor",
-    "torch._utils._rebuild_meta_tensor_no_storage",
+    "torch.Tensor", /* the type of _rebuild_from_type_v2 */
     "torch._utils._rebuild_nested_tensor",
     "torch._utils._rebuild_wrapper_subclass",
-    "torch.per_tensor_affine", "torch.per_channel_affine",
-    "torch.per_tensor_symmetric", "torch.per_channel_symmetric",
-    "torch.per_channel_affine_float_qparams",
-    "torch.sparse_coo", "torch.sparse_csr", "torch.strided",
     "numpy.ndarray", "numpy.dtype",
     "numpy.core.multiarray._reconstruct", "numpy.core.multiarray.scalar",
     "numpy._core.multiarray._reconstruct", "numpy._core.multiarray.scalar",

@@ -94,6 +94,13 @@ struct ckpt_tensor {
     ckpt_value *param_args;     /* _rebuild_parameter's arguments, or NULL */
     const char *param_rebuild;
     ckpt_value *state;          /* BUILD on the tensor, or NULL */
+    /* _rebuild_from_type_v2(rebuild, torch.Tensor, rebuild_args, state):
+     * the whole argument tuple, written back around the inner call */
+    ckpt_value *type_args;
+    uint8_t kind;               /* ckpt_tensor_kind */
+    const char *device;         /* NULL: the storage's (or meta's) tag */
+    ckpt_qparams q;             /* QUANTIZED */
+    const struct ckpt_tensor *values; /* SPARSE_*: the values part */
 };
 
 struct ckpt_source; /* checkpoint/checkpoint.h */

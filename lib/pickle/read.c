@@ -667,6 +667,7 @@ static int as_int(vm *m, const ckpt_value *v, const char *what, int64_t *out)
 static int int_tuple(vm *m, const ckpt_value *v, const char *what, int64_t **out, int *n)
 {
     if (v && v->kind == CKPT_KIND_OBJECT && v->u.obj.callable &&
+        v->u.obj.callable->kind == CKPT_KIND_GLOBAL &&
         strcmp(v->u.obj.callable->u.global.name, "torch.Size") == 0 && v->u.obj.args &&
         v->u.obj.args->u.seq.len == 1)
         v = v->u.obj.args->u.seq.items[0];
@@ -688,53 +689,38 @@ static int int_tuple(vm *m, const ckpt_value *v, const char *what, int64_t **out
     return CKPT_OK;
 }
 
-/* _rebuild_tensor(storage, offset, size, stride)
- * _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata])
- * _rebuild_tensor_v3(storage, offset, size, stride, requires_grad, hooks, dtype[, metadata]) */
-static int rebuild_tensor(vm *m, const char *fn, ckpt_value *args)
+/* Values a byte of a packed quantized dtype holds (torch pads each innermost
+ * row to a byte and counts strides in values). */
+static int values_per_byte(ckpt_dtype dt)
 {
-    size_t n = args->u.seq.len;
-    ckpt_value **a = args->u.seq.items;
-    bool v3 = strcmp(fn, "_rebuild_tensor_v3") == 0;
-    bool v1 = strcmp(fn, "_rebuild_tensor") == 0;
-    size_t min = v1 ? 4 : v3 ? 7 : 6;
-    if (n < min || n > min + 1 || (v1 && n != 4))
-        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, n);
-    if (a[0]->kind != CKPT_KIND_STORAGE)
-        return fail(m, CKPT_ERR_FORMAT, "%s: first argument is a %s, not a storage", fn,
-                    ckpt_kind_name((ckpt_kind)a[0]->kind));
-    ckpt_tensor *t = ckpt_arena_alloc(m->a, sizeof(*t));
-    if (!t)
+    return dt == CKPT_DTYPE_QUINT4X2 ? 2 : dt == CKPT_DTYPE_QUINT2X4 ? 4 : 1;
+}
+
+static int push_tensor(vm *m, ckpt_tensor *t)
+{
+    ckpt_value *v = node(m, CKPT_KIND_TENSOR);
+    if (!v)
         return oom(m);
-    ckpt_storage *s = a[0]->u.st.ptr;
-    t->storage = s;
-    t->dtype = a[0]->u.st.dtype;
-    t->rebuild = fn;
-    t->rebuild_args = args;
-    CKPT_FORWARD(as_int(m, a[1], "offset", &t->offset));
-    if (t->offset < 0)
-        return fail(m, CKPT_ERR_FORMAT, "negative tensor offset");
+    v->u.tensor = t;
+    return push(m, v);
+}
+
+/* shape and stride: a tuple each (or torch.Size), of one length */
+static int tensor_dims(vm *m, ckpt_tensor *t, const ckpt_value *shape, const ckpt_value *stride)
+{
     int nd_shape, nd_stride;
-    CKPT_FORWARD(int_tuple(m, a[2], "shape", &t->shape, &nd_shape));
-    CKPT_FORWARD(int_tuple(m, a[3], "stride", &t->stride, &nd_stride));
+    CKPT_FORWARD(int_tuple(m, shape, "shape", &t->shape, &nd_shape));
+    CKPT_FORWARD(int_tuple(m, stride, "stride", &t->stride, &nd_stride));
     if (nd_shape != nd_stride)
         return fail(m, CKPT_ERR_FORMAT, "tensor shape has %d dimensions but stride has %d",
                     nd_shape, nd_stride);
     t->ndim = nd_shape;
-    if (!v1) {
-        if (a[4]->kind != CKPT_KIND_BOOL && a[4]->kind != CKPT_KIND_INT)
-            return fail(m, CKPT_ERR_FORMAT, "%s: requires_grad is a %s", fn,
-                        ckpt_kind_name((ckpt_kind)a[4]->kind));
-        t->requires_grad = a[4]->kind == CKPT_KIND_BOOL ? a[4]->u.b : a[4]->u.i.v != 0;
-    }
-    if (v3) {
-        if (a[6]->kind != CKPT_KIND_GLOBAL)
-            return fail(m, CKPT_ERR_FORMAT, "%s: dtype argument is not a dtype", fn);
-        t->dtype = ckpt_dtype_from_name(a[6]->u.global.name);
-        if (t->dtype == CKPT_DTYPE_UNKNOWN)
-            return fail(m, CKPT_ERR_UNSUPPORTED, "unknown dtype '%s'", a[6]->u.global.name);
-    }
-    size_t es = ckpt_dtype_size(t->dtype);
+    return CKPT_OK;
+}
+
+/* numel, and the farthest element the view reaches (in elements) */
+static int tensor_extent(vm *m, ckpt_tensor *t, uint64_t *reach_out)
+{
     uint64_t numel = 1, reach = (uint64_t)t->offset;
     bool bad = false;
     for (int d = 0; d < t->ndim; d++) {
@@ -748,8 +734,41 @@ static int rebuild_tensor(vm *m, const char *fn, ckpt_value *args)
     if (bad || numel > INT64_MAX)
         return fail(m, CKPT_ERR_FORMAT, "tensor size overflows 64 bits");
     t->numel = (int64_t)numel;
-    uint64_t end_bytes;
-    if (numel > 0 &&
+    *reach_out = reach;
+    return CKPT_OK;
+}
+
+/* The view part of every tensor with a storage: storage, offset, size, stride,
+ * checked to stay inside the storage once the dtype is known. */
+static int tensor_view(vm *m, const char *fn, ckpt_value **a, ckpt_dtype dtype, ckpt_tensor *t)
+{
+    if (a[0]->kind != CKPT_KIND_STORAGE)
+        return fail(m, CKPT_ERR_FORMAT, "%s: first argument is a %s, not a storage", fn,
+                    ckpt_kind_name((ckpt_kind)a[0]->kind));
+    ckpt_storage *s = a[0]->u.st.ptr;
+    t->storage = s;
+    t->dtype = dtype != CKPT_DTYPE_UNKNOWN ? dtype : a[0]->u.st.dtype;
+    CKPT_FORWARD(as_int(m, a[1], "offset", &t->offset));
+    if (t->offset < 0)
+        return fail(m, CKPT_ERR_FORMAT, "negative tensor offset");
+    CKPT_FORWARD(tensor_dims(m, t, a[2], a[3]));
+    uint64_t reach, end_bytes;
+    CKPT_FORWARD(tensor_extent(m, t, &reach));
+    int k = values_per_byte(t->dtype);
+    if (k > 1) {
+        /* packed: only torch's own layout, C-contiguous rows padded to a byte */
+        if (t->numel > 0 && (!ckpt_tensor_is_contiguous(t) || t->offset != 0))
+            return fail(m, CKPT_ERR_UNSUPPORTED, "%s: a strided view of a packed %s tensor", fn,
+                        ckpt_dtype_name(t->dtype));
+        if (t->numel > 0 && ckpt_tensor_nbytes(t) > s->nbytes)
+            return fail(m, CKPT_ERR_FORMAT,
+                        "%s tensor of %lld values needs %zu bytes, storage '%s' has %llu", 
+                        ckpt_dtype_name(t->dtype), (long long)t->numel, ckpt_tensor_nbytes(t),
+                        s->key, (unsigned long long)s->nbytes);
+        return CKPT_OK;
+    }
+    size_t es = ckpt_dtype_size(t->dtype);
+    if (t->numel > 0 &&
         (ckpt_add_overflow(reach, 1, &end_bytes) || ckpt_mul_overflow(end_bytes, es, &end_bytes) ||
          end_bytes > s->nbytes))
         return fail(m, CKPT_ERR_FORMAT,
@@ -757,17 +776,270 @@ static int rebuild_tensor(vm *m, const char *fn, ckpt_value *args)
                     "storage '%s' (%lld %s elements)",
                     (long long)t->offset, (unsigned long long)reach, s->key,
                     (long long)(s->nbytes / (es ? es : 1)), ckpt_dtype_name(t->dtype));
+    return CKPT_OK;
+}
+
+static int requires_grad(vm *m, const char *fn, const ckpt_value *v, bool *out)
+{
+    if (v->kind != CKPT_KIND_BOOL && v->kind != CKPT_KIND_INT)
+        return fail(m, CKPT_ERR_FORMAT, "%s: requires_grad is a %s", fn,
+                    ckpt_kind_name((ckpt_kind)v->kind));
+    *out = v->kind == CKPT_KIND_BOOL ? v->u.b : v->u.i.v != 0;
+    return CKPT_OK;
+}
+
+static int dtype_arg(vm *m, const char *fn, const ckpt_value *v, ckpt_dtype *out)
+{
+    if (v->kind != CKPT_KIND_GLOBAL)
+        return fail(m, CKPT_ERR_FORMAT, "%s: dtype argument is not a dtype", fn);
+    *out = ckpt_dtype_from_name(v->u.global.name);
+    if (*out == CKPT_DTYPE_UNKNOWN)
+        return fail(m, CKPT_ERR_UNSUPPORTED, "unknown dtype '%s'", v->u.global.name);
+    return CKPT_OK;
+}
+
+/* _rebuild_tensor(storage, offset, size, stride)
+ * _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata])
+ * _rebuild_tensor_v3(storage, offset, size, stride, requires_grad, hooks, dtype[, metadata]) */
+static int rebuild_tensor(vm *m, const char *fn, ckpt_value *args)
+{
+    size_t n = args->u.seq.len;
+    ckpt_value **a = args->u.seq.items;
+    bool v3 = strcmp(fn, "_rebuild_tensor_v3") == 0;
+    bool v1 = strcmp(fn, "_rebuild_tensor") == 0;
+    size_t min = v1 ? 4 : v3 ? 7 : 6;
+    if (n < min || n > min + 1 || (v1 && n != 4))
+        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, n);
+    ckpt_tensor *t = ckpt_arena_alloc(m->a, sizeof(*t));
+    if (!t)
+        return oom(m);
+    t->rebuild = fn;
+    t->rebuild_args = args;
+    ckpt_dtype dtype = CKPT_DTYPE_UNKNOWN;
+    if (v3) {
+        if (a[0]->kind != CKPT_KIND_STORAGE)
+            return fail(m, CKPT_ERR_FORMAT, "%s: first argument is a %s, not a storage", fn,
+                        ckpt_kind_name((ckpt_kind)a[0]->kind));
+        CKPT_FORWARD(dtype_arg(m, fn, a[6], &dtype));
+        if (values_per_byte(dtype) > 1)
+            return fail(m, CKPT_ERR_FORMAT, "%s: %s is not a plain tensor's dtype", fn,
+                        ckpt_dtype_name(dtype));
+    }
+    CKPT_FORWARD(tensor_view(m, fn, a, dtype, t));
+    if (!v1)
+        CKPT_FORWARD(requires_grad(m, fn, a[4], &t->requires_grad));
+    ckpt_storage *s = t->storage;
+    size_t es = ckpt_dtype_size(t->dtype);
     if (v3 && s->dtype == CKPT_DTYPE_UINT8 && t->dtype != CKPT_DTYPE_UINT8 &&
         strcmp(a[0]->u.st.type_name, "UntypedStorage") == 0 && s->nbytes % es == 0) {
         /* a byte storage read as another dtype: describe it in that dtype */
         s->dtype = s->src_dtype = t->dtype;
         s->numel = (int64_t)(s->nbytes / es);
     }
-    ckpt_value *v = node(m, CKPT_KIND_TENSOR);
-    if (!v)
+    return push_tensor(m, t);
+}
+
+static const char *const qschemes[] = {
+    "torch.per_tensor_affine", "torch.per_tensor_symmetric", "torch.per_channel_affine",
+    "torch.per_channel_symmetric", "torch.per_channel_affine_float_qparams"};
+
+/* One per-channel parameter: a 1-D tensor of one of the dtypes torch writes. */
+static int channel_param(vm *m, const ckpt_value *v, const char *what, ckpt_dtype d1,
+                         ckpt_dtype d2, int64_t channels, const ckpt_tensor **out)
+{
+    const ckpt_tensor *p = v->kind == CKPT_KIND_TENSOR ? v->u.tensor : NULL;
+    if (!p || p->kind != CKPT_TENSOR_DENSE || p->ndim != 1 || (p->dtype != d1 && p->dtype != d2))
+        return fail(m, CKPT_ERR_FORMAT,
+                    "quantized tensor: per-channel %s are not a 1-D %s or %s tensor", what,
+                    ckpt_dtype_name(d1), ckpt_dtype_name(d2));
+    if (p->shape[0] != channels)
+        return fail(m, CKPT_ERR_FORMAT,
+                    "quantized tensor: %lld %s for %lld channels along its axis",
+                    (long long)p->shape[0], what, (long long)channels);
+    *out = p;
+    return CKPT_OK;
+}
+
+/* _rebuild_qtensor(storage, offset, size, stride, quantizer_params, requires_grad, hooks)
+ * quantizer_params: (per_tensor_affine, scale, zero_point) or
+ * (per_channel_affine, scales, zero_points, axis); torch checks the axis and
+ * the counts when it loads, so a file that breaks them is not one it reads. */
+static int rebuild_qtensor(vm *m, const char *fn, ckpt_value *args)
+{
+    ckpt_value **a = args->u.seq.items;
+    if (args->u.seq.len != 7)
+        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, args->u.seq.len);
+    ckpt_tensor *t = ckpt_arena_alloc(m->a, sizeof(*t));
+    if (!t)
         return oom(m);
-    v->u.tensor = t;
-    return push(m, v);
+    t->kind = CKPT_TENSOR_QUANTIZED;
+    t->rebuild = fn;
+    t->rebuild_args = args;
+    CKPT_FORWARD(tensor_view(m, fn, a, CKPT_DTYPE_UNKNOWN, t));
+    if (t->dtype < CKPT_DTYPE_QINT8 || t->dtype > CKPT_DTYPE_QUINT2X4)
+        return fail(m, CKPT_ERR_FORMAT, "%s over a %s storage, not a quantized one", fn,
+                    ckpt_dtype_name(t->dtype));
+    CKPT_FORWARD(requires_grad(m, fn, a[5], &t->requires_grad));
+    const ckpt_value *qp = a[4];
+    if (qp->kind != CKPT_KIND_TUPLE || qp->u.seq.len < 3 ||
+        qp->u.seq.items[0]->kind != CKPT_KIND_GLOBAL)
+        return fail(m, CKPT_ERR_FORMAT, "%s: quantizer parameters are not (qscheme, ...)", fn);
+    ckpt_value **p = qp->u.seq.items;
+    const char *scheme = p[0]->u.global.name;
+    for (size_t i = 0; i < sizeof(qschemes) / sizeof(qschemes[0]) && !t->q.qscheme; i++)
+        if (strcmp(scheme, qschemes[i]) == 0)
+            t->q.qscheme = qschemes[i] + 6;
+    if (!t->q.qscheme)
+        return fail(m, CKPT_ERR_FORMAT, "%s: '%s' is not a qscheme", fn, scheme);
+    if (strncmp(t->q.qscheme, "per_tensor", 10) == 0) {
+        if (qp->u.seq.len != 3 || (p[1]->kind != CKPT_KIND_FLOAT && p[1]->kind != CKPT_KIND_INT))
+            return fail(m, CKPT_ERR_FORMAT, "%s: per-tensor parameters are not (scale, zero_point)",
+                        fn);
+        t->q.scale = p[1]->kind == CKPT_KIND_FLOAT ? p[1]->u.f : (double)p[1]->u.i.v;
+        CKPT_FORWARD(as_int(m, p[2], "zero point", &t->q.zero_point));
+        return push_tensor(m, t);
+    }
+    int64_t axis;
+    if (qp->u.seq.len != 4)
+        return fail(m, CKPT_ERR_FORMAT,
+                    "%s: per-channel parameters are not (scales, zero_points, axis)", fn);
+    CKPT_FORWARD(as_int(m, p[3], "axis", &axis));
+    if (axis < 0 || axis >= t->ndim)
+        return fail(m, CKPT_ERR_FORMAT, "quantized tensor: axis %lld of a %d-dimensional tensor",
+                    (long long)axis, t->ndim);
+    t->q.axis = (int)axis;
+    int64_t c = t->shape[axis];
+    CKPT_FORWARD(channel_param(m, p[1], "scales", CKPT_DTYPE_FLOAT64, CKPT_DTYPE_FLOAT32, c,
+                               &t->q.scales));
+    CKPT_FORWARD(channel_param(m, p[2], "zero points", CKPT_DTYPE_INT64, CKPT_DTYPE_FLOAT32, c,
+                               &t->q.zero_points));
+    return push_tensor(m, t);
+}
+
+/* A layout: _get_layout("torch.sparse_coo") (2.x) or the GLOBAL torch.sparse_coo (1.13). */
+static ckpt_tensor_kind layout_kind(const ckpt_value *v)
+{
+    const char *name = NULL;
+    if (v->kind == CKPT_KIND_GLOBAL)
+        name = v->u.global.name;
+    else if (v->kind == CKPT_KIND_OBJECT && v->u.obj.callable->kind == CKPT_KIND_GLOBAL &&
+             strcmp(v->u.obj.callable->u.global.name, "torch.serialization._get_layout") == 0 &&
+             v->u.obj.args && v->u.obj.args->u.seq.len == 1 &&
+             v->u.obj.args->u.seq.items[0]->kind == CKPT_KIND_STR)
+        name = v->u.obj.args->u.seq.items[0]->u.s.s;
+    static const struct {
+        const char *name;
+        ckpt_tensor_kind kind;
+    } layouts[] = {{"torch.sparse_coo", CKPT_TENSOR_SPARSE_COO},
+                   {"torch.sparse_csr", CKPT_TENSOR_SPARSE_CSR},
+                   {"torch.sparse_csc", CKPT_TENSOR_SPARSE_CSC},
+                   {"torch.sparse_bsr", CKPT_TENSOR_SPARSE_BSR},
+                   {"torch.sparse_bsc", CKPT_TENSOR_SPARSE_BSC}};
+    for (size_t i = 0; name && i < sizeof(layouts) / sizeof(layouts[0]); i++)
+        if (strcmp(name, layouts[i].name) == 0)
+            return layouts[i].kind;
+    return CKPT_TENSOR_DENSE;
+}
+
+static const ckpt_tensor *part(const ckpt_value *v)
+{
+    return v->kind == CKPT_KIND_TENSOR && v->u.tensor->kind == CKPT_TENSOR_DENSE ? v->u.tensor
+                                                                                 : NULL;
+}
+
+/* _rebuild_sparse_tensor(layout, (indices, values, size[, is_coalesced])) for COO,
+ * (compressed, plain, values, size) for the compressed layouts;
+ * _rebuild_sparse_csr_tensor(layout, (crow, col, values, size)) (1.13).
+ * Listed with the values' dtype and the tensor's size; kept as saved. */
+static int rebuild_sparse(vm *m, const char *fn, ckpt_value *args)
+{
+    ckpt_value **a = args->u.seq.items;
+    if (args->u.seq.len != 2)
+        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, args->u.seq.len);
+    ckpt_tensor_kind kind = layout_kind(a[0]);
+    if (kind == CKPT_TENSOR_DENSE)
+        return fail(m, CKPT_ERR_FORMAT, "%s: the layout is not a sparse one", fn);
+    const ckpt_value *d = a[1];
+    bool coo = kind == CKPT_TENSOR_SPARSE_COO;
+    size_t nparts = coo ? 2 : 3;
+    if (d->kind != CKPT_KIND_TUPLE || d->u.seq.len < nparts + 1 ||
+        d->u.seq.len > nparts + (coo ? 2 : 1))
+        return fail(m, CKPT_ERR_FORMAT, "%s: the data is not (%s, size)", fn,
+                    coo ? "indices, values" : "compressed, plain, values");
+    const ckpt_tensor *idx = part(d->u.seq.items[0]), *plain = part(d->u.seq.items[1]),
+                      *values = part(d->u.seq.items[nparts - 1]);
+    if (!idx || !plain || !values ||
+        (idx->dtype != CKPT_DTYPE_INT64 && idx->dtype != CKPT_DTYPE_INT32))
+        return fail(m, CKPT_ERR_FORMAT, "%s: indices and values are not plain tensors", fn);
+    if (coo && (idx->ndim != 2 || values->ndim < 1))
+        return fail(m, CKPT_ERR_FORMAT, "%s: indices of %d dimensions, values of %d", fn,
+                    idx->ndim, values->ndim);
+    if (coo && idx->shape[1] != values->shape[0])
+        return fail(m, CKPT_ERR_FORMAT, "%s: indices for %lld values, %lld values", fn,
+                    (long long)idx->shape[1], (long long)values->shape[0]);
+    ckpt_tensor *t = ckpt_arena_alloc(m->a, sizeof(*t));
+    if (!t)
+        return oom(m);
+    t->kind = (uint8_t)kind;
+    t->rebuild = fn;
+    t->rebuild_args = args;
+    t->dtype = values->dtype;
+    t->values = values;
+    t->device = values->storage->device;
+    int nd;
+    CKPT_FORWARD(int_tuple(m, d->u.seq.items[nparts], "size", &t->shape, &nd));
+    t->ndim = nd;
+    t->stride = ckpt_arena_alloc(m->a, (size_t)(nd + 1) * sizeof(int64_t)); /* none: zeros */
+    if (!t->stride)
+        return oom(m);
+    uint64_t reach;
+    CKPT_FORWARD(tensor_extent(m, t, &reach));
+    return push_tensor(m, t);
+}
+
+/* _rebuild_meta_tensor_no_storage(dtype, size, stride, requires_grad) */
+static int rebuild_meta(vm *m, const char *fn, ckpt_value *args)
+{
+    ckpt_value **a = args->u.seq.items;
+    if (args->u.seq.len != 4)
+        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, args->u.seq.len);
+    ckpt_tensor *t = ckpt_arena_alloc(m->a, sizeof(*t));
+    if (!t)
+        return oom(m);
+    t->kind = CKPT_TENSOR_META;
+    t->rebuild = fn;
+    t->rebuild_args = args;
+    t->device = "meta";
+    CKPT_FORWARD(dtype_arg(m, fn, a[0], &t->dtype));
+    CKPT_FORWARD(tensor_dims(m, t, a[1], a[2]));
+    CKPT_FORWARD(requires_grad(m, fn, a[3], &t->requires_grad));
+    uint64_t reach;
+    CKPT_FORWARD(tensor_extent(m, t, &reach));
+    return push_tensor(m, t);
+}
+
+static int rebuild_call(vm *m, const char *q, ckpt_value *args);
+
+/* _rebuild_from_type_v2(func, torch.Tensor, args, state): a plain tensor with
+ * Python attributes (torch.nn.Buffer's, for one).  Other types are a
+ * subclass torch would import: kept as an object. */
+static int rebuild_from_type(vm *m, const char *fn, ckpt_value *args, bool *done)
+{
+    ckpt_value **a = args->u.seq.items;
+    *done = false;
+    if (args->u.seq.len != 4 || a[0]->kind != CKPT_KIND_GLOBAL ||
+        a[0]->u.global.cls != CKPT_GLOBAL_INTERPRETED || a[1]->kind != CKPT_KIND_GLOBAL ||
+        strcmp(a[1]->u.global.name, "torch.Tensor") != 0 || a[2]->kind != CKPT_KIND_TUPLE ||
+        strncmp(a[0]->u.global.name, "torch._utils._rebuild_", 22) != 0)
+        return CKPT_OK;
+    CKPT_FORWARD(rebuild_call(m, a[0]->u.global.name, a[2]));
+    ckpt_value *v;
+    CKPT_FORWARD(top(m, &v));
+    if (v->kind != CKPT_KIND_TENSOR || v->u.tensor->type_args || v->u.tensor->param_rebuild)
+        return fail(m, CKPT_ERR_FORMAT, "%s: %s did not make a tensor", fn, a[0]->u.global.name);
+    v->u.tensor->type_args = args;
+    *done = true;
+    return CKPT_OK;
 }
 
 /* _rebuild_parameter(data, requires_grad, hooks)
@@ -795,6 +1067,25 @@ static int rebuild_parameter(vm *m, const char *fn, ckpt_value *args)
         return oom(m);
     v->u.tensor = t;
     return push(m, v);
+}
+
+/* torch's rebuild functions that make a tensor; 1 (nothing pushed) for others */
+static int rebuild_call(vm *m, const char *q, ckpt_value *args)
+{
+    if (strncmp(q, "torch._utils.", 13) != 0)
+        return 1;
+    const char *fn = q + 13;
+    if (strncmp(fn, "_rebuild_tensor", 15) == 0)
+        return rebuild_tensor(m, fn, args);
+    if (strncmp(fn, "_rebuild_parameter", 18) == 0)
+        return rebuild_parameter(m, fn, args);
+    if (strcmp(fn, "_rebuild_qtensor") == 0)
+        return rebuild_qtensor(m, fn, args);
+    if (strcmp(fn, "_rebuild_sparse_tensor") == 0 || strcmp(fn, "_rebuild_sparse_csr_tensor") == 0)
+        return rebuild_sparse(m, fn, args);
+    if (strcmp(fn, "_rebuild_meta_tensor_no_storage") == 0)
+        return rebuild_meta(m, fn, args);
+    return 1;
 }
 
 static int new_object(vm *m, ckpt_value *callable, ckpt_value *args, ckpt_value *kwargs,
@@ -911,10 +1202,16 @@ static int op_reduce(vm *m)
             }
             return push(m, d);
         }
-        if (strncmp(q, "torch._utils._rebuild_tensor", 28) == 0)
-            return rebuild_tensor(m, q + 13, args);
-        if (strncmp(q, "torch._utils._rebuild_parameter", 31) == 0)
-            return rebuild_parameter(m, q + 13, args);
+        if (strcmp(q, "torch._tensor._rebuild_from_type_v2") == 0) {
+            bool done;
+            CKPT_FORWARD(rebuild_from_type(m, q, args, &done));
+            if (done)
+                return CKPT_OK;
+        } else {
+            int rc = rebuild_call(m, q, args);
+            if (rc <= 0)
+                return rc;
+        }
     }
     if (fn->u.global.cls == CKPT_GLOBAL_KNOWN_DATA) {
         int rc = builtin_value(m, q, args);

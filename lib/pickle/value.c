@@ -233,8 +233,40 @@ CKPT_API const ckpt_storage *ckpt_tensor_storage(const ckpt_tensor *t) { return 
 
 CKPT_API size_t ckpt_tensor_nbytes(const ckpt_tensor *t)
 {
-    /* numel * size was checked against the storage when the tensor was built */
+    /* checked against the storage when the tensor was built */
+    if (!t->storage)
+        return 0;
+    if (t->numel > 0 && (t->dtype == CKPT_DTYPE_QUINT4X2 || t->dtype == CKPT_DTYPE_QUINT2X4)) {
+        /* packed values, each innermost row padded to a byte */
+        int64_t k = t->dtype == CKPT_DTYPE_QUINT4X2 ? 2 : 4, last = t->shape[t->ndim - 1];
+        return (size_t)(t->numel / last) * (size_t)((last + k - 1) / k);
+    }
     return (size_t)t->numel * ckpt_dtype_size(t->dtype);
+}
+
+CKPT_API ckpt_tensor_kind ckpt_tensor_kind_of(const ckpt_tensor *t)
+{
+    return (ckpt_tensor_kind)t->kind;
+}
+
+CKPT_API const char *ckpt_tensor_kind_name(ckpt_tensor_kind kind)
+{
+    static const char *const names[] = {"dense",      "quantized",  "sparse_coo", "sparse_csr",
+                                        "sparse_csc", "sparse_bsr", "sparse_bsc", "meta"};
+    return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "unknown";
+}
+
+CKPT_API const char *ckpt_tensor_device(const ckpt_tensor *t)
+{
+    return t->device ? t->device : t->storage ? t->storage->device : "meta";
+}
+
+CKPT_API int ckpt_tensor_qparams(const ckpt_tensor *t, ckpt_qparams *out)
+{
+    if (t->kind != CKPT_TENSOR_QUANTIZED)
+        return CKPT_ERR_USAGE;
+    *out = t->q;
+    return CKPT_OK;
 }
 
 CKPT_API int ckpt_tensor_is_contiguous(const ckpt_tensor *t)

@@ -408,15 +408,18 @@ static int emit_storage(writer *w, const ckpt_value *ref)
  * A tensor whose storage was cast to or from one of the dtypes newer than
  * 1.13 (an untyped storage, sized in bytes, and _rebuild_tensor_v3 with the
  * dtype; the others have a typed storage and _rebuild_tensor_v2): its call
- * as torch 2.x would save it in the new dtype.  1 when written, 0 when the
- * tensor keeps its own call.
+ * as torch 2.x would save it in the new dtype (TYPE, if any, between the
+ * function and its arguments).  1 when written, 0 when the tensor keeps its
+ * own call.
  */
-static int emit_recast(writer *w, const ckpt_tensor *t)
+static int emit_recast(writer *w, const ckpt_tensor *t, const ckpt_value *type)
 {
     const ckpt_storage *s = t->storage;
     const ckpt_value *args = t->rebuild_args;
     bool v2 = strcmp(t->rebuild, "_rebuild_tensor_v2") == 0,
          v3 = strcmp(t->rebuild, "_rebuild_tensor_v3") == 0;
+    if (!s)
+        return 0;
     bool to_v3 = ckpt_storage_type_name(s->dtype) == NULL;
     /* v2 -> v2 keeps its call: the typed storage names the new dtype */
     if (s->dtype == s->src_dtype || !(v2 || v3) || (!to_v3 && !v3) || !args ||
@@ -424,6 +427,8 @@ static int emit_recast(writer *w, const ckpt_tensor *t)
         return 0;
     CKPT_FORWARD(emit_global2(w, "torch._utils", 12,
                               to_v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2"));
+    if (type)
+        CKPT_FORWARD(emit_value(w, type));
     CKPT_FORWARD(op(w, '('));
     for (size_t i = 0; i < 6; i++) /* storage, offset, size, stride, requires_grad, hooks */
         CKPT_FORWARD(emit_value(w, args->u.seq.items[i]));
@@ -442,11 +447,25 @@ static int emit_tensor(writer *w, const ckpt_value *v)
     if (t->param_rebuild) {
         CKPT_FORWARD(emit_global2(w, "torch._utils", 12, t->param_rebuild));
         CKPT_FORWARD(emit_value(w, t->param_args));
-    } else if ((recast = emit_recast(w, t)) < 0) {
-        return recast;
-    } else if (!recast) {
-        CKPT_FORWARD(emit_global2(w, "torch._utils", 12, t->rebuild));
-        CKPT_FORWARD(emit_value(w, t->rebuild_args));
+    } else {
+        /* _rebuild_from_type_v2(inner call, torch.Tensor, inner args, state) */
+        const ckpt_value *ta = t->type_args;
+        if (ta) {
+            CKPT_FORWARD(emit_global2(w, "torch._tensor", 13, "_rebuild_from_type_v2"));
+            CKPT_FORWARD(op(w, '('));
+        }
+        if ((recast = emit_recast(w, t, ta ? ta->u.seq.items[1] : NULL)) < 0)
+            return recast;
+        if (!recast) {
+            CKPT_FORWARD(emit_global2(w, "torch._utils", 12, t->rebuild));
+            if (ta)
+                CKPT_FORWARD(emit_value(w, ta->u.seq.items[1]));
+            CKPT_FORWARD(emit_value(w, t->rebuild_args));
+        }
+        if (ta) {
+            CKPT_FORWARD(emit_value(w, ta->u.seq.items[3]));
+            CKPT_FORWARD(op(w, 't'));
+        }
     }
     CKPT_FORWARD(op(w, 'R'));
     memo_entry k = node_key(v);

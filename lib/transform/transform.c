@@ -672,11 +672,23 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "cannot cast to %s (float16, bfloat16, float32, "
                                                  "float64, float8_e4m3fn or float8_e5m2)",
                         ckpt_dtype_name(to));
+    /* a quantizer's per-channel scales keep their dtype, as torch's .to()
+     * of a state dict leaves quantized tensors alone */
+    bool *keep = calloc(f->nstorages ? f->nstorages : 1, sizeof(*keep));
+    if (!keep)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < f->nstorages; i++)
+        for (size_t j = 0; j < f->tensors.len; j++) {
+            const ckpt_tensor *t = f->tensors.items[j].value->u.tensor;
+            if (t->q.scales && (t->q.scales->storage == f->storages[i] ||
+                                t->q.zero_points->storage == f->storages[i]))
+                keep[i] = true;
+        }
     /* count per source dtype, for the report */
     size_t counts[CKPT_DTYPE_COUNT_] = {0};
     for (size_t i = 0; i < f->nstorages; i++) {
         ckpt_storage *s = f->storages[i];
-        if (s->dtype != to && ckpt_cast_supported(s->dtype, to))
+        if (s->dtype != to && ckpt_cast_supported(s->dtype, to) && !keep[i])
             counts[s->dtype]++;
     }
     if (report && report->device) /* reuses the "old -> new (N storages)" form */
@@ -684,11 +696,13 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
             if (counts[d])
                 report->device(report->user, ckpt_dtype_name((ckpt_dtype)d), ckpt_dtype_name(to),
                                counts[d]);
-    if (flags & CKPT_EDIT_DRY_RUN)
+    if (flags & CKPT_EDIT_DRY_RUN) {
+        free(keep);
         return CKPT_OK;
+    }
     for (size_t i = 0; i < f->nstorages; i++) {
         ckpt_storage *s = f->storages[i];
-        if (s->dtype == to || !ckpt_cast_supported(s->dtype, to))
+        if (s->dtype == to || !ckpt_cast_supported(s->dtype, to) || keep[i])
             continue; /* integers, bool, complex and the rest keep their type */
         s->dtype = to;
         s->type_name = ckpt_storage_type_name(to);
@@ -698,9 +712,11 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
     }
     for (size_t i = 0; i < f->tensors.len; i++) {
         ckpt_tensor *t = (ckpt_tensor *)f->tensors.items[i].value->u.tensor;
-        if (t->storage->dtype != t->storage->src_dtype)
-            t->dtype = t->storage->dtype;
+        const ckpt_storage *s = t->values ? t->values->storage : t->storage;
+        if (s && s->dtype != s->src_dtype) /* meta tensors keep theirs */
+            t->dtype = s->dtype;
     }
+    free(keep);
     return CKPT_OK;
 }
 

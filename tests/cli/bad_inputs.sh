@@ -89,6 +89,12 @@ expect() {
     negative_stride.pth) pat='tensor stride has a negative entry \(-1\)' ;;
     v3_view_past_end.pth) pat='goes past the end of storage .0. \(3 uint16 elements\)' ;;
     v3_unknown_dtype.pth) pat="refused global 'torch.int4'" ;;
+    q_axis_out_of_range.pth) pat='quantized tensor: axis 2 of a 2-dimensional tensor' ;;
+    q_scales_disagree.pth) pat='quantized tensor: 3 scales for 2 channels along its axis' ;;
+    q_not_a_qscheme.pth) pat="_rebuild_qtensor: 'torch.float32' is not a qscheme" ;;
+    q_packed_short.pth) pat="quint4x2 tensor of 15 values needs 9 bytes, storage '0' has 6" ;;
+    q_float_storage.pth) pat='_rebuild_qtensor over a float32 storage, not a quantized one' ;;
+    sparse_coo_count.pth) pat='_rebuild_sparse_tensor: indices for 3 values, 2 values' ;;
     v3_dtype_not_global.pth) pat='_rebuild_tensor_v3: dtype argument is not a dtype' ;;
     negative_offset.pth) pat='negative tensor offset' ;;
     storage_numel_overflow.pth) pat="storage '0' size overflows" ;;

@@ -41,7 +41,8 @@ if have_python; then
     note "the first tensor, field by field"
     json_expect 'd["tensors"][0]' '{"path": ["module.n.1.weight"], "dtype": "float32",
         "shape": [128, 784], "stride": [784, 1], "offset": 0, "device": "cuda:0",
-        "storage": "0", "nbytes": 401408, "parameter": false, "requires_grad": false}'
+        "storage": "0", "nbytes": 401408, "kind": "dense", "parameter": false,
+        "requires_grad": false}'
     json_expect 'd["storages"][0]' \
         '{"key": "0", "dtype": "float32", "numel": 100352, "device": "cuda:0", "nbytes": 401408}'
     json_expect '[s["nbytes"] for s in d["storages"]]' '[401408, 512, 5120, 40]'

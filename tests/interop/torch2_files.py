@@ -109,6 +109,21 @@ def _():
     assert not os.path.exists(out)
 
 
+@t.case('kinds.pth: quantized, sparse and meta tensors listed by kind, with the quantizer '
+        'torch has, before and after strip-module')
+def _():
+    want = MANIFEST['kinds.pth']
+    src = os.path.join(DIR, 'kinds.pth')
+    out = c.scratch('kinds_stripped.pth')
+    c.ckpt_expect(0, 'strip-module', '--quiet', src, out)
+    for path, prefix in ((src, ''), (out, 'module.')):
+        r = c.ckpt_expect(0, 'inspect', '--json', '--stats', path)
+        got = {prefix + x['path'][0]: x for x in json.loads(r.stdout.decode())['tensors']}
+        for k, w in want.items():
+            have = {f: got.get(k, {}).get(f) for f in w if f != 'int_repr'}
+            assert have == {f: v for f, v in w.items() if f != 'int_repr'}, (path, k, have, w)
+
+
 def loads_back(src, out, keys=None):
     """OUT, loaded by plain torch.load (and with mmap=True), holds the
     tensors of SRC (torch.load of it) bit for bit, under KEYS (new: old)."""
@@ -153,6 +168,25 @@ def strip_module(tmp):
     return loads_back(src, out, keys)
 
 
+def kinds_back(tmp):
+    src, out = os.path.join(DIR, 'kinds.pth'), os.path.join(tmp, 'kinds.pth')
+    c.ckpt_expect(0, 'strip-module', '--quiet', src, out)
+    got, errs = torch.load(out), []
+    for k, w in MANIFEST['kinds.pth'].items():
+        b = got.get(k[len('module.'):])
+        if b is None:
+            errs.append('no %s' % k)
+        elif b.is_quantized:
+            if b.int_repr().reshape(-1).tolist() != w['int_repr'] or b.dtype != getattr(
+                    torch, w['dtype']) or list(b.shape) != w['shape']:
+                errs.append('%s: %s' % (k, b))
+        elif w['kind'] == 'meta' and not b.is_meta:
+            errs.append('%s is not meta' % k)
+        elif w['kind'].startswith('sparse') and str(b.layout) != 'torch.' + w['kind']:
+            errs.append('%s is %s' % (k, b.layout))
+    return errs
+
+
 def to_safetensors(tmp):
     import safetensors.torch
     errs = []
@@ -187,6 +221,8 @@ if TORCH2:
           convert_pth, tmp=True)
     t.run('strip-module of an FP8 DataParallel checkpoint loads with plain torch.load',
           strip_module, tmp=True)
+    t.run('kinds.pth after strip-module: torch.load gives the same quantized integers and '
+          'quantizers, sparse and meta tensors', kinds_back, tmp=True)
     c.need('safetensors')
     t.run('safetensors: the dtypes the format has, both ways; the others refused by name',
           to_safetensors, tmp=True)
