@@ -349,7 +349,11 @@ static const char *value_text(double v, ckpt_dtype dt, char *buf, size_t cap)
 static int unravel(const ckpt_tensor *t, int64_t i, int64_t *idx)
 {
     int n = ckpt_tensor_ndim(t);
-    if (n > MAX_DIMS)
+    ckpt_dtype dt = ckpt_tensor_dtype(t);
+    /* sparse tensors count over their saved parts, packed ones over bytes */
+    if (n > MAX_DIMS || ckpt_tensor_kind_of(t) == CKPT_TENSOR_SPARSE_COO ||
+        ckpt_tensor_kind_of(t) > CKPT_TENSOR_QUANTIZED || dt == CKPT_DTYPE_QUINT4X2 ||
+        dt == CKPT_DTYPE_QUINT2X4)
         return -1;
     for (int k = n - 1; k >= 0; k--) {
         int64_t dim = ckpt_tensor_shape(t)[k];
@@ -590,8 +594,10 @@ static cJSON *json_index(const ckpt_tensor *t, int64_t i)
     int64_t idx[MAX_DIMS];
     int n = unravel(t, i, idx);
     cJSON *a = cJSON_CreateArray();
-    if (n < 0)
-        n = 0; /* not expected: the readers refuse more dimensions */
+    if (n < 0) { /* no coordinates: the flat index alone */
+        cJSON_AddItemToArray(a, cli_json_int(i));
+        n = 0;
+    }
     for (int k = 0; k < n; k++)
         cJSON_AddItemToArray(a, cli_json_int(idx[k]));
     return a;

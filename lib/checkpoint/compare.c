@@ -89,6 +89,99 @@ static void compare_ints(cmp_state *s, int64_t i0, const __int128 *a, const __in
     }
 }
 
+static int compare_values(ckpt_file *fa, const ckpt_tensor *a, ckpt_file *fb,
+                          const ckpt_tensor *b, double atol, double rtol,
+                          ckpt_compare_result *out);
+
+/* Add the result of one part of a tensor to the whole's. */
+static void add_part(ckpt_compare_result *all, const ckpt_compare_result *p)
+{
+    if (p->mismatched && !all->mismatched) {
+        all->first_index = all->count + p->first_index;
+        all->first_a = p->first_a;
+        all->first_b = p->first_b;
+    }
+    all->mismatched += p->mismatched;
+    all->count += p->count;
+    if (isnan(p->max_abs) || p->max_abs > all->max_abs)
+        all->max_abs = p->max_abs;
+    if (isnan(p->max_rel) || p->max_rel > all->max_rel)
+        all->max_rel = p->max_rel;
+}
+
+static int compare_part(ckpt_file *fa, const ckpt_tensor *a, ckpt_file *fb, const ckpt_tensor *b,
+                        double atol, double rtol, ckpt_compare_result *all)
+{
+    ckpt_compare_result r;
+    memset(&r, 0, sizeof(r));
+    CKPT_FORWARD(compare_values(fa, a, fb, b, atol, rtol, &r));
+    add_part(all, &r);
+    return CKPT_OK;
+}
+
+/* The tensors of a sparse tensor's data, in the order saved: indices, values. */
+static size_t sparse_parts(const ckpt_tensor *t, const ckpt_tensor **parts)
+{
+    const ckpt_value *d = t->rebuild_args->u.seq.items[1];
+    size_t n = 0;
+    for (size_t i = 0; i < d->u.seq.len && n < 3; i++)
+        if (d->u.seq.items[i]->kind == CKPT_KIND_TENSOR)
+            parts[n++] = d->u.seq.items[i]->u.tensor;
+    return n;
+}
+
+/*
+ * Tensors of other kinds: sparse ones part by part (indices exactly, the
+ * values with the tolerances), quantized ones by their integers and then
+ * their quantizers (a different scale or zero point makes every element
+ * differ), meta ones by dtype and shape alone.
+ */
+static int compare_kinds(ckpt_file *fa, const ckpt_tensor *a, ckpt_file *fb, const ckpt_tensor *b,
+                         double atol, double rtol, ckpt_compare_result *out)
+{
+    if (a->kind != b->kind || a->ndim != b->ndim ||
+        (a->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int64_t))))
+        return ckpt_err(&fa->err, CKPT_ERR_UNSUPPORTED,
+                        "cannot compare a %s tensor with a %s one of another shape",
+                        ckpt_tensor_kind_name((ckpt_tensor_kind)a->kind),
+                        ckpt_tensor_kind_name((ckpt_tensor_kind)b->kind));
+    if (a->kind == CKPT_TENSOR_META)
+        return CKPT_OK;
+    if (a->kind != CKPT_TENSOR_QUANTIZED) {
+        const ckpt_tensor *pa[3], *pb[3];
+        size_t n = sparse_parts(a, pa);
+        if (n != sparse_parts(b, pb))
+            return ckpt_err(&fa->err, CKPT_ERR_FORMAT, "sparse tensors of different parts");
+        for (size_t i = 0; i < n; i++) {
+            bool values = i + 1 == n;
+            CKPT_FORWARD(compare_part(fa, pa[i], fb, pb[i], values ? atol : 0, values ? rtol : 0,
+                                      out));
+        }
+        return CKPT_OK;
+    }
+    CKPT_FORWARD(compare_values(fa, a, fb, b, 0, 0, out));
+    const ckpt_qparams *qa = &a->q, *qb = &b->q;
+    ckpt_compare_result q;
+    memset(&q, 0, sizeof(q));
+    bool differ = strcmp(qa->qscheme, qb->qscheme) != 0 || !qa->scales != !qb->scales;
+    if (!differ && !qa->scales)
+        differ = qa->scale != qb->scale || qa->zero_point != qb->zero_point;
+    else if (!differ) {
+        differ = qa->axis != qb->axis;
+        if (!differ)
+            CKPT_FORWARD(compare_part(fa, qa->scales, fb, qb->scales, 0, 0, &q));
+        if (!differ && !q.mismatched)
+            CKPT_FORWARD(compare_part(fa, qa->zero_points, fb, qb->zero_points, 0, 0, &q));
+        differ = differ || q.mismatched;
+    }
+    if (differ && out->count) { /* the same integers mean other values */
+        out->mismatched = out->count;
+        out->first_index = 0;
+        out->max_abs = out->max_rel = NAN;
+    }
+    return CKPT_OK;
+}
+
 CKPT_API int ckpt_tensor_compare(ckpt_file *fa, const ckpt_tensor *a, ckpt_file *fb,
                                  const ckpt_tensor *b, double atol, double rtol,
                                  ckpt_compare_result *out)
@@ -105,6 +198,17 @@ CKPT_API int ckpt_tensor_compare(ckpt_file *fa, const ckpt_tensor *a, ckpt_file 
         return ckpt_err(&fa->err, CKPT_ERR_USAGE,
                         "tolerances must be finite and not negative (atol %g, rtol %g)", atol,
                         rtol);
+    if (a->kind != CKPT_TENSOR_DENSE || b->kind != CKPT_TENSOR_DENSE)
+        return compare_kinds(fa, a, fb, b, atol, rtol, out);
+    return compare_values(fa, a, fb, b, atol, rtol, out);
+}
+
+static int compare_values(ckpt_file *fa, const ckpt_tensor *a, ckpt_file *fb,
+                          const ckpt_tensor *b, double atol, double rtol,
+                          ckpt_compare_result *out)
+{
+    out->first_index = -1;
+    out->first_a = out->first_b = NAN;
     int64_t numel = ckpt_tensor_numel(a);
     if (numel != ckpt_tensor_numel(b))
         return ckpt_err(&fa->err, CKPT_ERR_USAGE,
@@ -138,8 +242,11 @@ CKPT_API int ckpt_tensor_compare(ckpt_file *fa, const ckpt_tensor *a, ckpt_file 
 
     out->count = numel;
     if (raw) {
+        /* packed quantized values are compared a byte at a time */
+        int64_t n = (int64_t)(na / esa);
+        out->count = n;
         out->max_abs = out->max_rel = NAN;
-        for (int64_t i = 0; i < numel; i++)
+        for (int64_t i = 0; i < n; i++)
             if (memcmp(pa + (size_t)i * esa, pb + (size_t)i * esa, esa) != 0 &&
                 out->mismatched++ == 0)
                 out->first_index = i;

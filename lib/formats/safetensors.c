@@ -491,6 +491,12 @@ static int safetensors_write(ckpt_file *f, int out, const char *path,
             return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
                             "a tensor named '__metadata__' cannot be written to safetensors, "
                             "where that name is the header's metadata; rename it first");
+        if (k->kind == CKPT_KIND_STR && v->kind == CKPT_KIND_TENSOR &&
+            v->u.tensor->kind != CKPT_TENSOR_DENSE)
+            return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                            "safetensors has no %s tensors ('%s')",
+                            ckpt_tensor_kind_name((ckpt_tensor_kind)v->u.tensor->kind),
+                            k->u.s.s);
         if (k->kind != CKPT_KIND_STR || v->kind != CKPT_KIND_TENSOR) {
             if (nbad++ < 5)
                 snprintf(bad + strlen(bad), sizeof(bad) - strlen(bad), "%s'%s'", nbad > 1 ? ", " : "",

@@ -227,6 +227,12 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
             sd->u.dict.vals.items[i]->kind != CKPT_KIND_TENSOR)
             return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
                             "a sharded checkpoint holds tensors only; name a state dict with --select");
+        else if (sd->u.dict.vals.items[i]->u.tensor->kind != CKPT_TENSOR_DENSE)
+            return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                            "sharded output holds plain tensors only, not %s ones ('%s')",
+                            ckpt_tensor_kind_name(
+                                (ckpt_tensor_kind)sd->u.dict.vals.items[i]->u.tensor->kind),
+                            sd->u.dict.keys.items[i]->u.s.s);
 
     /* NAME.EXT from PATH: the shards' stem, extension and format */
     char *base = strndup(path, plen - 11);

@@ -14,6 +14,8 @@ meta, and (torch 2.x) a plain tensor with Python attributes (nn.Buffer).
     tensors, quantized integers and quantizers bit for bit, sparse values
     cast as torch's .half() casts them, meta tensors and quantizers as they
     were;
+  - `ckpt diff` compares them kind by kind (sparse: indices and values;
+    quantized: integers and quantizers; meta: dtype and shape);
   - safetensors has none of these kinds: converting to it is refused,
     naming the tensor.
 """
@@ -183,6 +185,16 @@ def main():
     c.ckpt_expect(0, 'convert', '--quiet', '--dtype', 'float16', plain, half)
     t.report('convert --dtype float16: sparse values cast, quantizers kept',
              same_tensors(d, load(half), cast=torch.float16))
+
+    same = c.ckpt_expect(0, 'diff', plain, legacy).out
+    differ = c.ckpt_expect(1, 'diff', plain, half).out
+    errs = [] if '%d equal, 0 differ' % len(d) in same else ['diff of a copy: %s' % same]
+    floats = [k for k, x in d.items() if not x.is_quantized and not x.is_meta and
+              x.is_floating_point()]
+    errs += ['diff after a float16 cast does not see %s cast' % k for k in floats
+             if 'dtype mismatch for %s:' % k not in differ]
+    t.report('diff: a copy compares equal kind by kind; the float16 cast is seen in the %d '
+             'floating tensors' % len(floats), errs)
 
     r = c.ckpt('convert', plain, os.path.join(tmp, 'x.safetensors'))
     errs = c.refusal_errors(r, 3)
