@@ -731,6 +731,8 @@ static int rebuild_tensor(vm *m, const char *fn, ckpt_value *args)
         if (a[6]->kind != CKPT_KIND_GLOBAL)
             return fail(m, CKPT_ERR_FORMAT, "%s: dtype argument is not a dtype", fn);
         t->dtype = ckpt_dtype_from_name(a[6]->u.global.name);
+        if (ckpt_dtype_bits(t->dtype) % 8) /* float6: safetensors only, no torch dtype */
+            t->dtype = CKPT_DTYPE_UNKNOWN;
         if (t->dtype == CKPT_DTYPE_UNKNOWN)
             return fail(m, CKPT_ERR_UNSUPPORTED, "unknown dtype '%s'", a[6]->u.global.name);
     }

@@ -233,8 +233,10 @@ CKPT_API const ckpt_storage *ckpt_tensor_storage(const ckpt_tensor *t) { return 
 
 CKPT_API size_t ckpt_tensor_nbytes(const ckpt_tensor *t)
 {
-    /* numel * size was checked against the storage when the tensor was built */
-    return (size_t)t->numel * ckpt_dtype_size(t->dtype);
+    /* numel * size was checked against the storage when the tensor was built;
+     * a packed float6 tensor is whole bytes (its reader checked) */
+    size_t es = ckpt_dtype_size(t->dtype);
+    return es ? (size_t)t->numel * es : (size_t)((uint64_t)t->numel * ckpt_dtype_bits(t->dtype) / 8);
 }
 
 CKPT_API int ckpt_tensor_is_contiguous(const ckpt_tensor *t)
