@@ -82,7 +82,10 @@ CKPT_API unsigned ckpt_dtype_bits(ckpt_dtype d)
 
 int ckpt_dtype_nbytes(ckpt_dtype d, uint64_t numel, uint64_t *nbytes)
 {
+    size_t es = ckpt_dtype_size(d);
     uint64_t bits;
+    if (es || ckpt_dtype_bits(d) == 0) /* whole bytes: no factor of 8 to overflow on */
+        return ckpt_mul_overflow(numel, es, nbytes) ? -1 : 0;
     if (ckpt_mul_overflow(numel, ckpt_dtype_bits(d), &bits))
         return -1;
     *nbytes = bits / 8;
