@@ -122,13 +122,19 @@ typedef enum ckpt_dtype {
     CKPT_DTYPE_BITS4X2,
     CKPT_DTYPE_FLOAT4_E2M1FN_X2, /* two 4-bit floats a byte; shapes count bytes */
     CKPT_DTYPE_BCOMPLEX32,       /* two bfloat16 */
+    /* safetensors F6_E2M3 / F6_E3M2 (OCP MX 6-bit floats, packed): no torch
+     * dtype, so read and passed through safetensors only */
+    CKPT_DTYPE_FLOAT6_E2M3FN, CKPT_DTYPE_FLOAT6_E3M2FN,
     CKPT_DTYPE_COUNT_
 } ckpt_dtype;
 
 /* torch's name without "torch." ("float32"); "unknown" out of range. */
 CKPT_API const char *ckpt_dtype_name(ckpt_dtype dtype);
-/* Bytes per element, 0 for CKPT_DTYPE_UNKNOWN. */
+/* Bytes per element, 0 for CKPT_DTYPE_UNKNOWN and for the sub-byte float6
+ * types (see ckpt_dtype_bits). */
 CKPT_API size_t ckpt_dtype_size(ckpt_dtype dtype);
+/* Bits per element: 8 * ckpt_dtype_size, 6 for the float6 types, 0 unknown. */
+CKPT_API unsigned ckpt_dtype_bits(ckpt_dtype dtype);
 /* Parse a torch name ("float32", "torch.float32", "half"); UNKNOWN if none. */
 CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name);
 /* 1 for float64/32/16, bfloat16 and the float8 types. */

@@ -73,8 +73,10 @@ struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_d
                                            ckpt_error *err)
 {
     uint64_t nbytes;
-    if (numel < 0 || ckpt_mul_overflow((uint64_t)numel, ckpt_dtype_size(dt), &nbytes)) {
-        ckpt_err(err, CKPT_ERR_FORMAT, "storage '%s' size overflows", key);
+    int r = numel < 0 ? -1 : ckpt_dtype_nbytes(dt, (uint64_t)numel, &nbytes);
+    if (r) {
+        ckpt_err(err, CKPT_ERR_FORMAT, r < 0 ? "storage '%s' size overflows"
+                                             : "storage '%s' does not end on a byte boundary", key);
         return NULL;
     }
     ckpt_storage *s = ckpt_arena_alloc(&f->arena, sizeof(*s));

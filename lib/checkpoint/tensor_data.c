@@ -64,7 +64,8 @@ void ckpt_tensor_gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst)
     if (t->numel == 0)
         return;
     if (ckpt_tensor_is_contiguous(t)) {
-        memcpy(dst, src + (size_t)t->offset * es, (size_t)t->numel * es);
+        /* (a packed float6 tensor is always whole at offset 0: es is 0) */
+        memcpy(dst, src + (size_t)t->offset * es, ckpt_tensor_nbytes(t));
         return;
     }
     int64_t idx[64] = {0};
@@ -115,6 +116,9 @@ static int tensor_bytes(ckpt_file *f, const ckpt_tensor *t, const uint8_t **byte
         *bytes = all + (t->numel ? (size_t)t->offset * es : 0);
         return CKPT_OK;
     }
+    if (es == 0) /* packed float6 has no element to gather; its reader makes none strided */
+        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "a strided %s view cannot be read",
+                        ckpt_dtype_name(t->dtype));
     size_t n = ckpt_tensor_nbytes(t);
     uint8_t *g = malloc(n ? n : 1);
     if (!g)

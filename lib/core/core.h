@@ -89,6 +89,10 @@ bool ckpt_dtype_is_real(ckpt_dtype dt);
 /* N elements of an integer dtype at P as 128-bit integers (zeros otherwise). */
 void ckpt_dtype_to_int128(ckpt_dtype dt, const uint8_t *p, size_t n, __int128 *out);
 
+/* The bytes of NUMEL elements of D in *NBYTES: 0, -1 when the bit count
+ * overflows 64 bits, 1 when it is not whole bytes (packed float6). */
+int ckpt_dtype_nbytes(ckpt_dtype d, uint64_t numel, uint64_t *nbytes);
+
 /* 1 when FROM -> TO is a cast this module does: both of float64, float32, float16,
  * bfloat16, float8_e4m3fn, float8_e5m2 */
 int ckpt_cast_supported(ckpt_dtype from, ckpt_dtype to);

@@ -34,7 +34,20 @@ static const struct {
     {"F8_E4M3FNUZ", CKPT_DTYPE_FLOAT8_E4M3FNUZ},
     {"F8_E5M2FNUZ", CKPT_DTYPE_FLOAT8_E5M2FNUZ},
     {"C64", CKPT_DTYPE_COMPLEX64},
+    /* added by safetensors 0.6+ too.  F4's shape counts 4-bit values, torch's
+     * float4_e2m1fn_x2 counts bytes (pairs of the last dimension); F6 has no
+     * torch dtype.  A sub-byte tensor must end on a byte boundary. */
+    {"F8_E8M0", CKPT_DTYPE_FLOAT8_E8M0FNU},
+    {"F4", CKPT_DTYPE_FLOAT4_E2M1FN_X2},
+    {"F6_E2M3", CKPT_DTYPE_FLOAT6_E2M3FN},
+    {"F6_E3M2", CKPT_DTYPE_FLOAT6_E3M2FN},
 };
+
+/* Bits of one element of the safetensors dtype that DTYPE is read from. */
+static unsigned st_bits(ckpt_dtype dtype)
+{
+    return dtype == CKPT_DTYPE_FLOAT4_E2M1FN_X2 ? 4 : ckpt_dtype_bits(dtype);
+}
 
 static ckpt_dtype dtype_from_name(const char *name)
 {
@@ -68,7 +81,8 @@ typedef struct entry {
     const char *name;
     ckpt_dtype dtype;
     int ndim;
-    int64_t shape[MAX_NDIM];
+    int64_t shape[MAX_NDIM]; /* torch's: an F4 last dimension halved */
+    uint64_t numel;          /* of the storage: F4 in bytes, F6 in values */
     uint64_t begin, end;
 } entry;
 
@@ -117,12 +131,29 @@ static int parse_entry(ckpt_file *f, const cJSON *j, entry *e, uint64_t data_len
     if (!json_u64(cJSON_GetArrayItem(off, 0), &e->begin) ||
         !json_u64(cJSON_GetArrayItem(off, 1), &e->end) || e->begin > e->end)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: tensor '%s' has bad data_offsets", n);
-    if (over || ckpt_mul_overflow(numel, ckpt_dtype_size(e->dtype), &nbytes) ||
-        nbytes != e->end - e->begin)
+    uint64_t bits;
+    over = over || ckpt_mul_overflow(numel, st_bits(e->dtype), &bits);
+    if (!over && bits % 8) /* as the safetensors crate refuses it */
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                        "safetensors: %s tensor '%s' of %llu values does not end on a byte "
+                        "boundary", dt->valuestring, n, (unsigned long long)numel);
+    nbytes = bits / 8;
+    if (over || nbytes != e->end - e->begin)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT,
                         "safetensors: tensor '%s' is %llu bytes by its offsets but its shape and "
                         "dtype need %s", n, (unsigned long long)(e->end - e->begin),
                         over ? "more than 2^64" : "a different size");
+    e->numel = ckpt_dtype_size(e->dtype) ? nbytes / ckpt_dtype_size(e->dtype) : numel;
+    if (e->dtype == CKPT_DTYPE_FLOAT4_E2M1FN_X2) {
+        /* torch's shape counts pairs of the last dimension, as safetensors' own
+         * torch loader maps it (refusing an odd last dimension the same way) */
+        if (e->shape[nd - 1] % 2)
+            return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                            "safetensors: F4 tensor '%s' has an odd last dimension (%lld): "
+                            "torch's float4_e2m1fn_x2 packs it in pairs", n,
+                            (long long)e->shape[nd - 1]);
+        e->shape[nd - 1] /= 2;
+    }
     if (e->end > data_len)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT,
                         "safetensors: tensor '%s' ends at byte %llu of a %llu-byte data section", n,
@@ -299,8 +330,7 @@ static int safetensors_read(ckpt_file *f, ckpt_source *src, ckpt_value **root_ou
             rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "safetensors: tensor name too long");
             goto out;
         }
-        int64_t numel = (int64_t)((e->end - e->begin) / ckpt_dtype_size(e->dtype));
-        ckpt_storage *s = ckpt_file_storage_new(f, key, e->dtype, numel, "cpu", 3, &f->err);
+        ckpt_storage *s = ckpt_file_storage_new(f, key, e->dtype, (int64_t)e->numel, "cpu", 3, &f->err);
         if (!s) {
             rc = f->err.code;
             goto out;
@@ -461,7 +491,7 @@ static int write_entry(ckpt_file *f, const st_entry *e, int out, uint64_t base)
         return CKPT_OK;
     const ckpt_tensor *t = e->t;
     if (t->offset == 0 && ckpt_tensor_is_contiguous(t) &&
-        (uint64_t)t->numel * ckpt_dtype_size(t->storage->dtype) == t->storage->nbytes) {
+        (uint64_t)(e->end - e->begin) == t->storage->nbytes) {
         /* the whole storage, cast or inflated on the way: bounded memory */
         ckpt_fd_sink sk = {.fd = out, .at = base + e->begin, .err = &f->err};
         return ckpt_storage_stream(f, t->storage, ckpt_fd_sink_write, &sk);
@@ -579,15 +609,29 @@ static int safetensors_write(ckpt_file *f, int out, const char *path,
             free(e);
             return r;
         }
-        uint64_t nb = (uint64_t)t->numel * ckpt_dtype_size(dt);
+        uint64_t nb;
+        int r = ckpt_dtype_nbytes(dt, (uint64_t)t->numel, &nb);
+        bool f4 = dt == CKPT_DTYPE_FLOAT4_E2M1FN_X2;
+        if (r || (f4 && t->ndim == 0)) {
+            /* a 0-dim float4 pair has no F4 shape: safetensors refuses it too */
+            r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                         r ? "'%s' (%s) is not whole bytes" :
+                             "'%s' is a 0-dim %s tensor, which safetensors' F4 cannot shape",
+                         e[i].name, ckpt_dtype_name(dt));
+            cJSON_Delete(hdr);
+            cJSON_Delete(tied);
+            free(e);
+            return r;
+        }
         e[i].begin = at;
         e[i].end = at + nb;
         at += nb;
         cJSON *je = cJSON_AddObjectToObject(hdr, e[i].name);
         cJSON_AddStringToObject(je, "dtype", name);
         cJSON *sh = cJSON_AddArrayToObject(je, "shape");
-        for (int d = 0; d < t->ndim; d++)
-            cJSON_AddItemToArray(sh, json_raw_u64((uint64_t)t->shape[d]));
+        for (int d = 0; d < t->ndim; d++) /* F4 counts 4-bit values, torch pairs */
+            cJSON_AddItemToArray(sh, json_raw_u64((uint64_t)t->shape[d] *
+                                                  (f4 && d == t->ndim - 1 ? 2 : 1)));
         cJSON *off = cJSON_AddArrayToObject(je, "data_offsets");
         cJSON_AddItemToArray(off, json_raw_u64(e[i].begin));
         cJSON_AddItemToArray(off, json_raw_u64(e[i].end));

@@ -267,7 +267,7 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
     size_t nsrcs = 0;
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor *t = sd->u.dict.vals.items[i]->u.tensor;
-        uint64_t bytes = (uint64_t)t->numel * ckpt_dtype_size(t->storage->dtype);
+        uint64_t bytes = ckpt_tensor_nbytes(t); /* float6 counts 6 bits an element */
         /* a tied tensor stays in its first name's shard, where it is written once */
         if (tied[i] >= 0) {
             shard_of[i] = shard_of[tied[i]];

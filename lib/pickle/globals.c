@@ -159,9 +159,11 @@ ckpt_global_class ckpt_globals_builtin_class(const char *q)
         return CKPT_GLOBAL_INTERPRETED;
     if (ckpt_storage_type_dtype(q, NULL) != CKPT_DTYPE_UNKNOWN)
         return CKPT_GLOBAL_INTERPRETED;
-    /* dtypes: torch.float32, torch.bfloat16, torch.half, ... */
+    /* dtypes: torch.float32, torch.bfloat16, torch.half, ... (not the
+     * float6 types, which only safetensors has: torch has no such attribute) */
+    ckpt_dtype dt;
     if (strncmp(q, "torch.", 6) == 0 && strchr(q + 6, '.') == NULL &&
-        ckpt_dtype_from_name(q) != CKPT_DTYPE_UNKNOWN)
+        (dt = ckpt_dtype_from_name(q)) != CKPT_DTYPE_UNKNOWN && ckpt_dtype_bits(dt) % 8 == 0)
         return CKPT_GLOBAL_INTERPRETED;
     if (in_list(q, known_data, sizeof(known_data) / sizeof(known_data[0])))
         return CKPT_GLOBAL_KNOWN_DATA;

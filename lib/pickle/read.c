@@ -793,6 +793,8 @@ static int dtype_arg(vm *m, const char *fn, const ckpt_value *v, ckpt_dtype *out
     if (v->kind != CKPT_KIND_GLOBAL)
         return fail(m, CKPT_ERR_FORMAT, "%s: dtype argument is not a dtype", fn);
     *out = ckpt_dtype_from_name(v->u.global.name);
+    if (ckpt_dtype_bits(*out) % 8) /* float6: safetensors only, no torch dtype */
+        *out = CKPT_DTYPE_UNKNOWN;
     if (*out == CKPT_DTYPE_UNKNOWN)
         return fail(m, CKPT_ERR_UNSUPPORTED, "unknown dtype '%s'", v->u.global.name);
     return CKPT_OK;

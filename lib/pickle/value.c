@@ -241,7 +241,10 @@ CKPT_API size_t ckpt_tensor_nbytes(const ckpt_tensor *t)
         int64_t k = t->dtype == CKPT_DTYPE_QUINT4X2 ? 2 : 4, last = t->shape[t->ndim - 1];
         return (size_t)(t->numel / last) * (size_t)((last + k - 1) / k);
     }
-    return (size_t)t->numel * ckpt_dtype_size(t->dtype);
+    /* a packed float6 tensor is whole bytes (its reader checked) */
+    size_t es = ckpt_dtype_size(t->dtype);
+    return es ? (size_t)t->numel * es
+              : (size_t)((uint64_t)t->numel * ckpt_dtype_bits(t->dtype) / 8);
 }
 
 CKPT_API ckpt_tensor_kind ckpt_tensor_kind_of(const ckpt_tensor *t)

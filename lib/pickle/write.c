@@ -444,6 +444,10 @@ static int emit_tensor(writer *w, const ckpt_value *v)
 {
     const ckpt_tensor *t = v->u.tensor;
     int recast = 0;
+    if (ckpt_dtype_bits(t->dtype) % 8) /* safetensors' F6_*: torch.load could not name it */
+        return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED,
+                        "a %s tensor cannot be written to a torch file: torch has no such dtype "
+                        "(safetensors output keeps it)", ckpt_dtype_name(t->dtype));
     if (t->param_rebuild) {
         CKPT_FORWARD(emit_global2(w, "torch._utils", 12, t->param_rebuild));
         CKPT_FORWARD(emit_value(w, t->param_args));

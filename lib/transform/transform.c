@@ -672,6 +672,17 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "cannot cast to %s (float16, bfloat16, float32, "
                                                  "float64, float8_e4m3fn or float8_e5m2)",
                         ckpt_dtype_name(to));
+    /* E8M0, float4 and float6 have no cast here that is proven bit-exact
+     * against torch: refused rather than kept, as they are floating types */
+    for (size_t i = 0; i < f->nstorages; i++) {
+        ckpt_dtype d = f->storages[i]->dtype;
+        if (d != to && (d == CKPT_DTYPE_FLOAT8_E8M0FNU || d == CKPT_DTYPE_FLOAT4_E2M1FN_X2 ||
+                        d == CKPT_DTYPE_FLOAT6_E2M3FN || d == CKPT_DTYPE_FLOAT6_E3M2FN))
+            return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                            "storage '%s' is %s, which ckpt cannot cast to %s bit for bit as "
+                            "torch does; convert without --dtype", f->storages[i]->key,
+                            ckpt_dtype_name(d), ckpt_dtype_name(to));
+    }
     /* a quantizer's per-channel scales keep their dtype, as torch's .to()
      * of a state dict leaves quantized tensors alone */
     bool *keep = calloc(f->nstorages ? f->nstorages : 1, sizeof(*keep));

@@ -851,6 +851,35 @@ def build():
         'the name `w` appears twice in the JSON header (a JSON parser keeps '
         'one of them silently)', twin=good_st)
 
+    # the sub-byte dtypes of safetensors 0.6+: F4 (4 bits, a torch
+    # float4_e2m1fn_x2 byte holds two along the last dimension) and F6_E2M3 /
+    # F6_E3M2 (6 bits, packed; no torch dtype)
+    bad('st_f4_half_byte.safetensors',
+        st_good([('w', 'F4', (5,), (0, 3)), ('b', 'F32', (3,), (3, 15))],
+                bytes(3) + f32(3)),
+        '`w` is F4 [5]: 20 bits, which do not end on a byte boundary (its '
+        'data_offsets give it 3 bytes)', twin=good_st)
+    bad('st_f4_size_mismatch.safetensors',
+        st_good([('w', 'F4', (2, 6), (0, 4)), ('b', 'F32', (3,), (4, 16))],
+                bytes(4) + f32(3)),
+        '`w` is F4 [2, 6] (12 values, 6 bytes) but its data_offsets [0, 4] '
+        'give it 4 bytes', twin=good_st)
+    bad('st_f4_odd_last_dim.safetensors',
+        st_good([('w', 'F4', (2, 3), (0, 3)), ('b', 'F32', (3,), (3, 15))],
+                bytes(3) + f32(3)),
+        '`w` is F4 [2, 3]: whole bytes (3), but torch\'s float4_e2m1fn_x2 '
+        'packs the last dimension in pairs and 3 is odd', twin=good_st)
+    bad('st_f6_partial_byte.safetensors',
+        st_good([('w', 'F6_E2M3', (3,), (0, 3)), ('b', 'F32', (3,), (3, 15))],
+                bytes(3) + f32(3)),
+        '`w` is F6_E2M3 [3]: 18 bits, which do not end on a byte boundary '
+        '(its data_offsets give it 3 bytes)', twin=good_st)
+    bad('st_f6_size_mismatch.safetensors',
+        st_good([('w', 'F6_E3M2', (4,), (0, 4)), ('b', 'F32', (3,), (4, 16))],
+                bytes(4) + f32(3)),
+        '`w` is F6_E3M2 [4] (24 bits, 3 bytes) but its data_offsets [0, 4] '
+        'give it 4 bytes', twin=good_st)
+
     # ---- shard indexes (*.index.json); torch has no loader for them
     bad('sharded_missing_shard.index.json',
         index_json({'w': 'model-00001-of-00002.safetensors',

@@ -132,6 +132,11 @@ expect() {
     st_bad_json.safetensors) pat='not one JSON object' ;;
     st_unknown_dtype.safetensors) pat="unknown dtype 'Q4'" ;;
     st_duplicate_name.safetensors) pat="tensor 'w' appears twice" ;;
+    st_f4_half_byte.safetensors) pat="F4 tensor 'w' of 5 values does not end on a byte boundary" ;;
+    st_f4_size_mismatch.safetensors) pat="tensor 'w' is 4 bytes by its offsets" ;;
+    st_f4_odd_last_dim.safetensors) pat="F4 tensor 'w' has an odd last dimension \\(3\\)" ;;
+    st_f6_partial_byte.safetensors) pat="F6_E2M3 tensor 'w' of 3 values does not end on a byte boundary" ;;
+    st_f6_size_mismatch.safetensors) pat="tensor 'w' is 4 bytes by its offsets" ;;
     sharded_missing_shard.index.json) pat="shard 'model-00001-of-00002\.safetensors'.*No such file" ;;
     sharded_escape.index.json) pat='maps to \.\./data/mlp\.pth, not a file name beside the index' ;;
     sharded_absolute.index.json) pat='maps to /etc/passwd, not a file name beside the index' ;;

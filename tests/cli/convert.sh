@@ -515,6 +515,7 @@ for IN in "$bad"/*.safetensors "$bad"/*.index.json; do
     st_bad_json.*) err_has "JSON" ;;
     st_unknown_dtype.*) err_has "Q4" ;;
     st_duplicate_name.*) err_has "twice" ;;
+    st_f4_*|st_f6_*) err_has "'w'" ;;
     sharded_missing_shard.*) err_has "model-00001-of-00002.safetensors" ;;
     sharded_escape.*) err_has "../data/mlp.pth" ;;
     sharded_absolute.*) err_has "/etc/passwd" ;;

@@ -92,6 +92,10 @@ def main():
                                            {'format': 'pt'}))
     put('safetensors', 'empty.json', b'{}')
     put('safetensors', 'f8.json', header({'x': ('F8_E4M3', [16], 16)}))
+    # the sub-byte dtypes: F4 counts 4-bit values, F6 6-bit ones (packed)
+    put('safetensors', 'sub_byte.json', header({'e': ('F8_E8M0', [2, 3], 6), 'f': ('F4', [2, 4], 4),
+                                                'g': ('F6_E2M3', [4, 1], 3),
+                                                'h': ('F6_E3M2', [0, 5], 0)}))
 
     rules = [b's/^module\\.//\nmodule.\nmodule.n.1.weight\nn.2.bias\n_orig_mod.x',
              b's|(\\w+)\\.(\\d+)|${2}_$1|g\nx\nencoder.0.weight\ndecoder.10.bias',

@@ -582,6 +582,73 @@ START_TEST(output_format_from_the_name)
 }
 END_TEST
 
+/* safetensors' sub-byte dtypes: F4 shapes count 4-bit values (torch's
+ * float4_e2m1fn_x2 bytes: the last dimension halved), F6 6-bit ones (no
+ * torch dtype: safetensors out only); both must end on a byte boundary. */
+START_TEST(safetensors_sub_byte_dtypes)
+{
+    ck_assert_uint_eq(ckpt_dtype_bits(CKPT_DTYPE_FLOAT6_E2M3FN), 6);
+    ck_assert_uint_eq(ckpt_dtype_size(CKPT_DTYPE_FLOAT6_E3M2FN), 0);
+    ck_assert_uint_eq(ckpt_dtype_bits(CKPT_DTYPE_FLOAT4_E2M1FN_X2), 8);
+    ck_assert_int_eq(ckpt_dtype_from_name("float6_e3m2fn"), CKPT_DTYPE_FLOAT6_E3M2FN);
+    uint64_t nb = 0;
+    ck_assert_int_eq(ckpt_dtype_nbytes(CKPT_DTYPE_FLOAT6_E2M3FN, 4, &nb), 0);
+    ck_assert_uint_eq(nb, 3);
+    ck_assert_int_eq(ckpt_dtype_nbytes(CKPT_DTYPE_FLOAT6_E2M3FN, 3, &nb), 1);
+    ck_assert_int_eq(ckpt_dtype_nbytes(CKPT_DTYPE_FLOAT6_E2M3FN, UINT64_MAX / 4, &nb), -1);
+    ck_assert_int_eq(ckpt_dtype_nbytes(CKPT_DTYPE_INT64, UINT64_MAX / 8, &nb), 0);
+
+    const char *hdr = "{\"e\":{\"dtype\":\"F8_E8M0\",\"shape\":[3],\"data_offsets\":[0,3]},"
+                      "\"f\":{\"dtype\":\"F4\",\"shape\":[2,4],\"data_offsets\":[3,7]},"
+                      "\"g\":{\"dtype\":\"F6_E2M3\",\"shape\":[4,1],\"data_offsets\":[7,10]}}";
+    char in[600];
+    snprintf(in, sizeof(in), "%s/in.safetensors", dir);
+    pk_le(&p, strlen(hdr), 8);
+    pk_text(&p, hdr);
+    for (int i = 0; i < 10; i++)
+        pk_op(&p, 0x11 * i);
+    FILE *fp = fopen(in, "wb");
+    ck_assert_ptr_nonnull(fp);
+    ck_assert_uint_eq(fwrite(p.buf, 1, p.n, fp), p.n);
+    fclose(fp);
+    ck_assert_int_eq(ckpt_file_open(f, in), CKPT_OK);
+    ck_assert_uint_eq(ckpt_file_tensor_count(f), 3);
+    static const ckpt_dtype want[] = {CKPT_DTYPE_FLOAT8_E8M0FNU, CKPT_DTYPE_FLOAT4_E2M1FN_X2,
+                                      CKPT_DTYPE_FLOAT6_E2M3FN};
+    static const int64_t last[] = {3, 2, 1}, bytes[] = {3, 4, 3};
+    for (size_t i = 0; i < 3; i++) {
+        const ckpt_tensor *t = ckpt_file_tensor(f, i, NULL);
+        ck_assert_int_eq(ckpt_tensor_dtype(t), want[i]);
+        ck_assert_int_eq(ckpt_tensor_shape(t)[ckpt_tensor_ndim(t) - 1], last[i]);
+        ck_assert_uint_eq(ckpt_tensor_nbytes(t), (size_t)bytes[i]);
+        uint8_t buf[4];
+        ck_assert_int_eq(ckpt_tensor_read(f, t, buf, sizeof(buf)), CKPT_OK);
+        ck_assert_uint_eq(buf[0], 0x11 * (i == 0 ? 0 : i == 1 ? 3 : 7));
+    }
+    /* safetensors out: F4's shape counted in values again, bytes as they were */
+    char out[600];
+    snprintf(out, sizeof(out), "%s/out.safetensors", dir);
+    ckpt_write_options opt = {.format = CKPT_FORMAT_SAFETENSORS};
+    ck_assert_int_eq(ckpt_file_write(f, out, &opt), CKPT_OK);
+    ckpt_file *g = ckpt_file_new();
+    ck_assert_int_eq(ckpt_file_open(g, out), CKPT_OK);
+    ckpt_compare_result r;
+    for (size_t i = 0; i < 3; i++) {
+        const ckpt_tensor *a = ckpt_file_tensor(f, i, NULL), *b = ckpt_file_tensor(g, i, NULL);
+        ck_assert_int_eq(ckpt_tensor_dtype(a), ckpt_tensor_dtype(b));
+        ck_assert_int_eq(ckpt_tensor_compare(f, a, g, b, 0, 0, &r), CKPT_OK);
+        ck_assert_int_eq(r.mismatched, 0);
+    }
+    ckpt_file_free(g);
+    unlink(out);
+    /* a torch file cannot name float6: refused, nothing written */
+    ck_assert_int_eq(ckpt_file_write(f, path, NULL), CKPT_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(ckpt_file_error_message(f), "float6_e2m3fn"));
+    ck_assert_int_ne(access(path, F_OK), 0);
+    unlink(in);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("write");
@@ -614,6 +681,7 @@ static Suite *suite(void)
     tcase_add_test(e, legacy_written_as_zip_with_renumbered_storages);
     tcase_add_test(e, every_format_reports_progress_to_the_end);
     tcase_add_test(e, output_format_from_the_name);
+    tcase_add_test(e, safetensors_sub_byte_dtypes);
     suite_add_tcase(s, e);
     return s;
 }
