@@ -95,6 +95,13 @@ expect_exit 0 ckpt strip-module "$data/dp_mlp.pth" old.pth
 expect_wrote old.pth 4 4
 expect_tensor_paths old.pth "$mlp_keys"
 
+say "OUT's name picks the format (DESIGN.md): strip-module dp_mlp.pth sd.safetensors"
+expect_exit 0 ckpt strip-module "$data/dp_mlp.pth" sd.safetensors
+expect_stdout_match '^wrote sd\.safetensors: safetensors, 4 tensors, 4 storages'
+expect_exit 0 ckpt inspect sd.safetensors
+expect_stdout_match '^sd\.safetensors: safetensors, 4 tensors in 4 storages'
+expect_tensor_paths sd.safetensors "$mlp_keys"
+
 say "strip-module removes the prefix as many times as it repeats (DDP of DDP)"
 expect_exit 0 ckpt strip-module --dry-run "$data/ddp2_mlp.pth" ddp2.pth
 expect_stdout_is "module.module.n.1.weight -> n.1.weight
