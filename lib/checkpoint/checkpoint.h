@@ -20,6 +20,7 @@ typedef struct ckpt_source {
     struct ckpt_zip *zip;
     uint64_t file_size;
     char *path;
+    bool big_endian; /* its values are stored big-endian (zip: byteorder "big") */
 } ckpt_source;
 
 void ckpt_source_close(ckpt_source *src);
@@ -123,14 +124,19 @@ int ckpt_dict_dedupe(ckpt_arena *a, ckpt_value *dict);
 
 /* Where S's bytes lie raw in a file, ready to be copied unread: CKPT_OK with
  * *FD and *OFFSET; CKPT_ERR_UNSUPPORTED when they must be decoded first
- * (deflated, cast); other errors for a broken container. */
-int ckpt_storage_raw_range(ckpt_file *f, const ckpt_storage *s, int *fd, uint64_t *offset);
-/* Storage S's bytes as the output needs them (cast when S was cast), CRC-checked
- * against the source where it has a CRC: into a malloc'd *BUF of S->nbytes. */
+ * (deflated, cast, or big-endian unless AS_STORED: a writer that keeps the
+ * file's byte order copies those too); other errors for a broken container. */
+int ckpt_storage_raw_range(ckpt_file *f, const ckpt_storage *s, bool as_stored, int *fd,
+                           uint64_t *offset);
+/* Storage S's values as the output needs them (cast when S was cast, in this
+ * machine's byte order), CRC-checked against the source where it has a
+ * CRC: into a malloc'd *BUF of S->nbytes. */
 int ckpt_storage_load(ckpt_file *f, const ckpt_storage *s, uint8_t **buf);
 /* The same bytes handed to SINK in pieces (bounded memory, cast on the way,
- * the source's CRC checked at the end). */
-int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, ckpt_sink_fn sink, void *user);
+ * the source's CRC checked at the end); AS_STORED keeps a big-endian
+ * storage's bytes as they are (no cast then). */
+int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, bool as_stored, ckpt_sink_fn sink,
+                        void *user);
 /* Copy the view's elements in C order from its storage's bytes SRC. */
 void ckpt_tensor_gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst);
 

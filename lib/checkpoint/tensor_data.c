@@ -11,14 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-CKPT_API int ckpt_storage_read(ckpt_file *f, const ckpt_storage *s, uint64_t offset, void *buf,
-                               size_t len)
+/* The bytes as stored, whatever their order. */
+static int read_stored(ckpt_file *f, const ckpt_storage *s, uint64_t offset, void *buf, size_t len)
 {
-    if (!f || f->magic != CKPT_FILE_MAGIC || !s || (!buf && len))
-        return CKPT_ERR_USAGE;
-    ckpt_err_clear(&f->err);
-    if (offset > s->src_nbytes || len > s->src_nbytes - offset)
-        return ckpt_err(&f->err, CKPT_ERR_USAGE, "read past the end of storage '%s'", s->key);
     switch (s->loc) {
     case CKPT_LOC_ZIP_RECORD:
         return ckpt_zip_read(s->src->zip, s->zip_index, offset, buf, len, &f->err);
@@ -36,10 +31,35 @@ CKPT_API int ckpt_storage_read(ckpt_file *f, const ckpt_storage *s, uint64_t off
     }
 }
 
-int ckpt_storage_raw_range(ckpt_file *f, const ckpt_storage *s, int *fd, uint64_t *offset)
+/* Does reading S's values mean reversing its bytes? */
+static bool swapped(const ckpt_storage *s)
 {
-    if (s->dtype != s->src_dtype)
-        return CKPT_ERR_UNSUPPORTED; /* cast: decoded on the way */
+    return s->big_endian && ckpt_dtype_swap_unit(s->src_dtype) > 1;
+}
+
+CKPT_API int ckpt_storage_read(ckpt_file *f, const ckpt_storage *s, uint64_t offset, void *buf,
+                               size_t len)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !s || (!buf && len))
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    if (offset > s->src_nbytes || len > s->src_nbytes - offset)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "read past the end of storage '%s'", s->key);
+    size_t es = ckpt_dtype_bits(s->src_dtype) / 8;
+    if (swapped(s) && (offset % es || len % es))
+        return ckpt_err(&f->err, CKPT_ERR_USAGE,
+                        "big-endian storage '%s' is read in whole %zu-byte elements", s->key, es);
+    CKPT_FORWARD(read_stored(f, s, offset, buf, len));
+    if (swapped(s))
+        ckpt_dtype_byteswap(s->src_dtype, buf, len / es);
+    return CKPT_OK;
+}
+
+int ckpt_storage_raw_range(ckpt_file *f, const ckpt_storage *s, bool as_stored, int *fd,
+                           uint64_t *offset)
+{
+    if (s->dtype != s->src_dtype || (!as_stored && swapped(s)))
+        return CKPT_ERR_UNSUPPORTED; /* cast or swapped: decoded on the way */
     *fd = s->src->fd;
     switch (s->loc) {
     case CKPT_LOC_FILE_RANGE:
@@ -332,34 +352,47 @@ typedef struct stream_ctx {
     const ckpt_storage *s;
     int (*sink)(void *user, const uint8_t *p, size_t n);
     void *user;
+    bool swap;         /* big-endian values to this machine's order first */
     uint8_t *cast_buf;
+    uint8_t *swap_buf;
     uint8_t carry[16]; /* a partial element between two chunks */
     size_t ncarry;
 } stream_ctx;
 
+/* WHOLE elements at P: swapped and cast as needed, then to the sink. */
+static int stream_elements(stream_ctx *c, const uint8_t *p, size_t whole)
+{
+    const ckpt_storage *s = c->s;
+    if (c->swap) {
+        memcpy(c->swap_buf, p, whole * ckpt_dtype_size(s->src_dtype));
+        ckpt_dtype_byteswap(s->src_dtype, c->swap_buf, whole);
+        p = c->swap_buf;
+    }
+    if (s->src_dtype == s->dtype)
+        return c->sink(c->user, p, whole * ckpt_dtype_size(s->dtype));
+    ckpt_cast(s->src_dtype, p, s->dtype, c->cast_buf, whole);
+    return c->sink(c->user, c->cast_buf, whole * ckpt_dtype_size(s->dtype));
+}
+
 static int stream_emit(stream_ctx *c, const uint8_t *p, size_t n)
 {
     const ckpt_storage *s = c->s;
-    if (s->src_dtype == s->dtype)
+    if (s->src_dtype == s->dtype && !c->swap)
         return c->sink(c->user, p, n);
-    size_t es = ckpt_dtype_size(s->src_dtype), eo = ckpt_dtype_size(s->dtype);
+    size_t es = ckpt_dtype_size(s->src_dtype);
     int rc = CKPT_OK;
     /* complete an element split across chunks (deflated records come in any sizes) */
     while (c->ncarry && n && rc == CKPT_OK) {
         c->carry[c->ncarry++] = *p++;
         n--;
         if (c->ncarry == es) {
-            uint8_t out[16];
-            ckpt_cast(s->src_dtype, c->carry, s->dtype, out, 1);
-            rc = c->sink(c->user, out, eo);
+            rc = stream_elements(c, c->carry, 1);
             c->ncarry = 0;
         }
     }
     size_t whole = n / es;
-    if (rc == CKPT_OK && whole) {
-        ckpt_cast(s->src_dtype, p, s->dtype, c->cast_buf, whole);
-        rc = c->sink(c->user, c->cast_buf, whole * eo);
-    }
+    for (size_t done = 0, step = STREAM_CHUNK / es; rc == CKPT_OK && done < whole; done += step)
+        rc = stream_elements(c, p + done * es, whole - done < step ? whole - done : step);
     size_t rest = n - whole * es;
     memcpy(c->carry, p + whole * es, rest);
     c->ncarry = rest;
@@ -371,13 +404,20 @@ static int stream_zip_sink(void *user, const uint8_t *p, size_t n)
     return stream_emit(user, p, n);
 }
 
-int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, ckpt_sink_fn sink, void *user)
+int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, bool as_stored, ckpt_sink_fn sink,
+                        void *user)
 {
-    stream_ctx c = {.f = f, .s = s, .sink = sink, .user = user};
+    stream_ctx c = {.f = f, .s = s, .sink = sink, .user = user, .swap = !as_stored && swapped(s)};
     size_t es = ckpt_dtype_size(s->src_dtype), eo = ckpt_dtype_size(s->dtype);
+    if (as_stored && s->src_dtype != s->dtype)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "storage '%s': a cast is never as stored", s->key);
     c.cast_buf = malloc(STREAM_CHUNK / (es ? es : 1) * (eo ? eo : 1) + 16);
-    if (!c.cast_buf)
+    c.swap_buf = c.swap ? malloc(STREAM_CHUNK + 16) : NULL;
+    if (!c.cast_buf || (c.swap && !c.swap_buf)) {
+        free(c.cast_buf);
+        free(c.swap_buf);
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    }
     int rc = CKPT_OK;
     if (s->loc == CKPT_LOC_ZIP_RECORD) {
         /* one pass through libzip, which inflates if needed; the CRC is checked at the end */
@@ -388,7 +428,7 @@ int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, ckpt_sink_fn sink, 
             rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
         for (uint64_t off = 0; buf && off < s->src_nbytes && rc == CKPT_OK;) {
             size_t n = s->src_nbytes - off < STREAM_CHUNK ? (size_t)(s->src_nbytes - off) : STREAM_CHUNK;
-            rc = ckpt_storage_read(f, s, off, buf, n);
+            rc = read_stored(f, s, off, buf, n);
             if (rc == CKPT_OK)
                 rc = stream_emit(&c, buf, n);
             off += n;
@@ -396,5 +436,6 @@ int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, ckpt_sink_fn sink, 
         free(buf);
     }
     free(c.cast_buf);
+    free(c.swap_buf);
     return rc;
 }

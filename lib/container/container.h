@@ -57,5 +57,9 @@ void ckpt_zipw_advance(ckpt_zipw *w, uint64_t n);
 int ckpt_zipw_end(ckpt_zipw *w, uint32_t crc);
 /* Central directory and end records. */
 int ckpt_zipw_finish(ckpt_zipw *w);
+/* The records begun so far: how many, and each one's name and CRC-32. */
+size_t ckpt_zipw_count(const ckpt_zipw *w);
+const char *ckpt_zipw_name(const ckpt_zipw *w, size_t i);
+uint32_t ckpt_zipw_crc(const ckpt_zipw *w, size_t i);
 
 #endif /* CKPT_CONTAINER_H */

@@ -264,3 +264,7 @@ int ckpt_zipw_finish(ckpt_zipw *w)
     le16(c + 20, 0);
     return write_at(w, r, sizeof(r));
 }
+
+size_t ckpt_zipw_count(const ckpt_zipw *w) { return w->n; }
+const char *ckpt_zipw_name(const ckpt_zipw *w, size_t i) { return w->ents[i].name; }
+uint32_t ckpt_zipw_crc(const ckpt_zipw *w, size_t i) { return w->ents[i].crc; }

@@ -93,6 +93,13 @@ void ckpt_dtype_to_int128(ckpt_dtype dt, const uint8_t *p, size_t n, __int128 *o
  * overflows 64 bits, 1 when it is not whole bytes (packed float6). */
 int ckpt_dtype_nbytes(ckpt_dtype d, uint64_t numel, uint64_t *nbytes);
 
+/* Reverse the byte order of N elements of DT at P in place (a big-endian
+ * file's values to this machine's order, or back): each half of a complex
+ * value on its own, as torch's byteswap; nothing for 1-byte and packed types. */
+void ckpt_dtype_byteswap(ckpt_dtype dt, void *p, size_t n);
+/* The size of the units ckpt_dtype_byteswap() reverses (1: none). */
+size_t ckpt_dtype_swap_unit(ckpt_dtype dt);
+
 /* 1 when FROM -> TO is a cast this module does: both of float64, float32, float16,
  * bfloat16, float8_e4m3fn, float8_e5m2 */
 int ckpt_cast_supported(ckpt_dtype from, ckpt_dtype to);

@@ -113,3 +113,25 @@ CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name)
             return aliases[i].dtype;
     return CKPT_DTYPE_UNKNOWN;
 }
+
+size_t ckpt_dtype_swap_unit(ckpt_dtype dt)
+{
+    size_t bits = ckpt_dtype_bits(dt);
+    bool complex = dt == CKPT_DTYPE_COMPLEX128 || dt == CKPT_DTYPE_COMPLEX64 ||
+                   dt == CKPT_DTYPE_COMPLEX32 || dt == CKPT_DTYPE_BCOMPLEX32;
+    if (bits % 8 || bits <= 8)
+        return 1;
+    return complex ? bits / 16 : bits / 8;
+}
+
+void ckpt_dtype_byteswap(ckpt_dtype dt, void *p, size_t n)
+{
+    size_t u = ckpt_dtype_swap_unit(dt), units = n * (ckpt_dtype_bits(dt) / 8) / (u ? u : 1);
+    uint8_t *b = p;
+    for (size_t i = 0; u > 1 && i < units; i++, b += u)
+        for (size_t j = 0; j < u / 2; j++) {
+            uint8_t t = b[j];
+            b[j] = b[u - 1 - j];
+            b[u - 1 - j] = t;
+        }
+}

@@ -310,7 +310,7 @@ static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_
             continue;
         int in_fd;
         uint64_t in_off;
-        rc = ckpt_storage_raw_range(f, s, &in_fd, &in_off);
+        rc = ckpt_storage_raw_range(f, s, false, &in_fd, &in_off);
         bool raw = rc == CKPT_OK;
         if (rc == CKPT_ERR_UNSUPPORTED)
             rc = CKPT_OK; /* cast or deflated: streamed */
@@ -326,7 +326,7 @@ static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_
             rc = ckpt_copy_range(in_fd, in_off, out, at, s->nbytes, &f->err);
         } else if (rc == CKPT_OK) {
             ckpt_fd_sink sk = {.fd = out, .at = at, .err = &f->err};
-            rc = ckpt_storage_stream(f, s, ckpt_fd_sink_write, &sk);
+            rc = ckpt_storage_stream(f, s, false, ckpt_fd_sink_write, &sk);
         }
         at += s->nbytes;
         done += s->nbytes;

@@ -60,9 +60,51 @@ static int check_byteorder(ckpt_file *f)
     CKPT_FORWARD(read_small(f, i, buf, sizeof(buf)));
     if (strcmp(buf, "little") == 0)
         return CKPT_OK;
-    CKPT_RETURN_IF(strcmp(buf, "big") == 0, &f->err, CKPT_ERR_UNSUPPORTED,
-                   "big-endian checkpoints are not supported");
-    return ckpt_err(&f->err, CKPT_ERR_FORMAT, "unknown byte order '%s'", buf);
+    if (strcmp(buf, "big") == 0) {
+        f->cur_src->big_endian = true;
+        return CKPT_OK;
+    }
+    for (char *c = buf; *c; c++)
+        if (*c < 0x20 || *c >= 0x7f)
+            *c = '?';
+    return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                    "unknown byte order '%s' (torch.load fails on it: 'little' or 'big')", buf);
+}
+
+/* torch.load parses .storage_alignment with int() whenever it is there */
+static int check_alignment(ckpt_file *f)
+{
+    int64_t i = find_record(f, ".storage_alignment");
+    if (i < 0)
+        return CKPT_OK;
+    char buf[32];
+    CKPT_FORWARD(read_small(f, i, buf, sizeof(buf)));
+    char *end;
+    errno = 0;
+    (void)strtoll(buf, &end, 10);
+    while (*end == ' ' || *end == '\n' || *end == '\t' || *end == '\r')
+        end++;
+    CKPT_RETURN_IF(end == buf || *end || errno, &f->err, CKPT_ERR_FORMAT,
+                   "record '.storage_alignment' does not hold a number (torch.load fails on it)");
+    return CKPT_OK;
+}
+
+/* torch 2.x swaps each storage by the element size of its persistent id's
+ * type, which is 1 for an untyped storage: the newer dtypes of a big-endian
+ * file (uint16, ...) come out unswapped.  ckpt reads their true values. */
+static int note_unswapped(ckpt_file *f, size_t first)
+{
+    for (size_t k = first; f->cur_src->big_endian && k < f->nstorages; k++) {
+        const ckpt_storage *s = f->storages[k];
+        if (strcmp(s->type_name, "UntypedStorage") == 0 && ckpt_dtype_swap_unit(s->dtype) > 1)
+            return ckpt_file_notice_add(f, "big-endian %s storage '%s' (and any like it): torch "
+                                           "2.15 reads it without swapping its bytes, ckpt gives "
+                                           "the values the file means",
+                                        ckpt_dtype_name(s->dtype), s->key) < 0
+                       ? ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory")
+                       : CKPT_OK;
+    }
+    return CKPT_OK;
 }
 
 /* Every storage the pickle added to the table (from FIRST on) must have its
@@ -83,6 +125,7 @@ static int locate_storages(ckpt_file *f, size_t first)
                        f->cur_prefix, name, (unsigned long long)size, s->key, (long long)s->numel,
                        ckpt_dtype_name(s->dtype), (unsigned long long)s->nbytes);
         s->loc = CKPT_LOC_ZIP_RECORD;
+        s->big_endian = f->cur_src->big_endian;
         s->zip_index = i;
         s->has_crc = ckpt_zip_has_crcs(f->cur_src->zip);
         s->crc32 = ckpt_zip_crc(f->cur_src->zip, i);
@@ -131,6 +174,7 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
                    "a TorchScript archive (torch.jit.save), not a torch.save checkpoint");
     CKPT_FORWARD(check_version(f));
     CKPT_FORWARD(check_byteorder(f));
+    CKPT_FORWARD(check_alignment(f));
 
     int64_t pkl = find_record(f, "data.pkl");
     CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", f->cur_prefix);
@@ -144,7 +188,8 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     int rc = ckpt_pickle_load(&ctx, buf, len, root, NULL, &f->err);
     free(buf);
     CKPT_FORWARD(rc);
-    return locate_storages(f, nbefore);
+    CKPT_FORWARD(locate_storages(f, nbefore));
+    return note_unswapped(f, nbefore);
 }
 
 static bool pth_zip_sniff(const uint8_t *head, size_t n)
@@ -259,10 +304,24 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
     ckpt_error *err = &f->err;
     snprintf(name, sizeof(name), "%s/data.pkl", prefix);
     CKPT_FORWARD(write_small(w, name, pk->buf, pk->len));
-    snprintf(name, sizeof(name), "%s/byteorder", prefix);
-    CKPT_FORWARD(write_small(w, name, "little", 6));
-
+    /* torch 2.x's records: the promise of its own layout (data/0, 1, ... in
+     * first-reference order, back to back, aligned as miniz aligns them:
+     * container/zip_write.c), which lets it compute offsets for mmap */
+    snprintf(name, sizeof(name), "%s/.format_version", prefix);
+    CKPT_FORWARD(write_small(w, name, "1", 1));
+    snprintf(name, sizeof(name), "%s/.storage_alignment", prefix);
+    CKPT_FORWARD(write_small(w, name, "64", 2));
+    /* a big-endian input keeps its bytes and its byte order, unless a cast or
+     * a little-endian storage beside them makes the output little-endian */
     size_t n = pk->norder;
+    bool big = n > 0;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_storage *s = f->storages[pk->order[i]];
+        big = big && s->big_endian && s->dtype == s->src_dtype;
+    }
+    snprintf(name, sizeof(name), "%s/byteorder", prefix);
+    CKPT_FORWARD(write_small(w, name, big ? "big" : "little", big ? 3 : 6));
+
     job *jobs = calloc(n ? n : 1, sizeof(*jobs));
     if (!jobs)
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
@@ -273,7 +332,7 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
         jobs[i].s = s;
         total += s->nbytes;
         /* raw bytes are copied by the kernel; the rest (cast, deflated) streamed */
-        int r = ckpt_storage_raw_range(f, s, &jobs[i].fd, &jobs[i].in_off);
+        int r = ckpt_storage_raw_range(f, s, big, &jobs[i].fd, &jobs[i].in_off);
         if (r == CKPT_OK)
             jobs[i].raw = true;
         else if (r != CKPT_ERR_UNSUPPORTED)
@@ -324,7 +383,7 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
             }
         } else {
             sink_ctx c = {.w = w, .crc = 0};
-            rc = ckpt_storage_stream(f, s, sink_write, &c);
+            rc = ckpt_storage_stream(f, s, big, sink_write, &c);
             crc = c.crc;
             if (rc)
                 break;
@@ -354,6 +413,22 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
     CKPT_FORWARD(rc);
     snprintf(name, sizeof(name), "%s/version", prefix);
     CKPT_FORWARD(write_small(w, name, "3\n", 2));
+    /* 40 digits, as torch writes: a hash of the record names, then one of
+     * their CRC-32s (torch only logs it; ours are FNV-1a, not its hashes) */
+    uint64_t h1 = 0xcbf29ce484222325u, h2 = 0xcbf29ce484222325u;
+    for (size_t i = 0; i < ckpt_zipw_count(w); i++) {
+        const char *rn = ckpt_zipw_name(w, i);
+        for (const char *c = strchr(rn, '/') ? strchr(rn, '/') + 1 : rn; *c; c++)
+            h1 = (h1 ^ (uint8_t)*c) * 0x100000001b3u;
+        uint32_t crc = ckpt_zipw_crc(w, i);
+        for (int k = 0; k < 4; k++)
+            h2 = (h2 ^ (uint8_t)(crc >> (8 * k))) * 0x100000001b3u;
+    }
+    char id[48];
+    snprintf(id, sizeof(id), "%020llu%020llu", (unsigned long long)(h1 % 10000000000000000000u),
+             (unsigned long long)(h2 % 10000000000000000000u));
+    snprintf(name, sizeof(name), "%s/.data/serialization_id", prefix);
+    CKPT_FORWARD(write_small(w, name, id, 40));
     return ckpt_zipw_finish(w);
 }
 

@@ -449,7 +449,7 @@ static int copy_whole(ckpt_file *f, const ckpt_tensor *t, int out, uint64_t at, 
     if (t->offset != 0 || !ckpt_tensor_is_contiguous(t) || ckpt_tensor_nbytes(t) != s->nbytes ||
         s->nbytes == 0)
         return CKPT_OK;
-    int r = ckpt_storage_raw_range(f, s, &in_fd, &in_off);
+    int r = ckpt_storage_raw_range(f, s, false, &in_fd, &in_off);
     if (r == CKPT_ERR_UNSUPPORTED)
         return CKPT_OK; /* cast or deflated: the buffered path decodes it */
     CKPT_FORWARD(r);
@@ -494,7 +494,7 @@ static int write_entry(ckpt_file *f, const st_entry *e, int out, uint64_t base)
         (uint64_t)(e->end - e->begin) == t->storage->nbytes) {
         /* the whole storage, cast or inflated on the way: bounded memory */
         ckpt_fd_sink sk = {.fd = out, .at = base + e->begin, .err = &f->err};
-        return ckpt_storage_stream(f, t->storage, ckpt_fd_sink_write, &sk);
+        return ckpt_storage_stream(f, t->storage, false, ckpt_fd_sink_write, &sk);
     }
     const uint8_t *bytes = NULL;
     uint8_t *own, *own2;

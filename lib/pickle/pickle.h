@@ -131,6 +131,8 @@ struct ckpt_storage {
     ckpt_loc_kind loc;
     int64_t zip_index;     /* ZIP_RECORD: libzip index of data/<key> */
     uint64_t file_offset;  /* FILE_RANGE: offset of the first data byte */
+    bool big_endian;       /* stored big-endian (a zip's byteorder record): read
+                            * in this machine's order, copied as stored */
     bool has_crc;          /* the container records a CRC-32 of the bytes: */
     uint32_t crc32;        /* checked whenever they are read whole */
     struct ckpt_storage *hash_next;

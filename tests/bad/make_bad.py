@@ -692,6 +692,19 @@ def build():
                  data={'0': bytes(8)}),
         '`_rebuild_tensor_v3` whose dtype argument is the string `uint16`, not a dtype',
         twin=one)
+    # torch 2.x's small records, with what torch.load refuses in them
+    def with_record(name, payload):
+        buf = io.BytesIO(ckpt_zip([T('w', numel=6)]))
+        with zipfile.ZipFile(buf, 'a') as z:
+            zi = zipfile.ZipInfo('archive/' + name, date_time=FIXED_TIME)
+            zi.external_attr = 0o644 << 16
+            z.writestr(zi, payload)
+        return buf.getvalue()
+    bad('byteorder_junk.pth', with_record('byteorder', b'middle\x00'),
+        'a `byteorder` record holding `middle\\0`, neither little nor big', twin=one)
+    bad('storage_alignment_junk.pth', with_record('.storage_alignment', b'6x4'),
+        'a `.storage_alignment` record holding `6x4`, which torch parses with int()',
+        twin=one)
     # quantized tensors: torch 2.x checks the quantizer when it loads
     def qtensor(stype, nbytes, size, stride, qparams):
         t = T('q', stype=stype, key='0', numel=nbytes, size=size, stride=stride)

@@ -89,6 +89,8 @@ expect() {
     negative_stride.pth) pat='tensor stride has a negative entry \(-1\)' ;;
     v3_view_past_end.pth) pat='goes past the end of storage .0. \(3 uint16 elements\)' ;;
     v3_unknown_dtype.pth) pat="refused global 'torch.int4'" ;;
+    byteorder_junk.pth) pat="unknown byte order 'middle'" ;;
+    storage_alignment_junk.pth) pat="record '.storage_alignment' does not hold a number" ;;
     q_axis_out_of_range.pth) pat='quantized tensor: axis 2 of a 2-dimensional tensor' ;;
     q_scales_disagree.pth) pat='quantized tensor: 3 scales for 2 channels along its axis' ;;
     q_not_a_qscheme.pth) pat="_rebuild_qtensor: 'torch.float32' is not a qscheme" ;;

@@ -420,10 +420,11 @@ expect_metadata() {
     fi
 }
 
-# expect_torch_zip FILE PREFIX: FILE is a zip in torch's layout: records
-# PREFIX/data.pkl, PREFIX/byteorder ("little"), PREFIX/data/0..N-1,
-# PREFIX/version ("3\n"), every one stored (not compressed), its data at a
-# multiple of 64 bytes, its CRC-32 right.
+# expect_torch_zip FILE PREFIX: FILE is a zip in torch 2.x's layout: records
+# PREFIX/data.pkl, .format_version ("1"), .storage_alignment ("64"),
+# byteorder ("little"), data/0..N-1 back to back, version ("3\n") and
+# .data/serialization_id (40 digits), in that order, every one stored (not
+# compressed), its data at a multiple of 64 bytes, its CRC-32 right.
 expect_torch_zip() {
     if _why=$(python3 - "$1" "$2" 2>&1 <<'PYEOF'
 import struct, sys, zipfile
@@ -431,9 +432,15 @@ path, p = sys.argv[1:]
 z = zipfile.ZipFile(path)
 names = z.namelist()
 n = len([x for x in names if x.startswith(p + "/data/")])
-want = {p + "/data.pkl", p + "/byteorder", p + "/version"} | {"%s/data/%d" % (p, i) for i in range(n)}
-if set(names) != want or len(names) != len(want):
+want = ([p + "/data.pkl", p + "/.format_version", p + "/.storage_alignment", p + "/byteorder"]
+        + ["%s/data/%d" % (p, i) for i in range(n)] + [p + "/version", p + "/.data/serialization_id"])
+if names != want:
     sys.exit("records %s" % names)
+if z.read(p + "/.format_version") != b"1" or z.read(p + "/.storage_alignment") != b"64":
+    sys.exit(".format_version / .storage_alignment")
+sid = z.read(p + "/.data/serialization_id")
+if len(sid) != 40 or not sid.isdigit():
+    sys.exit("serialization id %r" % sid)
 raw = open(path, "rb").read()
 for i in z.infolist():
     if i.compress_type != zipfile.ZIP_STORED:
@@ -441,6 +448,12 @@ for i in z.infolist():
     nl, el = struct.unpack("<HH", raw[i.header_offset + 26:i.header_offset + 30])
     if (i.header_offset + 30 + nl + el) % 64:
         sys.exit("the data of %s is not 64-byte aligned" % i.filename)
+infos = z.infolist()
+for a, b in zip(infos[4:4 + n], infos[5:5 + n]):  # each data record ends where the next begins
+    nl, el = struct.unpack("<HH", raw[a.header_offset + 26:a.header_offset + 30])
+    end = a.header_offset + 30 + nl + el + a.file_size + (16 if a.file_size else 0)
+    if end != b.header_offset:
+        sys.exit("%s does not end where %s begins" % (a.filename, b.filename))
 bad = z.testzip()
 if bad:
     sys.exit("bad CRC in %s" % bad)

@@ -641,11 +641,14 @@ def check_zip(path, allowed_ops, allowed_globals, errs):
     if order != [str(i) for i in range(len(order))]:
         errs.append('storage keys %r, want "0".."N-1" in order of first '
                     'reference' % order[:10])
-    want = {stem + '/data.pkl', stem + '/byteorder', stem + '/version'} | {
-        stem + '/data/' + k for k in order}
-    if set(names) != want:
-        errs.append('records: extra %s, missing %s'
-                    % (sorted(set(names) - want), sorted(want - set(names))))
+    # torch 2.x's records, in its order
+    want = ([stem + r for r in ('/data.pkl', '/.format_version', '/.storage_alignment',
+                                '/byteorder')]
+            + [stem + '/data/' + k for k in order]
+            + [stem + '/version', stem + '/.data/serialization_id'])
+    if names != want:
+        errs.append('records: extra %s, missing %s, or out of order'
+                    % (sorted(set(names) - set(want)), sorted(set(want) - set(names))))
     for k, nb in numel.items():
         r = stem + '/data/' + k
         if r in names and z.getinfo(r).file_size != nb:

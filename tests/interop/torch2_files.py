@@ -127,6 +127,67 @@ def _():
             assert have == {f: v for f, v in w.items() if f != 'int_repr'}, (path, k, have, w)
 
 
+@t.case('bigendian.pth: values read as meant (byte-swapped), the uint16 one noted as torch '
+        '2.15 misreads it; rewrites keep its bytes and byteorder "big"; a cast and '
+        'safetensors come out little-endian; diff finds the copies equal')
+def _():
+    want = MANIFEST['bigendian.pth']
+    src = os.path.join(DIR, 'bigendian.pth')
+    r = c.ckpt_expect(0, 'inspect', '--json', '--stats', src)
+    d = json.loads(r.stdout.decode())
+    got = {x['path'][0]: x for x in d['tensors']}
+    for k, w in want.items():
+        g = got[k]
+        assert (g['dtype'], g['shape'], g['crc32']) == (w['dtype'], w['shape'], w['crc32']), \
+            (k, g, w)
+    assert any('uint16' in n and 'torch 2.15' in n for n in d.get('notices', [])), d.get('notices')
+    out = c.scratch('be_stripped.pth')
+    c.ckpt_expect(0, 'add-module', '--quiet', src, out)
+    import zipfile
+    zi, zo = zipfile.ZipFile(src), zipfile.ZipFile(out)
+    assert zo.read('be_stripped/byteorder') == b'big'
+    for k in range(len(want)):  # each tensor its own storage, in order
+        assert zi.read('bigendian/data/%d' % k) == zo.read('be_stripped/data/%d' % k), k
+    half = c.scratch('be_half.pth')
+    c.ckpt_expect(0, 'convert', '--quiet', '--dtype', 'float16', src, half)
+    assert zipfile.ZipFile(half).read('be_half/byteorder') == b'little'
+    st = c.scratch('be.safetensors')
+    c.ckpt_expect(0, 'convert', '--quiet', src, st)
+    r = c.ckpt_expect(0, 'inspect', '--json', '--stats', st)
+    sgot = {x['path'][0]: x['crc32'] for x in json.loads(r.stdout.decode())['tensors']}
+    assert sgot == {k: w['crc32'] for k, w in want.items()}, sgot
+    c.ckpt_expect(0, 'diff', src, st)
+    c.ckpt_expect(0, 'diff', src, out, '--normalize')
+
+
+def big_endian_back(tmp):
+    """torch 2.x reads what ckpt writes of the big-endian file as it reads the
+    file itself (its uint16 unswapped), a float16 cast as the values' .half(),
+    and safetensors' load_file the true values."""
+    import safetensors.torch
+    src = os.path.join(DIR, 'bigendian.pth')
+    orig = torch.load(src)
+    errs = []
+    out, half, st = (os.path.join(tmp, n) for n in ('s.pth', 'h.pth', 's.safetensors'))
+    c.ckpt_expect(0, 'strip-module', '--quiet', src, out)
+    c.ckpt_expect(0, 'convert', '--quiet', '--dtype', 'float16', src, half)
+    c.ckpt_expect(0, 'convert', '--quiet', src, st)
+    same, h, s = torch.load(out), torch.load(half), safetensors.torch.load_file(st)
+    for k, a in orig.items():
+        if not torch.equal(same[k], a):
+            errs.append('strip-module: %s differs as torch reads it' % k)
+        want = a.half() if a.is_floating_point() else a
+        if k != 'u16' and not torch.equal(h[k], want):
+            errs.append('--dtype float16: %s is %s, want %s' % (k, h[k], want))
+        if k == 'u16':
+            want = torch.tensor([1, 258, 65535], dtype=torch.int32).to(torch.uint16)
+            if not torch.equal(h[k], want) or not torch.equal(s[k], want):
+                errs.append('u16 (true values %s): cast %s, safetensors %s' % (want, h[k], s[k]))
+        elif not torch.equal(s[k], a):
+            errs.append('safetensors: %s is %s, want %s' % (k, s[k], a))
+    return errs
+
+
 def loads_back(src, out, keys=None):
     """OUT, loaded by plain torch.load (and with mmap=True), holds the
     tensors of SRC (torch.load of it) bit for bit, under KEYS (new: old)."""
@@ -227,6 +288,8 @@ if TORCH2:
     t.run('kinds.pth after strip-module: torch.load gives the same quantized integers and '
           'quantizers, sparse and meta tensors', kinds_back, tmp=True)
     c.need('safetensors')
+    t.run('bigendian.pth under torch 2.x: rewrites read as torch reads the input, the float16 '
+          'cast and safetensors give the true values', big_endian_back, tmp=True)
     t.run('safetensors: the dtypes the format has, both ways; the others refused by name',
           to_safetensors, tmp=True)
 else:

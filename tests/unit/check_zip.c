@@ -189,12 +189,32 @@ START_TEST(case_insensitive_lookup_like_torch)
 }
 END_TEST
 
-START_TEST(big_endian_refused)
+START_TEST(big_endian_read)
 {
+    /* a big-endian file: read, its values swapped (tests/interop/torch2_files.py) */
     const char *e[] = {"a/data.pkl", "\x80\x02N.", "a/byteorder", "big", "a/version", "3", NULL};
     make_zip(false, e, NULL);
-    ck_assert_int_eq(open_it(), CKPT_ERR_UNSUPPORTED);
-    ck_assert_msg_has(f, "big-endian");
+    ck_assert_msg(open_it() == CKPT_OK, "%s", ckpt_file_error_message(f));
+}
+END_TEST
+
+START_TEST(byte_order_junk_refused)
+{
+    const char *e[] = {"a/data.pkl", "\x80\x02N.", "a/byteorder", "middle", "a/version", "3", NULL};
+    make_zip(false, e, NULL);
+    ck_assert_int_eq(open_it(), CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, "unknown byte order 'middle'");
+}
+END_TEST
+
+START_TEST(storage_alignment_junk_refused)
+{
+    /* torch.load parses it with int() */
+    const char *e[] = {"a/data.pkl", "\x80\x02N.", "a/.storage_alignment", "6x4", "a/version", "3",
+                       NULL};
+    make_zip(false, e, NULL);
+    ck_assert_int_eq(open_it(), CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, ".storage_alignment");
 }
 END_TEST
 
@@ -300,7 +320,9 @@ static Suite *suite(void)
     tcase_add_test(t, records_not_in_a_folder);
     tcase_add_test(t, version_required_and_bounded);
     tcase_add_test(t, case_insensitive_lookup_like_torch);
-    tcase_add_test(t, big_endian_refused);
+    tcase_add_test(t, big_endian_read);
+    tcase_add_test(t, byte_order_junk_refused);
+    tcase_add_test(t, storage_alignment_junk_refused);
     tcase_add_test(t, torchscript_refused);
     tcase_add_test(t, truncated_archive);
     tcase_add_test(t, empty_and_foreign_files);
