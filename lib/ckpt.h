@@ -820,6 +820,11 @@ typedef struct ckpt_torch_verdict {
     const char *reason;      /* the unpickler's or loader's own words, before torch wraps them */
     const char *fix;         /* what to do (a ckpt command, add_safe_globals), or NULL */
     const char *note;        /* NULL, or what else it needs (a CUDA device for cuda: tags) */
+    /* accepted by the model, but ckpt's reader finds the values malformed
+     * (a view past its storage, a negative size): torch's rebuild functions,
+     * whose value checks are not modelled, then most likely refuse it too.
+     * ckpt's message, or NULL. */
+    const char *malformed;
 } ckpt_torch_verdict;
 
 typedef struct ckpt_torch_load ckpt_torch_load;

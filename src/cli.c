@@ -226,6 +226,8 @@ static void torch_load_verdict_json(struct cJSON *o, const ckpt_torch_verdict *v
     }
     if (v->note)
         cJSON_AddStringToObject(o, "note", v->note);
+    if (v->malformed)
+        cJSON_AddStringToObject(o, "malformed", v->malformed);
 }
 
 struct cJSON *cli_torch_load_json(const char *path)
@@ -278,6 +280,9 @@ void cli_torch_load_print(const char *path, const char *indent)
             if (v->fix)
                 printf("; fix: %s", cli_escape(v->fix, e3, sizeof e3));
         }
+        if (v->malformed)
+            printf(" by the unpickler, but ckpt finds it malformed (%s): torch most likely "
+                   "refuses it", cli_escape(v->malformed, e3, sizeof e3));
         if (v->note)
             printf(" (%s)", cli_escape(v->note, e3, sizeof e3));
         printf("\n");

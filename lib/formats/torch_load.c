@@ -23,7 +23,7 @@
 typedef struct verdict {
     ckpt_torch_verdict pub;
     char global[256], pickle[128], opname[32];
-    char *message, *reason, *fix, *note;
+    char *message, *reason, *fix, *note, *malformed;
     char **refused; /* every global it refuses, first one first (for the fix) */
     size_t nrefused;
     char blocked[256]; /* the first of them in a blocked module, or "" */
@@ -72,6 +72,7 @@ static void verdict_clear(verdict *v)
     free(v->reason);
     free(v->fix);
     free(v->note);
+    free(v->malformed);
     for (size_t i = 0; i < v->nrefused; i++)
         free(v->refused[i]);
     free(v->refused);
@@ -635,6 +636,7 @@ static void verdict_publish(ckpt_torch_load *t, verdict *v)
                           "that device (else map_location='cpu', or ckpt remap --to cpu)",
                           v->devices);
     v->pub.note = v->note;
+    v->pub.malformed = v->malformed;
 }
 
 int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
@@ -701,6 +703,13 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
     if (map)
         munmap(map, len);
     close(fd);
+    /* what the model admits but ckpt's reader finds malformed (values) */
+    ckpt_file *f = rc == CKPT_OK ? ckpt_file_new() : NULL;
+    if (f && ckpt_file_open(f, path) == CKPT_ERR_FORMAT)
+        for (int i = 0; i < CKPT_TORCH_COUNT_; i++)
+            if (t->v[i].pub.accepted && strcmp(t->v[i].pub.via, "weights-only unpickler") == 0)
+                t->v[i].malformed = xprintf(t, "%s", ckpt_file_error_message(f));
+    ckpt_file_free(f);
     if (rc == CKPT_OK && t->oom)
         rc = ckpt_err(&t->err, CKPT_ERR_NOMEM, "out of memory");
     if (rc != CKPT_OK)

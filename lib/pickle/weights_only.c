@@ -368,19 +368,14 @@ static const char *read_global(walk *w, size_t *p, int *bad, size_t *mlen_out)
 {
     const uint8_t *b = w->buf;
     size_t at = *p;
+    /* readline()[:-1]: without a newline the last byte is cut instead */
     const uint8_t *nl1 = memchr(b + at, '\n', w->len - at);
-    if (!nl1) {
-        *bad = 1;
-        return NULL;
-    }
-    size_t mlen = (size_t)(nl1 - (b + at)), nat = at + mlen + 1;
-    const uint8_t *nl2 = memchr(b + nat, '\n', w->len - nat);
-    if (!nl2) {
-        *bad = 1;
-        return NULL;
-    }
-    size_t nlen = (size_t)(nl2 - (b + nat));
-    *p = nat + nlen + 1;
+    size_t mlen = nl1 ? (size_t)(nl1 - (b + at)) : w->len - at ? w->len - at - 1 : 0;
+    size_t nat = nl1 ? at + mlen + 1 : w->len;
+    const uint8_t *nl2 = nat < w->len ? memchr(b + nat, '\n', w->len - nat) : NULL;
+    size_t nlen = nl2 ? (size_t)(nl2 - (b + nat)) : w->len - nat ? w->len - nat - 1 : 0;
+    *p = nl2 ? nat + nlen + 1 : w->len;
+    (void)bad;
     if (!ckpt_utf8_valid(b + at, mlen) || !ckpt_utf8_valid(b + nat, nlen)) {
         *bad = 2;
         return NULL;
@@ -494,6 +489,9 @@ static int check_pid(walk *w, const wv *pid, uint64_t at)
     char rep[256];
     if (pid->kind == V_OTHER)
         return 0;
+    if (pid->kind == V_INT && !v13(w) && w->ctx->pid_fields) /* the unpickler lets ints by */
+        return stop(w, CKPT_WO_STORAGE, 'Q', at, "AssertionError",
+                    "saved_id must be a tuple, got int");
     if (pid->kind != V_TUPLE) {
         if (v13(w) && pid->kind != V_INT) /* 1.13's check lets these through to the loader */
             return stop(w, CKPT_WO_STORAGE, 'Q', at, "AssertionError", "%s",
@@ -552,6 +550,10 @@ static int check_pid(walk *w, const wv *pid, uint64_t at)
         snprintf(k, sizeof k, "%lld", (long long)key->u.i);
     else
         return 0;
+    /* get_storage_from_record takes the size as a C++ size_t */
+    if (numel->kind == V_INT && (numel->big || numel->u.i < 0))
+        return stop(w, CKPT_WO_STORAGE, 'Q', at, "TypeError",
+                    "get_storage_from_record(): incompatible function arguments");
     if (!w->ctx->record)
         return 0;
     uint64_t size;
@@ -571,7 +573,10 @@ static int check_pid(walk *w, const wv *pid, uint64_t at)
     if (map_put(&w->seen, h, &none) < 0)
         return w->oom = -1;
     uint64_t nbytes;
-    if (ckpt_mul_overflow((uint64_t)numel->u.i, elsize, &nbytes) || nbytes != size)
+    if (ckpt_mul_overflow((uint64_t)numel->u.i, elsize, &nbytes)) /* Python's int grows */
+        return stop(w, CKPT_WO_STORAGE, 'Q', at, "TypeError",
+                    "get_storage_from_record(): incompatible function arguments");
+    if (nbytes != size)
         return stop(w, CKPT_WO_STORAGE, 'Q', at, "RuntimeError",
                     "record size (%llu bytes) does not match expected size (%llu bytes = %llu "
                     "elements * 1 bytes/element) for dtype Byte",
@@ -808,6 +813,15 @@ static int run(walk *w)
             }
             if (n % 2)
                 return stop(w, CKPT_WO_OPCODE, op, at, "IndexError", "list index out of range");
+            if (v13(w) && k == V_LIST) { /* a list takes int keys only; their range is not followed */
+                for (size_t i = 0; i < n; i += 2)
+                    if (w->stack[w->sp + i].kind == V_STR) {
+                        stop(w, CKPT_WO_VALUE, op, at, "TypeError",
+                             "list indices must be integers or slices, not str");
+                        tail_scan(w, p);
+                        return 1;
+                    }
+            }
             continue;
         }
         case '(':
