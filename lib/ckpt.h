@@ -833,6 +833,62 @@ CKPT_API const ckpt_scan_hit *ckpt_scan_hit_at(const ckpt_scan *s, size_t i);
 /* 1 when a global is neither interpreted nor known data. */
 CKPT_API int ckpt_scan_unsafe(const ckpt_scan *s);
 
+/* ---- will it load? torch.load's weights-only check, modelled -------------- */
+
+/*
+ * Whether a plain weights-only torch.load(f) accepts a file, told without
+ * Python: torch's weights-only unpickler (opcodes, allow-list, blocked
+ * modules, persistent ids, what REDUCE/NEWOBJ/BUILD/APPEND/SETITEM may act
+ * on) and the container checks torch.load makes around it, modelled for two
+ * versions.  Nothing is run.  Where torch's answer depends on values the
+ * model does not follow, it says "accepted": a refusal is one torch
+ * certainly makes (ckpt-inspect(1) lists the limits).
+ */
+typedef enum ckpt_torch {
+    CKPT_TORCH_2_6 = 0,  /* "2.6+": plain torch.load(f), modelled on torch 2.15.0 */
+    CKPT_TORCH_1_13 = 1, /* "1.13": torch.load(f, weights_only=True), Debian's 1.13.1 */
+    CKPT_TORCH_COUNT_
+} ckpt_torch;
+
+typedef struct ckpt_torch_verdict {
+    const char *version;     /* "2.6+" or "1.13" */
+    const char *model;       /* the torch modelled: "torch 2.15.0" */
+    int accepted;
+    const char *via;         /* "weights-only unpickler", "safetensors", "torch.jit.load" */
+    /* when refused, the first thing torch stops at: */
+    const char *stop;        /* "global", "opcode", "value", "storage" or "container" */
+    const char *global;      /* the global ("module.name"), or NULL */
+    int opcode;              /* the opcode's byte, or -1 (a container check, end of data) */
+    const char *opcode_name; /* "GLOBAL", "SHORT_BINUNICODE", ...; NULL with opcode -1 */
+    const char *pickle;      /* "archive/data.pkl", "pickle 4 (data pickle)"; NULL: container */
+    uint64_t offset;         /* of that opcode in that pickle */
+    const char *exception;   /* the Python exception torch.load raises: "UnpicklingError" */
+    const char *message;     /* its text, as that version prints it (ANSI escapes included) */
+    const char *reason;      /* the unpickler's or loader's own words, before torch wraps them */
+    const char *fix;         /* what to do (a ckpt command, add_safe_globals), or NULL */
+    const char *note;        /* NULL, or what else it needs (a CUDA device for cuda: tags) */
+    /* accepted by the model, but ckpt's reader finds the values malformed
+     * (a view past its storage, a negative size): torch's rebuild functions,
+     * whose value checks are not modelled, then most likely refuse it too.
+     * ckpt's message, or NULL. */
+    const char *malformed;
+} ckpt_torch_verdict;
+
+typedef struct ckpt_torch_load ckpt_torch_load;
+
+CKPT_API ckpt_torch_load *ckpt_torch_load_new(void);
+CKPT_API void ckpt_torch_load_free(ckpt_torch_load *t);
+/*
+ * Model torch.load(PATH) for every version.  CKPT_OK when a verdict was
+ * reached (accepted or not); an error when the file cannot be read at all
+ * (not a zip libzip opens, an I/O error): ckpt_torch_load_error_message().
+ */
+CKPT_API int ckpt_torch_load_check(ckpt_torch_load *t, const char *path);
+/* The verdict for WHICH after a successful check, else NULL; valid until the next check. */
+CKPT_API const ckpt_torch_verdict *ckpt_torch_load_verdict(const ckpt_torch_load *t,
+                                                           ckpt_torch which);
+CKPT_API const char *ckpt_torch_load_error_message(const ckpt_torch_load *t);
+
 #ifdef __cplusplus
 }
 #endif

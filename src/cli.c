@@ -194,3 +194,98 @@ cJSON *cli_json_dims(const int64_t *d, int n)
         cJSON_AddItemToArray(a, cli_json_int(d[i]));
     return a;
 }
+
+static void torch_load_verdict_json(struct cJSON *o, const ckpt_torch_verdict *v)
+{
+    cJSON_AddStringToObject(o, "model", v->model);
+    cJSON_AddBoolToObject(o, "accepted", v->accepted);
+    cJSON_AddStringToObject(o, "via", v->via);
+    if (!v->accepted) {
+        cJSON_AddStringToObject(o, "stop", v->stop);
+        if (v->global)
+            cJSON_AddStringToObject(o, "global", v->global);
+        else
+            cJSON_AddNullToObject(o, "global");
+        if (v->opcode >= 0) {
+            cJSON_AddItemToObject(o, "opcode", cli_json_int(v->opcode));
+            cJSON_AddStringToObject(o, "opcode_name", v->opcode_name);
+        } else {
+            cJSON_AddNullToObject(o, "opcode");
+        }
+        if (v->pickle) {
+            cJSON_AddStringToObject(o, "pickle", v->pickle);
+            cJSON_AddItemToObject(o, "offset", cli_json_int((long long)v->offset));
+        }
+        cJSON_AddStringToObject(o, "exception", v->exception);
+        cJSON_AddStringToObject(o, "message", v->message ? v->message : "");
+        cJSON_AddStringToObject(o, "reason", v->reason ? v->reason : "");
+        if (v->fix)
+            cJSON_AddStringToObject(o, "fix", v->fix);
+        else
+            cJSON_AddNullToObject(o, "fix");
+    }
+    if (v->note)
+        cJSON_AddStringToObject(o, "note", v->note);
+    if (v->malformed)
+        cJSON_AddStringToObject(o, "malformed", v->malformed);
+}
+
+struct cJSON *cli_torch_load_json(const char *path)
+{
+    cJSON *o = cJSON_CreateObject();
+    ckpt_torch_load *t = ckpt_torch_load_new();
+    if (!t) {
+        cJSON_AddStringToObject(o, "error", "out of memory");
+        return o;
+    }
+    if (ckpt_torch_load_check(t, path) != CKPT_OK) {
+        cJSON_AddStringToObject(o, "error", ckpt_torch_load_error_message(t));
+    } else {
+        for (int i = 0; i < CKPT_TORCH_COUNT_; i++) {
+            const ckpt_torch_verdict *v = ckpt_torch_load_verdict(t, (ckpt_torch)i);
+            torch_load_verdict_json(cJSON_AddObjectToObject(o, v->version), v);
+        }
+    }
+    ckpt_torch_load_free(t);
+    return o;
+}
+
+void cli_torch_load_print(const char *path, const char *indent)
+{
+    ckpt_torch_load *t = ckpt_torch_load_new();
+    char e1[512], e2[512], e3[1024];
+    if (!t || ckpt_torch_load_check(t, path) != CKPT_OK) {
+        printf("%storch.load: not modelled: %s\n", indent,
+               t ? cli_escape(ckpt_torch_load_error_message(t), e1, sizeof e1) : "out of memory");
+        ckpt_torch_load_free(t);
+        return;
+    }
+    for (int i = 0; i < CKPT_TORCH_COUNT_; i++) {
+        const ckpt_torch_verdict *v = ckpt_torch_load_verdict(t, (ckpt_torch)i);
+        printf("%storch.load (%s, %s): ", indent, v->version,
+               strcmp(v->via, "weights-only unpickler") == 0 ? "weights-only" : v->via);
+        if (v->accepted) {
+            printf("accepted");
+        } else {
+            printf("refused");
+            if (v->global)
+                printf(" at GLOBAL %s", cli_escape(v->global, e1, sizeof e1));
+            else if (v->opcode >= 0)
+                printf(" at %s (%d)", v->opcode_name, v->opcode);
+            if (v->pickle)
+                printf(" in %s at byte %llu", cli_escape(v->pickle, e2, sizeof e2),
+                       (unsigned long long)v->offset);
+            /* the unpickler's own words: torch's wrapping adds a page of advice */
+            printf(" -- %s: %s", v->exception, cli_escape(v->reason ? v->reason : "", e3, sizeof e3));
+            if (v->fix)
+                printf("; fix: %s", cli_escape(v->fix, e3, sizeof e3));
+        }
+        if (v->malformed)
+            printf(" by the unpickler, but ckpt finds it malformed (%s): torch most likely "
+                   "refuses it", cli_escape(v->malformed, e3, sizeof e3));
+        if (v->note)
+            printf(" (%s)", cli_escape(v->note, e3, sizeof e3));
+        printf("\n");
+    }
+    ckpt_torch_load_free(t);
+}

@@ -77,6 +77,12 @@ int cli_open(const char *cmd, const char *path, const cli_common *c, ckpt_file *
 struct cJSON *cli_json_int(long long v);
 struct cJSON *cli_json_dims(const int64_t *d, int n);
 
+/* The torch.load verdicts of PATH (ckpt_torch_load): as the JSON object
+ * "torch_load" ({"2.6+": {...}, "1.13": {...}}, or {"error": ...} when the
+ * model cannot read the file), and as one text line per version. */
+struct cJSON *cli_torch_load_json(const char *path);
+void cli_torch_load_print(const char *path, const char *indent);
+
 /* "392.0 KiB" */
 const char *cli_human_bytes(unsigned long long n, char *buf, size_t cap);
 

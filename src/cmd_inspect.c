@@ -265,6 +265,7 @@ static int print_json(inspect *in)
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "file", in->file);
     cJSON_AddStringToObject(root, "format", ckpt_format_name(ckpt_file_format(f)));
+    cJSON_AddItemToObject(root, "torch_load", cli_torch_load_json(in->file));
     if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP) {
         cJSON *rec = cJSON_AddArrayToObject(root, "records");
         for (size_t i = 0; i < ckpt_file_record_count(f); i++)
@@ -406,6 +407,7 @@ static int print_text(inspect *in)
         printf("archive prefix '%s', %zu records\n",
                cli_escape(ckpt_file_prefix(f), pesc, sizeof pesc), ckpt_file_record_count(f));
     }
+    cli_torch_load_print(in->file, "");
 
     for (size_t i = 0; i < ckpt_file_state_dict_count(f); i++) {
         ckpt_path p;

@@ -85,6 +85,7 @@ static void print_text(const char *path, const ckpt_scan *s, int rc)
         printf("  verdict: safe: no pickle (a safetensors header, checked)\n");
     else
         printf("  verdict: safe: only state-dict (interpreted) and known-data globals\n");
+    cli_torch_load_print(path, "  ");
 }
 
 static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
@@ -92,6 +93,8 @@ static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "file", path);
     cJSON_AddStringToObject(o, "format", format_text(s));
+    /* extra information: the verdict and the exit status do not depend on it */
+    cJSON_AddItemToObject(o, "torch_load", cli_torch_load_json(path));
     cJSON *pk = cJSON_AddArrayToObject(o, "pickles");
     for (size_t i = 0; i < ckpt_scan_pickle_count(s); i++)
         cJSON_AddItemToArray(pk, cJSON_CreateString(ckpt_scan_pickle_name(s, i)));

@@ -31,6 +31,13 @@ static void on_use(void *u, const char *q, int op, uint64_t at)
     (void)u, (void)q, (void)op, (void)at;
 }
 
+static int wo_record(void *user, const char *key, uint64_t *size)
+{
+    (void)user;
+    *size = 16;
+    return key[0] != 'x'; /* some records missing */
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const uint64_t limits[CKPT_LIMIT_COUNT_] = {
@@ -53,6 +60,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t used;
         ckpt_pickle_load(&ctx, data, size, &root, &used, &err);
         ckpt_arena_release(&arena);
+        /* the weights-only unpickler model, as a zip's data.pkl */
+        ckpt_wo_ctx wctx = {.torch = scan ? CKPT_WO_1_13 : CKPT_WO_2_15, .limits = limits,
+                            .pid_fields = 5, .record = wo_record, .check_size = !scan};
+        ckpt_wo_result r;
+        ckpt_wo_walk(&wctx, data, size, &r, &err);
     }
     return 0;
 }

@@ -858,6 +858,110 @@ START_TEST(consumed_bytes_reported)
 }
 END_TEST
 
+/* ---- the weights-only unpickler model (pickle/weights_only.c) ---------------- */
+
+static const uint64_t wo_limits[CKPT_LIMIT_COUNT_] = {
+    [CKPT_LIMIT_PICKLE_BYTES] = 1 << 20, [CKPT_LIMIT_DEPTH] = 100, [CKPT_LIMIT_STACK] = 1 << 16,
+    [CKPT_LIMIT_MARKS] = 1 << 10, [CKPT_LIMIT_MEMO] = 1 << 16, [CKPT_LIMIT_ITEMS] = 1 << 16,
+    [CKPT_LIMIT_STORAGES] = 1 << 10};
+
+static ckpt_wo_result wo(ckpt_wo_torch t, const char *pkl, size_t len)
+{
+    ckpt_wo_ctx ctx = {.torch = t, .limits = wo_limits, .pid_fields = 5};
+    ckpt_wo_result r;
+    ckpt_error err = {0};
+    ck_assert_int_eq(ckpt_wo_walk(&ctx, (const uint8_t *)pkl, len, &r, &err), CKPT_OK);
+    return r;
+}
+#define WO(t, lit) wo((t), (lit), sizeof(lit) - 1)
+
+START_TEST(wo_allow_lists)
+{
+    ck_assert_uint_eq(ckpt_wo_allowed_count(CKPT_WO_2_15), 144);
+    ck_assert_uint_eq(ckpt_wo_allowed_count(CKPT_WO_1_13), 90);
+    ck_assert(ckpt_wo_allowed(CKPT_WO_2_15, "torch.storage.UntypedStorage"));
+    ck_assert(!ckpt_wo_allowed(CKPT_WO_2_15, "torch.UntypedStorage"));
+    ck_assert(ckpt_wo_allowed(CKPT_WO_2_15, "builtins.set"));
+    ck_assert(!ckpt_wo_allowed(CKPT_WO_1_13, "builtins.set"));
+    ck_assert(!ckpt_wo_allowed(CKPT_WO_1_13, "torch.bfloat16")); /* 1.13 knows 10 dtypes */
+    ck_assert(ckpt_wo_allowed(CKPT_WO_1_13, "torch._utils._rebuild_sparse_csr_tensor"));
+    ck_assert(!ckpt_wo_allowed(CKPT_WO_2_15, "torch._utils._rebuild_sparse_csr_tensor"));
+    ck_assert(ckpt_wo_blocked(CKPT_WO_2_15, "os") && !ckpt_wo_blocked(CKPT_WO_2_15, "os.path"));
+    ck_assert(!ckpt_wo_blocked(CKPT_WO_1_13, "os"));
+}
+END_TEST
+
+START_TEST(wo_accepts_plain_data)
+{
+    /* {'a': [1, (2, 3)], 'b': OrderedDict()} */
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "\x80\x02}q\x00(X\x01\x00\x00\x00" "a]q\x01(K\x01K\x02K\x03"
+                                      "\x86" "eX\x01\x00\x00\x00" "bccollections\nOrderedDict\n)Ru.")
+                         .stop, CKPT_WO_OK);
+    ck_assert_int_eq(WO(CKPT_WO_1_13, "\x80\x02]K\x01a.").stop, CKPT_WO_OK);
+}
+END_TEST
+
+START_TEST(wo_globals)
+{
+    ckpt_wo_result r = WO(CKPT_WO_2_15, "\x80\x02" "cargparse\nNamespace\n)R.");
+    ck_assert_int_eq(r.stop, CKPT_WO_GLOBAL);
+    ck_assert_str_eq(r.global, "argparse.Namespace");
+    ck_assert_uint_eq(r.offset, 2);
+    ck_assert(strstr(r.msg, "add_safe_globals([argparse.Namespace])"));
+    /* Python 2 names: mapped by 2.15, shown without builtins. */
+    r = WO(CKPT_WO_2_15, "c__builtin__\neval\n.");
+    ck_assert_str_eq(r.global, "builtins.eval");
+    ck_assert(strstr(r.msg, "GLOBAL eval was not"));
+    r = WO(CKPT_WO_2_15, "cos\nsystem\n.");
+    ck_assert(r.blocked);
+    ck_assert(strstr(r.msg, "whose module os is blocked"));
+    r = WO(CKPT_WO_1_13, "c__builtin__\nset\n.");
+    ck_assert_str_eq(r.msg, "Unsupported class __builtin__.set");
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "c__builtin__\nset\n.").stop, CKPT_WO_OK);
+}
+END_TEST
+
+START_TEST(wo_opcodes)
+{
+    ckpt_wo_result r = WO(CKPT_WO_1_13, "\x80\x02G" "?\xf0\x00\x00\x00\x00\x00\x00.");
+    ck_assert_int_eq(r.stop, CKPT_WO_OPCODE);
+    ck_assert_int_eq(r.opcode, 'G'); /* 1.13 has no BINFLOAT */
+    ck_assert_str_eq(r.msg, "Unsupported operand 71");
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "\x80\x02G" "?\xf0\x00\x00\x00\x00\x00\x00.").stop, CKPT_WO_OK);
+    r = WO(CKPT_WO_2_15, "\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00N.");
+    ck_assert_int_eq(r.opcode, 0x95);
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "\x80\x02h\x05.").stop, CKPT_WO_OPCODE); /* KeyError */
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "\x80\x02.").stop, CKPT_WO_OPCODE);     /* empty stack */
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "\x80\x02X\x09\x00\x00\x00ab").stop, CKPT_WO_OPCODE);
+}
+END_TEST
+
+START_TEST(wo_targets)
+{
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "]K\x00K\x01s.").stop, CKPT_WO_VALUE); /* SETITEM on a list */
+    ck_assert_int_eq(WO(CKPT_WO_1_13, "]K\x00K\x01s.").stop, CKPT_WO_OK);    /* 1.13 does not check */
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "}K\x01" "a.").stop, CKPT_WO_VALUE);   /* APPEND on a dict */
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "}}b.").stop, CKPT_WO_VALUE);          /* BUILD on a dict */
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "X\x01\x00\x00\x00x)R.").stop, CKPT_WO_VALUE);
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "ccollections\nOrderedDict\n)R}b.").stop, CKPT_WO_OK);
+    /* an allowed call's result is not followed: accepted */
+    ck_assert_int_eq(WO(CKPT_WO_2_15, "ctorch\nSize\n)RK\x01" "a.").stop, CKPT_WO_OK);
+}
+END_TEST
+
+START_TEST(wo_persistent_ids)
+{
+    ckpt_wo_result r = WO(CKPT_WO_2_15, "K\x01Q.");
+    ck_assert_int_eq(r.stop, CKPT_WO_STORAGE);
+    ck_assert_str_eq(r.exception, "AssertionError");
+    r = WO(CKPT_WO_2_15, "(X\x03\x00\x00\x00" "abcK\x01tQ.");
+    ck_assert_int_eq(r.stop, CKPT_WO_STORAGE);
+    ck_assert(strstr(r.msg, "Only persistent_load of storage"));
+    r = WO(CKPT_WO_2_15, "(X\x07\x00\x00\x00storagectorch\nFloatStorage\ntQ.");
+    ck_assert_str_eq(r.exception, "ValueError"); /* 5 fields in a zip */
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("pickle");
@@ -925,6 +1029,14 @@ static Suite *suite(void)
     tcase_add_test(bad, pickle_size_limit);
     tcase_add_test(bad, decimal_digit_limit);
     suite_add_tcase(s, bad);
+    TCase *wo = tcase_create("weights_only");
+    tcase_add_test(wo, wo_allow_lists);
+    tcase_add_test(wo, wo_accepts_plain_data);
+    tcase_add_test(wo, wo_globals);
+    tcase_add_test(wo, wo_opcodes);
+    tcase_add_test(wo, wo_targets);
+    tcase_add_test(wo, wo_persistent_ids);
+    suite_add_tcase(s, wo);
     return s;
 }
 
