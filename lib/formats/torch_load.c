@@ -575,6 +575,12 @@ static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
         return;
     }
     if (v->nrefused) {
+        if (which == CKPT_TORCH_1_13 && t->v[CKPT_TORCH_2_6].pub.accepted) {
+            v->fix = xprintf(t, "plain torch.load of torch >= 2.6 loads it as it is; torch 1.13 "
+                             "cannot allow-list globals (add_safe_globals came in torch 2.4): "
+                             "weights_only=False only if you trust the file");
+            return;
+        }
         if (which == CKPT_TORCH_1_13) {
             v->fix = xprintf(t, "torch 1.13 cannot allow-list globals (add_safe_globals came in "
                              "torch 2.4): load with weights_only=False only if you trust the "
