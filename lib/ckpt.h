@@ -484,6 +484,15 @@ CKPT_API const ckpt_tensor *ckpt_file_tensor(const ckpt_file *f, size_t i, ckpt_
  */
 CKPT_API size_t ckpt_file_state_dict_count(const ckpt_file *f);
 CKPT_API const ckpt_value *ckpt_file_state_dict(const ckpt_file *f, size_t i, ckpt_path *path);
+/*
+ * Where state dict I comes from: "mapping" (a dict in the file), or
+ * "module-tree": a pickled nn.Module (torch.save(model)), read by its
+ * structure without importing anything and seen as the dict
+ * model.state_dict() gives (names, order, _metadata).  NULL out of range.
+ */
+CKPT_API const char *ckpt_file_state_dict_source(const ckpt_file *f, size_t i);
+/* The class of a module tree's root module ("mymods.Net"); NULL for a mapping. */
+CKPT_API const char *ckpt_file_state_dict_class(const ckpt_file *f, size_t i);
 
 /* Opaque objects and globals (known data and admitted unknowns), with paths. */
 CKPT_API size_t ckpt_file_object_count(const ckpt_file *f);
@@ -590,6 +599,14 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
 /* Make the mapping at SELECT (keys joined by '/') the whole checkpoint: a
  * write then holds only it (a state dict taken out of a training checkpoint). */
 CKPT_API int ckpt_file_select(ckpt_file *f, const char *select);
+
+/*
+ * Make one state dict the whole checkpoint, for a weights-only file: the one
+ * at SELECT, or (SELECT NULL) the model's: the root when it is a state dict,
+ * else the first module tree, else the file's only state dict; an error
+ * naming them when there are several and none is a module tree.
+ */
+CKPT_API int ckpt_file_extract(ckpt_file *f, const char *select);
 
 /* 1 when TAG is spelled like a torch location tag: "cpu", "cuda", "cuda:1" */
 CKPT_API int ckpt_device_valid(const char *tag);

@@ -94,6 +94,7 @@ int cmd_unwrap(int argc, char **argv);
 int cmd_rename(int argc, char **argv);
 int cmd_remap(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_extract(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_scan(int argc, char **argv);

@@ -321,6 +321,9 @@ static int print_json(inspect *in)
         cJSON *js = cJSON_CreateObject();
         cJSON_AddItemToObject(js, "path", json_path(&p));
         cJSON_AddItemToObject(js, "tensors", cli_json_int((long long)ckpt_value_len(sd)));
+        cJSON_AddStringToObject(js, "source", ckpt_file_state_dict_source(f, i));
+        if (ckpt_file_state_dict_class(f, i))
+            cJSON_AddStringToObject(js, "class", ckpt_file_state_dict_class(f, i));
         const char *w[16];
         size_t nw = ckpt_state_dict_wrappers(sd, w, 16);
         cJSON *jw = cJSON_AddArrayToObject(js, "wrappers");
@@ -413,8 +416,12 @@ static int print_text(inspect *in)
         ckpt_path p;
         const ckpt_value *sd = ckpt_file_state_dict(f, i, &p);
         const char *where = p.len ? path_text(in, &p) : "(root)";
+        const char *cls = ckpt_file_state_dict_class(f, i);
         printf("state dict %s: %zu tensor%s", where, ckpt_value_len(sd),
                ckpt_value_len(sd) == 1 ? "" : "s");
+        if (cls) /* torch.load would import it; ckpt reads its structure */
+            printf(", module tree of %s (a pickled nn.Module; ckpt extract writes its "
+                   "state dict)", cls);
         const char *w[16];
         size_t nw = ckpt_state_dict_wrappers(sd, w, 16);
         for (size_t k = 0; k < nw && k < 16; k++)

@@ -16,6 +16,7 @@ static const struct command {
     {"unwrap", cmd_unwrap, "remove every wrapper component (module., _orig_mod., ...) from keys"},
     {"rename", cmd_rename, "rename keys with sed-style PCRE2 rules"},
     {"remap", cmd_remap, "rewrite the device tags of storages (cuda:1 -> cpu)"},
+    {"extract", cmd_extract, "write one state dict (a pickled model's too) as a plain file"},
     {"convert", cmd_convert, "convert between pth, legacy pth and safetensors; cast dtypes"},
     {"diff", cmd_diff, "compare keys, shapes, dtypes and values of two checkpoints"},
     {"verify", cmd_verify, "load weights into a model (CPU or GPU) and check its outputs"},

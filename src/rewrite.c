@@ -236,6 +236,35 @@ int rewrite_convert(rewrite *rw, ckpt_dtype dtype)
     return rc;
 }
 
+int rewrite_extract(rewrite *rw)
+{
+    ckpt_file *f;
+    int rc = cli_open(rw->cmd, rw->in, &rw->common, &f);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    int st = ckpt_file_extract(f, rw->select);
+    if (st != CKPT_OK) {
+        cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
+        rc = cli_exit_for(st);
+    } else {
+        /* say which one, as the key rewrites do */
+        const char *cls = ckpt_file_state_dict_class(f, 0);
+        size_t n = ckpt_file_tensor_count(f);
+        if (rw->select)
+            report(rw, "extracted '%s': %zu tensors%s%s\n", rw->select, n, cls ? ", module tree of " : "",
+                   cls ? cls : "");
+        else
+            report(rw, "extracted the %s: %zu tensors%s%s\n",
+                   cls ? "module tree" : "state dict", n, cls ? " of " : "", cls ? cls : "");
+        rw->changed += 1;
+        rc = rw->dry_run ? CLI_EXIT_OK : finish(rw, f, "nothing to extract");
+        if (rw->dry_run && rw->pending && !rw->common.quiet)
+            fputs(rw->pending, stdout);
+    }
+    ckpt_file_free(f);
+    return rc;
+}
+
 int rewrite_devices(rewrite *rw, const char *const *from, const char *const *to, size_t n)
 {
     ckpt_file *f;

@@ -39,6 +39,8 @@ int rewrite_option(rewrite *rw, int opt, const char *arg);
 int rewrite_positional(rewrite *rw, int argc, char **argv);
 /* Open IN, rename keys by RULES, write OUT (or print the plan). */
 int rewrite_keys(rewrite *rw, const ckpt_rename *rules);
+/* Open IN, make one state dict (--select, else the model's) the file, write OUT. */
+int rewrite_extract(rewrite *rw);
 /* Open IN, remap storage devices, write OUT (or print the plan). */
 int rewrite_devices(rewrite *rw, const char *const *from, const char *const *to, size_t n);
 void rewrite_free(rewrite *rw);

@@ -28,6 +28,7 @@ void ckpt_source_close(ckpt_source *src);
 typedef struct ckpt_walk_entry {
     const ckpt_value *value;
     ckpt_path path;
+    const char *module_class; /* state dicts of module trees: the root module's class */
 } ckpt_walk_entry;
 
 typedef struct ckpt_walk_list {
@@ -114,6 +115,13 @@ void ckpt_file_pickle_ctx(ckpt_file *f, ckpt_pickle_ctx *ctx, const char *name);
 
 /* After parsing: index tensors, state dicts and objects (and check depth). */
 int ckpt_file_index(ckpt_file *f);
+/* The state dict torch's model.state_dict() gives for the nn.Module object
+ * MODULE (CKPT_VF_MODULE), made once and kept on it: its tensors under their
+ * state-dict names, _metadata with the versions torch.nn's classes have.
+ * NULL with an error in F (cycles, depth, memory). */
+ckpt_value *ckpt_module_state_dict(ckpt_file *f, ckpt_value *module);
+/* 1 for a state dict made from a module tree. */
+bool ckpt_value_is_module_sd(const ckpt_value *v);
 /* Index again after f->root changed from OLD_ROOT. */
 int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root);
 /* Merge repeated str/int keys the way Python's dict does (first position,

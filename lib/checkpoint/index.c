@@ -33,6 +33,7 @@ static int list_add(walker *w, ckpt_walk_list *l, const ckpt_value *v)
         memcpy(p, w->stack, w->depth * sizeof(*p));
     }
     l->items[l->len].value = v;
+    l->items[l->len].module_class = ckpt_value_is_module_sd(v) ? v->u.dict.module_class : NULL;
     l->items[l->len].path.len = w->depth;
     l->items[l->len].path.elems = p;
     l->len++;
@@ -51,6 +52,204 @@ static int enter(walker *w, const ckpt_path_elem *e)
     }
     w->stack[w->depth++] = *e;
     return CKPT_OK;
+}
+
+/* ---- module trees: model.state_dict() of a pickled nn.Module ---- */
+
+typedef struct module_walk {
+    ckpt_file *f;
+    ckpt_value *sd, *meta;
+    const ckpt_value *path[64]; /* the modules above (a cycle guard) */
+    size_t depth;
+    char unknown_version[200]; /* a class whose _version is not in the file */
+    char hooked[200];          /* a module with a state-dict hook */
+} module_walk;
+
+static const ckpt_value *state_get(const ckpt_value *state, const char *key)
+{
+    const ckpt_value *v = ckpt_value_dict_get(state, key);
+    return v && v->kind == CKPT_KIND_DICT ? v : NULL;
+}
+
+static bool in_set(const ckpt_value *set, const ckpt_value *name)
+{
+    for (size_t i = 0; set && (set->kind == CKPT_KIND_SET || set->kind == CKPT_KIND_LIST) &&
+                       i < set->u.seq.len;
+         i++)
+        if (set->u.seq.items[i]->kind == CKPT_KIND_STR &&
+            strcmp(set->u.seq.items[i]->u.s.s, name->u.s.s) == 0)
+            return true;
+    return false;
+}
+
+/* _version of a class: a class attribute, never in the pickle.  torch.nn's
+ * own (the same in 1.13 and 2.x): 2 for the batch and instance norms. */
+static int64_t class_version(module_walk *mw, const char *cls)
+{
+    static const char *const two[] = {"BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+                                      "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d",
+                                      "SyncBatchNorm", "InstanceNorm1d", "InstanceNorm2d",
+                                      "InstanceNorm3d", "LazyInstanceNorm1d",
+                                      "LazyInstanceNorm2d", "LazyInstanceNorm3d"};
+    if (strncmp(cls, "torch.nn.", 9) != 0) {
+        if (!mw->unknown_version[0])
+            snprintf(mw->unknown_version, sizeof(mw->unknown_version), "%s", cls);
+        return 1;
+    }
+    const char *base = strrchr(cls, '.') + 1;
+    for (size_t i = 0; i < sizeof(two) / sizeof(two[0]); i++)
+        if (strcmp(base, two[i]) == 0 && (strncmp(cls, "torch.nn.modules.batchnorm.", 27) == 0 ||
+                                          strncmp(cls, "torch.nn.modules.instancenorm.", 30) == 0))
+            return 2;
+    return 1;
+}
+
+static int sd_add(module_walk *mw, ckpt_value *dict, const char *prefix, const char *name,
+                  ckpt_value *val)
+{
+    ckpt_arena *a = &mw->f->arena;
+    size_t pl = strlen(prefix), nl = strlen(name);
+    ckpt_value *k = ckpt_value_new(a, CKPT_KIND_STR, 0);
+    char *s = ckpt_arena_alloc(a, pl + nl + 1);
+    if (!k || !s)
+        return ckpt_err(&mw->f->err, CKPT_ERR_NOMEM, "out of memory");
+    memcpy(s, prefix, pl);
+    memcpy(s + pl, name, nl + 1);
+    k->u.s.s = s;
+    k->u.s.len = pl + nl;
+    if (ckpt_vec_push(a, &dict->u.dict.keys, k) || ckpt_vec_push(a, &dict->u.dict.vals, val))
+        return ckpt_err(&mw->f->err, CKPT_ERR_NOMEM, "out of memory");
+    return CKPT_OK;
+}
+
+/* What state_dict() holds for a parameter or buffer: the tensor, detached
+ * (not a Parameter, no grad), sharing the storage. */
+static ckpt_value *plain_tensor(ckpt_file *f, const ckpt_value *v)
+{
+    ckpt_value *c = ckpt_value_new(&f->arena, CKPT_KIND_TENSOR, v->offset);
+    ckpt_tensor *t = ckpt_arena_alloc(&f->arena, sizeof(*t));
+    if (!c || !t)
+        return NULL;
+    *t = *v->u.tensor;
+    t->parameter = false;
+    t->requires_grad = false;
+    t->param_rebuild = NULL;
+    t->param_args = NULL;
+    t->state = NULL;
+    t->type_args = NULL;
+    c->u.tensor = t;
+    return c;
+}
+
+/* Module M at PREFIX: its parameters, persistent buffers, then its children
+ * (torch's Module._save_to_state_dict and state_dict order). */
+static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
+{
+    ckpt_file *f = mw->f;
+    bool cycle = false;
+    for (size_t i = 0; i < mw->depth; i++)
+        cycle |= mw->path[i] == m;
+    if (mw->depth >= sizeof(mw->path) / sizeof(mw->path[0]) || cycle)
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                        "module tree nested more than %zu deep, or a module inside itself "
+                        "(at '%s')", sizeof(mw->path) / sizeof(mw->path[0]), prefix);
+    const ckpt_value *st = m->u.obj.state;
+    const ckpt_value *params = state_get(st, "_parameters"), *bufs = state_get(st, "_buffers"),
+                     *mods = state_get(st, "_modules"),
+                     *nonpersistent = ckpt_value_dict_get(st, "_non_persistent_buffers_set");
+    const char *cls = m->u.obj.callable->kind == CKPT_KIND_GLOBAL
+                          ? m->u.obj.callable->u.global.name : "?";
+    /* _metadata: every module visited, "" for the root */
+    size_t pl = strlen(prefix);
+    char *mpath = ckpt_arena_strndup(&f->arena, prefix, pl ? pl - 1 : 0);
+    ckpt_value *ver = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0),
+               *vnum = ckpt_value_new(&f->arena, CKPT_KIND_INT, 0);
+    if (!mpath || !ver || !vnum)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    vnum->u.i.v = class_version(mw, cls);
+    CKPT_FORWARD(sd_add(mw, ver, "", "version", vnum));
+    CKPT_FORWARD(sd_add(mw, mw->meta, "", mpath, ver));
+    static const char *const hooks[] = {"_state_dict_hooks", "_state_dict_pre_hooks"};
+    for (size_t i = 0; i < 2 && !mw->hooked[0]; i++) {
+        const ckpt_value *h = state_get(st, hooks[i]);
+        if (h && h->u.dict.keys.len)
+            snprintf(mw->hooked, sizeof(mw->hooked), "'%s' (%s)", pl ? mpath : "(root)", cls);
+    }
+    for (size_t i = 0; params && i < params->u.dict.keys.len; i++) {
+        ckpt_value *k = params->u.dict.keys.items[i], *v = params->u.dict.vals.items[i];
+        if (k->kind != CKPT_KIND_STR || v->kind != CKPT_KIND_TENSOR)
+            continue; /* None: not in the state dict */
+        ckpt_value *c = plain_tensor(f, v);
+        if (!c)
+            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        CKPT_FORWARD(sd_add(mw, mw->sd, prefix, k->u.s.s, c));
+    }
+    for (size_t i = 0; bufs && i < bufs->u.dict.keys.len; i++) {
+        ckpt_value *k = bufs->u.dict.keys.items[i], *v = bufs->u.dict.vals.items[i];
+        if (k->kind != CKPT_KIND_STR || v->kind != CKPT_KIND_TENSOR || in_set(nonpersistent, k))
+            continue;
+        ckpt_value *c = plain_tensor(f, v);
+        if (!c)
+            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        CKPT_FORWARD(sd_add(mw, mw->sd, prefix, k->u.s.s, c));
+    }
+    mw->path[mw->depth++] = m;
+    int rc = CKPT_OK;
+    for (size_t i = 0; mods && i < mods->u.dict.keys.len && rc == CKPT_OK; i++) {
+        ckpt_value *k = mods->u.dict.keys.items[i], *v = mods->u.dict.vals.items[i];
+        if (k->kind != CKPT_KIND_STR || v->kind != CKPT_KIND_OBJECT || !(v->flags & CKPT_VF_MODULE))
+            continue; /* None children; anything else is not a module torch would visit */
+        size_t kl = k->u.s.len;
+        char *sub = malloc(pl + kl + 2);
+        if (!sub) {
+            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            break;
+        }
+        memcpy(sub, prefix, pl);
+        memcpy(sub + pl, k->u.s.s, kl);
+        memcpy(sub + pl + kl, ".", 2);
+        rc = module_collect(mw, v, sub); /* a shared child: keys under every path */
+        free(sub);
+    }
+    mw->depth--;
+    return rc;
+}
+
+bool ckpt_value_is_module_sd(const ckpt_value *v)
+{
+    return v && v->kind == CKPT_KIND_DICT && (v->flags & CKPT_VF_MODULE_SD);
+}
+
+ckpt_value *ckpt_module_state_dict(ckpt_file *f, ckpt_value *module)
+{
+    if (module->u.obj.module_sd)
+        return module->u.obj.module_sd;
+    module_walk mw = {.f = f};
+    ckpt_value *state = ckpt_value_new(&f->arena, CKPT_KIND_DICT, module->offset);
+    mw.sd = ckpt_value_new(&f->arena, CKPT_KIND_DICT, module->offset);
+    mw.meta = ckpt_value_new(&f->arena, CKPT_KIND_DICT, module->offset);
+    if (!state || !mw.sd || !mw.meta) {
+        ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    mw.sd->flags |= CKPT_VF_ORDERED | CKPT_VF_MODULE_SD;
+    mw.meta->flags |= CKPT_VF_ORDERED;
+    if (module_collect(&mw, module, "") || sd_add(&mw, state, "", "_metadata", mw.meta))
+        return NULL;
+    mw.sd->u.dict.state = state; /* state_dict()'s _metadata attribute */
+    mw.sd->u.dict.module_class = module->u.obj.callable->kind == CKPT_KIND_GLOBAL
+                                     ? module->u.obj.callable->u.global.name : "?";
+    if (mw.hooked[0] &&
+        ckpt_file_notice_add(f, "module %s has a state-dict hook: torch's state_dict() may name "
+                                "its keys otherwise than the module tree does", mw.hooked) < 0)
+        return NULL;
+    if (mw.unknown_version[0] &&
+        ckpt_file_notice_add(f, "module tree: the _version of %s (and any class outside "
+                                "torch.nn) is not in the file; _metadata says 1",
+                             mw.unknown_version) < 0)
+        return NULL;
+    module->u.obj.module_sd = mw.sd;
+    return mw.sd;
 }
 
 static bool is_state_dict(const ckpt_value *d)
@@ -158,6 +357,12 @@ static int walk(walker *w, ckpt_value *v, size_t level, bool on_path)
         rc = walk_vec(w, &v->u.seq, level, false);
         break;
     case CKPT_KIND_OBJECT:
+        if (on_path && (v->flags & CKPT_VF_MODULE)) {
+            /* a module tree: seen as the state dict model.state_dict() gives */
+            ckpt_value *sd = ckpt_module_state_dict(f, v);
+            rc = sd ? walk(w, sd, level + 1, true) : f->err.code;
+            break;
+        }
         if (on_path)
             rc = list_add(w, &f->objects, v);
         if (!rc && v->u.obj.args)
@@ -200,6 +405,7 @@ static void unmark(ckpt_value *v)
             unmark(v->u.seq.items[i]);
         break;
     case CKPT_KIND_OBJECT:
+        unmark(v->u.obj.module_sd);
         unmark(v->u.obj.args);
         unmark(v->u.obj.kwargs);
         unmark(v->u.obj.state);
@@ -319,6 +525,17 @@ CKPT_API size_t ckpt_file_state_dict_count(const ckpt_file *f)
 CKPT_API const ckpt_value *ckpt_file_state_dict(const ckpt_file *f, size_t i, ckpt_path *path)
 {
     return list_get(f, &f->state_dicts, i, path);
+}
+
+CKPT_API const char *ckpt_file_state_dict_source(const ckpt_file *f, size_t i)
+{
+    const ckpt_value *v = list_get(f, &f->state_dicts, i, NULL);
+    return !v ? NULL : ckpt_value_is_module_sd(v) ? "module-tree" : "mapping";
+}
+
+CKPT_API const char *ckpt_file_state_dict_class(const ckpt_file *f, size_t i)
+{
+    return list_get(f, &f->state_dicts, i, NULL) ? f->state_dicts.items[i].module_class : NULL;
 }
 
 CKPT_API size_t ckpt_file_object_count(const ckpt_file *f)

@@ -44,6 +44,9 @@ int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, c
                 e.is_int = 1;
                 e.index = idx;
             }
+        } else if (v->kind == CKPT_KIND_OBJECT && (v->flags & CKPT_VF_MODULE) && v->u.obj.module_sd &&
+                   (next = (ckpt_value *)ckpt_value_dict_get(v->u.obj.module_sd, part))) {
+            e.key = ckpt_arena_strndup(&f->arena, part, strlen(part)); /* a module's key */
         } else if ((v->kind == CKPT_KIND_LIST || v->kind == CKPT_KIND_TUPLE) && numeric && idx >= 0 &&
                    (size_t)idx < v->u.seq.len) {
             next = v->u.seq.items[idx];
@@ -60,6 +63,9 @@ int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, c
     }
     free(copy);
     CKPT_FORWARD(rc);
+    if (v->kind == CKPT_KIND_OBJECT && (v->flags & CKPT_VF_MODULE) &&
+        !(v = ckpt_module_state_dict(f, v))) /* a module: its state_dict() */
+        return f->err.code;
     if (v->kind != CKPT_KIND_DICT)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT, "--select '%s' names %s %s, not a mapping", select,
                         strchr("aeiouAEIOU", ckpt_value_kind_name(v)[0]) ? "an" : "a",

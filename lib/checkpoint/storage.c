@@ -121,10 +121,14 @@ static ckpt_value *persistent_load(void *user, ckpt_value *pid, uint64_t offset,
     ckpt_value **a = pid->u.seq.items;
     size_t n = pid->u.seq.len;
     if (ckpt_value_is_str(a[0], "module")) {
-        ckpt_err(err, CKPT_ERR_UNSUPPORTED,
-                 "the file pickles a whole nn.Module with its source; only state dicts and "
-                 "plain data can be read safely");
-        return NULL;
+        /* the legacy format's first use of a module class: (tag, class, source
+         * file, source text); the class is what NEWOBJ instantiates */
+        if (n != 4 || a[1]->kind != CKPT_KIND_GLOBAL) {
+            ckpt_err(err, CKPT_ERR_FORMAT,
+                     "persistent id is not a ('module', class, file, source) tuple");
+            return NULL;
+        }
+        return a[1];
     }
     if (!ckpt_value_is_str(a[0], "storage") || (n != 5 && n != 6)) {
         ckpt_err(err, CKPT_ERR_FORMAT, "persistent id is not a ('storage', type, key, "

@@ -16,7 +16,10 @@ enum {
     CKPT_VF_BYTEARRAY = 1 << 1, /* BYTES came from BYTEARRAY8 */
     CKPT_VF_WALKING = 1 << 2,   /* on the walk's stack (cycle guard) */
     CKPT_VF_VISITED = 1 << 3,   /* already walked */
-    CKPT_VF_EMITTING = 1 << 4   /* the writer is inside it (cycle guard) */
+    CKPT_VF_EMITTING = 1 << 4,  /* the writer is inside it (cycle guard) */
+    CKPT_VF_MODULE = 1 << 5,    /* an OBJECT that is an nn.Module: NEWOBJ of a class and a
+                                 * BUILD of a dict with _parameters, _buffers, _modules */
+    CKPT_VF_MODULE_SD = 1 << 6  /* a DICT made from a module tree, not in the file */
 };
 
 /* How an OBJECT was built, so a writer can rebuild it the same way. */
@@ -54,11 +57,15 @@ struct ckpt_value {
         struct {
             ckpt_vec keys, vals;
             ckpt_value *state; /* BUILD state (OrderedDict's __dict__) */
+            const char *module_class; /* MODULE_SD: the class of the module it is of */
         } dict;
         struct {
             char *name;      /* "module.name" */
             uint16_t modlen; /* the module part is name[0..modlen) */
             uint8_t cls;     /* ckpt_global_class */
+            /* a REFUSED class is admitted only as the class of modules: every
+             * time it lands on the stack (refs) a NEWOBJ takes it (modules) */
+            uint32_t refs, modules;
         } global;
         struct {
             ckpt_value *callable; /* a GLOBAL */
@@ -68,6 +75,7 @@ struct ckpt_value {
             ckpt_vec listitems;   /* APPEND(S) on the object */
             ckpt_vec dictkeys, dictvals; /* SETITEM(S) on the object */
             uint8_t how;          /* ckpt_obj_how */
+            struct ckpt_value *module_sd; /* MODULE: its state dict, once made */
         } obj;
         struct ckpt_tensor *tensor;
         struct {

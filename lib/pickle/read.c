@@ -61,6 +61,13 @@ typedef struct vm {
     size_t nmarks, marks_cap;
     memo_slot *memo;
     size_t memo_count, memo_cap;
+    /* refused classes, admitted for now as possible module classes (the
+     * first one's offset names it if the pickle uses it otherwise), and
+     * objects of them still waiting for their module BUILD */
+    ckpt_value **pending;
+    uint64_t *pending_at;
+    size_t npending, pending_cap;
+    uint64_t unbuilt;
 } vm;
 
 static int fail(vm *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -161,6 +168,8 @@ static int push(vm *m, ckpt_value *v)
         m->stack_cap = cap;
     }
     m->stack[m->sp++] = v;
+    if (v->kind == CKPT_KIND_GLOBAL && v->u.global.cls == CKPT_GLOBAL_REFUSED)
+        v->u.global.refs++;
     return CKPT_OK;
 }
 
@@ -611,17 +620,73 @@ static int push_global(vm *m, const char *mod, size_t modlen, const char *name, 
     if (cls == CKPT_GLOBAL_REFUSED && ckpt_globals_dangerous(q))
         return fail(m, CKPT_ERR_UNSAFE,
                     "refused global '%s': it can run commands or code (never admitted)", q);
-    if (cls == CKPT_GLOBAL_REFUSED)
-        return fail(m, CKPT_ERR_UNSAFE,
-                    "refused global '%s' (not a state-dict or known data class; "
-                    "--allow-global %s admits it as an opaque object)", q, q);
     ckpt_value *v = node(m, CKPT_KIND_GLOBAL);
     if (!v)
         return oom(m);
     v->u.global.name = q;
     v->u.global.modlen = (uint16_t)l3;
     v->u.global.cls = (uint8_t)cls;
+    if (cls == CKPT_GLOBAL_REFUSED) {
+        /* maybe the class of nn.Modules (DESIGN.md: module trees need no
+         * flag); refused at STOP unless every use of it was one */
+        if (m->npending == m->pending_cap) {
+            size_t cap = m->pending_cap ? m->pending_cap * 2 : 16;
+            ckpt_value **p = realloc(m->pending, cap * sizeof(*p));
+            uint64_t *at = p ? realloc(m->pending_at, cap * sizeof(*at)) : NULL;
+            if (p)
+                m->pending = p;
+            if (!p || !at)
+                return oom(m);
+            m->pending_at = at;
+            m->pending_cap = cap;
+        }
+        m->pending_at[m->npending] = m->op_at;
+        m->pending[m->npending++] = v;
+    }
     return push(m, v);
+}
+
+static int refuse_global(vm *m, const char *q, uint64_t at)
+{
+    m->op_at = at;
+    return fail(m, CKPT_ERR_UNSAFE,
+                "refused global '%s' (not a state-dict or known data class, nor the class of "
+                "an nn.Module; --allow-global %s admits it as an opaque object)", q, q);
+}
+
+/* A refused class used as anything but the class of a module refuses the file. */
+static int refuse_use(vm *m, const ckpt_value *g)
+{
+    for (size_t i = 0; i < m->npending; i++)
+        if (m->pending[i] == g)
+            return refuse_global(m, g->u.global.name, m->pending_at[i]);
+    return refuse_global(m, g->u.global.name, m->op_at);
+}
+
+/* At STOP: every refused class went only into NEWOBJs, and every object of
+ * one got its module BUILD. */
+static int check_pending(vm *m)
+{
+    for (size_t i = 0; i < m->npending; i++) {
+        const ckpt_value *g = m->pending[i];
+        if (g->u.global.refs != g->u.global.modules || m->unbuilt)
+            return refuse_global(m, g->u.global.name, m->pending_at[i]);
+    }
+    return CKPT_OK;
+}
+
+/* A BUILD state that makes an object an nn.Module. */
+static bool module_state(const ckpt_value *st)
+{
+    int found = 0;
+    if (!st || st->kind != CKPT_KIND_DICT)
+        return false;
+    for (size_t i = 0; i < st->u.dict.keys.len; i++) {
+        const ckpt_value *k = st->u.dict.keys.items[i];
+        found |= (ckpt_value_is_str(k, "_parameters") << 0) | (ckpt_value_is_str(k, "_buffers") << 1) |
+                 (ckpt_value_is_str(k, "_modules") << 2);
+    }
+    return found == 7;
 }
 
 static int stack_global(vm *m)
@@ -792,6 +857,8 @@ static int dtype_arg(vm *m, const char *fn, const ckpt_value *v, ckpt_dtype *out
 {
     if (v->kind != CKPT_KIND_GLOBAL)
         return fail(m, CKPT_ERR_FORMAT, "%s: dtype argument is not a dtype", fn);
+    if (v->u.global.cls == CKPT_GLOBAL_REFUSED)
+        return refuse_use(m, v);
     *out = ckpt_dtype_from_name(v->u.global.name);
     if (ckpt_dtype_bits(*out) % 8) /* float6: safetensors only, no torch dtype */
         *out = CKPT_DTYPE_UNKNOWN;
@@ -1174,6 +1241,8 @@ static int op_reduce(vm *m)
         return fail(m, CKPT_ERR_FORMAT, "REDUCE arguments are a %s, not a tuple",
                     ckpt_kind_name((ckpt_kind)args->kind));
     const char *q = fn->u.global.name;
+    if (fn->u.global.cls == CKPT_GLOBAL_REFUSED && !m->ctx->scan)
+        return refuse_use(m, fn); /* a call: modules are made by NEWOBJ */
     if (m->ctx->scan) {
         m->ctx->on_use(m->ctx->user, q, m->op, m->op_at);
         if (strncmp(q, "torch._utils._rebuild_", 22) == 0)
@@ -1240,6 +1309,16 @@ static int op_build(vm *m)
         slot = &obj->u.dict.state;
     else if (obj->kind == CKPT_KIND_OBJECT)
         slot = &obj->u.obj.state;
+    if (obj->kind == CKPT_KIND_OBJECT && obj->u.obj.how == CKPT_OBJ_NEWOBJ &&
+        !obj->u.obj.state && module_state(state)) {
+        obj->flags |= CKPT_VF_MODULE;
+        const ckpt_value *cls = obj->u.obj.callable;
+        if (cls->kind == CKPT_KIND_GLOBAL && cls->u.global.cls == CKPT_GLOBAL_REFUSED)
+            m->unbuilt--;
+    } else if (obj->kind == CKPT_KIND_OBJECT && obj->u.obj.callable->kind == CKPT_KIND_GLOBAL &&
+               obj->u.obj.callable->u.global.cls == CKPT_GLOBAL_REFUSED) {
+        return refuse_use(m, obj->u.obj.callable); /* an object, but not a module */
+    }
     else if (obj->kind == CKPT_KIND_TENSOR) {
         /* a tensor's __setstate__ takes its attribute dict; anything else
          * makes torch.load fail, so it is not a checkpoint torch reads */
@@ -1310,11 +1389,22 @@ static int persistent(vm *m, ckpt_value *pid)
 {
     if (!m->ctx->persistent_load)
         return fail(m, CKPT_ERR_UNSUPPORTED, "persistent id outside a checkpoint");
+    /* a storage type the reader does not know is a refused class, as before
+     * modules were looked for */
+    if (pid->kind == CKPT_KIND_TUPLE && pid->u.seq.len >= 2 &&
+        !ckpt_value_is_str(pid->u.seq.items[0], "module") &&
+        pid->u.seq.items[1]->kind == CKPT_KIND_GLOBAL &&
+        pid->u.seq.items[1]->u.global.cls == CKPT_GLOBAL_REFUSED && !m->ctx->scan)
+        return refuse_use(m, pid->u.seq.items[1]);
     ckpt_error inner;
     ckpt_err_clear(&inner);
     ckpt_value *v = m->ctx->persistent_load(m->ctx->user, pid, m->op_at, &inner);
     if (!v)
         return fail(m, inner.code ? inner.code : CKPT_ERR_FORMAT, "%s", inner.msg);
+    /* a legacy ('module', cls, ...) id gives its class: the tuple's reference
+     * to a refused class goes with the tuple */
+    if (v->kind == CKPT_KIND_GLOBAL && v->u.global.cls == CKPT_GLOBAL_REFUSED && v->u.global.refs)
+        v->u.global.refs--;
     return push(m, v);
 }
 
@@ -1531,6 +1621,12 @@ static int step(vm *m, bool *stop)
         CKPT_FORWARD(pop(m, &a));
         if (a->kind != CKPT_KIND_GLOBAL || b->kind != CKPT_KIND_TUPLE)
             return fail(m, CKPT_ERR_FORMAT, "NEWOBJ needs a class and a tuple");
+        if (a->u.global.cls == CKPT_GLOBAL_REFUSED && !m->ctx->scan) {
+            if (b->u.seq.len) /* a module is made with cls.__new__(cls) */
+                return refuse_use(m, a);
+            a->u.global.modules++;
+            m->unbuilt++;
+        }
         return new_object(m, a, b, NULL, CKPT_OBJ_NEWOBJ);
     case OP_NEWOBJ_EX:
         CKPT_FORWARD(pop(m, &c));
@@ -1630,6 +1726,10 @@ int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_
         else
             *out = m.stack[m.sp - 1];
     }
+    if (rc == CKPT_OK)
+        rc = check_pending(&m);
+    free(m.pending);
+    free(m.pending_at);
     if (consumed)
         *consumed = m.pos;
     free(m.stack);

@@ -468,6 +468,15 @@ static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
 static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, const ckpt_rename *r,
                           unsigned flags, const ckpt_edit_report *rep)
 {
+    if (ckpt_value_is_module_sd(d)) {
+        char where[512];
+        ckpt_path_format(path, where, sizeof(where));
+        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                        "the state dict %s%s%s is a pickled module tree, whose names come from "
+                        "its modules: 'ckpt extract' writes it as a plain state dict, which "
+                        "this command then rewrites", path->len ? "'" : "",
+                        path->len ? where : "(root)", path->len ? "'" : "");
+    }
     size_t n = d->u.dict.keys.len, changed = 0;
     key_map m = {.new_keys = calloc(n ? n : 1, sizeof(char *)), .n = n};
     name_index idx = {0};
@@ -729,6 +738,44 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
     }
     free(keep);
     return CKPT_OK;
+}
+
+CKPT_API int ckpt_file_extract(ckpt_file *f, const char *select)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !f->root)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    if (select)
+        return ckpt_file_select(f, select);
+    const ckpt_walk_entry *pick = NULL;
+    for (size_t i = 0; i < f->state_dicts.len && !pick; i++)
+        if (f->state_dicts.items[i].value == f->root ||
+            ckpt_value_is_module_sd(f->state_dicts.items[i].value))
+            pick = &f->state_dicts.items[i];
+    if (!pick && f->state_dicts.len == 1)
+        pick = &f->state_dicts.items[0];
+    if (!pick) {
+        char names[400] = "";
+        size_t shown = 0;
+        for (size_t i = 0; i < f->state_dicts.len && shown < 8; i++, shown++) {
+            char p[128];
+            ckpt_path_format(&f->state_dicts.items[i].path, p, sizeof(p));
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s'%s'",
+                     i ? ", " : "", f->state_dicts.items[i].path.len ? p : "(root)");
+        }
+        if (f->state_dicts.len > shown)
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), " and %zu more",
+                     f->state_dicts.len - shown);
+        return ckpt_err(&f->err, CKPT_ERR_USAGE,
+                        f->state_dicts.len ? "which state dict? name it with --select (%s)"
+                                           : "no state dict or module tree to extract%s",
+                        names);
+    }
+    ckpt_value *old = f->root;
+    if (!f->file_root)
+        f->file_root = old;
+    f->root = (ckpt_value *)pick->value;
+    return ckpt_file_reindex(f, old);
 }
 
 CKPT_API int ckpt_file_select(ckpt_file *f, const char *select)

@@ -1,0 +1,64 @@
+/* cmd_extract.c - ckpt extract: one state dict out of a checkpoint (a training
+ * checkpoint's model, a pickled nn.Module's state_dict()) as a plain
+ * weights-only file that plain torch.load accepts. */
+#include "rewrite.h"
+
+#include <string.h>
+
+static const char usage[] =
+    "usage: ckpt extract [--select PATH] [--to pth|safetensors] [--dry-run] IN OUT\n"
+    "\n"
+    "Write one state dict of IN to OUT as a plain file of tensors: the one at\n"
+    "--select, else the model's (IN itself when it is a state dict, else the\n"
+    "first pickled nn.Module, else IN's only state dict).  A pickled module\n"
+    "(torch.save(model)) is read by its structure, never imported, and written\n"
+    "as model.state_dict() names it, so plain torch.load (weights-only) reads\n"
+    "OUT and load_state_dict(strict=True) takes it.\n"
+    "\n"
+    "  --select PATH   the mapping or module at PATH (keys joined by '/')\n"
+    "  --to FORMAT     pth (default) or safetensors (also for OUT.safetensors)\n"
+    "  --dry-run       say which state dict; write nothing\n"
+    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
+    "                  as for every command (ckpt --help)\n";
+
+enum { OPT_TO = CLI_OPT_FIRST_COMMAND_OPTION };
+
+typedef struct state {
+    ckpt_format to;
+} state;
+
+static int option(void *st, int opt, const char *arg)
+{
+    state *s = st;
+    if (opt != OPT_TO)
+        return 0;
+    if (strcmp(arg, "pth") == 0 || strcmp(arg, "pth-zip") == 0)
+        s->to = CKPT_FORMAT_PTH_ZIP;
+    else if (strcmp(arg, "safetensors") == 0)
+        s->to = CKPT_FORMAT_SAFETENSORS;
+    else {
+        cli_usage_error("extract", "--to: '%s' is not pth or safetensors", arg);
+        return -1;
+    }
+    return 1;
+}
+
+static int run(void *st, rewrite *rw)
+{
+    state *s = st;
+    rw->out_format = s->to ? s->to : ckpt_format_for_path(rw->out);
+    if (rw->out_format == CKPT_FORMAT_SHARDED)
+        return cli_usage_error(rw->cmd, "extract writes one file: pth or safetensors");
+    return rewrite_extract(rw);
+}
+
+int cmd_extract(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"to", required_argument, NULL, OPT_TO},
+        {NULL, 0, NULL, 0},
+    };
+    state st = {0};
+    rewrite_command c = {"extract", usage, ":", options, option, run, &st};
+    return rewrite_main(argc, argv, &c);
+}
