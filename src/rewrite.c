@@ -242,7 +242,10 @@ int rewrite_extract(rewrite *rw)
     int rc = cli_open(rw->cmd, rw->in, &rw->common, &f);
     if (rc != CLI_EXIT_OK)
         return rc;
+    size_t notes = ckpt_file_notice_count(f);
     int st = ckpt_file_extract(f, rw->select);
+    for (size_t i = notes; st == CKPT_OK && !rw->common.quiet && i < ckpt_file_notice_count(f); i++)
+        cli_error(rw->cmd, rw->in, "note: %s", ckpt_file_notice(f, i)); /* about the output */
     if (st != CKPT_OK) {
         cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
         rc = cli_exit_for(st);

@@ -244,10 +244,11 @@ ckpt_value *ckpt_module_state_dict(ckpt_file *f, ckpt_value *module)
                                 "its keys otherwise than the module tree does", mw.hooked) < 0)
         return NULL;
     if (mw.unknown_version[0] &&
-        ckpt_file_notice_add(f, "module tree: the _version of %s (and any class outside "
-                                "torch.nn) is not in the file; _metadata says 1",
-                             mw.unknown_version) < 0)
+        !(mw.sd->u.dict.unknown_version =
+              ckpt_arena_strndup(&f->arena, mw.unknown_version, strlen(mw.unknown_version)))) {
+        ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
         return NULL;
+    }
     module->u.obj.module_sd = mw.sd;
     return mw.sd;
 }

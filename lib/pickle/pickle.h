@@ -57,7 +57,8 @@ struct ckpt_value {
         struct {
             ckpt_vec keys, vals;
             ckpt_value *state; /* BUILD state (OrderedDict's __dict__) */
-            const char *module_class; /* MODULE_SD: the class of the module it is of */
+            const char *module_class; /* MODULE_SD: the class of the module it is of, */
+            const char *unknown_version; /* and one whose _version the file lacks */
         } dict;
         struct {
             char *name;      /* "module.name" */

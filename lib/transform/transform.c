@@ -740,13 +740,27 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
     return CKPT_OK;
 }
 
+/* What the _metadata of an extracted module tree cannot know. */
+static int note_versions(ckpt_file *f)
+{
+    const ckpt_value *sd = f->root;
+    if (ckpt_value_is_module_sd(sd) && sd->u.dict.unknown_version &&
+        ckpt_file_notice_add(f, "_metadata: the _version of %s (and of any class outside "
+                                "torch.nn) is not in the file: it says 1",
+                             sd->u.dict.unknown_version) < 0)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    return CKPT_OK;
+}
+
 CKPT_API int ckpt_file_extract(ckpt_file *f, const char *select)
 {
     if (!f || f->magic != CKPT_FILE_MAGIC || !f->root)
         return CKPT_ERR_USAGE;
     ckpt_err_clear(&f->err);
-    if (select)
-        return ckpt_file_select(f, select);
+    if (select) {
+        CKPT_FORWARD(ckpt_file_select(f, select));
+        return note_versions(f);
+    }
     const ckpt_walk_entry *pick = NULL;
     for (size_t i = 0; i < f->state_dicts.len && !pick; i++)
         if (f->state_dicts.items[i].value == f->root ||
@@ -775,7 +789,8 @@ CKPT_API int ckpt_file_extract(ckpt_file *f, const char *select)
     if (!f->file_root)
         f->file_root = old;
     f->root = (ckpt_value *)pick->value;
-    return ckpt_file_reindex(f, old);
+    CKPT_FORWARD(ckpt_file_reindex(f, old));
+    return note_versions(f);
 }
 
 CKPT_API int ckpt_file_select(ckpt_file *f, const char *select)

@@ -188,6 +188,29 @@ def big_endian_back(tmp):
     return errs
 
 
+@t.case('whole_mlp.pt, whole_dp.pt (torch.save(model)): listed and extracted as '
+        'model.state_dict() names them, _metadata included; the DataParallel one strips')
+def _():
+    for name in ('whole_mlp.pt', 'whole_dp.pt'):
+        want = MANIFEST[name]
+        src = os.path.join(DIR, name)
+        r = c.ckpt_expect(0, 'inspect', '--json', '--stats', src)
+        d = json.loads(r.stdout.decode())
+        assert [x['path'][-1] for x in d['tensors']] == want['keys'], (name, d['tensors'])
+        assert [x['crc32'] for x in d['tensors']] == want['crc32'], name
+        assert d['state_dicts'][0]['source'] == 'module-tree', d['state_dicts']
+        out = c.scratch(name + '.pth')
+        c.ckpt_expect(0, 'extract', '--quiet', src, out)
+        sd = torch.load(out, weights_only=True)  # a plain state dict: 1.13 too
+        assert list(sd) == want['keys'], list(sd)
+        assert {k: v['version'] for k, v in sd._metadata.items()} == want['metadata']
+    stripped = c.scratch('whole_stripped.pth')
+    c.ckpt_expect(0, 'strip-module', '--quiet', c.scratch('whole_dp.pt.pth'), stripped)
+    r = c.ckpt_expect(0, 'inspect', '--json', stripped)
+    keys = [x['path'][-1] for x in json.loads(r.stdout.decode())['tensors']]
+    assert keys == MANIFEST['whole_mlp.pt']['keys'], keys
+
+
 def loads_back(src, out, keys=None):
     """OUT, loaded by plain torch.load (and with mmap=True), holds the
     tensors of SRC (torch.load of it) bit for bit, under KEYS (new: old)."""
