@@ -35,7 +35,7 @@ cd "$srcdir"
 
 # every page, in the order they are checked; a missing one is a failure
 pages="man/ckpt.1 man/ckpt-inspect.1 man/ckpt-strip-module.1 man/ckpt-add-module.1
-man/ckpt-unwrap.1 man/ckpt-rename.1 man/ckpt-remap.1 man/ckpt-diff.1 man/ckpt-convert.1
+man/ckpt-unwrap.1 man/ckpt-rename.1 man/ckpt-remap.1 man/ckpt-diff.1 man/ckpt-convert.1 man/ckpt-extract.1
 man/ckpt-verify.1 man/ckpt-scan.1 man/libckpt.3"
 
 # the build tree: where the ckpt under test is, with libckpt.la and libtool
