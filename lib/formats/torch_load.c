@@ -519,16 +519,23 @@ static int stream_verdict(ckpt_torch_load *t, ckpt_torch which, const uint8_t *b
 
 /* Whether `ckpt convert` gives a file WHICH accepts: ckpt reads the file,
  * and the pickle it would write passes the same model. */
-static bool convert_fixes(ckpt_torch_load *t, ckpt_torch which, const char *path)
+static bool convert_fixes(ckpt_torch_load *t, ckpt_torch which, const char *path, bool extract)
 {
     ckpt_file *f = ckpt_file_new();
     if (!f)
         return false;
     bool ok = false;
+    const ckpt_value *what = NULL; /* extract: a pickled model's state dict, as it writes it */
     if (ckpt_file_open(f, path) == CKPT_OK && f->root) {
+        what = extract ? NULL : f->root;
+        for (size_t i = 0; extract && !what && i < ckpt_file_state_dict_count(f); i++)
+            if (strcmp(ckpt_file_state_dict_source(f, i), "module-tree") == 0)
+                what = ckpt_file_state_dict(f, i, NULL);
+    }
+    if (what) {
         ckpt_pickle_out out = {0};
         ckpt_error e = {0};
-        if (ckpt_pickle_write(&f->arena, f->nstorages, f->root, &out, &e) == CKPT_OK) {
+        if (ckpt_pickle_write(&f->arena, f->nstorages, what, &out, &e) == CKPT_OK) {
             ckpt_wo_ctx ctx = {.torch = which == CKPT_TORCH_1_13 ? CKPT_WO_1_13 : CKPT_WO_2_15,
                                .limits = t->limits, .pid_fields = 5};
             ckpt_wo_result r;
@@ -569,7 +576,13 @@ static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
                              "load it (ckpt scan shows what it would run)", v->refused[i]);
             return;
         }
-    if (convert_fixes(t, which, path)) {
+    if (convert_fixes(t, which, path, true)) {
+        v->fix = xprintf(t, "ckpt extract %s OUT.pth (ckpt reads the pickled model without "
+                         "importing its classes, and writes its state dict, which this torch "
+                         "accepts)", path);
+        return;
+    }
+    if (convert_fixes(t, which, path, false)) {
         v->fix = xprintf(t, "ckpt convert %s OUT.pth (ckpt reads it and writes a protocol-2 "
                          "pickle that this torch accepts)", path);
         return;
