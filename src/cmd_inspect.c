@@ -321,6 +321,7 @@ static int print_json(inspect *in)
         cJSON *js = cJSON_CreateObject();
         cJSON_AddItemToObject(js, "path", json_path(&p));
         cJSON_AddItemToObject(js, "tensors", cli_json_int((long long)ckpt_value_len(sd)));
+        cJSON_AddBoolToObject(js, "model", ckpt_file_state_dict_is_model(f, i));
         const char *w[16];
         size_t nw = ckpt_state_dict_wrappers(sd, w, 16);
         cJSON *jw = cJSON_AddArrayToObject(js, "wrappers");
@@ -419,6 +420,8 @@ static int print_text(inspect *in)
         size_t nw = ckpt_state_dict_wrappers(sd, w, 16);
         for (size_t k = 0; k < nw && k < 16; k++)
             printf("%s %s (%s)", k ? "," : ", wrapper prefix", w[k], wrapper_note(w[k]));
+        if (!ckpt_file_state_dict_is_model(f, i))
+            printf(" (not a model's: rewritten only when --select names it)");
         printf("\n");
     }
 

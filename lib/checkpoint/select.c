@@ -107,6 +107,56 @@ int ckpt_pick_state_dict(ckpt_file *f, const char *select, const ckpt_value **ou
                     f->state_dicts.len ? names : "none");
 }
 
+/* An optimizer's state_dict(): a mapping holding `state` (a mapping) and
+ * `param_groups` (a list). */
+static bool is_optimizer_state(const ckpt_value *v)
+{
+    const ckpt_value *st = ckpt_value_dict_get(v, "state");
+    const ckpt_value *pg = ckpt_value_dict_get(v, "param_groups");
+    return st && pg && st->kind == CKPT_KIND_DICT &&
+           (pg->kind == CKPT_KIND_LIST || pg->kind == CKPT_KIND_TUPLE);
+}
+
+bool ckpt_state_dict_is_model(const ckpt_file *f, const ckpt_path *path)
+{
+    /* the training loop's bookkeeping (Lightning's names): not a model's
+     * state even where its values are all tensors (best_k_models: path ->
+     * score) */
+    static const char *const bookkeeping[] = {"callbacks", "loops", "lr_schedulers",
+                                              "optimizer_states", "best_k_models"};
+    const ckpt_value *v = f->root;
+    for (size_t d = 0; v && d < path->len; d++) {
+        const ckpt_path_elem *e = &path->elems[d];
+        const ckpt_value *next = NULL;
+        if (v->kind == CKPT_KIND_DICT) {
+            if (is_optimizer_state(v))
+                return false;
+            if (!e->is_int)
+                for (size_t k = 0; k < sizeof(bookkeeping) / sizeof(bookkeeping[0]); k++)
+                    if (strcmp(e->key, bookkeeping[k]) == 0)
+                        return false;
+            for (size_t i = 0; i < v->u.dict.keys.len && !next; i++) {
+                const ckpt_value *k = v->u.dict.keys.items[i];
+                if (e->is_int ? k->kind == CKPT_KIND_INT && !k->u.i.big && k->u.i.v == e->index
+                              : k->kind == CKPT_KIND_STR && strcmp(k->u.s.s, e->key) == 0)
+                    next = v->u.dict.vals.items[i];
+            }
+        } else if ((v->kind == CKPT_KIND_LIST || v->kind == CKPT_KIND_TUPLE) && e->is_int &&
+                   e->index >= 0 && (uint64_t)e->index < v->u.seq.len) {
+            next = v->u.seq.items[e->index];
+        }
+        v = next;
+    }
+    return true;
+}
+
+CKPT_API int ckpt_file_state_dict_is_model(const ckpt_file *f, size_t i)
+{
+    if (!ckpt_file_valid(f) || i >= f->state_dicts.len)
+        return 0;
+    return ckpt_state_dict_is_model(f, &f->state_dicts.items[i].path);
+}
+
 bool ckpt_tensor_same_view(const ckpt_tensor *a, const ckpt_tensor *b)
 {
     if (a == b)
