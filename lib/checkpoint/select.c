@@ -94,12 +94,29 @@ int ckpt_pick_state_dict(ckpt_file *f, const char *select, const ckpt_value **ou
         *out = f->state_dicts.items[0].value;
         return CKPT_OK;
     }
-    char names[300] = "";
-    for (size_t i = 0; i < f->state_dicts.len && strlen(names) < 200; i++) {
+    /* the names, each cut at 120 bytes with a mark, the list cut with a
+     * count of those left out */
+    char names[400] = "";
+    size_t shown = 0;
+    for (size_t i = 0; i < f->state_dicts.len; i++) {
         char p[128];
-        ckpt_path_format(&f->state_dicts.items[i].path, p, sizeof(p));
-        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s'%s'", i ? ", " : "",
+        size_t need = ckpt_path_format(&f->state_dicts.items[i].path, p, sizeof(p));
+        if (need >= 120) {
+            size_t cut = 117;
+            while (cut && ((unsigned char)p[cut] & 0xC0) == 0x80)
+                cut--; /* never inside a UTF-8 sequence */
+            memcpy(p + cut, "\xe2\x80\xa6", 4); /* "…" and the NUL */
+        }
+        size_t len = strlen(names);
+        if (len + strlen(p) + 4 > 300)
+            break;
+        snprintf(names + len, sizeof(names) - len, "%s'%s'", i ? ", " : "",
                  f->state_dicts.items[i].path.len ? p : "(root)");
+        shown++;
+    }
+    if (shown < f->state_dicts.len) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof(names) - len, " (and %zu more)", f->state_dicts.len - shown);
     }
     return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
                     "safetensors holds tensors only and this file holds more (epoch, optimizer "
