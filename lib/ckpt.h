@@ -493,6 +493,11 @@ CKPT_API const ckpt_value *ckpt_file_state_dict(const ckpt_file *f, size_t i, ck
 CKPT_API const char *ckpt_file_state_dict_source(const ckpt_file *f, size_t i);
 /* The class of a module tree's root module ("mymods.Net"); NULL for a mapping. */
 CKPT_API const char *ckpt_file_state_dict_class(const ckpt_file *f, size_t i);
+/* 1 when state dict I is a model's: not inside an optimizer's state dict
+ * (a mapping holding `state` and `param_groups`: its per-parameter state),
+ * nor under Lightning's callbacks, loops, lr_schedulers, optimizer_states
+ * or best_k_models.  Key rewrites without a selection touch these only. */
+CKPT_API int ckpt_file_state_dict_is_model(const ckpt_file *f, size_t i);
 
 /* Opaque objects and globals (known data and admitted unknowns), with paths. */
 CKPT_API size_t ckpt_file_object_count(const ckpt_file *f);

@@ -12,15 +12,17 @@
 #include <unistd.h>
 
 static const char diff_usage[] =
-    "usage: ckpt diff [--atol A] [--rtol R] [--keys-only] [--normalize] [--json] A B\n"
+    "usage: ckpt diff [--atol A] [--rtol R] [--keys-only] [--normalize] [--select PATH] [--json] A B\n"
     "\n"
     "Compare two checkpoints of any format: keys missing from B and unexpected in\n"
     "B (in the words of torch's load_state_dict, A being the model and B the\n"
     "checkpoint loaded into it), shape and dtype mismatches, and the values of\n"
     "every common tensor (max absolute and relative difference, elements that\n"
-    "differ, the first one).  A file with one state dict is compared by its\n"
-    "keys; any other by the path of every tensor.  Exit 0 when they are equal\n"
-    "within the tolerance, 1 when they differ.\n"
+    "differ, the first one).  A file with one state dict (or the one --select\n"
+    "names) is compared by its keys, and its other tensors (lists, nested\n"
+    "containers) by their paths when both files hold the state dict at the same\n"
+    "path; any other by the path of every tensor.  Exit 0 when they are equal\n"
+    "within the tolerance, 1 when they differ or when nothing was compared.\n"
     "\n"
     "  --atol A               absolute tolerance (default 0: exact)\n"
     "  --rtol R               relative tolerance, of |b| (default 0); equal when\n"
@@ -28,6 +30,8 @@ static const char diff_usage[] =
     "  --keys-only            compare keys, shapes and dtypes; read no data\n"
     "  --normalize            unwrap module., _orig_mod., ... of both sides' keys\n"
     "                         first (as ckpt unwrap does)\n"
+    "  --select PATH          compare the state dict at PATH of each file (keys\n"
+    "                         joined by '/')\n"
     "  --json                 print a JSON document (ckpt-diff(1))\n"
     "  --allow-global M.NAME  admit this global as an opaque object (repeatable)\n"
     "  --allow-unknown        admit every unknown global as an opaque object\n"
@@ -35,7 +39,8 @@ static const char diff_usage[] =
     "  --quiet                print nothing but errors; the exit status tells\n"
     "  --help                 this text\n";
 
-enum { OPT_ATOL = CLI_OPT_FIRST_COMMAND_OPTION, OPT_RTOL, OPT_KEYS_ONLY, OPT_NORMALIZE, OPT_JSON };
+enum { OPT_ATOL = CLI_OPT_FIRST_COMMAND_OPTION, OPT_RTOL, OPT_KEYS_ONLY, OPT_NORMALIZE, OPT_JSON,
+       OPT_SELECT };
 
 /* One tensor of one side, under the key it is compared by. */
 typedef struct entry {
@@ -51,6 +56,9 @@ typedef struct side {
     ckpt_file *f;
     bool by_path;           /* every tensor by its path (not one state dict) */
     ckpt_path sd_path;      /* the state dict's, when !by_path */
+    const ckpt_value *sd;   /* that state dict */
+    size_t rest;            /* tensors outside it compared by path */
+    size_t unreached;       /* storages no listed tensor uses (opaque objects' state) */
     entry *e;
     size_t n;
     size_t *sorted;         /* indices of e by key */
@@ -69,6 +77,7 @@ typedef struct diff {
     side s[2];
     double atol, rtol;
     bool keys_only, normalize, json, quiet;
+    const char *select;
     ckpt_rename *rules;
     pair *p;
     size_t np;
@@ -146,26 +155,86 @@ static void push(side *s, size_t *cap, char *orig, char *key, const ckpt_tensor 
     s->e[s->n++] = (entry){key, orig, t, NO_MATCH};
 }
 
-/* The tensors of one side: its state dict when it has exactly one, else
- * every tensor by its path. */
-static void collect(diff *d, side *s)
+/* Pick a side's state dict: the one --select names, else the only one.
+ * CLI_EXIT_BAD_INPUT when --select names none. */
+static int pick(diff *d, side *s)
+{
+    size_t n = ckpt_file_state_dict_count(s->f);
+    s->by_path = true;
+    for (size_t i = 0; i < n; i++) {
+        ckpt_path p;
+        const ckpt_value *sd = ckpt_file_state_dict(s->f, i, &p);
+        char *ps = path_string(&p);
+        bool hit = d->select ? strcmp(ps, d->select) == 0 : n == 1;
+        free(ps);
+        if (hit) {
+            s->by_path = false;
+            s->sd = sd;
+            s->sd_path = p;
+            return CLI_EXIT_OK;
+        }
+    }
+    if (d->select) {
+        cli_error("diff", s->file, "--select '%s' names no state dict of this file (%zu state "
+                  "dict%s; ckpt inspect lists them)", d->select, n, n == 1 ? "" : "s");
+        return CLI_EXIT_BAD_INPUT;
+    }
+    return CLI_EXIT_OK;
+}
+
+static bool under(const ckpt_path *p, const ckpt_path *prefix)
+{
+    if (p->len < prefix->len)
+        return false;
+    for (size_t i = 0; i < prefix->len; i++) {
+        const ckpt_path_elem *x = &p->elems[i], *y = &prefix->elems[i];
+        if (x->is_int != y->is_int || (x->is_int ? x->index != y->index : strcmp(x->key, y->key)))
+            return false;
+    }
+    return true;
+}
+
+static bool same_path(const ckpt_path *a, const ckpt_path *b)
+{
+    return a->len == b->len && under(a, b);
+}
+
+/* The tensors of one side: its state dict by key (and, with REST, every
+ * tensor outside it by path), else every tensor by its path. */
+static void collect(diff *d, side *s, bool rest)
 {
     size_t cap = 0;
-    s->by_path = ckpt_file_state_dict_count(s->f) != 1;
     if (!s->by_path) {
-        const ckpt_value *sd = ckpt_file_state_dict(s->f, 0, &s->sd_path);
+        const ckpt_value *sd = s->sd;
         for (size_t i = 0; i < ckpt_value_len(sd); i++) {
             const char *k = ckpt_value_str(ckpt_value_dict_key(sd, i), NULL);
             const ckpt_tensor *t = ckpt_value_tensor(ckpt_value_dict_value(sd, i));
             push(s, &cap, xstrdup(k), d->normalize ? normalized(d, k) : xstrdup(k), t);
         }
-        return;
     }
-    for (size_t i = 0; i < ckpt_file_tensor_count(s->f); i++) {
+    for (size_t i = 0; i < ckpt_file_tensor_count(s->f) && (s->by_path || rest); i++) {
         ckpt_path p;
         const ckpt_tensor *t = ckpt_file_tensor(s->f, i, &p);
+        if (!s->by_path && under(&p, &s->sd_path) && p.len == s->sd_path.len + 1)
+            continue; /* the state dict's own */
         push(s, &cap, path_string(&p), d->normalize ? normalized_path(d, &p) : path_string(&p), t);
+        s->rest += !s->by_path;
     }
+    /* storages that no listed tensor uses: inside opaque objects */
+    size_t ns = ckpt_file_storage_count(s->f);
+    unsigned char *used = calloc(ns ? ns : 1, 1);
+    if (!used) {
+        cli_error("diff", s->file, "out of memory");
+        exit(CLI_EXIT_IO);
+    }
+    for (size_t i = 0; i < ckpt_file_tensor_count(s->f); i++) {
+        const ckpt_storage *st = ckpt_tensor_storage(ckpt_file_tensor(s->f, i, NULL));
+        if (st && ckpt_storage_index(st) < ns)
+            used[ckpt_storage_index(st)] = 1;
+    }
+    for (size_t i = 0; i < ns; i++)
+        s->unreached += !used[i];
+    free(used);
 }
 
 static const side *sort_side; /* qsort has no user pointer */
@@ -319,7 +388,21 @@ static int compare_all(diff *d)
 
 static bool all_equal(const diff *d)
 {
-    return !d->missing && !d->unexpected && !d->differ;
+    return d->np && !d->missing && !d->unexpected && !d->differ;
+}
+
+/* Why a diff that found no difference still is not "equal", else NULL. */
+static const char *not_equal_reason(const diff *d, char *buf, size_t cap)
+{
+    if (d->np || d->missing || d->unexpected)
+        return NULL; /* compared, or different already */
+    const side *a = &d->s[0], *b = &d->s[1];
+    int n = snprintf(buf, cap, "nothing compared: no tensor of A has a counterpart in B "
+                     "(A: %zu tensors, B: %zu)", a->n, b->n);
+    if (n >= 0 && (size_t)n < cap && (a->unreached || b->unreached))
+        snprintf(buf + n, cap - (size_t)n, "; storages inside opaque objects, which diff does not "
+                 "reach: %zu in A, %zu in B", a->unreached, b->unreached);
+    return buf;
 }
 
 /* ---- text output --------------------------------------------------------------- */
@@ -478,7 +561,10 @@ static void print_source(const char *label, const side *s)
                ckpt_file_state_dict_count(s->f), s->n);
     } else {
         char *p = path_string(&s->sd_path);
-        printf("state dict %s (%zu tensors)\n", s->sd_path.len ? p : "(root)", s->n);
+        printf("state dict %s (%zu tensors)", s->sd_path.len ? p : "(root)", s->n - s->rest);
+        if (s->rest)
+            printf(", and %zu other tensor%s by path", s->rest, s->rest == 1 ? "" : "s");
+        printf("\n");
         free(p);
     }
 }
@@ -558,6 +644,12 @@ static void print_text(diff *d)
     if (d->size_mismatch)
         printf(" (%zu size mismatch%s)", d->size_mismatch, d->size_mismatch == 1 ? "" : "es");
     printf("; %zu missing, %zu unexpected\n", d->missing, d->unexpected);
+    if (a->unreached || b->unreached)
+        printf("not compared: storages inside opaque objects (%zu in A, %zu in B)\n",
+               a->unreached, b->unreached);
+    char why[300];
+    if (not_equal_reason(d, why, sizeof(why)))
+        printf("not equal: %s\n", why);
 }
 
 /* ---- JSON output --------------------------------------------------------------- */
@@ -630,6 +722,12 @@ static int print_json(diff *d)
     cJSON_AddBoolToObject(root, "keys_only", d->keys_only);
     cJSON_AddBoolToObject(root, "normalize", d->normalize);
     cJSON_AddBoolToObject(root, "equal", all_equal(d));
+    char why[300];
+    const char *reason = not_equal_reason(d, why, sizeof(why));
+    if (reason)
+        cJSON_AddStringToObject(root, "reason", reason);
+    else
+        cJSON_AddNullToObject(root, "reason");
 
     cJSON *missing = cJSON_AddArrayToObject(root, "missing");
     for (size_t i = 0; i < a->n; i++)
@@ -696,6 +794,8 @@ static int print_json(diff *d)
     cJSON_AddItemToObject(sum, "unexpected", cli_json_int((long long)d->unexpected));
     cJSON_AddItemToObject(sum, "size_mismatch", cli_json_int((long long)d->size_mismatch));
     cJSON_AddItemToObject(sum, "dtype_mismatch", cli_json_int((long long)d->dtype_mismatch));
+    cJSON_AddItemToObject(sum, "a_unreached_storages", cli_json_int((long long)a->unreached));
+    cJSON_AddItemToObject(sum, "b_unreached_storages", cli_json_int((long long)b->unreached));
 
     int rc = CLI_EXIT_OK;
     char *text = cJSON_Print(root);
@@ -744,6 +844,7 @@ int cmd_diff(int argc, char **argv)
         {"keys-only", no_argument, NULL, OPT_KEYS_ONLY},
         {"normalize", no_argument, NULL, OPT_NORMALIZE},
         {"json", no_argument, NULL, OPT_JSON},
+        {"select", required_argument, NULL, OPT_SELECT},
         CLI_COMMON_LONG_OPTIONS,
         {NULL, 0, NULL, 0},
     };
@@ -776,6 +877,7 @@ int cmd_diff(int argc, char **argv)
         case OPT_KEYS_ONLY: d.keys_only = true; break;
         case OPT_NORMALIZE: d.normalize = true; break;
         case OPT_JSON: d.json = true; break;
+        case OPT_SELECT: d.select = optarg; break;
         case CLI_OPT_HELP:
             fputs(diff_usage, stdout);
             goto out;
@@ -807,8 +909,14 @@ int cmd_diff(int argc, char **argv)
     for (int i = 0; i < 2; i++)
         if ((rc = cli_open("diff", d.s[i].file, &common, &d.s[i].f)) != CLI_EXIT_OK)
             goto out;
+    for (int i = 0; i < 2; i++)
+        if ((rc = pick(&d, &d.s[i])) != CLI_EXIT_OK)
+            goto out;
+    /* the tensors beside the state dicts, by path, when both files hold
+     * their state dict at the same place (the same kind of file) */
+    bool rest = !d.s[0].by_path && !d.s[1].by_path && same_path(&d.s[0].sd_path, &d.s[1].sd_path);
     for (int i = 0; i < 2; i++) {
-        collect(&d, &d.s[i]);
+        collect(&d, &d.s[i], rest);
         if ((rc = index_side(&d.s[i])) != CLI_EXIT_OK)
             goto out;
     }

@@ -324,6 +324,7 @@ static int print_json(inspect *in)
         cJSON_AddStringToObject(js, "source", ckpt_file_state_dict_source(f, i));
         if (ckpt_file_state_dict_class(f, i))
             cJSON_AddStringToObject(js, "class", ckpt_file_state_dict_class(f, i));
+        cJSON_AddBoolToObject(js, "model", ckpt_file_state_dict_is_model(f, i));
         const char *w[16];
         size_t nw = ckpt_state_dict_wrappers(sd, w, 16);
         cJSON *jw = cJSON_AddArrayToObject(js, "wrappers");
@@ -426,6 +427,8 @@ static int print_text(inspect *in)
         size_t nw = ckpt_state_dict_wrappers(sd, w, 16);
         for (size_t k = 0; k < nw && k < 16; k++)
             printf("%s %s (%s)", k ? "," : ", wrapper prefix", w[k], wrapper_note(w[k]));
+        if (!ckpt_file_state_dict_is_model(f, i))
+            printf(" (not a model's: rewritten only when --select names it)");
         printf("\n");
     }
 

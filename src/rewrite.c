@@ -189,6 +189,13 @@ int rewrite_keys(rewrite *rw, const ckpt_rename *rules)
     if (st != CKPT_OK) {
         cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
         rc = cli_exit_for(st);
+    } else if (!rw->any_state_dict && ckpt_file_state_dict_count(f)) {
+        cli_error(rw->cmd, rw->in,
+                  "no model state dict: the %zu state dict%s found %s an optimizer's state or "
+                  "training-loop bookkeeping, rewritten only when named; name one with --select",
+                  ckpt_file_state_dict_count(f), ckpt_file_state_dict_count(f) == 1 ? "" : "s",
+                  ckpt_file_state_dict_count(f) == 1 ? "is" : "are");
+        rc = CLI_EXIT_BAD_INPUT;
     } else if (!rw->any_state_dict) {
         cli_error(rw->cmd, rw->in,
                   "no state dict found (no mapping whose values are all tensors); "

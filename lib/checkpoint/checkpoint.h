@@ -150,6 +150,12 @@ void ckpt_tensor_gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst);
 
 /* ---- choosing what to write (checkpoint/select.c) ----------------------------- */
 
+/* A model state dict (DESIGN.md "State dicts"): not inside an optimizer's
+ * state dict (a mapping with `state` and `param_groups`), nor under
+ * Lightning's callbacks, loops, lr_schedulers, optimizer_states or
+ * best_k_models.  What key rewrites touch without --select. */
+bool ckpt_state_dict_is_model(const ckpt_file *f, const ckpt_path *path);
+
 /* The mapping at SELECT ("a/b/0"); errors name what is missing. */
 int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, ckpt_path *path);
 /* The mapping a tensors-only format writes: SELECT, the root when it is all

@@ -100,17 +100,84 @@ int ckpt_pick_state_dict(ckpt_file *f, const char *select, const ckpt_value **ou
         *out = f->state_dicts.items[0].value;
         return CKPT_OK;
     }
-    char names[300] = "";
-    for (size_t i = 0; i < f->state_dicts.len && strlen(names) < 200; i++) {
+    /* the names, each cut at 120 bytes with a mark, the list cut with a
+     * count of those left out */
+    char names[400] = "";
+    size_t shown = 0;
+    for (size_t i = 0; i < f->state_dicts.len; i++) {
         char p[128];
-        ckpt_path_format(&f->state_dicts.items[i].path, p, sizeof(p));
-        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s'%s'", i ? ", " : "",
+        size_t need = ckpt_path_format(&f->state_dicts.items[i].path, p, sizeof(p));
+        if (need >= 120) {
+            size_t cut = 117;
+            while (cut && ((unsigned char)p[cut] & 0xC0) == 0x80)
+                cut--; /* never inside a UTF-8 sequence */
+            memcpy(p + cut, "\xe2\x80\xa6", 4); /* "…" and the NUL */
+        }
+        size_t len = strlen(names);
+        if (len + strlen(p) + 4 > 300)
+            break;
+        snprintf(names + len, sizeof(names) - len, "%s'%s'", i ? ", " : "",
                  f->state_dicts.items[i].path.len ? p : "(root)");
+        shown++;
+    }
+    if (shown < f->state_dicts.len) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof(names) - len, " (and %zu more)", f->state_dicts.len - shown);
     }
     return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
                     "safetensors holds tensors only and this file holds more (epoch, optimizer "
                     "state, ...); name the state dict to write with --select (state dicts: %s)",
                     f->state_dicts.len ? names : "none");
+}
+
+/* An optimizer's state_dict(): a mapping holding `state` (a mapping) and
+ * `param_groups` (a list). */
+static bool is_optimizer_state(const ckpt_value *v)
+{
+    const ckpt_value *st = ckpt_value_dict_get(v, "state");
+    const ckpt_value *pg = ckpt_value_dict_get(v, "param_groups");
+    return st && pg && st->kind == CKPT_KIND_DICT &&
+           (pg->kind == CKPT_KIND_LIST || pg->kind == CKPT_KIND_TUPLE);
+}
+
+bool ckpt_state_dict_is_model(const ckpt_file *f, const ckpt_path *path)
+{
+    /* the training loop's bookkeeping (Lightning's names): not a model's
+     * state even where its values are all tensors (best_k_models: path ->
+     * score) */
+    static const char *const bookkeeping[] = {"callbacks", "loops", "lr_schedulers",
+                                              "optimizer_states", "best_k_models"};
+    const ckpt_value *v = f->root;
+    for (size_t d = 0; v && d < path->len; d++) {
+        const ckpt_path_elem *e = &path->elems[d];
+        const ckpt_value *next = NULL;
+        if (v->kind == CKPT_KIND_DICT) {
+            if (is_optimizer_state(v))
+                return false;
+            if (!e->is_int)
+                for (size_t k = 0; k < sizeof(bookkeeping) / sizeof(bookkeeping[0]); k++)
+                    if (strcmp(e->key, bookkeeping[k]) == 0)
+                        return false;
+            for (size_t i = 0; i < v->u.dict.keys.len && !next; i++) {
+                const ckpt_value *k = v->u.dict.keys.items[i];
+                if (e->is_int ? k->kind == CKPT_KIND_INT && !k->u.i.big && k->u.i.v == e->index
+                              : k->kind == CKPT_KIND_STR && strcmp(k->u.s.s, e->key) == 0)
+                    next = v->u.dict.vals.items[i];
+            }
+        } else if ((v->kind == CKPT_KIND_LIST || v->kind == CKPT_KIND_TUPLE) && e->is_int &&
+                   e->index >= 0 && (uint64_t)e->index < v->u.seq.len) {
+            next = v->u.seq.items[e->index];
+        }
+        v = next;
+    }
+    return true;
+}
+
+CKPT_API int ckpt_file_state_dict_is_model(const ckpt_file *f, size_t i)
+{
+    if (!ckpt_file_valid(f) || i >= f->state_dicts.len)
+        return 0;
+    return ckpt_state_dict_is_model(f, &f->state_dicts.items[i].path);
 }
 
 bool ckpt_tensor_same_view(const ckpt_tensor *a, const ckpt_tensor *b)

@@ -161,8 +161,16 @@ const char *ckpt_kind_name(ckpt_kind kind);
 ckpt_global_class ckpt_globals_builtin_class(const char *qualified_name);
 /* Globals that run commands or code: never admitted, whatever the options. */
 bool ckpt_globals_dangerous(const char *qualified_name);
-/* Python 2 module names as pickle's fix_imports maps them ("__builtin__"). */
-const char *ckpt_globals_py3_module(const char *module);
+/* Python 2 names as pickle's fix_imports maps them in a protocol < 3 stream
+ * (_compat_pickle's NAME_MAPPING, else IMPORT_MAPPING: __builtin__.xrange ->
+ * builtins.range); true when renamed.  The results are static or the input. */
+bool ckpt_globals_py3_name(const char *mod, const char *name, const char **mod3,
+                           const char **name3);
+/* The spelling a protocol-2 stream gives MOD.NAME so that it reads back as
+ * that name (builtins.range -> __builtin__.xrange, as Python's pickler
+ * writes it); false when no spelling does. */
+bool ckpt_globals_py2_name(const char *mod, const char *name, const char **mod2,
+                           const char **name2);
 /* "FloatStorage" (with or without "torch." / "torch.cuda.") -> dtype. */
 ckpt_dtype ckpt_storage_type_dtype(const char *qualified_name, const char **short_name);
 

@@ -68,6 +68,7 @@ typedef struct vm {
     uint64_t *pending_at;
     size_t npending, pending_cap;
     uint64_t unbuilt;
+    int proto; /* the stream's PROTO (0 before one): Python 2 names map below 3 */
 } vm;
 
 static int fail(vm *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -598,19 +599,26 @@ static int push_global(vm *m, const char *mod, size_t modlen, const char *name, 
 {
     if (!modlen || !namelen || memchr(mod, 0, modlen) || memchr(name, 0, namelen))
         return fail(m, CKPT_ERR_FORMAT, "GLOBAL with an empty or invalid name");
-    char modbuf[256];
-    if (modlen >= sizeof(modbuf) || namelen >= 256)
+    char modbuf[256], namebuf[256];
+    if (modlen >= sizeof(modbuf) || namelen >= sizeof(namebuf))
         return fail(m, CKPT_ERR_FORMAT, "GLOBAL name longer than 255 bytes");
     memcpy(modbuf, mod, modlen);
     modbuf[modlen] = '\0';
-    const char *mod3 = ckpt_globals_py3_module(modbuf);
-    size_t l3 = strlen(mod3);
-    char *q = ckpt_arena_alloc(m->a, l3 + 1 + namelen + 1);
+    memcpy(namebuf, name, namelen);
+    namebuf[namelen] = '\0';
+    /* pickle's fix_imports: Python 2 names (__builtin__.xrange, as Python 3's
+     * protocol-2 pickler writes range) read as their Python 3 names, exactly
+     * when the stream's protocol is below 3 */
+    const char *mod3 = modbuf, *name3 = namebuf;
+    if (m->proto < 3)
+        ckpt_globals_py3_name(modbuf, namebuf, &mod3, &name3);
+    size_t l3 = strlen(mod3), n3 = strlen(name3);
+    char *q = ckpt_arena_alloc(m->a, l3 + 1 + n3 + 1);
     if (!q)
         return oom(m);
     memcpy(q, mod3, l3);
     q[l3] = '.';
-    memcpy(q + l3 + 1, name, namelen);
+    memcpy(q + l3 + 1, name3, n3);
     ckpt_global_class cls = m->ctx->classify(m->ctx->user, q);
     if (m->ctx->scan) {
         m->ctx->on_global(m->ctx->user, q, cls, m->op, m->op_at);
@@ -1426,6 +1434,7 @@ static int step(vm *m, bool *stop)
         if (u > 5)
             return fail(m, CKPT_ERR_UNSUPPORTED, "pickle protocol %llu (at most 5)",
                         (unsigned long long)u);
+        m->proto = (int)u;
         return CKPT_OK;
     case OP_FRAME:
         CKPT_FORWARD(take_le(m, 8, &u));

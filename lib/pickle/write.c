@@ -224,15 +224,20 @@ static int emit_global2(writer *w, const char *mod, size_t modlen, const char *n
     memo_entry *e = memo_find(w, &probe);
     if (e)
         return emit_get(w, e->index);
-    const char *m = mod;
-    size_t ml = modlen;
-    if (ml == 8 && memcmp(mod, "builtins", 8) == 0) {
-        m = "__builtin__";
-        ml = 11;
-    } else if (ml == 7 && memcmp(mod, "copyreg", 7) == 0) {
-        m = "copy_reg";
-        ml = 8;
-    }
+    /* spelled as Python 3's protocol-2 pickler spells it (fix_imports:
+     * builtins.range -> __builtin__.xrange), so that it reads back as itself */
+    char mod0[300];
+    if (modlen >= sizeof(mod0))
+        return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "global name too long");
+    memcpy(mod0, mod, modlen);
+    mod0[modlen] = '\0';
+    const char *m, *name2;
+    if (!ckpt_globals_py2_name(mod0, name, &m, &name2))
+        return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED,
+                        "global '%s.%s' has no protocol-2 spelling that reads back as itself",
+                        mod0, name);
+    name = name2;
+    size_t ml = strlen(m);
     CKPT_FORWARD(op(w, 'c'));
     CKPT_FORWARD(put(w, m, ml));
     CKPT_FORWARD(op(w, '\n'));

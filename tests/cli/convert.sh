@@ -259,7 +259,7 @@ expect_exit 0 ckpt convert --select model_state_dict "$data/train_ckpt.pth" trai
 expect_wrote train_model.pth pth-zip 4 4
 inspect_json train_model.pth
 json_expect '[t["path"] for t in d["tensors"]]' "$dp_keys"
-json_expect 'd["state_dicts"]' '[{"path": [], "source": "mapping", "tensors": 4, "wrappers": ["module."]}]'
+json_expect 'd["state_dicts"]' '[{"model": true, "path": [], "source": "mapping", "tensors": 4, "wrappers": ["module."]}]'
 json_expect 'd["objects"]' '[]'
 same_data train.safetensors train_model.pth
 note "the values are those of model_state_dict in train_ckpt.pth"

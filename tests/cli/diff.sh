@@ -173,13 +173,14 @@ if have_python; then
     json_valid
     json_expect 'sorted(d)' '["a", "a_format", "a_state_dict", "atol", "b", "b_format",
         "b_state_dict", "dtype_mismatch", "equal", "keys_only", "missing", "normalize",
-        "rtol", "size_mismatch", "summary", "tensors", "unexpected"]'
+        "reason", "rtol", "size_mismatch", "summary", "tensors", "unexpected"]'
     json_expect '[d["a"], d["b"], d["a_format"], d["a_state_dict"], d["equal"]]' \
         "[\"$data/mlp.pth\", \"$data/dp_mlp.pth\", \"pth-zip\", [], false]"
     json_expect 'd["missing"]' '["n.1.weight", "n.1.bias", "n.3.weight", "n.3.bias"]'
     json_expect 'd["unexpected"]' '["module.n.1.weight", "module.n.1.bias", "module.n.3.weight", "module.n.3.bias"]'
     json_expect 'd["summary"]' '{"compared": 0, "equal": 0, "differ": 0, "missing": 4,
-        "unexpected": 4, "size_mismatch": 0, "dtype_mismatch": 0}'
+        "unexpected": 4, "size_mismatch": 0, "dtype_mismatch": 0,
+        "a_unreached_storages": 0, "b_unreached_storages": 0}'
 
     expect_clean 1 --json "$data/bn.pth" "$w/swapped.pth"
     json_expect 'sorted(d["tensors"][0])' '["compared_as", "count", "equal", "first_a", "first_b",
@@ -334,16 +335,63 @@ expect_clean 0 "$data/train_ckpt.pth" "$data/train_ckpt.pth"
 say "ckpt diff --help, and the options of --help are those of the man page"
 expect_exit 0 ckpt diff --help
 expect_stderr_empty
-expect_stdout_match '^usage: ckpt diff \[--atol A\] \[--rtol R\] \[--keys-only\] \[--normalize\] \[--json\] A B$'
+expect_stdout_match '^usage: ckpt diff \[--atol A\] \[--rtol R\] \[--keys-only\] \[--normalize\] \[--select PATH\] \[--json\] A B$'
 help_opts=$(grep -o '^  --[a-z-]*' "$out" | tr -d ' ' | sort -u)
 man_opts=$(sed -n '/^\.Sh SYNOPSIS/,/^\.Sh /p' man/ckpt-diff.1 |
     sed -n 's/.*Fl \\-\([a-z-]*\).*/--\1/p' | sort -u)
 check "--help lists: $(echo "$help_opts" | tr '\n' ' ')" test "$help_opts" = "$man_opts"
-for o in --atol --rtol --keys-only --normalize --json --allow-global --allow-unknown \
+for o in --atol --rtol --keys-only --normalize --json --select --allow-global --allow-unknown \
     --max-pickle-bytes --quiet --help; do
     check "--help lists $o" grep -q -- "^  $o" "$out"
 done
 expect_exit 0 ckpt --help
 expect_stdout_match '^  diff +compare '
+
+# ===========================================================================
+say "nothing compared is not equal (exit 1, with the reason); a change inside a nested structure is found"
+if have_python; then
+    # two checkpoints without tensors, as torch.save({}) / torch.save({'a': 1}) lay them out
+    python3 - "$w" <<'PY'
+import pickle, sys, zipfile
+for name, obj in (('empty', {}), ('one', {'a': 1})):
+    with zipfile.ZipFile('%s/%s.pth' % (sys.argv[1], name), 'w', zipfile.ZIP_STORED) as z:
+        z.writestr(name + '/data.pkl', pickle.dumps(obj, protocol=2))
+        z.writestr(name + '/version', '3\n')
+PY
+    expect_clean 1 "$w/empty.pth" "$w/empty.pth"
+    expect_last_line "not equal: nothing compared: no tensor of A has a counterpart in B (A: 0 tensors, B: 0)"
+    expect_clean 1 "$w/empty.pth" "$w/one.pth"
+    expect_clean 1 --json "$w/empty.pth" "$w/empty.pth"
+    json_expect '[d["equal"], d["reason"][:17], d["summary"]["compared"]]' '[false, "nothing compared:", 0]'
+    expect_clean 1 --quiet "$w/empty.pth" "$w/empty.pth"
+    # the same file compares equal, with a reason of null
+    expect_clean 0 --json "$data/train_ckpt.pth" "$data/train_ckpt.pth"
+    json_expect '[d["equal"], d["reason"]]' '[true, null]'
+
+    # train_ckpt.pth with the storage of one optimizer buffer changed
+    key=$("$CKPT" inspect --json "$data/train_ckpt.pth" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print([t["storage"] for t in d["tensors"] if t["path"][-2:] == [3, "momentum_buffer"]][0])')
+    python3 - "$data/train_ckpt.pth" "$w/nested.pth" "$key" <<'PY'
+import sys, zipfile
+src, dst, key = sys.argv[1:]
+with zipfile.ZipFile(src) as zi, zipfile.ZipFile(dst, 'w', zipfile.ZIP_STORED) as zo:
+    for info in zi.infolist():
+        b = zi.read(info.filename)
+        if info.filename.endswith('/data/' + key):
+            b = b'\x00\x00\x80\x3f' + b[4:]  # the first float32 becomes 1.0
+        zo.writestr(info.filename, b)
+PY
+    expect_clean 1 "$data/train_ckpt.pth" "$w/nested.pth"
+    expect_stdout_match '^optimizer_state_dict/state/3/momentum_buffer: .*1 of 10 elements differ, first at \[0\]'
+    # by the model's keys, and the other tensors by their paths
+    expect_clean 1 --select model_state_dict "$data/train_ckpt.pth" "$w/nested.pth"
+    expect_stdout_match '^A: .*: state dict model_state_dict \(4 tensors\), and 4 other tensors by path$'
+    expect_stdout_match '^optimizer_state_dict/state/3/momentum_buffer: '
+    expect_last_line "8 tensors compared: 7 equal, 1 differ; 0 missing, 0 unexpected"
+    expect_exit 3 ckpt diff --select nope "$data/train_ckpt.pth" "$w/nested.pth"
+    expect_stderr_line "ckpt: diff: .*train_ckpt.pth: --select 'nope' names no state dict of this file \\(5 state dicts; ckpt inspect lists them\\)"
+fi
 
 finish

@@ -46,7 +46,7 @@ if have_python; then
     json_expect 'd["storages"][0]' \
         '{"key": "0", "dtype": "float32", "numel": 100352, "device": "cuda:0", "nbytes": 401408}'
     json_expect '[s["nbytes"] for s in d["storages"]]' '[401408, 512, 5120, 40]'
-    json_expect 'd["state_dicts"]' '[{"path": [], "source": "mapping", "tensors": 4, "wrappers": ["module."]}]'
+    json_expect 'd["state_dicts"]' '[{"model": true, "path": [], "source": "mapping", "tensors": 4, "wrappers": ["module."]}]'
     json_expect 'd["objects"]' '[]'
     json_expect 'd["summary"]' '{"tensors": 4, "parameters": 101770, "bytes": 407080,
         "by_dtype": {"float32": 407080}, "by_device": {"cuda:0": 407080}}'
@@ -63,7 +63,7 @@ expect_stdout_line "state dict (root): 4 tensors, wrapper prefix module. (DataPa
 expect_stdout_match '^module\.module\.n\.1\.weight +float32 +\[128, 784\] +cuda:0 '
 if have_python; then
     expect_exit 0 ckpt inspect --json tests/data/ddp2_mlp.pth
-    json_expect 'd["state_dicts"]' '[{"path": [], "source": "mapping", "tensors": 4, "wrappers": ["module.", "module."]}]'
+    json_expect 'd["state_dicts"]' '[{"model": true, "path": [], "source": "mapping", "tensors": 4, "wrappers": ["module.", "module."]}]'
 fi
 
 say "a plain state dict has no wrapper"
@@ -78,8 +78,8 @@ expect_stderr_empty
 expect_stdout_line "tests/data/train_ckpt.pth: pth-zip, 8 tensors in 8 storages, 795.1 KiB"
 expect_stdout_line "state dict model_state_dict: 4 tensors, wrapper prefix module. (DataParallel / DistributedDataParallel)"
 note "the optimizer's per-parameter state ({momentum_buffer: tensor}) are state dicts too"
-expect_stdout_match "^state dict optimizer_state_dict/state/0: 1 tensors?\$"
-expect_stdout_match "^state dict optimizer_state_dict/state/3: 1 tensors?\$"
+expect_stdout_match "^state dict optimizer_state_dict/state/0: 1 tensor \\(not a model's: rewritten only when --select names it\\)\$"
+expect_stdout_match "^state dict optimizer_state_dict/state/3: 1 tensor \\(not a model's: rewritten only when --select names it\\)\$"
 expect_stdout_match '^model_state_dict/module\.n\.1\.weight +float32 +\[128, 784\] +cuda:0 '
 expect_stdout_match '^optimizer_state_dict/state/0/momentum_buffer +float32 +\[128, 784\] +cuda:0 '
 note "args is kept opaque, not executed"
@@ -91,10 +91,10 @@ if have_python; then
     json_valid
     json_expect 'd["objects"]' '[{"path": ["args"], "global": "argparse.Namespace"}]'
     json_expect 'd["state_dicts"][0]' \
-        '{"path": ["model_state_dict"], "source": "mapping", "tensors": 4, "wrappers": ["module."]}'
+        '{"model": true, "path": ["model_state_dict"], "source": "mapping", "tensors": 4, "wrappers": ["module."]}'
     note "an int dict key stays an int in the path"
     json_expect 'd["state_dicts"][1]' \
-        '{"path": ["optimizer_state_dict", "state", 0], "source": "mapping", "tensors": 1, "wrappers": []}'
+        '{"model": false, "path": ["optimizer_state_dict", "state", 0], "source": "mapping", "tensors": 1, "wrappers": []}'
     json_expect 'len(d["state_dicts"])' 5
     json_expect 'd["tensors"][4]["path"]' '["optimizer_state_dict", "state", 0, "momentum_buffer"]'
     json_expect 'd["summary"]["tensors"]' 8

@@ -46,7 +46,7 @@ check "dp_mlp.pth is unchanged" test "$(cksum <"$data/dp_mlp.pth")" = "$(cat "$t
 note "the keys lost 'module.'; order, devices and data are kept"
 expect_tensor_paths sd.pth "$mlp_keys"
 json_expect 'd["format"]' '"pth-zip"'
-json_expect 'd["state_dicts"]' '[{"path": [], "source": "mapping", "tensors": 4, "wrappers": []}]'
+json_expect 'd["state_dicts"]' '[{"model": true, "path": [], "source": "mapping", "tensors": 4, "wrappers": []}]'
 json_expect '[t["device"] for t in d["tensors"]]' '["cuda:0", "cuda:0", "cuda:0", "cuda:0"]'
 json_expect '[s["key"] for s in d["storages"]]' '["0", "1", "2", "3"]'
 json_expect 'd["summary"]' '{"tensors": 4, "parameters": 101770, "bytes": 407080,
@@ -113,7 +113,7 @@ expect_stderr_empty
 expect_stdout_line "state dict (root): 4 of 4 keys renamed"
 expect_wrote ddp2.pth 4 4
 expect_tensor_paths ddp2.pth "$mlp_keys"
-json_expect 'd["state_dicts"]' '[{"path": [], "source": "mapping", "tensors": 4, "wrappers": []}]'
+json_expect 'd["state_dicts"]' '[{"model": true, "path": [], "source": "mapping", "tensors": 4, "wrappers": []}]'
 expect_metadata ddp2.pth '' "$mlp_meta"
 same_data "$data/ddp2_mlp.pth" ddp2.pth
 
@@ -132,7 +132,7 @@ expect_stdout_lines 2
 expect_stdout_line "state dict (root): 4 of 4 keys renamed"
 expect_wrote dp.pth 4 4
 expect_tensor_paths dp.pth "$dp_keys"
-json_expect 'd["state_dicts"]' '[{"path": [], "source": "mapping", "tensors": 4, "wrappers": ["module."]}]'
+json_expect 'd["state_dicts"]' '[{"model": true, "path": [], "source": "mapping", "tensors": 4, "wrappers": ["module."]}]'
 same_data "$data/mlp.pth" dp.pth
 expect_torch_zip dp.pth dp
 note "_metadata: x -> module.x, '' -> module, and a new '' first, as in dp_mlp.pth"
@@ -323,7 +323,7 @@ json_expect '[t["path"] for t in d["tensors"]]' '[["model_state_dict", "n.1.weig
     ["optimizer_state_dict", "state", 1, "momentum_buffer"],
     ["optimizer_state_dict", "state", 2, "momentum_buffer"],
     ["optimizer_state_dict", "state", 3, "momentum_buffer"]]'
-json_expect 'd["state_dicts"][0]' '{"path": ["model_state_dict"], "source": "mapping", "tensors": 4, "wrappers": []}'
+json_expect 'd["state_dicts"][0]' '{"model": true, "path": ["model_state_dict"], "source": "mapping", "tensors": 4, "wrappers": []}'
 json_expect 'len(d["state_dicts"])' 5
 note "everything else is kept: the argparse.Namespace, epoch, loss, param_groups"
 json_expect 'd["objects"]' '[{"path": ["args"], "global": "argparse.Namespace"}]'
@@ -442,7 +442,7 @@ expect_wrote cpu.pth 4 4
 expect_tensor_paths cpu.pth "$dp_keys"
 json_expect '[t["device"] for t in d["tensors"]]' '["cpu", "cpu", "cpu", "cpu"]'
 json_expect 'd["summary"]["by_device"]' '{"cpu": 407080}'
-json_expect 'd["state_dicts"]' '[{"path": [], "source": "mapping", "tensors": 4, "wrappers": ["module."]}]'
+json_expect 'd["state_dicts"]' '[{"model": true, "path": [], "source": "mapping", "tensors": 4, "wrappers": ["module."]}]'
 same_data "$data/dp_mlp.pth" cpu.pth
 expect_torch_zip cpu.pth cpu
 expect_metadata cpu.pth '' "$dp_meta"

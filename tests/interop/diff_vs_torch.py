@@ -318,7 +318,8 @@ def check_case(tmp, case):
     want_sum = {'compared': len(common), 'equal': n_equal,
                 'differ': len(common) - n_equal, 'missing': len(missing),
                 'unexpected': len(unexpected), 'size_mismatch': len(size_mm),
-                'dtype_mismatch': len(dtype_mm)}
+                'dtype_mismatch': len(dtype_mm),
+                'a_unreached_storages': 0, 'b_unreached_storages': 0}
     if doc['summary'] != want_sum:
         errs.append('summary %s, want %s' % (doc['summary'], want_sum))
 

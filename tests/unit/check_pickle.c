@@ -380,6 +380,97 @@ START_TEST(py2_builtin_names_and_inst_obj)
 }
 END_TEST
 
+START_TEST(py2_names_mapped_below_protocol_3)
+{
+    /* _compat_pickle's NAME_MAPPING: what Python 3's protocol-2 pickler writes
+     * for range, int, str, zip and a Python 2 exception */
+    pk_proto2(&p);
+    pk_op(&p, '(');
+    pk_global(&p, "__builtin__", "xrange");
+    pk_global(&p, "__builtin__", "long");
+    pk_global(&p, "__builtin__", "unicode");
+    pk_global(&p, "__builtin__", "basestring");
+    pk_global(&p, "itertools", "izip_longest");
+    pk_global(&p, "exceptions", "StandardError");
+    pk_global(&p, "UserDict", "IterableUserDict");
+    pk_global(&p, "__builtin__", "Ellipsis");
+    pk_op(&p, 't');
+    pk_op(&p, '.');
+    ckpt_file_set_allow_unknown(f, 1);
+    load_ok();
+    static const char *const want[] = {
+        "builtins.range", "builtins.int", "builtins.str", "builtins.str",
+        "itertools.zip_longest", "builtins.Exception", "collections.UserDict",
+        "builtins.Ellipsis"};
+    ck_assert_int_eq(ckpt_value_len(v), 8);
+    for (size_t i = 0; i < 8; i++)
+        ck_assert_str_eq(ckpt_value_global(ckpt_value_item(v, i)), want[i]);
+}
+END_TEST
+
+START_TEST(py2_names_kept_from_protocol_3)
+{
+    /* protocol 3+: no fix_imports, a Python 2 name is what it says */
+    pk_op(&p, 0x80);
+    pk_op(&p, 3);
+    pk_global(&p, "__builtin__", "xrange");
+    pk_op(&p, '.');
+    load_fails(CKPT_ERR_UNSAFE, "'__builtin__.xrange'");
+}
+END_TEST
+
+START_TEST(py2_names_dangerous_after_mapping)
+{
+    /* __builtin__.reduce is functools.reduce, __builtin__.getattr is
+     * builtins.getattr: never admitted */
+    pk_proto2(&p);
+    pk_global(&p, "__builtin__", "reduce");
+    pk_op(&p, '.');
+    ckpt_file_set_allow_unknown(f, 1);
+    load_fails(CKPT_ERR_UNSAFE, "'functools.reduce': it can run commands");
+}
+END_TEST
+
+START_TEST(py2_name_tables)
+{
+    const char *m, *n;
+    ck_assert(ckpt_globals_py3_name("__builtin__", "xrange", &m, &n));
+    ck_assert_str_eq(m, "builtins");
+    ck_assert_str_eq(n, "range");
+    ck_assert(ckpt_globals_py3_name("__builtin__", "getattr", &m, &n));
+    ck_assert_str_eq(m, "builtins");
+    ck_assert_str_eq(n, "getattr");
+    ck_assert(ckpt_globals_py3_name("cPickle", "loads", &m, &n));
+    ck_assert_str_eq(m, "pickle");
+    ck_assert(!ckpt_globals_py3_name("torch._utils", "_rebuild_tensor_v2", &m, &n));
+    /* the writer's spelling reads back as itself */
+    ck_assert(ckpt_globals_py2_name("builtins", "range", &m, &n));
+    ck_assert_str_eq(m, "__builtin__");
+    ck_assert_str_eq(n, "xrange");
+    ck_assert(ckpt_globals_py2_name("builtins", "int", &m, &n));
+    ck_assert_str_eq(n, "long");
+    ck_assert(ckpt_globals_py2_name("builtins", "set", &m, &n));
+    ck_assert_str_eq(m, "__builtin__");
+    ck_assert_str_eq(n, "set");
+    /* Python writes exceptions.OSError for this one; that reads back as OSError */
+    ck_assert(ckpt_globals_py2_name("builtins", "FileNotFoundError", &m, &n));
+    ck_assert_str_eq(m, "builtins");
+    ck_assert_str_eq(n, "FileNotFoundError");
+    ck_assert(ckpt_globals_py2_name("dbm", "whichdb", &m, &n));
+    ck_assert_str_eq(m, "whichdb");
+    ck_assert(ckpt_globals_py2_name("collections", "OrderedDict", &m, &n));
+    ck_assert_str_eq(m, "collections");
+    /* classes: plain data known, code refused */
+    ck_assert_int_eq(ckpt_globals_builtin_class("builtins.range"), CKPT_GLOBAL_KNOWN_DATA);
+    ck_assert_int_eq(ckpt_globals_builtin_class("builtins.int"), CKPT_GLOBAL_KNOWN_DATA);
+    ck_assert_int_eq(ckpt_globals_builtin_class("builtins.str"), CKPT_GLOBAL_KNOWN_DATA);
+    ck_assert(ckpt_globals_dangerous("builtins.getattr"));
+    ck_assert(ckpt_globals_dangerous("builtins.eval"));
+    ck_assert(ckpt_globals_dangerous("functools.reduce"));
+    ck_assert(ckpt_globals_dangerous("sys.intern"));
+}
+END_TEST
+
 START_TEST(newobj_ex_defaultdict)
 {
     pk_op(&p, 0x80);
@@ -981,6 +1072,10 @@ static Suite *suite(void)
     tcase_add_test(ok, ordered_dict_with_metadata);
     tcase_add_test(ok, stack_global_and_known_data);
     tcase_add_test(ok, py2_builtin_names_and_inst_obj);
+    tcase_add_test(ok, py2_names_mapped_below_protocol_3);
+    tcase_add_test(ok, py2_names_kept_from_protocol_3);
+    tcase_add_test(ok, py2_names_dangerous_after_mapping);
+    tcase_add_test(ok, py2_name_tables);
     tcase_add_test(ok, newobj_ex_defaultdict);
     tcase_add_test(ok, big_memo_index_is_fine);
     tcase_add_test(ok, surrogates_pass_like_python);
