@@ -608,8 +608,9 @@ CKPT_API int ckpt_file_select(ckpt_file *f, const char *select);
 /*
  * Make one state dict the whole checkpoint, for a weights-only file: the one
  * at SELECT, or (SELECT NULL) the model's: the root when it is a state dict,
- * else the first module tree, else the file's only state dict; an error
- * naming them when there are several and none is a module tree.
+ * else the first module tree, else the file's only state dict or only model
+ * state dict (ckpt_file_state_dict_is_model); an error naming them when
+ * that leaves several.
  */
 CKPT_API int ckpt_file_extract(ckpt_file *f, const char *select);
 

@@ -10,7 +10,7 @@ static const char usage[] =
     "\n"
     "Write one state dict of IN to OUT as a plain file of tensors: the one at\n"
     "--select, else the model's (IN itself when it is a state dict, else the\n"
-    "first pickled nn.Module, else IN's only state dict).  A pickled module\n"
+    "first pickled nn.Module, else IN's only (model) state dict).  A pickled module\n"
     "(torch.save(model)) is read by its structure, never imported, and written\n"
     "as model.state_dict() names it, so plain torch.load (weights-only) reads\n"
     "OUT and load_state_dict(strict=True) takes it.\n"

@@ -769,8 +769,13 @@ CKPT_API int ckpt_file_extract(ckpt_file *f, const char *select)
         if (f->state_dicts.items[i].value == f->root ||
             ckpt_value_is_module_sd(f->state_dicts.items[i].value))
             pick = &f->state_dicts.items[i];
-    if (!pick && f->state_dicts.len == 1)
-        pick = &f->state_dicts.items[0];
+    /* else the only state dict, or the only model's (not an optimizer's) */
+    size_t nmodel = 0;
+    for (size_t i = 0; !pick && i < f->state_dicts.len; i++)
+        nmodel += ckpt_file_state_dict_is_model(f, i) == 1;
+    for (size_t i = 0; !pick && i < f->state_dicts.len; i++)
+        if (f->state_dicts.len == 1 || (nmodel == 1 && ckpt_file_state_dict_is_model(f, i)))
+            pick = &f->state_dicts.items[i];
     if (!pick) {
         char names[400] = "";
         size_t shown = 0;
