@@ -7,7 +7,8 @@ or BUILDs them.  This module runs the same unpickler (Python's own
 `pickle.Unpickler`, so the opcodes are interpreted exactly as torch.load's
 would be) with `find_class` replaced:
 
-- every global is recorded, after Python's own protocol-2 name mapping
+- every global is recorded (collections.OrderedDict, the real class, with
+  'reference' only), after Python's own protocol-2 name mapping
   (`__builtin__.set` -> `builtins.set`), with the uses the opcodes make of it:
   'call' (REDUCE), 'newobj' (NEWOBJ / NEWOBJ_EX / OBJ / INST), 'build' (BUILD
   on an instance of it), 'reference' (only named: an argument, a class in a
@@ -117,8 +118,10 @@ def _contiguous_stride(size):
     return tuple(reversed(st))
 
 
-def _rebuild(qualname):
+def _rebuild(qualname, record=None):
     def rebuild(*args):
+        if record:
+            record(qualname, 'call')
         if qualname.endswith('_rebuild_tensor'):      # storage, offset, size, stride
             return TensorRef(args[0], args[1], args[2], args[3], False,
                              how=qualname)
@@ -208,7 +211,7 @@ class StandinUnpickler(pickle.Unpickler):
         if q == 'collections.OrderedDict':
             return collections.OrderedDict
         if q in REBUILDS:
-            return _rebuild(q)
+            return _rebuild(q, self._use)
         if module == 'torch' and name in STORAGE_DTYPES:
             return Marker(q, STORAGE_DTYPES[name])
         if q not in self._classes:

@@ -387,6 +387,18 @@ def main():
                     if list(S.module_state_dict(mod)) != tr['state_dict_keys']:
                         errs.append('%s: stand-in keys differ from the manifest'
                                     % c.fmt(tr['path']))
+                # the package's own state dict file of the same model
+                other = mt.get('same_as')
+                if other:
+                    mod = found.get(())
+                    sd = S.module_state_dict(mod) if mod is not None else {}
+                    mine = {(k,): L.tensor(v) for k, v in sd.items()}
+                    _, th = torch_tensors(os.path.join(files, other),
+                                          {'format': 'pth-zip'})
+                    errs += ['against %s: %s' % (other, x) for x in
+                             same(mine, {p: tv[0] for p, tv in th.items()})]
+                    if list(sd) != [p[0] for p in th]:
+                        errs.append('key order differs from %s' % other)
                 # ckpt, once it lists module trees: the same keys
                 r = c.ckpt('inspect', '--json', path)
                 if r.rc == 0:

