@@ -159,11 +159,15 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
         char size[32] = "?";
         if (stat(rw->out, &st) == 0)
             cli_human_bytes((unsigned long long)st.st_size, size, sizeof(size));
-        /* storages the written tensors use (--select may leave some out) */
-        size_t ns = ckpt_file_storage_count(f), used = 0;
+        /* what OUT holds, as a reader finds it (a tensors-only format holds
+         * one state dict of IN: counting IN's would say more) */
+        ckpt_file *o = ckpt_file_new();
+        bool reread = o && ckpt_file_open(o, rw->out) == CKPT_OK;
+        ckpt_file *w = reread ? o : f;
+        size_t ns = ckpt_file_storage_count(w), used = 0, nt = ckpt_file_tensor_count(w);
         bool *seen = calloc(ns ? ns : 1, 1);
-        for (size_t i = 0; seen && i < ckpt_file_tensor_count(f); i++) {
-            const ckpt_storage *s = ckpt_tensor_storage(ckpt_file_tensor(f, i, NULL));
+        for (size_t i = 0; seen && i < nt; i++) {
+            const ckpt_storage *s = ckpt_tensor_storage(ckpt_file_tensor(w, i, NULL));
             if (!s)
                 continue; /* sparse, meta: counted through their parts, or none */
             size_t k = ckpt_storage_index(s);
@@ -171,9 +175,10 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
             seen[k] = true;
         }
         free(seen);
+        ckpt_file_free(o);
         printf("wrote %s: %s, %zu tensors, %zu storages, %s\n", rw->out,
-               ckpt_format_name(rw->out_format ? rw->out_format : CKPT_FORMAT_PTH_ZIP),
-               ckpt_file_tensor_count(f), used, size);
+               ckpt_format_name(rw->out_format ? rw->out_format : CKPT_FORMAT_PTH_ZIP), nt, used,
+               size);
     }
     return CLI_EXIT_OK;
 }
