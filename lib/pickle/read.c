@@ -654,12 +654,84 @@ static int push_global(vm *m, const char *mod, size_t modlen, const char *name, 
     return push(m, v);
 }
 
+/* What the whole pickle names that a reader refuses, for a hint that works:
+ * found by the scanning VM (nothing run), persistent ids answered with None. */
+typedef struct hint_scan {
+    ckpt_pickle_ctx *outer;
+    char never[256];    /* the first global no option admits */
+    char admit[512];    /* " --allow-global A --allow-global B" */
+    size_t nadmit;
+} hint_scan;
+
+static void hint_on_global(void *user, const char *q, ckpt_global_class cls, int op,
+                           uint64_t at)
+{
+    hint_scan *h = user;
+    (void)op, (void)at;
+    if (cls != CKPT_GLOBAL_REFUSED)
+        return;
+    if (ckpt_globals_dangerous(q)) {
+        if (!h->never[0])
+            snprintf(h->never, sizeof(h->never), "%s", q);
+        return;
+    }
+    char opt[300];
+    snprintf(opt, sizeof(opt), " --allow-global %s", q);
+    if (strstr(h->admit, opt))
+        return;
+    h->nadmit++;
+    if (strlen(h->admit) + strlen(opt) < sizeof(h->admit))
+        strcat(h->admit, opt);
+}
+
+static void hint_on_use(void *user, const char *q, int op, uint64_t at)
+{
+    (void)user, (void)q, (void)op, (void)at;
+}
+
+static ckpt_global_class hint_classify(void *user, const char *q)
+{
+    hint_scan *h = user;
+    return h->outer->classify(h->outer->user, q);
+}
+
+static ckpt_value *hint_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_error *err)
+{
+    hint_scan *h = user;
+    (void)pid, (void)err;
+    return ckpt_value_new(h->outer->arena, CKPT_KIND_NONE, offset);
+}
+
 static int refuse_global(vm *m, const char *q, uint64_t at)
 {
+    hint_scan h = {.outer = m->ctx};
+    ckpt_pickle_ctx sc = *m->ctx;
+    sc.scan = true;
+    sc.user = &h;
+    sc.classify = hint_classify;
+    sc.on_global = hint_on_global;
+    sc.on_use = hint_on_use;
+    sc.persistent_load = hint_pid;
+    ckpt_value *ignored;
+    ckpt_error e;
+    ckpt_err_clear(&e);
+    if (!m->ctx->scan)
+        (void)ckpt_pickle_load(&sc, m->buf, m->len, &ignored, NULL, &e); /* as far as it goes */
     m->op_at = at;
+    if (h.never[0])
+        return fail(m, CKPT_ERR_UNSAFE,
+                    "refused global '%s' (not a state-dict or known data class, nor the class "
+                    "of an nn.Module); the pickle also names %s, which can run code and is "
+                    "never admitted: no option reads this file", q, h.never);
+    if (h.nadmit > 4 || !h.admit[0])
+        return fail(m, CKPT_ERR_UNSAFE,
+                    "refused global '%s' (not a state-dict or known data class, nor the class "
+                    "of an nn.Module; it is one of %zu such: --allow-unknown admits them as "
+                    "opaque objects)", q, h.nadmit ? h.nadmit : 1);
     return fail(m, CKPT_ERR_UNSAFE,
                 "refused global '%s' (not a state-dict or known data class, nor the class of "
-                "an nn.Module; --allow-global %s admits it as an opaque object)", q, q);
+                "an nn.Module;%s admit%s %s as opaque objects)", q, h.admit,
+                h.nadmit == 1 ? "s" : "", h.nadmit == 1 ? "it" : "them");
 }
 
 /* A refused class used as anything but the class of a module refuses the file. */

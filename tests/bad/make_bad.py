@@ -692,6 +692,22 @@ def build():
                  data={'0': bytes(8)}),
         '`_rebuild_tensor_v3` whose dtype argument is the string `uint16`, not a dtype',
         twin=one)
+    # classes that are neither state-dict data nor modules: the refusal's hint
+    # names every one of them (tests/cli/inspect.sh runs it), or says that
+    # no option reads the file when it also names code
+    def obj_of(mod, name, v):
+        return (G(mod, name) + EMPTY_TUPLE + b'\x81' + EMPTY_DICT + U('v') + I(v) + SETITEM
+                + b'b')
+    two = (PROTO2 + ODICT + MARK + U('w') + tensor(T('w', numel=6)) + U('x')
+           + obj_of('mymods', 'X', 1) + U('y') + obj_of('mymods', 'Y', 2) + SETITEMS + STOP)
+    bad('two_unknown_classes.pth', zip_bytes(two, data_for([T('w', numel=6)])),
+        'objects of two classes of the user\'s, `mymods.X` and `mymods.Y` (not modules)',
+        twin=one)
+    dang = (PROTO2 + ODICT + MARK + U('w') + tensor(T('w', numel=6)) + U('x')
+            + obj_of('mymods', 'X', 1) + U('g') + G('operator', 'attrgetter') + U('a')
+            + b'\x85' + REDUCE + SETITEMS + STOP)
+    bad('unknown_and_dangerous.pth', zip_bytes(dang, data_for([T('w', numel=6)])),
+        'an object of `mymods.X`, then `operator.attrgetter(\'a\')`', twin=one)
     # torch 2.x's small records, with what torch.load refuses in them
     def with_record(name, payload):
         buf = io.BytesIO(ckpt_zip([T('w', numel=6)]))

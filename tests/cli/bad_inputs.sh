@@ -89,6 +89,8 @@ expect() {
     negative_stride.pth) pat='tensor stride has a negative entry \(-1\)' ;;
     v3_view_past_end.pth) pat='goes past the end of storage .0. \(3 uint16 elements\)' ;;
     v3_unknown_dtype.pth) pat="refused global 'torch.int4'" ;;
+    two_unknown_classes.pth) pat="refused global 'mymods.X' .*--allow-global mymods.X --allow-global mymods.Y admit them" ;;
+    unknown_and_dangerous.pth) pat="the pickle also names operator.attrgetter, which can run code" ;;
     byteorder_junk.pth) pat="unknown byte order 'middle'" ;;
     storage_alignment_junk.pth) pat="record '.storage_alignment' does not hold a number" ;;
     q_axis_out_of_range.pth) pat='quantized tensor: axis 2 of a 2-dimensional tensor' ;;

@@ -331,6 +331,20 @@ expect_exit 4 ckpt inspect tests/data
 expect_stdout_empty
 expect_stderr_line '^ckpt: inspect: tests/data: is a directory$'
 
+say "a refusal's hint is a command that works on that file: run it"
+expect_exit 3 ckpt inspect tests/bad/two_unknown_classes.pth
+expect_stderr_line "--allow-global mymods.X --allow-global mymods.Y admit them"
+# shellcheck disable=SC2046
+hint=$(sed -n 's/.*; \(--allow-global [^;]*\) admit them.*/\1/p' "$err")
+note "the hint: $hint"
+# shellcheck disable=SC2086
+expect_exit 0 ckpt inspect $hint tests/bad/two_unknown_classes.pth
+expect_stdout_line "objects kept opaque:"
+note "a file that also names code: no option is offered, for none would read it"
+expect_exit 3 ckpt inspect tests/bad/unknown_and_dangerous.pth
+expect_stderr_line "the pickle also names operator.attrgetter, which can run code and is never admitted: no option reads this file"
+expect_exit 3 ckpt inspect --allow-unknown tests/bad/unknown_and_dangerous.pth
+
 say "options may follow FILE, as users often type them"
 expect_exit 0 ckpt inspect tests/data/dp_mlp.pth --json
 json_valid
