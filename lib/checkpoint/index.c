@@ -59,7 +59,7 @@ static int enter(walker *w, const ckpt_path_elem *e)
 typedef struct module_walk {
     ckpt_file *f;
     ckpt_value *sd, *meta;
-    const ckpt_value *path[64]; /* the modules above (a cycle guard) */
+    const ckpt_value *path[256]; /* the modules above (a cycle guard) */
     size_t depth;
     char unknown_version[200]; /* a class whose _version is not in the file */
     char hooked[200];          /* a module with a state-dict hook */
@@ -149,10 +149,12 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
     bool cycle = false;
     for (size_t i = 0; i < mw->depth; i++)
         cycle |= mw->path[i] == m;
-    if (mw->depth >= sizeof(mw->path) / sizeof(mw->path[0]) || cycle)
+    if (cycle)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                        "module tree nested more than %zu deep, or a module inside itself "
-                        "(at '%s')", sizeof(mw->path) / sizeof(mw->path[0]), prefix);
+                        "module tree: a module inside itself (at '%.200s')", prefix);
+    if (mw->depth >= sizeof(mw->path) / sizeof(mw->path[0]))
+        return ckpt_err(&f->err, CKPT_ERR_LIMIT, "module tree nested more than %zu deep",
+                        sizeof(mw->path) / sizeof(mw->path[0]));
     const ckpt_value *st = m->u.obj.state;
     const ckpt_value *params = state_get(st, "_parameters"), *bufs = state_get(st, "_buffers"),
                      *mods = state_get(st, "_modules"),

@@ -708,6 +708,21 @@ def build():
             + b'\x85' + REDUCE + SETITEMS + STOP)
     bad('unknown_and_dangerous.pth', zip_bytes(dang, data_for([T('w', numel=6)])),
         'an object of `mymods.X`, then `operator.attrgetter(\'a\')`', twin=one)
+    # module trees (torch.save(model)) that cannot be a model's
+    def module(children=b'', cls=('mymods', 'Net'), put=None):
+        head = G(*cls) + EMPTY_TUPLE + b'\x81' + (BINPUT(put) if put is not None else b'')
+        return (head + EMPTY_DICT + MARK + U('_parameters') + EMPTY_DICT + U('_buffers')
+                + EMPTY_DICT + U('_modules') + EMPTY_DICT + children + SETITEMS + b'b')
+    cyc = module(children=MARK + U('self') + BINGET(0) + SETITEMS, put=0)
+    # a module whose child is itself: SETITEMS into _modules must come from
+    # a MARK; the child is a memo reference to the module
+    bad('module_cycle.pth', zip_bytes(PROTO2 + cyc + STOP, {}),
+        'a module whose `_modules` holds the module itself', twin=one)
+    deep = b''
+    for _ in range(300):
+        deep = module(children=(U('m') + deep + SETITEM) if deep else b'')
+    bad('module_too_deep.pth', zip_bytes(PROTO2 + deep + STOP, {}),
+        'modules nested 300 deep', twin=one)
     # torch 2.x's small records, with what torch.load refuses in them
     def with_record(name, payload):
         buf = io.BytesIO(ckpt_zip([T('w', numel=6)]))

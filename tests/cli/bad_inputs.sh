@@ -89,6 +89,8 @@ expect() {
     negative_stride.pth) pat='tensor stride has a negative entry \(-1\)' ;;
     v3_view_past_end.pth) pat='goes past the end of storage .0. \(3 uint16 elements\)' ;;
     v3_unknown_dtype.pth) pat="refused global 'torch.int4'" ;;
+    module_cycle.pth) pat="module tree: a module inside itself \(at 'self.'\)" ;;
+    module_too_deep.pth) pat="module tree nested more than 256 deep" ;;
     two_unknown_classes.pth) pat="refused global 'mymods.X' .*--allow-global mymods.X --allow-global mymods.Y admit them" ;;
     unknown_and_dangerous.pth) pat="the pickle also names operator.attrgetter, which can run code" ;;
     byteorder_junk.pth) pat="unknown byte order 'middle'" ;;
