@@ -193,7 +193,7 @@ static int class_begin(code_file *cf, const char *mod, const char *s, size_t n)
     while (k < n && ident_char(s[k]))
         k++;
     if (k == i || k - i > MAX_NAME || k >= n || (s[k] != '(' && s[k] != ':'))
-        return code_err(cf, "a class header without a valid class name");
+        return code_err(cf, "a class header without a valid class name (of at most 1024 bytes)");
     size_t name_at = i, name_len = k - i;
     bool module = false;
     if (s[k] == '(') {
