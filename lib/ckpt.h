@@ -161,10 +161,12 @@ typedef enum ckpt_format {
     CKPT_FORMAT_PTH_ZIP,
     CKPT_FORMAT_PTH_LEGACY,
     CKPT_FORMAT_SAFETENSORS,
-    CKPT_FORMAT_SHARDED /* a *.index.json naming shards in any of the formats above */
+    CKPT_FORMAT_SHARDED, /* a *.index.json naming shards in any of the formats above */
+    CKPT_FORMAT_TORCHSCRIPT /* a torch.jit.save archive: read only (its state dict) */
 } ckpt_format;
 
-/* "pth-zip", "pth-legacy", "safetensors", "sharded" as in DESIGN.md's JSON. */
+/* "pth-zip", "pth-legacy", "safetensors", "sharded", "torchscript" as in
+ * DESIGN.md's JSON. */
 CKPT_API const char *ckpt_format_name(ckpt_format format);
 /* The format an output named PATH is written in when none is asked for:
  * SHARDED for NAME.index.json, SAFETENSORS for *.safetensors, else PTH_ZIP
@@ -485,13 +487,17 @@ CKPT_API const ckpt_tensor *ckpt_file_tensor(const ckpt_file *f, size_t i, ckpt_
 CKPT_API size_t ckpt_file_state_dict_count(const ckpt_file *f);
 CKPT_API const ckpt_value *ckpt_file_state_dict(const ckpt_file *f, size_t i, ckpt_path *path);
 /*
- * Where state dict I comes from: "mapping" (a dict in the file), or
+ * Where state dict I comes from: "mapping" (a dict in the file),
  * "module-tree": a pickled nn.Module (torch.save(model)), read by its
  * structure without importing anything and seen as the dict
- * model.state_dict() gives (names, order, _metadata).  NULL out of range.
+ * model.state_dict() gives (names, order, _metadata), or "torchscript": the
+ * module of a torch.jit.save archive, named as torch.jit.load(f).state_dict()
+ * names it (its code/ files' __parameters__ and __buffers__ lists; nothing
+ * compiled or run).  NULL out of range.
  */
 CKPT_API const char *ckpt_file_state_dict_source(const ckpt_file *f, size_t i);
-/* The class of a module tree's root module ("mymods.Net"); NULL for a mapping. */
+/* The class of a module tree's root module ("mymods.Net", "__torch__.Net" in
+ * a TorchScript archive); NULL for a mapping. */
 CKPT_API const char *ckpt_file_state_dict_class(const ckpt_file *f, size_t i);
 /* 1 when state dict I is a model's: not inside an optimizer's state dict
  * (a mapping holding `state` and `param_groups`: its per-parameter state),

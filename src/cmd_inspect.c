@@ -266,7 +266,8 @@ static int print_json(inspect *in)
     cJSON_AddStringToObject(root, "file", in->file);
     cJSON_AddStringToObject(root, "format", ckpt_format_name(ckpt_file_format(f)));
     cJSON_AddItemToObject(root, "torch_load", cli_torch_load_json(in->file));
-    if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP) {
+    if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP ||
+        ckpt_file_format(f) == CKPT_FORMAT_TORCHSCRIPT) {
         cJSON *rec = cJSON_AddArrayToObject(root, "records");
         for (size_t i = 0; i < ckpt_file_record_count(f); i++)
             cJSON_AddItemToArray(rec, cJSON_CreateString(ckpt_file_record_name(f, i)));
@@ -406,7 +407,8 @@ static int print_text(inspect *in)
     printf("%s: %s, %zu tensors in %zu storages, %s\n", in->file,
            ckpt_format_name(ckpt_file_format(f)), n, ckpt_file_storage_count(f),
            cli_human_bytes(t.bytes, b1, sizeof(b1)));
-    if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP) {
+    if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP ||
+        ckpt_file_format(f) == CKPT_FORMAT_TORCHSCRIPT) {
         char pesc[1024];
         printf("archive prefix '%s', %zu records\n",
                cli_escape(ckpt_file_prefix(f), pesc, sizeof pesc), ckpt_file_record_count(f));
@@ -420,7 +422,10 @@ static int print_text(inspect *in)
         const char *cls = ckpt_file_state_dict_class(f, i);
         printf("state dict %s: %zu tensor%s", where, ckpt_value_len(sd),
                ckpt_value_len(sd) == 1 ? "" : "s");
-        if (cls) /* torch.load would import it; ckpt reads its structure */
+        if (cls && strcmp(ckpt_file_state_dict_source(f, i), "torchscript") == 0)
+            printf(", TorchScript module %s (named as torch.jit.load(f).state_dict(): "
+                   "non-persistent buffers included; ckpt extract writes it)", cls);
+        else if (cls) /* torch.load would import it; ckpt reads its structure */
             printf(", module tree of %s (a pickled nn.Module; ckpt extract writes its "
                    "state dict)", cls);
         const char *w[16];

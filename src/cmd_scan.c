@@ -62,6 +62,11 @@ static void print_text(const char *path, const ckpt_scan *s, int rc)
     size_t np = ckpt_scan_pickle_count(s), nh = ckpt_scan_hit_count(s);
     size_t dangerous = 0, unknown = 0;
     printf("%s: %s, %zu pickle%s\n", path, format_text(s), np, np == 1 ? "" : "s");
+    if (ckpt_scan_format(s) == CKPT_FORMAT_TORCHSCRIPT)
+        printf("  TorchScript archive (torch.jit.save): its __torch__.* classes are compiled "
+               "from its code/ by torch.jit.load (ckpt never runs them); ckpt inspect and "
+               "extract read its state dict as torch.jit.load(f).state_dict() names it, "
+               "which differs from the eager model's: non-persistent buffers are included\n");
     for (size_t i = 0; i < nh; i++) {
         const ckpt_scan_hit *h = ckpt_scan_hit_at(s, i);
         printf("  %-11s %s  (%s at %s+%llu", class_name(h), h->global, h->opcode, h->pickle,
@@ -93,6 +98,11 @@ static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "file", path);
     cJSON_AddStringToObject(o, "format", format_text(s));
+    if (ckpt_scan_format(s) == CKPT_FORMAT_TORCHSCRIPT)
+        cJSON_AddStringToObject(o, "note", "TorchScript archive (torch.jit.save): its __torch__.* "
+                                "classes are compiled from its code/ by torch.jit.load; its "
+                                "state dict is named as torch.jit.load(f).state_dict(), "
+                                "non-persistent buffers included");
     /* extra information: the verdict and the exit status do not depend on it */
     cJSON_AddItemToObject(o, "torch_load", cli_torch_load_json(path));
     cJSON *pk = cJSON_AddArrayToObject(o, "pickles");

@@ -270,7 +270,10 @@ int rewrite_extract(rewrite *rw)
                    cls ? cls : "");
         else
             report(rw, "extracted the %s: %zu tensors%s%s\n",
-                   cls ? "module tree" : "state dict", n, cls ? " of " : "", cls ? cls : "");
+                   !cls ? "state dict"
+                   : ckpt_file_format(f) == CKPT_FORMAT_TORCHSCRIPT ? "TorchScript module"
+                                                                    : "module tree",
+                   n, cls ? " of " : "", cls ? cls : "");
         rw->changed += 1;
         rc = rw->dry_run ? CLI_EXIT_OK : finish(rw, f, "nothing to extract");
         if (rw->dry_run && rw->pending && !rw->common.quiet)

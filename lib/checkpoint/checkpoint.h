@@ -120,6 +120,17 @@ int ckpt_file_index(ckpt_file *f);
  * state-dict names, _metadata with the versions torch.nn's classes have.
  * NULL with an error in F (cycles, depth, memory). */
 ckpt_value *ckpt_module_state_dict(ckpt_file *f, ckpt_value *module);
+/* A new, empty state dict of MODULE (an OBJECT) for a reader that names its
+ * tensors by a rule of its own (TorchScript's code/ lists): flagged as made
+ * from a module tree, so that extract takes it and key rewrites refuse it.
+ * NULL with an error in F. */
+ckpt_value *ckpt_module_sd_new(ckpt_file *f, const ckpt_value *module);
+/* Add TENSOR to SD as PREFIX NAME, as state_dict() holds it (detached). */
+int ckpt_module_sd_add(ckpt_file *f, ckpt_value *sd, const char *prefix, const char *name,
+                       const ckpt_value *tensor);
+/* Whether F's root is a TorchScript archive's module (not extracted yet):
+ * what the torch.save writers refuse to write. */
+bool ckpt_root_is_torchscript(const ckpt_file *f);
 /* 1 for a state dict made from a module tree. */
 bool ckpt_value_is_module_sd(const ckpt_value *v);
 /* Index again after f->root changed from OLD_ROOT. */

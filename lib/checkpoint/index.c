@@ -137,6 +137,22 @@ static ckpt_value *plain_tensor(ckpt_file *f, const ckpt_value *v)
     t->param_args = NULL;
     t->state = NULL;
     t->type_args = NULL;
+    /* a requires_grad written in the tensor's own call (TorchScript's
+     * parameters have no _rebuild_parameter around it) is written back as
+     * False: state_dict() detaches */
+    const ckpt_value *a = t->rebuild_args;
+    if (a && a->kind == CKPT_KIND_TUPLE && a->u.seq.len >= 6 && t->rebuild &&
+        strncmp(t->rebuild, "_rebuild_tensor_v", 17) == 0 &&
+        a->u.seq.items[4]->kind == CKPT_KIND_BOOL && a->u.seq.items[4]->u.b) {
+        ckpt_value *na = ckpt_value_new(&f->arena, CKPT_KIND_TUPLE, a->offset),
+                   *no = ckpt_value_new(&f->arena, CKPT_KIND_BOOL, a->u.seq.items[4]->offset);
+        if (!na || !no)
+            return NULL;
+        for (size_t i = 0; i < a->u.seq.len; i++)
+            if (ckpt_vec_push(&f->arena, &na->u.seq, i == 4 ? no : a->u.seq.items[i]))
+                return NULL;
+        t->rebuild_args = na;
+    }
     c->u.tensor = t;
     return c;
 }
@@ -215,6 +231,37 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
     }
     mw->depth--;
     return rc;
+}
+
+ckpt_value *ckpt_module_sd_new(ckpt_file *f, const ckpt_value *module)
+{
+    ckpt_value *sd = ckpt_value_new(&f->arena, CKPT_KIND_DICT, module->offset);
+    if (!sd) {
+        ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    sd->flags |= CKPT_VF_ORDERED | CKPT_VF_MODULE_SD;
+    sd->u.dict.module_class = module->kind == CKPT_KIND_OBJECT &&
+                                      module->u.obj.callable->kind == CKPT_KIND_GLOBAL
+                                  ? module->u.obj.callable->u.global.name : "?";
+    return sd;
+}
+
+int ckpt_module_sd_add(ckpt_file *f, ckpt_value *sd, const char *prefix, const char *name,
+                       const ckpt_value *tensor)
+{
+    module_walk mw = {.f = f};
+    ckpt_value *c = plain_tensor(f, tensor);
+    if (!c)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    return sd_add(&mw, sd, prefix, name, c);
+}
+
+bool ckpt_root_is_torchscript(const ckpt_file *f)
+{
+    const ckpt_value *r = f->root;
+    return r && r->kind == CKPT_KIND_OBJECT && (r->flags & CKPT_VF_MODULE) && r->u.obj.module_sd &&
+           (r->u.obj.module_sd->flags & CKPT_VF_TORCHSCRIPT);
 }
 
 bool ckpt_value_is_module_sd(const ckpt_value *v)
@@ -533,7 +580,10 @@ CKPT_API const ckpt_value *ckpt_file_state_dict(const ckpt_file *f, size_t i, ck
 CKPT_API const char *ckpt_file_state_dict_source(const ckpt_file *f, size_t i)
 {
     const ckpt_value *v = list_get(f, &f->state_dicts, i, NULL);
-    return !v ? NULL : ckpt_value_is_module_sd(v) ? "module-tree" : "mapping";
+    return !v                                ? NULL
+           : !ckpt_value_is_module_sd(v)      ? "mapping"
+           : (v->flags & CKPT_VF_TORCHSCRIPT) ? "torchscript"
+                                              : "module-tree";
 }
 
 CKPT_API const char *ckpt_file_state_dict_class(const ckpt_file *f, size_t i)

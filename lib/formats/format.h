@@ -21,6 +21,10 @@ typedef struct ckpt_format_desc {
     /* A file whose content no format claims is this format's when its name
      * ends so (".json"), or NULL. */
     const char *name_suffix;
+    /* After SNIFF said yes: whether the open file FD (SIZE bytes) is this
+     * format's after all, for formats that share a container (a TorchScript
+     * zip is a zip with constants.pkl); NULL: SNIFF decides. */
+    bool (*claim)(int fd, uint64_t size);
     /* Read the open SRC (f->cur_src) into *ROOT, its storages into f's table. */
     int (*read)(ckpt_file *f, ckpt_source *src, ckpt_value **root);
     /* Write f->root to the open file OUT that will be named PATH; NULL when
@@ -32,15 +36,17 @@ typedef struct ckpt_format_desc {
 } ckpt_format_desc;
 
 extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
-    ckpt_format_safetensors, ckpt_format_sharded;
+    ckpt_format_safetensors, ckpt_format_sharded, ckpt_format_torchscript;
 
 /* The table (formats/table.c), NULL-terminated, in torch.load's order. */
 extern const ckpt_format_desc *const ckpt_format_table[];
 /* The descriptor of ID, or NULL. */
 const ckpt_format_desc *ckpt_format_find(ckpt_format id);
-/* The format of a file from its first bytes, else from PATH's name (NULL:
- * by content alone); NULL when none. */
-const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, const char *path);
+/* The format of a file from its first bytes (and FD, SIZE for a format's
+ * claim; FD -1: none asked), else from PATH's name (NULL: by content
+ * alone); NULL when none. */
+const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, int fd, uint64_t size,
+                                          const char *path);
 /* Read the first bytes of FD (SIZE bytes long) into HEAD (CAP bytes; *GOT
  * of them) and sniff them and PATH into *OUT (NULL: no format's, or an
  * empty file).  CKPT_ERR_IO when they cannot be read. */

@@ -250,6 +250,10 @@ static int cmp_key(const void *a, const void *b)
 
 static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt)
 {
+    /* its module objects are the archive's classes, useless without its code */
+    CKPT_RETURN_IF(ckpt_root_is_torchscript(f), &f->err, CKPT_ERR_UNSUPPORTED,
+                   "a TorchScript archive is not written back as a torch.save file: "
+                   "'ckpt extract' writes its state dict");
     (void)path; /* the stream does not name itself */
     ckpt_pickle_out pk;
     CKPT_FORWARD(ckpt_pickle_write2(&f->arena, f->nstorages, f->root, true, &pk, &f->err));

@@ -434,6 +434,10 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
 
 static int pth_zip_write(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt)
 {
+    /* its module objects are the archive's classes, useless without its code */
+    CKPT_RETURN_IF(ckpt_root_is_torchscript(f), &f->err, CKPT_ERR_UNSUPPORTED,
+                   "a TorchScript archive is not written back as a torch.save file: "
+                   "'ckpt extract' writes its state dict");
     char *prefix = archive_prefix(path);
     if (!prefix)
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");

@@ -28,11 +28,11 @@ static void content_formats(char *buf, size_t cap)
 {
     size_t n = 0, k = 0, len = 0;
     for (const ckpt_format_desc *const *d = ckpt_format_table; *d; d++)
-        n += (*d)->sniff ? 1 : 0;
+        n += (*d)->sniff && !(*d)->claim ? 1 : 0; /* a claimed kind of a container: named once */
     buf[0] = '\0';
     for (const ckpt_format_desc *const *d = ckpt_format_table; *d && len < cap; d++) {
-        if (!(*d)->sniff)
-            continue; /* known by its name alone */
+        if (!(*d)->sniff || (*d)->claim)
+            continue; /* known by its name alone, or a kind of another's container */
         k++;
         len += (size_t)snprintf(buf + len, cap - len, "%s%s", k == 1 ? "" : k == n ? " or " : ", ",
                                 (*d)->name);

@@ -329,7 +329,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     const ckpt_format_desc *d;
     ckpt_format_sniff_fd(fd, (uint64_t)st.st_size, NULL, head, sizeof head, &got, &d);
     ckpt_format fmt = d ? d->id : CKPT_FORMAT_UNKNOWN; /* unreadable: a pickle stream's error */
-    if (fmt == CKPT_FORMAT_PTH_ZIP) {
+    if (fmt == CKPT_FORMAT_PTH_ZIP || fmt == CKPT_FORMAT_TORCHSCRIPT) {
         s->format = fmt;
         int rc = scan_zip(s, fd);
         close(fd);

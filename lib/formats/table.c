@@ -1,6 +1,7 @@
 /*
  * table.c - every format ckpt reads or writes, in one place.  The order is
- * torch.load's: a zip first, then safetensors (which torch 2.x picks by
+ * torch.load's: a zip first (TorchScript's, known by its constants.pkl,
+ * as torch.load knows it, then torch.save's), then safetensors (which torch 2.x picks by
  * name), the legacy pickle stream, and a shard index last (by its name).
  * A new format is a module exporting a descriptor and one line here.
  */
@@ -9,6 +10,7 @@
 #include <string.h>
 
 const ckpt_format_desc *const ckpt_format_table[] = {
+    &ckpt_format_torchscript, /* a zip with constants.pkl: before pth-zip claims the zip */
     &ckpt_format_pth_zip,
     &ckpt_format_safetensors,
     &ckpt_format_pth_legacy,
@@ -30,10 +32,12 @@ bool ckpt_path_has_suffix(const char *path, const char *suffix)
     return n > k && strcmp(path + n - k, suffix) == 0;
 }
 
-const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, const char *path)
+const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, int fd, uint64_t size,
+                                          const char *path)
 {
     for (const ckpt_format_desc *const *d = ckpt_format_table; *d; d++)
-        if ((*d)->sniff && (*d)->sniff(head, n))
+        if ((*d)->sniff && (*d)->sniff(head, n) &&
+            (!(*d)->claim || (fd >= 0 && (*d)->claim(fd, size))))
             return *d;
     for (const ckpt_format_desc *const *d = ckpt_format_table; path && *d; d++)
         if ((*d)->name_suffix && ckpt_path_has_suffix(path, (*d)->name_suffix))
@@ -49,7 +53,7 @@ int ckpt_format_sniff_fd(int fd, uint64_t size, const char *path, uint8_t *head,
     if (*got && ckpt_pread_all(fd, head, *got, 0) != CKPT_OK)
         return CKPT_ERR_IO;
     if (*got)
-        *out = ckpt_format_sniff(head, *got, path);
+        *out = ckpt_format_sniff(head, *got, fd, size, path);
     return CKPT_OK;
 }
 

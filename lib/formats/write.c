@@ -19,7 +19,12 @@ CKPT_API ckpt_format ckpt_format_for_path(const char *path)
     for (const ckpt_format_desc *const *d = ckpt_format_table; path && *d; d++)
         if ((*d)->suffix && ckpt_path_has_suffix(path, (*d)->suffix))
             return (*d)->id;
-    return ckpt_format_table[0]->id; /* the table starts with the default */
+    /* the default: the first format in the table that is written (pth-zip;
+     * TorchScript, before it, is read only) */
+    for (const ckpt_format_desc *const *d = ckpt_format_table; *d; d++)
+        if ((*d)->write)
+            return (*d)->id;
+    return CKPT_FORMAT_UNKNOWN;
 }
 
 static bool same_file(const ckpt_file *f, const char *path)
@@ -132,7 +137,7 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
     f->parts.write = write_part;
 
     /* a set when named so or asked for (shards of a size); else OPT's format */
-    ckpt_format id = opt && opt->format ? opt->format : ckpt_format_table[0]->id;
+    ckpt_format id = opt && opt->format ? opt->format : ckpt_format_for_path(NULL);
     const ckpt_format_desc *d = ckpt_format_find(ckpt_format_for_path(path));
     if (!d || !d->write_set) {
         d = ckpt_format_find(id);

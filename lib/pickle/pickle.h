@@ -19,7 +19,9 @@ enum {
     CKPT_VF_EMITTING = 1 << 4,  /* the writer is inside it (cycle guard) */
     CKPT_VF_MODULE = 1 << 5,    /* an OBJECT that is an nn.Module: NEWOBJ of a class and a
                                  * BUILD of a dict with _parameters, _buffers, _modules */
-    CKPT_VF_MODULE_SD = 1 << 6  /* a DICT made from a module tree, not in the file */
+    CKPT_VF_MODULE_SD = 1 << 6, /* a DICT made from a module tree, not in the file */
+    CKPT_VF_TORCHSCRIPT = 1 << 7 /* a MODULE_SD of a TorchScript archive's module (its
+                                  * code/ lists name the tensors; no _metadata) */
 };
 
 /* How an OBJECT was built, so a writer can rebuild it the same way. */

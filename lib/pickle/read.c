@@ -1353,6 +1353,15 @@ static int op_reduce(vm *m)
             }
             return push(m, d);
         }
+        /* TorchScript's list and type-tag wrappers (torch.jit._pickle): identities
+         * of their first argument.  Builtin classification never makes them
+         * interpreted (torch.jit.* is refused); only the TorchScript reader's
+         * context does, for its archive's pickles. */
+        if (strncmp(q, "torch.jit._pickle.", 18) == 0) {
+            if (args->u.seq.len < 1)
+                return fail(m, CKPT_ERR_FORMAT, "%s called without an argument", q);
+            return push(m, args->u.seq.items[0]);
+        }
         if (strcmp(q, "torch._tensor._rebuild_from_type_v2") == 0) {
             bool done;
             CKPT_FORWARD(rebuild_from_type(m, q, args, &done));

@@ -471,6 +471,11 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
     if (ckpt_value_is_module_sd(d)) {
         char where[512];
         ckpt_path_format(path, where, sizeof(where));
+        if (d->flags & CKPT_VF_TORCHSCRIPT)
+            return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                            "a TorchScript archive (torch.jit.save) is not rewritten: "
+                            "'ckpt extract' writes its state dict as a plain one, which "
+                            "this command then rewrites");
         return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
                         "the state dict %s%s%s is a pickled module tree, whose names come from "
                         "its modules: 'ckpt extract' writes it as a plain state dict, which "

@@ -944,6 +944,54 @@ def build():
         'names the shard')
 
 
+    # ---- TorchScript archives (torch.jit.save): data.pkl is a module object
+    # of an archive class; code/ says which attributes are its tensors
+    w = T('weight', numel=6)
+    mod_pkl = (PROTO2 + G('__torch__.m', 'Net') + EMPTY_TUPLE + b'\x81'
+               + EMPTY_DICT + MARK + U('training') + NEWFALSE + U('weight')
+               + tensor(w) + SETITEMS + b'b' + STOP)
+    good_code = b'class Net(Module):\n  __parameters__ = ["weight", ]\n' \
+                b'  __buffers__ = []\n  weight : Tensor\n'
+    bad('ts_unterminated_list.pt',
+        ts_zip(mod_pkl, b'class Net(Module):\n  __parameters__ = ["weight", \n'
+               b'  __buffers__ = []\n', data_for([w])),
+        'a TorchScript archive whose `code/__torch__/m.py` opens '
+        '`__parameters__ = [` and never closes it on its line')
+    bad('ts_huge_line.pt',
+        ts_zip(mod_pkl, b'class ' + b'N' * (2 << 20) + b'(Module):\n'
+               + good_code, data_for([w])),
+        'a TorchScript archive whose code file starts with a 2 MiB class '
+        'header line (the class name is longer than any ckpt reads)')
+    bad('ts_no_lists.pt',
+        ts_zip(mod_pkl, b'class Net(Module):\n  training : bool\n'
+               b'  weight : Tensor\n', data_for([w])),
+        'a TorchScript archive whose module class `Net` has no '
+        '`__parameters__` / `__buffers__` lists')
+    bad('ts_missing_class.pt',
+        ts_zip(mod_pkl.replace(b'\nNet\n', b'\nOther\n'), good_code,
+               data_for([w])),
+        'a TorchScript archive whose data.pkl builds `__torch__.m.Other`, '
+        'which no code file defines (the code defines `Net`)')
+
+
+def ts_zip(pkl, code, data):
+    """A TorchScript archive: data.pkl, constants.pkl (empty tuple), one
+    code file `code/__torch__/m.py`, the storages, version."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, 'w') as z:
+        def add(name, b):
+            zi = zipfile.ZipInfo('archive/' + name, date_time=FIXED_TIME)
+            zi.external_attr = 0o644 << 16
+            z.writestr(zi, b)
+        add('data.pkl', pkl)
+        add('code/__torch__/m.py', code)
+        for k in sorted(data):
+            add('data/' + k, data[k])
+        add('constants.pkl', b'\x80\x02).')
+        add('version', b'3\n')
+    return buf.getvalue()
+
+
 TORCH_PROBE = r'''
 import sys, signal, io, os
 import torch

@@ -147,6 +147,10 @@ expect() {
     sharded_escape.index.json) pat='maps to \.\./data/mlp\.pth, not a file name beside the index' ;;
     sharded_absolute.index.json) pat='maps to /etc/passwd, not a file name beside the index' ;;
     sharded_bad_shard.index.json) pat="shard 'st_overlap\.safetensors': .*overlap" ;;
+    ts_unterminated_list.pt) pat="code file 'archive/code/__torch__/m\.py' line 2: unterminated __parameters__ list" ;;
+    ts_huge_line.pt) pat="code file 'archive/code/__torch__/m\.py' line 1: a class header without a valid class name" ;;
+    ts_no_lists.pt) pat='module class __torch__\.m\.Net has no __parameters__ list' ;;
+    ts_missing_class.pt) pat='builds an object of __torch__\.m\.Other .*which no code/ file defines' ;;
     *) return 1 ;;
     esac
 }

@@ -404,3 +404,44 @@ def find_modules(o, path=(), depth=0, found=None, seen=None):
         for i, v in enumerate(o.__dict__.get('items', [])):
             find_modules(v, path + (i,), depth + 1, found, seen)
     return found
+
+
+def torchscript_state_dict(path):
+    """The keys (with their TensorRefs) torch.jit.load(PATH).state_dict()
+    gives for a TorchScript archive, by reference/whole-models.md section
+    3.4, independently of ckpt: the stand-in module objects of data.pkl, and
+    the __parameters__ / __buffers__ lists of the classes in code/ (read as
+    text with regular expressions, never compiled)."""
+    import ast
+    import re
+    z = zipfile.ZipFile(path)
+    classes = {}
+    for n in z.namelist():
+        parts = n.split('/')
+        if len(parts) < 3 or parts[1] != 'code' or not n.endswith('.py'):
+            continue
+        mod = '.'.join(parts[2:])[:-3]
+        cur = None
+        for line in z.read(n).decode('utf-8').splitlines():
+            h = re.match(r'class (\w+)\((\w*)\):', line)
+            if h:
+                cur = classes['%s.%s' % (mod, h.group(1))] = {
+                    'module': h.group(2) == 'Module', 'p': [], 'b': []}
+            elif cur is not None:
+                lst = re.match(r'  __(parameters|buffers)__ = (\[.*\])$', line)
+                if lst:
+                    cur[lst.group(1)[0]] = ast.literal_eval(lst.group(2))
+    L = load(path)
+    out = collections.OrderedDict()
+
+    def walk(o, prefix):
+        c = classes['%s.%s' % (type(o).module, type(o).name)]
+        for k in c['p'] + c['b']:
+            if o.state.get(k) is not None:
+                out[prefix + k] = o.state[k]
+        for k, v in o.state.items():
+            if isinstance(v, Standin) and classes.get(
+                    '%s.%s' % (type(v).module, type(v).name), {}).get('module'):
+                walk(v, prefix + k + '.')
+    walk(L.obj, '')
+    return L, out

@@ -109,6 +109,11 @@ def torch_tensors(path, entry):
                 for p, t in walk(obj).items()}
         except Exception:
             pass
+    if entry['format'] == 'torchscript':
+        # torch.jit.load(f).state_dict() by the rule, from the stand-ins
+        L, sd = S.torchscript_state_dict(path)
+        return 'stand-in unpickler and code/ lists', {
+            (k,): (L.tensor(v), v.storage.location) for k, v in sd.items()}
     L = S.load(path)
     refs = {}
 
@@ -316,7 +321,7 @@ def main():
                   lambda: _tmp(to_st, 'summary'))
 
         trees = [sd for sd in (ck[0] or {}).get('state_dicts', [])
-                 if sd.get('source') == 'module-tree'] if readable else []
+                 if sd.get('source') in ('module-tree', 'torchscript')] if readable else []
         if trees and TORCH2:
             # a pickled model: extract writes its state dict, which plain
             # torch.load reads; the key rewrites refuse the module tree
@@ -410,11 +415,14 @@ def main():
                 found = {tuple(p): mod for p, mod in S.find_modules(L.obj)}
                 errs = []
                 for tr in mt['trees']:
-                    mod = found.get(tuple(tr['path']))
-                    if mod is None:
+                    if e['format'] == 'torchscript':
+                        keys = list(S.torchscript_state_dict(path)[1])
+                    elif tuple(tr['path']) in found:
+                        keys = list(S.module_state_dict(found[tuple(tr['path'])]))
+                    else:
                         errs.append('no module at %s' % c.fmt(tr['path']))
                         continue
-                    if list(S.module_state_dict(mod)) != tr['state_dict_keys']:
+                    if keys != tr['state_dict_keys']:
                         errs.append('%s: stand-in keys differ from the manifest'
                                     % c.fmt(tr['path']))
                 # the package's own state dict file of the same model
@@ -434,7 +442,7 @@ def main():
                 if r.rc == 0:
                     j = json.loads(r.out)
                     for sd in j['state_dicts']:
-                        if sd.get('source') != 'module-tree':
+                        if sd.get('source') not in ('module-tree', 'torchscript'):
                             continue
                         tr = [x for x in mt['trees'] if x['path'] == sd['path']]
                         keys = [tt['path'][len(sd['path'])] for tt in j['tensors']

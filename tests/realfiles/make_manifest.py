@@ -188,7 +188,7 @@ def main(argv):
         rc, o, err = ckpt('scan', '--json', out)
         scan = json.loads(o)['files'][0]
         e['format'] = scan['format']
-        if e['format'] == 'pth-zip':
+        if e['format'] in ('pth-zip', 'torchscript'):
             facts, era = zip_facts(out)
             e['zip'] = facts
             e['era'] = era
@@ -252,10 +252,13 @@ def main(argv):
             L = S.load(out)
             if e['format'] == 'torchscript':
                 e['module_tree'] = {
-                    'status': 'TorchScript archive: ckpt refuses it today; its module '
-                              'attributes are not nn.Module BUILD states',
+                    'status': 'TorchScript archive: named as torch.jit.load(f).'
+                              'state_dict() (whole-models.md 3.4, by the stand-ins '
+                              'and the code/ lists)',
                     'root_class': '%s.%s' % (type(L.obj).module, type(L.obj).name),
-                    'trees': None}
+                    'trees': [{'path': [], 'class': '%s.%s' % (
+                        type(L.obj).module, type(L.obj).name),
+                        'state_dict_keys': list(S.torchscript_state_dict(out)[1])}]}
             else:
                 mods = S.find_modules(L.obj)
                 if mods:
