@@ -529,7 +529,7 @@ static bool convert_fixes(ckpt_torch_load *t, ckpt_torch which, const char *path
     if (ckpt_file_open(f, path) == CKPT_OK && f->root) {
         what = extract ? NULL : f->root;
         for (size_t i = 0; extract && !what && i < ckpt_file_state_dict_count(f); i++)
-            if (strcmp(ckpt_file_state_dict_source(f, i), "module-tree") == 0)
+            if (strcmp(ckpt_file_state_dict_source(f, i), "mapping") != 0)
                 what = ckpt_file_state_dict(f, i, NULL);
     }
     if (what) {
@@ -562,8 +562,16 @@ static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
 {
     verdict *v = &t->v[which];
     const ckpt_torch_verdict *p = &v->pub;
-    if (p->accepted || strcmp(p->stop, "container") == 0)
+    if (p->accepted)
         return;
+    if (strcmp(p->stop, "container") == 0) {
+        /* a TorchScript archive: its state dict is what a weights-only load wants */
+        if (convert_fixes(t, which, path, true))
+            v->fix = xprintf(t, "ckpt extract %s OUT.pth (ckpt reads the archive's state dict "
+                             "without running its code, and writes it as a file this torch "
+                             "accepts)", path);
+        return;
+    }
     if (v->blocked[0]) {
         v->fix = xprintf(t, "none: it imports %s, from a module torch never admits (not even "
                          "allow-listed); do not load it (ckpt scan shows what it would run)",
