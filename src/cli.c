@@ -13,14 +13,22 @@ const char *cli_escape(const char *s, char *buf, size_t cap)
     /* names come from the file: a newline or an ESC must not reach the
      * terminal as such (one line per message, no escape sequences) */
     size_t o = 0;
-    if (!cap)
+    if (cap < 8)
         return "";
-    for (; *s && o + 5 < cap; s++) {
+    for (; *s && o + 8 < cap; s++) {
         unsigned char c = (unsigned char)*s;
         if (c < 0x20 || c == 0x7f)
             o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
         else
             buf[o++] = (char)c;
+    }
+    if (*s) { /* cut: never silently, never inside a UTF-8 character */
+        while (o > 0 && ((unsigned char)buf[o - 1] & 0xc0) == 0x80)
+            o--;
+        if (o > 0 && (unsigned char)buf[o - 1] >= 0xc0)
+            o--;
+        memcpy(buf + o, "\xe2\x80\xa6", 3); /* ... */
+        o += 3;
     }
     buf[o] = '\0';
     return buf;
