@@ -91,6 +91,12 @@ struct ckpt_file {
 bool ckpt_file_valid(const ckpt_file *f);
 /* Record a notice for the user (the same text once); -1 when out of memory. */
 int ckpt_file_notice_add(ckpt_file *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The zip record PREFIX/NAME of the source being read (f->cur_src,
+ * f->cur_prefix), or -1. */
+int64_t ckpt_file_record_find(ckpt_file *f, const char *name);
+/* Small record I (version, byteorder) as text into BUF, NUL-terminated;
+ * a record of CAP bytes or more is malformed. */
+int ckpt_file_record_text(ckpt_file *f, int64_t i, char *buf, size_t cap);
 
 /* ---- the storage table and the pickle context (checkpoint/storage.c) --------- */
 

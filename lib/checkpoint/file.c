@@ -185,3 +185,22 @@ CKPT_API const char *ckpt_file_notice(const ckpt_file *f, size_t i)
 {
     return ckpt_file_valid(f) && i < f->nnotices ? f->notices[i] : NULL;
 }
+
+int64_t ckpt_file_record_find(ckpt_file *f, const char *name)
+{
+    char full[1024];
+    if ((size_t)snprintf(full, sizeof(full), "%s/%s", f->cur_prefix, name) >= sizeof(full))
+        return -1;
+    return ckpt_zip_find(f->cur_src->zip, full);
+}
+
+int ckpt_file_record_text(ckpt_file *f, int64_t i, char *buf, size_t cap)
+{
+    uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
+    if (size >= cap)
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "record '%s' is %llu bytes, expected a few",
+                        ckpt_zip_name(f->cur_src->zip, i), (unsigned long long)size);
+    CKPT_FORWARD(ckpt_zip_read(f->cur_src->zip, i, 0, buf, (size_t)size, &f->err));
+    buf[size] = '\0';
+    return CKPT_OK;
+}

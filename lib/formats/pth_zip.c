@@ -12,33 +12,14 @@
 
 #define MAX_SUPPORTED_VERSION 10
 
-static int64_t find_record(ckpt_file *f, const char *name)
-{
-    char full[1024];
-    if ((size_t)snprintf(full, sizeof(full), "%s/%s", f->cur_prefix, name) >= sizeof(full))
-        return -1;
-    return ckpt_zip_find(f->cur_src->zip, full);
-}
-
-static int read_small(ckpt_file *f, int64_t i, char *buf, size_t cap)
-{
-    uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
-    if (size >= cap)
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "record '%s' is %llu bytes, expected a few",
-                        ckpt_zip_name(f->cur_src->zip, i), (unsigned long long)size);
-    CKPT_FORWARD(ckpt_zip_read(f->cur_src->zip, i, 0, buf, (size_t)size, &f->err));
-    buf[size] = '\0';
-    return CKPT_OK;
-}
-
 static int check_version(ckpt_file *f)
 {
-    int64_t i = find_record(f, ".data/version");
+    int64_t i = ckpt_file_record_find(f, ".data/version");
     if (i < 0)
-        i = find_record(f, "version");
+        i = ckpt_file_record_find(f, "version");
     CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/version' record", f->cur_prefix);
     char buf[64];
-    CKPT_FORWARD(read_small(f, i, buf, sizeof(buf)));
+    CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
     char *end;
     unsigned long long v = strtoull(buf, &end, 10);
     while (*end == '\n' || *end == '\r' || *end == ' ')
@@ -53,11 +34,11 @@ static int check_version(ckpt_file *f)
 
 static int check_byteorder(ckpt_file *f)
 {
-    int64_t i = find_record(f, "byteorder");
+    int64_t i = ckpt_file_record_find(f, "byteorder");
     if (i < 0)
         return CKPT_OK; /* absent means little-endian */
     char buf[16];
-    CKPT_FORWARD(read_small(f, i, buf, sizeof(buf)));
+    CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
     if (strcmp(buf, "little") == 0)
         return CKPT_OK;
     if (strcmp(buf, "big") == 0) {
@@ -74,11 +55,11 @@ static int check_byteorder(ckpt_file *f)
 /* torch.load parses .storage_alignment with int() whenever it is there */
 static int check_alignment(ckpt_file *f)
 {
-    int64_t i = find_record(f, ".storage_alignment");
+    int64_t i = ckpt_file_record_find(f, ".storage_alignment");
     if (i < 0)
         return CKPT_OK;
     char buf[32];
-    CKPT_FORWARD(read_small(f, i, buf, sizeof(buf)));
+    CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
     char *end;
     errno = 0;
     (void)strtoll(buf, &end, 10);
@@ -116,7 +97,7 @@ static int locate_storages(ckpt_file *f, size_t first)
         char name[600];
         if ((size_t)snprintf(name, sizeof(name), "data/%s", s->src_key) >= sizeof(name))
             return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage key too long");
-        int64_t i = find_record(f, name);
+        int64_t i = ckpt_file_record_find(f, name);
         CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "storage '%s' has no record '%s/%s'",
                        s->key, f->cur_prefix, name);
         uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
@@ -170,13 +151,13 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
         f->nrecords = (size_t)n;
     }
 
-    CKPT_RETURN_IF(find_record(f, "constants.pkl") >= 0, &f->err, CKPT_ERR_UNSUPPORTED,
+    CKPT_RETURN_IF(ckpt_file_record_find(f, "constants.pkl") >= 0, &f->err, CKPT_ERR_UNSUPPORTED,
                    "a TorchScript archive (torch.jit.save), not a torch.save checkpoint");
     CKPT_FORWARD(check_version(f));
     CKPT_FORWARD(check_byteorder(f));
     CKPT_FORWARD(check_alignment(f));
 
-    int64_t pkl = find_record(f, "data.pkl");
+    int64_t pkl = ckpt_file_record_find(f, "data.pkl");
     CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", f->cur_prefix);
     uint8_t *buf;
     size_t len;

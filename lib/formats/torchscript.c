@@ -22,14 +22,6 @@
  * one visit per module path, thousands at most */
 #define MAX_VISITS (1u << 20)
 
-static int64_t find_record(ckpt_file *f, const char *name)
-{
-    char full[1024];
-    if ((size_t)snprintf(full, sizeof(full), "%s/%s", f->cur_prefix, name) >= sizeof(full))
-        return -1;
-    return ckpt_zip_find(f->cur_src->zip, full);
-}
-
 /* torch.load's own test (serialization._is_torchscript_zip): a constants.pkl
  * record in the archive folder.  Any failure: not ours (pth-zip reports it). */
 static bool ts_claim(int fd, uint64_t size)
@@ -56,27 +48,16 @@ static bool ts_sniff(const uint8_t *head, size_t n)
     return n >= 4 && memcmp(head, "PK\x03\x04", 4) == 0;
 }
 
-static int read_small(ckpt_file *f, int64_t i, char *buf, size_t cap)
-{
-    uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
-    if (size >= cap)
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "record '%s' is %llu bytes, expected a few",
-                        ckpt_zip_name(f->cur_src->zip, i), (unsigned long long)size);
-    CKPT_FORWARD(ckpt_zip_read(f->cur_src->zip, i, 0, buf, (size_t)size, &f->err));
-    buf[size] = '\0';
-    return CKPT_OK;
-}
-
 /* version (3 or 4 as torch.jit.save writes) and byteorder (2.x), as torch.jit.load
  * reads them */
 static int check_records(ckpt_file *f)
 {
-    int64_t i = find_record(f, "version");
+    int64_t i = ckpt_file_record_find(f, "version");
     if (i < 0)
-        i = find_record(f, ".data/version");
+        i = ckpt_file_record_find(f, ".data/version");
     CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/version' record", f->cur_prefix);
     char buf[64];
-    CKPT_FORWARD(read_small(f, i, buf, sizeof(buf)));
+    CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
     char *end;
     unsigned long long v = strtoull(buf, &end, 10);
     while (*end == '\n' || *end == '\r' || *end == ' ')
@@ -85,9 +66,9 @@ static int check_records(ckpt_file *f)
                    "record 'version' does not hold a number");
     CKPT_RETURN_IF(v < 1 || v > MAX_VERSION, &f->err, CKPT_ERR_UNSUPPORTED,
                    "TorchScript archive version %llu (this reader knows 1 to %d)", v, MAX_VERSION);
-    if ((i = find_record(f, "byteorder")) < 0)
+    if ((i = ckpt_file_record_find(f, "byteorder")) < 0)
         return CKPT_OK;
-    CKPT_FORWARD(read_small(f, i, buf, sizeof(buf)));
+    CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
     if (strcmp(buf, "big") == 0)
         f->cur_src->big_endian = true;
     else
@@ -104,7 +85,7 @@ static int locate_storages(ckpt_file *f, size_t first)
         char name[600];
         CKPT_RETURN_IF((size_t)snprintf(name, sizeof(name), "data/%s", s->src_key) >= sizeof(name),
                        &f->err, CKPT_ERR_FORMAT, "storage key too long");
-        int64_t i = find_record(f, name);
+        int64_t i = ckpt_file_record_find(f, name);
         CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "storage '%s' has no record '%s/%s'",
                        s->key, f->cur_prefix, name);
         uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
@@ -486,7 +467,7 @@ static int ts_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     }
     CKPT_FORWARD(check_records(f));
 
-    int64_t pkl = find_record(f, "data.pkl");
+    int64_t pkl = ckpt_file_record_find(f, "data.pkl");
     CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", f->cur_prefix);
     uint8_t *buf;
     size_t len;
