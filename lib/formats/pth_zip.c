@@ -10,48 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAX_SUPPORTED_VERSION 10
-
-static int check_version(ckpt_file *f)
-{
-    int64_t i = ckpt_file_record_find(f, ".data/version");
-    if (i < 0)
-        i = ckpt_file_record_find(f, "version");
-    CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/version' record", f->cur_prefix);
-    char buf[64];
-    CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
-    char *end;
-    unsigned long long v = strtoull(buf, &end, 10);
-    while (*end == '\n' || *end == '\r' || *end == ' ')
-        end++;
-    CKPT_RETURN_IF(end == buf || *end != '\0', &f->err, CKPT_ERR_FORMAT,
-                   "record 'version' does not hold a number");
-    CKPT_RETURN_IF(v < 1 || v > MAX_SUPPORTED_VERSION, &f->err, CKPT_ERR_UNSUPPORTED,
-                   "file format version %llu (this reader knows 1 to %d)", v,
-                   MAX_SUPPORTED_VERSION);
-    return CKPT_OK;
-}
-
-static int check_byteorder(ckpt_file *f)
-{
-    int64_t i = ckpt_file_record_find(f, "byteorder");
-    if (i < 0)
-        return CKPT_OK; /* absent means little-endian */
-    char buf[16];
-    CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
-    if (strcmp(buf, "little") == 0)
-        return CKPT_OK;
-    if (strcmp(buf, "big") == 0) {
-        f->cur_src->big_endian = true;
-        return CKPT_OK;
-    }
-    for (char *c = buf; *c; c++)
-        if (*c < 0x20 || *c >= 0x7f)
-            *c = '?';
-    return ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                    "unknown byte order '%s' (torch.load fails on it: 'little' or 'big')", buf);
-}
-
 /* torch.load parses .storage_alignment with int() whenever it is there */
 static int check_alignment(ckpt_file *f)
 {
@@ -153,8 +111,7 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 
     CKPT_RETURN_IF(ckpt_file_record_find(f, "constants.pkl") >= 0, &f->err, CKPT_ERR_UNSUPPORTED,
                    "a TorchScript archive (torch.jit.save), not a torch.save checkpoint");
-    CKPT_FORWARD(check_version(f));
-    CKPT_FORWARD(check_byteorder(f));
+    CKPT_FORWARD(ckpt_file_records_check(f, "file format"));
     CKPT_FORWARD(check_alignment(f));
 
     int64_t pkl = ckpt_file_record_find(f, "data.pkl");

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_VERSION 10
 #define MAX_NAME 1024 /* a class or attribute name in code/ */
 #define MAX_DEPTH 64  /* modules inside modules */
 /* module visits: a shared submodule is visited under every path, so a hostile
@@ -46,35 +45,6 @@ static bool ts_claim(int fd, uint64_t size)
 static bool ts_sniff(const uint8_t *head, size_t n)
 {
     return n >= 4 && memcmp(head, "PK\x03\x04", 4) == 0;
-}
-
-/* version (3 or 4 as torch.jit.save writes) and byteorder (2.x), as torch.jit.load
- * reads them */
-static int check_records(ckpt_file *f)
-{
-    int64_t i = ckpt_file_record_find(f, "version");
-    if (i < 0)
-        i = ckpt_file_record_find(f, ".data/version");
-    CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/version' record", f->cur_prefix);
-    char buf[64];
-    CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
-    char *end;
-    unsigned long long v = strtoull(buf, &end, 10);
-    while (*end == '\n' || *end == '\r' || *end == ' ')
-        end++;
-    CKPT_RETURN_IF(end == buf || *end != '\0', &f->err, CKPT_ERR_FORMAT,
-                   "record 'version' does not hold a number");
-    CKPT_RETURN_IF(v < 1 || v > MAX_VERSION, &f->err, CKPT_ERR_UNSUPPORTED,
-                   "TorchScript archive version %llu (this reader knows 1 to %d)", v, MAX_VERSION);
-    if ((i = ckpt_file_record_find(f, "byteorder")) < 0)
-        return CKPT_OK;
-    CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
-    if (strcmp(buf, "big") == 0)
-        f->cur_src->big_endian = true;
-    else
-        CKPT_RETURN_IF(strcmp(buf, "little") != 0, &f->err, CKPT_ERR_FORMAT,
-                       "unknown byte order in record 'byteorder' ('little' or 'big')");
-    return CKPT_OK;
 }
 
 /* data/<key> for every storage data.pkl named, of its exact size */
@@ -465,7 +435,7 @@ static int ts_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
         f->records = records;
         f->nrecords = (size_t)n;
     }
-    CKPT_FORWARD(check_records(f));
+    CKPT_FORWARD(ckpt_file_records_check(f, "TorchScript archive"));
 
     int64_t pkl = ckpt_file_record_find(f, "data.pkl");
     CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", f->cur_prefix);

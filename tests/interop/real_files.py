@@ -39,6 +39,8 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as c  # noqa: E402  (exits 77 without torch)
 import _standin as S  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'realfiles'))
+from fetch import NOT_MODEL, cache_dir  # noqa: E402
 import torch  # noqa: E402
 
 MANIFEST = os.path.join(c.SRCDIR, 'tests', 'realfiles', 'MANIFEST.json')
@@ -50,21 +52,6 @@ KNOWN_DATA_PREFIXES = ('numpy.', 'argparse.Namespace', 'builtins.',
                        '_codecs.encode', 'collections.', 'torch.device',
                        'torch.Size', 'torch.Tensor', 'torch.nn.parameter.',
                        'torch._utils.', 'torch._tensor.', 'copyreg.')
-# components of a state dict's path that make it something else than a
-# model's (DESIGN.md: rewrites never touch an optimizer's state, nor
-# Lightning's callbacks, loops or best_k_models)
-NOT_MODEL = ('optimizer', 'optimizer_state', 'optimizer_states',
-             'optimizer_state_dict', 'callbacks', 'loops', 'best_k_models',
-             'lr_schedulers', 'scheduler')
-
-
-def cache_dir():
-    d = os.environ.get('CKPT_REALFILES')
-    if not d:
-        base = os.environ.get('XDG_CACHE_HOME') or os.path.join(
-            os.path.expanduser('~'), '.cache')
-        d = os.path.join(base, 'ckpt-realfiles')
-    return d
 
 
 def key(path):

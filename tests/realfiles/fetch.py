@@ -38,6 +38,13 @@ def cache_dir():
     return d
 
 
+# where a state dict is not a model's (an optimizer's, Lightning's callbacks,
+# loops or best_k_models): shared with make_manifest.py and real_files.py
+NOT_MODEL = ('optimizer', 'optimizer_state', 'optimizer_states',
+             'optimizer_state_dict', 'callbacks', 'loops', 'best_k_models',
+             'lr_schedulers', 'scheduler')
+
+
 def sha256_file(path):
     h = hashlib.sha256()
     with open(path, 'rb') as f:

@@ -12,7 +12,6 @@ the diff before committing it), and, for pickled nn.Modules, the keys
 `model.state_dict()` gives, computed with the inert stand-in unpickler
 (tests/interop/_standin.py; nothing is imported).
 """
-import hashlib
 import json
 import os
 import subprocess
@@ -22,6 +21,7 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'interop'))
 import _standin as S  # noqa: E402
+from fetch import NOT_MODEL, sha256_file as sha  # noqa: E402
 
 CKPT = os.environ.get('CKPT') or os.path.join(HERE, '..', '..', 'ckpt')
 
@@ -125,17 +125,7 @@ KNOWN_BUGS = {}
 # a whole model and the state dict file its package ships beside it: the
 # module tree's tensors are that file's, bit for bit
 SAME_AS = {'beatnet-model-1': 'beatnet-weights-1'}
-NOT_MODEL = ('optimizer', 'optimizer_state', 'optimizer_states',
-             'optimizer_state_dict', 'callbacks', 'loops', 'best_k_models',
-             'lr_schedulers', 'scheduler')
 
-
-def sha(path):
-    h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for b in iter(lambda: f.read(1 << 20), b''):
-            h.update(b)
-    return h.hexdigest()
 
 
 def ckpt(*args):
