@@ -107,20 +107,10 @@ CHOSEN = [
 ]
 
 
-# checks of tests/interop/real_files.py that fail today because of a ckpt bug
-# (reported as SKIP with the text; a FAIL once they pass)
-OPTIM_BUG = ('ckpt lists optimizer/state/N (step, exp_avg, exp_avg_sq: all '
-             'tensors) among the state dicts and add-module renames their keys; '
-             'DESIGN.md: a rewrite never touches an optimizer\'s state')
-LONG_BUG = ('ckpt scan names pickle\'s __builtin__.long "builtins.long"; '
-            'Python\'s unpickler (fix_imports, NAME_MAPPING) asks for '
-            'builtins.int: lib/pickle/globals.c maps module names only')
-COUNT_BUG = ('convert to safetensors of a file with one model state dict and '
-             'more (an optimizer\'s state, ...) writes that state dict\'s '
-             'tensors only, but its summary line counts every tensor and '
-             'storage of the file')
-# what ckpt got wrong on these files, each a SKIP until fixed (then a FAIL
-# that says to remove it); fixed since: OPTIM_BUG, LONG_BUG, COUNT_BUG
+# checks of tests/interop/real_files.py that fail because of a ckpt bug: a
+# SKIP with the text until fixed, then a FAIL that says to remove it.  Fixed
+# since (git log): optimizer state renamed
+# by add-module, builtins.long in scan, convert's summary counting IN's tensors
 KNOWN_BUGS = {}
 # a whole model and the state dict file its package ships beside it: the
 # module tree's tensors are that file's, bit for bit
