@@ -86,7 +86,9 @@ expect_exit 1 ckpt verify --model $mlp --atol 0 --rtol 0 --reference tests/data/
 expect_stdout_match 'FAIL, [0-9]+ of 2560 elements out of tolerance'
 
 say "--replicas: DataParallel's scatter/gather replayed (checked against torch in ssd_vs_torch.py)"
-expect_exit 1 ckpt verify --model models/ssd300.json --replicas 2 tests/data/ssd300_narrow.pth
+# On the CPU backend a chunk's outputs are the full batch's bit for bit; on a GPU, cuBLAS
+# picks other GEMM algorithms for other batch sizes, so there they are "within tolerance".
+expect_exit 1 ckpt verify --device cpu --model models/ssd300.json --replicas 2 tests/data/ssd300_narrow.pth
 expect_stdout_match '^replicas +2 requested; the batch of 4 split into 2 chunks'
 expect_stdout_line 'replica     loc [4, 8732, 4]: gathered back identically'
 expect_stdout_line 'replica     conf [4, 8732, 21]: gathered back identically'
