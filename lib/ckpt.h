@@ -838,7 +838,29 @@ typedef struct ckpt_scan_hit {
     const char *used_by;     /* the first opcode that used it, or NULL */
     uint64_t use_offset;
     size_t count;            /* times it is named in that pickle */
+    /* added with readings: */
+    const char *reading;     /* the reading it was found in (ckpt_scan_reading.reader) */
+    const char *computed_by; /* a name computed at run time: the global whose call made it
+                              * (the name is then shown as "<by(...)>.name"); else NULL */
 } ckpt_scan_hit;
+
+/*
+ * A reading: one way some torch.load reads the file (whatever its name).
+ * torch 2.x sends a path ending in .safetensors to safetensors; otherwise a
+ * zip (PK at byte 0) goes to its zip reader, a file that is a tar to the
+ * torch <= 0.1 tar loader, and anything else to the legacy loader, which
+ * unpickles from byte 0.  A file is scanned as every reading that applies,
+ * and the worst verdict wins.
+ */
+typedef struct ckpt_scan_reading {
+    const char *reader;   /* "zip", "tar", "pickle", "safetensors" */
+    const char *who;      /* who reads the file this way, for the user */
+    int primary;          /* the reading its format gets (what inspect reads) */
+    int code;             /* CKPT_OK, or why this reading stops (torch stops there too) */
+    const char *error;    /* that message, or NULL */
+    size_t pickles;       /* pickles scanned in it */
+    int unsafe;           /* it names a global neither interpreted nor known data */
+} ckpt_scan_reading;
 
 CKPT_API ckpt_scan *ckpt_scan_new(void);
 CKPT_API void ckpt_scan_free(ckpt_scan *s);
@@ -861,6 +883,16 @@ CKPT_API size_t ckpt_scan_hit_count(const ckpt_scan *s);
 CKPT_API const ckpt_scan_hit *ckpt_scan_hit_at(const ckpt_scan *s, size_t i);
 /* 1 when a global is neither interpreted nor known data. */
 CKPT_API int ckpt_scan_unsafe(const ckpt_scan *s);
+/* The readings made, in torch.load's order of trying them. */
+CKPT_API size_t ckpt_scan_reading_count(const ckpt_scan *s);
+CKPT_API const ckpt_scan_reading *ckpt_scan_reading_at(const ckpt_scan *s, size_t i);
+/*
+ * Where readers of the file would see different content (two zip end
+ * records, a FRAME that CPython's unpickler reads otherwise, ...): one
+ * sentence each.  Any makes the file "ambiguous": unsafe to call safe.
+ */
+CKPT_API size_t ckpt_scan_ambiguity_count(const ckpt_scan *s);
+CKPT_API const char *ckpt_scan_ambiguity_at(const ckpt_scan *s, size_t i);
 
 /* ---- will it load? torch.load's weights-only check, modelled -------------- */
 

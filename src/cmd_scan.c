@@ -41,8 +41,9 @@ static const char *class_name(const ckpt_scan_hit *h)
 
 static int file_exit(const ckpt_scan *s, int rc)
 {
-    if (ckpt_scan_unsafe(s))
-        return CLI_EXIT_DIFFERENT; /* unsafe content outranks a later parse error */
+    /* unsafe content, or readers that would disagree, outrank a parse error */
+    if (ckpt_scan_unsafe(s) || ckpt_scan_ambiguity_count(s))
+        return CLI_EXIT_DIFFERENT;
     if (rc != CKPT_OK)
         return rc == CKPT_ERR_IO ? CLI_EXIT_IO
                : rc == CKPT_ERR_NOMEM ? CLI_EXIT_IO : CLI_EXIT_BAD_INPUT;
@@ -60,8 +61,17 @@ static const char *format_text(const ckpt_scan *s)
 static void print_text(const char *path, const ckpt_scan *s, int rc)
 {
     size_t np = ckpt_scan_pickle_count(s), nh = ckpt_scan_hit_count(s);
-    size_t dangerous = 0, unknown = 0;
+    size_t dangerous = 0, unknown = 0, nr = ckpt_scan_reading_count(s);
+    size_t na = ckpt_scan_ambiguity_count(s);
+    int many = nr > 1;
     printf("%s: %s, %zu pickle%s\n", path, format_text(s), np, np == 1 ? "" : "s");
+    for (size_t i = 0; many && i < nr; i++) {
+        const ckpt_scan_reading *r = ckpt_scan_reading_at(s, i);
+        printf("  reading %s (%s): %s%s\n", r->reader, r->who,
+               r->code == CKPT_OK ? "read to the end" : "stops: ", r->error ? r->error : "");
+    }
+    for (size_t i = 0; i < na; i++)
+        printf("  AMBIGUOUS   %s\n", ckpt_scan_ambiguity_at(s, i));
     if (ckpt_scan_format(s) == CKPT_FORMAT_TORCHSCRIPT)
         printf("  TorchScript archive (torch.jit.save): its __torch__.* classes are compiled "
                "from its code/ by torch.jit.load (ckpt never runs them); ckpt inspect and "
@@ -76,18 +86,27 @@ static void print_text(const char *path, const ckpt_scan *s, int rc)
                    h->used_by, (unsigned long long)h->use_offset);
         if (h->count > 1)
             printf("; named %zu times", h->count);
+        if (h->computed_by)
+            printf("; a name computed at run time by %s", h->computed_by);
+        if (many && h->reading)
+            printf("; %s reading", h->reading);
         printf(")\n");
         dangerous += h->dangerous;
         unknown += h->cls != CKPT_GLOBAL_INTERPRETED && h->cls != CKPT_GLOBAL_KNOWN_DATA;
     }
     if (unknown)
-        printf("  verdict: UNSAFE: %zu unknown global%s, %zu of them dangerous%s\n", unknown,
+        printf("  verdict: UNSAFE: %zu unknown global%s, %zu of them dangerous%s%s\n", unknown,
                unknown == 1 ? "" : "s", dangerous,
-               rc != CKPT_OK ? " (and the file is malformed after them)" : "");
+               rc != CKPT_OK ? " (and the file is malformed after them)" : "",
+               na ? "; and readers would see different content" : "");
+    else if (na)
+        printf("  verdict: AMBIGUOUS: readers would see different content (%zu finding%s): "
+               "not safe to call safe\n", na, na == 1 ? "" : "s");
     else if (rc != CKPT_OK)
         printf("  verdict: unreadable: %s\n", ckpt_scan_error_message(s));
     else if (ckpt_scan_format(s) == CKPT_FORMAT_SAFETENSORS)
-        printf("  verdict: safe: no pickle (a safetensors header, checked)\n");
+        printf("  verdict: safe: no pickle (a safetensors header, checked; unpickled from "
+               "byte 0, as torch.load does under another name, it runs nothing)\n");
     else
         printf("  verdict: safe: only state-dict (interpreted) and known-data globals\n");
     cli_torch_load_print(path, "  ");
@@ -130,11 +149,37 @@ static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
             cJSON_AddItemToObject(g, "use_offset", cli_json_int((long long)h->use_offset));
         }
         cJSON_AddItemToObject(g, "count", cli_json_int((long long)h->count));
+        if (h->reading)
+            cJSON_AddStringToObject(g, "reading", h->reading);
+        if (h->computed_by)
+            cJSON_AddStringToObject(g, "computed_by", h->computed_by);
+        else
+            cJSON_AddNullToObject(g, "computed_by");
         cJSON_AddItemToArray(gl, g);
     }
+    cJSON *rd = cJSON_AddArrayToObject(o, "readings");
+    for (size_t i = 0; i < ckpt_scan_reading_count(s); i++) {
+        const ckpt_scan_reading *r = ckpt_scan_reading_at(s, i);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "reader", r->reader);
+        cJSON_AddStringToObject(e, "who", r->who);
+        cJSON_AddBoolToObject(e, "primary", r->primary);
+        cJSON_AddStringToObject(e, "result", r->code == CKPT_OK ? "read" : "stops");
+        if (r->error)
+            cJSON_AddStringToObject(e, "error", r->error);
+        else
+            cJSON_AddNullToObject(e, "error");
+        cJSON_AddItemToObject(e, "pickles", cli_json_int((long long)r->pickles));
+        cJSON_AddBoolToObject(e, "unsafe", r->unsafe);
+        cJSON_AddItemToArray(rd, e);
+    }
+    cJSON *am = cJSON_AddArrayToObject(o, "ambiguities");
+    for (size_t i = 0; i < ckpt_scan_ambiguity_count(s); i++)
+        cJSON_AddItemToArray(am, cJSON_CreateString(ckpt_scan_ambiguity_at(s, i)));
     int ex = file_exit(s, rc);
     cJSON_AddStringToObject(o, "verdict", ex == CLI_EXIT_OK ? "safe"
-                                          : ex == CLI_EXIT_DIFFERENT ? "unsafe" : "error");
+                                          : ckpt_scan_unsafe(s) ? "unsafe"
+                                          : ex == CLI_EXIT_DIFFERENT ? "ambiguous" : "error");
     if (rc != CKPT_OK)
         cJSON_AddStringToObject(o, "error", ckpt_scan_error_message(s));
     else

@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+enum { SCAN_MAX_READINGS = 8 };
+
 struct ckpt_scan {
     ckpt_error err;
     uint64_t limits[CKPT_LIMIT_COUNT_];
@@ -29,6 +31,13 @@ struct ckpt_scan {
     const char *cur;          /* pickle being scanned (an entry of pickles) */
     int oom;                  /* a hit could not be recorded */
     ckpt_arena *arena;        /* its VM's arena */
+    ckpt_scan_reading readings[SCAN_MAX_READINGS];
+    char *reading_errors[SCAN_MAX_READINGS];
+    size_t nreadings;
+    ckpt_scan_reading *reading; /* the one being made */
+    char **ambiguities;
+    size_t nambiguities;
+    const char *path;
 };
 
 static const char *op_name(int op)
@@ -78,6 +87,16 @@ static void scan_clear(ckpt_scan *s)
     s->oom = 0;
     s->format = CKPT_FORMAT_UNKNOWN;
     s->is_pickle = 0;
+    for (size_t i = 0; i < s->nreadings; i++)
+        free(s->reading_errors[i]);
+    s->nreadings = 0;
+    s->reading = NULL;
+    for (size_t i = 0; i < s->nambiguities; i++)
+        free(s->ambiguities[i]);
+    free(s->ambiguities);
+    s->ambiguities = NULL;
+    s->nambiguities = 0;
+    s->path = NULL;
     ckpt_err_clear(&s->err);
 }
 
@@ -142,8 +161,12 @@ static void on_global(void *user, const char *q, ckpt_global_class cls, int op, 
     h->cls = cls;
     h->dangerous = cls == CKPT_GLOBAL_REFUSED && ckpt_globals_dangerous(q);
     h->count = 1;
-    if (cls != CKPT_GLOBAL_INTERPRETED && cls != CKPT_GLOBAL_KNOWN_DATA)
+    h->reading = s->reading ? s->reading->reader : NULL;
+    if (cls != CKPT_GLOBAL_INTERPRETED && cls != CKPT_GLOBAL_KNOWN_DATA) {
         s->unsafe = 1;
+        if (s->reading)
+            s->reading->unsafe = 1;
+    }
 }
 
 static void on_use(void *user, const char *q, int op, uint64_t at)
@@ -177,9 +200,12 @@ static ckpt_value *any_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_er
     return v;
 }
 
-/* Scan the pickle at BUF[0..LEN) named NAME; *USED gets its length. */
-static int scan_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len,
-                       size_t *used)
+/* Scan the pickle at BUF[0..LEN) named NAME; *USED gets its length.  PID:
+ * whether the unpickler has a persistent_load (torch's main pickles do; the
+ * others are plain pickle.load calls, which stop at a persistent id).  With
+ * KEEP, the VM's values live in that arena and *ROOT gets the result. */
+static int scan_pickle_ex(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len,
+                          size_t *used, bool pid, ckpt_arena *keep, ckpt_value **root)
 {
     char **n = realloc(s->pickles, (s->npickles + 1) * sizeof *n);
     if (!n)
@@ -188,30 +214,100 @@ static int scan_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, size_
     if (!(n[s->npickles] = strdup(name)))
         return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
     s->cur = n[s->npickles++];
+    if (s->reading)
+        s->reading->pickles++;
 
-    ckpt_arena arena;
-    ckpt_arena_init(&arena);
+    ckpt_arena own;
+    ckpt_arena *arena = keep ? keep : &own;
+    if (!keep)
+        ckpt_arena_init(&own);
     ckpt_pickle_ctx ctx = {
         .name = s->cur,
         .limits = s->limits,
         .classify = classify,
-        .persistent_load = any_pid,
+        .persistent_load = pid ? any_pid : NULL,
         .user = s,
-        .arena = &arena,
+        .arena = arena,
         .on_global = on_global,
         .on_use = on_use,
         .scan = true,
     };
-    ckpt_value *root;
-    s->arena = &arena;
-    int rc = ckpt_pickle_load(&ctx, buf, len, &root, used, &s->err);
+    ckpt_value *r = NULL;
+    s->arena = arena;
+    *used = 0;
+    int rc = ckpt_pickle_load(&ctx, buf, len, &r, used, &s->err);
     s->arena = NULL;
-    ckpt_arena_release(&arena);
+    if (root)
+        *root = rc == CKPT_OK ? r : NULL;
+    if (!keep)
+        ckpt_arena_release(&own);
     if (s->oom) {
         ckpt_err_clear(&s->err);
         rc = ckpt_err(&s->err, CKPT_ERR_NOMEM, "%s: out of memory for the globals found", name);
     }
     return rc;
+}
+
+static int scan_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len,
+                       size_t *used)
+{
+    return scan_pickle_ex(s, name, buf, len, used, true, NULL, NULL);
+}
+
+/* ---- readings and ambiguities ------------------------------------------------ */
+
+static int ambiguity(ckpt_scan *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int ambiguity(ckpt_scan *s, const char *fmt, ...)
+{
+    char buf[CKPT_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **n = realloc(s->ambiguities, (s->nambiguities + 1) * sizeof *n);
+    if (!n || !(n[s->nambiguities] = strdup(buf))) {
+        if (n)
+            s->ambiguities = n;
+        s->oom = 1;
+        return CKPT_ERR_NOMEM;
+    }
+    s->ambiguities = n;
+    s->nambiguities++;
+    return CKPT_OK;
+}
+
+static ckpt_scan_reading *reading_begin(ckpt_scan *s, const char *reader, const char *who,
+                                        int primary)
+{
+    if (s->nreadings == SCAN_MAX_READINGS)
+        return NULL; /* cannot happen: fewer readings exist */
+    ckpt_scan_reading *r = &s->readings[s->nreadings];
+    memset(r, 0, sizeof *r);
+    s->reading_errors[s->nreadings++] = NULL;
+    r->reader = reader;
+    r->who = who;
+    r->primary = primary;
+    s->reading = r;
+    return r;
+}
+
+/* Close the reading with RC (its error in s->err), which moves to the
+ * reading; s->err keeps the primary reading's error only. */
+static void reading_end(ckpt_scan *s, int rc, ckpt_error *primary_err)
+{
+    ckpt_scan_reading *r = s->reading;
+    s->reading = NULL;
+    if (!r)
+        return;
+    r->code = rc;
+    if (rc != CKPT_OK) {
+        size_t i = (size_t)(r - s->readings);
+        s->reading_errors[i] = strdup(s->err.msg[0] ? s->err.msg : "failed");
+        r->error = s->reading_errors[i] ? s->reading_errors[i] : "failed (out of memory)";
+        if (r->primary && primary_err)
+            *primary_err = s->err;
+    }
+    ckpt_err_clear(&s->err);
 }
 
 /* ---- formats ---------------------------------------------------------------- */
@@ -260,42 +356,86 @@ static int scan_zip(ckpt_scan *s, int fd)
 static const uint8_t LEGACY_MAGIC[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
                                        0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e};
 
+/* Whether V is the int whose little-endian bytes are LE[0..N) (positive, no
+ * sign byte). */
+static int int_is(const ckpt_value *v, const uint8_t *le, size_t n)
+{
+    if (!v || v->kind != CKPT_KIND_INT)
+        return 0;
+    if (!v->u.i.big) {
+        if (n > 8)
+            return 0;
+        uint64_t want = 0;
+        for (size_t i = n; i-- > 0;)
+            want = want << 8 | le[i];
+        return v->u.i.v >= 0 && (uint64_t)v->u.i.v == want;
+    }
+    if (!v->u.i.bytes)
+        return 0;
+    size_t k = v->u.i.nbytes;
+    while (k > 0 && v->u.i.bytes[k - 1] == 0)
+        k--; /* a positive int's sign byte */
+    return k == n && memcmp(v->u.i.bytes, le, n) == 0;
+}
+
 /* Opcodes a pickle can start with (pickle.dumps at any protocol, or by hand). */
 static int pickle_start(uint8_t b)
 {
     return b == 0x80 || (b < 0x80 && strchr("()]}NIJKMLFGSTUVXBCcdlqpghjK.", b) && b);
 }
 
-static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len)
+/*
+ * The legacy loader's reading: torch.load of a file that is neither a zip
+ * nor a tar unpickles from byte 0, a pickle at a time, and goes on only
+ * while each is what it expects (the magic number, protocol 1001, sys_info,
+ * the data pickle with persistent ids, the storage keys).  A plain pickle
+ * file fails at the magic number after its first pickle has run; other tools
+ * go on calling pickle.load, so the pickles after it are scanned too (back
+ * to back), except in a file that is another format (ONLY_TORCH: what
+ * follows the first pickle there is data, not pickles).
+ */
+static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len, int only_torch)
 {
     if (len == 0)
         return ckpt_err(&s->err, CKPT_ERR_FORMAT, "empty file");
     int legacy = len >= sizeof LEGACY_MAGIC && memcmp(buf, LEGACY_MAGIC, sizeof LEGACY_MAGIC) == 0;
-    if (!legacy && !pickle_start(buf[0]))
+    if (!legacy && !pickle_start(buf[0]) && !only_torch)
         return ckpt_err(&s->err, CKPT_ERR_FORMAT, "not a checkpoint or a pickle (first byte "
                         "0x%02x)", buf[0]);
-    s->format = legacy ? CKPT_FORMAT_PTH_LEGACY : CKPT_FORMAT_UNKNOWN;
-    s->is_pickle = !legacy;
     static const char *const legacy_names[] = {"magic number", "protocol version", "sys_info",
                                                "data pickle", "storage keys"};
+    static const uint8_t magic_le[] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+    static const uint8_t proto_le[] = {0xe9, 0x03}; /* 1001 */
     uint64_t cap = s->limits[CKPT_LIMIT_PICKLE_BYTES];
     size_t at = 0;
-    /* a legacy file holds five pickles, then raw storage bytes; a pickle
-     * file holds pickles back to back */
-    for (int k = 0; at < len && (!legacy || k < 5); k++) {
+    int torch_chain = 1; /* still on the pickles torch.load reads */
+    for (int k = 0; at < len; k++) {
+        if (torch_chain && k == 5)
+            break; /* then raw storage bytes */
         char name[64];
-        if (legacy)
+        if (torch_chain && (legacy || k > 0))
             snprintf(name, sizeof name, "pickle %d (%s)", k + 1, legacy_names[k]);
         else
             snprintf(name, sizeof name, "pickle %d (from byte %zu)", k + 1, at);
-        if (k > 0 && !legacy && !pickle_start(buf[at]))
+        if (k > 0 && !torch_chain && !pickle_start(buf[at]))
             break; /* trailing bytes, which pickle.load never reads */
         /* each pickle is bounded by the limit, not by the rest of the file */
         size_t avail = len - at, used = 0;
         int capped = avail > cap;
         if (capped)
             avail = (size_t)cap;
-        int rc = scan_pickle(s, name, buf + at, avail, &used);
+        ckpt_arena arena;
+        ckpt_arena_init(&arena);
+        ckpt_value *root = NULL;
+        /* a persistent id stops torch's plain pickle.load calls (all but the data pickle),
+         * but a pickle file may be read by a loader that has one: scanned past it, except
+         * in another format's bytes, which only torch's exact reading may see */
+        int rc = scan_pickle_ex(s, name, buf + at, avail, &used, !only_torch || k == 3, &arena,
+                                &root);
+        int next = torch_chain && (k == 0   ? int_is(root, magic_le, sizeof magic_le)
+                                   : k == 1 ? int_is(root, proto_le, sizeof proto_le)
+                                            : 1);
+        ckpt_arena_release(&arena);
         if (rc != CKPT_OK) {
             char msg[CKPT_ERRMSG_MAX];
             snprintf(msg, sizeof msg, "%s", s->err.msg);
@@ -307,15 +447,53 @@ static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len)
             return ckpt_err(&s->err, rc, "%s", msg);
         }
         at += used;
+        if (torch_chain && !next) {
+            /* torch.load stops here: "Invalid magic number" / protocol version */
+            if (only_torch || k > 0)
+                return ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: torch.load stops after it (%s)",
+                                name, k == 0 ? "not the magic number of torch's legacy format"
+                                             : "not protocol version 1001");
+            torch_chain = 0; /* a plain pickle file: go on as pickle.load would */
+        }
     }
+    s->format = torch_chain ? CKPT_FORMAT_PTH_LEGACY : CKPT_FORMAT_UNKNOWN;
+    s->is_pickle = !torch_chain;
     return CKPT_OK;
 }
+
+/* The safetensors reading: the header, validated as when reading. */
+static int scan_safetensors(ckpt_scan *s, const char *path)
+{
+    ckpt_file *f = ckpt_file_new();
+    if (!f)
+        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = ckpt_file_open(f, path);
+    if (rc != CKPT_OK) {
+        const char *msg = ckpt_file_error_message(f);
+        size_t pl = strlen(path);
+        /* the file's messages start with its path: drop it */
+        if (strncmp(msg, path, pl) == 0 && msg[pl] == ':')
+            msg += pl + 2;
+        ckpt_err(&s->err, rc, "%s", msg);
+    }
+    ckpt_file_free(f);
+    return rc;
+}
+
+static const char WHO_ZIP[] = "torch.load (torch >= 1.6) of a file starting with a zip local "
+                              "header, whatever its name";
+static const char WHO_ST[] = "safetensors; torch.load in torch 2.x when the path ends in "
+                             ".safetensors";
+static const char WHO_STREAM[] = "torch.load's legacy loader: a file neither zip nor tar "
+                                 "(in torch 2.x, when its path does not end in .safetensors), "
+                                 "unpickled from byte 0";
 
 int ckpt_scan_file(ckpt_scan *s, const char *path)
 {
     if (!s || !path)
         return CKPT_ERR_USAGE;
     scan_clear(s);
+    s->path = path;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
@@ -324,50 +502,49 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         close(fd);
         return ckpt_err(&s->err, CKPT_ERR_IO, "not a regular file");
     }
+    size_t len = (size_t)st.st_size;
+    if (len == 0) {
+        close(fd);
+        return ckpt_err(&s->err, CKPT_ERR_FORMAT, "empty file");
+    }
     uint8_t head[16];
     size_t got;
     const ckpt_format_desc *d;
     ckpt_format_sniff_fd(fd, (uint64_t)st.st_size, NULL, head, sizeof head, &got, &d);
     ckpt_format fmt = d ? d->id : CKPT_FORMAT_UNKNOWN; /* unreadable: a pickle stream's error */
-    if (fmt == CKPT_FORMAT_PTH_ZIP || fmt == CKPT_FORMAT_TORCHSCRIPT) {
-        s->format = fmt;
-        int rc = scan_zip(s, fd);
+    ckpt_error primary = {0};
+    int rc;
+
+    if (got >= 4 && memcmp(head, "PK\x03\x04", 4) == 0) {
+        /* torch >= 1.6 reads nothing else of a file that starts so */
+        s->format = fmt == CKPT_FORMAT_TORCHSCRIPT ? fmt : CKPT_FORMAT_PTH_ZIP;
+        reading_begin(s, "zip", WHO_ZIP, 1);
+        rc = scan_zip(s, fd);
+        reading_end(s, rc, &primary);
         close(fd);
-        return rc;
+        s->err = primary;
+        return primary.code;
     }
     if (fmt == CKPT_FORMAT_SAFETENSORS) {
-        /* no pickle: the header is JSON, validated as when reading */
-        close(fd);
-        s->format = fmt;
-        ckpt_file *f = ckpt_file_new();
-        if (!f)
-            return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
-        int rc = ckpt_file_open(f, path);
-        if (rc != CKPT_OK) {
-            const char *msg = ckpt_file_error_message(f);
-            size_t pl = strlen(path);
-            /* the file's messages start with its path: drop it */
-            if (strncmp(msg, path, pl) == 0 && msg[pl] == ':')
-                msg += pl + 2;
-            ckpt_err(&s->err, rc, "%s", msg);
-        }
-        ckpt_file_free(f);
-        return rc;
-    }
-    /* a pickle stream: a legacy checkpoint or a plain pickle file */
-    size_t len = (size_t)st.st_size;
-    if (len == 0) {
-        close(fd);
-        return ckpt_err(&s->err, CKPT_ERR_FORMAT, "empty file");
+        reading_begin(s, "safetensors", WHO_ST, 1);
+        rc = scan_safetensors(s, path);
+        reading_end(s, rc, &primary);
     }
     /* mapped: only the pickles' pages are read, never the tensor data */
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED)
         return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
-    int rc = scan_stream(s, map, len);
+    reading_begin(s, "pickle", WHO_STREAM, fmt != CKPT_FORMAT_SAFETENSORS);
+    rc = scan_stream(s, map, len, fmt == CKPT_FORMAT_SAFETENSORS);
+    reading_end(s, rc, &primary);
     munmap(map, len);
-    return rc;
+    if (fmt == CKPT_FORMAT_SAFETENSORS) {
+        s->format = fmt; /* its reading is the primary one, whatever the pickle reading found */
+        s->is_pickle = 0;
+    }
+    s->err = primary;
+    return primary.code;
 }
 
 int ckpt_scan_error_code(const ckpt_scan *s) { return s->err.code; }
@@ -385,3 +562,13 @@ const ckpt_scan_hit *ckpt_scan_hit_at(const ckpt_scan *s, size_t i)
     return i < s->nhits ? &s->hits[i] : NULL;
 }
 int ckpt_scan_unsafe(const ckpt_scan *s) { return s->unsafe; }
+size_t ckpt_scan_reading_count(const ckpt_scan *s) { return s->nreadings; }
+const ckpt_scan_reading *ckpt_scan_reading_at(const ckpt_scan *s, size_t i)
+{
+    return i < s->nreadings ? &s->readings[i] : NULL;
+}
+size_t ckpt_scan_ambiguity_count(const ckpt_scan *s) { return s->nambiguities; }
+const char *ckpt_scan_ambiguity_at(const ckpt_scan *s, size_t i)
+{
+    return i < s->nambiguities ? s->ambiguities[i] : NULL;
+}
