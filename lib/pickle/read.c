@@ -51,7 +51,10 @@ typedef struct vm {
     ckpt_arena *a;
     ckpt_error *err;
     const uint8_t *buf;
-    size_t len, pos;
+    /* The C unpickler's input: its buffer is always a slice of the file,
+     * ending at the file position WEND; POS is its read index.  Outside a
+     * frame the buffer is used up (POS == WEND). */
+    size_t len, pos, wend;
     uint64_t op_at; /* offset of the opcode being run */
     int op;
 
@@ -94,13 +97,69 @@ static uint64_t limit(vm *m, ckpt_limit which)
     return m->ctx->limits[which];
 }
 
-/* ---- input ---------------------------------------------------------------- */
+/* ---- input ----------------------------------------------------------------
+ * As Modules/_pickle.c reads (see ckpt_pickle_feed in pickle.h). */
 
-static int need(vm *m, uint64_t n)
+static int truncated(vm *m, const char *what)
+{
+    m->pos = m->wend = m->len; /* the file's read() took what there was */
+    return fail(m, CKPT_ERR_FORMAT, "truncated pickle: %s", what);
+}
+
+/* A read that the buffer cannot satisfy: where it starts in the file.  The
+ * bytes left in a frame's buffer are dropped (BYTESIO) or read on (FILE). */
+static size_t refill(vm *m)
+{
+    if (m->wend > m->pos) {
+        m->ctx->frame_crossed = true;
+        if (m->ctx->feed == CKPT_FEED_BYTESIO)
+            m->pos = m->wend;
+    }
+    return m->pos;
+}
+
+/* _Unpickler_Read: N bytes at *P. */
+static int rd(vm *m, uint64_t n, const uint8_t **p)
+{
+    if (n <= m->wend - m->pos) {
+        *p = m->buf + m->pos;
+        m->pos += (size_t)n;
+        return CKPT_OK;
+    }
+    size_t at = refill(m);
+    if (n > m->len - at)
+        return truncated(m, "an opcode needs more bytes than there are");
+    *p = m->buf + at;
+    m->pos = m->wend = at + (size_t)n;
+    return CKPT_OK;
+}
+
+/* _Unpickler_ReadInto (the data of BINBYTES, BYTEARRAY8...): the buffer's
+ * rest, then the file from its position, which is where the buffer ends. */
+static int rd_into(vm *m, uint64_t n, const uint8_t **p)
 {
     if (n > m->len - m->pos)
-        return fail(m, CKPT_ERR_FORMAT, "truncated pickle: opcode needs %llu more bytes, %zu left",
-                    (unsigned long long)n, m->len - m->pos);
+        return truncated(m, "an opcode needs more bytes than there are");
+    *p = m->buf + m->pos;
+    m->pos += (size_t)n;
+    if (m->pos > m->wend)
+        m->wend = m->pos;
+    return CKPT_OK;
+}
+
+/* FRAME's data: read into the buffer and rewound; a frame inside the
+ * buffer's rest changes nothing. */
+static int rd_frame(vm *m, uint64_t n)
+{
+    if (n > (uint64_t)INT64_MAX)
+        return fail(m, CKPT_ERR_FORMAT, "FRAME length exceeds the maximum size");
+    if (n <= m->wend - m->pos)
+        return CKPT_OK;
+    size_t at = refill(m);
+    if (n > m->len - at)
+        return truncated(m, "FRAME longer than the bytes that follow");
+    m->pos = at;
+    m->wend = at + (size_t)n;
     return CKPT_OK;
 }
 
@@ -114,22 +173,29 @@ static uint64_t rd_le(const uint8_t *p, int n)
 
 static int take_le(vm *m, int n, uint64_t *out)
 {
-    CKPT_FORWARD(need(m, (uint64_t)n));
-    *out = rd_le(m->buf + m->pos, n);
-    m->pos += (size_t)n;
+    const uint8_t *p;
+    CKPT_FORWARD(rd(m, (uint64_t)n, &p));
+    *out = rd_le(p, n);
     return CKPT_OK;
 }
 
-/* A text argument up to '\n' (protocol 0); the newline is consumed. */
+/* _Unpickler_Readline: a text argument up to '\n' (protocol 0), consumed
+ * with the newline; one the buffer does not end is read whole from the file. */
 static int take_line(vm *m, const char **line, size_t *n)
 {
     const uint8_t *start = m->buf + m->pos;
-    const uint8_t *nl = memchr(start, '\n', m->len - m->pos);
-    if (!nl)
-        return fail(m, CKPT_ERR_FORMAT, "truncated pickle: text argument has no end of line");
+    const uint8_t *nl = memchr(start, '\n', m->wend - m->pos);
+    if (!nl) {
+        start = m->buf + refill(m);
+        nl = memchr(start, '\n', m->len - m->pos);
+        if (!nl)
+            return truncated(m, "text argument has no end of line");
+    }
     *line = (const char *)start;
     *n = (size_t)(nl - start);
-    m->pos += *n + 1;
+    m->pos = (size_t)(nl - m->buf) + 1;
+    if (m->pos > m->wend)
+        m->wend = m->pos;
     return CKPT_OK;
 }
 
@@ -440,6 +506,17 @@ bool ckpt_utf8_valid(const uint8_t *s, size_t n)
     return true;
 }
 
+/* Strict UTF-8: also no surrogates (U+D800..U+DFFF). */
+static bool utf8_strict(const uint8_t *s, size_t n)
+{
+    if (!ckpt_utf8_valid(s, n))
+        return false;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (s[i] == 0xed && s[i + 1] >= 0xa0)
+            return false;
+    return true;
+}
+
 static int push_bytes(vm *m, ckpt_kind kind, const uint8_t *p, size_t n, uint8_t flags)
 {
     if (kind == CKPT_KIND_STR && !ckpt_utf8_valid(p, n))
@@ -461,9 +538,16 @@ static int take_counted(vm *m, int lenbytes, ckpt_kind kind, uint8_t flags)
     CKPT_FORWARD(take_le(m, lenbytes, &n));
     if (lenbytes == 4 && kind == CKPT_KIND_STR && m->op == OP_BINSTRING && (n & 0x80000000u))
         return fail(m, CKPT_ERR_FORMAT, "negative string length");
-    CKPT_FORWARD(need(m, n));
-    const uint8_t *p = m->buf + m->pos;
-    m->pos += (size_t)n;
+    const uint8_t *p = NULL;
+    if (kind == CKPT_KIND_BYTES)
+        CKPT_FORWARD(rd_into(m, n, &p));
+    else
+        CKPT_FORWARD(rd(m, n, &p));
+    /* BINSTRING / SHORT_BINSTRING decode as torch.load's encoding='utf-8'
+     * (strict); BINUNICODE as 'surrogatepass' */
+    if (kind == CKPT_KIND_STR && (m->op == OP_BINSTRING || m->op == OP_SHORT_BINSTRING) &&
+        !utf8_strict(p, (size_t)n))
+        return fail(m, CKPT_ERR_FORMAT, "string is not valid UTF-8");
     return push_bytes(m, kind, p, (size_t)n, flags);
 }
 
@@ -711,6 +795,7 @@ static int refuse_global(vm *m, const char *q, uint64_t at)
     sc.classify = hint_classify;
     sc.on_global = hint_on_global;
     sc.on_use = hint_on_use;
+    sc.on_computed = NULL;
     sc.persistent_load = hint_pid;
     ckpt_value *ignored;
     ckpt_error e;
@@ -1507,8 +1592,14 @@ static int step(vm *m, bool *stop)
     const char *line;
     size_t ll;
 
+    const uint8_t *opp;
     m->op_at = m->pos;
-    m->op = m->buf[m->pos++];
+    if (rd(m, 1, &opp)) {
+        ckpt_err_clear(m->err);
+        return fail(m, CKPT_ERR_FORMAT, "truncated pickle: no STOP opcode");
+    }
+    m->op_at = (uint64_t)(opp - m->buf);
+    m->op = *opp;
     switch (m->op) {
     case OP_PROTO:
         CKPT_FORWARD(take_le(m, 1, &u));
@@ -1519,7 +1610,7 @@ static int step(vm *m, bool *stop)
         return CKPT_OK;
     case OP_FRAME:
         CKPT_FORWARD(take_le(m, 8, &u));
-        return need(m, u);
+        return rd_frame(m, u);
     case OP_STOP:
         *stop = true;
         return CKPT_OK;
@@ -1559,9 +1650,13 @@ static int step(vm *m, bool *stop)
         CKPT_FORWARD(take_le(m, m->op == OP_LONG1 ? 1 : 4, &u));
         if (m->op == OP_LONG4 && (u & 0x80000000u))
             return fail(m, CKPT_ERR_FORMAT, "LONG4 with a negative length");
-        CKPT_FORWARD(need(m, u));
-        m->pos += (size_t)u;
-        return push_long_bytes(m, m->buf + m->pos - u, (size_t)u);
+        if (u == 0)
+            return push_long_bytes(m, NULL, 0);
+        {
+            const uint8_t *p;
+            CKPT_FORWARD(rd(m, u, &p));
+            return push_long_bytes(m, p, (size_t)u);
+        }
     case OP_INT:
         CKPT_FORWARD(take_line(m, &line, &ll));
         if (ll == 2 && line[0] == '0' && (line[1] == '0' || line[1] == '1')) {
@@ -1592,11 +1687,11 @@ static int step(vm *m, bool *stop)
         return push(m, a);
     }
     case OP_BINFLOAT: {
-        CKPT_FORWARD(need(m, 8));
+        const uint8_t *p;
+        CKPT_FORWARD(rd(m, 8, &p));
         uint64_t bits = 0;
         for (int i = 0; i < 8; i++)
-            bits = (bits << 8) | m->buf[m->pos + (size_t)i];
-        m->pos += 8;
+            bits = (bits << 8) | p[i];
         a = node(m, CKPT_KIND_FLOAT);
         if (a)
             memcpy(&a->u.f, &bits, sizeof(double));
@@ -1802,16 +1897,10 @@ int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_
         return ckpt_err(err, CKPT_ERR_LIMIT,
                         "%s: pickle of %zu bytes is over the limit of %llu (--max-pickle-bytes)",
                         ctx->name, len, (unsigned long long)ctx->limits[CKPT_LIMIT_PICKLE_BYTES]);
-    while (rc == CKPT_OK && !stop) {
-        if (m.pos >= m.len) {
-            m.op_at = m.pos;
-            rc = fail(&m, CKPT_ERR_FORMAT, "truncated pickle: no STOP opcode");
-            break;
-        }
+    while (rc == CKPT_OK && !stop)
         rc = step(&m, &stop);
-    }
     if (rc == CKPT_OK) {
-        if (m.sp == 0)
+        if (m.sp <= floor_of(&m)) /* STOP pops, and a MARK fences the stack */
             rc = fail(&m, CKPT_ERR_FORMAT, "STOP with an empty stack");
         else
             *out = m.stack[m.sp - 1];
@@ -1820,8 +1909,8 @@ int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_
         rc = check_pending(&m);
     free(m.pending);
     free(m.pending_at);
-    if (consumed)
-        *consumed = m.pos;
+    if (consumed) /* where the file position is: BYTESIO's at the buffer's end */
+        *consumed = ctx->feed == CKPT_FEED_BYTESIO ? m.wend : m.pos;
     free(m.stack);
     free(m.marks);
     free(m.memo);
