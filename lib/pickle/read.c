@@ -1917,6 +1917,14 @@ static int step(vm *m, bool *stop)
         }
     case OP_INT:
         CKPT_FORWARD(take_line(m, &line, &ll));
+        if (ll == 0)
+            return fail(m, CKPT_ERR_FORMAT, "INT with an empty argument");
+        /* load_int parses a C string (strtol): it ends at a NUL byte, and an
+         * empty one is 0 */
+        if (memchr(line, 0, ll))
+            ll = (size_t)((const char *)memchr(line, 0, ll) - line);
+        if (ll == 0)
+            return push_int(m, 0);
         if (ll == 2 && line[0] == '0' && (line[1] == '0' || line[1] == '1')) {
             a = node(m, CKPT_KIND_BOOL);
             if (a)
@@ -1926,10 +1934,23 @@ static int step(vm *m, bool *stop)
         return push_decimal(m, line, ll);
     case OP_LONG:
         CKPT_FORWARD(take_line(m, &line, &ll));
+        if (ll && line[ll - 1] == 'L') /* load_long drops a final 'L', then reads a C string */
+            ll--;
+        if (memchr(line, 0, ll))
+            ll = (size_t)((const char *)memchr(line, 0, ll) - line);
+        {
+            /* base 0: a leading 0 only in a zero ("007" is no int literal) */
+            size_t i = ll && (line[0] == '-' || line[0] == '+');
+            for (size_t k = i + 1; ll - i > 1 && line[i] == '0' && k < ll; k++)
+                if (line[k] != '0')
+                    return fail(m, CKPT_ERR_FORMAT, "LONG text with a leading zero");
+        }
         return push_decimal(m, line, ll);
     case OP_FLOAT: {
         CKPT_FORWARD(take_line(m, &line, &ll));
         char tmp[64];
+        if (memchr(line, 0, ll)) /* a C string to PyOS_string_to_double */
+            ll = (size_t)((const char *)memchr(line, 0, ll) - line);
         if (ll == 0 || ll >= sizeof(tmp))
             return fail(m, CKPT_ERR_FORMAT, "bad FLOAT text");
         memcpy(tmp, line, ll);

@@ -130,7 +130,7 @@ def run_c(f):
     try:
         u.load()
         stop, err = True, ''
-    except (MemoryError, RecursionError, OverflowError) as e:
+    except (MemoryError, RecursionError):
         return None
     except Exception as e:  # every failure of the unpickler is its answer
         stop, err = False, '%s: %s' % (type(e).__name__, e)
