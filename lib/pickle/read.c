@@ -426,8 +426,6 @@ static int push_long_bytes(vm *m, const uint8_t *p, size_t n)
 /* Decimal text (INT / LONG, protocol 0) -> INT of any size. */
 static int push_decimal(vm *m, const char *s, size_t n)
 {
-    if (n && s[n - 1] == 'L') /* Python 2 long suffix */
-        n--;
     bool neg = false;
     size_t i = 0;
     if (i < n && (s[i] == '-' || s[i] == '+'))
@@ -1925,6 +1923,24 @@ static int step(vm *m, bool *stop)
             ll = (size_t)((const char *)memchr(line, 0, ll) - line);
         if (ll == 0)
             return push_int(m, 0);
+        {
+            /* strtol(base 0) first; what it cannot take goes to int(text, 0),
+             * where a leading 0 makes only a zero */
+            char tmp[32];
+            bool fits = false;
+            if (ll < sizeof tmp) {
+                memcpy(tmp, line, ll);
+                tmp[ll] = '\0';
+                char *end;
+                errno = 0;
+                (void)strtol(tmp, &end, 0);
+                fits = !errno && *end == '\0';
+            }
+            size_t i = line[0] == '-' || line[0] == '+';
+            for (size_t k = i + 1; !fits && ll - i > 1 && line[i] == '0' && k < ll; k++)
+                if (line[k] != '0')
+                    return fail(m, CKPT_ERR_FORMAT, "INT text with a leading zero");
+        }
         if (ll == 2 && line[0] == '0' && (line[1] == '0' || line[1] == '1')) {
             a = node(m, CKPT_KIND_BOOL);
             if (a)
@@ -1958,7 +1974,7 @@ static int step(vm *m, bool *stop)
         char *end;
         errno = 0;
         double d = strtod(tmp, &end);
-        if (*end != '\0')
+        if (*end != '\0' || end == tmp || (errno == ERANGE && isinf(d))) /* OverflowError */
             return fail(m, CKPT_ERR_FORMAT, "bad FLOAT text");
         a = node(m, CKPT_KIND_FLOAT);
         if (a)

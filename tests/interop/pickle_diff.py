@@ -467,6 +467,8 @@ def cases(n, seed):
     out = []
     if os.path.isdir(CASES):
         for f in sorted(os.listdir(CASES)):
+            if not f.endswith('.pkl'):
+                continue  # open/: differences not yet resolved (tests/fuzz/README.md)
             with open(os.path.join(CASES, f), 'rb') as fh:
                 out.append(('saved:' + f, fh.read()))
     out += [('fixed:%d' % i, b) for i, b in enumerate(fixed_cases())]
