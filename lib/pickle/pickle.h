@@ -189,6 +189,21 @@ const char *ckpt_storage_type_name(ckpt_dtype dtype);
 
 /* ---- the pickle VM ---------------------------------------------------------- */
 
+/* How the bytes reach the unpickler; CPython's C unpickler reads them
+ * differently after a FRAME (Modules/_pickle.c, _Unpickler_ReadImpl):
+ * it reads the whole frame into its buffer; a later read of n bytes that
+ * needs more than the buffer has left DROPS those bytes and reads n fresh
+ * bytes from the file position, which is after the frame (readline too:
+ * a line not ended inside the buffer is read whole from the file).
+ * - FILE: the bytes are read contiguously, as the C unpickler reads a real
+ *   file small enough to be peeked (a BufferedReader), or pickle.loads.
+ * - BYTESIO: drop-and-refill, as it reads an io.BytesIO, which is how
+ *   torch.load feeds a zip's data.pkl (and a file whose frame it reads
+ *   with read(): frames over 128 KiB or past the peek buffer).
+ * BINBYTES/SHORT_BINBYTES/BINBYTES8/BYTEARRAY8 data is read with readinto,
+ * which takes the buffer's rest first: contiguous in both feeds. */
+typedef enum ckpt_pickle_feed { CKPT_FEED_FILE = 0, CKPT_FEED_BYTESIO = 1 } ckpt_pickle_feed;
+
 typedef struct ckpt_pickle_ctx {
     const char *name;                 /* for messages: "archive/data.pkl" */
     const uint64_t *limits;           /* CKPT_LIMIT_COUNT_ values */
@@ -207,12 +222,33 @@ typedef struct ckpt_pickle_ctx {
     void (*on_global)(void *user, const char *qualified_name, ckpt_global_class cls, int opcode,
                       uint64_t offset);
     void (*on_use)(void *user, const char *qualified_name, int opcode, uint64_t offset);
+    /* Scanning: a name computed at run time - STACK_GLOBAL whose module or name
+     * is the result of a call (_codecs.encode('bf', 'rot13') -> 'os'), or a
+     * getattr-like global called on a call's result.  SHOWN_NAME is what it
+     * can be shown as ("<_codecs.encode(...)>.system"), MADE_BY the global
+     * whose call made the operand ("_codecs.encode").  The VM then goes on
+     * with an opaque value (the reader refuses the file instead).  Optional:
+     * NULL reports nothing. */
+    void (*on_computed)(void *user, const char *shown_name, const char *made_by, int opcode,
+                        uint64_t offset);
     bool scan;
+    ckpt_pickle_feed feed; /* in: how the bytes are read (FILE by default) */
+    /* out: a read crossed the end of a FRAME's buffer while bytes of it were
+     * left, the one case where FILE and BYTESIO read different bytes; set by
+     * either feed, never cleared by the VM */
+    bool frame_crossed;
 } ckpt_pickle_ctx;
 
 /*
- * Run the VM over BUF[0..LEN) until STOP.  *CONSUMED gets the bytes used
- * (a legacy file is several pickles back to back).
+ * Run the VM over BUF[0..LEN) until STOP, reading as CTX->feed says.
+ * *CONSUMED gets where the file position ends (also on error): after STOP
+ * for FILE; for BYTESIO, where the C unpickler leaves a BytesIO, which is
+ * the end of the last frame read when STOP lies inside it (a legacy file is
+ * several pickles back to back: the next one starts there).
+ * Scanning, the VM stops exactly where the C unpickler does (an error or
+ * STOP), with every object a call makes taken as a stand-in that accepts
+ * any arguments, state, items and keys (it cannot know what the real
+ * callable does); only resource limits stop it earlier.
  */
 int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len,
                      ckpt_value **out, size_t *consumed, ckpt_error *err);

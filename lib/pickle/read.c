@@ -51,7 +51,10 @@ typedef struct vm {
     ckpt_arena *a;
     ckpt_error *err;
     const uint8_t *buf;
-    size_t len, pos;
+    /* The C unpickler's input: its buffer is always a slice of the file,
+     * ending at the file position WEND; POS is its read index.  Outside a
+     * frame the buffer is used up (POS == WEND). */
+    size_t len, pos, wend;
     uint64_t op_at; /* offset of the opcode being run */
     int op;
 
@@ -94,13 +97,69 @@ static uint64_t limit(vm *m, ckpt_limit which)
     return m->ctx->limits[which];
 }
 
-/* ---- input ---------------------------------------------------------------- */
+/* ---- input ----------------------------------------------------------------
+ * As Modules/_pickle.c reads (see ckpt_pickle_feed in pickle.h). */
 
-static int need(vm *m, uint64_t n)
+static int truncated(vm *m, const char *what)
+{
+    m->pos = m->wend = m->len; /* the file's read() took what there was */
+    return fail(m, CKPT_ERR_FORMAT, "truncated pickle: %s", what);
+}
+
+/* A read that the buffer cannot satisfy: where it starts in the file.  The
+ * bytes left in a frame's buffer are dropped (BYTESIO) or read on (FILE). */
+static size_t refill(vm *m)
+{
+    if (m->wend > m->pos) {
+        m->ctx->frame_crossed = true;
+        if (m->ctx->feed == CKPT_FEED_BYTESIO)
+            m->pos = m->wend;
+    }
+    return m->pos;
+}
+
+/* _Unpickler_Read: N bytes at *P. */
+static int rd(vm *m, uint64_t n, const uint8_t **p)
+{
+    if (n <= m->wend - m->pos) {
+        *p = m->buf + m->pos;
+        m->pos += (size_t)n;
+        return CKPT_OK;
+    }
+    size_t at = refill(m);
+    if (n > m->len - at)
+        return truncated(m, "an opcode needs more bytes than there are");
+    *p = m->buf + at;
+    m->pos = m->wend = at + (size_t)n;
+    return CKPT_OK;
+}
+
+/* _Unpickler_ReadInto (the data of BINBYTES, BYTEARRAY8...): the buffer's
+ * rest, then the file from its position, which is where the buffer ends. */
+static int rd_into(vm *m, uint64_t n, const uint8_t **p)
 {
     if (n > m->len - m->pos)
-        return fail(m, CKPT_ERR_FORMAT, "truncated pickle: opcode needs %llu more bytes, %zu left",
-                    (unsigned long long)n, m->len - m->pos);
+        return truncated(m, "an opcode needs more bytes than there are");
+    *p = m->buf + m->pos;
+    m->pos += (size_t)n;
+    if (m->pos > m->wend)
+        m->wend = m->pos;
+    return CKPT_OK;
+}
+
+/* FRAME's data: read into the buffer and rewound; a frame inside the
+ * buffer's rest changes nothing. */
+static int rd_frame(vm *m, uint64_t n)
+{
+    if (n > (uint64_t)INT64_MAX)
+        return fail(m, CKPT_ERR_FORMAT, "FRAME length exceeds the maximum size");
+    if (n <= m->wend - m->pos)
+        return CKPT_OK;
+    size_t at = refill(m);
+    if (n > m->len - at)
+        return truncated(m, "FRAME longer than the bytes that follow");
+    m->pos = at;
+    m->wend = at + (size_t)n;
     return CKPT_OK;
 }
 
@@ -114,22 +173,29 @@ static uint64_t rd_le(const uint8_t *p, int n)
 
 static int take_le(vm *m, int n, uint64_t *out)
 {
-    CKPT_FORWARD(need(m, (uint64_t)n));
-    *out = rd_le(m->buf + m->pos, n);
-    m->pos += (size_t)n;
+    const uint8_t *p;
+    CKPT_FORWARD(rd(m, (uint64_t)n, &p));
+    *out = rd_le(p, n);
     return CKPT_OK;
 }
 
-/* A text argument up to '\n' (protocol 0); the newline is consumed. */
+/* _Unpickler_Readline: a text argument up to '\n' (protocol 0), consumed
+ * with the newline; one the buffer does not end is read whole from the file. */
 static int take_line(vm *m, const char **line, size_t *n)
 {
     const uint8_t *start = m->buf + m->pos;
-    const uint8_t *nl = memchr(start, '\n', m->len - m->pos);
-    if (!nl)
-        return fail(m, CKPT_ERR_FORMAT, "truncated pickle: text argument has no end of line");
+    const uint8_t *nl = memchr(start, '\n', m->wend - m->pos);
+    if (!nl) {
+        start = m->buf + refill(m);
+        nl = memchr(start, '\n', m->len - m->pos);
+        if (!nl)
+            return truncated(m, "text argument has no end of line");
+    }
     *line = (const char *)start;
     *n = (size_t)(nl - start);
-    m->pos += *n + 1;
+    m->pos = (size_t)(nl - m->buf) + 1;
+    if (m->pos > m->wend)
+        m->wend = m->pos;
     return CKPT_OK;
 }
 
@@ -221,6 +287,8 @@ static int pop_mark(vm *m, ckpt_value ***items, size_t *n)
     if (!m->nmarks)
         return fail(m, CKPT_ERR_FORMAT, "opcode needs a MARK and there is none");
     size_t at = m->marks[--m->nmarks];
+    if (at > m->sp) /* SETITEM took values from below a MARK */
+        return fail(m, CKPT_ERR_FORMAT, "stack underflow: a MARK above the stack");
     *items = m->stack ? m->stack + at : NULL; /* nothing pushed yet: no stack at all */
     *n = m->sp - at;
     m->sp = at;
@@ -358,8 +426,6 @@ static int push_long_bytes(vm *m, const uint8_t *p, size_t n)
 /* Decimal text (INT / LONG, protocol 0) -> INT of any size. */
 static int push_decimal(vm *m, const char *s, size_t n)
 {
-    if (n && s[n - 1] == 'L') /* Python 2 long suffix */
-        n--;
     bool neg = false;
     size_t i = 0;
     if (i < n && (s[i] == '-' || s[i] == '+'))
@@ -440,6 +506,17 @@ bool ckpt_utf8_valid(const uint8_t *s, size_t n)
     return true;
 }
 
+/* Strict UTF-8: also no surrogates (U+D800..U+DFFF). */
+static bool utf8_strict(const uint8_t *s, size_t n)
+{
+    if (!ckpt_utf8_valid(s, n))
+        return false;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (s[i] == 0xed && s[i + 1] >= 0xa0)
+            return false;
+    return true;
+}
+
 static int push_bytes(vm *m, ckpt_kind kind, const uint8_t *p, size_t n, uint8_t flags)
 {
     if (kind == CKPT_KIND_STR && !ckpt_utf8_valid(p, n))
@@ -461,9 +538,16 @@ static int take_counted(vm *m, int lenbytes, ckpt_kind kind, uint8_t flags)
     CKPT_FORWARD(take_le(m, lenbytes, &n));
     if (lenbytes == 4 && kind == CKPT_KIND_STR && m->op == OP_BINSTRING && (n & 0x80000000u))
         return fail(m, CKPT_ERR_FORMAT, "negative string length");
-    CKPT_FORWARD(need(m, n));
-    const uint8_t *p = m->buf + m->pos;
-    m->pos += (size_t)n;
+    const uint8_t *p = NULL;
+    if (kind == CKPT_KIND_BYTES)
+        CKPT_FORWARD(rd_into(m, n, &p));
+    else
+        CKPT_FORWARD(rd(m, n, &p));
+    /* BINSTRING / SHORT_BINSTRING decode as torch.load's encoding='utf-8'
+     * (strict); BINUNICODE as 'surrogatepass' */
+    if (kind == CKPT_KIND_STR && (m->op == OP_BINSTRING || m->op == OP_SHORT_BINSTRING) &&
+        !utf8_strict(p, (size_t)n))
+        return fail(m, CKPT_ERR_FORMAT, "string is not valid UTF-8");
     return push_bytes(m, kind, p, (size_t)n, flags);
 }
 
@@ -595,8 +679,41 @@ static int push_quoted(vm *m, const char *s, size_t n)
 
 /* ---- globals ------------------------------------------------------------------- */
 
+/* "mod.name" with a NUL byte shown as \x00 (scanning names every string) */
+static char *scan_name(vm *m, const char *mod, size_t modlen, const char *name, size_t namelen)
+{
+    char *q = ckpt_arena_alloc(m->a, 4 * (modlen + namelen) + 2);
+    if (!q)
+        return NULL;
+    char *o = q;
+    for (size_t i = 0; i < modlen + 1 + namelen; i++) {
+        char c = i < modlen ? mod[i] : i == modlen ? '.' : name[i - modlen - 1];
+        if (c)
+            *o++ = c;
+        else
+            o += sprintf(o, "\\x00");
+    }
+    *o = '\0';
+    return q;
+}
+
 static int push_global(vm *m, const char *mod, size_t modlen, const char *name, size_t namelen)
 {
+    if (m->ctx->scan && (!modlen || !namelen || modlen > 255 || namelen > 255 ||
+                         memchr(mod, 0, modlen) || memchr(name, 0, namelen))) {
+        /* a name no module has: the C unpickler still asks for it */
+        char *q = scan_name(m, mod, modlen, name, namelen);
+        if (!q)
+            return oom(m);
+        m->ctx->on_global(m->ctx->user, q, CKPT_GLOBAL_REFUSED, m->op, m->op_at);
+        ckpt_value *v = node(m, CKPT_KIND_GLOBAL);
+        if (!v)
+            return oom(m);
+        v->u.global.name = q;
+        v->u.global.modlen = (uint16_t)(modlen < UINT16_MAX ? modlen : UINT16_MAX);
+        v->u.global.cls = CKPT_GLOBAL_ALLOWED;
+        return push(m, v);
+    }
     if (!modlen || !namelen || memchr(mod, 0, modlen) || memchr(name, 0, namelen))
         return fail(m, CKPT_ERR_FORMAT, "GLOBAL with an empty or invalid name");
     char modbuf[256], namebuf[256];
@@ -711,6 +828,7 @@ static int refuse_global(vm *m, const char *q, uint64_t at)
     sc.classify = hint_classify;
     sc.on_global = hint_on_global;
     sc.on_use = hint_on_use;
+    sc.on_computed = NULL;
     sc.persistent_load = hint_pid;
     ckpt_value *ignored;
     ckpt_error e;
@@ -769,22 +887,104 @@ static bool module_state(const ckpt_value *st)
     return found == 7;
 }
 
+static int new_object(vm *m, ckpt_value *callable, ckpt_value *args, ckpt_value *kwargs,
+                      ckpt_obj_how how);
+
+/* A value that stands for whatever a global or a call gives at run time. */
+static bool opaque(const ckpt_value *v)
+{
+    return v->kind == CKPT_KIND_GLOBAL || v->kind == CKPT_KIND_OBJECT;
+}
+
+/* The global whose call (or whose value) made V. */
+static const char *made_by(const ckpt_value *v)
+{
+    for (int i = 0; i < 64 && v; i++) {
+        if (v->kind == CKPT_KIND_GLOBAL)
+            return v->u.global.name;
+        if (v->kind != CKPT_KIND_OBJECT || !v->u.obj.callable)
+            break;
+        v = v->u.obj.callable;
+    }
+    return "persistent_load";
+}
+
+static void shown_part(char *out, size_t cap, const ckpt_value *v)
+{
+    if (v->kind == CKPT_KIND_STR)
+        snprintf(out, cap, "%.*s", (int)(v->u.s.len < 200 ? v->u.s.len : 200), v->u.s.s);
+    else if (v->kind == CKPT_KIND_GLOBAL)
+        snprintf(out, cap, "<%s>", v->u.global.name);
+    else
+        snprintf(out, cap, "<%s(...)>", made_by(v));
+}
+
+/* A name computed at run time: scanning reports it and goes on with an
+ * opaque value; reading refuses the file. */
+static int report_computed(vm *m, const ckpt_value *a, const ckpt_value *b, const ckpt_value *maker)
+{
+    char pa[256], pb[256], shown[520];
+    shown_part(pa, sizeof pa, a);
+    shown_part(pb, sizeof pb, b);
+    snprintf(shown, sizeof shown, "%s.%s", pa, pb);
+    const char *by = made_by(maker);
+    if (!m->ctx->scan)
+        return fail(m, CKPT_ERR_UNSAFE,
+                    "a global named at run time (%s): its name is computed by a call of '%s', "
+                    "which would run", shown, by);
+    if (m->ctx->on_computed)
+        m->ctx->on_computed(m->ctx->user, shown, by, m->op, m->op_at);
+    return CKPT_OK;
+}
+
+static int computed_global(vm *m, ckpt_value *mod, ckpt_value *name)
+{
+    CKPT_FORWARD(report_computed(m, mod, name, opaque(mod) ? mod : name));
+    return new_object(m, opaque(mod) ? mod : name, node(m, CKPT_KIND_TUPLE), NULL,
+                      CKPT_OBJ_REDUCE);
+}
+
 static int stack_global(vm *m)
 {
     ckpt_value *name, *mod;
     CKPT_FORWARD(pop(m, &name));
     CKPT_FORWARD(pop(m, &mod));
+    if ((mod->kind == CKPT_KIND_STR || opaque(mod)) &&
+        (name->kind == CKPT_KIND_STR || opaque(name)) &&
+        (opaque(mod) || opaque(name)))
+        return computed_global(m, mod, name);
     if (mod->kind != CKPT_KIND_STR || name->kind != CKPT_KIND_STR)
         return fail(m, CKPT_ERR_FORMAT, "STACK_GLOBAL needs two strings");
     return push_global(m, mod->u.s.s, mod->u.s.len, name->u.s.s, name->u.s.len);
+}
+
+static bool ascii_only(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] & 0x80)
+            return false;
+    return true;
+}
+
+/* load_global / load_inst: each line read, checked and decoded before the
+ * next one is read (GLOBAL: UTF-8; INST: ASCII). */
+static int text_line(vm *m, bool inst, const char **s, size_t *n)
+{
+    CKPT_FORWARD(take_line(m, s, n));
+    if (*n == 0)
+        return fail(m, CKPT_ERR_FORMAT, "%s with an empty name", inst ? "INST" : "GLOBAL");
+    if (inst ? !ascii_only(*s, *n) : !utf8_strict((const uint8_t *)*s, *n))
+        return fail(m, CKPT_ERR_FORMAT, "%s name is not valid %s", inst ? "INST" : "GLOBAL",
+                    inst ? "ASCII" : "UTF-8");
+    return CKPT_OK;
 }
 
 static int text_global(vm *m, ckpt_value **out)
 {
     const char *mod, *name;
     size_t ml, nl;
-    CKPT_FORWARD(take_line(m, &mod, &ml));
-    CKPT_FORWARD(take_line(m, &name, &nl));
+    CKPT_FORWARD(text_line(m, out != NULL, &mod, &ml));
+    CKPT_FORWARD(text_line(m, out != NULL, &name, &nl));
     CKPT_FORWARD(push_global(m, mod, ml, name, nl));
     if (out)
         return pop(m, out);
@@ -1312,8 +1512,35 @@ static int op_reduce(vm *m)
     ckpt_value *args, *fn;
     CKPT_FORWARD(pop(m, &args));
     CKPT_FORWARD(pop(m, &fn));
-    if (fn->kind != CKPT_KIND_GLOBAL && m->ctx->scan && args->kind == CKPT_KIND_TUPLE)
-        return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE); /* scanning: a call of a call */
+    if (m->ctx->scan) {
+        /* load_reduce: callable(*args) - a stand-in takes any arguments; the
+         * result is a stand-in too, whatever the callable (not interpreted) */
+        if (!opaque(fn))
+            return fail(m, CKPT_ERR_FORMAT, "REDUCE calls a %s", ckpt_value_kind_name(fn));
+        if (args->kind != CKPT_KIND_TUPLE)
+            return fail(m, CKPT_ERR_FORMAT, "REDUCE arguments are a %s, not a tuple",
+                        ckpt_value_kind_name(args));
+        if (fn->kind == CKPT_KIND_GLOBAL) {
+            m->ctx->on_use(m->ctx->user, fn->u.global.name, m->op, m->op_at);
+            /* getattr(<a call's result>, name): an attribute looked up at run time */
+            if (strcmp(fn->u.global.name, "builtins.getattr") == 0 && args->u.seq.len >= 2 &&
+                (args->u.seq.items[0]->kind == CKPT_KIND_OBJECT ||
+                 args->u.seq.items[1]->kind == CKPT_KIND_OBJECT))
+                CKPT_FORWARD(report_computed(m, args->u.seq.items[0], args->u.seq.items[1],
+                                             args->u.seq.items[0]->kind == CKPT_KIND_OBJECT
+                                                 ? args->u.seq.items[0]
+                                                 : args->u.seq.items[1]));
+        }
+        return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE);
+    }
+    if (strcmp(fn->kind == CKPT_KIND_GLOBAL ? fn->u.global.name : "", "builtins.getattr") == 0 &&
+        args->kind == CKPT_KIND_TUPLE && args->u.seq.len >= 2 &&
+        (args->u.seq.items[0]->kind == CKPT_KIND_OBJECT ||
+         args->u.seq.items[1]->kind == CKPT_KIND_OBJECT))
+        return report_computed(m, args->u.seq.items[0], args->u.seq.items[1],
+                               args->u.seq.items[0]->kind == CKPT_KIND_OBJECT
+                                   ? args->u.seq.items[0]
+                                   : args->u.seq.items[1]);
     if (fn->kind != CKPT_KIND_GLOBAL)
         return fail(m, CKPT_ERR_FORMAT, "REDUCE calls a %s, not a global",
                     ckpt_kind_name((ckpt_kind)fn->kind));
@@ -1381,6 +1608,8 @@ static int op_reduce(vm *m)
     return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE);
 }
 
+static int scan_build(vm *m, ckpt_value *obj, ckpt_value *state);
+
 static int op_build(vm *m)
 {
     ckpt_value *state = NULL, *obj = NULL;
@@ -1392,7 +1621,7 @@ static int op_build(vm *m)
         if (obj->kind == CKPT_KIND_OBJECT && obj->u.obj.callable &&
             obj->u.obj.callable->kind == CKPT_KIND_GLOBAL)
             m->ctx->on_use(m->ctx->user, obj->u.obj.callable->u.global.name, m->op, m->op_at);
-        return CKPT_OK;
+        return scan_build(m, obj, state);
     }
     if (obj->kind == CKPT_KIND_DICT && (obj->flags & CKPT_VF_ORDERED))
         slot = &obj->u.dict.state;
@@ -1429,8 +1658,114 @@ static int op_build(vm *m)
     return CKPT_OK;
 }
 
+/* ---- scanning: where Python's own values make the C unpickler fail ------------
+ * A global or a call's result is a stand-in that accepts everything (pickle.h);
+ * the values the VM makes itself are Python's lists, dicts, tuples... */
+
+static bool hashable(const ckpt_value *v, int depth)
+{
+    if (v->kind == CKPT_KIND_LIST || v->kind == CKPT_KIND_DICT || v->kind == CKPT_KIND_SET ||
+        (v->kind == CKPT_KIND_BYTES && (v->flags & CKPT_VF_BYTEARRAY)))
+        return false;
+    if (v->kind == CKPT_KIND_TUPLE && depth < 1000)
+        for (size_t i = 0; i < v->u.seq.len; i++)
+            if (!hashable(v->u.seq.items[i], depth + 1))
+                return false;
+    return true;
+}
+
+static int need_hashable(vm *m, ckpt_value **items, size_t n, size_t step)
+{
+    for (size_t i = 0; i < n; i += step)
+        if (!hashable(items[i], 0))
+            return fail(m, CKPT_ERR_FORMAT, "unhashable %s as a key or set item",
+                        ckpt_value_kind_name(items[i]));
+    return CKPT_OK;
+}
+
+/* An int as Python's index: *out when it fits. */
+static bool small_int(const ckpt_value *v, int64_t *out)
+{
+    if (v->kind == CKPT_KIND_BOOL) {
+        *out = v->u.b;
+        return true;
+    }
+    if (v->kind != CKPT_KIND_INT || v->u.i.big)
+        return false;
+    *out = v->u.i.v;
+    return true;
+}
+
+/* do_setitems: TARGET[k] = v for each pair. */
+static int scan_set_items(vm *m, ckpt_value *target, ckpt_value **kv, size_t n)
+{
+    if (n % 2)
+        return fail(m, CKPT_ERR_FORMAT, "odd number of items for SETITEMS");
+    if (opaque(target) || !n)
+        return CKPT_OK;
+    if (target->kind == CKPT_KIND_DICT) {
+        CKPT_FORWARD(need_hashable(m, kv, n, 2));
+        for (size_t i = 0; i < n; i += 2) {
+            CKPT_FORWARD(add_item(m, &target->u.dict.keys, kv[i]));
+            CKPT_FORWARD(add_item(m, &target->u.dict.vals, kv[i + 1]));
+        }
+        return CKPT_OK;
+    }
+    bool array = target->kind == CKPT_KIND_BYTES && (target->flags & CKPT_VF_BYTEARRAY);
+    if (target->kind == CKPT_KIND_LIST || array) {
+        int64_t len = (int64_t)(array ? target->u.s.len : target->u.seq.len), k, b;
+        for (size_t i = 0; i < n; i += 2)
+            if (!small_int(kv[i], &k) || k < -len || k >= len ||
+                (array && (!small_int(kv[i + 1], &b) || b < 0 || b > 255)))
+                return fail(m, CKPT_ERR_FORMAT, "SETITEM on a %s with a bad index or value",
+                            ckpt_value_kind_name(target));
+        return CKPT_OK;
+    }
+    return fail(m, CKPT_ERR_FORMAT, "SETITEM on a %s", ckpt_value_kind_name(target));
+}
+
+/* do_append: list.extend(items), else obj.extend / obj.append. */
+static int scan_append(vm *m, ckpt_value *target, ckpt_value **items, size_t n)
+{
+    if (opaque(target) || !n)
+        return CKPT_OK;
+    if (target->kind == CKPT_KIND_LIST) {
+        for (size_t i = 0; i < n; i++)
+            CKPT_FORWARD(add_item(m, &target->u.seq, items[i]));
+        return CKPT_OK;
+    }
+    if (target->kind == CKPT_KIND_BYTES && (target->flags & CKPT_VF_BYTEARRAY)) {
+        int64_t b;
+        for (size_t i = 0; i < n; i++)
+            if (!small_int(items[i], &b) || b < 0 || b > 255)
+                return fail(m, CKPT_ERR_FORMAT, "APPEND of a non-byte to a bytearray");
+        return CKPT_OK;
+    }
+    return fail(m, CKPT_ERR_FORMAT, "APPEND on a %s", ckpt_value_kind_name(target));
+}
+
+/* load_build with Python's default __setstate__ for the VM's own values. */
+static int scan_build(vm *m, ckpt_value *obj, ckpt_value *state)
+{
+    if (opaque(obj))
+        return CKPT_OK;
+    ckpt_value *slots = NULL;
+    if (state->kind == CKPT_KIND_TUPLE && state->u.seq.len == 2) {
+        slots = state->u.seq.items[1];
+        state = state->u.seq.items[0];
+    }
+    if (state->kind != CKPT_KIND_NONE) /* needs the instance's __dict__ */
+        return fail(m, CKPT_ERR_FORMAT, "BUILD state on a %s, which has no __dict__",
+                    ckpt_value_kind_name(obj));
+    if (slots && (slots->kind != CKPT_KIND_DICT || slots->u.dict.keys.len))
+        return fail(m, CKPT_ERR_FORMAT, "BUILD slot state on a %s", ckpt_value_kind_name(obj));
+    return CKPT_OK;
+}
+
 static int set_items(vm *m, ckpt_value *target, ckpt_value **kv, size_t n)
 {
+    if (m->ctx->scan)
+        return scan_set_items(m, target, kv, n);
     if (n % 2)
         return fail(m, CKPT_ERR_FORMAT, "SETITEMS with an odd number of values");
     ckpt_vec *keys, *vals;
@@ -1452,6 +1787,8 @@ static int set_items(vm *m, ckpt_value *target, ckpt_value **kv, size_t n)
 
 static int append_items(vm *m, ckpt_value *target, ckpt_value **items, size_t n)
 {
+    if (m->ctx->scan)
+        return scan_append(m, target, items, n);
     ckpt_vec *vec;
     if (target->kind == CKPT_KIND_LIST)
         vec = &target->u.seq;
@@ -1490,6 +1827,10 @@ static int persistent(vm *m, ckpt_value *pid)
     ckpt_value *v = m->ctx->persistent_load(m->ctx->user, pid, m->op_at, &inner);
     if (!v)
         return fail(m, inner.code ? inner.code : CKPT_ERR_FORMAT, "%s", inner.msg);
+    if (m->ctx->scan) { /* what persistent_load returns: a stand-in, like a call's */
+        v = node(m, CKPT_KIND_OBJECT);
+        return push(m, v);
+    }
     /* a legacy ('module', cls, ...) id gives its class: the tuple's reference
      * to a refused class goes with the tuple */
     if (v->kind == CKPT_KIND_GLOBAL && v->u.global.cls == CKPT_GLOBAL_REFUSED && v->u.global.refs)
@@ -1507,8 +1848,14 @@ static int step(vm *m, bool *stop)
     const char *line;
     size_t ll;
 
+    const uint8_t *opp;
     m->op_at = m->pos;
-    m->op = m->buf[m->pos++];
+    if (rd(m, 1, &opp)) {
+        ckpt_err_clear(m->err);
+        return fail(m, CKPT_ERR_FORMAT, "truncated pickle: no STOP opcode");
+    }
+    m->op_at = (uint64_t)(opp - m->buf);
+    m->op = *opp;
     switch (m->op) {
     case OP_PROTO:
         CKPT_FORWARD(take_le(m, 1, &u));
@@ -1519,7 +1866,7 @@ static int step(vm *m, bool *stop)
         return CKPT_OK;
     case OP_FRAME:
         CKPT_FORWARD(take_le(m, 8, &u));
-        return need(m, u);
+        return rd_frame(m, u);
     case OP_STOP:
         *stop = true;
         return CKPT_OK;
@@ -1559,11 +1906,41 @@ static int step(vm *m, bool *stop)
         CKPT_FORWARD(take_le(m, m->op == OP_LONG1 ? 1 : 4, &u));
         if (m->op == OP_LONG4 && (u & 0x80000000u))
             return fail(m, CKPT_ERR_FORMAT, "LONG4 with a negative length");
-        CKPT_FORWARD(need(m, u));
-        m->pos += (size_t)u;
-        return push_long_bytes(m, m->buf + m->pos - u, (size_t)u);
+        if (u == 0)
+            return push_long_bytes(m, NULL, 0);
+        {
+            const uint8_t *p;
+            CKPT_FORWARD(rd(m, u, &p));
+            return push_long_bytes(m, p, (size_t)u);
+        }
     case OP_INT:
         CKPT_FORWARD(take_line(m, &line, &ll));
+        if (ll == 0)
+            return fail(m, CKPT_ERR_FORMAT, "INT with an empty argument");
+        /* load_int parses a C string (strtol): it ends at a NUL byte, and an
+         * empty one is 0 */
+        if (memchr(line, 0, ll))
+            ll = (size_t)((const char *)memchr(line, 0, ll) - line);
+        if (ll == 0)
+            return push_int(m, 0);
+        {
+            /* strtol(base 0) first; what it cannot take goes to int(text, 0),
+             * where a leading 0 makes only a zero */
+            char tmp[32];
+            bool fits = false;
+            if (ll < sizeof tmp) {
+                memcpy(tmp, line, ll);
+                tmp[ll] = '\0';
+                char *end;
+                errno = 0;
+                (void)strtol(tmp, &end, 0);
+                fits = !errno && *end == '\0';
+            }
+            size_t i = line[0] == '-' || line[0] == '+';
+            for (size_t k = i + 1; !fits && ll - i > 1 && line[i] == '0' && k < ll; k++)
+                if (line[k] != '0')
+                    return fail(m, CKPT_ERR_FORMAT, "INT text with a leading zero");
+        }
         if (ll == 2 && line[0] == '0' && (line[1] == '0' || line[1] == '1')) {
             a = node(m, CKPT_KIND_BOOL);
             if (a)
@@ -1573,10 +1950,23 @@ static int step(vm *m, bool *stop)
         return push_decimal(m, line, ll);
     case OP_LONG:
         CKPT_FORWARD(take_line(m, &line, &ll));
+        if (ll && line[ll - 1] == 'L') /* load_long drops a final 'L', then reads a C string */
+            ll--;
+        if (memchr(line, 0, ll))
+            ll = (size_t)((const char *)memchr(line, 0, ll) - line);
+        {
+            /* base 0: a leading 0 only in a zero ("007" is no int literal) */
+            size_t i = ll && (line[0] == '-' || line[0] == '+');
+            for (size_t k = i + 1; ll - i > 1 && line[i] == '0' && k < ll; k++)
+                if (line[k] != '0')
+                    return fail(m, CKPT_ERR_FORMAT, "LONG text with a leading zero");
+        }
         return push_decimal(m, line, ll);
     case OP_FLOAT: {
         CKPT_FORWARD(take_line(m, &line, &ll));
         char tmp[64];
+        if (memchr(line, 0, ll)) /* a C string to PyOS_string_to_double */
+            ll = (size_t)((const char *)memchr(line, 0, ll) - line);
         if (ll == 0 || ll >= sizeof(tmp))
             return fail(m, CKPT_ERR_FORMAT, "bad FLOAT text");
         memcpy(tmp, line, ll);
@@ -1584,7 +1974,7 @@ static int step(vm *m, bool *stop)
         char *end;
         errno = 0;
         double d = strtod(tmp, &end);
-        if (*end != '\0')
+        if (*end != '\0' || end == tmp || (errno == ERANGE && isinf(d))) /* OverflowError */
             return fail(m, CKPT_ERR_FORMAT, "bad FLOAT text");
         a = node(m, CKPT_KIND_FLOAT);
         if (a)
@@ -1592,11 +1982,11 @@ static int step(vm *m, bool *stop)
         return push(m, a);
     }
     case OP_BINFLOAT: {
-        CKPT_FORWARD(need(m, 8));
+        const uint8_t *p;
+        CKPT_FORWARD(rd(m, 8, &p));
         uint64_t bits = 0;
         for (int i = 0; i < 8; i++)
-            bits = (bits << 8) | m->buf[m->pos + (size_t)i];
-        m->pos += 8;
+            bits = (bits << 8) | p[i];
         a = node(m, CKPT_KIND_FLOAT);
         if (a)
             memcpy(&a->u.f, &bits, sizeof(double));
@@ -1653,6 +2043,9 @@ static int step(vm *m, bool *stop)
         return append_items(m, b, &a, 1);
     case OP_APPENDS:
         CKPT_FORWARD(pop_mark(m, &items, &n));
+        if (m->ctx->scan) /* do_append: the value below the MARK, fence or not */
+            return m->sp == 0 ? fail(m, CKPT_ERR_FORMAT, "stack underflow")
+                              : append_items(m, m->stack[m->sp - 1], items, n);
         CKPT_FORWARD(top(m, &b));
         return append_items(m, b, items, n);
     case OP_EMPTY_DICT:
@@ -1665,12 +2058,20 @@ static int step(vm *m, bool *stop)
         {
             /* items live on the stack above sp; copy before pushing */
             int rc = set_items(m, a, items, n);
+            if (!rc && m->ctx->scan && n % 2 == 0)
+                rc = need_hashable(m, items, n, 2);
             if (rc)
                 return rc;
         }
         return push(m, a);
     case OP_SETITEM: {
         ckpt_value *kv[2];
+        if (m->ctx->scan) { /* load_setitem: the top three values, fence or not */
+            if (m->sp < 3)
+                return fail(m, CKPT_ERR_FORMAT, "stack underflow");
+            m->sp -= 2;
+            return set_items(m, m->stack[m->sp - 1], m->stack + m->sp, 2);
+        }
         CKPT_FORWARD(pop(m, &kv[1]));
         CKPT_FORWARD(pop(m, &kv[0]));
         CKPT_FORWARD(top(m, &c));
@@ -1678,13 +2079,27 @@ static int step(vm *m, bool *stop)
     }
     case OP_SETITEMS:
         CKPT_FORWARD(pop_mark(m, &items, &n));
+        if (m->ctx->scan)
+            return m->sp == 0 ? fail(m, CKPT_ERR_FORMAT, "stack underflow")
+                              : set_items(m, m->stack[m->sp - 1], items, n);
         CKPT_FORWARD(top(m, &c));
         return set_items(m, c, items, n);
     case OP_EMPTY_SET:
         return push(m, node(m, CKPT_KIND_SET));
     case OP_ADDITEMS:
         CKPT_FORWARD(pop_mark(m, &items, &n));
-        CKPT_FORWARD(top(m, &c));
+        if (m->ctx->scan) { /* load_additems: set.update, else obj.add */
+            if (m->sp == 0)
+                return fail(m, CKPT_ERR_FORMAT, "stack underflow");
+            c = m->stack[m->sp - 1];
+            if (!n || opaque(c))
+                return CKPT_OK;
+            if (c->kind != CKPT_KIND_SET)
+                return fail(m, CKPT_ERR_FORMAT, "ADDITEMS on a %s", ckpt_value_kind_name(c));
+            CKPT_FORWARD(need_hashable(m, items, n, 1));
+        } else {
+            CKPT_FORWARD(top(m, &c));
+        }
         if (c->kind != CKPT_KIND_SET)
             return fail(m, CKPT_ERR_FORMAT, "ADDITEMS on a %s", ckpt_value_kind_name(c));
         for (size_t i = 0; i < n; i++)
@@ -1692,6 +2107,8 @@ static int step(vm *m, bool *stop)
         return CKPT_OK;
     case OP_FROZENSET:
         CKPT_FORWARD(pop_mark(m, &items, &n));
+        if (m->ctx->scan)
+            CKPT_FORWARD(need_hashable(m, items, n, 1));
         return seq_from(m, CKPT_KIND_FROZENSET, items, n);
 
     case OP_GLOBAL:
@@ -1727,8 +2144,16 @@ static int step(vm *m, bool *stop)
         return new_object(m, a, b, c, CKPT_OBJ_NEWOBJ_EX);
     case OP_INST: {
         ckpt_value *cls, *args;
+        if (!m->nmarks) /* load_inst pops the MARK before it reads the name */
+            return fail(m, CKPT_ERR_FORMAT, "opcode needs a MARK and there is none");
+        size_t at = m->marks[m->nmarks - 1];
+        m->nmarks--;
         CKPT_FORWARD(text_global(m, &cls));
-        CKPT_FORWARD(pop_mark(m, &items, &n));
+        if (at > m->sp)
+            return fail(m, CKPT_ERR_FORMAT, "stack underflow");
+        items = m->stack ? m->stack + at : NULL;
+        n = m->sp - at;
+        m->sp = at;
         ckpt_value **copy = items;
         args = node(m, CKPT_KIND_TUPLE);
         if (!args)
@@ -1739,7 +2164,7 @@ static int step(vm *m, bool *stop)
     }
     case OP_OBJ: {
         CKPT_FORWARD(pop_mark(m, &items, &n));
-        if (n == 0 || items[0]->kind != CKPT_KIND_GLOBAL)
+        if (n == 0 || (items[0]->kind != CKPT_KIND_GLOBAL && !(m->ctx->scan && opaque(items[0]))))
             return fail(m, CKPT_ERR_FORMAT, "OBJ needs a class after the MARK");
         ckpt_value *cls = items[0];
         ckpt_value *args = node(m, CKPT_KIND_TUPLE);
@@ -1752,6 +2177,8 @@ static int step(vm *m, bool *stop)
 
     case OP_PERSID:
         CKPT_FORWARD(take_line(m, &line, &ll));
+        if (!ascii_only(line, ll)) /* load_persid decodes it as ASCII */
+            return fail(m, CKPT_ERR_FORMAT, "PERSID argument is not ASCII");
         CKPT_FORWARD(push_bytes(m, CKPT_KIND_STR, (const uint8_t *)line, ll, 0));
         CKPT_FORWARD(pop(m, &a));
         return persistent(m, a);
@@ -1802,16 +2229,10 @@ int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_
         return ckpt_err(err, CKPT_ERR_LIMIT,
                         "%s: pickle of %zu bytes is over the limit of %llu (--max-pickle-bytes)",
                         ctx->name, len, (unsigned long long)ctx->limits[CKPT_LIMIT_PICKLE_BYTES]);
-    while (rc == CKPT_OK && !stop) {
-        if (m.pos >= m.len) {
-            m.op_at = m.pos;
-            rc = fail(&m, CKPT_ERR_FORMAT, "truncated pickle: no STOP opcode");
-            break;
-        }
+    while (rc == CKPT_OK && !stop)
         rc = step(&m, &stop);
-    }
     if (rc == CKPT_OK) {
-        if (m.sp == 0)
+        if (m.sp <= floor_of(&m)) /* STOP pops, and a MARK fences the stack */
             rc = fail(&m, CKPT_ERR_FORMAT, "STOP with an empty stack");
         else
             *out = m.stack[m.sp - 1];
@@ -1820,8 +2241,8 @@ int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_
         rc = check_pending(&m);
     free(m.pending);
     free(m.pending_at);
-    if (consumed)
-        *consumed = m.pos;
+    if (consumed) /* where the file position is: BYTESIO's at the buffer's end */
+        *consumed = ctx->feed == CKPT_FEED_BYTESIO ? m.wend : m.pos;
     free(m.stack);
     free(m.marks);
     free(m.memo);

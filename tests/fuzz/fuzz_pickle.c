@@ -1,6 +1,7 @@
-/* fuzz_pickle.c - any bytes as one pickle, through the VM twice: as the
+/* fuzz_pickle.c - any bytes as one pickle, through the VM three times: as the
  * reader runs it (allow-list, limits, persistent ids as storages) and as
- * `ckpt scan` runs it (every global reported, nothing refused). */
+ * `ckpt scan` runs it (every global reported, nothing refused) with each
+ * feed (FILE, and BYTESIO: a frame's rest dropped as the C unpickler does). */
 #include "fuzz.h"
 
 #include "checkpoint/checkpoint.h"
@@ -45,7 +46,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         [CKPT_LIMIT_STACK] = 1 << 16,       [CKPT_LIMIT_MARKS] = 1 << 12,
         [CKPT_LIMIT_MEMO] = 1 << 16,        [CKPT_LIMIT_ITEMS] = 1 << 16,
         [CKPT_LIMIT_STORAGES] = 1 << 12};
-    for (int scan = 0; scan < 2; scan++) {
+    /* reader, scanner over a file, scanner over a BytesIO (frames dropped) */
+    for (int run = 0; run < 3; run++) {
+        int scan = run > 0;
         ckpt_arena arena;
         ckpt_arena_init(&arena);
         ckpt_pickle_ctx ctx = {.name = "fuzz.pkl", .limits = limits, .classify = classify,
@@ -54,6 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ctx.on_global = on_global;
             ctx.on_use = on_use;
             ctx.scan = true;
+            ctx.feed = run == 2 ? CKPT_FEED_BYTESIO : CKPT_FEED_FILE;
         }
         ckpt_error err = {0};
         ckpt_value *root;
