@@ -73,8 +73,10 @@ ckpt_scan *ckpt_scan_new(void)
 
 static void scan_clear(ckpt_scan *s)
 {
-    for (size_t i = 0; i < s->nhits; i++)
+    for (size_t i = 0; i < s->nhits; i++) {
         free((char *)s->hits[i].global);
+        free((char *)s->hits[i].computed_by);
+    }
     free(s->hits);
     for (size_t i = 0; i < s->npickles; i++)
         free(s->pickles[i]);
@@ -182,6 +184,20 @@ static void on_use(void *user, const char *q, int op, uint64_t at)
     }
 }
 
+/* A name computed at run time: dangerous whatever it turns out to be, since
+ * no reading of the bytes can tell what torch would import. */
+static void on_computed(void *user, const char *shown, const char *made_by, int op, uint64_t at)
+{
+    ckpt_scan *s = user;
+    on_global(user, shown, CKPT_GLOBAL_REFUSED, op, at);
+    ckpt_scan_hit *h = hit_for(s, shown);
+    if (!h)
+        return; /* out of memory: on_global flagged it */
+    h->dangerous = 1;
+    if (!h->computed_by && !(h->computed_by = strdup(made_by ? made_by : "a call")))
+        s->oom = 1;
+}
+
 static ckpt_global_class classify(void *user, const char *q)
 {
     (void)user;
@@ -205,7 +221,8 @@ static ckpt_value *any_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_er
  * others are plain pickle.load calls, which stop at a persistent id).  With
  * KEEP, the VM's values live in that arena and *ROOT gets the result. */
 static int scan_pickle_ex(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len,
-                          size_t *used, bool pid, ckpt_arena *keep, ckpt_value **root)
+                          size_t *used, bool pid, ckpt_arena *keep, ckpt_value **root,
+                          ckpt_pickle_feed feed, bool *crossed)
 {
     char **n = realloc(s->pickles, (s->npickles + 1) * sizeof *n);
     if (!n)
@@ -230,13 +247,17 @@ static int scan_pickle_ex(ckpt_scan *s, const char *name, const uint8_t *buf, si
         .arena = arena,
         .on_global = on_global,
         .on_use = on_use,
+        .on_computed = on_computed,
         .scan = true,
+        .feed = feed,
     };
     ckpt_value *r = NULL;
     s->arena = arena;
     *used = 0;
     int rc = ckpt_pickle_load(&ctx, buf, len, &r, used, &s->err);
     s->arena = NULL;
+    if (crossed)
+        *crossed = ctx.frame_crossed;
     if (root)
         *root = rc == CKPT_OK ? r : NULL;
     if (!keep)
@@ -246,12 +267,6 @@ static int scan_pickle_ex(ckpt_scan *s, const char *name, const uint8_t *buf, si
         rc = ckpt_err(&s->err, CKPT_ERR_NOMEM, "%s: out of memory for the globals found", name);
     }
     return rc;
-}
-
-static int scan_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len,
-                       size_t *used)
-{
-    return scan_pickle_ex(s, name, buf, len, used, true, NULL, NULL);
 }
 
 /* ---- readings and ambiguities ------------------------------------------------ */
@@ -310,6 +325,32 @@ static void reading_end(ckpt_scan *s, int rc, ckpt_error *primary_err)
     ckpt_err_clear(&s->err);
 }
 
+/* A zip record's pickle, fed as torch feeds it (io.BytesIO).  A FRAME that
+ * ends inside an opcode's argument makes CPython's C unpickler read other
+ * bytes than a contiguous reader (pickletools, the weights-only unpickler,
+ * other scanners): the file is ambiguous, and both readings are scanned. */
+static int scan_record_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len)
+{
+    size_t used;
+    bool crossed = false;
+    int rc = scan_pickle_ex(s, name, buf, len, &used, true, NULL, NULL, CKPT_FEED_BYTESIO,
+                            &crossed);
+    if (!crossed)
+        return rc;
+    ambiguity(s, "%s: a FRAME ends inside an opcode's argument: CPython's unpickler, as "
+              "torch.load feeds it (io.BytesIO), reads other bytes than a contiguous reader "
+              "(the weights-only unpickler, pickletools, other scanners)", name);
+    char alt[CKPT_ERRMSG_MAX];
+    snprintf(alt, sizeof alt, "%s (read contiguously)", name);
+    ckpt_error keep = s->err;
+    ckpt_err_clear(&s->err);
+    if (scan_pickle_ex(s, alt, buf, len, &used, true, NULL, NULL, CKPT_FEED_FILE, NULL) !=
+        CKPT_OK)
+        ckpt_err_clear(&s->err); /* torch's reading decides the error */
+    s->err = keep;
+    return rc;
+}
+
 /* ---- formats ---------------------------------------------------------------- */
 
 /* torch finds records case-insensitively (miniz), so "DATA.PKL" loads too */
@@ -332,10 +373,10 @@ static int scan_zip(ckpt_scan *s, int fd)
             continue;
         found = 1;
         uint8_t *buf;
-        size_t len, used;
+        size_t len;
         int r = ckpt_zip_read_all(z, i, s->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len, &s->err);
         if (r == CKPT_OK) {
-            r = scan_pickle(s, name, buf, len, &used);
+            r = scan_record_pickle(s, name, buf, len);
             free(buf);
         }
         if (r != CKPT_OK && rc == CKPT_OK) {
@@ -394,8 +435,12 @@ static int pickle_start(uint8_t b)
  * to back), except in a file that is another format (ONLY_TORCH: what
  * follows the first pickle there is data, not pickles).
  */
-static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len, int only_torch)
+static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len, int only_torch,
+                       ckpt_pickle_feed feed, bool *crossed)
 {
+    /* FILE: the C unpickler peeking a buffered file; BYTESIO: frames read
+     * whole with read() (over 128 KiB, or past what a peek returns) */
+    const char *how = feed == CKPT_FEED_BYTESIO ? ", frames read whole" : "";
     if (len == 0)
         return ckpt_err(&s->err, CKPT_ERR_FORMAT, "empty file");
     int legacy = len >= sizeof LEGACY_MAGIC && memcmp(buf, LEGACY_MAGIC, sizeof LEGACY_MAGIC) == 0;
@@ -412,11 +457,11 @@ static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len, int only_to
     for (int k = 0; at < len; k++) {
         if (torch_chain && k == 5)
             break; /* then raw storage bytes */
-        char name[64];
+        char name[96];
         if (torch_chain && (legacy || k > 0))
-            snprintf(name, sizeof name, "pickle %d (%s)", k + 1, legacy_names[k]);
+            snprintf(name, sizeof name, "pickle %d (%s%s)", k + 1, legacy_names[k], how);
         else
-            snprintf(name, sizeof name, "pickle %d (from byte %zu)", k + 1, at);
+            snprintf(name, sizeof name, "pickle %d (from byte %zu%s)", k + 1, at, how);
         if (k > 0 && !torch_chain && !pickle_start(buf[at]))
             break; /* trailing bytes, which pickle.load never reads */
         /* each pickle is bounded by the limit, not by the rest of the file */
@@ -430,8 +475,11 @@ static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len, int only_to
         /* a persistent id stops torch's plain pickle.load calls (all but the data pickle),
          * but a pickle file may be read by a loader that has one: scanned past it, except
          * in another format's bytes, which only torch's exact reading may see */
+        bool cr = false;
         int rc = scan_pickle_ex(s, name, buf + at, avail, &used, !only_torch || k == 3, &arena,
-                                &root);
+                                &root, feed, &cr);
+        if (cr && crossed)
+            *crossed = true;
         int next = torch_chain && (k == 0   ? int_is(root, magic_le, sizeof magic_le)
                                    : k == 1 ? int_is(root, proto_le, sizeof proto_le)
                                             : 1);
@@ -536,7 +584,27 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     if (map == MAP_FAILED)
         return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
     reading_begin(s, "pickle", WHO_STREAM, fmt != CKPT_FORMAT_SAFETENSORS);
-    rc = scan_stream(s, map, len, fmt == CKPT_FORMAT_SAFETENSORS);
+    bool crossed = false;
+    rc = scan_stream(s, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_FILE, &crossed);
+    if (crossed) {
+        /* how the C unpickler reads a frame depends on the file object and its
+         * buffer: both ways are torch's, both are scanned */
+        ambiguity(s, "a FRAME ends inside an opcode's argument: CPython's unpickler reads "
+                  "other bytes when it reads the frame whole (io.BytesIO, or a frame of "
+                  "128 KiB or more from a file) than when it peeks a buffered file");
+        ckpt_error keep = s->err;
+        ckpt_err_clear(&s->err);
+        ckpt_format seen = s->format;
+        int seen_pickle = s->is_pickle;
+        if (scan_stream(s, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_BYTESIO, NULL) !=
+            CKPT_OK && rc == CKPT_OK) {
+            rc = s->err.code;
+            keep = s->err;
+        }
+        s->err = keep;
+        s->format = seen;
+        s->is_pickle = seen_pickle;
+    }
     reading_end(s, rc, &primary);
     munmap(map, len);
     if (fmt == CKPT_FORMAT_SAFETENSORS) {

@@ -13,9 +13,12 @@ import io
 import json
 import os
 import struct
+import sys
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bypasses as bp  # noqa: E402
 OUT = os.path.join(HERE, 'scan')
 EXPECTED = {}
 
@@ -81,13 +84,16 @@ def main():
     # 6. __import__ + getattr chain: getattr(__import__('os'), 'system')('id')
     body = (P2 + g('builtins', 'getattr') + MARK + g('builtins', '__import__') + u('os') +
             TUPLE1 + REDUCE + u('system') + b't' + REDUCE + u('id') + TUPLE1 + REDUCE + STOP)
-    put('import_getattr.pkl', body, ['builtins.getattr', 'builtins.__import__'],
-        ['builtins.getattr', 'builtins.__import__'])
+    # getattr on a call's result: a name computed at run time, reported as such
+    computed = '<builtins.__import__(...)>.system'
+    put('import_getattr.pkl', body, ['builtins.getattr', 'builtins.__import__', computed],
+        ['builtins.getattr', 'builtins.__import__', computed])
     # 7. importlib.import_module('os') then getattr
     body = (P2 + g('builtins', 'getattr') + MARK + g('importlib', 'import_module') + u('os') +
             TUPLE1 + REDUCE + u('system') + b't' + REDUCE + u('id') + TUPLE1 + REDUCE + STOP)
-    put('importlib_chain.pkl', body, ['builtins.getattr', 'importlib.import_module'],
-        ['builtins.getattr', 'importlib.import_module'])
+    computed = '<importlib.import_module(...)>.system'
+    put('importlib_chain.pkl', body, ['builtins.getattr', 'importlib.import_module', computed],
+        ['builtins.getattr', 'importlib.import_module', computed])
     # 8. a pickle inside a pickle: pickle.loads(b'...')
     inner = P2 + call('os', 'system', 'id') + STOP
     body = P2 + g('pickle', 'loads') + b'C' + bytes([len(inner)]) + inner + TUPLE1 + REDUCE + STOP
@@ -135,6 +141,16 @@ def main():
     # 18. the global stashed in the memo and called later from a BINGET
     body = P2 + g('os', 'system') + b'q\x01' + b'0' + NONE + b'0' + b'h\x01' + u('id') + TUPLE1 + REDUCE + STOP
     put('memo_global_call.pkl', body, ['os.system'], ['os.system'])
+    # 19. issue 15: bytes torch.load reads otherwise than a naive reader would
+    #     (tests/bad/bypasses.py; tests/interop/scan_bypasses.py checks torch's side)
+    put('safetensors_pickle.safetensors', bp.safetensors_pickle(), ['os.getcwd'], ['os.getcwd'])
+    put('frame_crossing.pkl', bp.frame_crossing(64), ['os.getcwd'], ['os.getcwd'])
+    put('frame_crossing_zip.pth', bp.zip_with(bp.frame_crossing(64)), ['os.getcwd'],
+        ['os.getcwd'])
+    for name, data, by in [('computed_rot13.pkl', bp.computed_rot13(), '_codecs.encode'),
+                           ('computed_str.pkl', bp.computed_str(), 'builtins.str')]:
+        shown = '<%s(...)>.getcwd' % by
+        put(name, data, [shown], [shown])
 
     with open(os.path.join(OUT, 'expected.json'), 'w') as f:
         json.dump(EXPECTED, f, indent=1, sort_keys=True)
