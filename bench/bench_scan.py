@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: `ckpt scan` against picklescan and fickling on the same files.
+"""Benchmark: `ckpt scan` against picklescan, fickling and modelscan on the same files.
 
     /usr/bin/python3 bench/bench_scan.py [--no-results]
 
@@ -10,7 +10,8 @@ must not be.  picklescan and fickling are installed from the package index
 into a virtual environment under bench/out/ (skipped, and said so, when they
 cannot be had).  For each tool and file: its verdict from the exit status
 (picklescan: 1 infected; fickling --check-safety: 1 unsafe; ckpt scan: 1
-unsafe; 0 is a clean bill; anything else an error) and its wall time.
+unsafe; modelscan -p: 1 issues found; 0 is a clean bill; anything else an
+error) and its wall time.
 Prints a table and writes the "ckpt scan" section of bench/RESULTS.md."""
 import argparse
 import datetime
@@ -35,12 +36,14 @@ def scanners():
     """Paths of the picklescan and fickling commands, installing them if needed."""
     bin_ = os.path.join(VENV, 'bin')
     tools = {'picklescan': os.path.join(bin_, 'picklescan'),
-             'fickling': os.path.join(bin_, 'fickling')}
+             'fickling': os.path.join(bin_, 'fickling'),
+             'modelscan': os.path.join(bin_, 'modelscan')}
     if not all(os.path.exists(p) for p in tools.values()):
         try:
             subprocess.run([sys.executable, '-m', 'venv', VENV], check=True, timeout=300)
             subprocess.run([os.path.join(bin_, 'pip'), 'install', '-q', 'picklescan',
-                            'fickling', 'typing_extensions'], check=True, timeout=600)
+                            'fickling', 'modelscan', 'typing_extensions'], check=True,
+                           timeout=600)
         except Exception as e:  # offline, or no venv module
             print('bench_scan: cannot install picklescan / fickling: %s' % e, file=sys.stderr)
     return {k: v for k, v in tools.items() if os.path.exists(v)}
@@ -59,7 +62,7 @@ def version(tool, path):
 def command(tool, path, file):
     if tool == 'ckpt scan':
         return [path, 'scan', '--quiet', file]
-    if tool == 'picklescan':
+    if tool in ('picklescan', 'modelscan'):
         return [path, '-p', file]
     return [path, '--check-safety', file]
 
@@ -84,8 +87,9 @@ def main():
     unsafe = [os.path.join('tests', 'bad', 'scan', n) for n in evasions] + \
         [os.path.join('tests', 'bad', n) for n in ('os_system.pth', 'os_system_nested.pth',
                                                     'posix_system.pth', 'builtins_eval.pth')]
-    safe = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, 'tests', 'data',
-                                                                           '*.pth')))
+    safe = sorted(os.path.relpath(p, ROOT) for pat in ('*.pth', 'torch2/*.pth',
+                                                       'torch2/*.safetensors')
+                  for p in glob.glob(os.path.join(ROOT, 'tests', 'data', pat)))
     tools = {'ckpt scan': args.ckpt}
     tools.update(scanners())
     os.chdir(ROOT)
@@ -121,18 +125,21 @@ def main():
         SECTION, '',
         'Requirement: `ckpt scan` flags every scanner evasion of the corpus (reference/peers.md '
         '§1.9, §3.10-11) and no good fixture; picklescan and fickling run on the same files '
-        'for comparison.', '',
+        'for comparison; modelscan too since issue 15, whose bypasses (a FRAME ending inside an '
+        'argument, a safetensors header that is a pickle, names computed by a call, ...) joined '
+        'the corpus.', '',
         '- Date: %s' % datetime.datetime.utcnow().strftime('%Y-%m-%d %H:%M UTC'),
         '- Machine: %s' % machine_info(),
         '- Software: ckpt (git %s); %s (from PyPI, in a virtual environment)' % (
             git_rev(), vers or 'picklescan / fickling not installable here'),
         '- Files: %d unsafe (the %d evasions of `tests/bad/scan`, built opcode by opcode by '
         '`tests/bad/make_scan_corpus.py`, and 4 dangerous files of `tests/bad`); %d good '
-        'fixtures (`tests/data/*.pth`: zip and legacy checkpoints, training checkpoints with '
-        'known data).' % (len(unsafe), len(evasions), len(safe)),
+        'fixtures (`tests/data/*.pth`, `tests/data/torch2/*.pth|*.safetensors`: zip, legacy '
+        'and safetensors checkpoints, training checkpoints with known data).' % (len(unsafe), len(evasions), len(safe)),
         '- Method: each tool once per file, as a process; verdict from its exit status '
         '(1 flagged, 0 clean, anything else an error: it could not judge the file); '
-        'commands: `ckpt scan --quiet F`, `picklescan -p F`, `fickling --check-safety F`.',
+        'commands: `ckpt scan --quiet F`, `picklescan -p F`, `fickling --check-safety F`, '
+        '`modelscan -p F`.',
         '- Command: `/usr/bin/python3 bench/bench_scan.py`', '',
         table, '', '\n'.join(detail), ''])
     update_results(os.path.join(HERE, 'RESULTS.md'), text, SECTION)
