@@ -62,4 +62,67 @@ size_t ckpt_zipw_count(const ckpt_zipw *w);
 const char *ckpt_zipw_name(const ckpt_zipw *w, size_t i);
 uint32_t ckpt_zipw_crc(const ckpt_zipw *w, size_t i);
 
+/* ---- the archive as each reader sees it (zip_dir.c) -------------------------
+ * torch.load, Python's zipfile (scanners) and libzip (ckpt's other commands)
+ * disagree on hostile zips: which end record, which of two equal names,
+ * whether a CRC-32 matters.  ckpt_zip_dir_open models each; every point
+ * where they could read different bytes is a finding (one sentence each).
+ * Unreferenced bytes (dead space) are no finding unless they hold an end
+ * record or a central directory entry. */
+typedef enum {
+    CKPT_ZIP_READER_TORCH,     /* miniz as torch builds it: no CRC-32 checks */
+    CKPT_ZIP_READER_PYZIPFILE, /* Python 3.11's zipfile */
+    CKPT_ZIP_READER_LIBZIP,
+    CKPT_ZIP_READERS
+} ckpt_zip_reader;
+
+typedef struct {
+    char *name;           /* the central directory's bytes, NUL added */
+    size_t name_len;
+    uint64_t cd_at;       /* its central directory entry */
+    uint64_t header_at;   /* its local header, as the reader computes it */
+    uint64_t data_at;     /* first data byte (from the local header); UINT64_MAX: no header */
+    uint16_t method, flags;
+    uint32_t crc;
+    uint64_t csize, usize;
+    /* the local header's view, for the disagreement findings */
+    bool local_name_same;
+    size_t local_name_len;
+    uint16_t local_method, local_flags;
+    uint32_t local_crc;
+    uint64_t local_csize, local_usize;
+} ckpt_zip_entry;
+
+typedef struct ckpt_zip_dir ckpt_zip_dir;
+
+/* Parse FD (SIZE bytes) as every reader does.  CKPT_ERR_FORMAT when no reader
+ * takes it for a zip; a reader that refuses it while another reads it is a
+ * finding. */
+int ckpt_zip_dir_open(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err);
+void ckpt_zip_dir_free(ckpt_zip_dir *d);
+const char *ckpt_zip_reader_name(ckpt_zip_reader r);
+size_t ckpt_zip_dir_finding_count(const ckpt_zip_dir *d);
+const char *ckpt_zip_dir_finding(const ckpt_zip_dir *d, size_t i);
+/* Whether reader R reads the archive at all; why not. */
+bool ckpt_zip_dir_reads(const ckpt_zip_dir *d, ckpt_zip_reader r);
+const char *ckpt_zip_dir_refusal(const ckpt_zip_dir *d, ckpt_zip_reader r);
+/* torch.load takes a file for a zip only when it starts with a local header. */
+bool ckpt_zip_dir_torch_sniffs(const ckpt_zip_dir *d);
+/* The end record R uses (UINT64_MAX: libzip's is none of ours). */
+uint64_t ckpt_zip_dir_end_at(const ckpt_zip_dir *d, ckpt_zip_reader r);
+/* R's entries in central directory order. */
+size_t ckpt_zip_dir_count(const ckpt_zip_dir *d, ckpt_zip_reader r);
+const ckpt_zip_entry *ckpt_zip_dir_entry(const ckpt_zip_dir *d, ckpt_zip_reader r, size_t i);
+/* The entry torch's getRecord(RECORD) reads ("data.pkl" -> "<first entry's
+ * directory>/data.pkl"), by R's lookup rule: torch a case-blind binary search
+ * over miniz's heap-sorted names, zipfile the last equal name, libzip the first.
+ * -1 when absent. */
+int64_t ckpt_zip_dir_find(const ckpt_zip_dir *d, ckpt_zip_reader r, const char *record);
+/* Entry I's bytes as R gets them (stored, or inflated with zlib), at most CAP
+ * bytes declared.  A CRC-32 mismatch fails nothing: *crc_ok says.  On a
+ * truncated or corrupt record *out still holds the *len bytes there were
+ * (the caller frees it) and the error is returned. */
+int ckpt_zip_dir_read(const ckpt_zip_dir *d, int fd, ckpt_zip_reader r, size_t i, uint64_t cap,
+                      uint8_t **out, size_t *len, bool *crc_ok, ckpt_error *err);
+
 #endif /* CKPT_CONTAINER_H */
