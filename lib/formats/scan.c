@@ -340,7 +340,7 @@ static int scan_record_pickle(ckpt_scan *s, const char *name, const uint8_t *buf
     ambiguity(s, "%s: a FRAME ends inside an opcode's argument: CPython's unpickler, as "
               "torch.load feeds it (io.BytesIO), reads other bytes than a contiguous reader "
               "(the weights-only unpickler, pickletools, other scanners)", name);
-    char alt[CKPT_ERRMSG_MAX];
+    char alt[CKPT_ERRMSG_MAX + 32];
     snprintf(alt, sizeof alt, "%s (read contiguously)", name);
     ckpt_error keep = s->err;
     ckpt_err_clear(&s->err);
@@ -360,31 +360,93 @@ static int ends_with_nocase(const char *s, const char *suffix)
     return a >= b && strcasecmp(s + a - b, suffix) == 0;
 }
 
-static int scan_zip(ckpt_scan *s, int fd)
+/* Whether reader R's entry E holds the same bytes as an entry already
+ * scanned (so each record is scanned once, whoever reads it). */
+static int same_record(const ckpt_zip_entry *a, const ckpt_zip_entry *b)
 {
-    ckpt_zip *z;
-    CKPT_FORWARD(ckpt_zip_open(fd, &z, &s->err));
+    return a->data_at == b->data_at && a->csize == b->csize && a->method == b->method;
+}
+
+/*
+ * The zip reading: every .pkl record (in any case: torch finds DATA.PKL as
+ * data.pkl) as torch reads it (miniz: no CRC-32 check, the last end record),
+ * fed as torch feeds it; then each record another reader (Python's zipfile,
+ * libzip: ckpt's other commands) would read at other bytes.  Where they
+ * disagree, zip_dir's findings say so, and the file is ambiguous.  A bad
+ * CRC-32 or a truncated record does not hide what torch would unpickle: it is
+ * scanned, then reported as the reading's error.
+ */
+static int scan_zip(ckpt_scan *s, int fd, uint64_t size)
+{
+    ckpt_zip_dir *d;
+    CKPT_FORWARD(ckpt_zip_dir_open(fd, size, &d, &s->err));
+    for (size_t i = 0; i < ckpt_zip_dir_finding_count(d); i++)
+        ambiguity(s, "%s", ckpt_zip_dir_finding(d, i));
     int rc = CKPT_OK, found = 0;
     ckpt_error first = {0};
-    /* every record, even after one fails: a payload may sit in a later one */
-    for (int64_t i = 0; i < ckpt_zip_count(z); i++) {
-        const char *name = ckpt_zip_name(z, i);
-        if (!name || !ends_with_nocase(name, ".pkl"))
+    const ckpt_zip_entry *done[256];
+    size_t ndone = 0;
+    for (int r = 0; r < CKPT_ZIP_READERS; r++) {
+        if (!ckpt_zip_dir_reads(d, (ckpt_zip_reader)r)) {
+            if (r == CKPT_ZIP_READER_TORCH && rc == CKPT_OK) {
+                rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "torch's zip reader refuses it: %s",
+                              ckpt_zip_dir_refusal(d, (ckpt_zip_reader)r));
+                first = s->err;
+            }
             continue;
-        found = 1;
-        uint8_t *buf;
-        size_t len;
-        int r = ckpt_zip_read_all(z, i, s->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len, &s->err);
-        if (r == CKPT_OK) {
-            r = scan_record_pickle(s, name, buf, len);
-            free(buf);
         }
-        if (r != CKPT_OK && rc == CKPT_OK) {
-            rc = r;
-            first = s->err;
+        /* every record, even after one fails: a payload may sit in a later one */
+        for (size_t i = 0; i < ckpt_zip_dir_count(d, (ckpt_zip_reader)r); i++) {
+            const ckpt_zip_entry *e = ckpt_zip_dir_entry(d, (ckpt_zip_reader)r, i);
+            if (!e || !e->name || !ends_with_nocase(e->name, ".pkl"))
+                continue;
+            found = 1;
+            int seen = 0;
+            for (size_t k = 0; k < ndone && !seen; k++)
+                seen = same_record(done[k], e);
+            if (seen)
+                continue;
+            if (ndone < sizeof done / sizeof done[0])
+                done[ndone++] = e;
+            char name[CKPT_ERRMSG_MAX];
+            if (r == CKPT_ZIP_READER_TORCH)
+                snprintf(name, sizeof name, "%s", e->name);
+            else
+                snprintf(name, sizeof name, "%s (as %s reads it)", e->name,
+                         ckpt_zip_reader_name((ckpt_zip_reader)r));
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            bool crc_ok = true;
+            ckpt_error rerr = {0};
+            int rr = ckpt_zip_dir_read(d, fd, (ckpt_zip_reader)r, i,
+                                       s->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len, &crc_ok,
+                                       &rerr);
+            int sr = CKPT_OK;
+            if (buf && len)
+                sr = scan_record_pickle(s, name, buf, len);
+            free(buf);
+            if (rr == CKPT_OK && !crc_ok && r != CKPT_ZIP_READER_TORCH)
+                continue; /* that reader refuses the record: it unpickles nothing */
+            if (rr == CKPT_ERR_LIMIT) {
+                char msg[CKPT_ERRMSG_MAX];
+                snprintf(msg, sizeof msg, "%s", rerr.msg);
+                ckpt_err_clear(&rerr);
+                ckpt_err(&rerr, rr, "%s (--max-pickle-bytes)", msg);
+            }
+            if (rr == CKPT_OK && !crc_ok)
+                rr = ckpt_err(&rerr, CKPT_ERR_FORMAT, "%s: CRC-32 mismatch (torch does not "
+                              "check it: the globals listed are those it would meet)", e->name);
+            if (rr != CKPT_OK && rc == CKPT_OK) {
+                rc = rr;
+                first = rerr;
+            } else if (sr != CKPT_OK && rc == CKPT_OK) {
+                rc = sr;
+                first = s->err;
+            }
+            ckpt_err_clear(&s->err);
         }
     }
-    ckpt_zip_close(z);
+    ckpt_zip_dir_free(d);
     if (rc != CKPT_OK)
         s->err = first;
     if (rc == CKPT_OK && !found)
@@ -530,6 +592,8 @@ static int scan_safetensors(ckpt_scan *s, const char *path)
 
 static const char WHO_ZIP[] = "torch.load (torch >= 1.6) of a file starting with a zip local "
                               "header, whatever its name";
+static const char WHO_ZIP_OTHERS[] = "Python's zipfile and libzip (not torch.load: no zip local "
+                                     "header at byte 0)";
 static const char WHO_ST[] = "safetensors; torch.load in torch 2.x when the path ends in "
                              ".safetensors";
 static const char WHO_STREAM[] = "torch.load's legacy loader: a file neither zip nor tar "
@@ -567,11 +631,23 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         /* torch >= 1.6 reads nothing else of a file that starts so */
         s->format = fmt == CKPT_FORMAT_TORCHSCRIPT ? fmt : CKPT_FORMAT_PTH_ZIP;
         reading_begin(s, "zip", WHO_ZIP, 1);
-        rc = scan_zip(s, fd);
+        rc = scan_zip(s, fd, (uint64_t)st.st_size);
         reading_end(s, rc, &primary);
         close(fd);
         s->err = primary;
         return primary.code;
+    }
+    {
+        /* not a zip to torch, but perhaps to Python's zipfile and libzip (data
+         * before the first local header): their reading is made too */
+        ckpt_zip_dir *zd;
+        ckpt_error zerr = {0};
+        if (ckpt_zip_dir_open(fd, (uint64_t)st.st_size, &zd, &zerr) == CKPT_OK) {
+            ckpt_zip_dir_free(zd);
+            reading_begin(s, "zip", WHO_ZIP_OTHERS, 0);
+            rc = scan_zip(s, fd, (uint64_t)st.st_size);
+            reading_end(s, rc, NULL);
+        }
     }
     if (fmt == CKPT_FORMAT_SAFETENSORS) {
         reading_begin(s, "safetensors", WHO_ST, 1);
