@@ -84,6 +84,32 @@ say "--max-pickle-bytes caps what is parsed, and says so"
 expect_exit 3 ckpt scan --max-pickle-bytes 100 tests/data/mlp.pth
 expect_stderr_line 'over the limit of 100 \(--max-pickle-bytes\)'
 
+say "zips that readers read differently: ambiguous (tests/bad/zip, tests/bad/make_bad_zip.py)"
+for f in tests/bad/zip/*.pth; do
+    case $f in
+    */plain.pth) expect_exit 0 ckpt scan --quiet "$f" ;;  # the control: one reading of it
+    *) expect_exit 1 ckpt scan --quiet "$f" ;;
+    esac
+done
+expect_exit 1 ckpt scan tests/bad/zip/two_end_records.pth
+expect_stdout_match '^  AMBIGUOUS   2 end-of-central-directory records'
+expect_stdout_match '^  verdict: UNSAFE: .*; and readers would see different content$'
+say "a bad CRC-32 does not hide what torch would unpickle (it does not check it)"
+expect_exit 1 ckpt scan tests/bad/zip/crc_global.pth
+expect_stdout_match '^  unknown     builtins.print  \(GLOBAL at archive/data.pkl\+2'
+expect_stderr_line 'crc_global.pth: archive/data.pkl: CRC-32 mismatch \(torch does not check it'
+say "a safetensors file is also a pickle from byte 0 to torch.load under another name"
+expect_exit 1 ckpt scan tests/bad/scan/safetensors_pickle.safetensors
+expect_stdout_match '^  reading safetensors .*: read to the end$'
+expect_stdout_match '^  DANGEROUS   os.getcwd  \(GLOBAL at pickle 1 \(from byte 0\)\+94; .*; pickle reading\)$'
+expect_exit 1 ckpt scan --json tests/bad/scan/safetensors_pickle.safetensors
+json_expect '[(r["reader"], r["primary"], r["unsafe"]) for r in d["files"][0]["readings"]]' \
+    '[["safetensors", true, false], ["pickle", false, true]]'
+json_expect '[g["reading"] for g in d["files"][0]["globals"]]' '["pickle"]'
+expect_exit 0 ckpt scan --json tests/data/mlp.pth
+json_expect '[r["reader"] for r in d["files"][0]["readings"]]' '["zip"]'
+json_expect 'd["files"][0]["ambiguities"]' '[]'
+
 say "usage errors exit 2"
 expect_exit 2 ckpt scan
 expect_exit 2 ckpt scan --allow-unknown tests/data/mlp.pth
