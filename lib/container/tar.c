@@ -15,8 +15,9 @@
 /* CPython stops a chain of extended headers with RecursionError (about
  * 330 levels of fromtarfile/_proc_member/_proc_pax); we stop earlier. */
 #define MAX_NEST 64
-/* Bigger GNU long-name or PAX bodies make Python's read() allocate that
- * much; we do not follow it there. */
+/* Longer GNU long names and PAX bodies are refused (a limit of ckpt's; a
+ * length past the end of the file is a short read, as Python's read() gives
+ * when it can allocate that much, which we do not model). */
 #define MAX_EXT_BODY (64u << 20)
 
 /* How reading one header went: tarfile's exceptions, in its terms. */
@@ -211,16 +212,12 @@ static bool is_supported(char t)
     return is_regular(t) || strchr("123456LK", t) != NULL;
 }
 
-/* file.read(N) at the position: N < 0 reads to the end.  *BUF gets a
- * malloc'd copy (NULL for none) when WANT. */
+/* file.read(N) at the position: N < 0 (or past the end) reads to the end.
+ * *BUF gets a malloc'd copy (NULL for none) when WANT. */
 static hdr_rc read_body(state *st, int64_t n, bool want, uint8_t **buf, size_t *len)
 {
     uint64_t left = st->pos < st->file_size ? st->file_size - st->pos : 0;
     uint64_t take = n < 0 || (uint64_t)n > left ? left : (uint64_t)n;
-    if (n > 0 && (uint64_t)n > MAX_EXT_BODY && (uint64_t)n > left) {
-        why(st, "an extended header's length is past the end of the file");
-        return H_FAIL;
-    }
     *buf = NULL;
     *len = 0;
     if (want && take > MAX_EXT_BODY) {
@@ -302,6 +299,7 @@ static hdr_rc from_tarfile(state *st, hdr *h, int depth);
 /* _proc_pax: the records of an 'x' or 'g' header, then the header they describe */
 static hdr_rc proc_pax(state *st, hdr *self, hdr *next, int depth)
 {
+    memset(next, 0, sizeof(*next));
     uint8_t *buf;
     size_t len;
     hdr_rc rc = read_body(st, block_of(self->size), true, &buf, &len);

@@ -292,7 +292,8 @@ static int read_storages(walk *w, const ckpt_tar *t)
          * from the end); ckpt reads views that lie inside it */
         CKPT_RETURN_IF(off < 0 || numel < 0 || off > root->numel || numel > root->numel - off,
                        w->err, CKPT_ERR_FORMAT,
-                       "%s: elements [%lld, +%lld) outside its root's %lld", name,
+                       "%s: elements [%lld, +%lld) outside its root's %lld (torch clamps the "
+                       "slice; ckpt reads views inside their root)", name,
                        (long long)off, (long long)numel, (long long)root->numel);
         e->base = root->kind == E_VIEW ? root->base : root;
         e->base_off = (root->kind == E_VIEW ? root->base_off : 0) + off;
@@ -380,7 +381,8 @@ static int read_tensors(walk *w, const ckpt_tar *t)
         CKPT_RETURN_IF(!empty && ((uint64_t)offset > (uint64_t)s->numel ||
                                   last >= (uint64_t)(s->numel - offset)),
                        w->err, CKPT_ERR_FORMAT,
-                       "tensor %s reaches past its storage of %lld elements",
+                       "tensor %s reaches past its storage of %lld elements (torch would grow "
+                       "the storage with unset bytes)",
                        key_text(e, kt, sizeof kt), (long long)s->numel);
         e->base = s->kind == E_VIEW ? s->base : s;
         e->offset = offset + (s->kind == E_VIEW ? s->base_off : 0);
