@@ -1,5 +1,5 @@
 #!/bin/sh
-# tar.sh - the tar checkpoints of torch <= 0.1 (tests/data/tar_*.pth) as a
+# tar.sh - the tar checkpoints of torch <= 0.1 (tests/data/tar/tar_*.pth) as a
 # user meets them: `ckpt inspect` names the format pth-tar and lists the
 # tensors; `ckpt convert` writes pth-zip, pth-legacy and safetensors, which
 # `ckpt diff` finds equal to the tar; extract takes a state dict from it;
@@ -16,10 +16,10 @@ w=$tmp/w
 mkdir "$w"
 
 for f in tar_state_dict tar_shared_view tar_training; do
-    in=tests/data/$f.pth
+    in=tests/data/tar/$f.pth
     say "$f.pth: inspect, convert, diff"
     expect_exit 0 ckpt inspect "$in"
-    expect_stdout_match "^tests/data/$f\\.pth: pth-tar, [0-9]+ tensors? in [0-9]+ storages?"
+    expect_stdout_match "^tests/data/tar/$f\\.pth: pth-tar, [0-9]+ tensors? in [0-9]+ storages?"
     expect_exit 0 ckpt inspect --stats --json "$in"
     json_expect 'd["format"]' '"pth-tar"'
     for to in pth legacy.pth; do
@@ -40,13 +40,13 @@ for f in tar_state_dict tar_shared_view tar_training; do
 done
 
 say "the shared storage and its view stay one storage in the zip"
-expect_exit 0 ckpt inspect --json tests/data/tar_shared_view.pth
+expect_exit 0 ckpt inspect --json tests/data/tar/tar_shared_view.pth
 json_expect 'len({t["storage"] for t in d["tensors"]})' 1
 expect_exit 0 ckpt inspect --json "$w/tar_shared_view.pth"
 json_expect 'len({t["storage"] for t in d["tensors"]})' 1
 
 say "a tar is read, never written"
-expect_exit 2 ckpt convert --to pth-tar tests/data/tar_state_dict.pth "$w/x.pth"
+expect_exit 2 ckpt convert --to pth-tar tests/data/tar/tar_state_dict.pth "$w/x.pth"
 check "no output file" test ! -e "$w/x.pth"
 
 say "extract took the training checkpoint's state dict: its two tensors"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tar checkpoints of torch <= 0.1 (tests/data/tar_*.pth, made by
+"""Tar checkpoints of torch <= 0.1 (tests/data/tar/tar_*.pth, made by
 tests/fixtures/make_tar_fixtures.py as torch 0.1.12's _save wrote them)
 against torch itself, which still reads the format.
 
@@ -84,7 +84,7 @@ def groups(path):
 
 
 for name, select in FIXTURES.items():
-    path = os.path.join(c.DATA, name)
+    path = os.path.join(c.DATA, 'tar', name)
 
     @t.case('%s: ckpt inspect says what torch.load reads' % name)
     def _(path=path):
