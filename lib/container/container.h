@@ -124,5 +124,38 @@ int64_t ckpt_zip_dir_find(const ckpt_zip_dir *d, ckpt_zip_reader r, const char *
  * (the caller frees it) and the error is returned. */
 int ckpt_zip_dir_read(const ckpt_zip_dir *d, int fd, ckpt_zip_reader r, size_t i, uint64_t cap,
                       uint8_t **out, size_t *len, bool *crc_ok, ckpt_error *err);
+/* ---- the tar container of torch <= 0.1's checkpoints (tar.c), read as
+ * Python 3.11's tarfile reads it for torch.load ------------------------- */
+typedef struct ckpt_tar ckpt_tar;
+typedef struct ckpt_tar_member {
+    char *name;           /* as tarfile names it (PAX path, GNU long name, ustar
+                           * prefix), NUL-terminated; may hold NULs: see name_len */
+    size_t name_len;
+    char type;            /* the typeflag byte ('0', '\0', '5', ...) */
+    int64_t header_offset;
+    int64_t data_offset;
+    int64_t size;         /* may be negative or past the file: check before use */
+    bool size_huge;       /* past int64 */
+    bool regular;         /* extract() writes it as a file (regular or unknown type) */
+} ckpt_tar_member;
+
+/* Whether the first block HEAD[0..N) can start a tar that tarfile.open
+ * accepts (a zero block or a header with a valid checksum): the quick test
+ * before ckpt_tar_probe. */
+bool ckpt_tar_head_ok(const uint8_t *head, size_t n);
+/* Whether tarfile.open(fileobj=FD, mode='r:') succeeds on the file, so that
+ * torch.load reads it as a tar and not as a pickle stream (an empty archive
+ * included; a first header tarfile fails on with an error other than
+ * TarError included too: torch.load then fails in the tar reader). */
+bool ckpt_tar_probe(int fd, uint64_t size);
+/* Every member, in order, as getmembers() lists them.  An error after the
+ * first header: *FALLS_BACK (may be NULL) says whether it is a TarError,
+ * on which torch.load reads the file as a pickle stream instead. */
+int ckpt_tar_open(int fd, uint64_t size, ckpt_tar **out, bool *falls_back, ckpt_error *err);
+void ckpt_tar_close(ckpt_tar *t);
+size_t ckpt_tar_count(const ckpt_tar *t);
+const ckpt_tar_member *ckpt_tar_member_at(const ckpt_tar *t, size_t i);
+/* getmember(NAME): the last member of that name; NULL when none. */
+const ckpt_tar_member *ckpt_tar_find(const ckpt_tar *t, const char *name);
 
 #endif /* CKPT_CONTAINER_H */

@@ -36,7 +36,24 @@ typedef struct ckpt_format_desc {
 } ckpt_format_desc;
 
 extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
-    ckpt_format_safetensors, ckpt_format_sharded, ckpt_format_torchscript;
+    ckpt_format_safetensors, ckpt_format_sharded, ckpt_format_torchscript, ckpt_format_pth_tar;
+
+/* One pickle of a tar checkpoint (formats/pth_tar.c), handed to the caller
+ * to run: NAME says which ("tar:storages pickle 2", "tar:pickle"), BUF
+ * holds LEN bytes from its start to its member's end.  The callback sets
+ * *USED (the pickle's length) and *ROOT (its value, for the walk to read
+ * the counts and storage types) and returns CKPT_OK, or an error code to
+ * stop the walk there (it may leave the error text to its caller). */
+typedef int (*ckpt_tar_pickle_fn)(void *user, const char *name, const uint8_t *buf, size_t len,
+                                  size_t *used, ckpt_value **root);
+/* Walk the pickles of the tar checkpoint FD (SIZE bytes) that torch.load
+ * unpickles, in its order: the storages member (count, each storage's
+ * header, skipping its data, the view list), the tensors member (count,
+ * each header, skipping its binary fields), then the 'pickle' member.
+ * Stops with an error where torch would fail (a missing member, a count
+ * that is not an int, an unknown storage type, a key it lacks, data past
+ * the member's end), after the pickles before that point were handed out. */
+int ckpt_pth_tar_scan(int fd, uint64_t size, ckpt_tar_pickle_fn fn, void *user, ckpt_error *err);
 
 /* The table (formats/table.c), NULL-terminated, in torch.load's order. */
 extern const ckpt_format_desc *const ckpt_format_table[];

@@ -94,12 +94,9 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
         return ckpt_err(&f->err, rc, "cannot read: %s", strerror(errno));
     if (got == 0) {
         rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "empty file");
-    } else if (!d && got >= 262 && memcmp(head + 257, "ustar", 5) == 0) {
-        rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
-                      "the tar checkpoint format of torch before 0.4 is not supported");
     } else if (!d) {
         rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                      "not a PyTorch checkpoint (not a zip archive, a legacy pickle stream, "
+                      "not a PyTorch checkpoint (not a zip archive, a tar, a legacy pickle stream, "
                       "safetensors or a shard index)");
     } else {
         f->format = d->id;

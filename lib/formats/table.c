@@ -2,7 +2,7 @@
  * table.c - every format ckpt reads or writes, in one place.  The order is
  * torch.load's: a zip first (TorchScript's, known by its constants.pkl,
  * as torch.load knows it, then torch.save's), then safetensors (which torch 2.x picks by
- * name), the legacy pickle stream, and a shard index last (by its name).
+ * name), the tar of torch <= 0.1 (which torch tries before), the legacy pickle stream, and a shard index last (by its name).
  * A new format is a module exporting a descriptor and one line here.
  */
 #include "formats/format.h"
@@ -13,6 +13,7 @@ const ckpt_format_desc *const ckpt_format_table[] = {
     &ckpt_format_torchscript, /* a zip with constants.pkl: before pth-zip claims the zip */
     &ckpt_format_pth_zip,
     &ckpt_format_safetensors,
+    &ckpt_format_pth_tar, /* tarfile.open() accepts it: before the pickle stream */
     &ckpt_format_pth_legacy,
     &ckpt_format_sharded,
     NULL,

@@ -8,6 +8,7 @@
  * into one it accepts (tried: the pickle ckpt would write is walked too),
  * else the add_safe_globals line that works. */
 #include "formats/format.h"
+#include "container/container.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +36,7 @@ struct ckpt_torch_load {
     uint64_t limits[CKPT_LIMIT_COUNT_];
     verdict v[CKPT_TORCH_COUNT_];
     bool done;
+    bool tar; /* the file is torch 0.1's tar (tarfile.open accepts it) */
     int oom;
 };
 
@@ -564,6 +566,12 @@ static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
     const ckpt_torch_verdict *p = &v->pub;
     if (p->accepted)
         return;
+    if (strcmp(p->stop, "container") == 0 && t->tar) {
+        if (convert_fixes(t, which, path, false))
+            v->fix = xprintf(t, "ckpt convert %s OUT.pth (ckpt reads the tar checkpoint and "
+                             "writes a zip that this torch accepts)", path);
+        return;
+    }
     if (strcmp(p->stop, "container") == 0) {
         /* a TorchScript archive: its state dict is what a weights-only load wants */
         if (convert_fixes(t, which, path, true))
@@ -686,6 +694,9 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
     uint8_t head[4] = {0};
     ssize_t got = pread(fd, head, sizeof head, 0);
     bool zip = got == 4 && memcmp(head, "PK\3\4", 4) == 0; /* torch's _is_zipfile */
+    /* not a zip, a real file at offset 0: torch tries tarfile.open first */
+    bool tar = !zip && ckpt_tar_probe(fd, (uint64_t)st.st_size);
+    t->tar = tar;
     size_t len = (size_t)st.st_size;
     void *map = NULL;
     if (!zip && len) {
@@ -720,7 +731,13 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
             ckpt_file_free(f);
             continue;
         }
-        if (zip)
+        if (tar && which == CKPT_TORCH_2_6)
+            /* 2.15's legacy_load refuses the tar format once tarfile.open
+             * succeeded, before any pickle */
+            refuse_container(t, v, which, "RuntimeError",
+                             "Cannot use ``weights_only=True`` with files saved in the legacy "
+                             ".tar format. %s", UNSAFE_2_15);
+        else if (zip)
             rc = zip_verdict(t, which, fd);
         else
             rc = stream_verdict(t, which, map ? map : (const void *)"", len);

@@ -150,6 +150,23 @@ expect() {
     ts_huge_line.pt) pat="code file 'archive/code/__torch__/m\.py' line 1: a class header without a valid class name" ;;
     ts_no_lists.pt) pat='module class __torch__\.m\.Net has no __parameters__ list' ;;
     ts_missing_class.pt) pat='builds an object of __torch__\.m\.Other .*which no code/ file defines' ;;
+    tar_bad_checksum.pth) pat='not a PyTorch checkpoint \(not a zip archive, a tar,' ;;
+    tar_size_past_end.pth) pat='tar header 5: unexpected end of data: a member reaches past the end of the file \(torch then reads the file as a pickle stream\)' ;;
+    tar_missing_member.pth) pat="tar checkpoint without a 'tensors' member" ;;
+    tar_count_lies.pth) pat='tar:storages pickle 2 is not a sequence of 3 items' ;;
+    tar_ndim_huge.pth) pat='tensor 94000000000704 has 2147483647 dimensions' ;;
+    tar_negative_size.pth) pat='tensor 94000000000704 has a negative or overflowing size' ;;
+    tar_storage_id_unknown.pth) pat='storage id 94000000000065 names no storage' ;;
+    tar_storage_id_tensor.pth) pat='storage id 94000000000704 names a tensor' ;;
+    tar_element_count_lies.pth) pat="storage 94000000000064: 1000 elements do not fit in the member's 46 bytes left" ;;
+    tar_view_outside.pth) pat="storage view 1: elements \[8, \+5\) outside its root's 10" ;;
+    tar_stride_outside.pth) pat='tensor 94000000000704 reaches past its storage of 10 elements' ;;
+    tar_pid_unknown.pth) pat='tar:pickle at byte [0-9]+: persistent id 94000000000769 names no storage or tensor' ;;
+    tar_storage_type_os_system.pth) pat="tar:storages pickle 1 at byte [0-9]+: refused global 'os\.system'" ;;
+    tar_member_symlink.pth) pat="tar member 'pickle' is not a file \(type '2'\)" ;;
+    tar_pax_size_lies.pth) pat='tar header 5: unexpected end of data' ;;
+    tar_pax_record_lies.pth) pat="tar checkpoint without a 'storages' member" ;;
+    tar_longname_truncated.pth) pat='tar header 2: the header after a GNU long name: empty header' ;;
     *) return 1 ;;
     esac
 }

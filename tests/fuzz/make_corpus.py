@@ -9,6 +9,8 @@ pickle:      the data.pkl records of those, and the hostile pickles of tests/bad
 safetensors: headers of small safetensors files (without their framing)
 rename:      rule lines and keys
 spec:        the model specs and the op-case specs
+tar:         the tar checkpoints of tests/data and tests/bad (torch <= 0.1's
+             format), plus an empty archive (`make_corpus.py tar`: this one only)
 Needs torch (Debian's python3-torch).  Deterministic except the legacy
 file's storage keys, which torch takes from C pointers."""
 import collections
@@ -17,6 +19,7 @@ import io
 import json
 import os
 import struct
+import sys
 import zipfile
 
 import torch
@@ -37,6 +40,17 @@ def saved(obj, legacy=False):
     b = io.BytesIO()
     torch.save(obj, b, _use_new_zipfile_serialization=not legacy)
     return b.getvalue()
+
+
+def tar_corpus():
+    """The tar checkpoints (made by tests/fixtures/make_tar_fixtures.py and
+    tests/bad/make_bad_tar.py) and an archive of no members."""
+    for path in sorted(glob.glob(os.path.join(ROOT, 'tests', 'data', 'tar', 'tar_*.pth')) +
+                       glob.glob(os.path.join(ROOT, 'tests', 'bad', 'tar_*.pth'))):
+        with open(path, 'rb') as f:
+            put('tar', os.path.basename(os.path.dirname(path)) + '_' + os.path.basename(path),
+                f.read())
+    put('tar', 'empty_archive.tar', b'\0' * 1024)
 
 
 def main():
@@ -113,4 +127,8 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    if sys.argv[1:] == ['tar']:
+        tar_corpus()
+    else:
+        main()
+        tar_corpus()
