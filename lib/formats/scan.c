@@ -200,7 +200,20 @@ static void on_computed(void *user, const char *shown, const char *made_by, int 
 
 static ckpt_global_class classify(void *user, const char *q)
 {
-    (void)user;
+    ckpt_scan *s = user;
+    /* a tar checkpoint's tensors member names the tensor classes of its
+     * tensors (torch.FloatTensor), which torch imports and ignores: data
+     * there, as the tar reader takes them, and unknown anywhere else */
+    size_t n = strlen(q);
+    if (s->cur && strncmp(s->cur, "tar:tensors", 11) == 0 && n > 6 && n < 64 &&
+        strcmp(q + n - 6, "Tensor") == 0) {
+        char st[80];
+        snprintf(st, sizeof st, "%.*sStorage", (int)(n - 6), q);
+        const char *short_name;
+        if (ckpt_storage_type_dtype(st, &short_name) != CKPT_DTYPE_UNKNOWN &&
+            strcmp(short_name, "UntypedStorage") != 0)
+            return CKPT_GLOBAL_KNOWN_DATA;
+    }
     return ckpt_globals_builtin_class(q);
 }
 
@@ -454,6 +467,50 @@ static int scan_zip(ckpt_scan *s, int fd, uint64_t size)
     return rc;
 }
 
+/* ---- the tar format of torch <= 0.1 ----------------------------------------- */
+
+typedef struct tar_walk {
+    ckpt_scan *s;
+    ckpt_arena arena; /* the walk reads counts and storage types from the roots */
+    bool crossed;
+} tar_walk;
+
+static int tar_pickle(void *user, const char *name, const uint8_t *buf, size_t len,
+                      size_t *used, ckpt_value **root)
+{
+    tar_walk *w = user;
+    /* torch opens the extracted storages and tensors members unbuffered (no
+     * peek: frames are read whole) and the pickle member through tarfile's
+     * buffered reader; only the main pickle has a persistent_load */
+    int main_pickle = strcmp(name, "tar:pickle") == 0;
+    bool cr = false;
+    int rc = scan_pickle_ex(w->s, name, buf, len, used, main_pickle, &w->arena, root,
+                            main_pickle ? CKPT_FEED_FILE : CKPT_FEED_BYTESIO, &cr);
+    if (cr && !w->crossed) {
+        w->crossed = true;
+        ambiguity(w->s, "%s: a FRAME ends inside an opcode's argument: CPython's unpickler "
+                  "reads other bytes from it than a contiguous reader", name);
+    }
+    return rc;
+}
+
+/* The tar reading: the pickles torch's tar loader unpickles, in its order. */
+static int scan_tar(ckpt_scan *s, int fd, uint64_t size)
+{
+    tar_walk w = {.s = s};
+    ckpt_arena_init(&w.arena);
+    ckpt_error err = {0};
+    int rc = ckpt_pth_tar_scan(fd, size, tar_pickle, &w, &err);
+    ckpt_arena_release(&w.arena);
+    if (rc != CKPT_OK && err.msg[0]) {
+        ckpt_err_clear(&s->err);
+        s->err = err;
+    } else if (rc != CKPT_OK && !s->err.msg[0]) {
+        ckpt_err(&s->err, rc, "the tar checkpoint cannot be read");
+    }
+    return rc;
+}
+
 /* The magic number torch's legacy format starts with: 0x1950a86a20f9469cfc6c
  * as a protocol-2 LONG1. */
 static const uint8_t LEGACY_MAGIC[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
@@ -594,6 +651,8 @@ static const char WHO_ZIP[] = "torch.load (torch >= 1.6) of a file starting with
                               "header, whatever its name";
 static const char WHO_ZIP_OTHERS[] = "Python's zipfile and libzip (not torch.load: no zip local "
                                      "header at byte 0)";
+static const char WHO_TAR[] = "torch.load's tar loader (torch <= 0.1's format, tried by every "
+                              "torch before the legacy stream for a file that is not a zip)";
 static const char WHO_ST[] = "safetensors; torch.load in torch 2.x when the path ends in "
                              ".safetensors";
 static const char WHO_STREAM[] = "torch.load's legacy loader: a file neither zip nor tar "
@@ -649,6 +708,13 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
             reading_end(s, rc, NULL);
         }
     }
+    if (ckpt_tar_probe(fd, (uint64_t)st.st_size)) {
+        /* torch.load takes it for a tar before anything else; when a later
+         * header fails it falls back to the pickle stream, made below too */
+        reading_begin(s, "tar", WHO_TAR, 1);
+        rc = scan_tar(s, fd, (uint64_t)st.st_size);
+        reading_end(s, rc, &primary);
+    }
     if (fmt == CKPT_FORMAT_SAFETENSORS) {
         reading_begin(s, "safetensors", WHO_ST, 1);
         rc = scan_safetensors(s, path);
@@ -659,7 +725,8 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     close(fd);
     if (map == MAP_FAILED)
         return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
-    reading_begin(s, "pickle", WHO_STREAM, fmt != CKPT_FORMAT_SAFETENSORS);
+    int tar = s->nreadings && strcmp(s->readings[0].reader, "tar") == 0;
+    reading_begin(s, "pickle", WHO_STREAM, fmt != CKPT_FORMAT_SAFETENSORS && !tar);
     bool crossed = false;
     rc = scan_stream(s, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_FILE, &crossed);
     if (crossed) {
@@ -683,8 +750,9 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     }
     reading_end(s, rc, &primary);
     munmap(map, len);
-    if (fmt == CKPT_FORMAT_SAFETENSORS) {
-        s->format = fmt; /* its reading is the primary one, whatever the pickle reading found */
+    if (fmt == CKPT_FORMAT_SAFETENSORS || tar) {
+        /* its reading is the primary one, whatever the pickle reading found */
+        s->format = tar ? CKPT_FORMAT_PTH_TAR : fmt;
         s->is_pickle = 0;
     }
     s->err = primary;

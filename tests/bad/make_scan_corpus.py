@@ -147,6 +147,7 @@ def main():
     put('frame_crossing.pkl', bp.frame_crossing(64), ['os.getcwd'], ['os.getcwd'])
     put('frame_crossing_zip.pth', bp.zip_with(bp.frame_crossing(64)), ['os.getcwd'],
         ['os.getcwd'])
+    put('legacy_tar_polyglot.pth', bp.legacy_tar_polyglot(), ['os.getcwd'], ['os.getcwd'])
     for name, data, by in [('computed_rot13.pkl', bp.computed_rot13(), '_codecs.encode'),
                            ('computed_str.pkl', bp.computed_str(), 'builtins.str')]:
         shown = '<%s(...)>.getcwd' % by
