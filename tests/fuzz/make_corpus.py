@@ -11,6 +11,9 @@ rename:      rule lines and keys
 spec:        the model specs and the op-case specs
 tar:         the tar checkpoints of tests/data and tests/bad (torch <= 0.1's
              format), plus an empty archive (`make_corpus.py tar`: this one only)
+scan:        the files ckpt scan judges in several readings: the evasions of
+             tests/bad/scan, the hostile zips of tests/bad/zip, the tar checkpoints
+             (`make_corpus.py scan`: this one only)
 Needs torch (Debian's python3-torch).  Deterministic except the legacy
 file's storage keys, which torch takes from C pointers."""
 import collections
@@ -51,6 +54,18 @@ def tar_corpus():
             put('tar', os.path.basename(os.path.dirname(path)) + '_' + os.path.basename(path),
                 f.read())
     put('tar', 'empty_archive.tar', b'\0' * 1024)
+
+
+def scan_corpus():
+    """Files read several ways (the dispatch of ckpt scan): every one under 64 KiB."""
+    for pat in ('scan/*.pkl', 'scan/*.pth', 'scan/*.safetensors', 'zip/*.pth'):
+        for path in sorted(glob.glob(os.path.join(ROOT, 'tests', 'bad', pat))):
+            if os.path.getsize(path) <= MAX:
+                with open(path, 'rb') as f:
+                    put('scan', os.path.basename(path), f.read())
+    for path in sorted(glob.glob(os.path.join(ROOT, 'tests', 'data', 'tar', 'tar_*.pth'))):
+        with open(path, 'rb') as f:
+            put('scan', os.path.basename(path), f.read())
 
 
 def main():
@@ -129,6 +144,9 @@ def main():
 if __name__ == '__main__':
     if sys.argv[1:] == ['tar']:
         tar_corpus()
+    elif sys.argv[1:] == ['scan']:
+        scan_corpus()
     else:
         main()
         tar_corpus()
+        scan_corpus()
