@@ -24,9 +24,17 @@ Known, documented departures (none hides a global):
 - Python 2 names: the C unpickler's find_class maps them when the protocol
   in force is < 3, which a find_class override cannot see; a request
   matches ckpt's name either as written or as mapped;
-- a real file whose frame is read with read() (frames past the 8 KiB peek
-  buffer) reads like BytesIO: the file run is compared with the FILE feed
-  only for pickles up to 8 KiB or without a frame crossing.
+- a real file (BufferedReader, 8 KiB buffer) is peeked, and read on
+  contiguously (the FILE feed), except a FRAME of 128 KiB or more (or past
+  what peek() holds), read with read() as a BytesIO reads it (the BYTESIO
+  feed).  The file run is compared with the FILE feed for pickles up to
+  8 KiB, without a frame crossing, or whose frame lies in the first 8 KiB
+  ('peeked' cases, padded past 8 KiB after STOP); with the BYTESIO feed for
+  'big' cases (one FRAME over 128 KiB, ending exactly, inside an argument
+  or past the end).  Smaller frames deeper in a larger file are not
+  compared (which of them peek() holds depends on buffer boundaries).
+- READONLY_BUFFER on a stand-in: Python fails (no buffer); ckpt scans on,
+  since a real object may export one: only the globals before are compared.
 
 Usage: pickle_diff.py [--long N] [--seconds S] [--seed K] [--save DIR]
 Short (make check): a few thousand cases.  Every case that ever found a
@@ -52,6 +60,7 @@ SRC = os.environ.get('srcdir') or os.path.dirname(os.path.dirname(HERE))
 TOOL = os.environ.get('PICKLE_TOOL') or os.path.join(SRC, 'tests/interop/pickle_tool')
 CASES = os.path.join(SRC, 'tests/interop/pickle_diff_cases')
 PEEK = 8192  # BufferedReader's buffer: a smaller file is peeked whole
+PREFETCH = 128 * 1024  # _pickle.c: a read of this much or more is a read(), never a peek
 
 
 # ---- the C unpickler with an inert permissive stand-in ----------------------
@@ -436,6 +445,27 @@ def frame(chunks, r):
     return bytes(out)
 
 
+def big_frame_case(r):
+    """A pickle over 8 KiB whose one FRAME is over 128 KiB (PREFETCH): the C
+    unpickler reads that frame from a real file with read(), which then reads
+    like a BytesIO.  The frame holds padding (BINBYTES8, popped) and a
+    generated value, and ends exactly, inside an argument, or past the end."""
+    g = Gen(r, r.choice([4, 5])).build()
+    rest = b''.join(g[1:])
+    pad = PREFETCH + r.randrange(64)
+    body = b'\x8e' + le(8, pad) + bytes(pad) + b'0' + rest
+    k = r.randrange(4)
+    n = len(body) - (0 if k == 0 else r.randrange(len(rest) + 1) if k < 3 else -r.randrange(1, 4))
+    return b'\x80' + bytes([g[0][1]]) + b'\x95' + le(8, n) + body
+
+
+def peeked_frame_case(r):
+    """A file over 8 KiB whose FRAME lies in its first 8 KiB: the first peek
+    holds it whole, so a real file reads on past its end (the FILE feed);
+    what follows STOP pads the file."""
+    return frame(Gen(r, r.choice([4, 5])).build(), r)[:PEEK - 64] + bytes(PEEK + r.randrange(512))
+
+
 def fixed_cases():
     hello = b'\x80\x04\x95' + le(8, 3) + b'\x8c\x05hello.'
     hidden = (b'\x80\x04\x95' + le(8, 2) + b'\x8c\x0a'
@@ -506,7 +536,11 @@ def cases(n, seed):
     gen = []
     while len(out) < n:
         k = r.random()
-        if k < 0.45 or not gen:
+        if k < 0.01:
+            out.append(('big', big_frame_case(r)))
+        elif k < 0.03:
+            out.append(('peeked', peeked_frame_case(r)))
+        elif k < 0.45 or not gen:
             g = Gen(r, r.randrange(6)).build()
             b = frame(g, r) if r.random() < 0.7 else b''.join(g)
             gen.append(b)
@@ -541,11 +575,17 @@ def check(batch, tmp, stats, save):
             continue
         stats['globals'] += len(cb['requests'])
         why = compare(cb, kbio, where_failed=True)
-        if not why and (len(b) <= PEEK or not kbio['frame_crossed']):
+        if why:
+            why = 'BytesIO: ' + why
+        elif name == 'big':  # the frame read with read(): as a BytesIO
+            why = compare(cf, kbio)
+            why = why and 'file (frame over 128 KiB, BYTESIO feed): ' + why
+            stats['big'] += 1
+        elif len(b) <= PEEK or not kbio['frame_crossed'] or name == 'peeked':
             why = compare(cf, kfile)
             why = why and 'file: ' + why
-        elif why:
-            why = 'BytesIO: ' + why
+            stats['peeked'] += name == 'peeked'
+
         if why:
             bad.append((name, b, why))
     for name, b, why in bad:
@@ -573,7 +613,7 @@ def main():
     # a memo index of 2**32 makes Python ask for 32 GiB: a MemoryError
     lim = 4 << 30
     resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-    stats = dict(cases=0, crossed=0, resource=0, globals=0)
+    stats = dict(cases=0, crossed=0, resource=0, globals=0, big=0, peeked=0)
     bad = 0
     t0 = time.time()
     seed = a.seed
@@ -587,7 +627,8 @@ def main():
                 break
             seed += 1
     print('%(cases)d cases, %(crossed)d with a frame crossing, %(globals)d globals requested, '
-          '%(resource)d stopped by a resource limit' % stats, '; %d differ' % bad,
+          '%(resource)d stopped by a resource limit, real files: %(big)d with a frame '
+          'over 128 KiB, %(peeked)d over 8 KiB with a peeked frame' % stats, '; %d differ' % bad,
           '(%.1f s)' % (time.time() - t0))
     return 1 if bad else 0
 
