@@ -106,6 +106,15 @@ static int truncated(vm *m, const char *what)
     return fail(m, CKPT_ERR_FORMAT, "truncated pickle: %s", what);
 }
 
+/* A read of N bytes where only LEFT follow. */
+static int short_read(vm *m, uint64_t n, size_t left)
+{
+    char what[96];
+    snprintf(what, sizeof what, "an opcode needs %llu more bytes, %zu are left",
+             (unsigned long long)n, left);
+    return truncated(m, what);
+}
+
 /* A read that the buffer cannot satisfy: where it starts in the file.  The
  * bytes left in a frame's buffer are dropped (BYTESIO) or read on (FILE). */
 static size_t refill(vm *m)
@@ -128,7 +137,7 @@ static int rd(vm *m, uint64_t n, const uint8_t **p)
     }
     size_t at = refill(m);
     if (n > m->len - at)
-        return truncated(m, "an opcode needs more bytes than there are");
+        return short_read(m, n, m->len - at);
     *p = m->buf + at;
     m->pos = m->wend = at + (size_t)n;
     return CKPT_OK;
@@ -139,7 +148,7 @@ static int rd(vm *m, uint64_t n, const uint8_t **p)
 static int rd_into(vm *m, uint64_t n, const uint8_t **p)
 {
     if (n > m->len - m->pos)
-        return truncated(m, "an opcode needs more bytes than there are");
+        return short_read(m, n, m->len - m->pos);
     *p = m->buf + m->pos;
     m->pos += (size_t)n;
     if (m->pos > m->wend)
@@ -199,20 +208,45 @@ static int take_line(vm *m, const char **line, size_t *n)
     return CKPT_OK;
 }
 
-/* A protocol-0 memo index: decimal digits up to '\n'. */
+/* A protocol-0 memo index (PUT, GET): the line as a C string (it ends at a
+ * NUL byte) read by int(text, 10) - whitespace around, a sign, '_' between
+ * digits, leading zeros - then taken as a Py_ssize_t.  Negative and huge
+ * ones fail (C: "negative PUT argument", a memo too big, none found). */
+static bool py_space(char c);
+
 static int take_index_line(vm *m, uint64_t *out)
 {
-    const char *line;
+    const char *s;
     size_t n;
-    CKPT_FORWARD(take_line(m, &line, &n));
-    if (n == 0 || n > 10)
+    CKPT_FORWARD(take_line(m, &s, &n));
+    if (n == 0)
+        return fail(m, CKPT_ERR_FORMAT, "bad memo index (an empty line)");
+    if (memchr(s, 0, n))
+        n = (size_t)((const char *)memchr(s, 0, n) - s);
+    size_t i = 0;
+    while (i < n && py_space(s[i]))
+        i++;
+    while (n > i && py_space(s[n - 1]))
+        n--;
+    bool neg = false;
+    if (i < n && (s[i] == '-' || s[i] == '+'))
+        neg = s[i++] == '-';
+    if (i == n || s[i] == '_')
         return fail(m, CKPT_ERR_FORMAT, "bad memo index");
     uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (line[i] < '0' || line[i] > '9')
+    for (; i < n; i++) {
+        if (s[i] == '_' && i + 1 < n && s[i + 1] != '_')
+            continue;
+        if (s[i] < '0' || s[i] > '9')
             return fail(m, CKPT_ERR_FORMAT, "bad memo index");
-        v = v * 10 + (uint64_t)(line[i] - '0');
+        if (v > UINT32_MAX)
+            continue; /* refused below; the rest still has to be digits */
+        v = v * 10 + (uint64_t)(s[i] - '0');
     }
+    if (neg && v)
+        return fail(m, CKPT_ERR_FORMAT, "negative memo index");
+    if (v > UINT32_MAX)
+        return fail(m, CKPT_ERR_FORMAT, "memo index over 2**32");
     *out = v;
     return CKPT_OK;
 }
@@ -581,7 +615,8 @@ static int take_counted(vm *m, int lenbytes, ckpt_kind kind, uint8_t flags)
     CKPT_FORWARD(take_le(m, lenbytes, &n));
     /* BINSTRING's length is unsigned too (calc_binsize): no negative one */
     if (n > (uint64_t)INT64_MAX) /* calc_binsize: over PY_SSIZE_T_MAX, refused before any read */
-        return fail(m, CKPT_ERR_FORMAT, "length exceeds the maximum size");
+        return fail(m, CKPT_ERR_FORMAT, "an opcode needs %llu more bytes, over the maximum size",
+                    (unsigned long long)n);
     const uint8_t *p = NULL;
     if (kind == CKPT_KIND_BYTES)
         CKPT_FORWARD(rd_into(m, n, &p));

@@ -1196,6 +1196,25 @@ START_TEST(int_text_as_strtol_then_int)
 }
 END_TEST
 
+START_TEST(memo_index_line_as_int_base_10)
+{
+    /* PUT/GET lines: int(text, 10) of the C string - whitespace, a sign,
+     * underscores, leading zeros; a NUL ends it */
+    pk_text(&p, "Np 0_0 \n0g+00\n.");
+    load_ok();
+    ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_NONE);
+    pk_free(&p);
+    pk_bytes(&p, "Np0\0x\n0g0\n.", 11);
+    load_ok();
+    const char *bad[] = {"Np-1\n.", "Np1__0\n.", "Np0x1\n.", "Np_1\n."};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        pk_free(&p);
+        pk_text(&p, bad[i]);
+        ck_assert_msg(pk_load(f, &p, &v) == CKPT_ERR_FORMAT, "%s read", bad[i]);
+    }
+}
+END_TEST
+
 START_TEST(ext_reads_its_code_first)
 {
     /* load_extension reads the code, then finds no registry: the file
@@ -1411,6 +1430,7 @@ static Suite *suite(void)
     tcase_add_test(fd, stack_global_computed_by_a_call);
     tcase_add_test(fd, getattr_on_a_call_result);
     tcase_add_test(fd, int_text_as_strtol_then_int);
+    tcase_add_test(fd, memo_index_line_as_int_base_10);
     tcase_add_test(fd, ext_reads_its_code_first);
     tcase_add_test(fd, setitems_target_below_the_enclosing_mark);
     suite_add_tcase(s, fd);
