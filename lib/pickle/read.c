@@ -239,15 +239,12 @@ static int take_index_line(vm *m, uint64_t *out)
             continue;
         if (s[i] < '0' || s[i] > '9')
             return fail(m, CKPT_ERR_FORMAT, "bad memo index");
-        if (v > UINT32_MAX)
-            continue; /* refused below; the rest still has to be digits */
-        v = v * 10 + (uint64_t)(s[i] - '0');
+        /* saturated: the memo refuses it; the rest still has to be digits */
+        v = v > (UINT64_MAX - 9) / 10 ? UINT64_MAX : v * 10 + (uint64_t)(s[i] - '0');
     }
     if (neg && v)
         return fail(m, CKPT_ERR_FORMAT, "negative memo index");
-    if (v > UINT32_MAX)
-        return fail(m, CKPT_ERR_FORMAT, "memo index over 2**32");
-    *out = v;
+    *out = v; /* over 2**32: the memo's "out of range" */
     return CKPT_OK;
 }
 
