@@ -195,11 +195,20 @@ const char *ckpt_storage_type_name(ckpt_dtype dtype);
  * needs more than the buffer has left DROPS those bytes and reads n fresh
  * bytes from the file position, which is after the frame (readline too:
  * a line not ended inside the buffer is read whole from the file).
- * - FILE: the bytes are read contiguously, as the C unpickler reads a real
- *   file small enough to be peeked (a BufferedReader), or pickle.loads.
+ * - FILE: the bytes are read contiguously, as the C unpickler reads a
+ *   buffer (pickle.loads) or a real file whose frames it peeks.
  * - BYTESIO: drop-and-refill, as it reads an io.BytesIO, which is how
- *   torch.load feeds a zip's data.pkl (and a file whose frame it reads
- *   with read(): frames over 128 KiB or past the peek buffer).
+ *   torch.load feeds a zip's data.pkl.
+ * A real file (torch's legacy loader: a BufferedReader, 8 KiB buffer) is
+ * read both ways, frame by frame: a FRAME under 128 KiB (PREFETCH) that
+ * fits what peek() returns is peeked, and read on contiguously (FILE); a
+ * FRAME of 128 KiB or more, or one past what peek() holds, is read with
+ * read() and is dropped at its end (BYTESIO).  Modelled: a file of at most
+ * 8 KiB (FILE: peeked whole), a file whose frames all lie in its first 8 KiB
+ * (FILE), a file whose crossed frames are all of 128 KiB or more (BYTESIO).
+ * Not modelled: which smaller frames of a larger file peek() holds (that
+ * depends on where the BufferedReader's buffer boundaries fall), so a
+ * caller that cannot tell runs both feeds (ckpt scan does).
  * BINBYTES/SHORT_BINBYTES/BINBYTES8/BYTEARRAY8 data is read with readinto,
  * which takes the buffer's rest first: contiguous in both feeds. */
 typedef enum ckpt_pickle_feed { CKPT_FEED_FILE = 0, CKPT_FEED_BYTESIO = 1 } ckpt_pickle_feed;

@@ -106,6 +106,15 @@ static int truncated(vm *m, const char *what)
     return fail(m, CKPT_ERR_FORMAT, "truncated pickle: %s", what);
 }
 
+/* A read of N bytes where only LEFT follow. */
+static int short_read(vm *m, uint64_t n, size_t left)
+{
+    char what[96];
+    snprintf(what, sizeof what, "an opcode needs %llu more bytes, %zu are left",
+             (unsigned long long)n, left);
+    return truncated(m, what);
+}
+
 /* A read that the buffer cannot satisfy: where it starts in the file.  The
  * bytes left in a frame's buffer are dropped (BYTESIO) or read on (FILE). */
 static size_t refill(vm *m)
@@ -128,7 +137,7 @@ static int rd(vm *m, uint64_t n, const uint8_t **p)
     }
     size_t at = refill(m);
     if (n > m->len - at)
-        return truncated(m, "an opcode needs more bytes than there are");
+        return short_read(m, n, m->len - at);
     *p = m->buf + at;
     m->pos = m->wend = at + (size_t)n;
     return CKPT_OK;
@@ -139,7 +148,7 @@ static int rd(vm *m, uint64_t n, const uint8_t **p)
 static int rd_into(vm *m, uint64_t n, const uint8_t **p)
 {
     if (n > m->len - m->pos)
-        return truncated(m, "an opcode needs more bytes than there are");
+        return short_read(m, n, m->len - m->pos);
     *p = m->buf + m->pos;
     m->pos += (size_t)n;
     if (m->pos > m->wend)
@@ -199,21 +208,43 @@ static int take_line(vm *m, const char **line, size_t *n)
     return CKPT_OK;
 }
 
-/* A protocol-0 memo index: decimal digits up to '\n'. */
+/* A protocol-0 memo index (PUT, GET): the line as a C string (it ends at a
+ * NUL byte) read by int(text, 10) - whitespace around, a sign, '_' between
+ * digits, leading zeros - then taken as a Py_ssize_t.  Negative and huge
+ * ones fail (C: "negative PUT argument", a memo too big, none found). */
+static bool py_space(char c);
+
 static int take_index_line(vm *m, uint64_t *out)
 {
-    const char *line;
+    const char *s;
     size_t n;
-    CKPT_FORWARD(take_line(m, &line, &n));
-    if (n == 0 || n > 10)
+    CKPT_FORWARD(take_line(m, &s, &n));
+    if (n == 0)
+        return fail(m, CKPT_ERR_FORMAT, "bad memo index (an empty line)");
+    if (memchr(s, 0, n))
+        n = (size_t)((const char *)memchr(s, 0, n) - s);
+    size_t i = 0;
+    while (i < n && py_space(s[i]))
+        i++;
+    while (n > i && py_space(s[n - 1]))
+        n--;
+    bool neg = false;
+    if (i < n && (s[i] == '-' || s[i] == '+'))
+        neg = s[i++] == '-';
+    if (i == n || s[i] == '_')
         return fail(m, CKPT_ERR_FORMAT, "bad memo index");
     uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (line[i] < '0' || line[i] > '9')
+    for (; i < n; i++) {
+        if (s[i] == '_' && i + 1 < n && s[i + 1] != '_')
+            continue;
+        if (s[i] < '0' || s[i] > '9')
             return fail(m, CKPT_ERR_FORMAT, "bad memo index");
-        v = v * 10 + (uint64_t)(line[i] - '0');
+        /* saturated: the memo refuses it; the rest still has to be digits */
+        v = v > (UINT64_MAX - 9) / 10 ? UINT64_MAX : v * 10 + (uint64_t)(s[i] - '0');
     }
-    *out = v;
+    if (neg && v)
+        return fail(m, CKPT_ERR_FORMAT, "negative memo index");
+    *out = v; /* over 2**32: the memo's "out of range" */
     return CKPT_OK;
 }
 
@@ -423,31 +454,74 @@ static int push_long_bytes(vm *m, const uint8_t *p, size_t n)
     return push(m, v);
 }
 
-/* Decimal text (INT / LONG, protocol 0) -> INT of any size. */
-static int push_decimal(vm *m, const char *s, size_t n)
+/* Python's whitespace (Py_ISSPACE), also the C locale's isspace. */
+static bool py_space(char c)
 {
-    bool neg = false;
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+/* int(TEXT, 0) as PyLong_FromString reads a C string (INT's fallback, LONG):
+ * whitespace around, a sign, a 0x/0o/0b prefix and one '_' after it, single
+ * '_' between digits, a leading 0 only in a zero, at most 4300 decimal
+ * digits (power-of-two bases have no limit) -> INT of any size. */
+static int push_int_text(vm *m, const char *s, size_t n)
+{
     size_t i = 0;
+    while (i < n && py_space(s[i]))
+        i++;
+    while (n > i && py_space(s[n - 1]))
+        n--;
+    bool neg = false;
     if (i < n && (s[i] == '-' || s[i] == '+'))
         neg = s[i++] == '-';
-    if (i == n)
-        return fail(m, CKPT_ERR_FORMAT, "integer argument is empty");
-    if (n - i > MAX_DECIMAL_DIGITS)
+    unsigned base = 10, bits = 0;
+    bool zero_lead = false;
+    if (i < n && s[i] == '0') {
+        char c = i + 1 < n ? (char)(s[i + 1] | 0x20) : 0;
+        base = c == 'x' ? 16 : c == 'o' ? 8 : c == 'b' ? 2 : 10;
+        if (base != 10) {
+            bits = base == 16 ? 4 : base == 8 ? 3 : 1;
+            i += 2;
+            if (i < n && s[i] == '_') /* one underscore allowed after the prefix */
+                i++;
+        } else {
+            zero_lead = true; /* "old" octal: only a zero is valid */
+        }
+    }
+    if (i == n || s[i] == '_')
+        return fail(m, CKPT_ERR_FORMAT, "invalid literal for int() with base 0");
+    size_t digits = 0;
+    for (size_t k = i; k < n; k++) {
+        char c = s[k];
+        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
+                     : (c | 0x20) >= 'a' && (c | 0x20) <= 'z' ? (unsigned)((c | 0x20) - 'a' + 10)
+                                                             : 99;
+        if (c == '_') {
+            if (k + 1 == n || s[k + 1] == '_')
+                return fail(m, CKPT_ERR_FORMAT, "invalid literal for int() with base 0");
+        } else if (d >= base) {
+            return fail(m, CKPT_ERR_FORMAT, "invalid literal for int() with base 0");
+        } else {
+            digits++;
+            if (zero_lead && d)
+                return fail(m, CKPT_ERR_FORMAT, "INT/LONG text with a leading zero");
+        }
+    }
+    if (base == 10 && digits > MAX_DECIMAL_DIGITS)
         return fail(m, CKPT_ERR_LIMIT, "integer text longer than %d digits", MAX_DECIMAL_DIGITS);
     /* magnitude as little-endian base-256, one extra byte for the sign */
-    size_t cap = (n - i) / 2 + 2;
+    size_t cap = base == 10 ? digits / 2 + 2 : digits * bits / 8 + 2;
     uint8_t *mag = calloc(cap, 1);
     if (!mag)
         return oom(m);
     size_t used = 1;
     for (; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') {
-            free(mag);
-            return fail(m, CKPT_ERR_FORMAT, "bad digit in integer text");
-        }
-        unsigned carry = (unsigned)(s[i] - '0');
+        if (s[i] == '_')
+            continue;
+        char c = s[i];
+        unsigned carry = c <= '9' ? (unsigned)(c - '0') : (unsigned)((c | 0x20) - 'a' + 10);
         for (size_t k = 0; k < used; k++) {
-            unsigned t = mag[k] * 10u + carry;
+            unsigned t = mag[k] * base + carry;
             mag[k] = (uint8_t)t;
             carry = t >> 8;
         }
@@ -536,8 +610,10 @@ static int take_counted(vm *m, int lenbytes, ckpt_kind kind, uint8_t flags)
 {
     uint64_t n;
     CKPT_FORWARD(take_le(m, lenbytes, &n));
-    if (lenbytes == 4 && kind == CKPT_KIND_STR && m->op == OP_BINSTRING && (n & 0x80000000u))
-        return fail(m, CKPT_ERR_FORMAT, "negative string length");
+    /* BINSTRING's length is unsigned too (calc_binsize): no negative one */
+    if (n > (uint64_t)INT64_MAX) /* calc_binsize: over PY_SSIZE_T_MAX, refused before any read */
+        return fail(m, CKPT_ERR_FORMAT, "an opcode needs %llu more bytes, over the maximum size",
+                    (unsigned long long)n);
     const uint8_t *p = NULL;
     if (kind == CKPT_KIND_BYTES)
         CKPT_FORWARD(rd_into(m, n, &p));
@@ -1913,55 +1989,45 @@ static int step(vm *m, bool *stop)
             CKPT_FORWARD(rd(m, u, &p));
             return push_long_bytes(m, p, (size_t)u);
         }
-    case OP_INT:
+    case OP_INT: {
         CKPT_FORWARD(take_line(m, &line, &ll));
         if (ll == 0)
             return fail(m, CKPT_ERR_FORMAT, "INT with an empty argument");
-        /* load_int parses a C string (strtol): it ends at a NUL byte, and an
-         * empty one is 0 */
-        if (memchr(line, 0, ll))
-            ll = (size_t)((const char *)memchr(line, 0, ll) - line);
-        if (ll == 0)
-            return push_int(m, 0);
-        {
-            /* strtol(base 0) first; what it cannot take goes to int(text, 0),
-             * where a leading 0 makes only a zero */
-            char tmp[32];
-            bool fits = false;
-            if (ll < sizeof tmp) {
-                memcpy(tmp, line, ll);
-                tmp[ll] = '\0';
-                char *end;
-                errno = 0;
-                (void)strtol(tmp, &end, 0);
-                fits = !errno && *end == '\0';
-            }
-            size_t i = line[0] == '-' || line[0] == '+';
-            for (size_t k = i + 1; !fits && ll - i > 1 && line[i] == '0' && k < ll; k++)
-                if (line[k] != '0')
-                    return fail(m, CKPT_ERR_FORMAT, "INT text with a leading zero");
-        }
-        if (ll == 2 && line[0] == '0' && (line[1] == '0' || line[1] == '1')) {
+        /* load_int: strtol(line, 0) - C's octal "010" and hex, leading
+         * whitespace - on the line as a C string (it ends at a NUL byte);
+         * what it cannot take whole (or overflows) goes to int(text, 0).  A
+         * line of one character and the newline that strtol reads as 0 or 1
+         * is a bool ("01", " 1" too). */
+        size_t cl = memchr(line, 0, ll) ? (size_t)((const char *)memchr(line, 0, ll) - line) : ll;
+        char *tmp = malloc(cl + 1);
+        if (!tmp)
+            return oom(m);
+        memcpy(tmp, line, cl);
+        tmp[cl] = '\0';
+        char *end;
+        errno = 0;
+        long x = strtol(tmp, &end, 0);
+        bool whole = !errno && *end == '\0';
+        free(tmp);
+        if (!whole)
+            return push_int_text(m, line, cl);
+        if (ll == 2 && (x == 0 || x == 1)) {
             a = node(m, CKPT_KIND_BOOL);
             if (a)
-                a->u.b = line[1] == '1';
+                a->u.b = x == 1;
             return push(m, a);
         }
-        return push_decimal(m, line, ll);
+        return push_int(m, (int64_t)x);
+    }
     case OP_LONG:
         CKPT_FORWARD(take_line(m, &line, &ll));
-        if (ll && line[ll - 1] == 'L') /* load_long drops a final 'L', then reads a C string */
+        if (ll == 0)
+            return fail(m, CKPT_ERR_FORMAT, "LONG with an empty argument");
+        if (line[ll - 1] == 'L') /* load_long drops a final 'L', then reads a C string */
             ll--;
         if (memchr(line, 0, ll))
             ll = (size_t)((const char *)memchr(line, 0, ll) - line);
-        {
-            /* base 0: a leading 0 only in a zero ("007" is no int literal) */
-            size_t i = ll && (line[0] == '-' || line[0] == '+');
-            for (size_t k = i + 1; ll - i > 1 && line[i] == '0' && k < ll; k++)
-                if (line[k] != '0')
-                    return fail(m, CKPT_ERR_FORMAT, "LONG text with a leading zero");
-        }
-        return push_decimal(m, line, ll);
+        return push_int_text(m, line, ll);
     case OP_FLOAT: {
         CKPT_FORWARD(take_line(m, &line, &ll));
         char tmp[64];
@@ -2042,10 +2108,8 @@ static int step(vm *m, bool *stop)
         CKPT_FORWARD(top(m, &b));
         return append_items(m, b, &a, 1);
     case OP_APPENDS:
+        /* do_append: the list must lie above the enclosing MARK too */
         CKPT_FORWARD(pop_mark(m, &items, &n));
-        if (m->ctx->scan) /* do_append: the value below the MARK, fence or not */
-            return m->sp == 0 ? fail(m, CKPT_ERR_FORMAT, "stack underflow")
-                              : append_items(m, m->stack[m->sp - 1], items, n);
         CKPT_FORWARD(top(m, &b));
         return append_items(m, b, items, n);
     case OP_EMPTY_DICT:
@@ -2065,33 +2129,24 @@ static int step(vm *m, bool *stop)
         }
         return push(m, a);
     case OP_SETITEM: {
-        ckpt_value *kv[2];
-        if (m->ctx->scan) { /* load_setitem: the top three values, fence or not */
-            if (m->sp < 3)
-                return fail(m, CKPT_ERR_FORMAT, "stack underflow");
-            m->sp -= 2;
-            return set_items(m, m->stack[m->sp - 1], m->stack + m->sp, 2);
-        }
+        ckpt_value *kv[2]; /* load_setitem: the three values above the MARK */
         CKPT_FORWARD(pop(m, &kv[1]));
         CKPT_FORWARD(pop(m, &kv[0]));
         CKPT_FORWARD(top(m, &c));
         return set_items(m, c, kv, 2);
     }
     case OP_SETITEMS:
+        /* do_setitems: the dict must lie above the enclosing MARK too */
         CKPT_FORWARD(pop_mark(m, &items, &n));
-        if (m->ctx->scan)
-            return m->sp == 0 ? fail(m, CKPT_ERR_FORMAT, "stack underflow")
-                              : set_items(m, m->stack[m->sp - 1], items, n);
         CKPT_FORWARD(top(m, &c));
         return set_items(m, c, items, n);
     case OP_EMPTY_SET:
         return push(m, node(m, CKPT_KIND_SET));
     case OP_ADDITEMS:
         CKPT_FORWARD(pop_mark(m, &items, &n));
-        if (m->ctx->scan) { /* load_additems: set.update, else obj.add */
-            if (m->sp == 0)
-                return fail(m, CKPT_ERR_FORMAT, "stack underflow");
-            c = m->stack[m->sp - 1];
+        if (m->ctx->scan) { /* load_additems: set.update, else obj.add; the set
+                             * must lie above the enclosing MARK */
+            CKPT_FORWARD(top(m, &c));
             if (!n || opaque(c))
                 return CKPT_OK;
             if (c->kind != CKPT_KIND_SET)
@@ -2118,6 +2173,8 @@ static int step(vm *m, bool *stop)
     case OP_EXT1:
     case OP_EXT2:
     case OP_EXT4:
+        /* load_extension reads its code before it finds no registry entry */
+        CKPT_FORWARD(take_le(m, m->op == OP_EXT1 ? 1 : m->op == OP_EXT2 ? 2 : 4, &u));
         return fail(m, CKPT_ERR_UNSUPPORTED, "extension registry opcodes (EXT1/2/4) are not supported");
     case OP_REDUCE:
         return op_reduce(m);
@@ -2207,9 +2264,18 @@ static int step(vm *m, bool *stop)
         CKPT_FORWARD(take_le(m, 4, &u));
         return memo_get(m, u);
 
-    case OP_NEXT_BUFFER:
-    case OP_READONLY_BUFFER:
+    case OP_NEXT_BUFFER: /* torch.load passes no buffers: an error before any read */
         return fail(m, CKPT_ERR_UNSUPPORTED, "out-of-band buffers (protocol 5) are not supported");
+    case OP_READONLY_BUFFER:
+        /* load_readonly_buffer: a memoryview of the top value, which must
+         * export a buffer; bytes stay as they are, a bytearray is viewed
+         * read-only.  What a global names or a call makes may export one:
+         * scanning goes on (the stand-in assumption, pickle.h). */
+        CKPT_FORWARD(top(m, &a));
+        if (a->kind == CKPT_KIND_BYTES || (m->ctx->scan && opaque(a)))
+            return CKPT_OK;
+        return fail(m, CKPT_ERR_FORMAT, "READONLY_BUFFER on a %s, not a bytes-like object",
+                    ckpt_value_kind_name(a));
     default:
         return fail(m, CKPT_ERR_FORMAT, "unknown opcode 0x%02x", (unsigned)m->op);
     }

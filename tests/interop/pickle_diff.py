@@ -24,9 +24,17 @@ Known, documented departures (none hides a global):
 - Python 2 names: the C unpickler's find_class maps them when the protocol
   in force is < 3, which a find_class override cannot see; a request
   matches ckpt's name either as written or as mapped;
-- a real file whose frame is read with read() (frames past the 8 KiB peek
-  buffer) reads like BytesIO: the file run is compared with the FILE feed
-  only for pickles up to 8 KiB or without a frame crossing.
+- a real file (BufferedReader, 8 KiB buffer) is peeked, and read on
+  contiguously (the FILE feed), except a FRAME of 128 KiB or more (or past
+  what peek() holds), read with read() as a BytesIO reads it (the BYTESIO
+  feed).  The file run is compared with the FILE feed for pickles up to
+  8 KiB, without a frame crossing, or whose frame lies in the first 8 KiB
+  ('peeked' cases, padded past 8 KiB after STOP); with the BYTESIO feed for
+  'big' cases (one FRAME over 128 KiB, ending exactly, inside an argument
+  or past the end).  Smaller frames deeper in a larger file are not
+  compared (which of them peek() holds depends on buffer boundaries).
+- READONLY_BUFFER on a stand-in: Python fails (no buffer); ckpt scans on,
+  since a real object may export one: only the globals before are compared.
 
 Usage: pickle_diff.py [--long N] [--seconds S] [--seed K] [--save DIR]
 Short (make check): a few thousand cases.  Every case that ever found a
@@ -52,6 +60,7 @@ SRC = os.environ.get('srcdir') or os.path.dirname(os.path.dirname(HERE))
 TOOL = os.environ.get('PICKLE_TOOL') or os.path.join(SRC, 'tests/interop/pickle_tool')
 CASES = os.path.join(SRC, 'tests/interop/pickle_diff_cases')
 PEEK = 8192  # BufferedReader's buffer: a smaller file is peeked whole
+PREFETCH = 128 * 1024  # _pickle.c: a read of this much or more is a read(), never a peek
 
 
 # ---- the C unpickler with an inert permissive stand-in ----------------------
@@ -139,15 +148,24 @@ def run_c(f):
 
 # ---- ckpt -----------------------------------------------------------------------
 
+def _unlimited():
+    """The tool runs without Python's address-space limit (an ASan build
+    reserves terabytes of shadow memory); only the soft limit was lowered."""
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+
+
 def run_ckpt(feed, paths):
-    out = subprocess.run([TOOL, feed] + paths, stdout=subprocess.PIPE, check=True).stdout
+    out = subprocess.run([TOOL, feed] + paths, stdout=subprocess.PIPE, check=True,
+                         preexec_fn=_unlimited).stdout
     lines = out.decode('latin-1').splitlines()
     assert len(lines) == len(paths), (feed, len(lines), len(paths))
     return [json.loads(line) for line in lines]
 
 
-def compare(c, k):
-    """None when they agree, else what differs."""
+def compare(c, k, where_failed=False):
+    """None when they agree, else what differs; WHERE_FAILED: also the file
+    position when both fail (a BytesIO's: what the reads took)."""
     want = c['requests']
     got = k['globals']
     c_stop = c['stop']
@@ -163,13 +181,21 @@ def compare(c, k):
             if g[0] not in names_of(*w):
                 return 'global %r, Python asked for %r' % (g[0], w)
         return None
+    if not c_stop and c['error'].startswith('TypeError: memoryview: a bytes-like object') \
+            and ("not 'Standin'" in c['error'] or "not '_Meta'" in c['error']):
+        # READONLY_BUFFER on a stand-in: ckpt scans on (a real object may export a buffer)
+        if len(got) < len(want) or any(g[0] not in names_of(*w) for g, w in zip(got, want)):
+            return 'globals before READONLY_BUFFER: ckpt %r, Python %r' % (
+                [g[0] for g in got], want)
+        return None
     if len(got) != len(want) or any(g[0] not in names_of(*w) for g, w in zip(got, want)):
         return 'globals: ckpt %r, Python %r' % ([g[0] for g in got], want)
     if k['stop'] != c_stop:
         return 'ckpt %s, Python %s' % ('reached STOP' if k['stop'] else 'failed: ' + k['error'],
                                        'reached STOP' if c_stop else 'failed: ' + c['error'])
-    if c_stop and k['consumed'] != c['consumed']:
-        return 'ends at %d, Python at %d' % (k['consumed'], c['consumed'])
+    if (c_stop or where_failed) and k['consumed'] != c['consumed']:
+        return 'ends at %d, Python at %d%s' % (k['consumed'], c['consumed'],
+                                               '' if c_stop else ' (%s)' % c['error'])
     return None
 
 
@@ -187,6 +213,13 @@ class Gen:
             ('torch._utils', '_rebuild_tensor_v2'), ('__builtin__', 'set'),
             ('copy_reg', '_reconstructor'), ('numpy.core.multiarray', 'scalar'),
             ('mymod', 'Thing'), ('posix', 'system'), ('builtins', 'getattr')]
+
+    INT_TEXTS = [b'0x1f', b'0X1F', b'-0x_f', b'0o17', b'0O7', b'0b101', b'0B1_0', b'1_000',
+                 b'1__0', b'_1', b'1_', b'0x', b'0x_', b'0b2', b'010', b'00', b'01', b'0_0',
+                 b'0_7', b' 5', b'5 ', b'\t-7\x0b', b' 1', b'+1', b'-0', b'+ 5', b'1\x00x',
+                 b'\x001', b'0777777777777777777777777', b'0xffffffffffffffffffff',
+                 b'-0b' + b'1' * 70, b'9' * 25, b'0' * 30 + b'1', b' ' * 40 + b'1', b'1e3',
+                 b'\xd9\xa1', b'0x1g', b'', b'-', b' ', b'1' * 4301, b'1' * 4300]
 
     def __init__(self, rnd, proto):
         self.r = rnd
@@ -223,8 +256,17 @@ class Gen:
 
     def scalar(self):
         r = self.r
-        k = r.randrange(12)
-        if k == 0:
+        k = r.randrange(14)
+        if k == 12:  # INT/LONG text strtol and int(text, 0) read otherwise
+            t = r.choice(self.INT_TEXTS)
+            if r.random() < 0.5:
+                self.op(b'I', t, b'\n')
+            else:
+                self.op(b'L', t, r.choice([b'L', b'']), b'\n')
+        elif k == 13:  # EXT1/2/4: no registry, an error after the argument
+            n = r.choice([1, 2, 4])
+            self.op(bytes([0x81 + n.bit_length()]), le(n, r.randrange(3)))
+        elif k == 0:
             self.op(b'K', le(1, r.randrange(256)))
         elif k == 1:
             self.op(b'M', le(2, r.randrange(65536)))
@@ -247,6 +289,8 @@ class Gen:
             b = bytes(r.randrange(256) for _ in range(r.randrange(20)))
             self.op(r.choice([b'C' + le(1, len(b)), b'B' + le(4, len(b)),
                               b'\x8e' + le(8, len(b)), b'\x96' + le(8, len(b))]), b)
+            if r.random() < 0.2:
+                self.op(b'\x98')  # READONLY_BUFFER: bytes stay, a bytearray is viewed
         elif k == 10:
             self.op(b'\x8b', le(4, 2), b'\x01\x02')
         else:
@@ -349,6 +393,8 @@ class Gen:
             self.op(b'o')
         elif k == 14:
             self.computed()
+            if r.random() < 0.2:
+                self.op(b'\x98')  # READONLY_BUFFER on a call's result
         else:
             self.value(depth + 1)
             if r.random() < 0.5:
@@ -405,6 +451,27 @@ def frame(chunks, r):
         out += data[pos:pos + step]
         pos += step
     return bytes(out)
+
+
+def big_frame_case(r):
+    """A pickle over 8 KiB whose one FRAME is over 128 KiB (PREFETCH): the C
+    unpickler reads that frame from a real file with read(), which then reads
+    like a BytesIO.  The frame holds padding (BINBYTES8, popped) and a
+    generated value, and ends exactly, inside an argument, or past the end."""
+    g = Gen(r, r.choice([4, 5])).build()
+    rest = b''.join(g[1:])
+    pad = PREFETCH + r.randrange(64)
+    body = b'\x8e' + le(8, pad) + bytes(pad) + b'0' + rest
+    k = r.randrange(4)
+    n = len(body) - (0 if k == 0 else r.randrange(len(rest) + 1) if k < 3 else -r.randrange(1, 4))
+    return b'\x80' + bytes([g[0][1]]) + b'\x95' + le(8, n) + body
+
+
+def peeked_frame_case(r):
+    """A file over 8 KiB whose FRAME lies in its first 8 KiB: the first peek
+    holds it whole, so a real file reads on past its end (the FILE feed);
+    what follows STOP pads the file."""
+    return frame(Gen(r, r.choice([4, 5])).build(), r)[:PEEK - 64] + bytes(PEEK + r.randrange(512))
 
 
 def fixed_cases():
@@ -477,7 +544,11 @@ def cases(n, seed):
     gen = []
     while len(out) < n:
         k = r.random()
-        if k < 0.45 or not gen:
+        if k < 0.01:
+            out.append(('big', big_frame_case(r)))
+        elif k < 0.03:
+            out.append(('peeked', peeked_frame_case(r)))
+        elif k < 0.45 or not gen:
             g = Gen(r, r.randrange(6)).build()
             b = frame(g, r) if r.random() < 0.7 else b''.join(g)
             gen.append(b)
@@ -511,12 +582,18 @@ def check(batch, tmp, stats, save):
             stats['resource'] += 1
             continue
         stats['globals'] += len(cb['requests'])
-        why = compare(cb, kbio)
-        if not why and (len(b) <= PEEK or not kbio['frame_crossed']):
+        why = compare(cb, kbio, where_failed=True)
+        if why:
+            why = 'BytesIO: ' + why
+        elif name == 'big':  # the frame read with read(): as a BytesIO
+            why = compare(cf, kbio)
+            why = why and 'file (frame over 128 KiB, BYTESIO feed): ' + why
+            stats['big'] += 1
+        elif len(b) <= PEEK or not kbio['frame_crossed'] or name == 'peeked':
             why = compare(cf, kfile)
             why = why and 'file: ' + why
-        elif why:
-            why = 'BytesIO: ' + why
+            stats['peeked'] += name == 'peeked'
+
         if why:
             bad.append((name, b, why))
     for name, b, why in bad:
@@ -543,8 +620,8 @@ def main():
         return 77
     # a memo index of 2**32 makes Python ask for 32 GiB: a MemoryError
     lim = 4 << 30
-    resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-    stats = dict(cases=0, crossed=0, resource=0, globals=0)
+    resource.setrlimit(resource.RLIMIT_AS, (lim, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    stats = dict(cases=0, crossed=0, resource=0, globals=0, big=0, peeked=0)
     bad = 0
     t0 = time.time()
     seed = a.seed
@@ -558,7 +635,8 @@ def main():
                 break
             seed += 1
     print('%(cases)d cases, %(crossed)d with a frame crossing, %(globals)d globals requested, '
-          '%(resource)d stopped by a resource limit' % stats, '; %d differ' % bad,
+          '%(resource)d stopped by a resource limit, real files: %(big)d with a frame '
+          'over 128 KiB, %(peeked)d over 8 KiB with a peeked frame' % stats, '; %d differ' % bad,
           '(%.1f s)' % (time.time() - t0))
     return 1 if bad else 0
 

@@ -816,14 +816,19 @@ START_TEST(ext2_ext4_unsupported)
 }
 END_TEST
 
-START_TEST(readonly_buffer_unsupported)
+START_TEST(readonly_buffer_needs_bytes)
 {
+    /* load_readonly_buffer views the top value: bytes stay bytes, None has no buffer */
+    pk_text(&p, "\x80\x05" "C\x02" "ab\x98.");
+    load_ok();
+    ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_BYTES);
+    pk_free(&p);
     pk_op(&p, 0x80);
     pk_op(&p, 5);
     pk_op(&p, 'N');
     pk_op(&p, 0x98);
     pk_op(&p, '.');
-    load_fails(CKPT_ERR_UNSUPPORTED, "out-of-band");
+    load_fails(CKPT_ERR_FORMAT, "not a bytes-like object");
 }
 END_TEST
 
@@ -946,6 +951,297 @@ START_TEST(consumed_bytes_reported)
     ck_assert_uint_eq(used, 4);
     ck_assert_int_eq(ckpt_pickle_load(&ctx, p.buf + used, p.n - used, &v, &used, &f->err), CKPT_OK);
     ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_BOOL);
+}
+END_TEST
+
+/* ---- how the bytes are fed: FILE (contiguous) and BYTESIO (a frame's rest
+ * dropped when a read needs more), as CPython's C unpickler reads them ---- */
+
+typedef struct seen {
+    char globals[512];  /* "a.b;c.d;" in request order */
+    char computed[512]; /* "shown@made_by@opcode@offset;" */
+} seen;
+
+static seen *cur_seen; /* the callbacks' user is the ckpt_file */
+
+static void seen_global(void *user, const char *q, ckpt_global_class c, int op, uint64_t at)
+{
+    (void)c, (void)op, (void)at;
+    (void)user;
+    seen *s = cur_seen;
+    size_t n = strlen(s->globals);
+    snprintf(s->globals + n, sizeof s->globals - n, "%s;", q);
+}
+
+static void seen_use(void *user, const char *q, int op, uint64_t at)
+{
+    (void)user, (void)q, (void)op, (void)at;
+}
+
+static void seen_computed(void *user, const char *shown, const char *by, int op, uint64_t at)
+{
+    (void)user;
+    seen *s = cur_seen;
+    size_t n = strlen(s->computed);
+    snprintf(s->computed + n, sizeof s->computed - n, "%s@%s@0x%02x@%llu;", shown, by, op,
+             (unsigned long long)at);
+}
+
+typedef struct fed {
+    int rc;
+    size_t consumed;
+    bool crossed;
+} fed;
+
+/* Run P once with FEED, scanning (SCAN) or reading; V gets the value. */
+static fed feed(ckpt_pickle_feed how, bool scan, seen *s)
+{
+    ckpt_pickle_ctx ctx;
+    ckpt_file_pickle_ctx(f, &ctx, "t.pkl");
+    ctx.feed = how;
+    ctx.frame_crossed = false; /* the VM only sets it */
+    if (scan) {
+        memset(s, 0, sizeof *s);
+        cur_seen = s;
+        ctx.scan = true;
+        ctx.on_global = seen_global;
+        ctx.on_use = seen_use;
+        ctx.on_computed = seen_computed;
+    }
+    ckpt_err_clear(&f->err);
+    fed r = {.consumed = 0};
+    v = NULL;
+    r.rc = ckpt_pickle_load(&ctx, p.buf, p.n, &v, &r.consumed, &f->err);
+    r.crossed = ctx.frame_crossed;
+    return r;
+}
+
+static void pk_frame(uint64_t n)
+{
+    pk_op(&p, 0x95);
+    pk_le(&p, n, 8);
+}
+
+START_TEST(frame_ending_inside_an_argument)
+{
+    /* FRAME(3) holds SHORT_BINUNICODE, its length 2 and one byte of its text.
+     * A file is read on: the text is "ab" and STOP follows.  A BytesIO drops
+     * the 'a' left in the frame and reads 2 fresh bytes: "b.", then a GLOBAL
+     * os.system that the file reading never sees. */
+    pk_text(&p, "\x80\x04");
+    pk_frame(3);
+    pk_text(&p, "\x8c\x02" "a" "b." "cos\nsystem\n.");
+    seen s;
+    fed r = feed(CKPT_FEED_FILE, true, &s);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert_str_eq(s.globals, "");
+    ck_assert_str_eq(ckpt_value_str(v, NULL), "ab");
+    ck_assert_uint_eq(r.consumed, 16); /* after the first STOP */
+    ck_assert(r.crossed);
+    r = feed(CKPT_FEED_BYTESIO, true, &s);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert_str_eq(s.globals, "os.system;");
+    ck_assert_uint_eq(r.consumed, p.n); /* the last STOP */
+    ck_assert(r.crossed);
+    /* reading (not scanning) refuses it only when fed as a BytesIO */
+    ck_assert_int_eq(feed(CKPT_FEED_FILE, false, &s).rc, CKPT_OK);
+    ck_assert_int_eq(feed(CKPT_FEED_BYTESIO, false, &s).rc, CKPT_ERR_UNSAFE);
+}
+END_TEST
+
+START_TEST(readline_crossing_a_frame_end)
+{
+    /* GLOBAL's name line "sy" is not ended inside FRAME(6): a file reads on
+     * ("system"), a BytesIO reads the line whole from after the frame ("stem") */
+    pk_text(&p, "\x80\x04");
+    pk_frame(6);
+    pk_text(&p, "cos\nsystem\n)R.");
+    seen s;
+    fed r = feed(CKPT_FEED_FILE, true, &s);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert_str_eq(s.globals, "os.system;");
+    ck_assert(r.crossed);
+    r = feed(CKPT_FEED_BYTESIO, true, &s);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert_str_eq(s.globals, "os.stem;");
+    ck_assert(r.crossed);
+    ck_assert_uint_eq(r.consumed, p.n);
+}
+END_TEST
+
+START_TEST(nested_frame_longer_than_what_is_left)
+{
+    /* the outer FRAME(15) ends one byte ('N') into the inner FRAME(3)'s data:
+     * a file reads (None, True); a BytesIO drops the 'N' and frames the 3
+     * bytes after the outer frame, making ("abc", True) */
+    pk_text(&p, "\x80\x04");
+    pk_frame(15);
+    pk_text(&p, "\x8c\x03" "abc");
+    pk_frame(3);
+    pk_text(&p, "N\x88\x86.");
+    seen s;
+    fed r = feed(CKPT_FEED_FILE, false, &s);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert(r.crossed);
+    ck_assert_int_eq(ckpt_value_kind(ckpt_value_item(v, 0)), CKPT_KIND_NONE);
+    ck_assert_uint_eq(r.consumed, p.n);
+    r = feed(CKPT_FEED_BYTESIO, false, &s);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert(r.crossed);
+    ck_assert_str_eq(ckpt_value_str(ckpt_value_item(v, 0), NULL), "abc");
+    ck_assert_int_eq(ckpt_value_bool(ckpt_value_item(v, 1)), 1);
+    ck_assert_uint_eq(r.consumed, p.n);
+}
+END_TEST
+
+START_TEST(frame_of_zero_bytes)
+{
+    /* FRAME(0) reads nothing and leaves nothing: no feed reads otherwise */
+    pk_text(&p, "\x80\x04");
+    pk_frame(0);
+    pk_text(&p, "N.");
+    seen s;
+    for (int how = CKPT_FEED_FILE; how <= CKPT_FEED_BYTESIO; how++) {
+        fed r = feed((ckpt_pickle_feed)how, true, &s);
+        ck_assert_int_eq(r.rc, CKPT_OK);
+        ck_assert(!r.crossed);
+        ck_assert_uint_eq(r.consumed, p.n);
+    }
+}
+END_TEST
+
+START_TEST(binbytes_read_into_stays_contiguous)
+{
+    /* SHORT_BINBYTES's data is read with readinto: the frame's rest ("a")
+     * then the file ("bcd"), whatever the feed; no frame is crossed */
+    pk_text(&p, "\x80\x04");
+    pk_frame(3);
+    pk_text(&p, "C\x04" "abcd.");
+    seen s;
+    for (int how = CKPT_FEED_FILE; how <= CKPT_FEED_BYTESIO; how++) {
+        fed r = feed((ckpt_pickle_feed)how, false, &s);
+        ck_assert_int_eq(r.rc, CKPT_OK);
+        size_t n;
+        const char *b = ckpt_value_str(v, &n);
+        ck_assert_uint_eq(n, 4);
+        ck_assert_mem_eq(b, "abcd", 4);
+        ck_assert(!r.crossed);
+        ck_assert_uint_eq(r.consumed, p.n);
+    }
+}
+END_TEST
+
+static ckpt_global_class admit_all(void *user, const char *q)
+{
+    (void)user, (void)q;
+    return CKPT_GLOBAL_ALLOWED;
+}
+
+START_TEST(stack_global_computed_by_a_call)
+{
+    /* STACK_GLOBAL(_codecs.encode('bf', 'rot13'), 'system'): 'os' at run time */
+    pk_text(&p, "\x80\x04" "c_codecs\nencode\n\x8c\x02" "bf\x8c\x05rot13\x86R\x8c\x06system\x93)R.");
+    seen s;
+    fed r = feed(CKPT_FEED_FILE, true, &s);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert_str_eq(s.globals, "_codecs.encode;");
+    ck_assert_str_eq(s.computed, "<_codecs.encode(...)>.system@_codecs.encode@0x93@39;");
+    /* reading refuses it even when the user admits every global */
+    ckpt_pickle_ctx ctx;
+    ckpt_file_pickle_ctx(f, &ctx, "t.pkl");
+    ctx.classify = admit_all;
+    ckpt_err_clear(&f->err);
+    ck_assert_int_eq(ckpt_pickle_load(&ctx, p.buf, p.n, &v, NULL, &f->err), CKPT_ERR_UNSAFE);
+    ck_assert_msg_has(f, "named at run time");
+}
+END_TEST
+
+START_TEST(getattr_on_a_call_result)
+{
+    /* builtins.getattr(mymod.Thing(), 'system'): an attribute looked up at run time */
+    pk_text(&p, "\x80\x04" "cbuiltins\ngetattr\ncmymod\nThing\n)R\x8c\x06system\x86R.");
+    seen s;
+    fed r = feed(CKPT_FEED_FILE, true, &s);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert_str_eq(s.globals, "builtins.getattr;mymod.Thing;");
+    ck_assert_str_eq(s.computed, "<mymod.Thing(...)>.system@mymod.Thing@0x52@44;");
+    ckpt_pickle_ctx ctx;
+    ckpt_file_pickle_ctx(f, &ctx, "t.pkl");
+    ctx.classify = admit_all;
+    ckpt_err_clear(&f->err);
+    ck_assert_int_eq(ckpt_pickle_load(&ctx, p.buf, p.n, &v, NULL, &f->err), CKPT_ERR_UNSAFE);
+    ck_assert_msg_has(f, "named at run time");
+}
+END_TEST
+
+START_TEST(int_text_as_strtol_then_int)
+{
+    /* load_int: strtol base 0 (C octal, hex, leading whitespace), else
+     * int(text, 0) (0o, 0b, underscores); a bool when one char reads 0 or 1 */
+    pk_text(&p, "(I010\nI0x1f\nI 5\nI0o17\nI0b101\nI1_000\nI01\nI 1\nL0x10L\nL-0b1_1\nl.");
+    load_ok();
+    const int64_t want[] = {8, 31, 5, 15, 5, 1000};
+    for (size_t i = 0; i < 6; i++)
+        ck_assert_int_eq(int_of(ckpt_value_item(v, i)), want[i]);
+    ck_assert_int_eq(ckpt_value_kind(ckpt_value_item(v, 6)), CKPT_KIND_BOOL);
+    ck_assert_int_eq(ckpt_value_kind(ckpt_value_item(v, 7)), CKPT_KIND_BOOL);
+    ck_assert_int_eq(int_of(ckpt_value_item(v, 8)), 16);
+    ck_assert_int_eq(int_of(ckpt_value_item(v, 9)), -3);
+    const char *bad[] = {"I0_7\n.", "I1__0\n.", "I_1\n.", "I1_\n.", "I0x\n.", "L010L\n.", "I+ 5\n."};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        pk_free(&p);
+        pk_text(&p, bad[i]);
+        ck_assert_msg(pk_load(f, &p, &v) == CKPT_ERR_FORMAT, "%s read", bad[i]);
+    }
+}
+END_TEST
+
+START_TEST(memo_index_line_as_int_base_10)
+{
+    /* PUT/GET lines: int(text, 10) of the C string - whitespace, a sign,
+     * underscores, leading zeros; a NUL ends it */
+    pk_text(&p, "Np 0_0 \n0g+00\n.");
+    load_ok();
+    ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_NONE);
+    pk_free(&p);
+    pk_bytes(&p, "Np0\0x\n0g0\n.", 11);
+    load_ok();
+    const char *bad[] = {"Np-1\n.", "Np1__0\n.", "Np0x1\n.", "Np_1\n."};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        pk_free(&p);
+        pk_text(&p, bad[i]);
+        ck_assert_msg(pk_load(f, &p, &v) == CKPT_ERR_FORMAT, "%s read", bad[i]);
+    }
+}
+END_TEST
+
+START_TEST(ext_reads_its_code_first)
+{
+    /* load_extension reads the code, then finds no registry: the file
+     * position at the error is after the code (4 bytes for EXT4) */
+    pk_bytes(&p, "\x80\x02\x84\x01\x00\x00\x00.", 8);
+    seen s;
+    fed r = feed(CKPT_FEED_BYTESIO, true, &s);
+    ck_assert_int_eq(r.rc, CKPT_ERR_UNSUPPORTED);
+    ck_assert_uint_eq(r.consumed, 7);
+}
+END_TEST
+
+START_TEST(setitems_target_below_the_enclosing_mark)
+{
+    /* ] ( ( u e . - SETITEMS's dict would be the list below the outer MARK:
+     * do_setitems refuses ("unexpected MARK found"), reading and scanning */
+    pk_text(&p, "\x80\x02](");
+    pk_frame(0);
+    pk_text(&p, "(ue.");
+    seen s;
+    ck_assert_int_eq(feed(CKPT_FEED_FILE, true, &s).rc, CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, "stack underflow");
+    ck_assert_int_eq(feed(CKPT_FEED_BYTESIO, false, &s).rc, CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, "stack underflow");
+    pk_free(&p);
+    pk_text(&p, "\x80\x02](K\x01(e1.");  /* the list above the outer MARK: fine */
+    ck_assert_int_eq(feed(CKPT_FEED_FILE, true, &s).rc, CKPT_OK);
 }
 END_TEST
 
@@ -1114,7 +1410,7 @@ static Suite *suite(void)
     tcase_add_test(bad, protocol_too_new);
     tcase_add_test(bad, ext_opcodes_unsupported);
     tcase_add_test(bad, out_of_band_buffer_unsupported);
-    tcase_add_test(bad, readonly_buffer_unsupported);
+    tcase_add_test(bad, readonly_buffer_needs_bytes);
     tcase_add_test(bad, ext2_ext4_unsupported);
     tcase_add_test(bad, text_persid_is_not_a_storage);
     tcase_add_test(bad, mark_bomb_hits_the_limit);
@@ -1124,6 +1420,20 @@ static Suite *suite(void)
     tcase_add_test(bad, pickle_size_limit);
     tcase_add_test(bad, decimal_digit_limit);
     suite_add_tcase(s, bad);
+    TCase *fd = tcase_create("feeds");
+    tcase_add_checked_fixture(fd, setup, teardown);
+    tcase_add_test(fd, frame_ending_inside_an_argument);
+    tcase_add_test(fd, readline_crossing_a_frame_end);
+    tcase_add_test(fd, nested_frame_longer_than_what_is_left);
+    tcase_add_test(fd, frame_of_zero_bytes);
+    tcase_add_test(fd, binbytes_read_into_stays_contiguous);
+    tcase_add_test(fd, stack_global_computed_by_a_call);
+    tcase_add_test(fd, getattr_on_a_call_result);
+    tcase_add_test(fd, int_text_as_strtol_then_int);
+    tcase_add_test(fd, memo_index_line_as_int_base_10);
+    tcase_add_test(fd, ext_reads_its_code_first);
+    tcase_add_test(fd, setitems_target_below_the_enclosing_mark);
+    suite_add_tcase(s, fd);
     TCase *wo = tcase_create("weights_only");
     tcase_add_test(wo, wo_allow_lists);
     tcase_add_test(wo, wo_accepts_plain_data);
