@@ -318,6 +318,11 @@ typedef struct ckpt_wo_ctx {
     void (*on_location)(void *user, const char *location);
     /* after the first stop: each further GLOBAL this torch refuses */
     void (*on_refused)(void *user, const char *qualified_name, bool blocked);
+    /* 1.13's tar loader (torch <= 0.1 files): its persistent_load takes an
+     * id that is no tuple as int(id), a key of the objects loaded before;
+     * TAR_KEY says what the decimal KEY names: 0 nothing (KeyError), 1 a
+     * storage, 2 a tensor.  NULL: any other loader. */
+    int (*tar_key)(void *user, const char *key);
     void *user;
 } ckpt_wo_ctx;
 

@@ -319,6 +319,8 @@ typedef struct walk {
     size_t base;   /* where the current frame starts */
     wmap memo, seen;
     int oom;
+    wv pid_value; /* what persistent_load gave, when not a storage (tar loader) */
+    bool has_pid_value;
 } walk;
 
 static bool v13(const walk *w) { return w->ctx->torch == CKPT_WO_1_13; }
@@ -482,6 +484,120 @@ static int is_str(const wv *v, const char *s)
     return v->kind == V_STR && v->n == strlen(s) && memcmp(v->u.s, s, v->n) == 0;
 }
 
+/* Python's int(S) for a str: the canonical decimal into OUT, or false with
+ * the ValueError text in OUT. */
+static bool py_int(const uint8_t *s, size_t n, char *out, size_t cap)
+{
+    const uint8_t *e = s + n;
+    while (s < e && (*s == ' ' || (*s >= 9 && *s <= 13) || (*s >= 0x1c && *s <= 0x1f)))
+        s++;
+    while (e > s && (e[-1] == ' ' || (e[-1] >= 9 && e[-1] <= 13) || (e[-1] >= 0x1c && e[-1] <= 0x1f)))
+        e--;
+    bool neg = s < e && *s == '-';
+    const uint8_t *d = s < e && (*s == '-' || *s == '+') ? s + 1 : s;
+    size_t nd = 0, o = 0;
+    bool ok = d < e;
+    for (const uint8_t *c = d; ok && c < e; c++) {
+        if (*c == '_')
+            ok = c > d && c + 1 < e && c[-1] != '_' && c[1] != '_';
+        else if (*c >= '0' && *c <= '9')
+            nd++;
+        else
+            ok = false;
+    }
+    if (!ok) {
+        snprintf(out, cap, "invalid literal for int() with base 10: '%.*s'",
+                 (int)(n > 200 ? 200 : n), (const char *)s);
+        return false;
+    }
+    if (nd > 4300) {
+        snprintf(out, cap, "Exceeds the limit (4300 digits) for integer string conversion: "
+                 "value has %zu digits; use sys.set_int_max_str_digits() to increase the limit",
+                 nd);
+        return false;
+    }
+    if (neg)
+        out[o++] = '-';
+    for (const uint8_t *c = d; c < e && o + 1 < cap; c++)
+        if (*c != '_' && !(*c == '0' && o == (size_t)neg && c + 1 < e))
+            out[o++] = (char)*c;
+    out[o] = 0;
+    if (strcmp(out, "-0") == 0)
+        strcpy(out, "0");
+    return true;
+}
+
+/* 1.13's tar loader: the unpickler lets a non-tuple, non-int id through to
+ * legacy_load's persistent_load, which returns
+ * deserialized_objects[int(saved_id)] (a tuple: its first item, after
+ * _check_container_source(*saved_id) when all(saved_id[1:])).  -1: not
+ * decided here. */
+static int tar_pid(walk *w, const wv *pid, uint64_t at)
+{
+    char key[4400];
+    switch (pid->kind) {
+    case V_INT:
+        return -1; /* the unpickler refuses it (its check is inverted) */
+    case V_TUPLE: {
+        const wv *it = pid->u.items;
+        if (pid->n > 0 && !it)
+            return 0; /* longer than kept: not known here */
+        if (pid->n > 0 && ( it[0].kind == V_OTHER || !is_str(&it[0], "storage")))
+            return -1;
+        bool all = true; /* all(saved_id[1:]), where the items are known */
+        for (uint32_t i = 1; i < pid->n; i++) {
+            const wv *x = &it[i];
+            if (x->kind == V_NONE || ((x->kind == V_BOOL || x->kind == V_INT) && !x->big &&
+                                      x->u.i == 0) ||
+                ((x->kind == V_STR || x->kind == V_TUPLE) && x->n == 0))
+                all = false;
+            else if (x->kind != V_BOOL && x->kind != V_INT && x->kind != V_STR &&
+                     x->kind != V_TUPLE && x->kind != V_GLOBAL && x->kind != V_TENSOR &&
+                     x->kind != V_STORAGE)
+                return 0; /* truth not known: let it by */
+        }
+        if (all && pid->n < 3) {
+            static const char *const missing[] = {
+                "3 required positional arguments: 'container_type', 'source_file', and "
+                "'original_source'",
+                "2 required positional arguments: 'source_file' and 'original_source'",
+                "1 required positional argument: 'original_source'"};
+            return stop(w, CKPT_WO_STORAGE, 'Q', at, "TypeError",
+                        "_check_container_source() missing %s", missing[pid->n]);
+        }
+        if (all && pid->n > 3)
+            return stop(w, CKPT_WO_STORAGE, 'Q', at, "TypeError",
+                        "_check_container_source() takes 3 positional arguments but %u were "
+                        "given", pid->n);
+        if (pid->n > 0) {
+            w->pid_value = it[0];
+            w->has_pid_value = true;
+        }
+        return 0;
+    }
+    case V_BOOL:
+        snprintf(key, sizeof key, "%d", pid->u.i != 0);
+        break;
+    case V_STR:
+        if (!py_int(pid->u.s, pid->n, key, sizeof key))
+            return stop(w, CKPT_WO_STORAGE, 'Q', at, "ValueError", "%s", key);
+        break;
+    case V_NONE: case V_LIST: case V_DICT: case V_ODICT: case V_COUNTER: case V_SET:
+    case V_GLOBAL:
+        return stop(w, CKPT_WO_STORAGE, 'Q', at, "TypeError",
+                    "int() argument must be a string, a bytes-like object or a real number, "
+                    "not '%s'", pid->kind == V_GLOBAL ? "type" : py_name(pid));
+    default:
+        return 0; /* a float, bytes, an object: its int() is not known here */
+    }
+    int found = w->ctx->tar_key(w->ctx->user, key);
+    if (!found)
+        return stop(w, CKPT_WO_STORAGE, 'Q', at, "KeyError", "%s", key);
+    w->pid_value = mk(found == 2 ? V_TENSOR : V_STORAGE);
+    w->has_pid_value = true;
+    return 0;
+}
+
 /* BINPERSID on PID: the unpickler's checks, then the loader's persistent_load
  * (ctx->pid_fields: 5 in a zip, 6 in a legacy file, 0: the plain unpickler). */
 static int check_pid(walk *w, const wv *pid, uint64_t at)
@@ -489,6 +605,11 @@ static int check_pid(walk *w, const wv *pid, uint64_t at)
     char rep[256];
     if (pid->kind == V_OTHER)
         return 0;
+    if (v13(w) && w->ctx->tar_key) {
+        int rc = tar_pid(w, pid, at);
+        if (rc >= 0)
+            return rc;
+    }
     if (pid->kind == V_INT && !v13(w) && w->ctx->pid_fields) /* the unpickler lets ints by */
         return stop(w, CKPT_WO_STORAGE, 'Q', at, "AssertionError",
                     "saved_id must be a tuple, got int");
@@ -916,13 +1037,14 @@ static int run(walk *w)
             if (!NEED(1))
                 return UNDERFLOW();
             wv pid = w->stack[--w->sp];
+            w->has_pid_value = false;
             if (check_pid(w, &pid, at)) {
                 if (w->oom)
                     return -1;
                 tail_scan(w, p);
                 return 1;
             }
-            v = mk(V_STORAGE);
+            v = w->has_pid_value ? w->pid_value : mk(V_STORAGE);
             break;
         }
         case 'h': case 'j': {
