@@ -123,10 +123,9 @@ def _():
 def check_other_net(spec, model, path, fc_ckpt, fc_model):
     """SPEC against a checkpoint of the other autoencoder: torch's missing
     and unexpected keys, and the size mismatch of encoder.fc.weight.
-    PyTorch also names decoder.fc's: a spec holds no layer sizes (the
-    decoder's width comes from its own weight) and the graph cannot be
-    followed past the first mismatch, so ckpt's mismatches are the first
-    of torch's lines."""
+    PyTorch also names decoder.fc's, which a spec cannot see: it holds no
+    layer sizes, and decoder.fc's width comes from its own weight.  So
+    ckpt's message is torch's first lines, and the rest are decoder.fc's."""
     rc, doc = c.verify_json(spec, path)
     load = doc['load']
     assert rc == 1 and not load['ok'], load
