@@ -102,7 +102,7 @@ MODELS = {
     "mlp": {"label": "MLP", "spec": "models/mnist_mlp.json",
             "ckpt": "tests/data/fmnist_mlp.pth", "cls": "MLP", "kwargs": {},
             "section": SECTION},
-    "ae": {"label": "autoencoder", "spec": "models/mnist_autoencoder.json",
+    "ae": {"label": "autoencoder", "spec": "models/mnist_conv_autoencoder.json",
            "ckpt": "tests/data/fmnist_ae.pth", "cls": "Autoencoder", "kwargs": {},
            "section": SECTION},
     "ssd300": {"label": "SSD300", "spec": "models/ssd300.json", "ckpt": None,
@@ -385,7 +385,7 @@ def verdict(ratio, limit):
 MODEL_DESC = {
     "mlp": "`models/mnist_mlp.json` with `tests/data/fmnist_mlp.pth` "
            "(tests/fixtures/models.py `MLP`: 784→128→10)",
-    "ae": "`models/mnist_autoencoder.json` with `tests/data/fmnist_ae.pth` "
+    "ae": "`models/mnist_conv_autoencoder.json` with `tests/data/fmnist_ae.pth` "
           "(`Autoencoder`: two stride-2 convolutions, linear 3136→32→3136, two "
           "stride-2 transposed convolutions, sigmoid; outputs `x_hat` and `z`)",
 }

@@ -13,7 +13,7 @@ cd "$srcdir"
 w=$tmp/w
 mkdir "$w"
 mlp=models/mnist_mlp.json
-ae=models/mnist_autoencoder.json
+ae=models/mnist_conv_autoencoder.json
 
 # ===========================================================================
 say "a DataParallel checkpoint fails the strict load, in torch's words, with the fix"

@@ -33,7 +33,7 @@ import models  # noqa: E402  (tests/fixtures/models.py)
 
 DATA = c.DATA
 MLP_SPEC = 'mnist_mlp.json'
-AE_SPEC = 'mnist_autoencoder.json'
+AE_SPEC = 'mnist_conv_autoencoder.json'
 torch.manual_seed(0)
 t = c.Tally()
 t.need(c.CKPT, 'CKPT')
