@@ -402,6 +402,56 @@ __global__ void k_l2norm(const float *__restrict__ x, const float *__restrict__ 
     }
 }
 
+// Inference batch norm over [outer, c, inner]: scale and shift per channel
+// as torch computes them (float32), then y = x * scale + shift.  Each
+// thread recomputes its channel's pair: two loads and a sqrt, no extra pass.
+template <typename I>
+__global__ void k_batch_norm(const float *__restrict__ x, const float *__restrict__ mean,
+                             const float *__restrict__ var, const float *__restrict__ w,
+                             const float *__restrict__ bias, float *__restrict__ y, I c,
+                             I inner, I total, float eps)
+{
+    GRID_LOOP(I, idx, total) {
+        I ch = (idx / inner) % c;
+        float invstd = 1.0f / sqrtf(var[ch] + eps);
+        float scale = invstd * (w ? w[ch] : 1.0f);
+        float shift = (bias ? bias[ch] : 0.0f) - mean[ch] * scale;
+        y[idx] = __fadd_rn(__fmul_rn(x[idx], scale), shift); // no FMA: the CPU's roundings
+    }
+}
+
+template <typename I>
+__global__ void k_add(const float *__restrict__ a, const float *__restrict__ x,
+                      float *__restrict__ y, I total)
+{
+    GRID_LOOP(I, idx, total) {
+        y[idx] = a[idx] + x[idx];
+    }
+}
+
+// torch's bins: rows floor(i * in / out) .. ceil((i + 1) * in / out) - 1,
+// summed row by row as the CPU reference, then divided by the bin's size.
+template <typename I>
+__global__ void k_adaptive_avg_pool2d(const float *__restrict__ x, float *__restrict__ y,
+                                      pool_dims<I> d, I total)
+{
+    GRID_LOOP(I, idx, total) {
+        I t = idx;
+        I ox = t % d.out_w;
+        t /= d.out_w;
+        I oy = t % d.out_h;
+        I plane = t / d.out_h;
+        const float *xp = x + plane * d.in_h * d.in_w;
+        I h0 = oy * d.in_h / d.out_h, h1 = ((oy + 1) * d.in_h + d.out_h - 1) / d.out_h;
+        I w0 = ox * d.in_w / d.out_w, w1 = ((ox + 1) * d.in_w + d.out_w - 1) / d.out_w;
+        float sum = 0.0f;
+        for (I iy = h0; iy < h1; iy++)
+            for (I ix = w0; ix < w1; ix++)
+                sum += xp[iy * d.in_w + ix];
+        y[idx] = sum / (float)((h1 - h0) * (w1 - w0));
+    }
+}
+
 // expf, not __expf: the fast one is off by far more than the tolerance
 template <typename I>
 __global__ void k_sigmoid(const float *__restrict__ x, float *__restrict__ y, I total)
@@ -914,6 +964,66 @@ static int cuda_l2norm(ckpt_backend *b, const float *x, const float *w, float *y
     return CKPT_OK;
 }
 
+static int cuda_batch_norm(ckpt_backend *b, const float *x, const float *mean,
+                           const float *var, const float *w, const float *bias, float *y,
+                           int64_t outer, int64_t c, int64_t inner, float eps)
+{
+    if (outer < 0 || c < 0 || inner < 0)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "batch_norm: invalid geometry");
+    if (outer == 0 || c == 0 || inner == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, "batch_norm"));
+    cudaStream_t s = impl_of(b)->stream;
+    int64_t total = outer * c * inner;
+    if (fits_int32(total))
+        k_batch_norm<int><<<grid_for(total), THREADS, 0, s>>>(x, mean, var, w, bias, y, (int)c,
+                                                              (int)inner, (int)total, eps);
+    else
+        k_batch_norm<long long><<<grid_for(total), THREADS, 0, s>>>(
+            x, mean, var, w, bias, y, (long long)c, (long long)inner, (long long)total, eps);
+    LAUNCH_CHECK(b, "batch_norm", "batch_norm");
+    return CKPT_OK;
+}
+
+static int cuda_add(ckpt_backend *b, const float *a, const float *x, float *y, size_t n)
+{
+    if (n == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, "add"));
+    cudaStream_t s = impl_of(b)->stream;
+    if (n <= (size_t)INT64_MAX && fits_int32((int64_t)n))
+        k_add<int><<<grid_for((int64_t)n), THREADS, 0, s>>>(a, x, y, (int)n);
+    else
+        k_add<long long><<<grid_for((int64_t)n), THREADS, 0, s>>>(a, x, y, (long long)n);
+    LAUNCH_CHECK(b, "add", "add");
+    return CKPT_OK;
+}
+
+static int cuda_adaptive_avg_pool2d(ckpt_backend *b, const float *x, float *y,
+                                    const ckpt_pool_geom *g)
+{
+    if (g->planes < 0 || g->in_h < 1 || g->in_w < 1 || g->out_h < 1 || g->out_w < 1)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "adaptive_avg_pool2d: invalid geometry");
+    int64_t total = g->planes * g->out_h * g->out_w;
+    if (total == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, "adaptive_avg_pool2d"));
+    cudaStream_t s = impl_of(b)->stream;
+    /* (oy + 1) * in_h is formed in the index type: keep it in range */
+    int64_t reach = g->planes * g->in_h * g->in_w + (g->out_h + 1) * g->in_h +
+                    (g->out_w + 1) * g->in_w;
+    if (fits_int32(total) && fits_int32(reach)) {
+        pool_dims<int> d = {(int)g->in_h, (int)g->in_w, (int)g->out_h, (int)g->out_w};
+        k_adaptive_avg_pool2d<int><<<grid_for(total), THREADS, 0, s>>>(x, y, d, (int)total);
+    } else {
+        pool_dims<long long> d = {g->in_h, g->in_w, g->out_h, g->out_w};
+        k_adaptive_avg_pool2d<long long><<<grid_for(total), THREADS, 0, s>>>(x, y, d,
+                                                                             (long long)total);
+    }
+    LAUNCH_CHECK(b, "adaptive_avg_pool2d", "adaptive_avg_pool2d");
+    return CKPT_OK;
+}
+
 static int cuda_relu(ckpt_backend *b, const float *x, float *y, size_t n)
 {
     if (n == 0)
@@ -1086,13 +1196,13 @@ static void cuda_destroy(ckpt_backend *b)
 
 // In runtime/backend.h's order (C++17 has no designated initializers); the
 // assertion catches an op added there and not here.
-static_assert(sizeof(ckpt_backend_ops) == 16 * sizeof(void (*)(void)),
+static_assert(sizeof(ckpt_backend_ops) == 19 * sizeof(void (*)(void)),
               "ckpt_backend_ops changed: update cuda_ops");
 static const ckpt_backend_ops cuda_ops = {
     cuda_destroy,    cuda_alloc,  cuda_release, cuda_upload,    cuda_download,
     cuda_linear,     cuda_conv2d, cuda_conv_transpose2d,
     cuda_max_pool2d, cuda_l2norm, cuda_relu,    cuda_sigmoid,   cuda_softmax,   cuda_permute,
-    cuda_copy_rows,  cuda_synchronize,
+    cuda_copy_rows,  cuda_batch_norm, cuda_add, cuda_adaptive_avg_pool2d, cuda_synchronize,
 };
 
 // Fails with CKPT_ERR_DEVICE: B (if any) is destroyed, the message goes to ERR.

@@ -95,6 +95,22 @@ typedef struct ckpt_backend_ops {
      * (cat is made of these). */
     int (*copy_rows)(ckpt_backend *b, const float *x, int64_t x_stride, float *y,
                      int64_t y_stride, int64_t rows, int64_t len);
+    /* Inference batch norm over x viewed as [outer, c, inner] (NCHW: N, C,
+     * H*W): y = (x - mean[c]) / sqrt(var[c] + eps) * w[c] + bias[c], as
+     * torch computes it: scale = w / sqrt(var + eps) and shift = bias - mean
+     * * scale per channel (float32), then y = x * scale + shift.  W and BIAS
+     * may be NULL (affine=False: 1 and 0). */
+    int (*batch_norm)(ckpt_backend *b, const float *x, const float *mean, const float *var,
+                      const float *w, const float *bias, float *y, int64_t outer, int64_t c,
+                      int64_t inner, float eps);
+    /* y = a + b over N floats. */
+    int (*add)(ckpt_backend *b, const float *a, const float *x, float *y, size_t n);
+    /* adaptive_avg_pool2d over G's planes: output cell (i, j) averages input
+     * rows floor(i * in_h / out_h) .. ceil((i + 1) * in_h / out_h) - 1 and
+     * the columns likewise (torch's bins); the kernel, stride, padding and
+     * dilation of G are unused. */
+    int (*adaptive_avg_pool2d)(ckpt_backend *b, const float *x, float *y,
+                               const ckpt_pool_geom *g);
     /* Wait for queued work; report any error it met. */
     int (*synchronize)(ckpt_backend *b);
 } ckpt_backend_ops;

@@ -197,6 +197,31 @@ static int read_param(ckpt_model *m, ckpt_file *f, const ckpt_tensor *t, rt_para
     return CKPT_OK;
 }
 
+/* Whether torch would fill in batch_norm parameter PI's num_batches_tracked,
+ * absent from SD: BatchNorm's _load_from_state_dict adds tensor(0) when the
+ * state dict's _metadata gives its module no version 2 or later (files of
+ * torch < 0.4.1, and DataParallel's, whose metadata is keyed "module.bn1"). */
+static int nbt_filled(const ckpt_model *m, const ckpt_value *sd, size_t pi)
+{
+    int is_nbt = 0;
+    for (size_t i = 0; i < m->nnodes && !is_nbt; i++)
+        is_nbt = m->nodes[i].op == RT_BATCH_NORM && m->nodes[i].param[RT_P_NBT] == (int)pi;
+    if (!is_nbt)
+        return 0;
+    const char *key = m->params[pi].key, *dot = strrchr(key, '.');
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "%.*s", dot ? (int)(dot - key) : 0, key);
+    const ckpt_value *st = ckpt_value_state(sd);
+    const ckpt_value *md = st && ckpt_value_kind(st) == CKPT_KIND_DICT
+                               ? ckpt_value_dict_get(st, "_metadata") : NULL;
+    const ckpt_value *mine = md && ckpt_value_kind(md) == CKPT_KIND_DICT
+                                 ? ckpt_value_dict_get(md, prefix) : NULL;
+    const ckpt_value *ver = mine && ckpt_value_kind(mine) == CKPT_KIND_DICT
+                                ? ckpt_value_dict_get(mine, "version") : NULL;
+    int64_t v = 0;
+    return !(ver && ckpt_value_int(ver, &v) == CKPT_OK && v >= 2);
+}
+
 static void unbind(ckpt_model *m)
 {
     rt_model_release_device(m);
@@ -226,7 +251,7 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
     int *order = NULL, *torder = NULL;
     rt_shape *vshape = NULL, *expect = NULL, *given = NULL;
     const rt_shape **pgiven = NULL;
-    unsigned char *vknown = NULL, *reported = NULL;
+    unsigned char *vknown = NULL, *reported = NULL, *filled = NULL;
     strbuf msg = {0}, lines = {0};
     int rc = CKPT_ERR_NOMEM;
     size_t nmiss = 0, nunexp = 0, nmis = 0, nbad = 0;
@@ -243,7 +268,8 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
         !(vknown = calloc(m->nvalues, 1)) ||
         !(expect = calloc(m->nparams + 1, sizeof *expect)) ||
         !(given = calloc(m->nparams + 1, sizeof *given)) ||
-        !(pgiven = calloc(m->nparams + 1, sizeof *pgiven)))
+        !(pgiven = calloc(m->nparams + 1, sizeof *pgiven)) ||
+        !(filled = calloc(m->nparams + 1, 1)))
         goto out;
 
     /* torch's order: modules in pre-order, each module's own parameters */
@@ -256,7 +282,8 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
 
     for (size_t k = 0; k < np; k++) {
         const char *key = m->params[torder[k]].key;
-        if (!sd_get(sd, key))
+        if (!sd_get(sd, key) && !(filled[torder[k]] = (unsigned char)nbt_filled(m, sd,
+                                                                             (size_t)torder[k])))
             m->missing[nmiss++] = key;
     }
     for (size_t k = 0; k < nmods; k++) {
@@ -310,6 +337,10 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
     for (size_t i = 0; i < m->nparams; i++) {
         const ckpt_value *v = sd_get(sd, m->params[i].key);
         const ckpt_tensor *ten = v ? ckpt_value_tensor(v) : NULL;
+        if (filled[i]) { /* torch's tensor(0): 0-dim */
+            given[i].ndim = 0;
+            pgiven[i] = &given[i];
+        }
         if (!ten)
             continue;
         given[i].ndim = ckpt_tensor_ndim(ten);
@@ -390,6 +421,14 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
 
     if (ok) {
         for (size_t i = 0; i < m->nparams; i++) {
+            if (filled[i]) {
+                if (!(m->params[i].host = calloc(1, sizeof(float)))) {
+                    unbind(m);
+                    goto out;
+                }
+                m->params[i].shape.ndim = 0;
+                continue;
+            }
             const ckpt_tensor *ten = ckpt_value_tensor(sd_get(sd, m->params[i].key));
             if ((rc = read_param(m, f, ten, &m->params[i])) != CKPT_OK) {
                 unbind(m);
@@ -423,6 +462,7 @@ out:
     free(expect);
     free(given);
     free(pgiven);
+    free(filled);
     free(msg.s);
     free(lines.s);
     return rc;

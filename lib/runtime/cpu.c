@@ -12,7 +12,9 @@
  * order, then the kernel taps that reach each output pixel in ascending
  * (row, column) order, then adds the bias.
  * softmax sums exp(x - max) in ascending order in float32, l2norm the squares
- * over channels in ascending order.  With OpenBLAS
+ * over channels in ascending order, adaptive_avg_pool2d each bin row by row
+ * (then divides by its size); batch_norm is x * scale + shift per channel,
+ * as torch's CPU kernel.  With OpenBLAS
  * the products are summed in OpenBLAS's blocked order instead.
  */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -413,6 +415,65 @@ static int cpu_relu(ckpt_backend *b, const float *x, float *y, size_t n)
     return CKPT_OK;
 }
 
+static int cpu_batch_norm(ckpt_backend *b, const float *x, const float *mean, const float *var,
+                          const float *w, const float *bias, float *y, int64_t outer, int64_t c,
+                          int64_t inner, float eps)
+{
+    float *scale = malloc((size_t)(c > 0 ? 2 * c : 2) * sizeof(float));
+    if (!scale)
+        return nomem(b);
+    float *shift = scale + c;
+    /* torch's batch_norm_cpu_collect_linear_and_constant_terms, in float32 */
+    for (int64_t ch = 0; ch < c; ch++) {
+        float invstd = 1.0f / sqrtf(var[ch] + eps);
+        scale[ch] = invstd * (w ? w[ch] : 1.0f);
+        shift[ch] = (bias ? bias[ch] : 0.0f) - mean[ch] * scale[ch];
+    }
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t ch = 0; ch < c; ch++) {
+            const float *restrict xp = x + (o * c + ch) * inner;
+            float *restrict yp = y + (o * c + ch) * inner;
+            float a = scale[ch], s = shift[ch];
+            for (int64_t i = 0; i < inner; i++)
+                yp[i] = xp[i] * a + s;
+        }
+    free(scale);
+    return CKPT_OK;
+}
+
+static int cpu_add(ckpt_backend *b, const float *a, const float *x, float *y, size_t n)
+{
+    (void)b;
+    for (size_t i = 0; i < n; i++)
+        y[i] = a[i] + x[i];
+    return CKPT_OK;
+}
+
+static int cpu_adaptive_avg_pool2d(ckpt_backend *b, const float *x, float *y,
+                                   const ckpt_pool_geom *g)
+{
+    (void)b;
+    for (int64_t p = 0; p < g->planes; p++) {
+        const float *xp = x + p * g->in_h * g->in_w;
+        float *yp = y + p * g->out_h * g->out_w;
+        for (int64_t oh = 0; oh < g->out_h; oh++) {
+            /* torch's bins: floor(i * in / out) .. ceil((i + 1) * in / out) */
+            int64_t h0 = oh * g->in_h / g->out_h;
+            int64_t h1 = ((oh + 1) * g->in_h + g->out_h - 1) / g->out_h;
+            for (int64_t ow = 0; ow < g->out_w; ow++) {
+                int64_t w0 = ow * g->in_w / g->out_w;
+                int64_t w1 = ((ow + 1) * g->in_w + g->out_w - 1) / g->out_w;
+                float sum = 0.0f;
+                for (int64_t ih = h0; ih < h1; ih++)
+                    for (int64_t iw = w0; iw < w1; iw++)
+                        sum += xp[ih * g->in_w + iw];
+                yp[oh * g->out_w + ow] = sum / (float)((h1 - h0) * (w1 - w0));
+            }
+        }
+    }
+    return CKPT_OK;
+}
+
 static int cpu_sigmoid(ckpt_backend *b, const float *x, float *y, size_t n)
 {
     (void)b;
@@ -505,6 +566,9 @@ static const ckpt_backend_ops CPU_OPS = {
     .softmax = cpu_softmax,
     .permute = cpu_permute,
     .copy_rows = cpu_copy_rows,
+    .batch_norm = cpu_batch_norm,
+    .add = cpu_add,
+    .adaptive_avg_pool2d = cpu_adaptive_avg_pool2d,
     .synchronize = cpu_synchronize,
 };
 

@@ -41,7 +41,8 @@ static float **upload_params(ckpt_model *m, ckpt_backend *b)
     return d->params;
 }
 
-/* A buffer shared by a value and the views (flatten, reshape) made of it. */
+/* A buffer shared by a value and the views (flatten, reshape, squeeze,
+ * unsqueeze, dropout) made of it. */
 typedef struct rt_buf {
     float *p;
     int refs;   /* live values using it */
@@ -103,7 +104,8 @@ static int exec_node(run *r, const rt_node *n)
     float *w = n->param[RT_P_WEIGHT] >= 0 ? r->params[n->param[RT_P_WEIGHT]] : NULL;
     float *bias = n->param[RT_P_BIAS] >= 0 ? r->params[n->param[RT_P_BIAS]] : NULL;
 
-    if (n->op == RT_FLATTEN || n->op == RT_RESHAPE) {
+    if (n->op == RT_FLATTEN || n->op == RT_RESHAPE || n->op == RT_SQUEEZE ||
+        n->op == RT_UNSQUEEZE || n->op == RT_DROPOUT) {
         /* a view: same buffer, new shape */
         int bi = r->buf[n->inputs[0]];
         r->buf[n->output] = bi;
@@ -133,6 +135,17 @@ static int exec_node(run *r, const rt_node *n)
         ckpt_pool_geom g;
         rt_pool_geom(n, x, y, &g);
         return b->ops->max_pool2d(b, xp, yp, &g);
+    }
+    case RT_BATCH_NORM:
+        return b->ops->batch_norm(b, xp, r->params[n->param[RT_P_MEAN]],
+                                  r->params[n->param[RT_P_VAR]], w, bias, yp, x->d[0], x->d[1],
+                                  prod(x, 2, x->ndim), (float)n->eps);
+    case RT_ADD:
+        return b->ops->add(b, xp, val(r, n->inputs[1]), yp, count);
+    case RT_ADAPTIVE_AVG_POOL2D: {
+        ckpt_pool_geom g;
+        rt_pool_geom(n, x, y, &g);
+        return b->ops->adaptive_avg_pool2d(b, xp, yp, &g);
     }
     case RT_L2NORM:
         return b->ops->l2norm(b, xp, w, yp, x->d[0], x->d[1], x->d[2] * x->d[3], (float)n->eps);

@@ -12,7 +12,8 @@
 
 typedef enum rt_op {
     RT_LINEAR, RT_CONV2D, RT_CONV_TRANSPOSE2D, RT_MAX_POOL2D, RT_RELU, RT_SIGMOID,
-    RT_SOFTMAX, RT_FLATTEN, RT_RESHAPE, RT_PERMUTE, RT_CAT, RT_L2NORM, RT_PRIOR_BOX
+    RT_SOFTMAX, RT_FLATTEN, RT_RESHAPE, RT_PERMUTE, RT_CAT, RT_L2NORM, RT_PRIOR_BOX,
+    RT_BATCH_NORM, RT_ADD, RT_ADAPTIVE_AVG_POOL2D, RT_DROPOUT, RT_SQUEEZE, RT_UNSQUEEZE
 } rt_op;
 
 #define RT_PRIOR_MAX_MAPS 16
@@ -31,7 +32,9 @@ typedef struct rt_prior {
     float *boxes;   /* [count, 4], computed on first use and kept */
 } rt_prior;
 
-enum { RT_P_WEIGHT, RT_P_BIAS, RT_P_COUNT };
+/* Parameter slots of a node, in torch's state-dict order (BatchNorm's
+ * weight, bias, running_mean, running_var, num_batches_tracked). */
+enum { RT_P_WEIGHT, RT_P_BIAS, RT_P_MEAN, RT_P_VAR, RT_P_NBT, RT_P_COUNT };
 
 #define RT_MAX_DEVICES 16
 
@@ -54,7 +57,8 @@ typedef struct rt_node {
     int64_t dim, start_dim, end_dim;
     int nlist;                   /* reshape "shape" / permute "dims" */
     int64_t list[CKPT_MAX_DIMS];
-    double eps;                  /* l2norm */
+    double eps;                  /* l2norm, batch_norm */
+    int64_t out_size[2];         /* adaptive_avg_pool2d */
     rt_prior *prior;             /* prior_box (owned) */
 } rt_node;
 
@@ -124,15 +128,15 @@ void rt_model_release_device(ckpt_model *m);
 /*
  * The shape rule of node N.  IN holds its inputs' shapes; W the weight's
  * shape as given (NULL when the node has none or it is missing).  Writes
- * the output shape and, for parameters, the shape the model expects
- * (channel counts taken from W where the graph leaves them free; the
- * bias's follows from them, so the bias as given plays no part).  Returns
- * 0, 1 when the output cannot be known (a missing weight), or -1 with a
- * message in ERR when the inputs do not fit the node.
+ * the output shape and, for each parameter slot, the shape the model
+ * expects in EXPECT[RT_P_COUNT] (channel counts taken from W where the
+ * graph leaves them free; the other slots follow from them, so they play
+ * no part as given).  Returns 0, 1 when the output cannot be known (a
+ * missing weight that sizes it), or -1 with a message in ERR when the
+ * inputs do not fit the node.
  */
 int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *w,
-                   rt_shape *out, rt_shape *w_expect, rt_shape *b_expect, char *err,
-                   size_t cap);
+                   rt_shape *out, rt_shape *expect, char *err, size_t cap);
 
 /*
  * The shape pass: every node's rule in spec order.  SHAPE (nvalues entries)

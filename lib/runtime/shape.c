@@ -141,13 +141,13 @@ static int pool_rule(const rt_node *n, const rt_shape *x, rt_shape *out, char *e
 }
 
 int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *w,
-                   rt_shape *out, rt_shape *we, rt_shape *be, char *err, size_t cap)
+                   rt_shape *out, rt_shape *expect, char *err, size_t cap)
 {
     const rt_shape *x = n->ninputs ? in[0] : NULL;
+    rt_shape *we = &expect[RT_P_WEIGHT], *be = &expect[RT_P_BIAS];
     char sb[96];
     int64_t d;
-    memset(we, 0, sizeof *we);
-    memset(be, 0, sizeof *be);
+    memset(expect, 0, sizeof *expect * RT_P_COUNT);
     switch (n->op) {
     case RT_LINEAR: {
         if (x->ndim < 1)
@@ -264,6 +264,61 @@ int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *
         out->d[0] = rt_prior_boxes(n->prior, NULL);
         out->d[1] = 4;
         break;
+    case RT_BATCH_NORM:
+        /* F.batch_norm: channels are dim 1 of an input of 2 or more dims */
+        if (x->ndim < 2)
+            return fail(err, cap, "expects an input of 2 or more dimensions [N, C, ...], "
+                        "got %s", rt_shape_format(x, sb, sizeof sb));
+        for (int k = RT_P_WEIGHT; k <= RT_P_VAR; k++) {
+            expect[k].ndim = 1;
+            expect[k].d[0] = x->d[1];
+        }
+        expect[RT_P_NBT].ndim = 0; /* a 0-dim long tensor */
+        *out = *x;
+        break;
+    case RT_ADD:
+        /* the residual add: same shapes, no broadcasting */
+        if (!rt_shape_equal(x, in[1])) {
+            char yb[96];
+            return fail(err, cap, "cannot add %s and %s (add takes two inputs of one shape)",
+                        rt_shape_format(x, sb, sizeof sb), rt_shape_format(in[1], yb, sizeof yb));
+        }
+        *out = *x;
+        break;
+    case RT_ADAPTIVE_AVG_POOL2D:
+        if (x->ndim != 4 && x->ndim != 3)
+            return fail(err, cap, "expects a 3-D or 4-D input, got %s",
+                        rt_shape_format(x, sb, sizeof sb));
+        *out = *x;
+        out->d[x->ndim - 2] = n->out_size[0];
+        out->d[x->ndim - 1] = n->out_size[1];
+        break;
+    case RT_DROPOUT:
+        *out = *x;
+        break;
+    case RT_SQUEEZE:
+        if (norm_dim(n->dim, x->ndim ? x->ndim : 1, &d))
+            return fail(err, cap, "dim %lld is out of range for %s", (long long)n->dim,
+                        rt_shape_format(x, sb, sizeof sb));
+        *out = *x;
+        /* torch: a dimension of size other than 1 is left as it is */
+        if (x->ndim && x->d[d] == 1) {
+            out->ndim--;
+            for (int i = (int)d; i < out->ndim; i++)
+                out->d[i] = x->d[i + 1];
+        }
+        break;
+    case RT_UNSQUEEZE:
+        if (x->ndim >= CKPT_MAX_DIMS)
+            return fail(err, cap, "the input %s has %d dimensions already",
+                        rt_shape_format(x, sb, sizeof sb), CKPT_MAX_DIMS);
+        if (norm_dim(n->dim, x->ndim + 1, &d))
+            return fail(err, cap, "dim %lld is out of range for %s", (long long)n->dim,
+                        rt_shape_format(x, sb, sizeof sb));
+        out->ndim = x->ndim + 1;
+        for (int i = 0, j = 0; i < out->ndim; i++)
+            out->d[i] = i == d ? 1 : x->d[j++];
+        break;
     case RT_CAT:
         if (norm_dim(n->dim, x->ndim, &d))
             return fail(err, cap, "dim %lld is out of range for %s", (long long)n->dim,
@@ -286,7 +341,8 @@ int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *
     }
     if (check_numel(out, err, cap))
         return -1;
-    return w || n->param[RT_P_WEIGHT] < 0 ? 0 : 1;
+    /* batch_norm's channels come from its input, not its weight */
+    return w || n->param[RT_P_WEIGHT] < 0 || n->op == RT_BATCH_NORM ? 0 : 1;
 }
 
 /* ---- the shape pass --------------------------------------------------------- */
@@ -315,16 +371,21 @@ int rt_graph_shapes(const ckpt_model *m, const rt_shape *const *param, rt_shape 
         const rt_shape *w = wi < 0 ? NULL : param ? param[wi] : &m->params[wi].shape;
         rt_shape pe[RT_P_COUNT];
         char why[256];
-        int s = rt_shape_infer(n, ins, w, &shape[n->output], &pe[RT_P_WEIGHT], &pe[RT_P_BIAS],
-                               why, sizeof why);
+        int s = rt_shape_infer(n, ins, w, &shape[n->output], pe, why, sizeof why);
         if (ins != one)
             free(ins);
-        if (!known && s == 0 && w && !rt_shape_equal(w, &pe[RT_P_WEIGHT])) {
-            char b1[96], b2[96];
-            snprintf(why, sizeof why, "weight %s does not fit the input (expects %s)",
-                     rt_shape_format(w, b1, sizeof b1),
-                     rt_shape_format(&pe[RT_P_WEIGHT], b2, sizeof b2));
-            s = -1;
+        /* the executor: every bound parameter must fit what its input implies */
+        for (int k = 0; k < RT_P_COUNT && !known && s == 0; k++) {
+            int pi = n->param[k];
+            const rt_shape *given = pi < 0 ? NULL : param ? param[pi] : &m->params[pi].shape;
+            if (given && !rt_shape_equal(given, &pe[k])) {
+                char b1[96], b2[96];
+                snprintf(why, sizeof why, "%s %s does not fit the input (expects %s)",
+                         k == RT_P_WEIGHT ? "weight" : m->params[pi].key,
+                         rt_shape_format(given, b1, sizeof b1),
+                         rt_shape_format(&pe[k], b2, sizeof b2));
+                s = -1;
+            }
         }
         if (!known && s > 0) {
             snprintf(why, sizeof why, "its weight is missing");

@@ -232,26 +232,38 @@ static const struct {
     const char *name;
     rt_op op;
     int min_inputs, max_inputs; /* max 0: any number; -1: none at all */
-    int weight, bias;           /* 2 required, 1 optional, 0 none */
+    signed char need[RT_P_COUNT]; /* per parameter slot: 2 required, 1 optional, 0 none */
     const char *attrs;          /* the attributes it accepts, space-separated */
 } OPS[] = {
-    {"linear", RT_LINEAR, 1, 1, 2, 1, ""},
-    {"conv2d", RT_CONV2D, 1, 1, 2, 1, "stride padding dilation groups kernel_size"},
-    {"conv_transpose2d", RT_CONV_TRANSPOSE2D, 1, 1, 2, 1,
+    {"linear", RT_LINEAR, 1, 1, {2, 1}, ""},
+    {"conv2d", RT_CONV2D, 1, 1, {2, 1}, "stride padding dilation groups kernel_size"},
+    {"conv_transpose2d", RT_CONV_TRANSPOSE2D, 1, 1, {2, 1},
      "stride padding output_padding dilation groups kernel_size"},
-    {"max_pool2d", RT_MAX_POOL2D, 1, 1, 0, 0, "kernel_size stride padding dilation ceil_mode"},
-    {"relu", RT_RELU, 1, 1, 0, 0, ""},
-    {"sigmoid", RT_SIGMOID, 1, 1, 0, 0, ""},
-    {"softmax", RT_SOFTMAX, 1, 1, 0, 0, "dim"},
-    {"flatten", RT_FLATTEN, 1, 1, 0, 0, "start_dim end_dim"},
-    {"reshape", RT_RESHAPE, 1, 1, 0, 0, "shape"},
-    {"view", RT_RESHAPE, 1, 1, 0, 0, "shape"},
-    {"permute", RT_PERMUTE, 1, 1, 0, 0, "dims"},
-    {"cat", RT_CAT, 1, 0, 0, 0, "dim"},
-    {"l2norm", RT_L2NORM, 1, 1, 2, 0, "eps"},
-    {"prior_box", RT_PRIOR_BOX, 0, -1, 0, 0,
+    {"max_pool2d", RT_MAX_POOL2D, 1, 1, {0}, "kernel_size stride padding dilation ceil_mode"},
+    {"relu", RT_RELU, 1, 1, {0}, ""},
+    {"sigmoid", RT_SIGMOID, 1, 1, {0}, ""},
+    {"softmax", RT_SOFTMAX, 1, 1, {0}, "dim"},
+    {"flatten", RT_FLATTEN, 1, 1, {0}, "start_dim end_dim"},
+    {"reshape", RT_RESHAPE, 1, 1, {0}, "shape"},
+    {"view", RT_RESHAPE, 1, 1, {0}, "shape"},
+    {"permute", RT_PERMUTE, 1, 1, {0}, "dims"},
+    {"cat", RT_CAT, 1, 0, {0}, "dim"},
+    {"l2norm", RT_L2NORM, 1, 1, {2, 0}, "eps"},
+    {"prior_box", RT_PRIOR_BOX, 0, -1, {0},
      "image_size feature_maps steps min_sizes max_sizes aspect_ratios clip"},
+    /* inference: the running statistics are required; weight and bias
+     * (affine) and num_batches_tracked (loaded, never read) are optional */
+    {"batch_norm", RT_BATCH_NORM, 1, 1, {1, 1, 2, 2, 1}, "eps momentum"},
+    {"add", RT_ADD, 2, 2, {0}, ""},
+    {"adaptive_avg_pool2d", RT_ADAPTIVE_AVG_POOL2D, 1, 1, {0}, "output_size"},
+    {"dropout", RT_DROPOUT, 1, 1, {0}, "p inplace"},
+    {"squeeze", RT_SQUEEZE, 1, 1, {0}, "dim"},
+    {"unsqueeze", RT_UNSQUEEZE, 1, 1, {0}, "dim"},
 };
+
+/* The spec's names of the parameter slots (torch's attribute names). */
+static const char *const SLOT_NAMES[RT_P_COUNT] = {"weight", "bias", "running_mean",
+                                                   "running_var", "num_batches_tracked"};
 
 static int attr_known(const char *list, const char *name)
 {
@@ -354,6 +366,36 @@ static int parse_attrs(parser *p, rt_node *n, const cJSON *attrs, const char *ac
             n->eps = e->valuedouble;
         return 0;
     }
+    case RT_BATCH_NORM: {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(attrs, "eps");
+        const cJSON *mo = cJSON_GetObjectItemCaseSensitive(attrs, "momentum");
+        n->eps = 1e-5; /* nn.BatchNorm2d's default */
+        if (e && (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || e->valuedouble > 1))
+            return pfail(p, "\"eps\" must be a number in (0, 1]");
+        if (e)
+            n->eps = e->valuedouble;
+        /* momentum only updates the statistics in training: accepted, unused */
+        if (mo && !cJSON_IsNumber(mo) && !cJSON_IsNull(mo))
+            return pfail(p, "\"momentum\" must be a number or null");
+        return 0;
+    }
+    case RT_ADAPTIVE_AVG_POOL2D:
+        if (!cJSON_GetObjectItemCaseSensitive(attrs, "output_size"))
+            return pfail(p, "the attribute \"output_size\" is required");
+        return get_pair(p, attrs, "output_size", 1, 1, n->out_size, NULL);
+    case RT_DROPOUT: {
+        /* identity at inference (eval mode): p is checked as torch does */
+        const cJSON *pr = cJSON_GetObjectItemCaseSensitive(attrs, "p");
+        const cJSON *ip = cJSON_GetObjectItemCaseSensitive(attrs, "inplace");
+        if (pr && (!cJSON_IsNumber(pr) || !(pr->valuedouble >= 0 && pr->valuedouble <= 1)))
+            return pfail(p, "\"p\" must be a probability from 0 to 1");
+        if (ip && !cJSON_IsBool(ip))
+            return pfail(p, "\"inplace\" must be true or false");
+        return 0;
+    }
+    case RT_SQUEEZE:
+    case RT_UNSQUEEZE:
+        return get_dim(p, attrs, "dim", 1, 0, &n->dim);
     case RT_PRIOR_BOX:
         return parse_prior(p, n, attrs);
     default:
@@ -361,28 +403,37 @@ static int parse_attrs(parser *p, rt_node *n, const cJSON *attrs, const char *ac
     }
 }
 
-static int parse_params(parser *p, rt_node *n, const cJSON *params, int weight, int bias)
+static int parse_params(parser *p, rt_node *n, const cJSON *params, const signed char *need)
 {
-    n->param[RT_P_WEIGHT] = n->param[RT_P_BIAS] = -1;
+    for (int k = 0; k < RT_P_COUNT; k++)
+        n->param[k] = -1;
     if (params && !cJSON_IsObject(params))
         return pfail(p, "\"params\" must be an object such as {\"weight\": \"fc.weight\"}");
     for (const cJSON *e = params ? params->child : NULL; e; e = e->next) {
-        int slot;
-        if (strcmp(e->string, "weight") == 0 && weight)
-            slot = RT_P_WEIGHT;
-        else if (strcmp(e->string, "bias") == 0 && bias)
-            slot = RT_P_BIAS;
-        else
+        int slot = 0;
+        while (slot < RT_P_COUNT && (!need[slot] || strcmp(e->string, SLOT_NAMES[slot])))
+            slot++;
+        if (slot == RT_P_COUNT)
             return pfail(p, "%s takes no parameter \"%s\"", n->opname, e->string);
         if (!cJSON_IsString(e))
             return pfail(p, "parameter \"%s\" must name a state-dict key", e->string);
+        if (n->param[slot] >= 0)
+            return pfail(p, "parameter \"%s\" is given twice", e->string);
+        n->param[slot] = -2; /* named; the key is added below, in slot order */
+    }
+    for (int slot = 0; slot < RT_P_COUNT; slot++) {
+        if (n->param[slot] == -1) {
+            if (need[slot] == 2)
+                return pfail(p, "the parameter \"%s\" is required", SLOT_NAMES[slot]);
+            continue;
+        }
+        /* torch's state-dict order within a module is the slot order */
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(params, SLOT_NAMES[slot]);
         int idx = add_param(p, e->valuestring);
         if (idx < 0)
             return -1;
         n->param[slot] = idx;
     }
-    if (weight == 2 && n->param[RT_P_WEIGHT] < 0)
-        return pfail(p, "the parameter \"weight\" is required");
     return 0;
 }
 
@@ -430,7 +481,9 @@ static int parse_node(parser *p, const cJSON *jn, size_t index)
     if (count < OPS[k].min_inputs || (OPS[k].max_inputs > 0 && count > OPS[k].max_inputs) ||
         count > 4096)
         return pfail(p, "%s takes %d input%s, not %d", n->opname, OPS[k].min_inputs,
-                     OPS[k].min_inputs == 1 && OPS[k].max_inputs == 1 ? "" : " or more",
+                     OPS[k].min_inputs != OPS[k].max_inputs ? " or more"
+                     : OPS[k].min_inputs == 1                ? ""
+                                                             : "s",
                      count);
     if (!(n->inputs = calloc(count ? (size_t)count : 1, sizeof(int))))
         return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
@@ -445,8 +498,7 @@ static int parse_node(parser *p, const cJSON *jn, size_t index)
                          in->valuestring);
     }
     if (parse_attrs(p, n, cJSON_GetObjectItemCaseSensitive(jn, "attrs"), OPS[k].attrs) ||
-        parse_params(p, n, cJSON_GetObjectItemCaseSensitive(jn, "params"), OPS[k].weight,
-                     OPS[k].bias))
+        parse_params(p, n, cJSON_GetObjectItemCaseSensitive(jn, "params"), OPS[k].need))
         return -1;
     if ((n->output = add_value(p, out->valuestring)) < 0)
         return -1;

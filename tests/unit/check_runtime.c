@@ -52,7 +52,7 @@ static void list_cases(void)
 static int exact_case(const char *name)
 {
     static const char *const exact[] = {"relu", "permute", "flatten", "reshape", "view", "cat", "prior_box",
-                                        "maxpool"};
+                                        "maxpool", "add", "dropout", "squeeze", "unsqueeze"};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (strncmp(name, exact[i], strlen(exact[i])) == 0)
             return 1;

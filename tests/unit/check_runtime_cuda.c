@@ -1,7 +1,8 @@
 /* check_runtime_cuda.c - every op of the CUDA backend against the CPU
  * reference, on seeded random inputs over shapes that exercise the edge
  * cases (odd sizes, non-square kernels, stride, padding, dilation,
- * output_padding, ceil-mode pooling, strided softmax, permutes, cat), and
+ * output_padding, ceil-mode pooling, strided softmax, permutes, cat,
+ * batch norm with and without affine, adaptive average pools), and
  * the CUDA results bitwise equal across two runs.
  * Exits 77 (skipped) where there is no GPU. */
 #include "ckpt.h"
@@ -50,7 +51,7 @@ static void die(ckpt_backend *b, const char *what, int rc)
     exit(1);
 }
 
-#define MAX_IN 4
+#define MAX_IN 5
 
 /* An op on device buffers: IN[i] (NULL where the host input was NULL),
  * OUT already holding the initial output. */
@@ -377,6 +378,97 @@ static void test_l2norm(int64_t n, int64_t c, int64_t h, int64_t w)
     free(wt);
 }
 
+/* ---- batch_norm, add, adaptive_avg_pool2d (ResNet) ---- */
+
+typedef struct {
+    int64_t outer, c, inner;
+    int affine;
+    float eps;
+} bn_args;
+
+static int op_batch_norm(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const bn_args *a = args;
+    return b->ops->batch_norm(b, in[0], in[1], in[2], a->affine ? in[3] : NULL,
+                              a->affine ? in[4] : NULL, out, a->outer, a->c, a->inner, a->eps);
+}
+
+/* the same float32 scale and shift per channel, then x * scale + shift
+ * without FMA on both: bit for bit but for sqrtf's rounding, which both
+ * take from IEEE (correctly rounded) */
+static void test_batch_norm(int64_t outer, int64_t c, int64_t inner, int affine, float eps)
+{
+    bn_args a = {outer, c, inner, affine, eps};
+    size_t nx = (size_t)(outer * c * inner);
+    float *x = host_rand(nx, 3.0f), *mean = host_rand((size_t)c, 1.0f);
+    float *var = host_rand((size_t)c, 1.0f), *w = host_rand((size_t)c, 2.0f);
+    float *bias = host_rand((size_t)c, 1.0f);
+    for (int64_t i = 0; i < c; i++)
+        var[i] = fabsf(var[i]) + 0.01f;
+    const float *hin[] = {x, mean, var, w, bias};
+    size_t nin[] = {nx, (size_t)c, (size_t)c, (size_t)c, (size_t)c};
+    char name[96];
+    snprintf(name, sizeof name, "batch_norm [%lld, %lld, %lld]%s eps %g", (long long)outer,
+             (long long)c, (long long)inner, affine ? "" : " no affine", (double)eps);
+    check(name, op_batch_norm, &a, hin, nin, 5, nx, NULL, 1e-6, 1e-6);
+    free(bias);
+    free(x);
+    free(mean);
+    free(var);
+    free(w);
+}
+
+static int op_add(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    return b->ops->add(b, in[0], in[1], out, *(const size_t *)args);
+}
+
+static void test_add(size_t n)
+{
+    float *x = host_rand(n, 5.0f), *y = host_rand(n, 5.0f);
+    if (n > 3) {
+        x[0] = NAN;
+        x[1] = INFINITY;
+        y[1] = -INFINITY; /* inf - inf = NaN on both */
+        x[2] = -0.0f;
+        y[2] = -0.0f;
+    }
+    const float *hin[] = {x, y};
+    size_t nin[] = {n, n};
+    char name[64];
+    snprintf(name, sizeof name, "add n=%zu", n);
+    check(name, op_add, &n, hin, nin, 2, n, NULL, 0.0, 0.0);
+    free(x);
+    free(y);
+}
+
+static int op_adaptive_avg_pool2d(ckpt_backend *b, float *const *in, float *out,
+                                  const void *args)
+{
+    return b->ops->adaptive_avg_pool2d(b, in[0], out, args);
+}
+
+/* both sum each bin row by row in float32, then divide: equal bits */
+static void test_adaptive_avg_pool2d(int64_t planes, int64_t h, int64_t w, int64_t oh,
+                                     int64_t ow)
+{
+    ckpt_pool_geom g = {0};
+    g.planes = planes;
+    g.in_h = h;
+    g.in_w = w;
+    g.out_h = oh;
+    g.out_w = ow;
+    size_t nx = (size_t)(planes * h * w), ny = (size_t)(planes * oh * ow);
+    float *x = host_rand(nx, 3.0f);
+    const float *hin[] = {x};
+    size_t nin[] = {nx};
+    char name[96];
+    snprintf(name, sizeof name, "adaptive_avg_pool2d %lld x [%lld, %lld] -> [%lld, %lld]",
+             (long long)planes, (long long)h, (long long)w, (long long)oh, (long long)ow);
+    check(name, op_adaptive_avg_pool2d, &g, hin, nin, 1, ny, NULL, 0.0, 0.0);
+    free(x);
+}
+
 /* ---- permute, copy_rows ---- */
 
 typedef struct {
@@ -576,6 +668,18 @@ int main(void)
     test_l2norm(2, 512, 38, 38); /* SSD's conv4_3 */
     test_l2norm(1, 1, 5, 7);
     test_l2norm(3, 64, 1, 1);
+
+    test_batch_norm(2, 64, 56 * 56, 1, 1e-5f); /* ResNet's bn1 after the stem */
+    test_batch_norm(3, 5, 7, 0, 1e-3f);
+    test_batch_norm(4, 6, 1, 1, 1e-5f);        /* BatchNorm1d on [N, C] */
+    test_batch_norm(1, 2048, 49, 1, 1e-5f);
+    test_add(1);
+    test_add(1000);
+    test_add(2 * 256 * 56 * 56);
+    test_adaptive_avg_pool2d(2 * 2048, 7, 7, 1, 1); /* ResNet50's avgpool */
+    test_adaptive_avg_pool2d(6, 7, 5, 3, 2);          /* unequal, overlapping bins */
+    test_adaptive_avg_pool2d(4, 3, 2, 5, 4);          /* more bins than inputs */
+    test_adaptive_avg_pool2d(3, 4, 4, 4, 4);
 
     {
         const int64_t s1[] = {2, 3, 5, 7};
