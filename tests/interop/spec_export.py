@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Interop test: tools/ckpt-spec, the spec exporter, on every bundled model.
+
+For each spec in models/ and the class of tests/fixtures/models.py behind
+it, ckpt-spec traces the class (torch.fx, under the torch running this
+test) and writes a spec into scratch; a checkpoint of the model (seeded
+weights; trained-looking batch norm statistics) and a torch reference of
+its outputs are made there too.  Then `ckpt verify --reference` must pass
+with the committed spec and with the exported one, on the same checkpoint
+and reference: the two specs may differ in form (a view's -1 or 0, a class
+count written out) but must give torch's outputs within 1e-5 of their
+scale.
+
+And ckpt-spec's refusals: a model with ops the runtime lacks exits 1,
+writes nothing, and names each node with its module or function; one with
+a module that forward never calls exits 1 naming the state-dict keys no op
+reads; a missing --input is a usage error (exit 2).
+
+Prints `ok NAME` or `FAIL NAME: why` per case, then `N passed, M failed`;
+exits 1 if anything failed, 77 (skip) if torch cannot be imported.
+"""
+import os
+import sys
+import textwrap
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as c  # noqa: E402  (exit 77 without torch)
+import torch  # noqa: E402
+import models  # noqa: E402  (tests/fixtures/models.py)
+
+TOOL = os.path.join(c.SRCDIR, 'tools', 'ckpt-spec')
+FIXTURES = os.path.join(c.SRCDIR, 'tests', 'fixtures')
+
+t = c.Tally()
+t.need(c.CKPT, 'CKPT')
+case = t.case
+
+
+def ckpt_spec(*args):
+    """tools/ckpt-spec ARGS under this test's Python (and torch) -> Ran."""
+    return c.run([sys.executable, TOOL, '-C', FIXTURES] + list(args), timeout=300)
+
+
+# spec in models/, the factory ckpt-spec is given, the model it makes
+# (constructed here the same way), the input shape, the outputs
+BUNDLED = [
+    ('mnist_mlp.json', 'models:MLP', lambda: models.MLP(), [1, 1, 28, 28]),
+    ('mnist_autoencoder.json', 'models:AutoEncoder', lambda: models.AutoEncoder(),
+     [1, 1, 28, 28]),
+    ('mnist_conv_autoencoder.json', 'models:Autoencoder', lambda: models.Autoencoder(),
+     [1, 1, 28, 28]),
+    ('ssd300.json', 'models:SSD300(width=8)', lambda: models.SSD300(width=8),
+     [1, 3, 300, 300]),
+    ('crnn_tiny.json', 'models:CRNNTiny', lambda: models.CRNNTiny(), [1, 1, 32, 32]),
+    ('resnet18.json', 'models:resnet(18, num_classes=10, width=8)',
+     lambda: models.resnet(18, num_classes=10, width=8), [1, 3, 224, 224]),
+    ('resnet50.json', 'models:resnet(50, num_classes=10, width=8)',
+     lambda: models.resnet(50, num_classes=10, width=8), [1, 3, 224, 224]),
+]
+
+
+def spec_outputs(path):
+    import json
+    with open(path) as f:
+        return json.load(f)['outputs']
+
+
+def check_pass(rc, doc, what):
+    assert rc == 0 and doc['result'] == 'PASS', (what, doc.get('load'), doc.get('outputs'))
+    for o in doc['outputs']:
+        r = o['reference']
+        assert r['pass'] and r['max_rel'] < 1e-5, (what, o)
+
+
+covered = set()
+for spec, factory, make, shape in BUNDLED:
+    covered.add(spec)
+
+    @case('%s: ckpt-spec %s exports a spec; it and the committed one pass against '
+          "torch's outputs on the same checkpoint" % (spec, factory))
+    def _(spec=spec, factory=factory, make=make, shape=shape):
+        base = spec[:-5]
+        outs = spec_outputs(os.path.join(c.SPECS, spec))
+        exported = c.scratch(base + '.exported.json')
+        r = ckpt_spec(factory, '--input', 'x=' + ','.join(map(str, shape)),
+                      '--output', ','.join(outs), '-o', exported)
+        assert r.rc == 0, 'ckpt-spec exited %d: %s' % (r.rc, r.err.strip()[-600:])
+        assert spec_outputs(exported) == outs, spec_outputs(exported)
+        torch.manual_seed(len(base))
+        model = models.randomize_batch_norms(make()).eval()
+        path = c.save(model.state_dict(), c.scratch(base + '.pth'))
+        x = torch.rand([2] + shape[1:])
+        ref = c.save_reference(model, x, outs, c.scratch(base + '.ref.pth'))
+        for which in (spec, exported):
+            rc, doc = c.verify_json(which, path, '--reference', ref)
+            check_pass(rc, doc, which)
+
+
+@case('every spec in models/ has a case here')
+def _():
+    bundled = {f for f in os.listdir(c.SPECS) if f.endswith('.json')}
+    missing = sorted(bundled - covered)
+    assert not missing, 'no export case for %s' % missing
+
+
+UNSUPPORTED = '''
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, groups=2)
+        self.act = nn.GELU()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.act(self.conv(x))
+        h = torch.tanh(h).mean((2, 3))
+        return self.fc(h[:, :8])
+
+
+class Unused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.aux = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+'''
+
+
+@case('unsupported ops: exit 1, no spec written, each node named with its module or '
+      'function')
+def _():
+    src = c.scratch('usermodels.py')
+    with open(src, 'w') as f:
+        f.write(textwrap.dedent(UNSUPPORTED))
+    out = c.scratch('net.json')
+    r = ckpt_spec(src + ':Net', '--input', 'x=1,4,8,8', '-o', out)
+    assert r.rc == 1, (r.rc, r.err)
+    assert not os.path.exists(out), 'a spec was written'
+    err = r.err
+    for want in ('conv: call_module conv (Conv2d): groups=2', 'act: call_module act (GELU)',
+                 'tanh: call_function torch.tanh', 'mean: call_method Tensor.mean',
+                 'getitem: call_function _operator.getitem: indexing or slicing'):
+        assert want in err, (want, err)
+    assert err.startswith('ckpt-spec: Net: '), err
+
+
+@case('a module forward never calls: exit 1 naming its state-dict keys')
+def _():
+    src = c.scratch('usermodels.py')
+    if not os.path.exists(src):
+        with open(src, 'w') as f:
+            f.write(textwrap.dedent(UNSUPPORTED))
+    r = ckpt_spec(src + ':Unused', '--input', 'x=1,4', '-o', c.scratch('unused.json'))
+    assert r.rc == 1, (r.rc, r.err)
+    assert 'aux.weight, aux.bias' in r.err, r.err
+
+
+@case('usage errors exit 2: no --input, an --input forward does not take, a bad factory')
+def _():
+    for args, want in ((['models:MLP'], 'give --input'),
+                       (['models:MLP', '--input', 'y=1,784'], 'forward takes x'),
+                       (['models:NoSuchNet', '--input', 'x=1,784'], 'no attribute'),
+                       (['models', '--input', 'x=1,784'], 'want MODULE:FACTORY'),
+                       (['models:MLP', '--input', 'x=1,a'], 'want NAME=SIZES')):
+        r = ckpt_spec(*args)
+        assert r.rc == 2 and want in r.err, (args, r.rc, r.err)
+
+sys.exit(t.summary())
