@@ -16,7 +16,7 @@ storage tagged cuda:0, made here in scratch):
   - `--replicas 2` on a batch of 32 reports [130, 16, C] where one device
     gives [65, 32, C]: torch's DataParallel gather, computed here on the CPU
     by running the two halves of the batch and concatenating along dim 0.
-And once the article's full model (5530 classes, nh 256: 8.7M parameters)
+And once the article's full model (5530 classes, nh 256: 11.1M parameters)
 on 32 x 256 images at batch 2, timed.
 
 Prints `ok NAME` or `FAIL NAME: why` per case, then `N passed, M failed`;
