@@ -429,6 +429,31 @@ __global__ void k_add(const float *__restrict__ a, const float *__restrict__ x,
     }
 }
 
+// One LSTM time step (runtime/backend.h lstm_cell): one thread per (row,
+// unit), torch's gate order i, f, g, o; expf and tanhf as the CPU reference.
+template <typename I>
+__global__ void k_lstm_cell(const float *__restrict__ gx, const float *__restrict__ gh,
+                            const float *__restrict__ bias_hh, float *__restrict__ c,
+                            float *__restrict__ h, float *__restrict__ y, I hidden, I y_stride,
+                            I total)
+{
+    GRID_LOOP(I, idx, total) {
+        I r = idx / hidden, j = idx - r * hidden;
+        const float *gxr = gx + r * 4 * hidden;
+        const float *ghr = gh ? gh + r * 4 * hidden : bias_hh;
+        float g4[4];
+        for (int q = 0; q < 4; q++)
+            g4[q] = gxr[q * hidden + j] + (ghr ? ghr[q * hidden + j] : 0.0f);
+        float ig = 1.0f / (1.0f + expf(-g4[0])), fg = 1.0f / (1.0f + expf(-g4[1]));
+        float gg = tanhf(g4[2]), og = 1.0f / (1.0f + expf(-g4[3]));
+        float cn = (gh ? fg * c[idx] : 0.0f) + ig * gg;
+        c[idx] = cn;
+        float hn = og * tanhf(cn);
+        h[idx] = hn;
+        y[r * y_stride + j] = hn;
+    }
+}
+
 // torch's bins: rows floor(i * in / out) .. ceil((i + 1) * in / out) - 1,
 // summed row by row as the CPU reference, then divided by the bin's size.
 template <typename I>
@@ -1024,6 +1049,29 @@ static int cuda_adaptive_avg_pool2d(ckpt_backend *b, const float *x, float *y,
     return CKPT_OK;
 }
 
+static int cuda_lstm_cell(ckpt_backend *b, const float *gx, const float *gh,
+                          const float *bias_hh, float *c, float *h, float *y, int64_t batch,
+                          int64_t hidden, int64_t y_stride)
+{
+    if (batch < 0 || hidden < 0 || y_stride < hidden)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "lstm_cell: invalid sizes");
+    int64_t total = batch * hidden;
+    if (total == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, "lstm_cell"));
+    cudaStream_t s = impl_of(b)->stream;
+    // the furthest index formed: the gates' rows, and y's
+    int64_t reach = batch * 4 * hidden + batch * y_stride;
+    if (fits_int32(reach))
+        k_lstm_cell<int><<<grid_for(total), THREADS, 0, s>>>(gx, gh, bias_hh, c, h, y, (int)hidden,
+                                                             (int)y_stride, (int)total);
+    else
+        k_lstm_cell<long long><<<grid_for(total), THREADS, 0, s>>>(
+            gx, gh, bias_hh, c, h, y, (long long)hidden, (long long)y_stride, (long long)total);
+    LAUNCH_CHECK(b, "lstm_cell", "lstm_cell");
+    return CKPT_OK;
+}
+
 static int cuda_relu(ckpt_backend *b, const float *x, float *y, size_t n)
 {
     if (n == 0)
@@ -1196,13 +1244,14 @@ static void cuda_destroy(ckpt_backend *b)
 
 // In runtime/backend.h's order (C++17 has no designated initializers); the
 // assertion catches an op added there and not here.
-static_assert(sizeof(ckpt_backend_ops) == 19 * sizeof(void (*)(void)),
+static_assert(sizeof(ckpt_backend_ops) == 20 * sizeof(void (*)(void)),
               "ckpt_backend_ops changed: update cuda_ops");
 static const ckpt_backend_ops cuda_ops = {
     cuda_destroy,    cuda_alloc,  cuda_release, cuda_upload,    cuda_download,
     cuda_linear,     cuda_conv2d, cuda_conv_transpose2d,
     cuda_max_pool2d, cuda_l2norm, cuda_relu,    cuda_sigmoid,   cuda_softmax,   cuda_permute,
-    cuda_copy_rows,  cuda_batch_norm, cuda_add, cuda_adaptive_avg_pool2d, cuda_synchronize,
+    cuda_copy_rows,  cuda_batch_norm, cuda_add, cuda_adaptive_avg_pool2d, cuda_lstm_cell,
+    cuda_synchronize,
 };
 
 // Fails with CKPT_ERR_DEVICE: B (if any) is destroyed, the message goes to ERR.

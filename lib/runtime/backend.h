@@ -111,6 +111,16 @@ typedef struct ckpt_backend_ops {
      * dilation of G are unused. */
     int (*adaptive_avg_pool2d)(ckpt_backend *b, const float *x, float *y,
                                const ckpt_pool_geom *g);
+    /* One time step of an LSTM layer, torch's gate order (i, f, g, o) in
+     * rows of 4 * HIDDEN: gates = gx + gh, where GX [batch, 4H] is x W_ih^T
+     * + b_ih and GH [batch, 4H] is h W_hh^T + b_hh; at the first step (h and
+     * c zero) GH is NULL and BIAS_HH [4H] (NULL: none) stands for it.  Then
+     * c = sigmoid(f) * c + sigmoid(i) * tanh(g) (c taken as 0 at the first
+     * step) and h = sigmoid(o) * tanh(c), written to C and H ([batch, H])
+     * and to Y: y[r * y_stride + j] = h[r, j]. */
+    int (*lstm_cell)(ckpt_backend *b, const float *gx, const float *gh, const float *bias_hh,
+                     float *c, float *h, float *y, int64_t batch, int64_t hidden,
+                     int64_t y_stride);
     /* Wait for queued work; report any error it met. */
     int (*synchronize)(ckpt_backend *b);
 } ckpt_backend_ops;

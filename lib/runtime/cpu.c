@@ -544,6 +544,28 @@ static int cpu_copy_rows(ckpt_backend *b, const float *x, int64_t x_stride, floa
     return CKPT_OK;
 }
 
+static int cpu_lstm_cell(ckpt_backend *b, const float *gx, const float *gh,
+                         const float *bias_hh, float *c, float *h, float *y, int64_t batch,
+                         int64_t hidden, int64_t y_stride)
+{
+    (void)b;
+    for (int64_t r = 0; r < batch; r++) {
+        const float *gxr = gx + r * 4 * hidden, *ghr = gh ? gh + r * 4 * hidden : bias_hh;
+        float *cr = c + r * hidden, *hr = h + r * hidden, *yr = y + r * y_stride;
+        for (int64_t j = 0; j < hidden; j++) {
+            float g4[4];
+            for (int q = 0; q < 4; q++)
+                g4[q] = gxr[q * hidden + j] + (ghr ? ghr[q * hidden + j] : 0.0f);
+            float i = 1.0f / (1.0f + expf(-g4[0])), f = 1.0f / (1.0f + expf(-g4[1]));
+            float g = tanhf(g4[2]), o = 1.0f / (1.0f + expf(-g4[3]));
+            float cn = (gh ? f * cr[j] : 0.0f) + i * g;
+            cr[j] = cn;
+            hr[j] = yr[j] = o * tanhf(cn);
+        }
+    }
+    return CKPT_OK;
+}
+
 static int cpu_synchronize(ckpt_backend *b)
 {
     (void)b;
@@ -569,6 +591,7 @@ static const ckpt_backend_ops CPU_OPS = {
     .batch_norm = cpu_batch_norm,
     .add = cpu_add,
     .adaptive_avg_pool2d = cpu_adaptive_avg_pool2d,
+    .lstm_cell = cpu_lstm_cell,
     .synchronize = cpu_synchronize,
 };
 

@@ -86,6 +86,7 @@ void rt_model_clear(ckpt_model *m)
         if (m->nodes[i].prior)
             free(m->nodes[i].prior->boxes);
         free(m->nodes[i].prior);
+        free(m->nodes[i].lstm_param);
     }
     free(m->nodes);
     free(m->outputs);

@@ -97,6 +97,69 @@ static int64_t prod(const rt_shape *s, int from, int to)
     return p;
 }
 
+/* nn.LSTM over X [T, B, C] into Y [T, B, dirs * H], zero initial state:
+ * per layer and direction, the input's gates for every step at once (one
+ * linear), then the steps in order (forward) or reversed (_reverse), each
+ * a linear of h and a cell update that writes its half of Y. */
+static int exec_lstm(run *r, const rt_node *n, const rt_shape *x, const float *xp,
+                     const rt_shape *y, float *yp)
+{
+    ckpt_backend *b = r->b;
+    int dirs = n->bidirectional ? 2 : 1, per = rt_lstm_per_dir(n);
+    int64_t T = x->d[0], B = x->d[1], H = y->d[2] / dirs, out_w = dirs * H;
+    size_t ny = (size_t)(T * B * out_w);
+    float *gx = NULL, *gh = NULL, *hc = NULL, *mid[2] = {NULL, NULL};
+    int rc = CKPT_OK;
+    if (!T || !B)
+        return CKPT_OK;
+    if ((rc = b->ops->alloc(b, (size_t)(T * B * 4 * H), &gx)) != CKPT_OK ||
+        (rc = b->ops->alloc(b, (size_t)(B * 4 * H), &gh)) != CKPT_OK ||
+        (rc = b->ops->alloc(b, (size_t)(2 * B * H), &hc)) != CKPT_OK)
+        goto out;
+    const float *in = xp;
+    int64_t in_w = x->d[2];
+    for (int64_t l = 0; l < n->num_layers; l++) {
+        /* the last layer writes Y; the others one of two buffers in turn */
+        float *out = yp;
+        if (l + 1 < n->num_layers) {
+            if (!mid[l % 2] && (rc = b->ops->alloc(b, ny, &mid[l % 2])) != CKPT_OK)
+                goto out;
+            out = mid[l % 2];
+        }
+        for (int d = 0; d < dirs; d++) {
+            const int *pi = n->lstm_param + (l * dirs + d) * per;
+            const float *w_ih = r->params[pi[0]], *w_hh = r->params[pi[1]];
+            const float *b_ih = per == 4 ? r->params[pi[2]] : NULL;
+            const float *b_hh = per == 4 ? r->params[pi[3]] : NULL;
+            if ((rc = b->ops->linear(b, in, w_ih, b_ih, gx, T * B, in_w, 4 * H)) != CKPT_OK)
+                goto out;
+            for (int64_t s = 0; s < T; s++) {
+                int64_t t = d ? T - 1 - s : s;
+                if (s && (rc = b->ops->linear(b, hc, w_hh, b_hh, gh, B, H, 4 * H)) != CKPT_OK)
+                    goto out;
+                if ((rc = b->ops->lstm_cell(b, gx + t * B * 4 * H, s ? gh : NULL, b_hh,
+                                            hc + B * H, hc, out + t * B * out_w + d * H, B, H,
+                                            out_w)) != CKPT_OK)
+                    goto out;
+            }
+        }
+        in = out;
+        in_w = out_w;
+    }
+out:
+    /* the releases wait for nothing: queued work on a stream keeps its order */
+    for (int i = 0; i < 2; i++)
+        if (mid[i])
+            b->ops->release(b, mid[i]);
+    if (hc)
+        b->ops->release(b, hc);
+    if (gh)
+        b->ops->release(b, gh);
+    if (gx)
+        b->ops->release(b, gx);
+    return rc;
+}
+
 static int exec_node(run *r, const rt_node *n)
 {
     ckpt_backend *b = r->b;
@@ -147,6 +210,8 @@ static int exec_node(run *r, const rt_node *n)
         rt_pool_geom(n, x, y, &g);
         return b->ops->adaptive_avg_pool2d(b, xp, yp, &g);
     }
+    case RT_LSTM:
+        return exec_lstm(r, n, x, xp, y, yp);
     case RT_L2NORM:
         return b->ops->l2norm(b, xp, w, yp, x->d[0], x->d[1], x->d[2] * x->d[3], (float)n->eps);
     case RT_PRIOR_BOX: {

@@ -13,7 +13,8 @@
 typedef enum rt_op {
     RT_LINEAR, RT_CONV2D, RT_CONV_TRANSPOSE2D, RT_MAX_POOL2D, RT_RELU, RT_SIGMOID,
     RT_SOFTMAX, RT_FLATTEN, RT_RESHAPE, RT_PERMUTE, RT_CAT, RT_L2NORM, RT_PRIOR_BOX,
-    RT_BATCH_NORM, RT_ADD, RT_ADAPTIVE_AVG_POOL2D, RT_DROPOUT, RT_SQUEEZE, RT_UNSQUEEZE
+    RT_BATCH_NORM, RT_ADD, RT_ADAPTIVE_AVG_POOL2D, RT_DROPOUT, RT_SQUEEZE, RT_UNSQUEEZE,
+    RT_LSTM
 } rt_op;
 
 #define RT_PRIOR_MAX_MAPS 16
@@ -60,6 +61,15 @@ typedef struct rt_node {
     double eps;                  /* l2norm, batch_norm */
     int64_t out_size[2];         /* adaptive_avg_pool2d */
     rt_prior *prior;             /* prior_box (owned) */
+    /* lstm: nn.LSTM's attributes, and its parameters found by torch's names
+     * under the spec's "module" prefix, in torch's order: per layer, per
+     * direction (forward, then _reverse), weight_ih, weight_hh, then
+     * bias_ih, bias_hh when it has biases.  param[RT_P_WEIGHT] is
+     * weight_ih_l0 too: it sizes the hidden state when the spec does not. */
+    int64_t num_layers, hidden_size;
+    int bidirectional, has_bias;
+    int nlstm;
+    int *lstm_param;             /* nlstm model parameter indexes (owned) */
 } rt_node;
 
 typedef struct rt_param {
@@ -167,6 +177,12 @@ const char *rt_shape_format(const rt_shape *s, char *buf, size_t cap);
 void rt_conv_geom(const rt_node *n, const rt_shape *x, const rt_shape *w, const rt_shape *y,
                   ckpt_conv_geom *g);
 void rt_pool_geom(const rt_node *n, const rt_shape *x, const rt_shape *y, ckpt_pool_geom *g);
+
+/* The shape lstm node N expects of its parameter K (an index into
+ * N->lstm_param) for an input X and hidden size H. */
+void rt_lstm_expect(const rt_node *n, int k, const rt_shape *x, int64_t h, rt_shape *out);
+/* Parameters per (layer, direction) of lstm node N: 4 with biases, else 2. */
+int rt_lstm_per_dir(const rt_node *n);
 
 /* Number of boxes prior_box makes; fills BOXES ([count, 4]) when not NULL. */
 int64_t rt_prior_boxes(const rt_prior *p, float *boxes);

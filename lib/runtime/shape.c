@@ -319,6 +319,26 @@ int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *
         for (int i = 0, j = 0; i < out->ndim; i++)
             out->d[i] = i == d ? 1 : x->d[j++];
         break;
+    case RT_LSTM: {
+        /* torch's nn.LSTM, batch_first false: [T, B, C] -> [T, B, dirs * H] */
+        int64_t h = n->hidden_size;
+        if (x->ndim != 3)
+            return fail(err, cap, "expects an input [T, B, C] (sequence first), got %s",
+                        rt_shape_format(x, sb, sizeof sb));
+        if (!h && w) {
+            /* weight_ih_l0 is [4 * hidden_size, input_size]: it sizes the rest */
+            if (w->ndim != 2 || w->d[0] % 4 || w->d[0] == 0)
+                return fail(err, cap, "weight_ih_l0 %s is not [4 * hidden_size, input_size]",
+                            rt_shape_format(w, sb, sizeof sb));
+            h = w->d[0] / 4;
+        }
+        if (!h)
+            return 1;
+        rt_lstm_expect(n, 0, x, h, we);
+        *out = *x;
+        out->d[2] = (n->bidirectional ? 2 : 1) * h;
+        break;
+    }
     case RT_CAT:
         if (norm_dim(n->dim, x->ndim, &d))
             return fail(err, cap, "dim %lld is out of range for %s", (long long)n->dim,
@@ -342,7 +362,68 @@ int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *
     if (check_numel(out, err, cap))
         return -1;
     /* batch_norm's channels come from its input, not its weight */
-    return w || n->param[RT_P_WEIGHT] < 0 || n->op == RT_BATCH_NORM ? 0 : 1;
+    return w || n->param[RT_P_WEIGHT] < 0 || n->op == RT_BATCH_NORM ||
+                   (n->op == RT_LSTM && n->hidden_size)
+               ? 0
+               : 1;
+}
+
+int rt_lstm_per_dir(const rt_node *n)
+{
+    return n->has_bias ? 4 : 2;
+}
+
+void rt_lstm_expect(const rt_node *n, int k, const rt_shape *x, int64_t h, rt_shape *out)
+{
+    int per = rt_lstm_per_dir(n), dirs = n->bidirectional ? 2 : 1;
+    int64_t layer = k / (per * dirs);
+    memset(out, 0, sizeof *out);
+    switch (k % per) {
+    case 0: /* weight_ih: layer 0 reads the input, the others the last layer's output */
+        out->ndim = 2;
+        out->d[0] = 4 * h;
+        out->d[1] = layer ? dirs * h : x->d[2];
+        break;
+    case 1: /* weight_hh */
+        out->ndim = 2;
+        out->d[0] = 4 * h;
+        out->d[1] = h;
+        break;
+    default: /* bias_ih, bias_hh */
+        out->ndim = 1;
+        out->d[0] = 4 * h;
+        break;
+    }
+}
+
+/* Check lstm node N's parameters against what its input and hidden size
+ * imply (the executor), or record those shapes in EXPECT/FIXED (the strict
+ * load).  Returns 0, or -1 with the reason in WHY. */
+static int lstm_params(const ckpt_model *m, const rt_node *n, const rt_shape *const *param,
+                       const rt_shape *x, const rt_shape *y, rt_shape *expect,
+                       unsigned char *fixed, char *why, size_t cap)
+{
+    int64_t h = y->d[2] / (n->bidirectional ? 2 : 1);
+    for (int k = 0; k < n->nlstm; k++) {
+        int pi = n->lstm_param[k];
+        rt_shape e;
+        rt_lstm_expect(n, k, x, h, &e);
+        if (expect) {
+            if (!fixed[pi]) {
+                fixed[pi] = 1;
+                expect[pi] = e;
+            }
+            continue;
+        }
+        const rt_shape *given = param ? param[pi] : &m->params[pi].shape;
+        if (given && !rt_shape_equal(given, &e)) {
+            char b1[96], b2[96];
+            snprintf(why, cap, "%s %s does not fit the input (expects %s)", m->params[pi].key,
+                     rt_shape_format(given, b1, sizeof b1), rt_shape_format(&e, b2, sizeof b2));
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* ---- the shape pass --------------------------------------------------------- */
@@ -374,8 +455,12 @@ int rt_graph_shapes(const ckpt_model *m, const rt_shape *const *param, rt_shape 
         int s = rt_shape_infer(n, ins, w, &shape[n->output], pe, why, sizeof why);
         if (ins != one)
             free(ins);
+        if (n->op == RT_LSTM && s == 0 && !known &&
+            lstm_params(m, n, param, &shape[n->inputs[0]], &shape[n->output], NULL, NULL, why,
+                        sizeof why))
+            s = -1;
         /* the executor: every bound parameter must fit what its input implies */
-        for (int k = 0; k < RT_P_COUNT && !known && s == 0; k++) {
+        for (int k = 0; k < RT_P_COUNT && !known && s == 0 && n->op != RT_LSTM; k++) {
             int pi = n->param[k];
             const rt_shape *given = pi < 0 ? NULL : param ? param[pi] : &m->params[pi].shape;
             if (given && !rt_shape_equal(given, &pe[k])) {
@@ -400,7 +485,10 @@ int rt_graph_shapes(const ckpt_model *m, const rt_shape *const *param, rt_shape 
             known[n->output] = s == 0;
         /* with the weight missing the graph cannot say what the other
          * parameters should be */
-        for (int k = 0; k < RT_P_COUNT && s == 0 && expect; k++)
+        if (n->op == RT_LSTM && s == 0 && expect)
+            lstm_params(m, n, param, &shape[n->inputs[0]], &shape[n->output], expect, fixed,
+                        why, sizeof why);
+        for (int k = 0; k < RT_P_COUNT && s == 0 && expect && n->op != RT_LSTM; k++)
             if (n->param[k] >= 0 && !fixed[n->param[k]]) {
                 fixed[n->param[k]] = 1;
                 expect[n->param[k]] = pe[k];

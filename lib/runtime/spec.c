@@ -259,6 +259,9 @@ static const struct {
     {"dropout", RT_DROPOUT, 1, 1, {0}, "p inplace"},
     {"squeeze", RT_SQUEEZE, 1, 1, {0}, "dim"},
     {"unsqueeze", RT_UNSQUEEZE, 1, 1, {0}, "dim"},
+    /* nn.LSTM: its parameters are found by torch's names under "module" */
+    {"lstm", RT_LSTM, 1, 1, {0},
+     "num_layers bidirectional bias hidden_size input_size batch_first dropout proj_size"},
 };
 
 /* The spec's names of the parameter slots (torch's attribute names). */
@@ -275,6 +278,82 @@ static int attr_known(const char *list, const char *name)
             return 1;
         s += l + (e != NULL);
     }
+    return 0;
+}
+
+static int get_bool(parser *p, const cJSON *attrs, const char *name, int def, int *out)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(attrs, name);
+    if (j && !cJSON_IsBool(j))
+        return pfail(p, "\"%s\" must be true or false", name);
+    *out = j ? cJSON_IsTrue(j) : def;
+    return 0;
+}
+
+/* nn.LSTM's constructor arguments; input_size and hidden_size may be left
+ * out (the weights size them), the rest have torch's defaults. */
+static int parse_lstm_attrs(parser *p, rt_node *n, const cJSON *attrs)
+{
+    const cJSON *j;
+    int batch_first = 0;
+    n->num_layers = 1;
+    if ((j = cJSON_GetObjectItemCaseSensitive(attrs, "num_layers")) &&
+        get_int(p, j, "num_layers", 1, 64, &n->num_layers))
+        return -1;
+    if ((j = cJSON_GetObjectItemCaseSensitive(attrs, "hidden_size")) &&
+        get_int(p, j, "hidden_size", 1, 1 << 20, &n->hidden_size))
+        return -1;
+    int64_t unused;
+    if ((j = cJSON_GetObjectItemCaseSensitive(attrs, "input_size")) &&
+        get_int(p, j, "input_size", 1, 1 << 24, &unused))
+        return -1;
+    if ((j = cJSON_GetObjectItemCaseSensitive(attrs, "proj_size")) &&
+        (get_int(p, j, "proj_size", 0, 1 << 20, &unused) || unused != 0))
+        return unused ? pfail(p, "proj_size is not supported (only 0)") : -1;
+    /* dropout acts between layers in training only: accepted, unused */
+    if ((j = cJSON_GetObjectItemCaseSensitive(attrs, "dropout")) &&
+        (!cJSON_IsNumber(j) || !(j->valuedouble >= 0 && j->valuedouble <= 1)))
+        return pfail(p, "\"dropout\" must be a probability from 0 to 1");
+    if (get_bool(p, attrs, "bidirectional", 0, &n->bidirectional) ||
+        get_bool(p, attrs, "bias", 1, &n->has_bias) ||
+        get_bool(p, attrs, "batch_first", 0, &batch_first))
+        return -1;
+    if (batch_first)
+        return pfail(p, "batch_first is not supported: the input is [T, B, C] (permute first)");
+    return 0;
+}
+
+/* lstm's parameters: "params": {"module": "rnn.0.rnn"} names the nn.LSTM;
+ * the keys are torch's, "rnn.0.rnn.weight_ih_l0" and so on. */
+static int parse_lstm_params(parser *p, rt_node *n, const cJSON *params)
+{
+    for (int k = 0; k < RT_P_COUNT; k++)
+        n->param[k] = -1;
+    const cJSON *mod = cJSON_GetObjectItemCaseSensitive(params, "module");
+    if (!cJSON_IsObject(params) || !cJSON_IsString(mod) || cJSON_GetArraySize(params) != 1)
+        return pfail(p, "lstm's \"params\" must be {\"module\": \"NAME\"}, the nn.LSTM's "
+                     "state-dict prefix (\"\" when the model is the LSTM)");
+    int dirs = n->bidirectional ? 2 : 1, per = rt_lstm_per_dir(n);
+    n->nlstm = (int)n->num_layers * dirs * per;
+    if (!(n->lstm_param = calloc((size_t)n->nlstm, sizeof(int))))
+        return ckpt_model_fail(p->m, CKPT_ERR_NOMEM, "out of memory");
+    static const char *const names[] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+    const char *pre = mod->valuestring;
+    int k = 0;
+    for (int64_t l = 0; l < n->num_layers; l++)
+        for (int d = 0; d < dirs; d++)
+            for (int i = 0; i < per; i++) {
+                char key[512];
+                if ((size_t)snprintf(key, sizeof key, "%s%s%s_l%lld%s", pre, pre[0] ? "." : "",
+                                     names[i], (long long)l,
+                                     d ? "_reverse" : "") >= sizeof key)
+                    return pfail(p, "the module name is too long");
+                int idx = add_param(p, key);
+                if (idx < 0)
+                    return -1;
+                n->lstm_param[k++] = idx;
+            }
+    n->param[RT_P_WEIGHT] = n->lstm_param[0];
     return 0;
 }
 
@@ -398,6 +477,8 @@ static int parse_attrs(parser *p, rt_node *n, const cJSON *attrs, const char *ac
         return get_dim(p, attrs, "dim", 1, 0, &n->dim);
     case RT_PRIOR_BOX:
         return parse_prior(p, n, attrs);
+    case RT_LSTM:
+        return parse_lstm_attrs(p, n, attrs);
     default:
         return 0;
     }
@@ -498,7 +579,10 @@ static int parse_node(parser *p, const cJSON *jn, size_t index)
                          in->valuestring);
     }
     if (parse_attrs(p, n, cJSON_GetObjectItemCaseSensitive(jn, "attrs"), OPS[k].attrs) ||
-        parse_params(p, n, cJSON_GetObjectItemCaseSensitive(jn, "params"), OPS[k].need))
+        (n->op == RT_LSTM
+             ? parse_lstm_params(p, n, cJSON_GetObjectItemCaseSensitive(jn, "params"))
+             : parse_params(p, n, cJSON_GetObjectItemCaseSensitive(jn, "params"),
+                            OPS[k].need)))
         return -1;
     if ((n->output = add_value(p, out->valuestring)) < 0)
         return -1;

@@ -195,6 +195,23 @@ static const struct {
      "[{\"op\": \"reshape\", \"inputs\": [\"x\"], \"output\": \"y\", \"attrs\": {\"shape\": "
      "[-1, -1]}}], \"outputs\": [\"y\"]}",
      "node 0 (reshape -> \"y\"): \"shape\" may hold one -1 at most"},
+    /* lstm: the module prefix, not the keys; torch's constructor arguments */
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [5, -1, 4]}], \"nodes\": "
+     "[{\"op\": \"lstm\", \"inputs\": [\"x\"], \"output\": \"y\", \"params\": "
+     "{\"weight\": \"rnn.weight_ih_l0\"}}], \"outputs\": [\"y\"]}",
+     "node 0 (lstm -> \"y\"): lstm's \"params\" must be {\"module\": \"NAME\"}"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 5, 4]}], \"nodes\": "
+     "[{\"op\": \"lstm\", \"inputs\": [\"x\"], \"output\": \"y\", \"attrs\": "
+     "{\"batch_first\": true}, \"params\": {\"module\": \"rnn\"}}], \"outputs\": [\"y\"]}",
+     "node 0 (lstm -> \"y\"): batch_first is not supported"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [5, -1, 4]}], \"nodes\": "
+     "[{\"op\": \"lstm\", \"inputs\": [\"x\"], \"output\": \"y\", \"attrs\": "
+     "{\"num_layers\": 0}, \"params\": {\"module\": \"rnn\"}}], \"outputs\": [\"y\"]}",
+     "node 0 (lstm -> \"y\"): \"num_layers\" must be an integer from 1 to 64"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [5, -1, 4]}], \"nodes\": "
+     "[{\"op\": \"lstm\", \"inputs\": [\"x\"], \"output\": \"y\", \"attrs\": "
+     "{\"proj_size\": 3}, \"params\": {\"module\": \"rnn\"}}], \"outputs\": [\"y\"]}",
+     "node 0 (lstm -> \"y\"): proj_size is not supported (only 0)"},
 };
 
 START_TEST(test_spec_errors)

@@ -2,7 +2,8 @@
  * reference, on seeded random inputs over shapes that exercise the edge
  * cases (odd sizes, non-square kernels, stride, padding, dilation,
  * output_padding, ceil-mode pooling, strided softmax, permutes, cat,
- * batch norm with and without affine, adaptive average pools), and
+ * batch norm with and without affine, adaptive average pools, LSTM
+ * steps), and
  * the CUDA results bitwise equal across two runs.
  * Exits 77 (skipped) where there is no GPU. */
 #include "ckpt.h"
@@ -378,6 +379,53 @@ static void test_l2norm(int64_t n, int64_t c, int64_t h, int64_t w)
     free(wt);
 }
 
+/* ---- lstm_cell (CRNN) ---- */
+
+typedef struct {
+    int64_t batch, hidden, y_stride, y_off;
+    int bias;
+} lstm_args;
+
+/* Two steps, as the executor runs them: the first from the zero state (GH
+ * NULL, BIAS_HH standing for it), the second reading the first's c, into
+ * rows [2, batch, y_stride] of OUT at column Y_OFF (a direction's half). */
+static int op_lstm_cell(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const lstm_args *a = args;
+    int64_t g = a->batch * 4 * a->hidden;
+    int rc = b->ops->lstm_cell(b, in[0], NULL, a->bias ? in[2] : NULL, in[3], in[4],
+                               out + a->y_off, a->batch, a->hidden, a->y_stride);
+    if (rc != CKPT_OK)
+        return rc;
+    return b->ops->lstm_cell(b, in[0] + g, in[1], NULL, in[3], in[4],
+                             out + a->batch * a->y_stride + a->y_off, a->batch, a->hidden,
+                             a->y_stride);
+}
+
+/* expf and tanhf on both sides: within a few ulps */
+static void test_lstm_cell(int64_t batch, int64_t hidden, int64_t y_stride, int64_t y_off,
+                           int bias)
+{
+    lstm_args a = {batch, hidden, y_stride, y_off, bias};
+    size_t ng = (size_t)(batch * 4 * hidden), nh = (size_t)(batch * hidden);
+    size_t ny = (size_t)(2 * batch * y_stride);
+    float *gx = host_rand(2 * ng, 3.0f), *gh = host_rand(ng, 2.0f);
+    float *bhh = host_rand((size_t)(4 * hidden), 1.0f), *c = host_rand(nh, 5.0f);
+    float *h = host_rand(nh, 5.0f);
+    const float *hin[] = {gx, gh, bhh, c, h};
+    size_t nin[] = {2 * ng, ng, (size_t)(4 * hidden), nh, nh};
+    char name[96];
+    snprintf(name, sizeof name, "lstm_cell x2 [%lld, 4*%lld] into stride %lld +%lld%s",
+             (long long)batch, (long long)hidden, (long long)y_stride, (long long)y_off,
+             bias ? "" : " no bias");
+    check(name, op_lstm_cell, &a, hin, nin, 5, ny, NULL, 1e-6, 1e-5);
+    free(gx);
+    free(gh);
+    free(bhh);
+    free(c);
+    free(h);
+}
+
 /* ---- batch_norm, add, adaptive_avg_pool2d (ResNet) ---- */
 
 typedef struct {
@@ -673,6 +721,10 @@ int main(void)
     test_batch_norm(3, 5, 7, 0, 1e-3f);
     test_batch_norm(4, 6, 1, 1, 1e-5f);        /* BatchNorm1d on [N, C] */
     test_batch_norm(1, 2048, 49, 1, 1e-5f);
+    test_lstm_cell(32, 256, 512, 0, 1);   /* the CRNN's forward direction */
+    test_lstm_cell(32, 256, 512, 256, 1); /* its _reverse half */
+    test_lstm_cell(3, 7, 7, 0, 0);
+    test_lstm_cell(1, 1, 2, 1, 1);
     test_add(1);
     test_add(1000);
     test_add(2 * 256 * 56 * 56);
