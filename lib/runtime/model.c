@@ -53,7 +53,8 @@ void rt_model_clear_report(ckpt_model *m)
 
 void rt_device_release(ckpt_model *m, struct rt_device *d)
 {
-    for (size_t i = 0; d->params && i < m->nparams; i++)
+    /* the parameters, then the folded conv weights and biases (run.c) */
+    for (size_t i = 0; d->params && i < m->nparams + 2 * m->nnodes; i++)
         if (d->params[i])
             d->backend->ops->release(d->backend, d->params[i]);
     free(d->params);

@@ -4,12 +4,97 @@
  * use. */
 #include "runtime/runtime.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The model's parameters on B, uploaded on first use. */
-static float **upload_params(ckpt_model *m, ckpt_backend *b)
+/*
+ * Batch norm folded into the convolution before it.  In eval mode a batch
+ * norm is a per-channel affine map, so conv then batch norm is one conv with
+ * weight w * s and bias (b - mean) * s + beta, s = gamma / sqrt(var + eps):
+ * one pass over the activations fewer (the output agrees with torch's two
+ * steps within float rounding).  Done when the conv's output feeds the batch
+ * norm alone and is no output of the model.  FOLD[i] of such a conv is its
+ * batch norm's node, FOLD[j] of the batch norm the conv's; -1 elsewhere.
+ */
+static void fold_plan(const ckpt_model *m, int *fold)
+{
+    for (size_t i = 0; i < m->nnodes; i++)
+        fold[i] = -1;
+    for (size_t j = 0; j < m->nnodes; j++) {
+        const rt_node *bn = &m->nodes[j];
+        if (bn->op != RT_BATCH_NORM || bn->ninputs != 1 || bn->param[RT_P_MEAN] < 0 ||
+            bn->param[RT_P_VAR] < 0)
+            continue;
+        int v = bn->inputs[0], producer = -1, readers = 0;
+        for (size_t k = 0; k < m->nnodes; k++) {
+            if (m->nodes[k].output == v)
+                producer = (int)k;
+            for (int q = 0; q < m->nodes[k].ninputs; q++)
+                readers += m->nodes[k].inputs[q] == v;
+        }
+        for (size_t o = 0; o < m->noutputs; o++)
+            readers += m->outputs[o] == v ? 2 : 0;
+        if (producer < 0 || m->nodes[producer].op != RT_CONV2D || readers != 1 ||
+            fold[producer] >= 0 || m->nodes[producer].param[RT_P_WEIGHT] < 0)
+            continue;
+        /* the batch norm's channels must be the conv's (else the normal path
+         * reports the mismatch) */
+        const rt_shape *ws = &m->params[m->nodes[producer].param[RT_P_WEIGHT]].shape;
+        int64_t c = ws->ndim ? ws->d[0] : -1;
+        if (rt_shape_numel(&m->params[bn->param[RT_P_MEAN]].shape) != c ||
+            rt_shape_numel(&m->params[bn->param[RT_P_VAR]].shape) != c ||
+            (bn->param[RT_P_WEIGHT] >= 0 &&
+             rt_shape_numel(&m->params[bn->param[RT_P_WEIGHT]].shape) != c) ||
+            (bn->param[RT_P_BIAS] >= 0 && rt_shape_numel(&m->params[bn->param[RT_P_BIAS]].shape) != c))
+            continue;
+        fold[producer] = (int)j;
+        fold[j] = producer;
+    }
+}
+
+/* The folded weight and bias of conv node I (batch norm J) on the host. */
+static int fold_weights(const ckpt_model *m, size_t i, int j, float **w_out, float **b_out)
+{
+    const rt_node *cv = &m->nodes[i], *bn = &m->nodes[j];
+    const rt_param *w = &m->params[cv->param[RT_P_WEIGHT]];
+    size_t n = (size_t)rt_shape_numel(&w->shape), c = (size_t)w->shape.d[0];
+    size_t per = c ? n / c : 0;
+    const float *bias = cv->param[RT_P_BIAS] >= 0 ? m->params[cv->param[RT_P_BIAS]].host : NULL;
+    const float *gamma = bn->param[RT_P_WEIGHT] >= 0 ? m->params[bn->param[RT_P_WEIGHT]].host
+                                                     : NULL;
+    const float *beta = bn->param[RT_P_BIAS] >= 0 ? m->params[bn->param[RT_P_BIAS]].host : NULL;
+    const float *mean = m->params[bn->param[RT_P_MEAN]].host;
+    const float *var = m->params[bn->param[RT_P_VAR]].host;
+    float *w2 = malloc((n ? n : 1) * sizeof *w2), *b2 = malloc((c ? c : 1) * sizeof *b2);
+    if (!w2 || !b2) {
+        free(w2);
+        free(b2);
+        return CKPT_ERR_NOMEM;
+    }
+    for (size_t o = 0; o < c; o++) {
+        double s = (gamma ? gamma[o] : 1.0) / sqrt((double)var[o] + bn->eps);
+        for (size_t k = 0; k < per; k++)
+            w2[o * per + k] = (float)(w->host[o * per + k] * s);
+        b2[o] = (float)(((bias ? bias[o] : 0.0) - mean[o]) * s + (beta ? beta[o] : 0.0));
+    }
+    *w_out = w2;
+    *b_out = b2;
+    return CKPT_OK;
+}
+
+/* One device buffer made from HOST[0..N) on B into *OUT. */
+static int upload_one(ckpt_backend *b, const float *host, size_t n, float **out)
+{
+    int rc = b->ops->alloc(b, n, out);
+    return rc == CKPT_OK ? b->ops->upload(b, *out, host, n) : rc;
+}
+
+/* The model's parameters on B, uploaded on first use; after them, the folded
+ * weight and bias of every conv a batch norm folds into (slots nparams + 2i,
+ * nparams + 2i + 1 for node i). */
+static float **upload_params(ckpt_model *m, ckpt_backend *b, const int *fold)
 {
     for (size_t i = 0; i < m->ndev; i++)
         if (m->dev[i].backend == b)
@@ -20,19 +105,59 @@ static float **upload_params(ckpt_model *m, ckpt_backend *b)
         return NULL;
     }
     struct rt_device *d = &m->dev[m->ndev];
-    if (!(d->params = calloc(m->nparams + 1, sizeof(float *)))) {
+    if (!(d->params = calloc(m->nparams + 2 * m->nnodes + 1, sizeof(float *)))) {
         ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
         return NULL;
     }
     d->backend = b;
     b->refs++;
+    /* a parameter only a folded conv or batch norm reads stays on the host:
+     * the folded copies replace it */
+    unsigned char *needed = calloc(m->nparams + 1, 1);
+    if (!needed) {
+        ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
+        rt_device_release(m, d);
+        return NULL;
+    }
+    for (size_t i = 0; i < m->nnodes; i++) {
+        const rt_node *n = &m->nodes[i];
+        int away = fold[i] >= 0 && (n->op == RT_CONV2D || n->op == RT_BATCH_NORM);
+        for (int k = 0; k < RT_P_COUNT; k++)
+            if (n->param[k] >= 0 && !away)
+                needed[n->param[k]] = 1;
+        for (int k = 0; k < n->nlstm; k++)
+            if (n->lstm_param[k] >= 0)
+                needed[n->lstm_param[k]] = 1;
+    }
     for (size_t i = 0; i < m->nparams; i++) {
-        size_t n = (size_t)rt_shape_numel(&m->params[i].shape);
-        int rc = b->ops->alloc(b, n, &d->params[i]);
-        if (rc == CKPT_OK)
-            rc = b->ops->upload(b, d->params[i], m->params[i].host, n);
+        if (!needed[i])
+            continue;
+        int rc = upload_one(b, m->params[i].host, (size_t)rt_shape_numel(&m->params[i].shape),
+                            &d->params[i]);
         if (rc != CKPT_OK) {
+            free(needed);
             ckpt_model_fail(m, rc, "%s: %s", b->device, b->message);
+            rt_device_release(m, d);
+            return NULL;
+        }
+    }
+    free(needed);
+    for (size_t i = 0; i < m->nnodes; i++) {
+        if (m->nodes[i].op != RT_CONV2D || fold[i] < 0)
+            continue;
+        float *w2, *b2;
+        int rc = fold_weights(m, i, fold[i], &w2, &b2);
+        if (rc == CKPT_OK) {
+            const rt_shape *ws = &m->params[m->nodes[i].param[RT_P_WEIGHT]].shape;
+            rc = upload_one(b, w2, (size_t)rt_shape_numel(ws), &d->params[m->nparams + 2 * i]);
+            if (rc == CKPT_OK)
+                rc = upload_one(b, b2, (size_t)ws->d[0], &d->params[m->nparams + 2 * i + 1]);
+            free(w2);
+            free(b2);
+        }
+        if (rc != CKPT_OK) {
+            ckpt_model_fail(m, rc, "%s: %s", b->device,
+                            rc == CKPT_ERR_NOMEM ? "out of memory" : b->message);
             rt_device_release(m, d);
             return NULL;
         }
@@ -58,6 +183,7 @@ typedef struct run {
     unsigned char *is_output;
     rt_buf *bufs;
     size_t nbufs;
+    int *fold;         /* per node: fold_plan */
 } run;
 
 static void drop_value(run *r, int v)
@@ -160,16 +286,22 @@ out:
     return rc;
 }
 
-static int exec_node(run *r, const rt_node *n)
+static int exec_node(run *r, size_t ni)
 {
     ckpt_backend *b = r->b;
+    const rt_node *n = &r->m->nodes[ni];
     const rt_shape *x = n->ninputs ? &r->shape[n->inputs[0]] : NULL, *y = &r->shape[n->output];
     float *w = n->param[RT_P_WEIGHT] >= 0 ? r->params[n->param[RT_P_WEIGHT]] : NULL;
     float *bias = n->param[RT_P_BIAS] >= 0 ? r->params[n->param[RT_P_BIAS]] : NULL;
+    int folded = r->fold[ni] >= 0;
 
+    if (folded && n->op == RT_CONV2D) {
+        w = r->params[r->m->nparams + 2 * ni];
+        bias = r->params[r->m->nparams + 2 * ni + 1];
+    }
     if (n->op == RT_FLATTEN || n->op == RT_RESHAPE || n->op == RT_SQUEEZE ||
-        n->op == RT_UNSQUEEZE || n->op == RT_DROPOUT) {
-        /* a view: same buffer, new shape */
+        n->op == RT_UNSQUEEZE || n->op == RT_DROPOUT || (folded && n->op == RT_BATCH_NORM)) {
+        /* a view: same buffer, new shape (a folded batch norm: the conv did it) */
         int bi = r->buf[n->inputs[0]];
         r->buf[n->output] = bi;
         r->bufs[bi].refs++;
@@ -317,7 +449,8 @@ int ckpt_model_run(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs, ckp
     r.last_use = malloc(nv * sizeof *r.last_use);
     r.is_output = calloc(nv, 1);
     r.bufs = calloc(nv, sizeof *r.bufs);
-    if (!r.shape || !r.buf || !r.last_use || !r.is_output || !r.bufs) {
+    r.fold = malloc((m->nnodes ? m->nnodes : 1) * sizeof *r.fold);
+    if (!r.shape || !r.buf || !r.last_use || !r.is_output || !r.bufs || !r.fold) {
         ckpt_model_fail(m, rc, "out of memory");
         goto out;
     }
@@ -337,7 +470,8 @@ int ckpt_model_run(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs, ckp
     if ((rc = rt_model_shapes(m, r.shape)) != CKPT_OK)
         goto out;
 
-    if (!(r.params = upload_params(m, b))) {
+    fold_plan(m, r.fold);
+    if (!(r.params = upload_params(m, b, r.fold))) {
         rc = m->err_code;
         goto out;
     }
@@ -351,7 +485,7 @@ int ckpt_model_run(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs, ckp
     }
     for (size_t ni = 0; ni < m->nnodes; ni++) {
         const rt_node *n = &m->nodes[ni];
-        if ((rc = exec_node(&r, n)) != CKPT_OK) {
+        if ((rc = exec_node(&r, ni)) != CKPT_OK) {
             char lb[160];
             ckpt_model_fail(m, rc, "%s: %s: %s", b->device, rt_node_label(m, n, lb, sizeof lb),
                             b->message);
@@ -393,5 +527,6 @@ out:
     free(r.last_use);
     free(r.is_output);
     free(r.bufs);
+    free(r.fold);
     return rc;
 }
