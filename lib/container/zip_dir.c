@@ -403,6 +403,21 @@ static int64_t miniz_find(const view *v, const char *name)
     return -1;
 }
 
+/* The end record at AT (and its zip64 record) into *R, for V: false when V
+ * is decided there (refused with UNREADABLE, or by the zip64 record). */
+static bool end_at(int fd, uint64_t size, uint64_t at, bool miniz, const char *unreadable,
+                   endrec *r, view *v)
+{
+    uint8_t p[22];
+    if (!get(fd, size, p, 22, at)) {
+        refuse(v, unreadable);
+        return false;
+    }
+    v->end_at = at;
+    end_read(p, r);
+    return !end64(fd, size, at, miniz, r, v);
+}
+
 /* miniz's mz_zip_reader_read_central_dir (torch's reader). */
 static int read_torch(int fd, uint64_t size, view *v)
 {
@@ -412,15 +427,8 @@ static int read_torch(int fd, uint64_t size, view *v)
         refuse(v, "no end record");
         return CKPT_OK;
     }
-    uint8_t p[22];
     endrec r;
-    if (!get(fd, size, p, 22, at)) {
-        refuse(v, "unreadable end record");
-        return CKPT_OK;
-    }
-    v->end_at = at;
-    end_read(p, &r);
-    if (end64(fd, size, at, true, &r, v))
+    if (!end_at(fd, size, at, true, "unreadable end record", &r, v))
         return CKPT_OK;
     if (r.count != r.count_disk || ((r.this_disk | r.cd_disk) && (r.this_disk != 1 || r.cd_disk != 1))) {
         refuse(v, "a multi-disk archive");
@@ -515,15 +523,8 @@ static int read_py(int fd, uint64_t size, view *v, int64_t *concat_out)
         refuse(v, "File is not a zip file");
         return CKPT_OK;
     }
-    uint8_t p[22];
     endrec r;
-    if (!get(fd, size, p, 22, at)) {
-        refuse(v, "File is not a zip file");
-        return CKPT_OK;
-    }
-    v->end_at = at;
-    end_read(p, &r);
-    if (end64(fd, size, at, false, &r, v))
+    if (!end_at(fd, size, at, false, "File is not a zip file", &r, v))
         return CKPT_OK;
     /* offsets are taken relative to where the directory "should" end:
      * concat = at - cd_size - cd_at (less the zip64 records), in Python's

@@ -446,15 +446,8 @@ int ckpt_pth_tar_scan(int fd, uint64_t size, ckpt_tar_pickle_fn fn, void *user, 
 static ckpt_global_class classify(void *user, const char *q)
 {
     walk *w = user;
-    size_t n = strlen(q);
-    if (!w->main && n > 6 && n < 64 && strcmp(q + n - 6, "Tensor") == 0) {
-        char st[80];
-        snprintf(st, sizeof st, "%.*sStorage", (int)(n - 6), q);
-        const char *short_name;
-        if (ckpt_storage_type_dtype(st, &short_name) != CKPT_DTYPE_UNKNOWN &&
-            strcmp(short_name, "UntypedStorage") != 0)
-            return CKPT_GLOBAL_KNOWN_DATA;
-    }
+    if (!w->main && ckpt_tensor_type_known(q))
+        return CKPT_GLOBAL_KNOWN_DATA;
     return ckpt_file_classify_global(w->f, q);
 }
 

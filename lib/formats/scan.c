@@ -204,16 +204,8 @@ static ckpt_global_class classify(void *user, const char *q)
     /* a tar checkpoint's tensors member names the tensor classes of its
      * tensors (torch.FloatTensor), which torch imports and ignores: data
      * there, as the tar reader takes them, and unknown anywhere else */
-    size_t n = strlen(q);
-    if (s->cur && strncmp(s->cur, "tar:tensors", 11) == 0 && n > 6 && n < 64 &&
-        strcmp(q + n - 6, "Tensor") == 0) {
-        char st[80];
-        snprintf(st, sizeof st, "%.*sStorage", (int)(n - 6), q);
-        const char *short_name;
-        if (ckpt_storage_type_dtype(st, &short_name) != CKPT_DTYPE_UNKNOWN &&
-            strcmp(short_name, "UntypedStorage") != 0)
-            return CKPT_GLOBAL_KNOWN_DATA;
-    }
+    if (s->cur && strncmp(s->cur, "tar:tensors", 11) == 0 && ckpt_tensor_type_known(q))
+        return CKPT_GLOBAL_KNOWN_DATA;
     return ckpt_globals_builtin_class(q);
 }
 
@@ -389,10 +381,8 @@ static int same_record(const ckpt_zip_entry *a, const ckpt_zip_entry *b)
  * CRC-32 or a truncated record does not hide what torch would unpickle: it is
  * scanned, then reported as the reading's error.
  */
-static int scan_zip(ckpt_scan *s, int fd, uint64_t size)
+static int scan_zip(ckpt_scan *s, int fd, ckpt_zip_dir *d)
 {
-    ckpt_zip_dir *d;
-    CKPT_FORWARD(ckpt_zip_dir_open(fd, size, &d, &s->err));
     for (size_t i = 0; i < ckpt_zip_dir_finding_count(d); i++)
         ambiguity(s, "%s", ckpt_zip_dir_finding(d, i));
     int rc = CKPT_OK, found = 0;
@@ -410,7 +400,13 @@ static int scan_zip(ckpt_scan *s, int fd, uint64_t size)
             no_crcs = true;
         }
     }
-    const ckpt_zip_entry *done[256];
+    /* the records scanned, so that one read by several readers is scanned once */
+    size_t total = 0;
+    for (int r = 0; r < CKPT_ZIP_READERS; r++)
+        total += ckpt_zip_dir_count(d, (ckpt_zip_reader)r);
+    const ckpt_zip_entry **done = malloc((total ? total : 1) * sizeof *done);
+    if (!done)
+        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
     size_t ndone = 0;
     for (int r = 0; r < CKPT_ZIP_READERS; r++) {
         if (!ckpt_zip_dir_reads(d, (ckpt_zip_reader)r)) {
@@ -432,8 +428,7 @@ static int scan_zip(ckpt_scan *s, int fd, uint64_t size)
                 seen = same_record(done[k], e);
             if (seen)
                 continue;
-            if (ndone < sizeof done / sizeof done[0])
-                done[ndone++] = e;
+            done[ndone++] = e;
             char name[CKPT_ERRMSG_MAX];
             if (r == CKPT_ZIP_READER_TORCH)
                 snprintf(name, sizeof name, "%s", e->name);
@@ -474,7 +469,7 @@ static int scan_zip(ckpt_scan *s, int fd, uint64_t size)
             ckpt_err_clear(&s->err);
         }
     }
-    ckpt_zip_dir_free(d);
+    free(done);
     if (rc != CKPT_OK)
         s->err = first;
     if (rc == CKPT_OK && !found)
@@ -705,7 +700,12 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         /* torch >= 1.6 reads nothing else of a file that starts so */
         s->format = fmt == CKPT_FORMAT_TORCHSCRIPT ? fmt : CKPT_FORMAT_PTH_ZIP;
         reading_begin(s, "zip", WHO_ZIP, 1);
-        rc = scan_zip(s, fd, (uint64_t)st.st_size);
+        ckpt_zip_dir *zd;
+        rc = ckpt_zip_dir_open(fd, (uint64_t)st.st_size, &zd, &s->err);
+        if (rc == CKPT_OK) {
+            rc = scan_zip(s, fd, zd);
+            ckpt_zip_dir_free(zd);
+        }
         reading_end(s, rc, &primary);
         close(fd);
         s->err = primary;
@@ -717,10 +717,10 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         ckpt_zip_dir *zd;
         ckpt_error zerr = {0};
         if (ckpt_zip_dir_open(fd, (uint64_t)st.st_size, &zd, &zerr) == CKPT_OK) {
-            ckpt_zip_dir_free(zd);
             reading_begin(s, "zip", WHO_ZIP_OTHERS, 0);
-            rc = scan_zip(s, fd, (uint64_t)st.st_size);
+            rc = scan_zip(s, fd, zd);
             reading_end(s, rc, NULL);
+            ckpt_zip_dir_free(zd);
         }
     }
     if (ckpt_tar_probe(fd, (uint64_t)st.st_size)) {

@@ -2,6 +2,7 @@
  * known plain data, and everything else.  Nothing is ever imported. */
 #include "pickle/pickle.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const struct {
@@ -55,6 +56,18 @@ ckpt_dtype ckpt_storage_type_dtype(const char *q, const char **short_name)
             return storage_types[i].dtype;
         }
     return CKPT_DTYPE_UNKNOWN;
+}
+
+bool ckpt_tensor_type_known(const char *q)
+{
+    size_t n = strlen(q);
+    if (n <= 6 || n >= 64 || strcmp(q + n - 6, "Tensor") != 0)
+        return false;
+    char st[80];
+    snprintf(st, sizeof st, "%.*sStorage", (int)(n - 6), q);
+    const char *short_name;
+    return ckpt_storage_type_dtype(st, &short_name) != CKPT_DTYPE_UNKNOWN &&
+           strcmp(short_name, "UntypedStorage") != 0;
 }
 
 static const char *const interpreted[] = {

@@ -175,6 +175,10 @@ bool ckpt_globals_py2_name(const char *mod, const char *name, const char **mod2,
                            const char **name2);
 /* "FloatStorage" (with or without "torch." / "torch.cuda.") -> dtype. */
 ckpt_dtype ckpt_storage_type_dtype(const char *qualified_name, const char **short_name);
+/* Whether Q is one of torch <= 0.1's tensor classes (torch.FloatTensor,
+ * torch.cuda.LongTensor: a storage type's name with Tensor), which a tar
+ * checkpoint's tensors member names and torch imports and ignores. */
+bool ckpt_tensor_type_known(const char *q);
 
 /* UTF-8 as Python's decoder with 'surrogatepass' accepts it. */
 bool ckpt_utf8_valid(const uint8_t *s, size_t n);
