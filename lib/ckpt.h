@@ -163,7 +163,9 @@ typedef enum ckpt_format {
     CKPT_FORMAT_SAFETENSORS,
     CKPT_FORMAT_SHARDED, /* a *.index.json naming shards in any of the formats above */
     CKPT_FORMAT_TORCHSCRIPT, /* a torch.jit.save archive: read only (its state dict) */
-    CKPT_FORMAT_PTH_TAR      /* torch <= 0.1's tar checkpoint: read only */
+    CKPT_FORMAT_PTH_TAR,     /* torch <= 0.1's tar checkpoint: read only */
+    CKPT_FORMAT_DCP,         /* a torch.distributed.checkpoint folder: read only */
+    CKPT_FORMAT_DEEPSPEED    /* a DeepSpeed ZeRO checkpoint folder: read only */
 } ckpt_format;
 
 /* "pth-zip", "pth-legacy", "safetensors", "sharded", "torchscript" as in

@@ -21,9 +21,15 @@ typedef struct ckpt_source {
     uint64_t file_size;
     char *path;
     bool big_endian; /* its values are stored big-endian (zip: byteorder "big") */
+    bool lazy;       /* a folder's file: opened on demand (ckpt_source_fd), and
+                      * closed again when too many are open */
 } ckpt_source;
 
 void ckpt_source_close(ckpt_source *src);
+
+/* A folder checkpoint's files are opened on demand, at most this many at
+ * once (a 1,000-rank folder stays under the default limit of 1,024). */
+#define CKPT_OPEN_SOURCES_MAX 64
 
 typedef struct ckpt_walk_entry {
     const ckpt_value *value;
@@ -76,8 +82,12 @@ struct ckpt_file {
     ckpt_walk_list tensors, state_dicts, objects;
 
     ckpt_source main;      /* the file opened (the first shard of a sharded set) */
-    ckpt_source **shards;  /* sharded: every shard, main excluded */
-    size_t nshards;
+    ckpt_source **shards;  /* sharded: every shard, main excluded; a folder:
+                            * its files (ckpt_file_source_add) */
+    size_t nshards, shards_cap;
+    int dir_fd;            /* a folder checkpoint: the folder (main.fd is -1), else -1 */
+    ckpt_source *open_lazy[CKPT_OPEN_SOURCES_MAX]; /* lazy sources now open */
+    size_t open_lazy_next; /* the slot to reuse next (oldest first) */
     ckpt_source *cur_src;  /* the source whose pickle is being read */
     const char *key_prefix;/* sharded: prefix making storage keys unique */
     ckpt_value *st_metadata; /* safetensors __metadata__ (a dict of str), or NULL */
@@ -103,10 +113,28 @@ int ckpt_file_record_text(ckpt_file *f, int64_t i, char *buf, size_t cap);
  * names the archive in the version message. */
 int ckpt_file_records_check(ckpt_file *f, const char *what);
 
+/* ---- folder checkpoints (checkpoint/file.c) ------------------------------------ */
+
+/* A file of the folder f->dir_fd, NAME relative to it ("global_step2/x.pt"):
+ * a lazy source (not opened yet) owned by F, its size taken now.  NAME may
+ * not be absolute nor have a ".." or empty component (a checkpoint's
+ * metadata must not lead out of its folder); a missing or non-regular file
+ * is CKPT_ERR_FORMAT naming it. */
+ckpt_source *ckpt_file_source_add(ckpt_file *f, const char *name, ckpt_error *err);
+/* SRC's descriptor, opening a lazy source (and closing the one opened
+ * longest ago when CKPT_OPEN_SOURCES_MAX are open); -1 + f->err on failure. */
+int ckpt_source_fd(ckpt_file *f, ckpt_source *src);
+
 /* ---- the storage table and the pickle context (checkpoint/storage.c) --------- */
 
 /* Add S to the storage table (index, hash). */
 int ckpt_file_storage_add(ckpt_file *f, struct ckpt_storage *s, ckpt_error *err);
+/* Make S a PIECES storage of the N pieces P (in F's arena or otherwise
+ * living as long as F): sorted here by dst_offset, then checked to tile
+ * S's src_nbytes exactly (a gap or an overlap is CKPT_ERR_FORMAT naming S
+ * and the bytes; WHAT names the source of the pieces in that message). */
+int ckpt_storage_pieces_set(ckpt_file *f, struct ckpt_storage *s, ckpt_piece *p, size_t n,
+                            const char *what, ckpt_error *err);
 /* The storage with KEY, or NULL. */
 struct ckpt_storage *ckpt_file_storage_find(ckpt_file *f, const char *key);
 /* KEY as the storage table holds it: KEY itself, or (in a shard, since every

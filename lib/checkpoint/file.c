@@ -5,10 +5,13 @@
  */
 #include "checkpoint/checkpoint.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const uint64_t default_limits[CKPT_LIMIT_COUNT_] = {
@@ -33,6 +36,7 @@ CKPT_API ckpt_file *ckpt_file_new(void)
         return NULL;
     f->magic = CKPT_FILE_MAGIC;
     f->main.fd = -1;
+    f->dir_fd = -1;
     ckpt_arena_init(&f->arena);
     memcpy(f->limits, default_limits, sizeof(f->limits));
     f->prefix = "";
@@ -48,6 +52,91 @@ void ckpt_source_close(ckpt_source *src)
     src->fd = -1;
 }
 
+/* A name inside the folder: relative, no "..", "." or empty component. */
+static bool inside_name(const char *name)
+{
+    if (!name[0] || name[0] == '/' || strlen(name) > 4095)
+        return false;
+    for (const char *c = name; *c;) {
+        const char *e = strchr(c, '/');
+        size_t n = e ? (size_t)(e - c) : strlen(c);
+        if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+            return false;
+        c += n + (e ? 1 : 0);
+        if (e && !*c)
+            return false; /* a trailing slash names no file */
+    }
+    return true;
+}
+
+ckpt_source *ckpt_file_source_add(ckpt_file *f, const char *name, ckpt_error *err)
+{
+    if (!inside_name(name)) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "file name '%.200s' leads out of the checkpoint's folder",
+                 name);
+        return NULL;
+    }
+    struct stat st;
+    if (fstatat(f->dir_fd, name, &st, 0) != 0) {
+        int e = errno;
+        ckpt_err(err, e == ENOENT || e == ENOTDIR ? CKPT_ERR_FORMAT : CKPT_ERR_IO,
+                 "'%.200s': %s", name, strerror(e));
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "'%.200s' is not a regular file", name);
+        return NULL;
+    }
+    if (f->nshards == f->shards_cap) {
+        size_t cap = f->shards_cap ? f->shards_cap * 2 : 16;
+        ckpt_source **p = realloc(f->shards, cap * sizeof(*p));
+        if (!p) {
+            ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+            return NULL;
+        }
+        f->shards = p;
+        f->shards_cap = cap;
+    }
+    ckpt_source *src = calloc(1, sizeof(*src));
+    if (!src || !(src->path = ckpt_arena_strndup(&f->arena, name, strlen(name)))) {
+        free(src);
+        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    src->fd = -1;
+    src->lazy = true;
+    src->file_size = (uint64_t)st.st_size;
+    f->shards[f->nshards++] = src;
+    return src;
+}
+
+int ckpt_source_fd(ckpt_file *f, ckpt_source *src)
+{
+    if (src->fd >= 0 || !src->lazy)
+        return src->fd;
+    ckpt_source **slot = &f->open_lazy[f->open_lazy_next];
+    if (*slot)
+        ckpt_source_close(*slot); /* the oldest: a later read opens it again */
+    int fd = openat(f->dir_fd, src->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        ckpt_err(&f->err, CKPT_ERR_IO, "'%s': cannot open: %s", src->path, strerror(e));
+        *slot = NULL;
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != src->file_size) {
+        close(fd);
+        ckpt_err(&f->err, CKPT_ERR_IO, "'%s' changed while it was read", src->path);
+        *slot = NULL;
+        return -1;
+    }
+    src->fd = fd;
+    *slot = src;
+    f->open_lazy_next = (f->open_lazy_next + 1) % CKPT_OPEN_SOURCES_MAX;
+    return fd;
+}
+
 CKPT_API void ckpt_file_free(ckpt_file *f)
 {
     if (!ckpt_file_valid(f))
@@ -58,6 +147,8 @@ CKPT_API void ckpt_file_free(ckpt_file *f)
         free(f->shards[i]);
     }
     free(f->shards);
+    if (f->dir_fd >= 0)
+        close(f->dir_fd);
     for (size_t i = 0; i < f->nallowed; i++)
         free(f->allowed[i]);
     free(f->allowed);

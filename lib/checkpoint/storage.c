@@ -96,6 +96,45 @@ struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_d
     return s;
 }
 
+static int piece_cmp(const void *a, const void *b)
+{
+    const ckpt_piece *x = a, *y = b;
+    return x->dst_offset < y->dst_offset ? -1 : x->dst_offset > y->dst_offset;
+}
+
+int ckpt_storage_pieces_set(ckpt_file *f, ckpt_storage *s, ckpt_piece *p, size_t n,
+                            const char *what, ckpt_error *err)
+{
+    (void)f;
+    qsort(p, n, sizeof(*p), piece_cmp);
+    uint64_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].dst_offset > at)
+            return ckpt_err(err, CKPT_ERR_FORMAT, "%s: storage '%s': bytes %llu..%llu are in no piece",
+                            what, s->key, (unsigned long long)at,
+                            (unsigned long long)p[i].dst_offset);
+        if (p[i].dst_offset < at)
+            return ckpt_err(err, CKPT_ERR_FORMAT, "%s: storage '%s': bytes from %llu are in two pieces",
+                            what, s->key, (unsigned long long)p[i].dst_offset);
+        if (p[i].nbytes > s->src_nbytes - at)
+            return ckpt_err(err, CKPT_ERR_FORMAT, "%s: storage '%s': a piece ends past its %llu bytes",
+                            what, s->key, (unsigned long long)s->src_nbytes);
+        if (!p[i].mem && (!p[i].src || p[i].file_offset > p[i].src->file_size ||
+                          p[i].nbytes > p[i].src->file_size - p[i].file_offset))
+            return ckpt_err(err, CKPT_ERR_FORMAT, "%s: storage '%s': a piece lies past the end of '%s'",
+                            what, s->key, p[i].src ? p[i].src->path : "?");
+        at += p[i].nbytes;
+    }
+    if (at != s->src_nbytes)
+        return ckpt_err(err, CKPT_ERR_FORMAT, "%s: storage '%s': bytes %llu..%llu are in no piece", what,
+                        s->key, (unsigned long long)at, (unsigned long long)s->src_nbytes);
+    s->loc = CKPT_LOC_PIECES;
+    s->pieces = p;
+    s->npieces = n;
+    s->src = n == 1 ? p[0].src : NULL;
+    return CKPT_OK;
+}
+
 const char *ckpt_file_table_key(const ckpt_file *f, const char *key, char *buf, size_t cap)
 {
     if (!f->key_prefix)

@@ -11,10 +11,55 @@
 #include <string.h>
 #include <unistd.h>
 
+static int read_pieces(ckpt_file *f, const ckpt_storage *s, uint64_t offset, uint8_t *buf,
+                       size_t len)
+{
+    /* the first piece that ends after OFFSET */
+    size_t lo = 0, hi = s->npieces;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const ckpt_piece *m = &s->pieces[mid];
+        if (m->dst_offset + m->nbytes <= offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; len > 0; i++) {
+        if (i >= s->npieces)
+            return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage '%s' is truncated", s->key);
+        const ckpt_piece *p = &s->pieces[i];
+        uint64_t skip = offset - p->dst_offset;
+        size_t n = p->nbytes - skip < len ? (size_t)(p->nbytes - skip) : len;
+        if (p->mem) {
+            memcpy(buf, p->mem + skip, n);
+        } else {
+            int fd = ckpt_source_fd(f, p->src);
+            if (fd < 0)
+                return CKPT_ERR_IO;
+            int rc = ckpt_pread_all(fd, buf, n, p->file_offset + skip);
+            if (rc == CKPT_ERR_IO)
+                return ckpt_err(&f->err, CKPT_ERR_IO, "reading storage '%s' from '%s': %s", s->key,
+                                p->src->path, strerror(errno));
+            if (rc)
+                return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage '%s': '%s' is truncated", s->key,
+                                p->src->path);
+        }
+        if (p->has_crc && skip == 0 && n == p->nbytes && ckpt_crc32_update(0, buf, n) != p->crc32)
+            return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage '%s': CRC-32 mismatch in '%s'", s->key,
+                            p->src ? p->src->path : "memory");
+        buf += n;
+        offset += n;
+        len -= n;
+    }
+    return CKPT_OK;
+}
+
 /* The bytes as stored, whatever their order. */
 static int read_stored(ckpt_file *f, const ckpt_storage *s, uint64_t offset, void *buf, size_t len)
 {
     switch (s->loc) {
+    case CKPT_LOC_PIECES:
+        return read_pieces(f, s, offset, buf, len);
     case CKPT_LOC_ZIP_RECORD:
         return ckpt_zip_read(s->src->zip, s->zip_index, offset, buf, len, &f->err);
     case CKPT_LOC_FILE_RANGE: {
@@ -60,6 +105,9 @@ int ckpt_storage_raw_range(ckpt_file *f, const ckpt_storage *s, bool as_stored, 
 {
     if (s->dtype != s->src_dtype || (!as_stored && swapped(s)))
         return CKPT_ERR_UNSUPPORTED; /* cast or swapped: decoded on the way */
+    if (s->loc == CKPT_LOC_PIECES)
+        return CKPT_ERR_UNSUPPORTED; /* streamed: a folder's files open and close on demand,
+                                      * so no descriptor outlives the read */
     *fd = s->src->fd;
     switch (s->loc) {
     case CKPT_LOC_FILE_RANGE:

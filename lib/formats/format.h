@@ -25,6 +25,10 @@ typedef struct ckpt_format_desc {
      * format's after all, for formats that share a container (a TorchScript
      * zip is a zip with constants.pkl); NULL: SNIFF decides. */
     bool (*claim)(int fd, uint64_t size);
+    /* Whether the open folder DIRFD is this format's checkpoint (a folder
+     * format: read then gets f->dir_fd set and f->main closed, and adds the
+     * folder's files with ckpt_file_source_add); NULL: a one-file format. */
+    bool (*claim_dir)(int dirfd);
     /* Read the open SRC (f->cur_src) into *ROOT, its storages into f's table. */
     int (*read)(ckpt_file *f, ckpt_source *src, ckpt_value **root);
     /* Write f->root to the open file OUT that will be named PATH; NULL when
@@ -36,7 +40,8 @@ typedef struct ckpt_format_desc {
 } ckpt_format_desc;
 
 extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
-    ckpt_format_safetensors, ckpt_format_sharded, ckpt_format_torchscript, ckpt_format_pth_tar;
+    ckpt_format_safetensors, ckpt_format_sharded, ckpt_format_torchscript, ckpt_format_pth_tar,
+    ckpt_format_dcp, ckpt_format_deepspeed;
 
 /* One pickle of a tar checkpoint (formats/pth_tar.c), handed to the caller
  * to run: NAME says which ("tar:storages pickle 2", "tar:pickle"), BUF

@@ -54,6 +54,34 @@ static int read_part(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     return read_as(f, d, src, root);
 }
 
+/* A folder: the first folder format in the table that claims it. */
+static int open_dir(ckpt_file *f, int fd, const struct stat *st)
+{
+    f->dir_fd = fd;
+    f->dev = st->st_dev;
+    f->ino = st->st_ino;
+    f->mode = st->st_mode;
+    const ckpt_format_desc *d = NULL;
+    for (const ckpt_format_desc *const *p = ckpt_format_table; *p && !d; p++)
+        if ((*p)->claim_dir && (*p)->claim_dir(fd))
+            d = *p;
+    if (!d) {
+        char names[200] = "";
+        size_t len = 0;
+        for (const ckpt_format_desc *const *p = ckpt_format_table; *p; p++)
+            if ((*p)->claim_dir && len < sizeof(names))
+                len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s",
+                                        len ? " or " : "", (*p)->name);
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "a directory, but not a %s checkpoint folder",
+                        len ? names : "known");
+    }
+    f->format = d->id;
+    int rc = read_as(f, d, &f->main, &f->root);
+    if (rc == CKPT_OK)
+        rc = ckpt_file_index(f);
+    return rc;
+}
+
 CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
 {
     if (!ckpt_file_valid(f) || !path)
@@ -77,10 +105,8 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
         close(fd);
         return ckpt_err(&f->err, CKPT_ERR_IO, "cannot stat: %s", strerror(e));
     }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return ckpt_err(&f->err, CKPT_ERR_IO, "is a directory");
-    }
+    if (S_ISDIR(st.st_mode))
+        return open_dir(f, fd, &st);
     f->main.fd = fd;
     f->main.file_size = (uint64_t)st.st_size;
     f->dev = st.st_dev;

@@ -123,8 +123,24 @@ struct ckpt_source; /* checkpoint/checkpoint.h */
 typedef enum ckpt_loc_kind {
     CKPT_LOC_NONE = 0,   /* not located (a reader fills it in) */
     CKPT_LOC_ZIP_RECORD, /* record zip_index of src->zip (stored or deflated) */
-    CKPT_LOC_FILE_RANGE  /* nbytes raw at file_offset of src->fd */
+    CKPT_LOC_FILE_RANGE, /* nbytes raw at file_offset of src->fd */
+    CKPT_LOC_PIECES      /* the concatenation of pieces[0..npieces) (ckpt_piece) */
 } ckpt_loc_kind;
+
+/* One run of a PIECES storage's bytes: NBYTES at DST_OFFSET of the storage,
+ * read from FILE_OFFSET of SRC (opened on demand: ckpt_source_fd), or from
+ * MEM when the reader holds them (a decompressed item).  HAS_CRC: the piece
+ * is a whole container record whose CRC-32 is CRC32, checked whenever the
+ * piece is read whole. */
+typedef struct ckpt_piece {
+    struct ckpt_source *src;
+    const uint8_t *mem;
+    uint64_t file_offset;
+    uint64_t nbytes;
+    uint64_t dst_offset;
+    bool has_crc;
+    uint32_t crc32;
+} ckpt_piece;
 
 struct ckpt_storage {
     char *key;              /* unique in the file (shards: "shard:key") */
@@ -142,6 +158,8 @@ struct ckpt_storage {
     ckpt_loc_kind loc;
     int64_t zip_index;     /* ZIP_RECORD: libzip index of data/<key> */
     uint64_t file_offset;  /* FILE_RANGE: offset of the first data byte */
+    const ckpt_piece *pieces; /* PIECES: sorted by dst_offset, tiling the bytes */
+    size_t npieces;
     bool big_endian;       /* stored big-endian (a zip's byteorder record): read
                             * in this machine's order, copied as stored */
     bool has_crc;          /* the container records a CRC-32 of the bytes: */

@@ -326,10 +326,10 @@ expect_exit 4 ckpt inspect tests/data/no_such_file.pth
 expect_stdout_empty
 expect_stderr_prefix "ckpt: inspect: tests/data/no_such_file.pth: "
 
-say "errors: a directory is an I/O error (4), like a missing file"
-expect_exit 4 ckpt inspect tests/data
+say "errors: a directory that is no checkpoint folder (DCP, DeepSpeed) is unsupported input (3)"
+expect_exit 3 ckpt inspect tests/data
 expect_stdout_empty
-expect_stderr_line '^ckpt: inspect: tests/data: is a directory$'
+expect_stderr_line '^ckpt: inspect: tests/data: a directory, but not a .* checkpoint folder$'
 
 say "a refusal's hint is a command that works on that file: run it"
 expect_exit 3 ckpt inspect tests/bad/two_unknown_classes.pth
