@@ -19,6 +19,7 @@ reads; a missing --input is a usage error (exit 2).
 Prints `ok NAME` or `FAIL NAME: why` per case, then `N passed, M failed`;
 exits 1 if anything failed, 77 (skip) if torch cannot be imported.
 """
+import json
 import os
 import sys
 import textwrap
@@ -28,6 +29,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as c  # noqa: E402  (exit 77 without torch)
 import torch  # noqa: E402
 import models  # noqa: E402  (tests/fixtures/models.py)
+try:
+    import torch.export  # noqa: E402  (torch >= 2.1)
+    HAVE_EXPORT = callable(getattr(torch.export, 'export', None))
+except ImportError:
+    HAVE_EXPORT = False
 
 TOOL = os.path.join(c.SRCDIR, 'tools', 'ckpt-spec')
 FIXTURES = os.path.join(c.SRCDIR, 'tests', 'fixtures')
@@ -61,7 +67,6 @@ BUNDLED = [
 
 
 def spec_outputs(path):
-    import json
     with open(path) as f:
         return json.load(f)['outputs']
 
@@ -98,20 +103,58 @@ for spec, factory, make, shape in BUNDLED:
 
 
 # crnn.pytorch's forward asserts on a traced size (`b, c, h, w = conv.size(); assert h ==
-# 1`), which torch.fx cannot trace: the tool must refuse it clearly and write nothing (the
-# committed models/crnn.json is checked against torch by crnn_vs_torch.py).  A torch.export
-# route would read it: not written yet.
+# 1`), which torch.fx cannot trace.  Where torch.export exists (torch >= 2.1) ckpt-spec
+# exports it with torch.export instead, and the exported spec must give torch's outputs
+# as the committed models/crnn.json does (crnn_vs_torch.py checks that one at full size);
+# under an older torch it refuses, saying why, and writes nothing.
 covered.add('crnn.json')
+CRNN = 'models:CRNN(width=8, nclass=11)'
 
 
-@case('crnn.json: crnn.pytorch asserts on a traced size; ckpt-spec refuses it naming '
-      'torch.fx, writes nothing')
-def _():
-    out = c.scratch('crnn.exported.json')
-    r = ckpt_spec('models:CRNN(width=8, nclass=11)', '--input', 'x=1,1,32,64', '-o', out)
-    assert r.rc == 1, (r.rc, r.err)
-    assert not os.path.exists(out), 'a spec was written'
-    assert r.err.startswith('ckpt-spec: torch.fx cannot trace CRNN: TraceError: '), r.err
+def crnn_model():
+    torch.manual_seed(4)
+    return models.randomize_batch_norms(models.CRNN(width=8, nclass=11)).eval()
+
+
+if HAVE_EXPORT:
+    @case('crnn.json: torch.fx cannot trace crnn.pytorch (an assert on a size); ckpt-spec '
+          "exports it with torch.export, and it and the committed spec pass against torch's "
+          'outputs on the same checkpoint')
+    def _():
+        exported = c.scratch('crnn.exported.json')
+        r = ckpt_spec(CRNN, '--input', 'input=1,1,32,256', '--output', 'logits',
+                      '-o', exported)
+        assert r.rc == 0, 'ckpt-spec exited %d: %s' % (r.rc, r.err.strip()[-600:])
+        assert 'torch.fx cannot trace CRNN' in r.err and 'trying torch.export' in r.err, r.err
+        with open(exported) as f:
+            spec = json.load(f)
+        ops = [nd['op'] for nd in spec['nodes']]
+        assert ops.count('lstm') == 2 and ops.count('batch_norm') == 3, ops
+        lstms = [nd['params']['module'] for nd in spec['nodes'] if nd['op'] == 'lstm']
+        assert lstms == ['rnn.0.rnn', 'rnn.1.rnn'], lstms
+        model = crnn_model()
+        path = c.save(model.state_dict(), c.scratch('crnn.pth'))
+        ref = c.save_reference(model, torch.rand(3, 1, 32, 256), ['logits'],
+                               c.scratch('crnn.ref.pth'))
+        for which in ('crnn.json', exported):
+            rc, doc = c.verify_json(which, path, '--reference', ref)
+            check_pass(rc, doc, which)
+
+    @case('the torch.export route checks --input against forward too: CRNN takes input')
+    def _():
+        r = ckpt_spec(CRNN, '--input', 'x=1,1,32,256', '-o', c.scratch('crnn.x.json'))
+        assert r.rc == 2 and 'forward takes input; --input gave x' in r.err, (r.rc, r.err)
+else:
+    @case('crnn.json: crnn.pytorch asserts on a traced size; under torch %s (no '
+          'torch.export) ckpt-spec refuses it naming torch.fx and torch >= 2.1, writes '
+          'nothing' % torch.__version__)
+    def _():
+        out = c.scratch('crnn.exported.json')
+        r = ckpt_spec(CRNN, '--input', 'input=1,1,32,256', '-o', out)
+        assert r.rc == 1, (r.rc, r.err)
+        assert not os.path.exists(out), 'a spec was written'
+        assert r.err.startswith('ckpt-spec: torch.fx cannot trace CRNN: TraceError: '), r.err
+        assert 'has no torch.export: torch >= 2.1 would try it' in r.err, r.err
 
 
 @case('every spec in models/ has a case here')
