@@ -190,15 +190,62 @@ class Unused(nn.Module):
 
     def forward(self, x):
         return self.fc(x)
+
+
+# torch.fx cannot trace these two (an assert on a size); torch.export can
+class Mixed(nn.Module):
+    """Most ops of the torch.export route: a batch-first 2-layer LSTM, a
+    residual add, a size read in forward and used in a reshape."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, stride=1, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d((1, 4))
+        self.lstm = nn.LSTM(8, 6, num_layers=2, batch_first=True)
+        self.fc = nn.Linear(24 + 32, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.conv(x)))
+        b, c, hh, w = h.shape
+        assert hh == w, 'square images only'
+        h = h + self.conv2(h)
+        p = self.pool(nn.functional.max_pool2d(h, 2))  # [B, 8, 1, 4]
+        seq = p.squeeze(2).transpose(1, 2)              # [B, 4, 8]
+        out, _ = self.lstm(seq)                          # [B, 4, 6]
+        feat = torch.cat([out.reshape(b, -1), torch.flatten(p, 1)], 1)
+        return torch.softmax(self.fc(feat), dim=1), torch.sigmoid(feat)
+
+
+class Asserts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3)
+        self.act = nn.GELU()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.conv(x)
+        b, c, hh, w = h.size()
+        assert hh == w
+        return self.fc(self.act(h).mean((2, 3)))
 '''
+
+
+def user_models():
+    """The models above in a .py file in scratch; its path."""
+    src = c.scratch('usermodels.py')
+    if not os.path.exists(src):
+        with open(src, 'w') as f:
+            f.write(textwrap.dedent(UNSUPPORTED))
+    return src
 
 
 @case('unsupported ops: exit 1, no spec written, each node named with its module or '
       'function')
 def _():
-    src = c.scratch('usermodels.py')
-    with open(src, 'w') as f:
-        f.write(textwrap.dedent(UNSUPPORTED))
+    src = user_models()
     out = c.scratch('net.json')
     r = ckpt_spec(src + ':Net', '--input', 'x=1,4,8,8', '-o', out)
     assert r.rc == 1, (r.rc, r.err)
@@ -213,13 +260,57 @@ def _():
 
 @case('a module forward never calls: exit 1 naming its state-dict keys')
 def _():
-    src = c.scratch('usermodels.py')
-    if not os.path.exists(src):
-        with open(src, 'w') as f:
-            f.write(textwrap.dedent(UNSUPPORTED))
+    src = user_models()
     r = ckpt_spec(src + ':Unused', '--input', 'x=1,4', '-o', c.scratch('unused.json'))
     assert r.rc == 1, (r.rc, r.err)
     assert 'aux.weight, aux.bias' in r.err, r.err
+
+
+if HAVE_EXPORT:
+    @case('the torch.export route: a model fx cannot trace, with a batch-first LSTM, a '
+          'residual add, cat, softmax and a reshape by a size read in forward, passes '
+          "against torch's outputs")
+    def _():
+        exported = c.scratch('mixed.json')
+        r = ckpt_spec(user_models() + ':Mixed', '--input', 'x=1,3,16,16',
+                      '--output', 'probs,gate', '-o', exported)
+        assert r.rc == 0, 'ckpt-spec exited %d: %s' % (r.rc, r.err.strip()[-600:])
+        with open(exported) as f:
+            nodes = json.load(f)['nodes']
+        lstm = [nd for nd in nodes if nd['op'] == 'lstm']
+        assert lstm and lstm[0]['attrs']['num_layers'] == 2, lstm
+        reshape = [nd['attrs']['shape'] for nd in nodes if nd['op'] == 'reshape']
+        assert reshape == [[0, -1]], reshape  # reshape(b, -1): b follows the batch
+        sys.path.insert(0, c.scratch())
+        import usermodels
+        torch.manual_seed(7)
+        model = models.randomize_batch_norms(usermodels.Mixed()).eval()
+        path = c.save(model.state_dict(), c.scratch('mixed.pth'))
+        ref = c.save_reference(model, torch.rand(3, 3, 16, 16), ['probs', 'gate'],
+                               c.scratch('mixed.ref.pth'))
+        check_pass(*c.verify_json(exported, path, '--reference', ref), exported)
+
+    @case('the torch.export route: unsupported aten ops: exit 1, no spec written, each '
+          'op named with the module that called it')
+    def _():
+        out = c.scratch('asserts.json')
+        r = ckpt_spec(user_models() + ':Asserts', '--input', 'x=1,4,8,8', '-o', out)
+        assert r.rc == 1, (r.rc, r.err)
+        assert not os.path.exists(out), 'a spec was written'
+        for want in ('trying torch.export', 'ckpt-spec: Asserts: 2 node(s) with no spec op',
+                     'call_function aten.gelu.default (in act: GELU): no spec op for it',
+                     'call_function aten.mean.dim (in forward: Asserts): no spec op'):
+            assert want in r.err, (want, r.err)
+else:
+    @case('models fx cannot trace are refused under torch %s, naming torch >= 2.1'
+          % torch.__version__)
+    def _():
+        for cls in ('Mixed', 'Asserts'):
+            out = c.scratch(cls + '.json')
+            r = ckpt_spec(user_models() + ':' + cls, '--input', 'x=1,4,8,8', '-o', out)
+            assert r.rc == 1 and not os.path.exists(out), (cls, r.rc, r.err)
+            assert r.err.startswith('ckpt-spec: torch.fx cannot trace %s: ' % cls), r.err
+            assert 'torch >= 2.1 would try it' in r.err, r.err
 
 
 @case('usage errors exit 2: no --input, an --input forward does not take, a bad factory')
