@@ -230,6 +230,17 @@ class Asserts(nn.Module):
         b, c, hh, w = h.size()
         assert hh == w
         return self.fc(self.act(h).mean((2, 3)))
+
+
+class DataDependent(nn.Module):
+    """Neither can trace this: forward branches on a tensor's value."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x) if x.sum() > 0 else -self.fc(x)
 '''
 
 
@@ -301,6 +312,11 @@ if HAVE_EXPORT:
                      'call_function aten.gelu.default (in act: GELU): no spec op for it',
                      'call_function aten.mean.dim (in forward: Asserts): no spec op'):
             assert want in r.err, (want, r.err)
+        r = ckpt_spec(user_models() + ':DataDependent', '--input', 'x=1,4', '-o', out)
+        assert r.rc == 1 and not os.path.exists(out), (r.rc, r.err)
+        assert 'torch.export cannot export DataDependent either, on inputs x [1, 4]: ' \
+            in r.err, r.err
+        assert len(r.err.splitlines()) == 2, r.err  # torch's own dump of the graph set aside
 else:
     @case('models fx cannot trace are refused under torch %s, naming torch >= 2.1'
           % torch.__version__)
