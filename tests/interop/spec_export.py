@@ -232,6 +232,20 @@ class Asserts(nn.Module):
         return self.fc(self.act(h).mean((2, 3)))
 
 
+class Checked(nn.Module):
+    """A ResNet18 behind an assert on the input's size."""
+
+    def __init__(self):
+        super().__init__()
+        import models
+        self.net = models.resnet(18, num_classes=10, width=8)
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        assert h == w, 'square images only'
+        return self.net(x)
+
+
 class DataDependent(nn.Module):
     """Neither can trace this: forward branches on a tensor's value."""
 
@@ -299,6 +313,45 @@ if HAVE_EXPORT:
         path = c.save(model.state_dict(), c.scratch('mixed.pth'))
         ref = c.save_reference(model, torch.rand(3, 3, 16, 16), ['probs', 'gate'],
                                c.scratch('mixed.ref.pth'))
+        check_pass(*c.verify_json(exported, path, '--reference', ref), exported)
+
+    # torch 2.1 to 2.4 export decomposed further than later ones: linear as addmm of
+    # t(weight), conv2d as convolution, batch_norm as _native_batch_norm_legit_no_training,
+    # max_pool2d with indices, adaptive_avg_pool2d(1) as mean.  A run with torch.export's
+    # graph decomposed (run_decompositions) checks that those forms map too.
+    DECOMPOSED = '''
+import runpy
+import sys
+import torch.export
+export = torch.export.export
+torch.export.export = lambda *a, **k: export(*a, **k).run_decompositions()
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+'''
+
+    @case('the torch.export route on decomposed aten ops (convolution, addmm, '
+          "_native_batch_norm_legit_no_training, mean): a ResNet18 passes against torch's "
+          'outputs')
+    def _():
+        driver = c.scratch('decomposed.py')
+        with open(driver, 'w') as f:
+            f.write(DECOMPOSED)
+        exported = c.scratch('checked.json')
+        r = c.run([sys.executable, driver, TOOL, '-C', FIXTURES, user_models() + ':Checked',
+                   '--input', 'x=1,3,64,64', '--output', 'logits', '-o', exported],
+                  timeout=300)
+        assert r.rc == 0, 'ckpt-spec exited %d: %s' % (r.rc, r.err.strip()[-600:])
+        with open(exported) as f:
+            ops = [nd['op'] for nd in json.load(f)['nodes']]
+        assert ops.count('conv2d') == 20 and ops.count('batch_norm') == 20, ops
+        assert ops[-3:] == ['adaptive_avg_pool2d', 'reshape', 'linear'], ops
+        sys.path.insert(0, c.scratch())
+        import usermodels
+        torch.manual_seed(9)
+        model = models.randomize_batch_norms(usermodels.Checked()).eval()
+        path = c.save(model.state_dict(), c.scratch('checked.pth'))
+        ref = c.save_reference(model, torch.rand(2, 3, 64, 64), ['logits'],
+                               c.scratch('checked.ref.pth'))
         check_pass(*c.verify_json(exported, path, '--reference', ref), exported)
 
     @case('the torch.export route: unsupported aten ops: exit 1, no spec written, each '
