@@ -19,6 +19,7 @@ reads; a missing --input is a usage error (exit 2).
 Prints `ok NAME` or `FAIL NAME: why` per case, then `N passed, M failed`;
 exits 1 if anything failed, 77 (skip) if torch cannot be imported.
 """
+import json
 import os
 import sys
 import textwrap
@@ -28,6 +29,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as c  # noqa: E402  (exit 77 without torch)
 import torch  # noqa: E402
 import models  # noqa: E402  (tests/fixtures/models.py)
+try:
+    import torch.export  # noqa: E402  (torch >= 2.1)
+    HAVE_EXPORT = callable(getattr(torch.export, 'export', None))
+except ImportError:
+    HAVE_EXPORT = False
 
 TOOL = os.path.join(c.SRCDIR, 'tools', 'ckpt-spec')
 FIXTURES = os.path.join(c.SRCDIR, 'tests', 'fixtures')
@@ -61,7 +67,6 @@ BUNDLED = [
 
 
 def spec_outputs(path):
-    import json
     with open(path) as f:
         return json.load(f)['outputs']
 
@@ -98,20 +103,58 @@ for spec, factory, make, shape in BUNDLED:
 
 
 # crnn.pytorch's forward asserts on a traced size (`b, c, h, w = conv.size(); assert h ==
-# 1`), which torch.fx cannot trace: the tool must refuse it clearly and write nothing (the
-# committed models/crnn.json is checked against torch by crnn_vs_torch.py).  A torch.export
-# route would read it: not written yet.
+# 1`), which torch.fx cannot trace.  Where torch.export exists (torch >= 2.1) ckpt-spec
+# exports it with torch.export instead, and the exported spec must give torch's outputs
+# as the committed models/crnn.json does (crnn_vs_torch.py checks that one at full size);
+# under an older torch it refuses, saying why, and writes nothing.
 covered.add('crnn.json')
+CRNN = 'models:CRNN(width=8, nclass=11)'
 
 
-@case('crnn.json: crnn.pytorch asserts on a traced size; ckpt-spec refuses it naming '
-      'torch.fx, writes nothing')
-def _():
-    out = c.scratch('crnn.exported.json')
-    r = ckpt_spec('models:CRNN(width=8, nclass=11)', '--input', 'x=1,1,32,64', '-o', out)
-    assert r.rc == 1, (r.rc, r.err)
-    assert not os.path.exists(out), 'a spec was written'
-    assert r.err.startswith('ckpt-spec: torch.fx cannot trace CRNN: TraceError: '), r.err
+def crnn_model():
+    torch.manual_seed(4)
+    return models.randomize_batch_norms(models.CRNN(width=8, nclass=11)).eval()
+
+
+if HAVE_EXPORT:
+    @case('crnn.json: torch.fx cannot trace crnn.pytorch (an assert on a size); ckpt-spec '
+          "exports it with torch.export, and it and the committed spec pass against torch's "
+          'outputs on the same checkpoint')
+    def _():
+        exported = c.scratch('crnn.exported.json')
+        r = ckpt_spec(CRNN, '--input', 'input=1,1,32,256', '--output', 'logits',
+                      '-o', exported)
+        assert r.rc == 0, 'ckpt-spec exited %d: %s' % (r.rc, r.err.strip()[-600:])
+        assert 'torch.fx cannot trace CRNN' in r.err and 'trying torch.export' in r.err, r.err
+        with open(exported) as f:
+            spec = json.load(f)
+        ops = [nd['op'] for nd in spec['nodes']]
+        assert ops.count('lstm') == 2 and ops.count('batch_norm') == 3, ops
+        lstms = [nd['params']['module'] for nd in spec['nodes'] if nd['op'] == 'lstm']
+        assert lstms == ['rnn.0.rnn', 'rnn.1.rnn'], lstms
+        model = crnn_model()
+        path = c.save(model.state_dict(), c.scratch('crnn.pth'))
+        ref = c.save_reference(model, torch.rand(3, 1, 32, 256), ['logits'],
+                               c.scratch('crnn.ref.pth'))
+        for which in ('crnn.json', exported):
+            rc, doc = c.verify_json(which, path, '--reference', ref)
+            check_pass(rc, doc, which)
+
+    @case('the torch.export route checks --input against forward too: CRNN takes input')
+    def _():
+        r = ckpt_spec(CRNN, '--input', 'x=1,1,32,256', '-o', c.scratch('crnn.x.json'))
+        assert r.rc == 2 and 'forward takes input; --input gave x' in r.err, (r.rc, r.err)
+else:
+    @case('crnn.json: crnn.pytorch asserts on a traced size; under torch %s (no '
+          'torch.export) ckpt-spec refuses it naming torch.fx and torch >= 2.1, writes '
+          'nothing' % torch.__version__)
+    def _():
+        out = c.scratch('crnn.exported.json')
+        r = ckpt_spec(CRNN, '--input', 'input=1,1,32,256', '-o', out)
+        assert r.rc == 1, (r.rc, r.err)
+        assert not os.path.exists(out), 'a spec was written'
+        assert r.err.startswith('ckpt-spec: torch.fx cannot trace CRNN: TraceError: '), r.err
+        assert 'has no torch.export: torch >= 2.1 would try it' in r.err, r.err
 
 
 @case('every spec in models/ has a case here')
@@ -147,15 +190,87 @@ class Unused(nn.Module):
 
     def forward(self, x):
         return self.fc(x)
+
+
+# torch.fx cannot trace these two (an assert on a size); torch.export can
+class Mixed(nn.Module):
+    """Most ops of the torch.export route: a batch-first 2-layer LSTM, a
+    residual add, a size read in forward and used in a reshape."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, stride=1, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d((1, 4))
+        self.lstm = nn.LSTM(8, 6, num_layers=2, batch_first=True)
+        self.fc = nn.Linear(24 + 32, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.conv(x)))
+        b, c, hh, w = h.shape
+        assert hh == w, 'square images only'
+        h = h + self.conv2(h)
+        p = self.pool(nn.functional.max_pool2d(h, 2))  # [B, 8, 1, 4]
+        seq = p.squeeze(2).transpose(1, 2)              # [B, 4, 8]
+        out, _ = self.lstm(seq)                          # [B, 4, 6]
+        feat = torch.cat([out.reshape(b, -1), torch.flatten(p, 1)], 1)
+        return torch.softmax(self.fc(feat), dim=1), torch.sigmoid(feat)
+
+
+class Asserts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3)
+        self.act = nn.GELU()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.conv(x)
+        b, c, hh, w = h.size()
+        assert hh == w
+        return self.fc(self.act(h).mean((2, 3)))
+
+
+class Checked(nn.Module):
+    """A ResNet18 behind an assert on the input's size."""
+
+    def __init__(self):
+        super().__init__()
+        import models
+        self.net = models.resnet(18, num_classes=10, width=8)
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        assert h == w, 'square images only'
+        return self.net(x)
+
+
+class DataDependent(nn.Module):
+    """Neither can trace this: forward branches on a tensor's value."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x) if x.sum() > 0 else -self.fc(x)
 '''
+
+
+def user_models():
+    """The models above in a .py file in scratch; its path."""
+    src = c.scratch('usermodels.py')
+    if not os.path.exists(src):
+        with open(src, 'w') as f:
+            f.write(textwrap.dedent(UNSUPPORTED))
+    return src
 
 
 @case('unsupported ops: exit 1, no spec written, each node named with its module or '
       'function')
 def _():
-    src = c.scratch('usermodels.py')
-    with open(src, 'w') as f:
-        f.write(textwrap.dedent(UNSUPPORTED))
+    src = user_models()
     out = c.scratch('net.json')
     r = ckpt_spec(src + ':Net', '--input', 'x=1,4,8,8', '-o', out)
     assert r.rc == 1, (r.rc, r.err)
@@ -170,13 +285,101 @@ def _():
 
 @case('a module forward never calls: exit 1 naming its state-dict keys')
 def _():
-    src = c.scratch('usermodels.py')
-    if not os.path.exists(src):
-        with open(src, 'w') as f:
-            f.write(textwrap.dedent(UNSUPPORTED))
+    src = user_models()
     r = ckpt_spec(src + ':Unused', '--input', 'x=1,4', '-o', c.scratch('unused.json'))
     assert r.rc == 1, (r.rc, r.err)
     assert 'aux.weight, aux.bias' in r.err, r.err
+
+
+if HAVE_EXPORT:
+    @case('the torch.export route: a model fx cannot trace, with a batch-first LSTM, a '
+          'residual add, cat, softmax and a reshape by a size read in forward, passes '
+          "against torch's outputs")
+    def _():
+        exported = c.scratch('mixed.json')
+        r = ckpt_spec(user_models() + ':Mixed', '--input', 'x=1,3,16,16',
+                      '--output', 'probs,gate', '-o', exported)
+        assert r.rc == 0, 'ckpt-spec exited %d: %s' % (r.rc, r.err.strip()[-600:])
+        with open(exported) as f:
+            nodes = json.load(f)['nodes']
+        lstm = [nd for nd in nodes if nd['op'] == 'lstm']
+        assert lstm and lstm[0]['attrs']['num_layers'] == 2, lstm
+        reshape = [nd['attrs']['shape'] for nd in nodes if nd['op'] == 'reshape']
+        assert reshape == [[0, -1]], reshape  # reshape(b, -1): b follows the batch
+        sys.path.insert(0, c.scratch())
+        import usermodels
+        torch.manual_seed(7)
+        model = models.randomize_batch_norms(usermodels.Mixed()).eval()
+        path = c.save(model.state_dict(), c.scratch('mixed.pth'))
+        ref = c.save_reference(model, torch.rand(3, 3, 16, 16), ['probs', 'gate'],
+                               c.scratch('mixed.ref.pth'))
+        check_pass(*c.verify_json(exported, path, '--reference', ref), exported)
+
+    # torch 2.1 to 2.4 export decomposed further than later ones: linear as addmm of
+    # t(weight), conv2d as convolution, batch_norm as _native_batch_norm_legit_no_training,
+    # max_pool2d with indices, adaptive_avg_pool2d(1) as mean.  A run with torch.export's
+    # graph decomposed (run_decompositions) checks that those forms map too.
+    DECOMPOSED = '''
+import runpy
+import sys
+import torch.export
+export = torch.export.export
+torch.export.export = lambda *a, **k: export(*a, **k).run_decompositions()
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+'''
+
+    @case('the torch.export route on decomposed aten ops (convolution, addmm, '
+          "_native_batch_norm_legit_no_training, mean): a ResNet18 passes against torch's "
+          'outputs')
+    def _():
+        driver = c.scratch('decomposed.py')
+        with open(driver, 'w') as f:
+            f.write(DECOMPOSED)
+        exported = c.scratch('checked.json')
+        r = c.run([sys.executable, driver, TOOL, '-C', FIXTURES, user_models() + ':Checked',
+                   '--input', 'x=1,3,64,64', '--output', 'logits', '-o', exported],
+                  timeout=300)
+        assert r.rc == 0, 'ckpt-spec exited %d: %s' % (r.rc, r.err.strip()[-600:])
+        with open(exported) as f:
+            ops = [nd['op'] for nd in json.load(f)['nodes']]
+        assert ops.count('conv2d') == 20 and ops.count('batch_norm') == 20, ops
+        assert ops[-3:] == ['adaptive_avg_pool2d', 'reshape', 'linear'], ops
+        sys.path.insert(0, c.scratch())
+        import usermodels
+        torch.manual_seed(9)
+        model = models.randomize_batch_norms(usermodels.Checked()).eval()
+        path = c.save(model.state_dict(), c.scratch('checked.pth'))
+        ref = c.save_reference(model, torch.rand(2, 3, 64, 64), ['logits'],
+                               c.scratch('checked.ref.pth'))
+        check_pass(*c.verify_json(exported, path, '--reference', ref), exported)
+
+    @case('the torch.export route: unsupported aten ops: exit 1, no spec written, each '
+          'op named with the module that called it')
+    def _():
+        out = c.scratch('asserts.json')
+        r = ckpt_spec(user_models() + ':Asserts', '--input', 'x=1,4,8,8', '-o', out)
+        assert r.rc == 1, (r.rc, r.err)
+        assert not os.path.exists(out), 'a spec was written'
+        for want in ('trying torch.export', 'ckpt-spec: Asserts: 2 node(s) with no spec op',
+                     'call_function aten.gelu.default (in act: GELU): no spec op for it',
+                     'call_function aten.mean.dim (in forward: Asserts): no spec op'):
+            assert want in r.err, (want, r.err)
+        r = ckpt_spec(user_models() + ':DataDependent', '--input', 'x=1,4', '-o', out)
+        assert r.rc == 1 and not os.path.exists(out), (r.rc, r.err)
+        assert 'torch.export cannot export DataDependent either, on inputs x [1, 4]: ' \
+            in r.err, r.err
+        assert len(r.err.splitlines()) == 2, r.err  # torch's own dump of the graph set aside
+else:
+    @case('models fx cannot trace are refused under torch %s, naming torch >= 2.1'
+          % torch.__version__)
+    def _():
+        for cls in ('Mixed', 'Asserts'):
+            out = c.scratch(cls + '.json')
+            r = ckpt_spec(user_models() + ':' + cls, '--input', 'x=1,4,8,8', '-o', out)
+            assert r.rc == 1 and not os.path.exists(out), (cls, r.rc, r.err)
+            assert r.err.startswith('ckpt-spec: torch.fx cannot trace %s: ' % cls), r.err
+            assert 'torch >= 2.1 would try it' in r.err, r.err
 
 
 @case('usage errors exit 2: no --input, an --input forward does not take, a bad factory')
