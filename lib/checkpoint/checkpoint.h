@@ -96,6 +96,20 @@ struct ckpt_file {
     size_t nnotices;
     uint64_t dev, ino;     /* to refuse writing over the input */
     uint32_t mode;     /* kept when the input is replaced */
+
+    /* What a folder format (formats/deepspeed.c) leaves on the handle: */
+    void *format_state;                      /* its own, freed by format_state_free */
+    void (*format_state_free)(ckpt_file *f);
+    const char *root_source;  /* the root state dict's "source" for inspect ("deepspeed") */
+    const char *layout_json;  /* how the folder is laid out (a JSON object), for inspect */
+    /* A mapping outside the root that --select can name (DeepSpeed's
+     * "module"), made on demand, its storages added to the table then:
+     * *OUT stays NULL when NAME is none of them. */
+    int (*select_extra)(ckpt_file *f, const char *name, ckpt_value **out);
+    /* Read every record the storages take bytes from, whole, and check its
+     * CRC-32 (inspect --stats: storages made of runs inside records are
+     * read in parts, which no CRC covers). */
+    int (*check_records)(ckpt_file *f);
 };
 
 bool ckpt_file_valid(const ckpt_file *f);

@@ -580,6 +580,8 @@ CKPT_API const ckpt_value *ckpt_file_state_dict(const ckpt_file *f, size_t i, ck
 CKPT_API const char *ckpt_file_state_dict_source(const ckpt_file *f, size_t i)
 {
     const ckpt_value *v = list_get(f, &f->state_dicts, i, NULL);
+    if (v && f->root_source && v == (f->file_root ? f->file_root : f->root))
+        return f->root_source; /* a folder format's reconstruction */
     return !v                                ? NULL
            : !ckpt_value_is_module_sd(v)      ? "mapping"
            : (v->flags & CKPT_VF_TORCHSCRIPT) ? "torchscript"
@@ -684,4 +686,35 @@ CKPT_API size_t ckpt_state_dict_wrappers(const ckpt_value *sd, const char **out,
         }
     }
     return n;
+}
+
+CKPT_API const char *ckpt_file_layout(const ckpt_file *f)
+{
+    return f && f->magic == CKPT_FILE_MAGIC ? f->layout_json : NULL;
+}
+
+CKPT_API size_t ckpt_storage_run_count(const ckpt_storage *s)
+{
+    return s && s->loc == CKPT_LOC_PIECES ? s->npieces : 0;
+}
+
+CKPT_API int ckpt_storage_run(const ckpt_storage *s, size_t i, const char **file,
+                              uint64_t *file_offset, uint64_t *nbytes, uint64_t *storage_offset)
+{
+    if (!s || s->loc != CKPT_LOC_PIECES || i >= s->npieces)
+        return CKPT_ERR_USAGE;
+    const ckpt_piece *p = &s->pieces[i];
+    *file = p->mem || !p->src ? NULL : p->src->path;
+    *file_offset = p->file_offset;
+    *nbytes = p->nbytes;
+    *storage_offset = p->dst_offset;
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_file_check_records(ckpt_file *f)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    return f->check_records ? f->check_records(f) : CKPT_OK;
 }

@@ -181,6 +181,10 @@ const char *ckpt_kind_name(ckpt_kind kind);
 ckpt_global_class ckpt_globals_builtin_class(const char *qualified_name);
 /* Globals that run commands or code: never admitted, whatever the options. */
 bool ckpt_globals_dangerous(const char *qualified_name);
+/* Whether getattr(CLS, NAME) is a known data value (an enum member such as
+ * DeepSpeed's ZeroStageEnum.optimizer_states): the one use of
+ * builtins.getattr the reader admits. */
+bool ckpt_globals_getattr_data(const char *cls, const char *name);
 /* Python 2 names as pickle's fix_imports maps them in a protocol < 3 stream
  * (_compat_pickle's NAME_MAPPING, else IMPORT_MAPPING: __builtin__.xrange ->
  * builtins.range); true when renamed.  The results are static or the input. */
