@@ -148,5 +148,10 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
     if (!d || (!d->write && !d->write_set))
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "cannot write the format %s",
                         ckpt_format_name(id));
+    /* a folder's storages are runs inside its records, which no read
+     * covers whole: their CRC-32s are checked first, so that a corrupt
+     * input leaves no OUT (the pages are then warm for the writer) */
+    if (f->check_records)
+        CKPT_FORWARD(f->check_records(f));
     return d->write_set ? d->write_set(f, path, opt) : write_one(f, d, path, opt);
 }

@@ -1,0 +1,99 @@
+#!/bin/sh
+# deepspeed.sh - DeepSpeed ZeRO checkpoint folders as a user meets them,
+# made by tests/bad/make_bad_deepspeed.py (plain Python: no torch, no
+# DeepSpeed): the folder with `latest` (ZeRO-2) and a tag folder given
+# directly (ZeRO-3) read as zero_to_fp32 reconstructs them (EXPECTED.pth),
+# through every command; then hostile folders, each refused with exit 3,
+# one line on stderr and no OUT.  Values against real DeepSpeed runs:
+# tests/interop/deepspeed_folders.py.
+# shellcheck source=tests/cli/setup.sh
+. "${srcdir:-.}/tests/cli/setup.sh"
+
+py=${PYTHON:-python3}
+command -v "$py" >/dev/null 2>&1 || skip "no $py to write the folders"
+w=$tmp/ds
+"$py" "$srcdir/tests/bad/make_bad_deepspeed.py" "$w" || skip "make_bad_deepspeed.py failed"
+want=$w/EXPECTED.pth
+
+for in in "$w/good_zero2" "$w/good_zero3/global_step3"; do
+    say "$(basename "$(dirname "$in")")/$(basename "$in"): every command on the folder"
+    expect_exit 0 ckpt inspect "$in"
+    expect_stdout_match "^$in: deepspeed, 5 tensors in 4 storages"
+    expect_stdout_match "^DeepSpeed ZeRO stage [23] \(DeepSpeedZeroOptimizer\)"
+    inspect_json "$in"
+    json_expect 'd["format"]' '"deepspeed"'
+    json_expect '[s["source"] for s in d["state_dicts"]]' '["deepspeed"]'
+    json_expect '[t["path"][0] for t in d["tensors"]]' '["running", "fz", "a", "b", "c"]'
+    json_expect 'd["layout"]["world_size"]' 2
+    json_true 'tensor("a")["storage"] == tensor("c")["storage"]' "the tied alias c is a's storage"
+    # b: all in rank 1's partition at ZeRO-2, 3 + 2 elements at ZeRO-3
+    json_expect '[r["rank"] for r in tensor("b")["runs"]]' \
+        "$(case $in in *zero2*) echo '[1]' ;; *) echo '[0, 1]' ;; esac)"
+    expect_exit 0 ckpt inspect --stats "$in"
+    expect_exit 0 ckpt convert "$in" "$tmp/out.pth"
+    expect_exit 0 ckpt diff "$tmp/out.pth" "$want"
+    expect_exit 0 ckpt diff "$in" "$want"
+    expect_exit 0 ckpt convert "$in" "$tmp/out.safetensors"
+    expect_exit 0 ckpt diff "$tmp/out.safetensors" "$want"
+    mkdir -p "$tmp/sh"
+    expect_exit 0 ckpt convert --shard-size 40 "$in" "$tmp/sh/model.safetensors.index.json"
+    expect_exit 0 ckpt diff "$tmp/sh/model.safetensors.index.json" "$want"
+    expect_exit 0 ckpt extract "$in" "$tmp/ex.pth"
+    expect_exit 0 ckpt diff "$tmp/ex.pth" "$want"
+    expect_exit 0 ckpt strip-module "$in" "$tmp/strip.pth"
+    expect_exit 0 ckpt diff "$tmp/strip.pth" "$want"
+    expect_exit 0 ckpt unwrap "$in" "$tmp/unwrap.pth"
+    expect_exit 0 ckpt convert --dtype bfloat16 "$in" "$tmp/bf16.pth"
+    rm -rf "$tmp/sh" "$tmp"/*.pth "$tmp/out.safetensors"
+done
+
+say "--select module: the module as trained (ZeRO-2); refused at ZeRO-3"
+expect_exit 0 ckpt convert --select module "$w/good_zero2" "$tmp/module.pth"
+inspect_json "$tmp/module.pth"
+json_expect '[t["path"][0] for t in d["tensors"]]' '["running", "a", "b", "fz", "c"]'
+expect_exit 3 ckpt convert --select module "$w/good_zero3/global_step3" "$tmp/m3.pth"
+expect_stderr_line 'at ZeRO stage 3, .*placeholders'
+check "no OUT for a refused --select" test ! -e "$tmp/m3.pth"
+
+say "the input folder is never written"
+(cd "$w/good_zero2" && find . -type f | sort | xargs cksum) >"$tmp/before"
+expect_exit 0 ckpt convert "$w/good_zero2" "$tmp/again.pth"
+(cd "$w/good_zero2" && find . -type f | sort | xargs cksum) >"$tmp/after"
+check "good_zero2 unchanged" cmp -s "$tmp/before" "$tmp/after"
+
+# NAME PATTERN: the hostile folder NAME is refused by inspect (plain, or
+# --stats for a defect in the data) and convert: exit 3, one line, no OUT
+refuse() {
+    _name=$1 _pat=$2 _stats=${3:-}
+    say "$_name: refused"
+    expect_exit 3 ckpt inspect $_stats "$w/$_name"
+    expect_stderr_line "^ckpt: inspect: $w/$_name: .*$_pat"
+    expect_stdout_empty
+    expect_exit 3 ckpt convert "$w/$_name" "$tmp/$_name.pth"
+    expect_stderr_line "^ckpt: convert: $w/$_name: .*$_pat"
+    check "no OUT for $_name" test ! -e "$tmp/$_name.pth"
+    check "no temporary file left for $_name" test -z "$(ls -A "$tmp" | grep -v -e '^out$' -e '^err$' -e '^ds$' -e '^before$' -e '^after$' -e '^again.pth$' -e '^module.pth$')"
+}
+refuse missing_rank "partition_count says 2 ranks but 'global_step3/zero_pp_rank_1_mp_rank_00_optim_states.pt' is missing"
+refuse count_more_ranks "partition_count says 3 ranks but 'global_step3/zero_pp_rank_2_mp_rank_00_optim_states.pt' is missing"
+refuse bad_partition_count "partition_count\[0\] is not a positive int"
+refuse short_partition "hold 8 elements; parameter 'b' \(5\) needs them up to 11"
+refuse latest_escape "latest: the tag '\.\./x' is not a folder name inside"
+refuse latest_missing_tag "latest names the tag 'global_step9', which is not a folder"
+refuse truncated_optim "zero_pp_rank_1_mp_rank_00_optim_states.pt: not a zip archive"
+refuse view_past_storage "goes past the end of storage"
+refuse padding_overrun "needs them up to 20"
+refuse stage3_unequal "zero_pp_rank_1_mp_rank_00_optim_states.pt: its flat fp32 groups hold 4 elements, rank 0's 6"
+refuse getattr_not_data "refused global 'builtins.getattr': it can run commands or code"
+refuse not_a_tensor "single_partition_of_fp32_groups\[0\] is a str, not a tensor"
+refuse crc_flip "CRC-32 mismatch in record data/0" --stats
+say "crc_flip: plain inspect reads no data"
+expect_exit 0 ckpt inspect "$w/crc_flip"
+
+say "a folder that is no checkpoint"
+mkdir "$tmp/empty"
+expect_exit 3 ckpt inspect "$tmp/empty"
+expect_stderr_line 'a directory, but not a deepspeed checkpoint folder'
+rmdir "$tmp/empty"
+
+finish
