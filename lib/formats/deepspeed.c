@@ -95,7 +95,8 @@ static int in_file(ckpt_file *f, const char *file, int rc)
     char msg[sizeof f->err.msg];
     snprintf(msg, sizeof msg, "%s", f->err.msg);
     if (strncmp(msg, file, strlen(file)) != 0)
-        snprintf(f->err.msg, sizeof f->err.msg, "%s: %s", file, msg);
+        snprintf(f->err.msg, sizeof f->err.msg, "%.200s: %.*s", file,
+                 (int)(sizeof f->err.msg - 220), msg);
     if (!f->err.code)
         f->err.code = rc;
     return rc;

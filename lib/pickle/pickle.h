@@ -266,6 +266,11 @@ typedef struct ckpt_pickle_ctx {
      * NULL reports nothing. */
     void (*on_computed)(void *user, const char *shown_name, const char *made_by, int opcode,
                         uint64_t offset);
+    /* Scanning, at STOP: every use of builtins.getattr in the pickle was
+     * getattr(<class>, <member>) of a pair ckpt_globals_getattr_data admits
+     * (SHOWN: the first, "builtins.getattr(cls, 'member')"), so that it is
+     * known data there, not a way to run code.  Optional. */
+    void (*on_getattr_data)(void *user, const char *shown);
     bool scan;
     ckpt_pickle_feed feed; /* in: how the bytes are read (FILE by default) */
     /* out: a read crossed the end of a FRAME's buffer while bytes of it were
