@@ -91,6 +91,7 @@ struct ckpt_file {
     ckpt_source *cur_src;  /* the source whose pickle is being read */
     const char *key_prefix;/* sharded: prefix making storage keys unique */
     ckpt_value *st_metadata; /* safetensors __metadata__ (a dict of str), or NULL */
+    const char *sd_source;   /* a folder format's state dicts: their "source" ("dcp"), or NULL */
     ckpt_parts parts;      /* installed by the format dispatcher */
     char **notices;        /* what readers noticed but did not refuse (malloc'd) */
     size_t nnotices;
@@ -100,7 +101,6 @@ struct ckpt_file {
     /* What a folder format (formats/deepspeed.c) leaves on the handle: */
     void *format_state;                      /* its own, freed by format_state_free */
     void (*format_state_free)(ckpt_file *f);
-    const char *root_source;  /* the root state dict's "source" for inspect ("deepspeed") */
     const char *layout_json;  /* how the folder is laid out (a JSON object), for inspect */
     /* A mapping outside the root that --select can name (DeepSpeed's
      * "module"), made on demand, its storages added to the table then:

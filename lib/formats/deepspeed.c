@@ -1333,7 +1333,7 @@ static int ds_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
                                 "them so, ckpt gives them as float32 like every other tensor") < 0)
         return oom(f);
     CKPT_FORWARD(layout(f, st, nbuf, nfrozen, ntrain, nalias));
-    f->root_source = "deepspeed";
+    f->sd_source = "deepspeed";
     f->select_extra = ds_select_extra;
     f->check_records = ds_check_records;
     *root = o.sd;
