@@ -107,9 +107,11 @@ struct ckpt_file {
      * *OUT stays NULL when NAME is none of them. */
     int (*select_extra)(ckpt_file *f, const char *name, ckpt_value **out);
     /* Read every record the storages take bytes from, whole, and check its
-     * CRC-32 (inspect --stats: storages made of runs inside records are
-     * read in parts, which no CRC covers). */
-    int (*check_records)(ckpt_file *f);
+     * CRC-32 (storages made of runs inside records are read in parts, which
+     * no CRC covers); errors into ERR.  Safe beside another thread reading
+     * F: it opens the files itself and changes nothing in F. */
+    int (*check_records)(ckpt_file *f, ckpt_error *err);
+    struct ckpt_records_check *checking; /* writing: that check, running beside */
 };
 
 bool ckpt_file_valid(const ckpt_file *f);

@@ -715,5 +715,5 @@ CKPT_API int ckpt_file_check_records(ckpt_file *f)
     if (!f || f->magic != CKPT_FILE_MAGIC)
         return CKPT_ERR_USAGE;
     ckpt_err_clear(&f->err);
-    return f->check_records ? f->check_records(f) : CKPT_OK;
+    return f->check_records ? f->check_records(f, &f->err) : CKPT_OK;
 }

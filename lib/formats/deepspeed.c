@@ -446,10 +446,7 @@ static int load_file(ckpt_file *f, ds_state *st, ds_file *df, bool keep)
     if (fd < 0)
         return in_file(f, path, f->err.code ? f->err.code : CKPT_ERR_IO);
     ckpt_zip_dir *zd = NULL;
-    int rc = ckpt_zip_dir_open(fd, df->src->file_size, &zd, &f->err);
-    if (rc == CKPT_OK && !ckpt_zip_dir_reads(zd, CKPT_ZIP_READER_TORCH))
-        rc = bad(f, path, "not a zip archive torch.load reads: %s",
-                 ckpt_zip_dir_refusal(zd, CKPT_ZIP_READER_TORCH));
+    int rc = ckpt_zip_dir_open_torch(fd, df->src->file_size, &zd, &f->err);
     int64_t pk = rc ? -1 : ckpt_zip_dir_find(zd, CKPT_ZIP_READER_TORCH, "data.pkl");
     if (rc == CKPT_OK && pk < 0)
         rc = bad(f, path, "no data.pkl record");
@@ -1062,26 +1059,34 @@ static int ds_select_extra(ckpt_file *f, const char *name, ckpt_value **out)
 
 /* ---- --stats: every record the output reads, whole, CRC-checked ---------------------------- */
 
-static int ds_check_records(ckpt_file *f)
+static int ds_check_records(ckpt_file *f, ckpt_error *err)
 {
     ds_state *st = f->format_state;
     uint8_t *buf = malloc(CKPT_IO_BUF);
     if (!buf)
-        return oom(f);
-    int rc = CKPT_OK;
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = CKPT_OK, fd = -1;
+    const ckpt_source *open_src = NULL;
     for (size_t i = 0; i < st->nrecords && rc == CKPT_OK; i++) {
         const ckpt_piece *p = &st->records[i]->pieces[0];
-        int fd = ckpt_source_fd(f, p->src);
+        if (p->src != open_src) { /* a descriptor of its own: see check_records */
+            if (fd >= 0)
+                close(fd);
+            open_src = p->src;
+            fd = openat(f->dir_fd, p->src->path, O_RDONLY | O_CLOEXEC);
+        }
         uint32_t crc = 0;
         if (fd < 0)
-            rc = f->err.code ? f->err.code : CKPT_ERR_IO;
+            rc = ckpt_err(err, CKPT_ERR_IO, "%s: cannot open: %s", p->src->path, strerror(errno));
         else if (ckpt_crc_range_buf(fd, p->file_offset, p->nbytes, buf, &crc, NULL) != CKPT_OK)
-            rc = ckpt_err(&f->err, CKPT_ERR_IO, "%s: cannot read record data/%s", p->src->path,
+            rc = ckpt_err(err, CKPT_ERR_IO, "%s: cannot read record data/%s", p->src->path,
                           st->records[i]->src_key);
         else if (crc != p->crc32)
-            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "%s: CRC-32 mismatch in record data/%s",
+            rc = ckpt_err(err, CKPT_ERR_FORMAT, "%s: CRC-32 mismatch in record data/%s",
                           p->src->path, st->records[i]->src_key);
     }
+    if (fd >= 0)
+        close(fd);
     free(buf);
     return rc;
 }
