@@ -262,6 +262,27 @@ static void json_kind(inspect *in, const ckpt_tensor *t, cJSON *jt)
     cJSON_AddItemToObject(jt, "zero_point", json_channel_values(in->f, q.zero_points));
 }
 
+/* The rank whose file FILE is, from a folder's layout (its place in
+ * rank_files, or in model_files at ZeRO stage 3), else -1. */
+static long layout_rank(const cJSON *layout, const char *file)
+{
+    const cJSON *stage = cJSON_GetObjectItemCaseSensitive(layout, "zero_stage");
+    const char *lists[] = {"rank_files",
+                           cJSON_IsNumber(stage) && stage->valueint == 3 ? "model_files" : NULL};
+    for (int l = 0; l < 2 && file; l++) {
+        long k = 0;
+        const cJSON *e;
+        const cJSON *list = lists[l] ? cJSON_GetObjectItemCaseSensitive(layout, lists[l]) : NULL;
+        cJSON_ArrayForEach(e, list)
+        {
+            if (cJSON_IsString(e) && strcmp(e->valuestring, file) == 0)
+                return k;
+            k++;
+        }
+    }
+    return -1;
+}
+
 /* Where a folder checkpoint's tensor comes from: its storage's runs of the
  * folder's files, each with its rank (its file's place in the layout's
  * rank_files; null for another file). */
@@ -270,12 +291,6 @@ static void json_runs(const ckpt_storage *s, const cJSON *layout, cJSON *jt)
     size_t n = ckpt_storage_run_count(s);
     if (!n)
         return;
-    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(layout, "rank_files");
-    const cJSON *stage = cJSON_GetObjectItemCaseSensitive(layout, "zero_stage");
-    /* ZeRO-3 has a model-states file per rank too */
-    const cJSON *mranks = cJSON_IsNumber(stage) && stage->valueint == 3
-                              ? cJSON_GetObjectItemCaseSensitive(layout, "model_files")
-                              : NULL;
     cJSON *a = cJSON_AddArrayToObject(jt, "runs");
     for (size_t i = 0; i < n; i++) {
         const char *file;
@@ -287,21 +302,7 @@ static void json_runs(const ckpt_storage *s, const cJSON *layout, cJSON *jt)
             cJSON_AddStringToObject(r, "file", file);
         else
             cJSON_AddNullToObject(r, "file");
-        long rank = -1, k = 0;
-        const cJSON *e;
-        cJSON_ArrayForEach(e, ranks)
-        {
-            if (file && cJSON_IsString(e) && strcmp(e->valuestring, file) == 0)
-                rank = k;
-            k++;
-        }
-        k = 0;
-        cJSON_ArrayForEach(e, mranks)
-        {
-            if (rank < 0 && file && cJSON_IsString(e) && strcmp(e->valuestring, file) == 0)
-                rank = k;
-            k++;
-        }
+        long rank = layout_rank(layout, file);
         if (rank >= 0)
             cJSON_AddItemToObject(r, "rank", cli_json_int(rank));
         else
@@ -480,6 +481,7 @@ static int print_text(inspect *in)
     size_t n = ckpt_file_tensor_count(f);
     totals t;
     compute_totals(in, &t);
+    cJSON *layout = ckpt_file_layout(f) ? cJSON_Parse(ckpt_file_layout(f)) : NULL;
 
     printf("%s: %s, %zu tensors in %zu storages, %s\n", in->file,
            ckpt_format_name(ckpt_file_format(f)), n, ckpt_file_storage_count(f),
@@ -589,6 +591,21 @@ static int print_text(inspect *in)
                 printf(" %s scale %.9g zero point %lld", q.qscheme, q.scale,
                        (long long)q.zero_point);
         }
+        if (layout && s && ckpt_storage_run_count(s) > 1) { /* a folder's: its ranks */
+            long lo = -1, hi = -1;
+            for (size_t k = 0; k < ckpt_storage_run_count(s); k++) {
+                const char *file;
+                uint64_t off, nb, at;
+                long r = ckpt_storage_run(s, k, &file, &off, &nb, &at) == CKPT_OK
+                             ? layout_rank(layout, file) : -1;
+                lo = r >= 0 && (lo < 0 || r < lo) ? r : lo;
+                hi = r > hi ? r : hi;
+            }
+            printf("%s%zu runs", sep, ckpt_storage_run_count(s));
+            if (lo >= 0)
+                printf(lo == hi ? " (rank %ld)" : " (ranks %ld-%ld)", lo, hi);
+            sep = ", ";
+        }
         if (s && uses && uses[ckpt_storage_index(s)] > 1) {
             printf("%sshares storage %s", sep, ckpt_storage_key(s));
             sep = ", ";
@@ -602,6 +619,7 @@ static int print_text(inspect *in)
         printf("\n");
     }
     free(uses);
+    cJSON_Delete(layout);
     if (in->filter)
         printf("(%zu of %zu tensors match the filter)\n", nshown, n);
 

@@ -271,6 +271,12 @@ static bool ds_claim_dir(int dirfd)
  * each list in natural order (zero_to_fp32's glob + natural_keys). */
 static int list_files(ckpt_file *f, ds_state *st, const char *where)
 {
+    struct stat ts;
+    /* the tag folder itself, never a link out of the checkpoint's folder */
+    if (st->tag[0] && fstatat(f->dir_fd, st->tag, &ts, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISLNK(ts.st_mode))
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "latest names the tag '%s', which is a "
+                        "symbolic link, not a folder of the checkpoint", st->tag);
     int fd = st->tag[0] ? openat(f->dir_fd, st->tag, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
                         : openat(f->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -458,6 +464,17 @@ static int load_file(ckpt_file *f, ds_state *st, ds_file *df, bool keep)
                                f->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len, &crc_ok, &f->err);
     if (rc == CKPT_OK && !crc_ok)
         rc = bad(f, path, "CRC-32 mismatch in its data.pkl record");
+    int64_t bo = rc ? -1 : ckpt_zip_dir_find(zd, CKPT_ZIP_READER_TORCH, "byteorder");
+    if (bo >= 0) { /* the runs are read in this machine's (little-endian) order */
+        uint8_t *t = NULL;
+        size_t tl = 0;
+        bool ok = false;
+        rc = ckpt_zip_dir_read(zd, fd, CKPT_ZIP_READER_TORCH, (size_t)bo, 16, &t, &tl, &ok, &f->err);
+        if (rc == CKPT_OK && !(tl == 6 && memcmp(t, "little", 6) == 0))
+            rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "%s: saved big-endian (byteorder "
+                          "'%.*s'): not supported for a folder", path, (int)(tl < 8 ? tl : 8), t);
+        free(t);
+    }
     ds_pctx pc = {.f = f, .st = st, .src = df->src, .fname = path, .zd = zd, .keep = keep};
     if (rc == CKPT_OK) {
         ckpt_pickle_ctx ctx;

@@ -32,6 +32,9 @@ Hostile folders (each must be refused: exit 3, one line, no OUT):
   stage3_unequal      ZeRO-3 rank 1's flat group 2 elements short
   getattr_not_data    zero_stage = getattr(ZeroStageEnum, '__init__')
   not_a_tensor        single_partition_of_fp32_groups[0] is a string
+  latest_symlink      the tag folder latest names is a link to a folder outside
+                      (_outside/global_step3, a good one)
+  big_endian          rank 0's optim file says byteorder big
   crc_flip            a byte of rank 0's partition record flipped (inspect
                       --stats and convert refuse it; plain inspect reads no data)
 """
@@ -158,7 +161,7 @@ fragment_address.__qualname__ = 'fragment_address'
 ds_frag.fragment_address = fragment_address
 
 
-def torch_save(obj, path):
+def torch_save(obj, path, byteorder='little'):
     """OBJ as torch.save's zip: stem/data.pkl, stem/data/<key> (stored), version, byteorder."""
     stem = os.path.basename(path).rsplit('.', 1)[0]
     storages = []
@@ -176,7 +179,7 @@ def torch_save(obj, path):
     P(buf, protocol=2).dump(obj)
     with zipfile.ZipFile(path, 'w', zipfile.ZIP_STORED) as z:
         z.writestr(stem + '/data.pkl', buf.getvalue())
-        z.writestr(stem + '/byteorder', 'little')
+        z.writestr(stem + '/byteorder', byteorder)
         for s in storages:
             z.writestr(stem + '/data/' + s.key, s.data())
         z.writestr(stem + '/version', '3\n')
@@ -302,6 +305,15 @@ def main(out):
     write_folder(os.path.join(out, 'stage3_unequal'), 3, flat={1: zero3_flat(1, short=True)})
     write_folder(os.path.join(out, 'getattr_not_data'), 2, zero_stage='__init__')
     write_folder(os.path.join(out, 'not_a_tensor'), 2, flat={0: ['not a tensor']})
+    write_folder(os.path.join(out, '_outside'), 2, latest=False)
+    os.makedirs(os.path.join(out, 'latest_symlink'))
+    with open(os.path.join(out, 'latest_symlink', 'latest'), 'w') as f:
+        f.write('global_step3')
+    os.symlink(os.path.join('..', '_outside', 'global_step3'),
+               os.path.join(out, 'latest_symlink', 'global_step3'))
+    g = write_folder(os.path.join(out, 'big_endian'), 2)
+    torch_save(optim_states(2, 0, zero2_flat(0)),
+               os.path.join(g, 'zero_pp_rank_0_mp_rank_00_optim_states.pt'), byteorder='big')
     g = write_folder(os.path.join(out, 'crc_flip'), 2)
     p = os.path.join(g, 'zero_pp_rank_0_mp_rank_00_optim_states.pt')
     with zipfile.ZipFile(p) as z:

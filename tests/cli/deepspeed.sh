@@ -101,6 +101,8 @@ refuse padding_overrun "needs them up to 20"
 refuse stage3_unequal "zero_pp_rank_1_mp_rank_00_optim_states.pt: its flat fp32 groups hold 4 elements, rank 0's 6"
 refuse getattr_not_data "refused global 'builtins.getattr': it can run commands or code"
 refuse not_a_tensor "single_partition_of_fp32_groups\[0\] is a str, not a tensor"
+refuse latest_symlink "latest names the tag 'global_step3', which is a symbolic link"
+refuse big_endian "saved big-endian \(byteorder 'big'\)"
 refuse crc_flip "CRC-32 mismatch in record data/0" --stats
 say "crc_flip: plain inspect reads no data"
 expect_exit 0 ckpt inspect "$w/crc_flip"
