@@ -751,8 +751,23 @@ static ckpt_storage *pieces_storage(ds_out *o, ckpt_dtype dt, int64_t numel, ckp
     return s;
 }
 
-/* The runs of each rank's flat fp32 groups: RUNS[r * G + g]. */
+static int rank_groups_in(ckpt_file *f, ds_state *st, const char *key, size_t *ngroups,
+                          ds_run **runs);
+
+/* The runs of each rank's flat fp32 groups: RUNS[r * G + g] (malloc'd;
+ * NULL on an error). */
 static int rank_groups(ckpt_file *f, ds_state *st, const char *key, size_t *ngroups, ds_run **runs)
+{
+    int rc = rank_groups_in(f, st, key, ngroups, runs);
+    if (rc) {
+        free(*runs);
+        *runs = NULL;
+    }
+    return rc;
+}
+
+static int rank_groups_in(ckpt_file *f, ds_state *st, const char *key, size_t *ngroups,
+                          ds_run **runs)
 {
     size_t G = 0;
     *runs = NULL;
