@@ -992,7 +992,10 @@ static int frozen(ds_out *o, const ckpt_value *m0, const ckpt_value *shapes, con
                 return bad(f, mfile, "module has a key that is not a string");
             if (in_str_list(bufs, name) || in_param_shapes(shapes, name) || has_key(shared, name))
                 continue;
-            CKPT_FORWARD(add_from_record(o, mfile, name, mod->u.dict.vals.items[i]));
+            const ckpt_value *v = mod->u.dict.vals.items[i];
+            *low |= v->kind == CKPT_KIND_TENSOR && v->u.tensor->dtype != CKPT_DTYPE_FLOAT32 &&
+                    ckpt_dtype_is_floating(v->u.tensor->dtype);
+            CKPT_FORWARD(add_from_record(o, mfile, name, v));
             (*nfrozen)++;
         }
         return CKPT_OK;

@@ -17,6 +17,8 @@ zero_to_fp32 gives, in its order; same pickler):
                 on a 6-element storage), a buffer, a frozen 2x2 from
                 frozen_param_fragments, tied alias c -> a; module holds
                 other values (the weights are the optim files')
+  good_zero1_fp16/ ZeRO-1 of fp16 training (DynamicLossScaler): module in fp16,
+                the frozen fz only there (ZeRO-1 records none), fp32 partitions
   good_zero3/   global_step3/ only (IN is the tag folder): ZeRO-3, 2 ranks,
                 a: 3 + 3, b: 3 + 2 (+1 pad), frozen fz: 2 + 2 per rank
 Hostile folders (each must be refused: exit 3, one line, no OUT):
@@ -37,6 +39,13 @@ Hostile folders (each must be refused: exit 3, one line, no OUT):
   big_endian          rank 0's optim file says byteorder big
   crc_flip            a byte of rank 0's partition record flipped (inspect
                       --stats and convert refuse it; plain inspect reads no data)
+
+    python3 tests/bad/make_bad_deepspeed.py --from W.safetensors --stage S --ranks N OUTDIR
+
+writes instead one ZeRO-S folder of N ranks (latest + global_step1/) whose
+trainable parameters are the float32 tensors of W.safetensors (one group,
+in its order), so that a model's weights can go through a ZeRO folder and
+be verified (tests/cli/deepspeed.sh: ckpt verify on the folder).
 """
 import collections
 import copyreg
@@ -73,13 +82,19 @@ ds_frag = module('deepspeed.utils.tensor_fragment')
 
 
 class Storage:
-    """A storage: persistent id ('storage', torch.<X>Storage, key, 'cpu', numel)."""
+    """A storage: persistent id ('storage', torch.<X>Storage, key, 'cpu', numel),
+    of float32 VALUES, or of RAW little-endian float32 bytes."""
 
-    def __init__(self, values, kind='f'):
-        self.values, self.kind = list(values), kind
+    def __init__(self, values=(), kind='f', raw=None):
+        self.values, self.kind, self.raw = list(values), kind, raw
         self.key = None
 
+    def numel(self):
+        return len(self.raw) // 4 if self.raw is not None else len(self.values)
+
     def data(self):
+        if self.raw is not None:
+            return self.raw
         return struct.pack('<%d%s' % (len(self.values), self.kind), *self.values)
 
 
@@ -89,6 +104,14 @@ class FloatStorage:
 
 FloatStorage.__module__, FloatStorage.__qualname__ = 'torch', 'FloatStorage'
 torch.FloatStorage = FloatStorage
+
+
+class HalfStorage:
+    pass
+
+
+HalfStorage.__module__, HalfStorage.__qualname__ = 'torch', 'HalfStorage'
+torch.HalfStorage = HalfStorage
 
 
 class Size(tuple):
@@ -151,6 +174,18 @@ LossScaler.__module__, LossScaler.__qualname__ = 'deepspeed.runtime.fp16.loss_sc
 ds_loss.LossScaler = LossScaler
 
 
+class DynamicLossScaler:
+    """fp16 training's scaler (NEWOBJ + BUILD of its attributes)."""
+
+    def __init__(self):
+        self.cur_scale, self.cur_iter, self.scale_window = 65536.0, 2, 1000
+
+
+DynamicLossScaler.__module__ = 'deepspeed.runtime.fp16.loss_scaler'
+DynamicLossScaler.__qualname__ = 'DynamicLossScaler'
+ds_loss.DynamicLossScaler = DynamicLossScaler
+
+
 class fragment_address:
     def __init__(self, numel, start):
         self.numel, self.start = numel, start
@@ -172,7 +207,8 @@ def torch_save(obj, path, byteorder='little'):
                 if o.key is None:
                     o.key = str(len(storages))
                     storages.append(o)
-                return ('storage', FloatStorage, o.key, 'cpu', len(o.values))
+                return ('storage', HalfStorage if o.kind == 'e' else FloatStorage, o.key, 'cpu',
+                        o.numel())
             return None
 
     buf = io.BytesIO()
@@ -284,6 +320,19 @@ def main(out):
     write_folder(os.path.join(out, 'good_zero3'), 3, latest=False)
     expected(os.path.join(out, 'EXPECTED.pth'))
 
+    # fp16 training at ZeRO-1: module in fp16 (frozen fz only there), fp32 partitions
+    g = write_folder(os.path.join(out, 'good_zero1_fp16'), 2)
+    ms = model_states(2)
+    for k in ('running', 'a', 'b', 'fz'):
+        ms['module'][k].storage.kind = 'e'
+    ms['module']['c'] = ms['module']['a']
+    ms.update(frozen_param_shapes=None, frozen_param_fragments=None)
+    torch_save(ms, os.path.join(g, 'mp_rank_00_model_states.pt'))
+    for r in range(2):
+        o = optim_states(2, r, zero2_flat(r), zero_stage='optimizer_states')
+        o['optimizer_state_dict']['loss_scaler'] = DynamicLossScaler()
+        o['optimizer_state_dict']['dynamic_loss_scale'] = True
+        torch_save(o, os.path.join(g, 'zero_pp_rank_%d_mp_rank_00_optim_states.pt' % r))
     g = write_folder(os.path.join(out, 'missing_rank'), 2)
     os.remove(os.path.join(g, 'zero_pp_rank_1_mp_rank_00_optim_states.pt'))
     write_folder(os.path.join(out, 'short_partition'), 2, flat={1: zero2_flat(1, short=True)})
@@ -324,7 +373,72 @@ def main(out):
     open(p, 'wb').write(bytes(data))
 
 
+def read_safetensors(path):
+    """The float32 tensors of a safetensors file: [(name, shape, bytes)] in offset order."""
+    import json
+    with open(path, 'rb') as f:
+        n = struct.unpack('<Q', f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    out = []
+    for name, e in head.items():
+        if name == '__metadata__':
+            continue
+        if e['dtype'] != 'F32':
+            sys.exit('%s: %s is %s, not F32' % (path, name, e['dtype']))
+        a, b = e['data_offsets']
+        out.append((a, name, tuple(e['shape']), data[a:b]))
+    return [(n, sh, d) for _, n, sh, d in sorted(out)]
+
+
+def from_weights(path, stage, world, out):
+    """A ZeRO-STAGE folder of WORLD ranks holding PATH's tensors as its trainable parameters."""
+    ts = read_safetensors(path)
+    g = os.path.join(out, 'global_step1')
+    os.makedirs(g)
+    with open(os.path.join(out, 'latest'), 'w') as f:
+        f.write('global_step1')
+    shapes = [OD((n, Size(sh)) for n, sh, _ in ts)]
+    empty = Storage([])
+    ms = {'module': OD((n, Tensor(empty, (0,)) if stage == 3 else Tensor(Storage(raw=d), sh))
+                       for n, sh, d in ts),
+          'buffer_names': [], 'optimizer': None, 'param_shapes': shapes,
+          'frozen_param_shapes': None, 'frozen_param_fragments': None, 'shared_params': {},
+          'ds_version': '0.19.8'}
+    if stage < 3:
+        torch_save(ms, os.path.join(g, 'mp_rank_00_model_states.pt'))
+        flat = b''.join(d for _, _, d in ts)
+        n = len(flat) // 4
+        padded = -(-n // (2 * world)) * 2 * world
+        part = padded // world
+        flat += b'\0' * 4 * (padded - n)
+        for r in range(world):
+            size = min(part, max(0, n - r * part))  # the tail padding stripped
+            st = Storage(raw=flat[4 * r * part:4 * (r + 1) * part])
+            osd = optim_states(stage, r, [Tensor(st, (size,))],
+                               paddings=[[0] * len(ts)], count=[world])
+            osd['optimizer_state_dict']['group_paddings'] = [part - size]
+            torch_save(osd, os.path.join(g, 'zero_pp_rank_%d_mp_rank_00_optim_states.pt' % r))
+        return
+    for r in range(world):
+        chunks = []
+        for _, _, d in ts:
+            k = len(d) // 4
+            p = -(-k // world)
+            c = d[4 * r * p:4 * (r + 1) * p]
+            chunks.append(c + b'\0' * (4 * p - len(c)))
+        flat = b''.join(chunks)
+        msr = dict(ms, shared_params={}, frozen_param_shapes=None)
+        torch_save(msr, os.path.join(g, 'zero_pp_rank_%d_mp_rank_00_model_states.pt' % r))
+        torch_save(optim_states(3, r, [Tensor(Storage(raw=flat), (len(flat) // 4,))], count=world),
+                   os.path.join(g, 'zero_pp_rank_%d_mp_rank_00_optim_states.pt' % r))
+
+
 if __name__ == '__main__':
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    if len(args) == 7 and args[0] == '--from' and args[2] == '--stage' and args[4] == '--ranks':
+        from_weights(args[1], int(args[3]), int(args[5]), args[6])
+    elif len(args) == 1:
+        main(args[0])
+    else:
         sys.exit(__doc__)
-    main(sys.argv[1])

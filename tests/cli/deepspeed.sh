@@ -47,6 +47,15 @@ for in in "$w/good_zero2" "$w/good_zero3/global_step3"; do
     rm -rf "$tmp/sh" "$tmp"/*.pth "$tmp/out.safetensors"
 done
 
+say "good_zero1_fp16: fp16 training at ZeRO-1, the frozen parameter from module (upcast)"
+expect_exit 0 ckpt convert "$w/good_zero1_fp16" "$tmp/z1.pth"
+expect_stderr_line "note: 1 frozen parameter: ZeRO stage 1 does not record them and zero_to_fp32 drops them; .*\(upcast to float32\)"
+expect_exit 0 ckpt diff "$tmp/z1.pth" "$want"
+expect_exit 0 ckpt convert --select module "$w/good_zero1_fp16" "$tmp/z1m.pth"
+inspect_json "$tmp/z1m.pth"
+json_expect '[t["dtype"] for t in d["tensors"]]' '["float16", "float16", "float16", "float16", "float16"]'
+rm -f "$tmp/z1.pth" "$tmp/z1m.pth"
+
 say "--select module: the module as trained (ZeRO-2); refused at ZeRO-3"
 expect_exit 0 ckpt convert --select module "$w/good_zero2" "$tmp/module.pth"
 inspect_json "$tmp/module.pth"
@@ -69,6 +78,31 @@ mkdir "$tmp/nopickle"
 expect_exit 3 ckpt scan "$tmp/nopickle"
 expect_stderr_line "a folder holding no pickle file"
 rmdir "$tmp/nopickle"
+
+# a model's weights through ZeRO folders (the weights as trainable
+# parameters; zero_to_fp32 gives them back unchanged): verify runs the model
+# on the folder itself; a DataParallel model's folder, once strip-module'd
+mlp=models/mnist_mlp.json
+cd "$srcdir"
+for st in 2 3; do
+    say "fmnist_mlp.pth through a ZeRO-$st folder of 3 ranks: diff, verify"
+    z=$tmp/mlp_zero$st
+    expect_exit 0 ckpt convert --quiet tests/data/fmnist_mlp.pth "$tmp/mlp.safetensors"
+    expect_exit 0 "$py" tests/bad/make_bad_deepspeed.py --from "$tmp/mlp.safetensors" --stage $st --ranks 3 "$z"
+    expect_exit 0 ckpt diff "$z" tests/data/fmnist_mlp.pth
+    expect_exit 0 ckpt verify --device cpu --model $mlp --reference tests/data/fmnist_mlp.ref.pth "$z"
+    expect_stdout_line "result      PASS"
+    rm -rf "$z" "$tmp/mlp.safetensors"
+done
+say "a DataParallel model's ZeRO-2 folder: verify fails on module. keys; strip-module/unwrap DIR OUT fix it"
+expect_exit 0 ckpt convert --quiet tests/data/fmnist_mlp_dp.pth "$tmp/dp.safetensors"
+expect_exit 0 "$py" tests/bad/make_bad_deepspeed.py --from "$tmp/dp.safetensors" --stage 2 --ranks 2 "$tmp/dpz"
+expect_exit 1 ckpt verify --device cpu --model $mlp "$tmp/dpz"
+expect_exit 0 ckpt strip-module "$tmp/dpz" "$tmp/dp_stripped.pth"
+expect_exit 0 ckpt verify --device cpu --model $mlp --reference tests/data/fmnist_mlp.ref.pth "$tmp/dp_stripped.pth"
+expect_exit 0 ckpt unwrap "$tmp/dpz" "$tmp/dp_unwrapped.pth"
+expect_exit 0 ckpt diff "$tmp/dp_unwrapped.pth" tests/data/fmnist_mlp.pth
+rm -rf "$tmp/dpz" "$tmp/dp.safetensors" "$tmp/dp_stripped.pth" "$tmp/dp_unwrapped.pth"
 
 say "the input folder is never written"
 (cd "$w/good_zero2" && find . -type f | sort | xargs cksum) >"$tmp/before"
