@@ -94,6 +94,14 @@ for st in 2 3; do
     expect_stdout_line "result      PASS"
     rm -rf "$z" "$tmp/mlp.safetensors"
 done
+say "300 ranks (600 files) under ulimit -n 100: the open files stay bounded"
+expect_exit 0 ckpt convert --quiet tests/data/fmnist_mlp.pth "$tmp/mlp.safetensors"
+expect_exit 0 "$py" tests/bad/make_bad_deepspeed.py --from "$tmp/mlp.safetensors" --stage 3 --ranks 300 "$tmp/r300"
+expect_exit 0 sh -c 'ulimit -n 100 && "$0" convert --quiet "$1" "$2" && "$0" inspect --stats --quiet "$1" &&
+    "$0" scan --quiet "$1"' "$CKPT" "$tmp/r300" "$tmp/r300.pth"
+expect_exit 0 ckpt diff "$tmp/r300.pth" tests/data/fmnist_mlp.pth
+rm -rf "$tmp/r300" "$tmp/r300.pth" "$tmp/mlp.safetensors"
+
 say "a DataParallel model's ZeRO-2 folder: verify fails on module. keys; strip-module/unwrap DIR OUT fix it"
 expect_exit 0 ckpt convert --quiet tests/data/fmnist_mlp_dp.pth "$tmp/dp.safetensors"
 expect_exit 0 "$py" tests/bad/make_bad_deepspeed.py --from "$tmp/dp.safetensors" --stage 2 --ranks 2 "$tmp/dpz"
