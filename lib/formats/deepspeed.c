@@ -584,11 +584,16 @@ typedef struct ds_out {
     size_t nfrom, from_cap;
 } ds_out;
 
+/* A record's private storage, once listed: its zip_index (unused by a
+ * PIECES storage, -1 from ds_pid) says so, so that listing stays linear in
+ * the records (a ZeRO-3 folder of many frozen parameters has one per
+ * parameter and rank). */
+#define NOTED (-2)
+
 static int note_record(ckpt_file *f, ds_state *st, ckpt_storage *rec)
 {
-    for (size_t i = 0; i < st->nrecords; i++)
-        if (st->records[i] == rec)
-            return CKPT_OK;
+    if (rec->zip_index == NOTED)
+        return CKPT_OK;
     if (st->nrecords == st->records_cap) {
         size_t cap = st->records_cap ? st->records_cap * 2 : 32;
         ckpt_storage **p = realloc(st->records, cap * sizeof(*p));
@@ -598,6 +603,7 @@ static int note_record(ckpt_file *f, ds_state *st, ckpt_storage *rec)
         st->records_cap = cap;
     }
     st->records[st->nrecords++] = rec;
+    rec->zip_index = NOTED;
     return CKPT_OK;
 }
 
@@ -1128,21 +1134,46 @@ static int ds_check_records(ckpt_file *f, ckpt_error *err)
 
 /* ---- the layout, for inspect --------------------------------------------------------------- */
 
+/* S as a JSON string (quoted, escaped) at *N of BUF (CAP bytes). */
+static void json_str(char *buf, size_t cap, size_t *n, const char *s)
+{
+    *n += (size_t)snprintf(buf + *n, *n < cap ? cap - *n : 0, "\"");
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            *n += (size_t)snprintf(buf + *n, *n < cap ? cap - *n : 0, "\\%c", *c);
+        else if (*c < 0x20)
+            *n += (size_t)snprintf(buf + *n, *n < cap ? cap - *n : 0, "\\u%04x", *c);
+        else
+            *n += (size_t)snprintf(buf + *n, *n < cap ? cap - *n : 0, "%c", *c);
+    }
+    *n += (size_t)snprintf(buf + *n, *n < cap ? cap - *n : 0, "\"");
+}
+
 static int layout(ckpt_file *f, ds_state *st, size_t nbuf, size_t nfrozen, size_t ntrain, size_t nalias)
 {
-    size_t cap = 512 + (st->noptim + st->nmodel) * 300, n = 0;
+    size_t cap = 512 + strlen(st->tag) * 6;
+    for (size_t i = 0; i < st->nmodel; i++)
+        cap += strlen(st->model[i].src->path) * 6 + 4;
+    for (size_t i = 0; i < st->noptim; i++)
+        cap += strlen(st->optim[i].src->path) * 6 + 4;
+    size_t n = 0;
     char *s = ckpt_arena_alloc(&f->arena, cap);
     if (!s)
         return oom(f);
 #define PUT(...) n += (size_t)snprintf(s + n, n < cap ? cap - n : 0, __VA_ARGS__)
-    PUT("{\"format\": \"deepspeed\", \"tag\": \"%s\", \"zero_stage\": %d, \"optimizer\": \"%s\", "
-        "\"world_size\": %ld, \"model_files\": [", st->tag,
+    PUT("{\"format\": \"deepspeed\", \"tag\": ");
+    json_str(s, cap, &n, st->tag);
+    PUT(", \"zero_stage\": %d, \"optimizer\": \"%s\", \"world_size\": %ld, \"model_files\": [",
         st->stage, st->bf16_optimizer ? "BF16_Optimizer" : "DeepSpeedZeroOptimizer", st->world);
-    for (size_t i = 0; i < st->nmodel; i++)
-        PUT("%s\"%s\"", i ? ", " : "", st->model[i].src ? st->model[i].src->path : st->model[i].name);
+    for (size_t i = 0; i < st->nmodel; i++) {
+        PUT("%s", i ? ", " : "");
+        json_str(s, cap, &n, st->model[i].src->path);
+    }
     PUT("], \"rank_files\": [");
-    for (size_t i = 0; i < st->noptim; i++)
-        PUT("%s\"%s\"", i ? ", " : "", st->optim[i].src->path);
+    for (size_t i = 0; i < st->noptim; i++) {
+        PUT("%s", i ? ", " : "");
+        json_str(s, cap, &n, st->optim[i].src->path);
+    }
     PUT("], \"buffers\": %zu, \"frozen\": %zu, \"trainable\": %zu, \"tied\": %zu}", nbuf, nfrozen,
         ntrain, nalias);
 #undef PUT
