@@ -1383,9 +1383,6 @@ static int ds_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     CKPT_FORWARD(rc);
     if (ckpt_dict_dedupe(&f->arena, o.sd))
         return oom(f);
-    for (size_t i = 0; i < st->nmstor; i++)
-        if (!st->mstor[i]) /* keep the compiler honest about the list */
-            return oom(f);
 
     /* where ckpt and zero_to_fp32 part ways */
     if (st->bf16_optimizer &&
