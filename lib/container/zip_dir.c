@@ -974,9 +974,12 @@ static int findings(ckpt_zip_dir *d, int fd)
 
 /* ---- the interface ---------------------------------------------------------- */
 
-int ckpt_zip_dir_open_torch(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err)
+int ckpt_zip_dir_open_torch(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
+                            ckpt_error *err)
 {
     *out = NULL;
+    if (base != 0)
+        return ckpt_err(err, CKPT_ERR_USAGE, "a zip at an offset is not read here");
     ckpt_zip_dir *d = calloc(1, sizeof *d);
     if (!d)
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");

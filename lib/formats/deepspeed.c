@@ -452,7 +452,7 @@ static int load_file(ckpt_file *f, ds_state *st, ds_file *df, bool keep)
     if (fd < 0)
         return in_file(f, path, f->err.code ? f->err.code : CKPT_ERR_IO);
     ckpt_zip_dir *zd = NULL;
-    int rc = ckpt_zip_dir_open_torch(fd, df->src->file_size, &zd, &f->err);
+    int rc = ckpt_zip_dir_open_torch(fd, 0, df->src->file_size, &zd, &f->err);
     int64_t pk = rc ? -1 : ckpt_zip_dir_find(zd, CKPT_ZIP_READER_TORCH, "data.pkl");
     if (rc == CKPT_OK && pk < 0)
         rc = bad(f, path, "no data.pkl record");
