@@ -496,9 +496,28 @@ CKPT_API const ckpt_value *ckpt_file_state_dict(const ckpt_file *f, size_t i, ck
  * model.state_dict() gives (names, order, _metadata), or "torchscript": the
  * module of a torch.jit.save archive, named as torch.jit.load(f).state_dict()
  * names it (its code/ files' __parameters__ and __buffers__ lists; nothing
- * compiled or run).  NULL out of range.
+ * compiled or run), or "deepspeed": the full fp32 state dict a DeepSpeed
+ * ZeRO folder reconstructs (as zero_to_fp32 does).  NULL out of range.
  */
 CKPT_API const char *ckpt_file_state_dict_source(const ckpt_file *f, size_t i);
+/* How a folder checkpoint is laid out, as a JSON object (DeepSpeed: tag,
+ * zero_stage, optimizer, world_size, model_files, rank_files: one per rank
+ * in rank order, and counts of buffers, frozen, trainable and tied
+ * tensors); NULL for a one-file checkpoint. */
+CKPT_API const char *ckpt_file_layout(const ckpt_file *f);
+/* Storage S's bytes as runs of the checkpoint's files (a folder's storages
+ * gather them from several): how many, and run I: the file (relative to the
+ * folder; NULL for bytes held in memory), its offset there, its length, and
+ * where it lands in the storage (as stored, before any cast).  A storage of
+ * any other kind has 0 runs. */
+CKPT_API size_t ckpt_storage_run_count(const ckpt_storage *s);
+CKPT_API int ckpt_storage_run(const ckpt_storage *s, size_t i, const char **file,
+                              uint64_t *file_offset, uint64_t *nbytes, uint64_t *storage_offset);
+/* Read whole, and check the CRC-32 of, every record a folder checkpoint's
+ * storages take bytes from (what inspect --stats adds to reading every
+ * tensor, since a tensor made of parts of records is read by parts that no
+ * CRC covers).  CKPT_OK at once for other checkpoints. */
+CKPT_API int ckpt_file_check_records(ckpt_file *f);
 /* The class of a module tree's root module ("mymods.Net", "__torch__.Net" in
  * a TorchScript archive); NULL for a mapping. */
 CKPT_API const char *ckpt_file_state_dict_class(const ckpt_file *f, size_t i);

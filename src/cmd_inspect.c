@@ -190,6 +190,10 @@ static int read_all_stats(inspect *in)
         free(buf);
     }
     free(checked);
+    /* a folder's storages are runs of its files' records: read each record
+     * whole too, so that every CRC-32 is checked */
+    if (rc == CKPT_OK)
+        rc = ckpt_file_check_records(f);
     if (rc != CKPT_OK) {
         if (!in->quiet && isatty(2) && time(NULL) - start >= 1)
             fputc('\n', stderr);
@@ -258,6 +262,58 @@ static void json_kind(inspect *in, const ckpt_tensor *t, cJSON *jt)
     cJSON_AddItemToObject(jt, "zero_point", json_channel_values(in->f, q.zero_points));
 }
 
+/* The rank whose file FILE is, from a folder's layout (its place in
+ * rank_files, or in model_files at ZeRO stage 3), else -1. */
+static long layout_rank(const cJSON *layout, const char *file)
+{
+    const cJSON *stage = cJSON_GetObjectItemCaseSensitive(layout, "zero_stage");
+    const char *lists[] = {"rank_files",
+                           cJSON_IsNumber(stage) && stage->valueint == 3 ? "model_files" : NULL};
+    for (int l = 0; l < 2 && file; l++) {
+        long k = 0;
+        const cJSON *e;
+        const cJSON *list = lists[l] ? cJSON_GetObjectItemCaseSensitive(layout, lists[l]) : NULL;
+        cJSON_ArrayForEach(e, list)
+        {
+            if (cJSON_IsString(e) && strcmp(e->valuestring, file) == 0)
+                return k;
+            k++;
+        }
+    }
+    return -1;
+}
+
+/* Where a folder checkpoint's tensor comes from: its storage's runs of the
+ * folder's files, each with its rank (its file's place in the layout's
+ * rank_files; null for another file). */
+static void json_runs(const ckpt_storage *s, const cJSON *layout, cJSON *jt)
+{
+    size_t n = ckpt_storage_run_count(s);
+    if (!n)
+        return;
+    cJSON *a = cJSON_AddArrayToObject(jt, "runs");
+    for (size_t i = 0; i < n; i++) {
+        const char *file;
+        uint64_t off, nb, at;
+        if (ckpt_storage_run(s, i, &file, &off, &nb, &at) != CKPT_OK)
+            break;
+        cJSON *r = cJSON_CreateObject();
+        if (file)
+            cJSON_AddStringToObject(r, "file", file);
+        else
+            cJSON_AddNullToObject(r, "file");
+        long rank = layout_rank(layout, file);
+        if (rank >= 0)
+            cJSON_AddItemToObject(r, "rank", cli_json_int(rank));
+        else
+            cJSON_AddNullToObject(r, "rank");
+        cJSON_AddItemToObject(r, "file_offset", cli_json_int((long long)off));
+        cJSON_AddItemToObject(r, "nbytes", cli_json_int((long long)nb));
+        cJSON_AddItemToObject(r, "storage_offset", cli_json_int((long long)at));
+        cJSON_AddItemToArray(a, r);
+    }
+}
+
 static int print_json(inspect *in)
 {
     ckpt_file *f = in->f;
@@ -272,6 +328,9 @@ static int print_json(inspect *in)
         for (size_t i = 0; i < ckpt_file_record_count(f); i++)
             cJSON_AddItemToArray(rec, cJSON_CreateString(ckpt_file_record_name(f, i)));
     }
+    cJSON *layout = ckpt_file_layout(f) ? cJSON_Parse(ckpt_file_layout(f)) : NULL;
+    if (layout)
+        cJSON_AddItemToObject(root, "layout", layout);
     if (ckpt_file_notice_count(f)) {
         cJSON *notes = cJSON_AddArrayToObject(root, "notices");
         for (size_t i = 0; i < ckpt_file_notice_count(f); i++)
@@ -300,6 +359,8 @@ static int print_json(inspect *in)
         json_kind(in, t, jt);
         cJSON_AddBoolToObject(jt, "parameter", ckpt_tensor_is_parameter(t));
         cJSON_AddBoolToObject(jt, "requires_grad", ckpt_tensor_requires_grad(t));
+        if (s)
+            json_runs(s, layout, jt);
         cJSON_AddItemToArray(tensors, jt);
         if (in->stats)
             json_stats(&in->st[i], jt);
@@ -396,6 +457,23 @@ static void print_breakdown(const char *label, const cJSON *by)
     printf("\n");
 }
 
+/* A folder checkpoint's layout in one line. */
+static void print_layout(ckpt_file *f)
+{
+    cJSON *l = ckpt_file_layout(f) ? cJSON_Parse(ckpt_file_layout(f)) : NULL;
+    const cJSON *stage = cJSON_GetObjectItemCaseSensitive(l, "zero_stage");
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(l, "optimizer");
+    const cJSON *tag = cJSON_GetObjectItemCaseSensitive(l, "tag");
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(l, "world_size");
+    if (cJSON_IsNumber(stage) && cJSON_IsString(opt) && cJSON_IsString(tag) && cJSON_IsNumber(ws))
+        printf("DeepSpeed ZeRO stage %d (%s), tag '%s', %d ranks: %s\n", stage->valueint,
+               opt->valuestring, tag->valuestring, ws->valueint,
+               stage->valueint == 3 ? "each parameter is a slice of every rank's flat fp32 groups"
+                                    : "each parameter is a range of the ranks' flat fp32 "
+                                      "partitions, joined");
+    cJSON_Delete(l);
+}
+
 static int print_text(inspect *in)
 {
     ckpt_file *f = in->f;
@@ -403,6 +481,7 @@ static int print_text(inspect *in)
     size_t n = ckpt_file_tensor_count(f);
     totals t;
     compute_totals(in, &t);
+    cJSON *layout = ckpt_file_layout(f) ? cJSON_Parse(ckpt_file_layout(f)) : NULL;
 
     printf("%s: %s, %zu tensors in %zu storages, %s\n", in->file,
            ckpt_format_name(ckpt_file_format(f)), n, ckpt_file_storage_count(f),
@@ -414,6 +493,7 @@ static int print_text(inspect *in)
                cli_escape(ckpt_file_prefix(f), pesc, sizeof pesc), ckpt_file_record_count(f));
     }
     cli_torch_load_print(in->file, "");
+    print_layout(f);
 
     for (size_t i = 0; i < ckpt_file_state_dict_count(f); i++) {
         ckpt_path p;
@@ -511,6 +591,21 @@ static int print_text(inspect *in)
                 printf(" %s scale %.9g zero point %lld", q.qscheme, q.scale,
                        (long long)q.zero_point);
         }
+        if (layout && s && ckpt_storage_run_count(s) > 1) { /* a folder's: its ranks */
+            long lo = -1, hi = -1;
+            for (size_t k = 0; k < ckpt_storage_run_count(s); k++) {
+                const char *file;
+                uint64_t off, nb, at;
+                long r = ckpt_storage_run(s, k, &file, &off, &nb, &at) == CKPT_OK
+                             ? layout_rank(layout, file) : -1;
+                lo = r >= 0 && (lo < 0 || r < lo) ? r : lo;
+                hi = r > hi ? r : hi;
+            }
+            printf("%s%zu runs", sep, ckpt_storage_run_count(s));
+            if (lo >= 0)
+                printf(lo == hi ? " (rank %ld)" : " (ranks %ld-%ld)", lo, hi);
+            sep = ", ";
+        }
         if (s && uses && uses[ckpt_storage_index(s)] > 1) {
             printf("%sshares storage %s", sep, ckpt_storage_key(s));
             sep = ", ";
@@ -524,6 +619,7 @@ static int print_text(inspect *in)
         printf("\n");
     }
     free(uses);
+    cJSON_Delete(layout);
     if (in->filter)
         printf("(%zu of %zu tensors match the filter)\n", nshown, n);
 

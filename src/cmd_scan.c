@@ -3,9 +3,13 @@
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: ckpt scan [--json] [--max-pickle-bytes N] [--quiet] FILE...\n"
@@ -17,6 +21,9 @@ static const char usage[] =
     "commands or code marked DANGEROUS.  Nothing in a file is ever run.\n"
     "FILE may be a .pth (zip: every .pkl record; legacy: every pickle), a plain\n"
     "pickle file, or a .safetensors file (header checked; it has no pickle).\n"
+    "A folder (a DeepSpeed checkpoint) is walked: each file in it and its\n"
+    "subfolders named *.pt, *.pth, *.bin, *.pkl, *.pickle, *.ckpt or *.metadata\n"
+    "is scanned as a FILE, in name order (links are not followed).\n"
     "\n"
     "Exit status: 0 every file holds only interpreted and known-data globals,\n"
     "1 a file holds anything else, 3 a file cannot be read as any of these\n"
@@ -188,6 +195,77 @@ static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
     return o;
 }
 
+/* ---- a folder: its pickle files, walked ---- */
+
+typedef struct name_list {
+    char **v;
+    size_t n, cap;
+} name_list;
+
+static bool pickle_name(const char *name)
+{
+    static const char *const suffixes[] = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt",
+                                           ".metadata"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t k = strlen(suffixes[i]);
+        if (n >= k && strcmp(name + n - k, suffixes[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The pickle files under DIR (a path), DEPTH folders deep at most, into L;
+ * -1 when out of memory. */
+static int walk(const char *dir, int depth, name_list *l)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0; /* (an unreadable subfolder: nothing in it is scanned) */
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        size_t n = strlen(dir) + strlen(e->d_name) + 2;
+        char *p = malloc(n);
+        struct stat st;
+        if (!p) {
+            rc = -1;
+            break;
+        }
+        snprintf(p, n, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", e->d_name);
+        if (lstat(p, &st) != 0 || S_ISLNK(st.st_mode)) {
+            free(p);
+        } else if (S_ISDIR(st.st_mode)) {
+            rc = depth > 0 ? walk(p, depth - 1, l) : 0;
+            free(p);
+        } else if (S_ISREG(st.st_mode) && pickle_name(e->d_name)) {
+            if (l->n == l->cap) {
+                size_t cap = l->cap ? l->cap * 2 : 16;
+                char **v = realloc(l->v, cap * sizeof(*v));
+                if (!v) {
+                    free(p);
+                    rc = -1;
+                    break;
+                }
+                l->v = v;
+                l->cap = cap;
+            }
+            l->v[l->n++] = p;
+        } else {
+            free(p);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
 int cmd_scan(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -228,9 +306,45 @@ int cmd_scan(int argc, char **argv)
         cli_common_free(&common);
         return cli_usage_error("scan", "needs at least one FILE");
     }
+    /* the files: each FILE, or the pickle files of a folder */
+    name_list l = {0};
+    for (int i = optind; i < argc; i++) {
+        struct stat st;
+        size_t before = l.n;
+        int r = 0;
+        if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+            r = walk(argv[i], 8, &l);
+            if (r == 0 && l.n == before) {
+                cli_error("scan", argv[i], "a folder holding no pickle file (*.pt, *.pth, *.bin, "
+                                           "*.pkl, *.pickle, *.ckpt, *.metadata)");
+                worst = worst > CLI_EXIT_BAD_INPUT ? worst : CLI_EXIT_BAD_INPUT;
+            }
+            if (l.n > before)
+                qsort(l.v + before, l.n - before, sizeof(*l.v), name_cmp);
+        } else if (l.n == l.cap) {
+            size_t cap = l.cap ? l.cap * 2 : 16;
+            char **v = realloc(l.v, cap * sizeof(*v));
+            if (v) {
+                l.v = v;
+                l.cap = cap;
+            }
+            r = v && (l.v[l.n] = strdup(argv[i])) ? (l.n++, 0) : -1;
+        } else {
+            r = (l.v[l.n] = strdup(argv[i])) ? (l.n++, 0) : -1;
+        }
+        if (r < 0) {
+            cli_error("scan", NULL, "out of memory");
+            for (size_t k = 0; k < l.n; k++)
+                free(l.v[k]);
+            free(l.v);
+            cli_common_free(&common);
+            return CLI_EXIT_IO;
+        }
+    }
     cJSON *root = json ? cJSON_CreateObject() : NULL;
     cJSON *files = root ? cJSON_AddArrayToObject(root, "files") : NULL;
-    for (int i = optind; i < argc; i++) {
+    for (size_t k = 0; k < l.n; k++) {
+        const char *path = l.v[k];
         ckpt_scan *s = ckpt_scan_new();
         if (!s) {
             cli_error("scan", NULL, "out of memory");
@@ -239,20 +353,23 @@ int cmd_scan(int argc, char **argv)
         }
         if (common.max_pickle_bytes)
             ckpt_scan_set_limit(s, CKPT_LIMIT_PICKLE_BYTES, common.max_pickle_bytes);
-        int rc = ckpt_scan_file(s, argv[i]);
+        int rc = ckpt_scan_file(s, path);
         int ex = file_exit(s, rc);
         if (rc != CKPT_OK) /* errors even with --quiet, as for every command */
-            cli_error("scan", argv[i], "%s", ckpt_scan_error_message(s));
+            cli_error("scan", path, "%s", ckpt_scan_error_message(s));
         if (!common.quiet && !(rc == CKPT_ERR_IO && !json)) {
             if (json)
-                cJSON_AddItemToArray(files, json_file(argv[i], s, rc));
+                cJSON_AddItemToArray(files, json_file(path, s, rc));
             else
-                print_text(argv[i], s, rc);
+                print_text(path, s, rc);
         }
         if (ex > worst)
             worst = ex;
         ckpt_scan_free(s);
     }
+    for (size_t k = 0; k < l.n; k++)
+        free(l.v[k]);
+    free(l.v);
     if (root) {
         cJSON_AddItemToObject(root, "exit", cli_json_int((long long)(unsigned long long)worst));
         char *text = cJSON_Print(root);

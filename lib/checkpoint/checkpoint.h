@@ -91,11 +91,27 @@ struct ckpt_file {
     ckpt_source *cur_src;  /* the source whose pickle is being read */
     const char *key_prefix;/* sharded: prefix making storage keys unique */
     ckpt_value *st_metadata; /* safetensors __metadata__ (a dict of str), or NULL */
+    const char *sd_source;   /* a folder format's state dicts: their "source" ("dcp"), or NULL */
     ckpt_parts parts;      /* installed by the format dispatcher */
     char **notices;        /* what readers noticed but did not refuse (malloc'd) */
     size_t nnotices;
     uint64_t dev, ino;     /* to refuse writing over the input */
     uint32_t mode;     /* kept when the input is replaced */
+
+    /* What a folder format (formats/deepspeed.c) leaves on the handle: */
+    void *format_state;                      /* its own, freed by format_state_free */
+    void (*format_state_free)(ckpt_file *f);
+    const char *layout_json;  /* how the folder is laid out (a JSON object), for inspect */
+    /* A mapping outside the root that --select can name (DeepSpeed's
+     * "module"), made on demand, its storages added to the table then:
+     * *OUT stays NULL when NAME is none of them. */
+    int (*select_extra)(ckpt_file *f, const char *name, ckpt_value **out);
+    /* Read every record the storages take bytes from, whole, and check its
+     * CRC-32 (storages made of runs inside records are read in parts, which
+     * no CRC covers); errors into ERR.  Safe beside another thread reading
+     * F: it opens the files itself and changes nothing in F. */
+    int (*check_records)(ckpt_file *f, ckpt_error *err);
+    struct ckpt_records_check *checking; /* writing: that check, running beside */
 };
 
 bool ckpt_file_valid(const ckpt_file *f);

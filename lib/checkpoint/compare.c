@@ -17,7 +17,7 @@ static int read_elements(ckpt_file *f, const ckpt_tensor *t, void *buf, size_t n
 {
     const ckpt_storage *s = ckpt_tensor_storage(t);
     if (n && ckpt_tensor_is_contiguous(t) && ckpt_tensor_offset(t) == 0 &&
-        ckpt_storage_nbytes(s) == n)
+        ckpt_storage_nbytes(s) == n && s->dtype == s->src_dtype) /* (a cast is read whole) */
         return ckpt_storage_read(f, s, 0, buf, n);
     return ckpt_tensor_read(f, t, buf, n);
 }

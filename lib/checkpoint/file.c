@@ -141,6 +141,8 @@ CKPT_API void ckpt_file_free(ckpt_file *f)
 {
     if (!ckpt_file_valid(f))
         return;
+    if (f->format_state_free)
+        f->format_state_free(f);
     ckpt_source_close(&f->main);
     for (size_t i = 0; i < f->nshards; i++) {
         ckpt_source_close(f->shards[i]);

@@ -581,6 +581,7 @@ CKPT_API const char *ckpt_file_state_dict_source(const ckpt_file *f, size_t i)
 {
     const ckpt_value *v = list_get(f, &f->state_dicts, i, NULL);
     return !v                                ? NULL
+           : f->sd_source                     ? f->sd_source /* a folder format's own */
            : !ckpt_value_is_module_sd(v)      ? "mapping"
            : (v->flags & CKPT_VF_TORCHSCRIPT) ? "torchscript"
                                               : "module-tree";
@@ -684,4 +685,35 @@ CKPT_API size_t ckpt_state_dict_wrappers(const ckpt_value *sd, const char **out,
         }
     }
     return n;
+}
+
+CKPT_API const char *ckpt_file_layout(const ckpt_file *f)
+{
+    return f && f->magic == CKPT_FILE_MAGIC ? f->layout_json : NULL;
+}
+
+CKPT_API size_t ckpt_storage_run_count(const ckpt_storage *s)
+{
+    return s && s->loc == CKPT_LOC_PIECES ? s->npieces : 0;
+}
+
+CKPT_API int ckpt_storage_run(const ckpt_storage *s, size_t i, const char **file,
+                              uint64_t *file_offset, uint64_t *nbytes, uint64_t *storage_offset)
+{
+    if (!s || s->loc != CKPT_LOC_PIECES || i >= s->npieces)
+        return CKPT_ERR_USAGE;
+    const ckpt_piece *p = &s->pieces[i];
+    *file = p->mem || !p->src ? NULL : p->src->path;
+    *file_offset = p->file_offset;
+    *nbytes = p->nbytes;
+    *storage_offset = p->dst_offset;
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_file_check_records(ckpt_file *f)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    return f->check_records ? f->check_records(f, &f->err) : CKPT_OK;
 }

@@ -99,6 +99,14 @@ typedef struct ckpt_zip_dir ckpt_zip_dir;
  * takes it for a zip; a reader that refuses it while another reads it is a
  * finding. */
 int ckpt_zip_dir_open(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err);
+/* Torch's reading alone (miniz's end record, central directory and local
+ * headers), without the other readers and the findings, whose search for
+ * stray signatures reads the whole file: what a loader of many large zips
+ * needs (a DeepSpeed folder's rank files).  CKPT_ERR_FORMAT when torch.load
+ * would not read it as a zip.  BASE: the archive's start in FD (0 here; the
+ * DCP branch's zip_dir.c reads windows and has the same function). */
+int ckpt_zip_dir_open_torch(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
+                            ckpt_error *err);
 void ckpt_zip_dir_free(ckpt_zip_dir *d);
 const char *ckpt_zip_reader_name(ckpt_zip_reader r);
 size_t ckpt_zip_dir_finding_count(const ckpt_zip_dir *d);

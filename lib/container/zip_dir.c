@@ -974,6 +974,33 @@ static int findings(ckpt_zip_dir *d, int fd)
 
 /* ---- the interface ---------------------------------------------------------- */
 
+int ckpt_zip_dir_open_torch(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
+                            ckpt_error *err)
+{
+    *out = NULL;
+    if (base != 0)
+        return ckpt_err(err, CKPT_ERR_USAGE, "a zip at an offset is not read here");
+    ckpt_zip_dir *d = calloc(1, sizeof *d);
+    if (!d)
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    d->size = size;
+    uint8_t h[4];
+    d->starts_local = get(fd, size, h, 4, 0) && le(h, 4) == SIG_LOCAL;
+    if (read_torch(fd, size, &d->v[CKPT_ZIP_READER_TORCH])) {
+        ckpt_zip_dir_free(d);
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    const view *t = &d->v[CKPT_ZIP_READER_TORCH];
+    if (!t->ok || !d->starts_local) {
+        int rc = ckpt_err(err, CKPT_ERR_FORMAT, "not a zip archive torch.load reads (%s)",
+                          t->ok ? "it does not start with a local header" : t->why);
+        ckpt_zip_dir_free(d);
+        return rc;
+    }
+    *out = d;
+    return CKPT_OK;
+}
+
 int ckpt_zip_dir_open(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err)
 {
     *out = NULL;

@@ -184,6 +184,33 @@ static void on_use(void *user, const char *q, int op, uint64_t at)
     }
 }
 
+/* builtins.getattr used only as getattr(<known class>, <member>) (DeepSpeed's
+ * ZeroStageEnum as Python 3.11+ pickles it): known data in this pickle; the
+ * verdicts are counted again without it. */
+static void on_getattr_data(void *user, const char *shown)
+{
+    ckpt_scan *s = user;
+    ckpt_scan_hit *h = hit_for(s, "builtins.getattr");
+    char *name = h ? strdup(shown) : NULL;
+    if (!name)
+        return; /* (out of memory: it stays dangerous) */
+    free((char *)h->global);
+    h->global = name;
+    h->cls = CKPT_GLOBAL_KNOWN_DATA;
+    h->dangerous = 0;
+    s->unsafe = 0;
+    if (s->reading)
+        s->reading->unsafe = 0;
+    for (size_t i = 0; i < s->nhits; i++) {
+        const ckpt_scan_hit *x = &s->hits[i];
+        if (x->cls == CKPT_GLOBAL_INTERPRETED || x->cls == CKPT_GLOBAL_KNOWN_DATA)
+            continue;
+        s->unsafe = 1;
+        if (s->reading && x->reading == s->reading->reader)
+            s->reading->unsafe = 1;
+    }
+}
+
 /* A name computed at run time: dangerous whatever it turns out to be, since
  * no reading of the bytes can tell what torch would import. */
 static void on_computed(void *user, const char *shown, const char *made_by, int op, uint64_t at)
@@ -253,6 +280,7 @@ static int scan_pickle_ex(ckpt_scan *s, const char *name, const uint8_t *buf, si
         .on_global = on_global,
         .on_use = on_use,
         .on_computed = on_computed,
+        .on_getattr_data = on_getattr_data,
         .scan = true,
         .feed = feed,
     };

@@ -10,9 +10,41 @@
 #include "formats/format.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+/* A folder's records' CRC-32 check (f->check_records), run on a second
+ * thread while the writer streams the storages made of runs inside them:
+ * the first output is committed only once it has passed. */
+struct ckpt_records_check {
+    ckpt_file *f;
+    pthread_t thread;
+    bool joined;
+    int rc;
+    ckpt_error err;
+};
+
+static void *check_thread(void *arg)
+{
+    struct ckpt_records_check *c = arg;
+    c->rc = c->f->check_records(c->f, &c->err);
+    return NULL;
+}
+
+/* Wait for the check (once); its error into F. */
+static int check_join(ckpt_file *f)
+{
+    struct ckpt_records_check *c = f->checking;
+    if (!c)
+        return CKPT_OK;
+    if (!c->joined) {
+        pthread_join(c->thread, NULL);
+        c->joined = true;
+    }
+    return c->rc ? ckpt_err(&f->err, c->rc, "%s", c->err.msg) : CKPT_OK;
+}
 
 CKPT_API ckpt_format ckpt_format_for_path(const char *path)
 {
@@ -107,6 +139,8 @@ static int write_one(ckpt_file *f, const ckpt_format_desc *d, const char *path,
     if (rc == CKPT_OK)
         rc = d->write(f, out.fd, path, opt);
     if (rc == CKPT_OK)
+        rc = check_join(f); /* a corrupt input leaves no OUT */
+    if (rc == CKPT_OK)
         rc = ckpt_out_commit(&out, &f->err);
     if (rc != CKPT_OK)
         ckpt_out_abort(&out);
@@ -148,5 +182,21 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
     if (!d || (!d->write && !d->write_set))
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "cannot write the format %s",
                         ckpt_format_name(id));
-    return d->write_set ? d->write_set(f, path, opt) : write_one(f, d, path, opt);
+    /* a folder's storages are runs inside its records, which no read
+     * covers whole: their CRC-32s are checked beside the writing */
+    struct ckpt_records_check check = {.f = f, .joined = true};
+    if (f->check_records && !f->checking) {
+        if (pthread_create(&check.thread, NULL, check_thread, &check) != 0)
+            check.rc = f->check_records(f, &check.err); /* no thread: first */
+        else
+            check.joined = false;
+        f->checking = &check;
+    }
+    int rc = d->write_set ? d->write_set(f, path, opt) : write_one(f, d, path, opt);
+    if (f->checking == &check) {
+        int crc = check_join(f); /* (a write that failed first keeps its error) */
+        rc = rc ? rc : crc;
+        f->checking = NULL;
+    }
+    return rc;
 }

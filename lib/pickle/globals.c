@@ -515,6 +515,37 @@ static bool in_list(const char *q, const char *const *list, size_t n)
     return false;
 }
 
+/* ---- DeepSpeed ZeRO checkpoints (reference/distributed-formats.md 4.2-4.3) ----
+ * The classes a ZeRO optim file pickles, all plain records: the stage enum
+ * (ZeroStageEnum(n), or getattr(ZeroStageEnum, 'optimizer_states') as the
+ * enum pickles itself under Python 3.11+), the loss scalers (NEWOBJ + BUILD
+ * of {cur_scale, dynamic, ...}) and fragment_address (NEWOBJ + BUILD of
+ * {numel, start}).  Never imported; kept as opaque nodes. */
+static const char *const deepspeed_data[] = {
+    "deepspeed.runtime.zero.config.ZeroStageEnum",
+    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+    "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+    "deepspeed.utils.tensor_fragment.fragment_address",
+};
+/* getattr(CLASS, NAME) pairs that are data (an enum member), admitted as
+ * such: builtins.getattr is otherwise never admitted. */
+static const char *const getattr_data[][2] = {
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "disabled"},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "optimizer_states"},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "gradients"},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "weights"},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "max_stage"},
+};
+
+bool ckpt_globals_getattr_data(const char *cls, const char *name)
+{
+    for (size_t i = 0; i < sizeof(getattr_data) / sizeof(getattr_data[0]); i++)
+        if (strcmp(cls, getattr_data[i][0]) == 0 && strcmp(name, getattr_data[i][1]) == 0)
+            return true;
+    return false;
+}
+/* ---- end of DeepSpeed ---- */
+
 ckpt_global_class ckpt_globals_builtin_class(const char *q)
 {
     if (in_list(q, interpreted, sizeof(interpreted) / sizeof(interpreted[0])))
@@ -527,7 +558,8 @@ ckpt_global_class ckpt_globals_builtin_class(const char *q)
     if (strncmp(q, "torch.", 6) == 0 && strchr(q + 6, '.') == NULL &&
         (dt = ckpt_dtype_from_name(q)) != CKPT_DTYPE_UNKNOWN && ckpt_dtype_bits(dt) % 8 == 0)
         return CKPT_GLOBAL_INTERPRETED;
-    if (in_list(q, known_data, sizeof(known_data) / sizeof(known_data[0])))
+    if (in_list(q, known_data, sizeof(known_data) / sizeof(known_data[0])) ||
+        in_list(q, deepspeed_data, sizeof(deepspeed_data) / sizeof(deepspeed_data[0])))
         return CKPT_GLOBAL_KNOWN_DATA;
     return CKPT_GLOBAL_REFUSED;
 }

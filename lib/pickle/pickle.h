@@ -181,6 +181,10 @@ const char *ckpt_kind_name(ckpt_kind kind);
 ckpt_global_class ckpt_globals_builtin_class(const char *qualified_name);
 /* Globals that run commands or code: never admitted, whatever the options. */
 bool ckpt_globals_dangerous(const char *qualified_name);
+/* Whether getattr(CLS, NAME) is a known data value (an enum member such as
+ * DeepSpeed's ZeroStageEnum.optimizer_states): the one use of
+ * builtins.getattr the reader admits. */
+bool ckpt_globals_getattr_data(const char *cls, const char *name);
 /* Python 2 names as pickle's fix_imports maps them in a protocol < 3 stream
  * (_compat_pickle's NAME_MAPPING, else IMPORT_MAPPING: __builtin__.xrange ->
  * builtins.range); true when renamed.  The results are static or the input. */
@@ -262,6 +266,11 @@ typedef struct ckpt_pickle_ctx {
      * NULL reports nothing. */
     void (*on_computed)(void *user, const char *shown_name, const char *made_by, int opcode,
                         uint64_t offset);
+    /* Scanning, at STOP: every use of builtins.getattr in the pickle was
+     * getattr(<class>, <member>) of a pair ckpt_globals_getattr_data admits
+     * (SHOWN: the first, "builtins.getattr(cls, 'member')"), so that it is
+     * known data there, not a way to run code.  Optional. */
+    void (*on_getattr_data)(void *user, const char *shown);
     bool scan;
     ckpt_pickle_feed feed; /* in: how the bytes are read (FILE by default) */
     /* out: a read crossed the end of a FRAME's buffer while bytes of it were

@@ -72,6 +72,9 @@ typedef struct vm {
     size_t npending, pending_cap;
     uint64_t unbuilt;
     int proto; /* the stream's PROTO (0 before one): Python 2 names map below 3 */
+    /* scanning: builtins.getattr on the stack, and its uses that are data */
+    uint64_t getattr_refs, getattr_data;
+    const char *getattr_shown;
 } vm;
 
 static int fail(vm *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -268,6 +271,8 @@ static int push(vm *m, ckpt_value *v)
     m->stack[m->sp++] = v;
     if (v->kind == CKPT_KIND_GLOBAL && v->u.global.cls == CKPT_GLOBAL_REFUSED)
         v->u.global.refs++;
+    if (m->ctx->scan && v->kind == CKPT_KIND_GLOBAL && strcmp(v->u.global.name, "builtins.getattr") == 0)
+        m->getattr_refs++;
     return CKPT_OK;
 }
 
@@ -818,7 +823,10 @@ static int push_global(vm *m, const char *mod, size_t modlen, const char *name, 
         if (cls == CKPT_GLOBAL_REFUSED)
             cls = CKPT_GLOBAL_ALLOWED; /* scanned, never run: keep going */
     }
-    if (cls == CKPT_GLOBAL_REFUSED && ckpt_globals_dangerous(q))
+    /* builtins.getattr waits for its REDUCE: getattr(<known class>, <member>)
+     * of the pairs globals.c lists is data; any other use refuses the file */
+    if (cls == CKPT_GLOBAL_REFUSED && ckpt_globals_dangerous(q) &&
+        strcmp(q, "builtins.getattr") != 0)
         return fail(m, CKPT_ERR_UNSAFE,
                     "refused global '%s': it can run commands or code (never admitted)", q);
     ckpt_value *v = node(m, CKPT_KIND_GLOBAL);
@@ -897,6 +905,11 @@ static ckpt_value *hint_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_e
 
 static int refuse_global(vm *m, const char *q, uint64_t at)
 {
+    if (ckpt_globals_dangerous(q)) { /* builtins.getattr used other than as data */
+        m->op_at = at;
+        return fail(m, CKPT_ERR_UNSAFE,
+                    "refused global '%s': it can run commands or code (never admitted)", q);
+    }
     hint_scan h = {.outer = m->ctx};
     ckpt_pickle_ctx sc = *m->ctx;
     sc.scan = true;
@@ -1598,6 +1611,22 @@ static int op_reduce(vm *m)
                         ckpt_value_kind_name(args));
         if (fn->kind == CKPT_KIND_GLOBAL) {
             m->ctx->on_use(m->ctx->user, fn->u.global.name, m->op, m->op_at);
+            const ckpt_vec *ga = &args->u.seq;
+            if (strcmp(fn->u.global.name, "builtins.getattr") == 0 && ga->len == 2 &&
+                ga->items[0]->kind == CKPT_KIND_GLOBAL &&
+                ga->items[0]->u.global.cls == CKPT_GLOBAL_KNOWN_DATA &&
+                ga->items[1]->kind == CKPT_KIND_STR &&
+                ckpt_globals_getattr_data(ga->items[0]->u.global.name, ga->items[1]->u.s.s)) {
+                m->getattr_data++; /* getattr(ZeroStageEnum, 'weights'): data */
+                if (!m->getattr_shown) {
+                    size_t n = strlen(ga->items[0]->u.global.name) + ga->items[1]->u.s.len + 24;
+                    char *t = ckpt_arena_alloc(m->a, n);
+                    if (t)
+                        snprintf(t, n, "builtins.getattr(%s, '%s')", ga->items[0]->u.global.name,
+                                 ga->items[1]->u.s.s);
+                    m->getattr_shown = t;
+                }
+            }
             /* getattr(<a call's result>, name): an attribute looked up at run time */
             if (strcmp(fn->u.global.name, "builtins.getattr") == 0 && args->u.seq.len >= 2 &&
                 (args->u.seq.items[0]->kind == CKPT_KIND_OBJECT ||
@@ -1624,6 +1653,15 @@ static int op_reduce(vm *m)
         return fail(m, CKPT_ERR_FORMAT, "REDUCE arguments are a %s, not a tuple",
                     ckpt_kind_name((ckpt_kind)args->kind));
     const char *q = fn->u.global.name;
+    if (strcmp(q, "builtins.getattr") == 0 && !m->ctx->scan && args->u.seq.len == 2 &&
+        args->u.seq.items[0]->kind == CKPT_KIND_GLOBAL &&
+        args->u.seq.items[0]->u.global.cls == CKPT_GLOBAL_KNOWN_DATA &&
+        args->u.seq.items[1]->kind == CKPT_KIND_STR &&
+        ckpt_globals_getattr_data(args->u.seq.items[0]->u.global.name,
+                                  args->u.seq.items[1]->u.s.s)) {
+        fn->u.global.modules++; /* an admitted use (check_pending counts them) */
+        return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE);
+    }
     if (fn->u.global.cls == CKPT_GLOBAL_REFUSED && !m->ctx->scan)
         return refuse_use(m, fn); /* a call: modules are made by NEWOBJ */
     if (m->ctx->scan) {
@@ -2186,8 +2224,8 @@ static int step(vm *m, bool *stop)
         if (a->kind != CKPT_KIND_GLOBAL || b->kind != CKPT_KIND_TUPLE)
             return fail(m, CKPT_ERR_FORMAT, "NEWOBJ needs a class and a tuple");
         if (a->u.global.cls == CKPT_GLOBAL_REFUSED && !m->ctx->scan) {
-            if (b->u.seq.len) /* a module is made with cls.__new__(cls) */
-                return refuse_use(m, a);
+            if (b->u.seq.len || ckpt_globals_dangerous(a->u.global.name))
+                return refuse_use(m, a); /* a module is made with cls.__new__(cls) */
             a->u.global.modules++;
             m->unbuilt++;
         }
@@ -2305,6 +2343,10 @@ int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_
     }
     if (rc == CKPT_OK)
         rc = check_pending(&m);
+    /* every getattr on the stack went into a REDUCE that is data */
+    if (rc == CKPT_OK && ctx->scan && ctx->on_getattr_data && m.getattr_refs &&
+        m.getattr_refs == m.getattr_data && m.getattr_shown)
+        ctx->on_getattr_data(ctx->user, m.getattr_shown);
     free(m.pending);
     free(m.pending_at);
     if (consumed) /* where the file position is: BYTESIO's at the buffer's end */

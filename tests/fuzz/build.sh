@@ -22,7 +22,7 @@ for src in lib/*/*.c; do
             $(pkg-config --cflags $deps) -c "$src" -o "$o"
     objs="$objs $o"
 done
-for t in ${FUZZ_TARGETS:-container pickle safetensors rename spec zip_dir tar scan}; do
+for t in ${FUZZ_TARGETS:-container pickle safetensors rename spec zip_dir tar scan folder}; do
     $CC $flags -std=gnu11 -I"$out/include" -Ilib -Itests/fuzz $(pkg-config --cflags $deps) \
         tests/fuzz/fuzz_$t.c $objs $(pkg-config --libs $deps) -lm -lpthread -ldl \
         -o "$out/fuzz_$t"

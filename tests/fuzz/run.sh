@@ -6,7 +6,7 @@
 set -eu
 secs=${1:-600}
 [ $# -gt 0 ] && shift
-targets=${*:-container pickle safetensors rename spec zip_dir tar scan}
+targets=${*:-container pickle safetensors rename spec zip_dir tar scan folder}
 bin=${FUZZ_BIN:-tests/fuzz/bin}
 work=${FUZZ_WORK:-tests/fuzz/work}
 mkdir -p "$work"

@@ -623,6 +623,51 @@ START_TEST(refuses_os_system)
 }
 END_TEST
 
+/* getattr(ZeroStageEnum, 'weights'): DeepSpeed's stage as Python 3.11+
+ * pickles an enum member; admitted as data, and only that pair's kind */
+static void getattr_of(const char *cls_mod, const char *cls, const char *attr, bool in_list)
+{
+    pk_proto2(&p);
+    if (in_list) { /* [getattr, <the member>]: getattr itself kept as a value */
+        pk_op(&p, ']');
+        pk_global(&p, "__builtin__", "getattr");
+        pk_op(&p, 'a'); /* APPEND */
+    }
+    pk_global(&p, "__builtin__", "getattr");
+    pk_global(&p, cls_mod, cls);
+    pk_str(&p, attr);
+    pk_op(&p, 0x86); /* TUPLE2 */
+    pk_op(&p, 'R');
+    if (in_list)
+        pk_op(&p, 'a');
+    pk_op(&p, '.');
+}
+
+START_TEST(getattr_enum_member_is_data)
+{
+    getattr_of("deepspeed.runtime.zero.config", "ZeroStageEnum", "weights", false);
+    load_ok();
+    ck_assert_int_eq(ckpt_value_kind(v), CKPT_KIND_OBJECT);
+    ck_assert_str_eq(ckpt_value_global(v), "builtins.getattr");
+}
+END_TEST
+
+START_TEST(getattr_other_uses_refused)
+{
+    getattr_of("deepspeed.runtime.zero.config", "ZeroStageEnum", "__init__", false);
+    load_fails(CKPT_ERR_UNSAFE, "refused global 'builtins.getattr'");
+    pk_free(&p);
+    memset(&p, 0, sizeof(p));
+    getattr_of("collections", "OrderedDict", "fromkeys", false);
+    load_fails(CKPT_ERR_UNSAFE, "refused global 'builtins.getattr'");
+    pk_free(&p);
+    memset(&p, 0, sizeof(p));
+    /* an admitted pair, then getattr kept as a value: refused at STOP */
+    getattr_of("deepspeed.runtime.zero.config", "ZeroStageEnum", "weights", true);
+    load_fails(CKPT_ERR_UNSAFE, "refused global 'builtins.getattr'");
+}
+END_TEST
+
 START_TEST(allow_global_admits_as_opaque)
 {
     ck_assert_int_eq(ckpt_file_allow_global(f, "mypkg.Config"), CKPT_OK);
@@ -1371,6 +1416,8 @@ static Suite *suite(void)
     tcase_add_test(ok, py2_names_mapped_below_protocol_3);
     tcase_add_test(ok, py2_names_kept_from_protocol_3);
     tcase_add_test(ok, py2_names_dangerous_after_mapping);
+    tcase_add_test(ok, getattr_enum_member_is_data);
+    tcase_add_test(ok, getattr_other_uses_refused);
     tcase_add_test(ok, py2_name_tables);
     tcase_add_test(ok, newobj_ex_defaultdict);
     tcase_add_test(ok, big_memo_index_is_fine);
