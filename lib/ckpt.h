@@ -359,6 +359,20 @@ typedef struct ckpt_qparams {
 /* Fill OUT for a quantized tensor; CKPT_ERR_USAGE for any other kind. */
 CKPT_API int ckpt_tensor_qparams(const ckpt_tensor *t, ckpt_qparams *out);
 
+/* A tensor a folder checkpoint assembles from parts (a DCP tensor's chunks):
+ * where each part lies, as the checkpoint's metadata says (nothing read). */
+typedef struct ckpt_chunk {
+    int ndim;
+    const int64_t *offsets, *sizes; /* its box, in the whole tensor's coordinates */
+    int rank;                       /* the rank that saved it; -1 unknown */
+    const char *file;               /* its file in the folder; NULL: none (an empty chunk) */
+    uint64_t file_offset, length;   /* its item's bytes in that file */
+} ckpt_chunk;
+
+/* How many parts T was assembled from (0: a tensor stored whole), and part I. */
+CKPT_API size_t ckpt_tensor_chunk_count(const ckpt_tensor *t);
+CKPT_API const ckpt_chunk *ckpt_tensor_chunk(const ckpt_tensor *t, size_t i);
+
 CKPT_API const char *ckpt_storage_key(const ckpt_storage *s);
 CKPT_API ckpt_dtype ckpt_storage_dtype(const ckpt_storage *s);
 CKPT_API int64_t ckpt_storage_numel(const ckpt_storage *s);

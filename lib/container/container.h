@@ -99,6 +99,11 @@ typedef struct ckpt_zip_dir ckpt_zip_dir;
  * takes it for a zip; a reader that refuses it while another reads it is a
  * finding. */
 int ckpt_zip_dir_open(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err);
+/* The same for a zip stored inside a larger file: the SIZE bytes from BASE
+ * of FD (a DCP item).  Entries' offsets (header_at, data_at, cd_at) count
+ * from BASE; ckpt_zip_dir_read adds it. */
+int ckpt_zip_dir_open_at(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
+                         ckpt_error *err);
 void ckpt_zip_dir_free(ckpt_zip_dir *d);
 const char *ckpt_zip_reader_name(ckpt_zip_reader r);
 size_t ckpt_zip_dir_finding_count(const ckpt_zip_dir *d);

@@ -16,6 +16,7 @@ const ckpt_format_desc *const ckpt_format_table[] = {
     &ckpt_format_pth_tar, /* tarfile.open() accepts it: before the pickle stream */
     &ckpt_format_pth_legacy,
     &ckpt_format_sharded,
+    &ckpt_format_dcp, /* a folder (claim_dir) */
     NULL,
 };
 

@@ -160,6 +160,8 @@ struct ckpt_storage {
     uint64_t file_offset;  /* FILE_RANGE: offset of the first data byte */
     const ckpt_piece *pieces; /* PIECES: sorted by dst_offset, tiling the bytes */
     size_t npieces;
+    const ckpt_chunk *chunks; /* a folder's tensor: the parts it was assembled from */
+    size_t nchunks;
     bool big_endian;       /* stored big-endian (a zip's byteorder record): read
                             * in this machine's order, copied as stored */
     bool has_crc;          /* the container records a CRC-32 of the bytes: */
@@ -179,6 +181,10 @@ const char *ckpt_kind_name(ckpt_kind kind);
 
 /* Classify without the user's allow-list: INTERPRETED, KNOWN_DATA or REFUSED. */
 ckpt_global_class ckpt_globals_builtin_class(const char *qualified_name);
+/* Whether getattr(CLS, ATTR) is data (an enum member a reader's metadata
+ * names: DCP's _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT); builtins.getattr
+ * is otherwise never admitted, and admitted by a context only for these. */
+bool ckpt_globals_getattr_known(const char *cls, const char *attr);
 /* Globals that run commands or code: never admitted, whatever the options. */
 bool ckpt_globals_dangerous(const char *qualified_name);
 /* Python 2 names as pickle's fix_imports maps them in a protocol < 3 stream

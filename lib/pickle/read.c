@@ -1626,6 +1626,18 @@ static int op_reduce(vm *m)
     const char *q = fn->u.global.name;
     if (fn->u.global.cls == CKPT_GLOBAL_REFUSED && !m->ctx->scan)
         return refuse_use(m, fn); /* a call: modules are made by NEWOBJ */
+    if (strcmp(q, "builtins.getattr") == 0 && !m->ctx->scan) {
+        /* admitted by a reader's context (a DCP .metadata's enum members):
+         * only the (class, attribute) pairs known as data, kept opaque */
+        const ckpt_value *c = args->u.seq.len == 2 ? args->u.seq.items[0] : NULL,
+                         *a = c ? args->u.seq.items[1] : NULL;
+        if (!c || c->kind != CKPT_KIND_GLOBAL || a->kind != CKPT_KIND_STR ||
+            !ckpt_globals_getattr_known(c->u.global.name, a->u.s.s))
+            return fail(m, CKPT_ERR_UNSAFE, "getattr on %s is not one of the (class, attribute) "
+                        "pairs admitted as data",
+                        c && c->kind == CKPT_KIND_GLOBAL ? c->u.global.name : "a value");
+        return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE);
+    }
     if (m->ctx->scan) {
         m->ctx->on_use(m->ctx->user, q, m->op, m->op_at);
         if (strncmp(q, "torch._utils._rebuild_", 22) == 0)
