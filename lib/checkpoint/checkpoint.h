@@ -91,6 +91,7 @@ struct ckpt_file {
     ckpt_source *cur_src;  /* the source whose pickle is being read */
     const char *key_prefix;/* sharded: prefix making storage keys unique */
     ckpt_value *st_metadata; /* safetensors __metadata__ (a dict of str), or NULL */
+    const char *sd_source;   /* a folder format's state dicts: their "source" ("dcp"), or NULL */
     ckpt_parts parts;      /* installed by the format dispatcher */
     char **notices;        /* what readers noticed but did not refuse (malloc'd) */
     size_t nnotices;

@@ -581,6 +581,7 @@ CKPT_API const char *ckpt_file_state_dict_source(const ckpt_file *f, size_t i)
 {
     const ckpt_value *v = list_get(f, &f->state_dicts, i, NULL);
     return !v                                ? NULL
+           : f->sd_source                     ? f->sd_source /* a folder format's own */
            : !ckpt_value_is_module_sd(v)      ? "mapping"
            : (v->flags & CKPT_VF_TORCHSCRIPT) ? "torchscript"
                                               : "module-tree";

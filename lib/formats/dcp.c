@@ -82,6 +82,7 @@ typedef struct dcp {
     uint64_t nbytes_items;
     /* safetensors blobs parsed (SAFETENSORS serialization) */
     struct st_blob *blobs;
+    ckpt_arena scratch;   /* a tensor item's pickle, dropped once its runs are made */
     struct dslot *dslots; /* the rebuilt dicts' keys (set_element) */
     size_t dsize, nd;
 } dcp;
@@ -537,6 +538,18 @@ static int read_metadata(dcp *d, const char *name, int rank, const ckpt_value **
     ckpt_value *root = NULL;
     int rc = ckpt_pickle_load(&ctx, buf, (size_t)src->file_size, &root, NULL, &f->err);
     free(buf);
+    const char *g = rc ? strstr(f->err.msg, "refused global '") : NULL;
+    if (g) {
+        /* the VM's hint names options: none admits a global here */
+        char q[300];
+        const char *e = strchr(g + 16, '\'');
+        snprintf(q, sizeof q, "%.*s", e ? (int)(e - g - 16) : 0, g + 16);
+        int code = f->err.code;
+        ckpt_err_clear(&f->err);
+        return ckpt_err(&f->err, code, "%s: refused global '%s': not one of the records a "
+                        "torch.distributed.checkpoint metadata holds (no option admits it)",
+                        name, q);
+    }
     if (rc) {
         /* the VM's message may not name the file */
         if (!strstr(f->err.msg, name)) {
@@ -823,10 +836,10 @@ static ckpt_value *item_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_e
                                        "location, numel)");
         return NULL;
     }
-    ckpt_storage *s = ckpt_arena_alloc(&d->f->arena, sizeof(*s));
-    ckpt_value *v = ckpt_value_new(&d->f->arena, CKPT_KIND_STORAGE, offset);
+    ckpt_storage *s = ckpt_arena_alloc(&d->scratch, sizeof(*s));
+    ckpt_value *v = ckpt_value_new(&d->scratch, CKPT_KIND_STORAGE, offset);
     uint64_t nbytes;
-    if (!s || !v || !(s->key = ckpt_arena_strndup(&d->f->arena, a[2]->u.s.s, a[2]->u.s.len))) {
+    if (!s || !v || !(s->key = ckpt_arena_strndup(&d->scratch, a[2]->u.s.s, a[2]->u.s.len))) {
         ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
         return NULL;
     }
@@ -1066,6 +1079,7 @@ static int tensor_chunk(dcp *d, const md_item *m, const chunk *c, pieces *ps, ch
     ckpt_file_pickle_ctx(f, &ctx, it.what);
     ctx.persistent_load = item_pid;
     ctx.user = d;
+    ctx.arena = &d->scratch;
     ckpt_value *root = NULL;
     int rc = item_pickle(d, &it, &ctx, &root);
     const ckpt_tensor *t = rc == CKPT_OK && root && root->kind == CKPT_KIND_TENSOR
@@ -1117,6 +1131,8 @@ static int tensor_chunk(dcp *d, const md_item *m, const chunk *c, pieces *ps, ch
         }
     }
     item_close(&it);
+    ckpt_arena_release(&d->scratch);
+    ckpt_arena_init(&d->scratch);
     return rc;
 }
 
@@ -1407,6 +1423,7 @@ static void dcp_free(dcp *d)
     free(d->loc_hash);
     free(d->srcs);
     free(d->dslots);
+    ckpt_arena_release(&d->scratch);
     for (st_blob *b = d->blobs, *nx; b; b = nx) {
         nx = b->next;
         cJSON_Delete(b->header);
@@ -1479,6 +1496,7 @@ static int dcp_read_all(dcp *d, ckpt_value **root)
         CKPT_FORWARD(set_element(d, top, path, v, m->fqn));
     }
     *root = top;
+    f->sd_source = "dcp"; /* flattened keys, nested again by planner_data */
     return CKPT_OK;
 }
 
@@ -1486,6 +1504,7 @@ static int dcp_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
     (void)src;
     dcp d = {.f = f, .meta_rank = -1, .meta_name = ".metadata"};
+    ckpt_arena_init(&d.scratch);
     int rc = dcp_read_all(&d, root);
     dcp_free(&d);
     return rc;
