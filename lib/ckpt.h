@@ -889,6 +889,13 @@ CKPT_API int ckpt_scan_set_limit(ckpt_scan *s, ckpt_limit which, uint64_t value)
  * in ckpt_scan_error_code() / ckpt_scan_error_message().
  */
 CKPT_API int ckpt_scan_file(ckpt_scan *s, const char *path);
+/*
+ * Scan PATH as a torch.distributed.checkpoint data file (`*.distcp`): the
+ * items back to back, each a torch.save zip (or a zstd frame of one, or the
+ * SAFETENSORS serialization's blob, which has no pickle), each zip's pickles
+ * named "item at byte N: archive/data.pkl".  An empty file has no items.
+ */
+CKPT_API int ckpt_scan_items(ckpt_scan *s, const char *path);
 CKPT_API int ckpt_scan_error_code(const ckpt_scan *s);
 CKPT_API const char *ckpt_scan_error_message(const ckpt_scan *s);
 /* PTH_ZIP, PTH_LEGACY, SAFETENSORS, or UNKNOWN with ckpt_scan_is_pickle(). */

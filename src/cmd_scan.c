@@ -3,6 +3,10 @@
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +21,8 @@ static const char usage[] =
     "commands or code marked DANGEROUS.  Nothing in a file is ever run.\n"
     "FILE may be a .pth (zip: every .pkl record; legacy: every pickle), a plain\n"
     "pickle file, or a .safetensors file (header checked; it has no pickle).\n"
+    "FILE may be a folder (a torch.distributed.checkpoint or DeepSpeed checkpoint):\n"
+    "every file under it, each DCP data file (*.distcp) item by item.\n"
     "\n"
     "Exit status: 0 every file holds only interpreted and known-data globals,\n"
     "1 a file holds anything else, 3 a file cannot be read as any of these\n"
@@ -29,6 +35,90 @@ static const char usage[] =
     "  --help                  this text\n";
 
 enum { OPT_JSON = CLI_OPT_FIRST_COMMAND_OPTION };
+
+/* scan_one's answer when nothing more can be done (out of memory) */
+#define CLI_EXIT_IO_STOP 100
+
+typedef struct file_list {
+    char **names;
+    size_t n, cap;
+} file_list;
+
+static void file_list_free(file_list *fl)
+{
+    for (size_t i = 0; i < fl->n; i++)
+        free(fl->names[i]);
+    free(fl->names);
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every regular file under DIR (links not followed), depth-first. */
+static int walk(const char *dir, file_list *fl)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        size_t len = strlen(dir) + strlen(de->d_name) + 2;
+        char *p = malloc(len);
+        if (!p) {
+            rc = -1;
+            break;
+        }
+        snprintf(p, len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", de->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+            rc = walk(p, fl);
+            free(p);
+        } else if (lstat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (fl->n == fl->cap) {
+                size_t cap = fl->cap ? fl->cap * 2 : 64;
+                char **q = realloc(fl->names, cap * sizeof(*q));
+                if (!q) {
+                    free(p);
+                    rc = -1;
+                    break;
+                }
+                fl->names = q;
+                fl->cap = cap;
+            }
+            fl->names[fl->n++] = p;
+        } else {
+            free(p); /* links and devices: no checkpoint reader follows them */
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Whether some torch reader could take the file: a zip, a tar, a pickle
+ * (PROTO), safetensors (an 8-byte length and '{'); else a folder's text. */
+static bool checkpoint_like(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return true; /* let the scan say why it cannot be read */
+    unsigned char h[512];
+    size_t n = fread(h, 1, sizeof h, fp);
+    fclose(fp);
+    if (n >= 2 && h[0] == 0x80 && h[1] <= 5)
+        return true;
+    if (n >= 4 && memcmp(h, "PK", 2) == 0)
+        return true;
+    if (n >= 9 && h[8] == '{')
+        return true;
+    if (n >= 262 && memcmp(h + 257, "ustar", 5) == 0)
+        return true;
+    return n == 0 ? false : false;
+}
 
 static const char *class_name(const ckpt_scan_hit *h)
 {
@@ -109,7 +199,8 @@ static void print_text(const char *path, const ckpt_scan *s, int rc)
                "byte 0, as torch.load does under another name, it runs nothing)\n");
     else
         printf("  verdict: safe: only state-dict (interpreted) and known-data globals\n");
-    cli_torch_load_print(path, "  ");
+    if (ckpt_scan_format(s) != CKPT_FORMAT_DCP) /* items: DCP's reader loads them, not torch.load */
+        cli_torch_load_print(path, "  ");
 }
 
 static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
@@ -123,7 +214,8 @@ static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
                                 "state dict is named as torch.jit.load(f).state_dict(), "
                                 "non-persistent buffers included");
     /* extra information: the verdict and the exit status do not depend on it */
-    cJSON_AddItemToObject(o, "torch_load", cli_torch_load_json(path));
+    if (ckpt_scan_format(s) != CKPT_FORMAT_DCP)
+        cJSON_AddItemToObject(o, "torch_load", cli_torch_load_json(path));
     cJSON *pk = cJSON_AddArrayToObject(o, "pickles");
     for (size_t i = 0; i < ckpt_scan_pickle_count(s); i++)
         cJSON_AddItemToArray(pk, cJSON_CreateString(ckpt_scan_pickle_name(s, i)));
@@ -188,6 +280,45 @@ static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
     return o;
 }
 
+/* Scan PATH (IN_FOLDER: a file found in a folder), print or add its result;
+ * its exit status. */
+static int scan_one(const char *path, bool in_folder, int json, cJSON *files,
+                    const cli_common *common)
+{
+    ckpt_scan *s = ckpt_scan_new();
+    if (!s) {
+        cli_error("scan", NULL, "out of memory");
+        return CLI_EXIT_IO_STOP;
+    }
+    if (common->max_pickle_bytes)
+        ckpt_scan_set_limit(s, CKPT_LIMIT_PICKLE_BYTES, common->max_pickle_bytes);
+    size_t n = strlen(path);
+    int rc;
+    if (in_folder && n > 7 && strcmp(path + n - 7, ".distcp") == 0) {
+        rc = ckpt_scan_items(s, path); /* a DCP data file: its items, each a zip */
+    } else if (in_folder && !checkpoint_like(path)) {
+        /* a folder's other files (DeepSpeed's `latest`, a README): no reader of
+         * torch's would load them */
+        if (!common->quiet && !json)
+            printf("%s: skipped: not a zip, tar, safetensors or pickle file\n", path);
+        ckpt_scan_free(s);
+        return CLI_EXIT_OK;
+    } else {
+        rc = ckpt_scan_file(s, path);
+    }
+    int ex = file_exit(s, rc);
+    if (rc != CKPT_OK) /* errors even with --quiet, as for every command */
+        cli_error("scan", path, "%s", ckpt_scan_error_message(s));
+    if (!common->quiet && !(rc == CKPT_ERR_IO && !json)) {
+        if (json)
+            cJSON_AddItemToArray(files, json_file(path, s, rc));
+        else
+            print_text(path, s, rc);
+    }
+    ckpt_scan_free(s);
+    return ex;
+}
+
 int cmd_scan(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -230,28 +361,28 @@ int cmd_scan(int argc, char **argv)
     }
     cJSON *root = json ? cJSON_CreateObject() : NULL;
     cJSON *files = root ? cJSON_AddArrayToObject(root, "files") : NULL;
-    for (int i = optind; i < argc; i++) {
-        ckpt_scan *s = ckpt_scan_new();
-        if (!s) {
-            cli_error("scan", NULL, "out of memory");
-            worst = CLI_EXIT_IO;
+    for (int i = optind; i < argc && worst != CLI_EXIT_IO_STOP; i++) {
+        struct stat st;
+        if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+            /* a folder checkpoint (DCP, DeepSpeed): every file under it */
+            file_list fl = {0};
+            if (walk(argv[i], &fl) != 0) {
+                cli_error("scan", argv[i], "cannot list the folder: %s", strerror(errno));
+                if (CLI_EXIT_IO > worst)
+                    worst = CLI_EXIT_IO;
+            }
+            qsort(fl.names, fl.n, sizeof(char *), name_cmp);
+            for (size_t k = 0; k < fl.n; k++) {
+                int ex = scan_one(fl.names[k], true, json, files, &common);
+                worst = ex > worst ? ex : worst;
+            }
+            file_list_free(&fl);
+            continue;
+        }
+        int ex = scan_one(argv[i], false, json, files, &common);
+        if (ex == CLI_EXIT_IO_STOP)
             break;
-        }
-        if (common.max_pickle_bytes)
-            ckpt_scan_set_limit(s, CKPT_LIMIT_PICKLE_BYTES, common.max_pickle_bytes);
-        int rc = ckpt_scan_file(s, argv[i]);
-        int ex = file_exit(s, rc);
-        if (rc != CKPT_OK) /* errors even with --quiet, as for every command */
-            cli_error("scan", argv[i], "%s", ckpt_scan_error_message(s));
-        if (!common.quiet && !(rc == CKPT_ERR_IO && !json)) {
-            if (json)
-                cJSON_AddItemToArray(files, json_file(argv[i], s, rc));
-            else
-                print_text(argv[i], s, rc);
-        }
-        if (ex > worst)
-            worst = ex;
-        ckpt_scan_free(s);
+        worst = ex > worst ? ex : worst;
     }
     if (root) {
         cJSON_AddItemToObject(root, "exit", cli_json_int((long long)(unsigned long long)worst));

@@ -690,8 +690,8 @@ static int item_open(dcp *d, const loc *l, uint64_t cap, item *it)
     memset(it, 0, sizeof *it);
     it->fd = -1;
     it->src = l->src;
-    snprintf(it->what, sizeof it->what, "'%s' item '%.150s' at byte %llu", l->src->path, l->fqn,
-             (unsigned long long)l->offset);
+    snprintf(it->what, sizeof it->what, "'%s' item '%.150s' (from byte %llu)", l->src->path,
+             l->fqn, (unsigned long long)l->offset);
     int fd = ckpt_source_fd(f, l->src);
     if (fd < 0)
         return f->err.code;
@@ -768,7 +768,9 @@ static int item_pickle(dcp *d, item *it, ckpt_pickle_ctx *ctx, ckpt_value **root
         free(buf);
         return ckpt_err(&f->err, rc, "%s: %s", it->what, e.msg);
     }
-    ctx->name = it->what;
+    char name[sizeof it->what + 16];
+    snprintf(name, sizeof name, "%s data.pkl", it->what);
+    ctx->name = name;
     rc = ckpt_pickle_load(ctx, buf, len, root, NULL, &f->err);
     free(buf);
     if (rc && !strstr(f->err.msg, it->src->path)) {

@@ -268,6 +268,10 @@ typedef struct ckpt_pickle_ctx {
      * NULL reports nothing. */
     void (*on_computed)(void *user, const char *shown_name, const char *made_by, int opcode,
                         uint64_t offset);
+    /* Scanning: each call of builtins.getattr, and whether it is one of the
+     * (class, attribute) pairs known as data (ckpt_globals_getattr_known).
+     * Optional. */
+    void (*on_getattr)(void *user, bool known, uint64_t offset);
     bool scan;
     ckpt_pickle_feed feed; /* in: how the bytes are read (FILE by default) */
     /* out: a read crossed the end of a FRAME's buffer while bytes of it were

@@ -1598,6 +1598,17 @@ static int op_reduce(vm *m)
                         ckpt_value_kind_name(args));
         if (fn->kind == CKPT_KIND_GLOBAL) {
             m->ctx->on_use(m->ctx->user, fn->u.global.name, m->op, m->op_at);
+            /* getattr(<a class>, '<a name>'): which pair it is (some are data) */
+            if (m->ctx->on_getattr && strcmp(fn->u.global.name, "builtins.getattr") == 0)
+                m->ctx->on_getattr(m->ctx->user,
+                                   args->u.seq.len == 2 &&
+                                           args->u.seq.items[0]->kind == CKPT_KIND_GLOBAL &&
+                                           args->u.seq.items[1]->kind == CKPT_KIND_STR
+                                       ? ckpt_globals_getattr_known(
+                                             args->u.seq.items[0]->u.global.name,
+                                             args->u.seq.items[1]->u.s.s)
+                                       : false,
+                                   m->op_at);
             /* getattr(<a call's result>, name): an attribute looked up at run time */
             if (strcmp(fn->u.global.name, "builtins.getattr") == 0 && args->u.seq.len >= 2 &&
                 (args->u.seq.items[0]->kind == CKPT_KIND_OBJECT ||

@@ -17,7 +17,8 @@ Folders made (tests/cli/dcp.sh runs ckpt on them):
   offset_past_eof/  an item said to lie past its file's end
   escape/           a relative_path of '../x.distcp'
   absolute/         a relative_path of '/etc/passwd'
-  unknown_global/   the metadata names argparse.Namespace (not a DCP record)
+  unknown_global/   the metadata names evil_module.Payload (not a DCP record)
+  unknown_in_item/  the BYTES item 'step' holds an evil_module.Payload
   os_system/        the metadata calls os.system
   truncated_zip/    an item whose zip lost its last bytes (end record)
   missing_rank/     rank 1's data file is gone
@@ -83,6 +84,9 @@ class MemFormat(enum.Enum):
     TORCH_CONTIGUOUS_FORMAT = 0
     TORCH_CHANNELS_LAST = 1
     TORCH_PRESERVE_FORMAT = 2
+
+    def __reduce_ex__(self, proto):
+        return getattr, (type(self), self.name)  # as torch 2.15's metadata has it
 
 
 MemFormat.__module__ = MD
@@ -302,8 +306,8 @@ def make_all(out):
     variant("offset_past_eof", lambda st: setattr(info_of(st, "model.b"), "offset", 100000))
     variant("escape", lambda st: setattr(info_of(st, "model.w", 1), "relative_path", "../x.distcp"))
     variant("absolute", lambda st: setattr(info_of(st, "model.w", 1), "relative_path", "/etc/passwd"))
-    ns = defclass("argparse", "Namespace", Record)
-    variant("unknown_global", extra={"storage_meta": ns(x=1)})
+    evil = defclass("evil_module", "Payload", Record)
+    variant("unknown_global", extra={"storage_meta": evil(x=1)})
     variant("os_system", extra={"storage_meta": Call("os", "system", ("true",))})
 
     p = variant("truncated_zip")
@@ -327,6 +331,8 @@ def make_all(out):
                           storage_meta=None, version="1.0.0")
     with open(os.path.join(p, ".metadata"), "wb") as f:
         pickle.dump(variant_md, f, protocol=4)
+
+    write_folder(os.path.join(out, "unknown_in_item"), tensors, {"step": (0, evil(x=1))})
 
     p = variant("missing_rank")
     os.unlink(os.path.join(p, "__1_0.distcp"))

@@ -64,7 +64,7 @@ expect_exit 0 ckpt inspect --stats "$f/good"
 expect_stdout_match "^model/w .* 0 +53 +"
 
 for b in out_of_bounds overlap hole offset_past_eof escape absolute unknown_global os_system \
-    truncated_zip missing_rank; do
+    unknown_in_item truncated_zip missing_rank; do
     case $b in
     out_of_bounds) why="chunk 1 \(offset 4, size 3 in dimension 0\) lies outside" ;;
     overlap) why="tensor 'model.w': .* in two pieces" ;;
@@ -72,9 +72,10 @@ for b in out_of_bounds overlap hole offset_past_eof escape absolute unknown_glob
     offset_past_eof) why="'model.b': its item .* lies past the end of '__0_0.distcp'" ;;
     escape) why="'\.\./x\.distcp' leads out of the checkpoint's folder" ;;
     absolute) why="'/etc/passwd' leads out of the checkpoint's folder" ;;
-    unknown_global) why="refused global 'argparse.Namespace': not one of the records" ;;
+    unknown_global) why="refused global 'evil_module.Payload': not one of the records" ;;
+    unknown_in_item) why="item 'step' .* refused global 'evil_module.Payload'" ;;
     os_system) why="refused global '(posix|os)\.system'" ;;
-    truncated_zip) why="'__1_0.distcp' item 'model.w' at byte 0: not a torch.save zip" ;;
+    truncated_zip) why="'__1_0.distcp' item 'model.w' \(from byte 0\): not a torch.save zip" ;;
     missing_rank) why="'__1_0.distcp': No such file" ;;
     esac
     say "hostile folder $b: exit 3, one line, nothing written"
@@ -83,6 +84,21 @@ for b in out_of_bounds overlap hole offset_past_eof escape absolute unknown_glob
     check "no $b.pth written" test ! -e "$w/$b.pth"
     expect_exit 3 ckpt inspect "$f/$b"
 done
+
+say "scan: every pickle of the folder (.metadata, each item's data.pkl)"
+expect_exit 0 ckpt scan "$f/good"
+expect_stdout_match "^.*/good/\.metadata: pickle, 1 pickle$"
+expect_stdout_match "^.*/good/__0_0\.distcp: dcp, 3 pickles$"
+expect_stdout_match "^  known data  builtins\.getattr "
+expect_stdout_no_match "UNSAFE|AMBIGUOUS"
+expect_exit 1 ckpt scan "$f/unknown_global"
+expect_stdout_match "^  unknown     evil_module\.Payload .*pickle 1"
+expect_exit 1 ckpt scan "$f/unknown_in_item"
+expect_stdout_match "^  unknown     evil_module\.Payload .*item at byte 0: archive/data\.pkl"
+expect_exit 1 ckpt scan "$f/os_system"
+expect_stdout_match "^  DANGEROUS   (posix|os)\.system"
+ckpt scan --json "$f/good"
+json_expect '[x["verdict"] for x in d["files"]]' '["safe", "safe", "safe"]'
 
 say "a folder that is no checkpoint"
 mkdir "$w/empty"
