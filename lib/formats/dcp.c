@@ -632,12 +632,13 @@ static void item_close(item *it)
     it->fd = -1;
 }
 
-/* Decompress the zstd frame(s) of L's bytes into the arena (at most CAP). */
+/* Decompress the zstd frame of L's bytes (at most CAP) into the arena: the
+ * item's bytes, held as long as the checkpoint is open (mem pieces). */
 static int unzstd(dcp *d, const loc *l, int fd, uint64_t cap, uint8_t **out, size_t *len,
                   const char *what)
 {
     ckpt_file *f = d->f;
-    CKPT_RETURN_IF(l->length > f->limits[CKPT_LIMIT_PICKLE_BYTES] + cap, &f->err, CKPT_ERR_LIMIT,
+    CKPT_RETURN_IF(l->length > cap, &f->err, CKPT_ERR_LIMIT,
                    "%s: a compressed item of %llu bytes", what, (unsigned long long)l->length);
     uint8_t *in = malloc(l->length ? (size_t)l->length : 1);
     if (!in)
@@ -646,40 +647,45 @@ static int unzstd(dcp *d, const loc *l, int fd, uint64_t cap, uint8_t **out, siz
         free(in);
         return ckpt_err(&f->err, CKPT_ERR_IO, "%s: cannot read", what);
     }
-    unsigned long long n = ZSTD_getFrameContentSize(in, (size_t)l->length);
-    if (n == ZSTD_CONTENTSIZE_ERROR) {
-        free(in);
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "%s: not a zstd frame (its transform says "
-                        "stream.zstd/1)", what);
-    }
-    size_t want = n == ZSTD_CONTENTSIZE_UNKNOWN ? (size_t)cap : (size_t)n;
-    if (n != ZSTD_CONTENTSIZE_UNKNOWN && n > cap) {
-        free(in);
-        return ckpt_err(&f->err, CKPT_ERR_LIMIT, "%s: decompresses to %llu bytes, over %llu",
-                        what, n, (unsigned long long)cap);
-    }
-    uint8_t *buf = ckpt_arena_alloc(&f->arena, want ? want : 1);
-    if (!buf) {
-        free(in);
-        return oom(d);
-    }
+    /* grown as it decompresses (a frame need not state its size) */
+    size_t size = (size_t)l->length * 4 + 4096, have = 0;
+    uint8_t *buf = NULL;
     ZSTD_DStream *zs = ZSTD_createDStream();
     ZSTD_inBuffer ib = {in, (size_t)l->length, 0};
-    ZSTD_outBuffer ob = {buf, want, 0};
     size_t r = zs ? ZSTD_initDStream(zs) : 1;
-    while (zs && !ZSTD_isError(r) && ib.pos < ib.size) {
+    bool over = false;
+    while (zs && !ZSTD_isError(r) && (ib.pos < ib.size || r != 0)) {
+        if (!buf || have == size) {
+            size = buf ? size * 2 : size;
+            if (size > cap + 4096) {
+                over = true;
+                break;
+            }
+            uint8_t *nb = realloc(buf, size);
+            if (!nb)
+                break;
+            buf = nb;
+        }
+        ZSTD_outBuffer ob = {buf, size, have};
         r = ZSTD_decompressStream(zs, &ob, &ib);
-        if (ob.pos == ob.size && ib.pos < ib.size && !ZSTD_isError(r))
-            break; /* more than the cap */
+        have = ob.pos;
+        if (!ZSTD_isError(r) && r != 0 && ib.pos == ib.size && have < size)
+            break; /* cut short: it wants input there is not */
     }
     bool ok = zs && !ZSTD_isError(r) && r == 0 && ib.pos == ib.size;
     ZSTD_freeDStream(zs);
     free(in);
-    CKPT_RETURN_IF(!ok, &f->err, CKPT_ERR_FORMAT,
-                   "%s: its zstd frame is corrupt, cut short or larger than %llu bytes", what,
-                   (unsigned long long)cap);
-    *out = buf;
-    *len = ob.pos;
+    uint8_t *kept = ok ? ckpt_arena_alloc(&f->arena, have ? have : 1) : NULL;
+    if (kept)
+        memcpy(kept, buf, have);
+    free(buf);
+    CKPT_RETURN_IF(!ok, &f->err, over ? CKPT_ERR_LIMIT : CKPT_ERR_FORMAT,
+                   "%s: its stream.zstd/1 bytes are not one zstd frame, are cut short, or "
+                   "decompress to more than %llu bytes", what, (unsigned long long)cap);
+    if (!kept)
+        return oom(d);
+    *out = kept;
+    *len = have;
     return CKPT_OK;
 }
 

@@ -15,6 +15,7 @@ Under torch 2.x (the fixtures' torch; torch 1.13 has no DCP: skipped):
     has a model its `model` state dict loads with load_state_dict(strict=True);
   - the model state dict converted to .safetensors holds the same tensors;
   - `ckpt diff FOLDER live.pth` finds nothing different;
+  - `ckpt scan FOLDER` finds it safe (every pickle: .metadata, each item);
   - `ckpt inspect --stats` (every item read, every CRC) succeeds, and
     inspect's chunks cover each tensor exactly.
 """
@@ -89,6 +90,9 @@ def check_case(tmp, entry):
     r = c.ckpt('diff', folder, os.path.join(FIX, entry['live']))
     if r.rc != 0:
         errs.append('%s: exit %d: %s' % (r.cmd, r.rc, r.out.strip()[-400:]))
+    r = c.ckpt('scan', '--quiet', folder)
+    if r.rc != 0:
+        errs.append('%s: exit %d (a clean folder scans safe): %s' % (r.cmd, r.rc, r.err.strip()))
     r = c.ckpt('inspect', '--stats', '--json', folder)
     if r.rc != 0:
         errs.append('%s: exit %d: %s' % (r.cmd, r.rc, r.err.strip()))
