@@ -22,6 +22,7 @@ Folders made (tests/cli/dcp.sh runs ckpt on them):
   os_system/        the metadata calls os.system
   truncated_zip/    an item whose zip lost its last bytes (end record)
   missing_rank/     rank 1's data file is gone
+  crc_flip/         one byte of rank 1's tensor data changed (its item's CRC-32 says so)
 The values: model.w[i][j] = 10*i + j, model.b = [0.5, 1.5, 2.5], step = 7.
 """
 import collections
@@ -336,6 +337,15 @@ def make_all(out):
 
     p = variant("missing_rank")
     os.unlink(os.path.join(p, "__1_0.distcp"))
+
+    p = variant("crc_flip")
+    f1 = os.path.join(p, "__1_0.distcp")
+    data = bytearray(open(f1, "rb").read())
+    info = zipfile.ZipFile(io.BytesIO(bytes(data))).getinfo("archive/data/0")
+    nl, xl = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    data[info.header_offset + 30 + nl + xl + 5] ^= 0x40
+    with open(f1, "wb") as f:
+        f.write(data)
 
 
 def make_scale(out, ranks=1000, tensors=100000):

@@ -85,6 +85,15 @@ for b in out_of_bounds overlap hole offset_past_eof escape absolute unknown_glob
     expect_exit 3 ckpt inspect "$f/$b"
 done
 
+say "crc_flip: a changed byte of tensor data is found by convert and inspect --stats"
+expect_exit 0 ckpt inspect "$f/crc_flip"
+for to in pth safetensors; do
+    expect_exit 3 ckpt convert "$f/crc_flip" "$w/crc_flip.$to"
+    expect_stderr_line "CRC-32 mismatch in '__1_0.distcp'"
+    check "no crc_flip.$to written" test ! -e "$w/crc_flip.$to"
+done
+expect_exit 3 ckpt inspect --stats "$f/crc_flip"
+
 say "scan: every pickle of the folder (.metadata, each item's data.pkl)"
 expect_exit 0 ckpt scan "$f/good"
 expect_stdout_match "^.*/good/\.metadata: pickle, 1 pickle$"
