@@ -104,6 +104,12 @@ int ckpt_zip_dir_open(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err
  * from BASE; ckpt_zip_dir_read adds it. */
 int ckpt_zip_dir_open_at(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
                          ckpt_error *err);
+/* Torch's reading alone (miniz: its end record, central directory, local
+ * headers), none of the others' nor the findings: for a zip only torch's
+ * reader reads (a DCP item, which torch.load reads from its bytes), where
+ * searching a large window for stray end records would cost a read of it. */
+int ckpt_zip_dir_open_torch(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
+                            ckpt_error *err);
 void ckpt_zip_dir_free(ckpt_zip_dir *d);
 const char *ckpt_zip_reader_name(ckpt_zip_reader r);
 size_t ckpt_zip_dir_finding_count(const ckpt_zip_dir *d);

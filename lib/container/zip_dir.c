@@ -1007,25 +1007,39 @@ static int findings(ckpt_zip_dir *d, int fd)
 
 /* ---- the interface ---------------------------------------------------------- */
 
-static int open_window(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err);
+static int open_window(int fd, uint64_t size, bool torch_only, ckpt_zip_dir **out,
+                       ckpt_error *err);
 
 int ckpt_zip_dir_open(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err)
 {
     return ckpt_zip_dir_open_at(fd, 0, size, out, err);
 }
 
-int ckpt_zip_dir_open_at(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
-                         ckpt_error *err)
+static int open_at(int fd, uint64_t base, uint64_t size, bool torch_only, ckpt_zip_dir **out,
+                   ckpt_error *err)
 {
     window_base = base;
-    int rc = open_window(fd, size, out, err);
+    int rc = open_window(fd, size, torch_only, out, err);
     if (*out)
         (*out)->base = base;
     window_base = 0;
     return rc;
 }
 
-static int open_window(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err)
+int ckpt_zip_dir_open_at(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
+                         ckpt_error *err)
+{
+    return open_at(fd, base, size, false, out, err);
+}
+
+int ckpt_zip_dir_open_torch(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
+                            ckpt_error *err)
+{
+    return open_at(fd, base, size, true, out, err);
+}
+
+static int open_window(int fd, uint64_t size, bool torch_only, ckpt_zip_dir **out,
+                       ckpt_error *err)
 {
     *out = NULL;
     ckpt_zip_dir *d = calloc(1, sizeof *d);
@@ -1035,16 +1049,20 @@ static int open_window(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *er
     uint8_t h[4];
     d->starts_local = get(fd, size, h, 4, 0) && le(h, 4) == SIG_LOCAL;
     int rc = read_torch(fd, size, &d->v[CKPT_ZIP_READER_TORCH]);
-    if (!rc)
+    if (torch_only) {
+        /* the other readers never see it: refused, with no findings */
+        for (int r = CKPT_ZIP_READER_PYZIPFILE; r < CKPT_ZIP_READERS; r++)
+            snprintf(d->v[r].why, sizeof d->v[r].why, "not read (torch's reading only)");
+    } else if (!rc)
         rc = read_py(fd, size, &d->v[CKPT_ZIP_READER_PYZIPFILE], &d->concat);
-    if (!rc) {
+    if (!rc && !torch_only) {
         find_ends(d, fd); /* read_libzip matches against them */
         rc = read_libzip(fd, size, d, &d->v[CKPT_ZIP_READER_LIBZIP]);
         free(d->ends);
         d->ends = NULL;
         d->nends = 0;
     }
-    if (!rc)
+    if (!rc && !torch_only)
         rc = findings(d, fd);
     if (rc) {
         ckpt_zip_dir_free(d);

@@ -728,7 +728,7 @@ static int item_open(dcp *d, const loc *l, uint64_t cap, item *it)
         it->size = l->length;
     }
     ckpt_error e = {0};
-    int rc = ckpt_zip_dir_open_at(it->fd, it->base, it->size, &it->zd, &e);
+    int rc = ckpt_zip_dir_open_torch(it->fd, it->base, it->size, &it->zd, &e);
     if (rc == CKPT_OK && !ckpt_zip_dir_reads(it->zd, CKPT_ZIP_READER_TORCH))
         rc = ckpt_err(&e, CKPT_ERR_FORMAT, "%s", ckpt_zip_dir_refusal(it->zd, CKPT_ZIP_READER_TORCH));
     if (rc) {
