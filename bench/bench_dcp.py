@@ -3,23 +3,25 @@
 into one .pth: ckpt against torch's dcp_to_torch_save and against a durable
 copy of the output's bytes, in the same run, time and peak RSS of each.
 
-    /opt/ckpt/torch2/bin/python bench/bench_dcp.py [--work DIR] [--data DIR] [--keep]
+    /opt/ckpt/torch2/bin/python bench/bench_dcp.py [--work DIR] [--data DIR] [--runs N] [--keep]
 
 The folder is made once by tests/fixtures/make_distributed.py's 'big_dcp'
 case (32 x Linear(4096, 4096) under fully_shard on a 4-process gloo group:
 every weight and bias split along dim 0 in 4 chunks, one per rank file)
-in DATA (default /dev/shm/ckpt-bench-dcp, kept for later runs: reading it is
-then the same page-cache read for every contender).  Outputs go to WORK
-(default: bench/ in the tree's filesystem, a real disk) one at a time and
-are deleted after each run, so that 2 GiB of free space is enough:
+in DATA (default bench/out/dcp-data; with --keep it stays for later runs;
+its files are read just before each run, so every contender reads them from
+the page cache).  Outputs go to WORK (default bench/out/, the same file system
+as DATA, as a real conversion has it) one at a time and are deleted after each
+run; 6 GiB of free space are needed in all:
 
   ckpt        ckpt convert DIR out.pth              (fsyncs OUT before naming it)
   torch       dcp_to_torch_save(DIR, out.pth); fsync(out.pth)
-  copy        the ckpt output's bytes (staged in DATA) copied to WORK and fsynced:
-              what writing those bytes durably costs at best
+  copy        the ckpt output's bytes (staged in DATA) copied to WORK (sendfile)
+              and fsynced: what writing those bytes durably costs at best
 
-Each contender runs as its own process; its wall time and peak RSS
-(wait4's ru_maxrss) are printed, then the ratios and the goals:
+Each contender runs as its own process, RUNS times (default 3) in turn;
+the median wall time and the largest peak RSS (wait4's ru_maxrss) are
+printed, then the ratios and the goals:
 ckpt >= 2x faster than torch, within 1.5x of the copy, peak RSS under
 64 MiB + the largest tensor.  ckpt's output is checked equal to torch's
 (`ckpt diff`) before anything is reported.
@@ -29,6 +31,7 @@ import importlib.util
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -105,12 +108,13 @@ def size_of(folder):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--data', default='/dev/shm/ckpt-bench-dcp')
+    ap.add_argument('--data', default=os.path.join(HERE, 'out', 'dcp-data'))
+    ap.add_argument('--runs', type=int, default=3)
     ap.add_argument('--work', default=HERE)
     ap.add_argument('--keep', action='store_true', help='keep DATA (the folder) afterwards')
     a = ap.parse_args()
     folder = make_folder(a.data)
-    work = os.path.join(a.work, 'bench-dcp-out')
+    work = os.path.join(a.work, 'out')
     os.makedirs(work, exist_ok=True)
     out = os.path.join(work, 'out.pth')
     staged = os.path.join(a.data, 'ckpt_out.pth')
@@ -120,29 +124,37 @@ def main():
     total = d['summary']['bytes']
     print('folder %s: %.2f GiB on disk, %d tensors, %.2f GiB of tensors, largest %.0f MiB'
           % (folder, size_of(folder) / 2**30, len(d['tensors']), total / 2**30, largest / 2**20))
-    res = {}
-    # warm the page cache the same for all: every contender reads the folder once first
-    subprocess.run(['cat'] + [os.path.join(folder, f) for f in os.listdir(folder)],
-                   stdout=subprocess.DEVNULL, check=True)
+    def warm():
+        # every contender reads the folder from the page cache: read it just before
+        subprocess.run(['cat'] + [os.path.join(folder, f) for f in os.listdir(folder)],
+                       stdout=subprocess.DEVNULL, check=True)
+    runs = {'ckpt': [], 'copy': [], 'torch': []}
+    same = True
     try:
-        drop(out)
-        res['ckpt'] = timed([CKPT, 'convert', '--quiet', folder, out])
-        shutil.copyfile(out, staged)
-        drop(out)
-        res['copy'] = timed([sys.executable, '-c', COPY_SNIPPET, staged, out])
-        drop(out)
-        res['torch'] = timed([sys.executable, '-c', TORCH_SNIPPET, folder, out])
-        r = subprocess.run([CKPT, 'diff', '--quiet', staged, out])
-        same = r.returncode == 0
-        drop(out)
+        for _ in range(a.runs):
+            drop(out)
+            warm()
+            runs['ckpt'].append(timed([CKPT, 'convert', '--quiet', folder, out]))
+            shutil.copyfile(out, staged)
+            drop(out)
+            runs['copy'].append(timed([sys.executable, '-c', COPY_SNIPPET, staged, out]))
+            drop(out)
+            warm()
+            runs['torch'].append(timed([sys.executable, '-c', TORCH_SNIPPET, folder, out]))
+            r = subprocess.run([CKPT, 'diff', '--quiet', staged, out])
+            same = same and r.returncode == 0
+            drop(out)
+            drop(staged)
     finally:
         drop(out)
         drop(staged)
         if not a.keep:
             shutil.rmtree(a.data, ignore_errors=True)
-    print('%-6s %9s %12s' % ('', 'seconds', 'peak RSS'))
+    res = {k: (statistics.median(t for t, _ in v), max(m for _, m in v), min(t for t, _ in v))
+           for k, v in runs.items()}
+    print('%-6s %9s %9s %12s   (%d runs each)' % ('', 'median s', 'min s', 'peak RSS', a.runs))
     for k in ('ckpt', 'torch', 'copy'):
-        print('%-6s %9.2f %9.0f MiB' % (k, res[k][0], res[k][1] / 2**20))
+        print('%-6s %9.2f %9.2f %8.0f MiB' % (k, res[k][0], res[k][2], res[k][1] / 2**20))
     ck, to, cp = res['ckpt'], res['torch'], res['copy']
     goals = [
         ('ckpt output equals dcp_to_torch_save output (ckpt diff)', same),
