@@ -1344,6 +1344,11 @@ static int set_element(dcp *d, ckpt_value *root, const ckpt_value *path, ckpt_va
             CKPT_RETURN_IF(key->kind != CKPT_KIND_INT, &f->err, CKPT_ERR_FORMAT,
                            "planner_data path of '%.200s' indexes a list with a str", fqn);
             size_t ix = (size_t)key->u.i.v;
+            /* a list torch recursed into has an entry per element: an index
+             * past every entry of the metadata is no list it saved */
+            CKPT_RETURN_IF(ix >= d->nitems, &f->err, CKPT_ERR_FORMAT,
+                           "planner_data path of '%.200s' has list index %zu, past the %zu "
+                           "entries of the metadata", fqn, ix, d->nitems);
             while (cur->u.seq.len <= ix) {
                 ckpt_value *none = ckpt_value_new(&f->arena, CKPT_KIND_NONE, 0);
                 if (!none || ckpt_vec_push(&f->arena, &cur->u.seq, none))

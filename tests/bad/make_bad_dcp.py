@@ -22,6 +22,7 @@ Folders made (tests/cli/dcp.sh runs ckpt on them):
   os_system/        the metadata calls os.system
   truncated_zip/    an item whose zip lost its last bytes (end record)
   missing_rank/     rank 1's data file is gone
+  list_index/       planner_data puts model.b at list index 99,999,999
   crc_flip/         one byte of rank 1's tensor data changed (its item's CRC-32 says so)
 The values: model.w[i][j] = 10*i + j, model.b = [0.5, 1.5, 2.5], step = 7.
 """
@@ -211,7 +212,7 @@ def tensor_item(shape, floats):
 
 # ---- folders ---------------------------------------------------------------------
 
-def write_folder(path, tensors, byte_items, meta_extra=None):
+def write_folder(path, tensors, byte_items, meta_extra=None, planner_fix=None):
     """TENSORS: {fqn: (global shape, [(rank, offsets, sizes, floats)])};
     BYTE_ITEMS: {fqn: (rank, value)}.  Returns {(fqn, offsets): StorageInfo}
     after writing, for callers that corrupt them (they rewrite .metadata)."""
@@ -241,6 +242,8 @@ def write_folder(path, tensors, byte_items, meta_extra=None):
     for name, data in files.items():
         with open(os.path.join(path, name), "wb") as f:
             f.write(data)
+    if planner_fix:
+        planner_fix(planner)
     md = Metadata(state_dict_metadata=sdm, planner_data=planner, storage_data=storage,
                   storage_meta=None, version="1.0.0")
     if meta_extra:
@@ -334,6 +337,8 @@ def make_all(out):
         pickle.dump(variant_md, f, protocol=4)
 
     write_folder(os.path.join(out, "unknown_in_item"), tensors, {"step": (0, evil(x=1))})
+    write_folder(os.path.join(out, "list_index"), tensors, items,
+                 planner_fix=lambda p: p.update({"model.b": ("model", "b", 99999999)}))
 
     p = variant("missing_rank")
     os.unlink(os.path.join(p, "__1_0.distcp"))

@@ -64,7 +64,7 @@ expect_exit 0 ckpt inspect --stats "$f/good"
 expect_stdout_match "^model/w .* 0 +53 +"
 
 for b in out_of_bounds overlap hole offset_past_eof escape absolute unknown_global os_system \
-    unknown_in_item truncated_zip missing_rank; do
+    unknown_in_item truncated_zip missing_rank list_index; do
     case $b in
     out_of_bounds) why="chunk 1 \(offset 4, size 3 in dimension 0\) lies outside" ;;
     overlap) why="tensor 'model.w': .* in two pieces" ;;
@@ -77,6 +77,7 @@ for b in out_of_bounds overlap hole offset_past_eof escape absolute unknown_glob
     os_system) why="refused global '(posix|os)\.system'" ;;
     truncated_zip) why="'__1_0.distcp' item 'model.w' \(from byte 0\): not a torch.save zip" ;;
     missing_rank) why="'__1_0.distcp': No such file" ;;
+    list_index) why="'model.b' has list index 99999999, past the 3 entries" ;;
     esac
     say "hostile folder $b: exit 3, one line, nothing written"
     expect_exit 3 ckpt convert "$f/$b" "$w/$b.pth"
