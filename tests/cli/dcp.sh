@@ -86,6 +86,35 @@ for b in out_of_bounds overlap hole offset_past_eof escape absolute unknown_glob
     expect_exit 3 ckpt inspect "$f/$b"
 done
 
+say "verify on a folder: MNIST weights saved as DCP by two ranks (rows split) run as PyTorch ran them"
+expect_exit 0 ckpt convert "$srcdir/tests/data/fmnist_mlp.pth" "$w/fmnist.safetensors"
+if python3 - "$w/fmnist.safetensors" "$f/fmnist_dcp" "$srcdir/tests/bad" <<'EOF'
+import json, struct, sys
+sys.path.insert(0, sys.argv[3])
+import make_bad_dcp as m
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+tensors = {}
+for k, e in h.items():
+    if k == "__metadata__":
+        continue
+    a, z = e["data_offsets"]
+    vals = list(struct.unpack("<%df" % ((z - a) // 4), b[8 + n + a:8 + n + z]))
+    shape = e["shape"]
+    row = len(vals) // shape[0]
+    cut = (shape[0] + 1) // 2          # torch.chunk over 2 ranks
+    tensors[k] = (shape, [(0, [0] * len(shape), [cut] + shape[1:], vals[:cut * row]),
+                          (1, [cut] + [0] * (len(shape) - 1), [shape[0] - cut] + shape[1:],
+                           vals[cut * row:])])
+m.write_folder(sys.argv[2], tensors, {}, planner_fix=lambda p: p.update({k: (k,) for k in p}))
+EOF
+then ok "wrote a two-rank DCP folder of fmnist_mlp.pth"; else fail "could not write the folder"; fi
+expect_exit 0 ckpt verify --model "$srcdir/models/mnist_mlp.json" --device cpu \
+    --reference "$srcdir/tests/data/fmnist_mlp.ref.pth" "$f/fmnist_dcp"
+expect_stdout_line 'load        strict: all 4 keys matched'
+expect_exit 0 ckpt diff "$f/fmnist_dcp" "$srcdir/tests/data/fmnist_mlp.pth"
+
 say "crc_flip: a changed byte of tensor data is found by convert and inspect --stats"
 expect_exit 0 ckpt inspect "$f/crc_flip"
 for to in pth safetensors; do
