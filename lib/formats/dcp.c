@@ -982,9 +982,11 @@ static int st_blob_get(dcp *d, const loc *l, st_blob **out)
     js[hl] = 0;
     cJSON *j = cJSON_ParseWithLength(js, (size_t)hl);
     free(js);
-    CKPT_RETURN_IF(!cJSON_IsObject(j), &f->err, CKPT_ERR_FORMAT,
-                   "'%s' at byte %llu: its safetensors header is not a JSON object",
-                   l->src->path, (unsigned long long)l->offset);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "'%s' at byte %llu: its safetensors header "
+                        "is not a JSON object", l->src->path, (unsigned long long)l->offset);
+    }
     st_blob *b = calloc(1, sizeof *b);
     if (!b) {
         cJSON_Delete(j);
