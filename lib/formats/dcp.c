@@ -1081,8 +1081,14 @@ static int tensor_chunk(dcp *d, const md_item *m, const chunk *c, pieces *ps, ch
         return f->err.code;
     if (!l->zstd && l->length >= 4 && ckpt_pread_all(fd, head, 4, l->offset))
         return ckpt_err(&f->err, CKPT_ERR_IO, "cannot read '%s'", l->src->path);
-    if (!l->zstd && memcmp(head, "PK\x03\x04", 4) != 0)
-        return st_chunk(d, m, c, l, ps); /* the SAFETENSORS serialization */
+    if (!l->zstd && memcmp(head, "PK\x03\x04", 4) != 0) {
+        /* the SAFETENSORS serialization */
+        if (ckpt_file_notice_add(f, "saved with serialization_format=SAFETENSORS: torch's "
+                                    "dcp_to_torch_save cannot read it (UnpicklingError), ckpt "
+                                    "reads its tensors by key") < 0)
+            return oom(d);
+        return st_chunk(d, m, c, l, ps);
+    }
     item it;
     CKPT_FORWARD(item_open(d, l, numel * es + (16u << 20), &it));
     ckpt_pickle_ctx ctx;
