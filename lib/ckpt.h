@@ -359,6 +359,20 @@ typedef struct ckpt_qparams {
 /* Fill OUT for a quantized tensor; CKPT_ERR_USAGE for any other kind. */
 CKPT_API int ckpt_tensor_qparams(const ckpt_tensor *t, ckpt_qparams *out);
 
+/* A tensor a folder checkpoint assembles from parts (a DCP tensor's chunks):
+ * where each part lies, as the checkpoint's metadata says (nothing read). */
+typedef struct ckpt_chunk {
+    int ndim;
+    const int64_t *offsets, *sizes; /* its box, in the whole tensor's coordinates */
+    int rank;                       /* the rank that saved it; -1 unknown */
+    const char *file;               /* its file in the folder; NULL: none (an empty chunk) */
+    uint64_t file_offset, length;   /* its item's bytes in that file */
+} ckpt_chunk;
+
+/* How many parts T was assembled from (0: a tensor stored whole), and part I. */
+CKPT_API size_t ckpt_tensor_chunk_count(const ckpt_tensor *t);
+CKPT_API const ckpt_chunk *ckpt_tensor_chunk(const ckpt_tensor *t, size_t i);
+
 CKPT_API const char *ckpt_storage_key(const ckpt_storage *s);
 CKPT_API ckpt_dtype ckpt_storage_dtype(const ckpt_storage *s);
 CKPT_API int64_t ckpt_storage_numel(const ckpt_storage *s);
@@ -894,6 +908,13 @@ CKPT_API int ckpt_scan_set_limit(ckpt_scan *s, ckpt_limit which, uint64_t value)
  * in ckpt_scan_error_code() / ckpt_scan_error_message().
  */
 CKPT_API int ckpt_scan_file(ckpt_scan *s, const char *path);
+/*
+ * Scan PATH as a torch.distributed.checkpoint data file (`*.distcp`): the
+ * items back to back, each a torch.save zip (or a zstd frame of one, or the
+ * SAFETENSORS serialization's blob, which has no pickle), each zip's pickles
+ * named "item at byte N: archive/data.pkl".  An empty file has no items.
+ */
+CKPT_API int ckpt_scan_items(ckpt_scan *s, const char *path);
 CKPT_API int ckpt_scan_error_code(const ckpt_scan *s);
 CKPT_API const char *ckpt_scan_error_message(const ckpt_scan *s);
 /* PTH_ZIP, PTH_LEGACY, SAFETENSORS, or UNKNOWN with ckpt_scan_is_pickle(). */

@@ -557,8 +557,9 @@ static void print_source(const char *label, const side *s)
 {
     printf("%s: %s: ", label, s->file);
     if (s->by_path) {
-        printf("%zu state dicts: every tensor by its path (%zu tensors)\n",
-               ckpt_file_state_dict_count(s->f), s->n);
+        printf("%zu state dict%s: every tensor by its path (%zu tensors)\n",
+               ckpt_file_state_dict_count(s->f), ckpt_file_state_dict_count(s->f) == 1 ? "" : "s",
+               s->n);
     } else {
         char *p = path_string(&s->sd_path);
         printf("state dict %s (%zu tensors)", s->sd_path.len ? p : "(root)", s->n - s->rest);
@@ -912,6 +913,14 @@ int cmd_diff(int argc, char **argv)
     for (int i = 0; i < 2; i++)
         if ((rc = pick(&d, &d.s[i])) != CLI_EXIT_OK)
             goto out;
+    /* one side has many state dicts, the other one: where both hold the same
+     * tree (a DCP folder drops empty dicts and makes int keys str, so it sees
+     * state dicts the .pth it came from lacks), compare every tensor by path */
+    if (!d.select && d.s[0].by_path != d.s[1].by_path && ckpt_file_state_dict_count(d.s[0].f) &&
+        ckpt_file_state_dict_count(d.s[1].f) &&
+        (ckpt_file_format(d.s[0].f) == CKPT_FORMAT_DCP ||
+         ckpt_file_format(d.s[1].f) == CKPT_FORMAT_DCP))
+        d.s[0].by_path = d.s[1].by_path = true;
     /* the tensors beside the state dicts, by path, when both files hold
      * their state dict at the same place (the same kind of file) */
     bool rest = !d.s[0].by_path && !d.s[1].by_path && same_path(&d.s[0].sd_path, &d.s[1].sd_path);

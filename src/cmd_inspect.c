@@ -314,6 +314,30 @@ static void json_runs(const ckpt_storage *s, const cJSON *layout, cJSON *jt)
     }
 }
 
+/* A tensor of a folder checkpoint (DCP): the chunks it is assembled from,
+ * where each lies (from the metadata; no data read). */
+static void json_chunks(const ckpt_tensor *t, cJSON *jt)
+{
+    size_t n = ckpt_tensor_chunk_count(t);
+    if (!n)
+        return;
+    cJSON *a = cJSON_AddArrayToObject(jt, "chunks");
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_chunk *c = ckpt_tensor_chunk(t, i);
+        cJSON *jc = cJSON_CreateObject();
+        cJSON_AddItemToObject(jc, "offsets", cli_json_dims(c->offsets, c->ndim));
+        cJSON_AddItemToObject(jc, "sizes", cli_json_dims(c->sizes, c->ndim));
+        cJSON_AddItemToObject(jc, "rank", cli_json_int(c->rank));
+        if (c->file)
+            cJSON_AddStringToObject(jc, "file", c->file);
+        else
+            cJSON_AddNullToObject(jc, "file");
+        cJSON_AddItemToObject(jc, "file_offset", cli_json_int((long long)c->file_offset));
+        cJSON_AddItemToObject(jc, "length", cli_json_int((long long)c->length));
+        cJSON_AddItemToArray(a, jc);
+    }
+}
+
 static int print_json(inspect *in)
 {
     ckpt_file *f = in->f;
@@ -359,8 +383,9 @@ static int print_json(inspect *in)
         json_kind(in, t, jt);
         cJSON_AddBoolToObject(jt, "parameter", ckpt_tensor_is_parameter(t));
         cJSON_AddBoolToObject(jt, "requires_grad", ckpt_tensor_requires_grad(t));
-        if (s)
+        if (s && layout)
             json_runs(s, layout, jt);
+        json_chunks(t, jt);
         cJSON_AddItemToArray(tensors, jt);
         if (in->stats)
             json_stats(&in->st[i], jt);
@@ -591,7 +616,18 @@ static int print_text(inspect *in)
                 printf(" %s scale %.9g zero point %lld", q.qscheme, q.scale,
                        (long long)q.zero_point);
         }
-        if (layout && s && ckpt_storage_run_count(s) > 1) { /* a folder's: its ranks */
+        if (ckpt_tensor_chunk_count(x) > 1) { /* a DCP tensor: its chunks' ranks */
+            int lo = -1, hi = -1;
+            for (size_t c = 0; c < ckpt_tensor_chunk_count(x); c++) {
+                int r = ckpt_tensor_chunk(x, c)->rank;
+                lo = lo < 0 || (r >= 0 && r < lo) ? r : lo;
+                hi = r > hi ? r : hi;
+            }
+            printf("%s%zu chunks", sep, ckpt_tensor_chunk_count(x));
+            if (lo >= 0)
+                printf(lo == hi ? " (rank %d)" : " (ranks %d-%d)", lo, hi);
+            sep = ", ";
+        } else if (layout && s && ckpt_storage_run_count(s) > 1) { /* a folder's: its ranks */
             long lo = -1, hi = -1;
             for (size_t k = 0; k < ckpt_storage_run_count(s); k++) {
                 const char *file;

@@ -4,12 +4,12 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
-#include <fcntl.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 static const char usage[] =
     "usage: ckpt scan [--json] [--max-pickle-bytes N] [--quiet] FILE...\n"
@@ -21,9 +21,8 @@ static const char usage[] =
     "commands or code marked DANGEROUS.  Nothing in a file is ever run.\n"
     "FILE may be a .pth (zip: every .pkl record; legacy: every pickle), a plain\n"
     "pickle file, or a .safetensors file (header checked; it has no pickle).\n"
-    "A folder (a DeepSpeed checkpoint) is walked: each file in it and its\n"
-    "subfolders named *.pt, *.pth, *.bin, *.pkl, *.pickle, *.ckpt or *.metadata\n"
-    "is scanned as a FILE, in name order (links are not followed).\n"
+    "FILE may be a folder (a torch.distributed.checkpoint or DeepSpeed checkpoint):\n"
+    "every file under it, each DCP data file (*.distcp) item by item.\n"
     "\n"
     "Exit status: 0 every file holds only interpreted and known-data globals,\n"
     "1 a file holds anything else, 3 a file cannot be read as any of these\n"
@@ -36,6 +35,90 @@ static const char usage[] =
     "  --help                  this text\n";
 
 enum { OPT_JSON = CLI_OPT_FIRST_COMMAND_OPTION };
+
+/* scan_one's answer when nothing more can be done (out of memory) */
+#define CLI_EXIT_IO_STOP 100
+
+typedef struct file_list {
+    char **names;
+    size_t n, cap;
+} file_list;
+
+static void file_list_free(file_list *fl)
+{
+    for (size_t i = 0; i < fl->n; i++)
+        free(fl->names[i]);
+    free(fl->names);
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every regular file under DIR (links not followed), depth-first. */
+static int walk(const char *dir, file_list *fl)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        size_t len = strlen(dir) + strlen(de->d_name) + 2;
+        char *p = malloc(len);
+        if (!p) {
+            rc = -1;
+            break;
+        }
+        snprintf(p, len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", de->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+            rc = walk(p, fl);
+            free(p);
+        } else if (lstat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (fl->n == fl->cap) {
+                size_t cap = fl->cap ? fl->cap * 2 : 64;
+                char **q = realloc(fl->names, cap * sizeof(*q));
+                if (!q) {
+                    free(p);
+                    rc = -1;
+                    break;
+                }
+                fl->names = q;
+                fl->cap = cap;
+            }
+            fl->names[fl->n++] = p;
+        } else {
+            free(p); /* links and devices: no checkpoint reader follows them */
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Whether some torch reader could take the file: a zip, a tar, a pickle
+ * (PROTO), safetensors (an 8-byte length and '{'); else a folder's text. */
+static bool checkpoint_like(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return true; /* let the scan say why it cannot be read */
+    unsigned char h[512];
+    size_t n = fread(h, 1, sizeof h, fp);
+    fclose(fp);
+    if (n >= 2 && h[0] == 0x80 && h[1] <= 5)
+        return true;
+    if (n >= 4 && memcmp(h, "PK", 2) == 0)
+        return true;
+    if (n >= 9 && h[8] == '{')
+        return true;
+    if (n >= 262 && memcmp(h + 257, "ustar", 5) == 0)
+        return true;
+    return n == 0 ? false : false;
+}
 
 static const char *class_name(const ckpt_scan_hit *h)
 {
@@ -116,7 +199,8 @@ static void print_text(const char *path, const ckpt_scan *s, int rc)
                "byte 0, as torch.load does under another name, it runs nothing)\n");
     else
         printf("  verdict: safe: only state-dict (interpreted) and known-data globals\n");
-    cli_torch_load_print(path, "  ");
+    if (ckpt_scan_format(s) != CKPT_FORMAT_DCP) /* items: DCP's reader loads them, not torch.load */
+        cli_torch_load_print(path, "  ");
 }
 
 static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
@@ -130,7 +214,8 @@ static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
                                 "state dict is named as torch.jit.load(f).state_dict(), "
                                 "non-persistent buffers included");
     /* extra information: the verdict and the exit status do not depend on it */
-    cJSON_AddItemToObject(o, "torch_load", cli_torch_load_json(path));
+    if (ckpt_scan_format(s) != CKPT_FORMAT_DCP)
+        cJSON_AddItemToObject(o, "torch_load", cli_torch_load_json(path));
     cJSON *pk = cJSON_AddArrayToObject(o, "pickles");
     for (size_t i = 0; i < ckpt_scan_pickle_count(s); i++)
         cJSON_AddItemToArray(pk, cJSON_CreateString(ckpt_scan_pickle_name(s, i)));
@@ -195,75 +280,43 @@ static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
     return o;
 }
 
-/* ---- a folder: its pickle files, walked ---- */
-
-typedef struct name_list {
-    char **v;
-    size_t n, cap;
-} name_list;
-
-static bool pickle_name(const char *name)
+/* Scan PATH (IN_FOLDER: a file found in a folder), print or add its result;
+ * its exit status. */
+static int scan_one(const char *path, bool in_folder, int json, cJSON *files,
+                    const cli_common *common)
 {
-    static const char *const suffixes[] = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt",
-                                           ".metadata"};
-    size_t n = strlen(name);
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        size_t k = strlen(suffixes[i]);
-        if (n >= k && strcmp(name + n - k, suffixes[i]) == 0)
-            return true;
+    ckpt_scan *s = ckpt_scan_new();
+    if (!s) {
+        cli_error("scan", NULL, "out of memory");
+        return CLI_EXIT_IO_STOP;
     }
-    return false;
-}
-
-static int name_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The pickle files under DIR (a path), DEPTH folders deep at most, into L;
- * -1 when out of memory. */
-static int walk(const char *dir, int depth, name_list *l)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0; /* (an unreadable subfolder: nothing in it is scanned) */
-    struct dirent *e;
-    int rc = 0;
-    while (rc == 0 && (e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        size_t n = strlen(dir) + strlen(e->d_name) + 2;
-        char *p = malloc(n);
-        struct stat st;
-        if (!p) {
-            rc = -1;
-            break;
-        }
-        snprintf(p, n, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", e->d_name);
-        if (lstat(p, &st) != 0 || S_ISLNK(st.st_mode)) {
-            free(p);
-        } else if (S_ISDIR(st.st_mode)) {
-            rc = depth > 0 ? walk(p, depth - 1, l) : 0;
-            free(p);
-        } else if (S_ISREG(st.st_mode) && pickle_name(e->d_name)) {
-            if (l->n == l->cap) {
-                size_t cap = l->cap ? l->cap * 2 : 16;
-                char **v = realloc(l->v, cap * sizeof(*v));
-                if (!v) {
-                    free(p);
-                    rc = -1;
-                    break;
-                }
-                l->v = v;
-                l->cap = cap;
-            }
-            l->v[l->n++] = p;
-        } else {
-            free(p);
-        }
+    if (common->max_pickle_bytes)
+        ckpt_scan_set_limit(s, CKPT_LIMIT_PICKLE_BYTES, common->max_pickle_bytes);
+    size_t n = strlen(path);
+    int rc;
+    if (in_folder && n > 7 && strcmp(path + n - 7, ".distcp") == 0) {
+        rc = ckpt_scan_items(s, path); /* a DCP data file: its items, each a zip */
+    } else if (in_folder && !checkpoint_like(path)) {
+        /* a folder's other files (DeepSpeed's `latest`, a README): no reader of
+         * torch's would load them */
+        if (!common->quiet && !json)
+            printf("%s: skipped: not a zip, tar, safetensors or pickle file\n", path);
+        ckpt_scan_free(s);
+        return CLI_EXIT_OK;
+    } else {
+        rc = ckpt_scan_file(s, path);
     }
-    closedir(d);
-    return rc;
+    int ex = file_exit(s, rc);
+    if (rc != CKPT_OK) /* errors even with --quiet, as for every command */
+        cli_error("scan", path, "%s", ckpt_scan_error_message(s));
+    if (!common->quiet && !(rc == CKPT_ERR_IO && !json)) {
+        if (json)
+            cJSON_AddItemToArray(files, json_file(path, s, rc));
+        else
+            print_text(path, s, rc);
+    }
+    ckpt_scan_free(s);
+    return ex;
 }
 
 int cmd_scan(int argc, char **argv)
@@ -306,70 +359,31 @@ int cmd_scan(int argc, char **argv)
         cli_common_free(&common);
         return cli_usage_error("scan", "needs at least one FILE");
     }
-    /* the files: each FILE, or the pickle files of a folder */
-    name_list l = {0};
-    for (int i = optind; i < argc; i++) {
-        struct stat st;
-        size_t before = l.n;
-        int r = 0;
-        if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
-            r = walk(argv[i], 8, &l);
-            if (r == 0 && l.n == before) {
-                cli_error("scan", argv[i], "a folder holding no pickle file (*.pt, *.pth, *.bin, "
-                                           "*.pkl, *.pickle, *.ckpt, *.metadata)");
-                worst = worst > CLI_EXIT_BAD_INPUT ? worst : CLI_EXIT_BAD_INPUT;
-            }
-            if (l.n > before)
-                qsort(l.v + before, l.n - before, sizeof(*l.v), name_cmp);
-        } else if (l.n == l.cap) {
-            size_t cap = l.cap ? l.cap * 2 : 16;
-            char **v = realloc(l.v, cap * sizeof(*v));
-            if (v) {
-                l.v = v;
-                l.cap = cap;
-            }
-            r = v && (l.v[l.n] = strdup(argv[i])) ? (l.n++, 0) : -1;
-        } else {
-            r = (l.v[l.n] = strdup(argv[i])) ? (l.n++, 0) : -1;
-        }
-        if (r < 0) {
-            cli_error("scan", NULL, "out of memory");
-            for (size_t k = 0; k < l.n; k++)
-                free(l.v[k]);
-            free(l.v);
-            cli_common_free(&common);
-            return CLI_EXIT_IO;
-        }
-    }
     cJSON *root = json ? cJSON_CreateObject() : NULL;
     cJSON *files = root ? cJSON_AddArrayToObject(root, "files") : NULL;
-    for (size_t k = 0; k < l.n; k++) {
-        const char *path = l.v[k];
-        ckpt_scan *s = ckpt_scan_new();
-        if (!s) {
-            cli_error("scan", NULL, "out of memory");
-            worst = CLI_EXIT_IO;
+    for (int i = optind; i < argc && worst != CLI_EXIT_IO_STOP; i++) {
+        struct stat st;
+        if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+            /* a folder checkpoint (DCP, DeepSpeed): every file under it */
+            file_list fl = {0};
+            if (walk(argv[i], &fl) != 0) {
+                cli_error("scan", argv[i], "cannot list the folder: %s", strerror(errno));
+                if (CLI_EXIT_IO > worst)
+                    worst = CLI_EXIT_IO;
+            }
+            qsort(fl.names, fl.n, sizeof(char *), name_cmp);
+            for (size_t k = 0; k < fl.n; k++) {
+                int ex = scan_one(fl.names[k], true, json, files, &common);
+                worst = ex > worst ? ex : worst;
+            }
+            file_list_free(&fl);
+            continue;
+        }
+        int ex = scan_one(argv[i], false, json, files, &common);
+        if (ex == CLI_EXIT_IO_STOP)
             break;
-        }
-        if (common.max_pickle_bytes)
-            ckpt_scan_set_limit(s, CKPT_LIMIT_PICKLE_BYTES, common.max_pickle_bytes);
-        int rc = ckpt_scan_file(s, path);
-        int ex = file_exit(s, rc);
-        if (rc != CKPT_OK) /* errors even with --quiet, as for every command */
-            cli_error("scan", path, "%s", ckpt_scan_error_message(s));
-        if (!common.quiet && !(rc == CKPT_ERR_IO && !json)) {
-            if (json)
-                cJSON_AddItemToArray(files, json_file(path, s, rc));
-            else
-                print_text(path, s, rc);
-        }
-        if (ex > worst)
-            worst = ex;
-        ckpt_scan_free(s);
+        worst = ex > worst ? ex : worst;
     }
-    for (size_t k = 0; k < l.n; k++)
-        free(l.v[k]);
-    free(l.v);
     if (root) {
         cJSON_AddItemToObject(root, "exit", cli_json_int((long long)(unsigned long long)worst));
         char *text = cJSON_Print(root);

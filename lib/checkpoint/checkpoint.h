@@ -211,6 +211,18 @@ int ckpt_storage_load(ckpt_file *f, const ckpt_storage *s, uint8_t **buf);
  * storage's bytes as they are (no cast then). */
 int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, bool as_stored, ckpt_sink_fn sink,
                         void *user);
+/* A PIECES storage S written raw at OUT_OFF of OUT, each file piece copied
+ * by the kernel (copy_file_range), memory pieces written: CRC-32s are not
+ * checked here (ckpt_storage_pieces_crc does, in parallel).
+ * CKPT_ERR_UNSUPPORTED when S is no PIECES storage or needs a cast or swap. */
+int ckpt_storage_copy_pieces(ckpt_file *f, const ckpt_storage *s, int out, uint64_t out_off);
+/* CRC-32 of S's bytes (*CRC), read through BUF (CKPT_IO_BUF bytes) with
+ * descriptors of its own: safe in a helper thread while the main thread
+ * reads F.  Each whole-record piece is checked against its CRC-32:
+ * CKPT_ERR_FORMAT with *BAD its index.  Status only, no message; stops with
+ * CKPT_ERR_IO when *CANCEL becomes true. */
+int ckpt_storage_pieces_crc(const ckpt_file *f, const ckpt_storage *s, uint8_t *buf,
+                            uint32_t *crc, size_t *bad, volatile bool *cancel);
 /* Copy the view's elements in C order from its storage's bytes SRC. */
 void ckpt_tensor_gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst);
 

@@ -6,10 +6,33 @@
 #include "checkpoint/checkpoint.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
+
+/* N bytes from byte FROM of piece P of S. */
+static int read_stored_piece(ckpt_file *f, const ckpt_storage *s, const ckpt_piece *p,
+                             uint64_t from, uint8_t *buf, size_t n)
+{
+    if (p->mem) {
+        memcpy(buf, p->mem + from, n);
+        return CKPT_OK;
+    }
+    int fd = ckpt_source_fd(f, p->src);
+    if (fd < 0)
+        return CKPT_ERR_IO;
+    int rc = ckpt_pread_all(fd, buf, n, p->file_offset + from);
+    if (rc == CKPT_ERR_IO)
+        return ckpt_err(&f->err, CKPT_ERR_IO, "reading storage '%s' from '%s': %s", s->key,
+                        p->src->path, strerror(errno));
+    if (rc)
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage '%s': '%s' is truncated", s->key,
+                        p->src->path);
+    return CKPT_OK;
+}
 
 static int read_pieces(ckpt_file *f, const ckpt_storage *s, uint64_t offset, uint8_t *buf,
                        size_t len)
@@ -123,6 +146,66 @@ int ckpt_storage_raw_range(ckpt_file *f, const ckpt_storage *s, bool as_stored, 
     default:
         return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage '%s' has no bytes in the file", s->key);
     }
+}
+
+int ckpt_storage_copy_pieces(ckpt_file *f, const ckpt_storage *s, int out, uint64_t out_off)
+{
+    if (s->loc != CKPT_LOC_PIECES || s->dtype != s->src_dtype || swapped(s))
+        return CKPT_ERR_UNSUPPORTED;
+    for (size_t i = 0; i < s->npieces; i++) {
+        const ckpt_piece *p = &s->pieces[i];
+        if (p->mem) {
+            CKPT_FORWARD(ckpt_write_all(out, p->mem, (size_t)p->nbytes, out_off + p->dst_offset,
+                                        &f->err));
+            continue;
+        }
+        int fd = ckpt_source_fd(f, p->src);
+        if (fd < 0)
+            return CKPT_ERR_IO;
+        CKPT_FORWARD(ckpt_copy_range(fd, p->file_offset, out, out_off + p->dst_offset, p->nbytes,
+                                     &f->err));
+    }
+    return CKPT_OK;
+}
+
+int ckpt_storage_pieces_crc(const ckpt_file *f, const ckpt_storage *s, uint8_t *buf,
+                            uint32_t *crc, size_t *bad, volatile bool *cancel)
+{
+    /* descriptors of its own, never the handle's cache of open sources (the
+     * main thread opens and closes those meanwhile) */
+    const ckpt_source *open_src = NULL;
+    int fd = -1, rc = CKPT_OK;
+    uint32_t all = 0;
+    for (size_t i = 0; i < s->npieces && rc == CKPT_OK; i++) {
+        const ckpt_piece *p = &s->pieces[i];
+        uint32_t c = 0;
+        if (p->mem) {
+            c = ckpt_crc32_update(0, p->mem, (size_t)p->nbytes);
+        } else {
+            if (p->src != open_src) {
+                if (fd >= 0 && open_src->lazy)
+                    close(fd);
+                open_src = p->src;
+                fd = !p->src->lazy ? p->src->fd
+                                   : openat(f->dir_fd, p->src->path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0) {
+                    open_src = NULL;
+                    rc = CKPT_ERR_IO;
+                    break;
+                }
+            }
+            rc = ckpt_crc_range_buf(fd, p->file_offset, p->nbytes, buf, &c, cancel);
+        }
+        if (rc == CKPT_OK && p->has_crc && c != p->crc32) {
+            *bad = i;
+            rc = CKPT_ERR_FORMAT;
+        }
+        all = (uint32_t)crc32_combine(all, c, (z_off_t)p->nbytes);
+    }
+    if (fd >= 0 && open_src && open_src->lazy)
+        close(fd);
+    *crc = all;
+    return rc;
 }
 
 /* Copy the view's elements in C order from the storage bytes SRC. */
@@ -470,6 +553,31 @@ int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, bool as_stored, ckp
     if (s->loc == CKPT_LOC_ZIP_RECORD) {
         /* one pass through libzip, which inflates if needed; the CRC is checked at the end */
         rc = ckpt_zip_stream(s->src->zip, s->zip_index, stream_zip_sink, &c, &f->err);
+    } else if (s->loc == CKPT_LOC_PIECES) {
+        /* piece by piece, each whole-record piece's CRC-32 checked as it
+         * streams by (a piece is larger than a step) */
+        uint8_t *buf = malloc(STREAM_CHUNK);
+        if (!buf)
+            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; buf && i < s->npieces && rc == CKPT_OK; i++) {
+            const ckpt_piece *p = &s->pieces[i];
+            uint32_t crc = 0;
+            for (uint64_t done = 0; done < p->nbytes && rc == CKPT_OK;) {
+                /* steps stay whole elements: pieces start and end on elements */
+                size_t n = p->nbytes - done < STREAM_CHUNK ? (size_t)(p->nbytes - done)
+                                                           : STREAM_CHUNK;
+                rc = read_stored_piece(f, s, p, done, buf, n);
+                if (rc == CKPT_OK && p->has_crc)
+                    crc = ckpt_crc32_update(crc, buf, n);
+                if (rc == CKPT_OK)
+                    rc = stream_emit(&c, buf, n);
+                done += n;
+            }
+            if (rc == CKPT_OK && p->has_crc && crc != p->crc32)
+                rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage '%s': CRC-32 mismatch in '%s'",
+                              s->key, p->src ? p->src->path : "memory");
+        }
+        free(buf);
     } else {
         uint8_t *buf = malloc(STREAM_CHUNK);
         if (!buf)

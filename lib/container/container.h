@@ -99,12 +99,15 @@ typedef struct ckpt_zip_dir ckpt_zip_dir;
  * takes it for a zip; a reader that refuses it while another reads it is a
  * finding. */
 int ckpt_zip_dir_open(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err);
-/* Torch's reading alone (miniz's end record, central directory and local
- * headers), without the other readers and the findings, whose search for
- * stray signatures reads the whole file: what a loader of many large zips
- * needs (a DeepSpeed folder's rank files).  CKPT_ERR_FORMAT when torch.load
- * would not read it as a zip.  BASE: the archive's start in FD (0 here; the
- * DCP branch's zip_dir.c reads windows and has the same function). */
+/* The same for a zip stored inside a larger file: the SIZE bytes from BASE
+ * of FD (a DCP item).  Entries' offsets (header_at, data_at, cd_at) count
+ * from BASE; ckpt_zip_dir_read adds it. */
+int ckpt_zip_dir_open_at(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
+                         ckpt_error *err);
+/* Torch's reading alone (miniz: its end record, central directory, local
+ * headers), none of the others' nor the findings: for a zip only torch's
+ * reader reads (a DCP item, which torch.load reads from its bytes), where
+ * searching a large window for stray end records would cost a read of it. */
 int ckpt_zip_dir_open_torch(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
                             ckpt_error *err);
 void ckpt_zip_dir_free(ckpt_zip_dir *d);

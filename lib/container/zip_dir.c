@@ -27,6 +27,7 @@
 #include "container/container.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@ typedef struct {
 
 struct ckpt_zip_dir {
     uint64_t size;
+    uint64_t base;      /* the archive's first byte in the file (a window) */
     bool starts_local;  /* torch.load's _is_zipfile */
     int64_t concat;     /* Python's zipfile offset shift */
     view v[CKPT_ZIP_READERS];
@@ -77,10 +79,20 @@ static uint64_t le(const uint8_t *p, int n)
     return v;
 }
 
+/* The window being parsed: offsets inside the archive are counted from
+ * BASE of the file (a zip stored inside a larger file, as a DCP item is).
+ * Set only while ckpt_zip_dir_open_at runs, on its thread. */
+static _Thread_local uint64_t window_base;
+
+static int rd(int fd, void *buf, size_t n, uint64_t at)
+{
+    return ckpt_pread_all(fd, buf, n, window_base + at);
+}
+
 /* Read N bytes at AT; false when the file has fewer. */
 static bool get(int fd, uint64_t size, void *buf, size_t n, uint64_t at)
 {
-    return at <= size && size - at >= n && ckpt_pread_all(fd, buf, n, at) == 0;
+    return at <= size && size - at >= n && rd(fd, buf, n, at) == 0;
 }
 
 static void vfinding(ckpt_zip_dir *d, const char *fmt, va_list ap)
@@ -147,7 +159,7 @@ static bool miniz_locate_end(int fd, uint64_t size, uint64_t *at)
         cur = 0;
     for (;;) {
         size_t n = size - (uint64_t)cur < sizeof buf ? (size_t)(size - (uint64_t)cur) : sizeof buf;
-        if (ckpt_pread_all(fd, buf, n, (uint64_t)cur))
+        if (rd(fd, buf, n, (uint64_t)cur))
             return false;
         int i;
         for (i = (int)n - 4; i >= 0; --i)
@@ -178,7 +190,7 @@ static bool py_locate_end(int fd, uint64_t size, uint64_t *at)
     uint64_t from = size > 65536 + 22 ? size - 65536 - 22 : 0;
     size_t n = (size_t)(size - from);
     uint8_t *b = malloc(n);
-    if (!b || ckpt_pread_all(fd, b, n, from)) {
+    if (!b || rd(fd, b, n, from)) {
         free(b);
         return false;
     }
@@ -445,7 +457,7 @@ static int read_torch(int fd, uint64_t size, view *v)
         free(cd);
         return CKPT_ERR_NOMEM;
     }
-    if (ckpt_pread_all(fd, cd, (size_t)r.cd_size, r.cd_at)) {
+    if (rd(fd, cd, (size_t)r.cd_size, r.cd_at)) {
         free(cd);
         refuse(v, "cannot read its central directory");
         return CKPT_OK;
@@ -547,7 +559,7 @@ static int read_py(int fd, uint64_t size, view *v, int64_t *concat_out)
         free(cd);
         return CKPT_ERR_NOMEM;
     }
-    if (ckpt_pread_all(fd, cd, (size_t)n, (uint64_t)start)) {
+    if (rd(fd, cd, (size_t)n, (uint64_t)start)) {
         free(cd);
         refuse(v, "cannot read the central directory");
         return CKPT_OK;
@@ -616,9 +628,30 @@ static int read_libzip(int fd, uint64_t size, ckpt_zip_dir *d, view *v)
         refuse(v, "cannot read the file");
         return CKPT_OK;
     }
-    zip_t *za = zip_fdopen(dfd, ZIP_RDONLY, &ze);
+    zip_t *za = NULL;
+    if (window_base == 0) {
+        za = zip_fdopen(dfd, ZIP_RDONLY, &ze);
+    } else {
+        /* a window: libzip reads that range of the file as the whole archive */
+        FILE *fp = fdopen(dfd, "rb");
+        zip_error_t zerr;
+        zip_error_init(&zerr);
+        zip_source_t *src = fp ? zip_source_filep_create(fp, window_base, (zip_int64_t)size, &zerr)
+                               : NULL;
+        if (src && !(za = zip_open_from_source(src, ZIP_RDONLY, &zerr)))
+            zip_source_free(src); /* closes fp */
+        else if (!src && fp)
+            fclose(fp);
+        ze = zip_error_code_zip(&zerr);
+        zip_error_fini(&zerr);
+        if (fp)
+            dfd = -1; /* fp owns it now */
+        if (!za && ze == 0)
+            ze = ZIP_ER_NOZIP;
+    }
     if (!za) {
-        close(dfd);
+        if (dfd >= 0)
+            close(dfd);
         zip_error_t e;
         zip_error_init_with_code(&e, ze);
         refuse(v, "%s", zip_error_strerror(&e));
@@ -671,7 +704,7 @@ static int read_libzip(int fd, uint64_t size, ckpt_zip_dir *d, view *v)
         uint8_t *cd = malloc(r.cd_size ? (size_t)r.cd_size : 1);
         if (!cd)
             return CKPT_ERR_NOMEM;
-        bool same = ckpt_pread_all(fd, cd, (size_t)r.cd_size, r.cd_at) == 0;
+        bool same = rd(fd, cd, (size_t)r.cd_size, r.cd_at) == 0;
         uint64_t pos = 0;
         uint64_t *offs = calloc(v->count + 1, sizeof *offs), *cds = calloc(v->count + 1, sizeof *cds);
         for (size_t i = 0; same && offs && cds && i < v->count; i++) {
@@ -741,7 +774,7 @@ static void find_ends(ckpt_zip_dir *d, int fd)
     size_t n = (size_t)(d->size - from);
     uint8_t *b = malloc(n ? n : 1);
     d->ends = calloc(16, sizeof *d->ends);
-    if (!b || !d->ends || ckpt_pread_all(fd, b, n, from)) {
+    if (!b || !d->ends || rd(fd, b, n, from)) {
         free(b);
         return;
     }
@@ -952,7 +985,7 @@ static int findings(ckpt_zip_dir *d, int fd)
     uint8_t buf[65536];
     for (uint64_t at = 0; at < d->size;) {
         size_t n = d->size - at < sizeof buf ? (size_t)(d->size - at) : sizeof buf;
-        if (n < 4 || ckpt_pread_all(fd, buf, n, at))
+        if (n < 4 || rd(fd, buf, n, at))
             break;
         for (size_t i = 0; i + 4 <= n; i++) {
             uint64_t p = at + i;
@@ -974,34 +1007,39 @@ static int findings(ckpt_zip_dir *d, int fd)
 
 /* ---- the interface ---------------------------------------------------------- */
 
+static int open_window(int fd, uint64_t size, bool torch_only, ckpt_zip_dir **out,
+                       ckpt_error *err);
+
+int ckpt_zip_dir_open(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err)
+{
+    return ckpt_zip_dir_open_at(fd, 0, size, out, err);
+}
+
+static int open_at(int fd, uint64_t base, uint64_t size, bool torch_only, ckpt_zip_dir **out,
+                   ckpt_error *err)
+{
+    window_base = base;
+    int rc = open_window(fd, size, torch_only, out, err);
+    if (*out)
+        (*out)->base = base;
+    window_base = 0;
+    return rc;
+}
+
+int ckpt_zip_dir_open_at(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
+                         ckpt_error *err)
+{
+    return open_at(fd, base, size, false, out, err);
+}
+
 int ckpt_zip_dir_open_torch(int fd, uint64_t base, uint64_t size, ckpt_zip_dir **out,
                             ckpt_error *err)
 {
-    *out = NULL;
-    if (base != 0)
-        return ckpt_err(err, CKPT_ERR_USAGE, "a zip at an offset is not read here");
-    ckpt_zip_dir *d = calloc(1, sizeof *d);
-    if (!d)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
-    d->size = size;
-    uint8_t h[4];
-    d->starts_local = get(fd, size, h, 4, 0) && le(h, 4) == SIG_LOCAL;
-    if (read_torch(fd, size, &d->v[CKPT_ZIP_READER_TORCH])) {
-        ckpt_zip_dir_free(d);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
-    }
-    const view *t = &d->v[CKPT_ZIP_READER_TORCH];
-    if (!t->ok || !d->starts_local) {
-        int rc = ckpt_err(err, CKPT_ERR_FORMAT, "not a zip archive torch.load reads (%s)",
-                          t->ok ? "it does not start with a local header" : t->why);
-        ckpt_zip_dir_free(d);
-        return rc;
-    }
-    *out = d;
-    return CKPT_OK;
+    return open_at(fd, base, size, true, out, err);
 }
 
-int ckpt_zip_dir_open(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err)
+static int open_window(int fd, uint64_t size, bool torch_only, ckpt_zip_dir **out,
+                       ckpt_error *err)
 {
     *out = NULL;
     ckpt_zip_dir *d = calloc(1, sizeof *d);
@@ -1011,16 +1049,20 @@ int ckpt_zip_dir_open(int fd, uint64_t size, ckpt_zip_dir **out, ckpt_error *err
     uint8_t h[4];
     d->starts_local = get(fd, size, h, 4, 0) && le(h, 4) == SIG_LOCAL;
     int rc = read_torch(fd, size, &d->v[CKPT_ZIP_READER_TORCH]);
-    if (!rc)
+    if (torch_only) {
+        /* the other readers never see it: refused, with no findings */
+        for (int r = CKPT_ZIP_READER_PYZIPFILE; r < CKPT_ZIP_READERS; r++)
+            snprintf(d->v[r].why, sizeof d->v[r].why, "not read (torch's reading only)");
+    } else if (!rc)
         rc = read_py(fd, size, &d->v[CKPT_ZIP_READER_PYZIPFILE], &d->concat);
-    if (!rc) {
+    if (!rc && !torch_only) {
         find_ends(d, fd); /* read_libzip matches against them */
         rc = read_libzip(fd, size, d, &d->v[CKPT_ZIP_READER_LIBZIP]);
         free(d->ends);
         d->ends = NULL;
         d->nends = 0;
     }
-    if (!rc)
+    if (!rc && !torch_only)
         rc = findings(d, fd);
     if (rc) {
         ckpt_zip_dir_free(d);
@@ -1176,7 +1218,7 @@ int ckpt_zip_dir_read(const ckpt_zip_dir *d, int fd, ckpt_zip_reader r, size_t i
             free(buf);
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory reading '%s'", nb);
     }
-    if (ckpt_pread_all(fd, raw, (size_t)have, e->data_at)) {
+    if (ckpt_pread_all(fd, raw, (size_t)have, d->base + e->data_at)) {
         free(raw);
         if (buf != raw)
             free(buf);

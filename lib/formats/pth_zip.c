@@ -148,12 +148,15 @@ typedef struct job {
     const ckpt_storage *s;
     int fd;            /* the source file (shards differ) */
     bool raw;          /* bytes at in_off in the input file, uncompressed */
+    bool pieces;       /* a PIECES storage copied piece by piece (a folder's chunks) */
+    size_t bad_piece;  /* pieces: the one whose CRC-32 differs */
     uint64_t in_off;
     uint32_t crc;      /* computed by the CRC thread (raw jobs) */
     int status;
 } job;
 
 typedef struct crc_pool {
+    const ckpt_file *f;
     job *jobs;
     size_t n, done;
     bool cancel;
@@ -173,6 +176,8 @@ static void *crc_thread(void *arg)
             st = CKPT_ERR_NOMEM;
         else if (j->raw)
             st = ckpt_crc_range_buf(j->fd, j->in_off, j->s->nbytes, buf, &crc, &p->cancel);
+        else if (j->pieces)
+            st = ckpt_storage_pieces_crc(p->f, j->s, buf, &crc, &j->bad_piece, &p->cancel);
         pthread_mutex_lock(&p->mu);
         j->crc = crc;
         j->status = st;
@@ -275,8 +280,10 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
             jobs[i].raw = true;
         else if (r != CKPT_ERR_UNSUPPORTED)
             rc = r;
+        else if (s->loc == CKPT_LOC_PIECES && s->dtype == s->src_dtype && !s->big_endian)
+            jobs[i].pieces = true; /* copied by the kernel, CRC-checked beside */
     }
-    crc_pool pool = {.jobs = jobs, .n = n};
+    crc_pool pool = {.f = f, .jobs = jobs, .n = n};
     pthread_t th;
     bool threaded = false;
     if (rc == CKPT_OK && n) {
@@ -294,8 +301,9 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
         rc = ckpt_zipw_begin(w, name, s->nbytes, &at);
         if (rc)
             break;
-        if (j->raw) {
-            rc = ckpt_copy_range(j->fd, j->in_off, ckpt_zipw_fd(w), at, s->nbytes, err);
+        if (j->raw || (j->pieces && threaded)) {
+            rc = j->raw ? ckpt_copy_range(j->fd, j->in_off, ckpt_zipw_fd(w), at, s->nbytes, err)
+                        : ckpt_storage_copy_pieces(f, s, ckpt_zipw_fd(w), at);
             if (rc)
                 break;
             ckpt_zipw_advance(w, s->nbytes);
@@ -307,6 +315,15 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
                     break;
                 }
                 j->status = ckpt_crc_range_buf(j->fd, j->in_off, s->nbytes, inline_buf, &j->crc, NULL);
+            }
+            if (j->pieces && j->status == CKPT_ERR_FORMAT) {
+                const ckpt_piece *bp = &s->pieces[j->bad_piece];
+                rc = ckpt_err(err, CKPT_ERR_FORMAT, "storage '%s': CRC-32 mismatch in '%s' "
+                              "(bytes %llu..%llu): the input is corrupt", s->key,
+                              bp->src ? bp->src->path : "memory",
+                              (unsigned long long)bp->file_offset,
+                              (unsigned long long)(bp->file_offset + bp->nbytes));
+                break;
             }
             if (j->status) {
                 rc = ckpt_err(err, j->status, "cannot read storage '%s' of the input", s->key);

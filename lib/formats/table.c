@@ -17,6 +17,7 @@ const ckpt_format_desc *const ckpt_format_table[] = {
     &ckpt_format_pth_legacy,
     &ckpt_format_sharded,
     &ckpt_format_deepspeed, /* a folder: claim_dir only */
+    &ckpt_format_dcp, /* a folder (claim_dir) */
     NULL,
 };
 

@@ -1357,6 +1357,10 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
+        if (S_ISDIR(st.st_mode)) /* a folder checkpoint: its own library loads it */
+            return ckpt_err(&t->err, CKPT_ERR_IO, "a folder: torch.load reads one file (a "
+                            "torch.distributed.checkpoint folder loads with dcp.load; ckpt "
+                            "convert makes a .pth of it)");
         return ckpt_err(&t->err, CKPT_ERR_IO, "not a regular file");
     }
     uint8_t head[4] = {0};

@@ -111,6 +111,48 @@ static const char *const known_data[] = {
     "numpy._core.multiarray._reconstruct", "numpy._core.multiarray.scalar",
 };
 
+/* ---- torch.distributed.checkpoint (formats/dcp.c) ---------------------------
+ * The records of a DCP folder's .metadata (reference/distributed-formats.md
+ * 1.2): plain data, read as records by formats/dcp.c, kept opaque elsewhere. */
+static const char *const dcp_known_data[] = {
+    "torch.distributed.checkpoint.metadata.Metadata",
+    "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+    "torch.distributed.checkpoint.metadata.TensorProperties",
+    "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+    "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
+    "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
+    "torch.distributed.checkpoint.metadata.MetadataIndex",
+    "torch.distributed.checkpoint.metadata.StorageMeta",
+    "torch.distributed.checkpoint.filesystem._StorageInfo",
+    "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib._local.PosixPath",
+    "pathlib._local.WindowsPath",
+};
+
+/* getattr(class, attribute) pairs that are data, for every reader and for
+ * scan (builtins.getattr is otherwise never admitted): Python >= 3.11
+ * pickles an enum member by name (getattr(_MEM_FORMAT_ENCODING,
+ * 'TORCH_CONTIGUOUS_FORMAT')); DeepSpeed's are listed here too, beside DCP's. */
+static const char *const getattr_known[][2] = {
+    {"torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING", "TORCH_CONTIGUOUS_FORMAT"},
+    {"torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING", "TORCH_CHANNELS_LAST"},
+    {"torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING", "TORCH_PRESERVE_FORMAT"},
+    /* DeepSpeed's ZeroStageEnum as Python 3.11+ pickles it */
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "disabled"},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "optimizer_states"},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "gradients"},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "weights"},
+    {"deepspeed.runtime.zero.config.ZeroStageEnum", "max_stage"},
+};
+
+bool ckpt_globals_getattr_known(const char *cls, const char *attr)
+{
+    for (size_t i = 0; i < sizeof(getattr_known) / sizeof(getattr_known[0]); i++)
+        if (strcmp(cls, getattr_known[i][0]) == 0 && strcmp(attr, getattr_known[i][1]) == 0)
+            return true;
+    return false;
+}
+/* ---- end of torch.distributed.checkpoint ---------------------------------- */
+
 /* Python 3.11's _compat_pickle, as data: the forward tables pickle's
  * find_class applies to protocol < 3 streams (fix_imports), and the reverse
  * tables its protocol-2 pickler writes names through. */
@@ -527,23 +569,6 @@ static const char *const deepspeed_data[] = {
     "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
     "deepspeed.utils.tensor_fragment.fragment_address",
 };
-/* getattr(CLASS, NAME) pairs that are data (an enum member), admitted as
- * such: builtins.getattr is otherwise never admitted. */
-static const char *const getattr_data[][2] = {
-    {"deepspeed.runtime.zero.config.ZeroStageEnum", "disabled"},
-    {"deepspeed.runtime.zero.config.ZeroStageEnum", "optimizer_states"},
-    {"deepspeed.runtime.zero.config.ZeroStageEnum", "gradients"},
-    {"deepspeed.runtime.zero.config.ZeroStageEnum", "weights"},
-    {"deepspeed.runtime.zero.config.ZeroStageEnum", "max_stage"},
-};
-
-bool ckpt_globals_getattr_data(const char *cls, const char *name)
-{
-    for (size_t i = 0; i < sizeof(getattr_data) / sizeof(getattr_data[0]); i++)
-        if (strcmp(cls, getattr_data[i][0]) == 0 && strcmp(name, getattr_data[i][1]) == 0)
-            return true;
-    return false;
-}
 /* ---- end of DeepSpeed ---- */
 
 ckpt_global_class ckpt_globals_builtin_class(const char *q)
@@ -560,6 +585,8 @@ ckpt_global_class ckpt_globals_builtin_class(const char *q)
         return CKPT_GLOBAL_INTERPRETED;
     if (in_list(q, known_data, sizeof(known_data) / sizeof(known_data[0])) ||
         in_list(q, deepspeed_data, sizeof(deepspeed_data) / sizeof(deepspeed_data[0])))
+        return CKPT_GLOBAL_KNOWN_DATA;
+    if (in_list(q, dcp_known_data, sizeof(dcp_known_data) / sizeof(dcp_known_data[0])))
         return CKPT_GLOBAL_KNOWN_DATA;
     return CKPT_GLOBAL_REFUSED;
 }

@@ -160,6 +160,8 @@ struct ckpt_storage {
     uint64_t file_offset;  /* FILE_RANGE: offset of the first data byte */
     const ckpt_piece *pieces; /* PIECES: sorted by dst_offset, tiling the bytes */
     size_t npieces;
+    const ckpt_chunk *chunks; /* a folder's tensor: the parts it was assembled from */
+    size_t nchunks;
     bool big_endian;       /* stored big-endian (a zip's byteorder record): read
                             * in this machine's order, copied as stored */
     bool has_crc;          /* the container records a CRC-32 of the bytes: */
@@ -179,12 +181,13 @@ const char *ckpt_kind_name(ckpt_kind kind);
 
 /* Classify without the user's allow-list: INTERPRETED, KNOWN_DATA or REFUSED. */
 ckpt_global_class ckpt_globals_builtin_class(const char *qualified_name);
+/* Whether getattr(CLS, ATTR) is data (an enum member: DCP's
+ * _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT, DeepSpeed's
+ * ZeroStageEnum.optimizer_states); builtins.getattr is otherwise never
+ * admitted, and admitted only for these, with CLS known data. */
+bool ckpt_globals_getattr_known(const char *cls, const char *attr);
 /* Globals that run commands or code: never admitted, whatever the options. */
 bool ckpt_globals_dangerous(const char *qualified_name);
-/* Whether getattr(CLS, NAME) is a known data value (an enum member such as
- * DeepSpeed's ZeroStageEnum.optimizer_states): the one use of
- * builtins.getattr the reader admits. */
-bool ckpt_globals_getattr_data(const char *cls, const char *name);
 /* Python 2 names as pickle's fix_imports maps them in a protocol < 3 stream
  * (_compat_pickle's NAME_MAPPING, else IMPORT_MAPPING: __builtin__.xrange ->
  * builtins.range); true when renamed.  The results are static or the input. */
@@ -267,7 +270,7 @@ typedef struct ckpt_pickle_ctx {
     void (*on_computed)(void *user, const char *shown_name, const char *made_by, int opcode,
                         uint64_t offset);
     /* Scanning, at STOP: every use of builtins.getattr in the pickle was
-     * getattr(<class>, <member>) of a pair ckpt_globals_getattr_data admits
+     * getattr(<class>, <member>) of a pair ckpt_globals_getattr_known admits
      * (SHOWN: the first, "builtins.getattr(cls, 'member')"), so that it is
      * known data there, not a way to run code.  Optional. */
     void (*on_getattr_data)(void *user, const char *shown);

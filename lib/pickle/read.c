@@ -1616,7 +1616,7 @@ static int op_reduce(vm *m)
                 ga->items[0]->kind == CKPT_KIND_GLOBAL &&
                 ga->items[0]->u.global.cls == CKPT_GLOBAL_KNOWN_DATA &&
                 ga->items[1]->kind == CKPT_KIND_STR &&
-                ckpt_globals_getattr_data(ga->items[0]->u.global.name, ga->items[1]->u.s.s)) {
+                ckpt_globals_getattr_known(ga->items[0]->u.global.name, ga->items[1]->u.s.s)) {
                 m->getattr_data++; /* getattr(ZeroStageEnum, 'weights'): data */
                 if (!m->getattr_shown) {
                     size_t n = strlen(ga->items[0]->u.global.name) + ga->items[1]->u.s.len + 24;
@@ -1657,13 +1657,25 @@ static int op_reduce(vm *m)
         args->u.seq.items[0]->kind == CKPT_KIND_GLOBAL &&
         args->u.seq.items[0]->u.global.cls == CKPT_GLOBAL_KNOWN_DATA &&
         args->u.seq.items[1]->kind == CKPT_KIND_STR &&
-        ckpt_globals_getattr_data(args->u.seq.items[0]->u.global.name,
+        ckpt_globals_getattr_known(args->u.seq.items[0]->u.global.name,
                                   args->u.seq.items[1]->u.s.s)) {
         fn->u.global.modules++; /* an admitted use (check_pending counts them) */
         return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE);
     }
     if (fn->u.global.cls == CKPT_GLOBAL_REFUSED && !m->ctx->scan)
         return refuse_use(m, fn); /* a call: modules are made by NEWOBJ */
+    if (strcmp(q, "builtins.getattr") == 0 && !m->ctx->scan) {
+        /* admitted by a reader's context (a DCP .metadata's enum members):
+         * only the (class, attribute) pairs known as data, kept opaque */
+        const ckpt_value *c = args->u.seq.len == 2 ? args->u.seq.items[0] : NULL,
+                         *a = c ? args->u.seq.items[1] : NULL;
+        if (!c || c->kind != CKPT_KIND_GLOBAL || a->kind != CKPT_KIND_STR ||
+            !ckpt_globals_getattr_known(c->u.global.name, a->u.s.s))
+            return fail(m, CKPT_ERR_UNSAFE, "getattr on %s is not one of the (class, attribute) "
+                        "pairs admitted as data",
+                        c && c->kind == CKPT_KIND_GLOBAL ? c->u.global.name : "a value");
+        return new_object(m, fn, args, NULL, CKPT_OBJ_REDUCE);
+    }
     if (m->ctx->scan) {
         m->ctx->on_use(m->ctx->user, q, m->op, m->op_at);
         if (strncmp(q, "torch._utils._rebuild_", 22) == 0)

@@ -264,6 +264,16 @@ CKPT_API const char *ckpt_tensor_device(const ckpt_tensor *t)
     return t->device ? t->device : t->storage ? t->storage->device : "meta";
 }
 
+CKPT_API size_t ckpt_tensor_chunk_count(const ckpt_tensor *t)
+{
+    return t && t->storage ? t->storage->nchunks : 0;
+}
+
+CKPT_API const ckpt_chunk *ckpt_tensor_chunk(const ckpt_tensor *t, size_t i)
+{
+    return t && t->storage && i < t->storage->nchunks ? &t->storage->chunks[i] : NULL;
+}
+
 CKPT_API int ckpt_tensor_qparams(const ckpt_tensor *t, ckpt_qparams *out)
 {
     if (t->kind != CKPT_TENSOR_QUANTIZED)

@@ -147,7 +147,7 @@ expect_exit 0 ckpt inspect "$w/crc_flip"
 say "a folder that is no checkpoint"
 mkdir "$tmp/empty"
 expect_exit 3 ckpt inspect "$tmp/empty"
-expect_stderr_line 'a directory, but not a deepspeed checkpoint folder'
+expect_stderr_line 'a directory, but not a .*deepspeed.* checkpoint folder'
 rmdir "$tmp/empty"
 
 finish

@@ -10,7 +10,7 @@ CC=${FUZZ_CC:-clang}
 [ -f config.h ] || { echo "build.sh: run ./configure first (no config.h here)" >&2; exit 2; }
 mkdir -p "$out/include"
 sed 's/^#define CKPT_HAVE_CUDA 1/#define CKPT_HAVE_CUDA 0/' config.h >"$out/include/config.h"
-deps="libzip zlib libcjson libpcre2-8"
+deps="libzip zlib libcjson libpcre2-8 libzstd"
 flags="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
 objs=""
 mkdir -p "$out/obj"
@@ -22,7 +22,7 @@ for src in lib/*/*.c; do
             $(pkg-config --cflags $deps) -c "$src" -o "$o"
     objs="$objs $o"
 done
-for t in ${FUZZ_TARGETS:-container pickle safetensors rename spec zip_dir tar scan folder}; do
+for t in ${FUZZ_TARGETS:-container pickle safetensors rename spec zip_dir tar scan folder dcp}; do
     $CC $flags -std=gnu11 -I"$out/include" -Ilib -Itests/fuzz $(pkg-config --cflags $deps) \
         tests/fuzz/fuzz_$t.c $objs $(pkg-config --libs $deps) -lm -lpthread -ldl \
         -o "$out/fuzz_$t"

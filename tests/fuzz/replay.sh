@@ -7,7 +7,7 @@ set -eu
 srcdir=${srcdir:-.}
 bindir=$(cd "${FUZZ_REPLAY_DIR:-tests/fuzz}" && pwd)
 status=0
-for t in container pickle safetensors rename spec zip_dir tar scan folder; do
+for t in container pickle safetensors rename spec zip_dir tar scan folder dcp; do
     dirs=
     for d in "$srcdir/tests/fuzz/corpus/$t" "$srcdir/tests/fuzz/crashes/$t"; do
         [ -d "$d" ] && dirs="$dirs $d"
