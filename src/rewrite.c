@@ -21,6 +21,12 @@ int rewrite_option(rewrite *rw, int opt, const char *arg)
     case REWRITE_OPT_IN_PLACE:
         rw->in_place = true;
         return 1;
+    case REWRITE_OPT_FORCE:
+        rw->force = true;
+        return 1;
+    case REWRITE_OPT_VERBOSE:
+        rw->verbose = true;
+        return 1;
     default:
         return cli_common_option(rw->cmd, opt, arg, &rw->common);
     }
@@ -29,8 +35,16 @@ int rewrite_option(rewrite *rw, int opt, const char *arg)
 int rewrite_positional(rewrite *rw, int argc, char **argv)
 {
     int n = argc - optind;
+    /* --in-place FILE; --in-place IN OUT as before (OUT may be IN) */
+    if (n == 1 && rw->in_place) {
+        rw->in = rw->out = argv[optind];
+        return CLI_EXIT_OK;
+    }
     if (n != 2)
-        return cli_usage_error(rw->cmd, n < 2 ? "needs IN and OUT" : "expects only IN and OUT");
+        return cli_usage_error(rw->cmd, rw->in_place ? (n < 1 ? "--in-place needs FILE"
+                                                               : "expects FILE, or IN and OUT")
+                                        : n < 2 ? "needs IN and OUT"
+                                                : "expects only IN and OUT");
     rw->in = argv[optind];
     rw->out = argv[optind + 1];
     if (strcmp(rw->out, "-") == 0)
@@ -127,6 +141,34 @@ static void on_progress(void *user, uint64_t done, uint64_t total)
     p->shown = true;
 }
 
+/* How OUT was written: with --verbose always; the change of a file's bytes
+ * in place always (unless --quiet), since its checksum changes with them. */
+static void report_method(rewrite *rw, const ckpt_write_result *res)
+{
+    char a[32], b[32];
+    if (rw->common.quiet)
+        return;
+    if (res->method == CKPT_WROTE_IN_PLACE) {
+        if (rw->verbose)
+            cli_error(rw->cmd, rw->out,
+                      "in place: wrote %s (pickle record at byte %llu, directory, and a "
+                      "temporary copy of the old directory%s); no tensor byte moved; %s dead",
+                      cli_human_bytes(res->bytes_written, a, sizeof(a)),
+                      (unsigned long long)res->offset, res->direct ? ", O_DIRECT" : "",
+                      cli_human_bytes(res->dead_bytes, b, sizeof(b)));
+        cli_error(rw->cmd, rw->out, "note: edited in place: its bytes changed, so does any "
+                                    "checksum of it (sha256, a cache's hash)");
+    } else if (res->method == CKPT_WROTE_CLONE) {
+        if (rw->verbose)
+            cli_error(rw->cmd, rw->out, "cloned: a new file sharing the input's data (FICLONE), "
+                                        "then edited in place: wrote %s",
+                      cli_human_bytes(res->bytes_written, a, sizeof(a)));
+    } else if (rw->verbose) {
+        cli_error(rw->cmd, rw->out, "streamed: a new file, then renamed to %s%s%s",
+                  rw->out, res->why[0] ? "; not in place: " : "", res->why);
+    }
+}
+
 static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
 {
     if (rw->dry_run)
@@ -134,9 +176,12 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
     progress_state ps = {.start = time(NULL)};
     if (!rw->out_format) /* DESIGN.md: --to, else OUT's extension, else pth-zip */
         rw->out_format = ckpt_format_for_path(rw->out);
-    ckpt_write_options wo = {.flags = (rw->in_place ? CKPT_WRITE_IN_PLACE : 0) | rw->write_flags,
+    ckpt_write_result res;
+    ckpt_write_options wo = {.flags = (rw->in_place ? CKPT_WRITE_IN_PLACE : 0) |
+                                      (rw->force ? CKPT_WRITE_FORCE : 0) | rw->write_flags,
                              .format = rw->out_format,
-                             .shard_size = rw->shard_size};
+                             .shard_size = rw->shard_size,
+                             .result = &res};
     if (!rw->common.quiet && isatty(2)) {
         wo.progress = on_progress;
         wo.user = &ps;
@@ -152,6 +197,7 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
     }
     if (rw->changed == 0 && !rw->common.quiet)
         cli_error(rw->cmd, rw->in, "%s; wrote an unchanged copy", nothing_changed);
+    report_method(rw, &res);
     if (!rw->common.quiet) {
         if (rw->pending)
             fputs(rw->pending, stdout);

@@ -10,9 +10,13 @@
 #include "formats/format.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 CKPT_API ckpt_format ckpt_format_for_path(const char *path)
 {
@@ -113,6 +117,61 @@ static int write_one(ckpt_file *f, const ckpt_format_desc *d, const char *path,
     return rc;
 }
 
+/*
+ * In place: PATH is the input.  It is refused when it has other names (a
+ * symbolic link to it, other hard links) unless CKPT_WRITE_FORCE: an edit
+ * in place changes it under every name.  It is locked (flock, exclusive,
+ * not waiting) against another ckpt rewriting it at the same time; the
+ * format's in-place writer then writes only what changes, or says why it
+ * cannot, and a new file is renamed over it as before.
+ */
+static int write_in_place(ckpt_file *f, const ckpt_format_desc *d, const char *path,
+                          const ckpt_write_options *opt)
+{
+    ckpt_write_result *res = opt ? opt->result : NULL;
+    bool force = opt && (opt->flags & CKPT_WRITE_FORCE);
+    struct stat ls, st;
+    if (!force && lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode))
+        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                        "a symbolic link: editing in place would change the file it points to "
+                        "under every name (a Hugging Face cache shares one file between "
+                        "snapshots); write a new file (IN OUT), or pass --force");
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot open for writing: %s", strerror(errno));
+    int rc = CKPT_OK;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != f->dev || (uint64_t)st.st_ino != f->ino)
+        rc = ckpt_err(&f->err, CKPT_ERR_IO, "the file was replaced since it was read; nothing "
+                                            "was written");
+    else if (!force && st.st_nlink > 1)
+        rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                      "it has %llu hard links: editing in place would change it under every "
+                      "name; write a new file (IN OUT), or pass --force",
+                      (unsigned long long)st.st_nlink);
+    else if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        rc = ckpt_err(&f->err, CKPT_ERR_IO,
+                      errno == EWOULDBLOCK ? "another program is rewriting it (it holds its "
+                                             "lock); nothing was written"
+                                           : "cannot lock it: %s",
+                      strerror(errno));
+    if (rc == CKPT_OK) {
+        rc = CKPT_ERR_UNSUPPORTED;
+        if (d->write_in_place)
+            rc = d->write_in_place(f, fd, path, opt, res);
+        else if (res)
+            snprintf(res->why, sizeof(res->why), "%s files are not edited in place", d->name);
+        if (rc == CKPT_OK && res)
+            res->method = CKPT_WROTE_IN_PLACE;
+        if (rc == CKPT_ERR_UNSUPPORTED) {
+            /* a new file, renamed over this one (the lock is held meanwhile) */
+            ckpt_err_clear(&f->err);
+            rc = write_one(f, d, path, opt);
+        }
+    }
+    close(fd);
+    return rc;
+}
+
 /* f->parts.write: a part of a set, in OPT's format or as its name says. */
 static int write_part(ckpt_file *f, const char *path, const ckpt_write_options *opt)
 {
@@ -128,6 +187,10 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
     if (!ckpt_file_valid(f) || !path || !f->root)
         return CKPT_ERR_USAGE;
     ckpt_err_clear(&f->err);
+    if (opt && opt->result) {
+        memset(opt->result, 0, sizeof(*opt->result));
+        opt->result->method = CKPT_WROTE_NEW;
+    }
     if (strcmp(path, "-") == 0)
         return ckpt_err(&f->err, CKPT_ERR_USAGE,
                         "refusing to write a binary checkpoint to standard output");
@@ -148,5 +211,9 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
     if (!d || (!d->write && !d->write_set))
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "cannot write the format %s",
                         ckpt_format_name(id));
-    return d->write_set ? d->write_set(f, path, opt) : write_one(f, d, path, opt);
+    if (d->write_set)
+        return d->write_set(f, path, opt);
+    if (opt && (opt->flags & CKPT_WRITE_IN_PLACE) && same_file(f, path))
+        return write_in_place(f, d, path, opt);
+    return write_one(f, d, path, opt);
 }
