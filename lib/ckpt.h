@@ -658,6 +658,7 @@ typedef struct ckpt_write_result {
                                temporary copy of the old directory) */
     uint64_t dead_bytes;    /* in place: bytes left that no record holds */
     uint64_t offset;        /* in place: where the new pickle record went */
+    uint64_t old_size, new_size; /* in place: the file's size before and after */
     int direct;             /* in place: 1 when the file's new end was written with O_DIRECT */
     char why[256];          /* in place asked for but not done: why ("" otherwise) */
 } ckpt_write_result;

@@ -141,8 +141,8 @@ static void on_progress(void *user, uint64_t done, uint64_t total)
     p->shown = true;
 }
 
-/* How OUT was written: with --verbose always; the change of a file's bytes
- * in place always (unless --quiet), since its checksum changes with them. */
+/* How OUT was written, with --verbose: the way taken, and for a file edited
+ * in place that its checksum changed with its bytes. */
 static void report_method(rewrite *rw, const ckpt_write_result *res)
 {
     char a[32], b[32];
@@ -152,12 +152,15 @@ static void report_method(rewrite *rw, const ckpt_write_result *res)
         if (rw->verbose)
             cli_error(rw->cmd, rw->out,
                       "in place: wrote %s (pickle record at byte %llu, directory, and a "
-                      "temporary copy of the old directory%s); no tensor byte moved; %s dead",
+                      "temporary copy of the old directory%s); no tensor byte moved; %llu -> "
+                      "%llu bytes, %s dead",
                       cli_human_bytes(res->bytes_written, a, sizeof(a)),
                       (unsigned long long)res->offset, res->direct ? ", O_DIRECT" : "",
+                      (unsigned long long)res->old_size, (unsigned long long)res->new_size,
                       cli_human_bytes(res->dead_bytes, b, sizeof(b)));
-        cli_error(rw->cmd, rw->out, "note: edited in place: its bytes changed, so does any "
-                                    "checksum of it (sha256, a cache's hash)");
+        if (rw->verbose)
+            cli_error(rw->cmd, rw->out, "note: edited in place: its bytes changed, so does any "
+                                        "checksum of it (sha256, a cache's hash)");
     } else if (res->method == CKPT_WROTE_CLONE) {
         if (rw->verbose)
             cli_error(rw->cmd, rw->out, "cloned: a new file sharing the input's data (FICLONE), "

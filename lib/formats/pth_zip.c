@@ -484,6 +484,8 @@ static int pth_zip_write_in_place(ckpt_file *f, int fd, const char *path,
             res->bytes_written = r.written;
             res->dead_bytes = r.dead;
             res->offset = r.offset;
+            res->old_size = r.old_size;
+            res->new_size = r.new_size;
             res->direct = r.direct;
         }
         if (rc == CKPT_ERR_UNSUPPORTED && r.over_bound)
