@@ -146,10 +146,15 @@ static void on_progress(void *user, uint64_t done, uint64_t total)
 static void report_method(rewrite *rw, const ckpt_write_result *res)
 {
     char a[32], b[32];
-    if (rw->common.quiet)
+    if (rw->common.quiet && !rw->verbose)
         return;
     if (res->method == CKPT_WROTE_IN_PLACE) {
-        if (rw->verbose)
+        if (rw->verbose && rw->out_format == CKPT_FORMAT_SAFETENSORS)
+            cli_error(rw->cmd, rw->out,
+                      "in place: rewrote the header (%llu bytes, padded with spaces to its old "
+                      "length, in its first 512-byte sector); no tensor byte moved",
+                      (unsigned long long)res->bytes_written);
+        else if (rw->verbose)
             cli_error(rw->cmd, rw->out,
                       "in place: wrote %s (pickle record at byte %llu, directory, and a "
                       "temporary copy of the old directory%s); no tensor byte moved; %llu -> "
