@@ -172,8 +172,9 @@ static void report_method(rewrite *rw, const ckpt_write_result *res)
                                         "then edited in place: wrote %s",
                       cli_human_bytes(res->bytes_written, a, sizeof(a)));
     } else if (rw->verbose) {
-        cli_error(rw->cmd, rw->out, "streamed: a new file, then renamed to %s%s%s",
-                  rw->out, res->why[0] ? "; not in place: " : "", res->why);
+        bool inp = rw->in_place && strcmp(rw->in, rw->out) == 0;
+        cli_error(rw->cmd, rw->out, "streamed: a new file, then renamed to %s%s%s", rw->out,
+                  !res->why[0] ? "" : inp ? "; not in place: " : "; not cloned: ", res->why);
     }
 }
 

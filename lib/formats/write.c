@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
+#include <linux/fs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -91,6 +93,50 @@ static uint64_t expected_size(ckpt_file *f, const ckpt_write_options *opt)
     return sum;
 }
 
+/*
+ * A new file that shares the input's extents (FICLONE: btrfs, xfs with
+ * reflink, ...) and is then edited in place by the format: no data is
+ * copied.  *DONE says whether it was; where the filesystem cannot, or the
+ * format cannot edit this rewrite in place, nothing is left in OUT and the
+ * caller writes it whole.  CKPT_NO_CLONE (the benchmarks' switch) skips it.
+ */
+static int write_clone(ckpt_file *f, const ckpt_format_desc *d, int out, const char *path,
+                       const ckpt_write_options *opt, bool *done)
+{
+    ckpt_write_result *res = opt ? opt->result : NULL;
+    *done = false;
+    const char *no = getenv("CKPT_NO_CLONE");
+    if (!d->write_in_place || f->main.fd < 0 || f->nshards || (no && *no))
+        return CKPT_OK;
+#ifdef FICLONE
+    if (ioctl(out, FICLONE, f->main.fd) != 0) {
+        if (res)
+            snprintf(res->why, sizeof(res->why), "the filesystem shares no extents with the "
+                     "input (FICLONE: %s)", strerror(errno));
+        return CKPT_OK;
+    }
+    int rc = d->write_in_place(f, out, path, opt, res);
+    if (rc == CKPT_OK) {
+        *done = true;
+        if (res)
+            res->method = CKPT_WROTE_CLONE;
+        return CKPT_OK;
+    }
+    if (rc != CKPT_ERR_UNSUPPORTED)
+        return rc;
+    ckpt_err_clear(&f->err);
+    if (ftruncate(out, 0) != 0)
+        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot write: %s", strerror(errno));
+    return CKPT_OK;
+#else
+    (void)out;
+    (void)path;
+    if (res)
+        snprintf(res->why, sizeof(res->why), "no FICLONE on this system");
+    return CKPT_OK;
+#endif
+}
+
 /* One file of format D at PATH: a temporary file renamed when complete. */
 static int write_one(ckpt_file *f, const ckpt_format_desc *d, const char *path,
                      const ckpt_write_options *opt)
@@ -108,7 +154,10 @@ static int write_one(ckpt_file *f, const ckpt_format_desc *d, const char *path,
     if (in_place && fchmod(out.fd, (mode_t)(f->mode & 07777)) != 0)
         rc = ckpt_err(&f->err, CKPT_ERR_IO, "cannot set the mode of '%s': %s", path,
                       strerror(errno));
-    if (rc == CKPT_OK)
+    bool done = false;
+    if (rc == CKPT_OK && !in_place)
+        rc = write_clone(f, d, out.fd, path, opt, &done);
+    if (rc == CKPT_OK && !done)
         rc = d->write(f, out.fd, path, opt);
     if (rc == CKPT_OK)
         rc = ckpt_out_commit(&out, &f->err);
