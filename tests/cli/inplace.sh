@@ -127,6 +127,35 @@ else
     skip "a zip with a comment" "no python"
 fi
 
+# ===========================================================================
+say "a new OUT: cloned where the filesystem shares extents, else streamed; --verbose says which"
+expect_exit 0 ckpt strip-module --verbose "$data/dp_mlp.pth" v.pth
+check "stderr: cloned, or streamed and why not cloned" grep -Eq \
+    "^ckpt: strip-module: v\\.pth: (cloned: |streamed: a new file, then renamed to v\\.pth; not cloned: the filesystem shares no extents with the input \\(FICLONE: )" "$err"
+if [ "$(id -u)" -eq 0 ] && command -v mkfs.xfs >/dev/null 2>&1 && truncate -s 320M xfs.img &&
+    mkfs.xfs -q -f -m reflink=1 xfs.img 2>/dev/null && mkdir xfs && mount -o loop xfs.img xfs 2>/dev/null; then
+    cp "$data/dp_mlp.pth" xfs/in.pth
+    expect_exit 0 ckpt strip-module --verbose xfs/in.pth xfs/out.pth
+    expect_stderr_line "^ckpt: strip-module: xfs/out\\.pth: cloned: a new file sharing the input's data \\(FICLONE\\), then edited in place: wrote "
+    expect_exit 0 ckpt diff xfs/out.pth new.pth
+    expect_exit 0 ckpt scan xfs/out.pth
+    run env CKPT_NO_CLONE=1 "$CKPT" remap --verbose --to cpu xfs/in.pth xfs/out2.pth
+    last_cmd="CKPT_NO_CLONE=1 ckpt remap --verbose --to cpu xfs/in.pth xfs/out2.pth"
+    expect_status 0
+    check "CKPT_NO_CLONE: streamed" grep -q "^ckpt: remap: xfs/out2\\.pth: streamed: " "$err"
+    umount xfs
+else
+    skip "a clone on xfs" "needs root, mkfs.xfs and a loop mount"
+fi
+
+say "replacing an existing OUT leaves only OUT (its old blocks freed after the commit)"
+mkdir rep
+expect_exit 0 ckpt strip-module --quiet "$data/ssd300_narrow.pth" rep/out.pth
+expect_exit 0 ckpt add-module --quiet rep/out.pth rep/out2.pth
+expect_exit 0 ckpt strip-module --quiet rep/out2.pth rep/out.pth
+check "rep/ lists out.pth out2.pth: $(listing rep | tr '\n' ' ')" test "$(listing rep | tr '\n' ' ')" = "out.pth out2.pth "
+expect_exit 0 ckpt diff rep/out.pth "$data/ssd300_narrow.pth"
+
 say "a bound on dead bytes (CKPT_INPLACE_DEAD_MAX, for tests): over it, the file is compacted"
 cp "$data/dp_mlp.pth" b.pth
 expect_exit 0 ckpt strip-module --quiet --in-place b.pth
