@@ -262,7 +262,14 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
                         ckpt_format_name(id));
     if (d->write_set)
         return d->write_set(f, path, opt);
-    if (opt && (opt->flags & CKPT_WRITE_IN_PLACE) && same_file(f, path))
+    /* an edit in place keeps the format: a conversion replaces the file */
+    if (opt && (opt->flags & CKPT_WRITE_IN_PLACE) && same_file(f, path) && d->write_in_place &&
+        d->id == f->format)
         return write_in_place(f, d, path, opt);
+    if (opt && opt->result && (opt->flags & CKPT_WRITE_IN_PLACE) && same_file(f, path))
+        snprintf(opt->result->why, sizeof(opt->result->why),
+                 d->id != f->format ? "written as %s, it was %s: a conversion writes a new file"
+                                    : "%s files are not edited in place",
+                 d->name, ckpt_format_name(f->format));
     return write_one(f, d, path, opt);
 }

@@ -63,7 +63,7 @@ say "what is not edited in place is replaced by a new file, and --verbose says w
 cp "$data/legacy_mlp.pth" legacy.pth
 before=$(ino legacy.pth)
 expect_exit 0 ckpt remap --verbose --to cpu --in-place legacy.pth
-expect_stderr_line "^ckpt: remap: legacy\\.pth: streamed: a new file, then renamed to legacy\\.pth; not in place: the input is not one pth-zip file\$"
+expect_stderr_line "^ckpt: remap: legacy\\.pth: streamed: a new file, then renamed to legacy\\.pth; not in place: written as pth-zip, it was pth-legacy: a conversion writes a new file\$"
 check "a new inode" test "$(ino legacy.pth)" != "$before"
 cp "$data/mlp.pth" cast.pth
 expect_exit 0 ckpt convert --verbose --dtype float16 --in-place cast.pth cast.pth
