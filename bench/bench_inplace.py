@@ -38,6 +38,7 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(HERE)
 CKPT = os.environ.get('CKPT') or os.path.join(SRC, 'ckpt')
+BASELINE = None  # --baseline CKPT: replacing OUT with another build too
 GIB = 1 << 30
 
 
@@ -155,7 +156,7 @@ def bench_size(d, gib, runs, rows, notes):
                      % (gib, os.path.basename(g), os.path.getsize(g), n, plen,
                         time.perf_counter() - t))
     slow = max(1, min(runs, 3 if gib <= 4 else 1))
-    cps, news, repl = [], [], []
+    cps, news, repl, base = [], [], [], []
     for _ in range(slow):
         drop(c)
         cps.append(cp_fsync(g, c))
@@ -163,8 +164,13 @@ def bench_size(d, gib, runs, rows, notes):
         drop(s)
         news.append(timed([CKPT, 'strip-module', '--quiet', g, s])[0])
         os.sync()
-        repl.append(timed([CKPT, 'strip-module', '--quiet', g, s])[0])
-        os.sync()
+        # replacing OUT: the old one, the new one and IN at once
+        if shutil.disk_usage(d).free > os.path.getsize(g) + (2 << 30):
+            repl.append(timed([CKPT, 'strip-module', '--quiet', g, s])[0])
+            os.sync()
+            if BASELINE:
+                base.append(timed([BASELINE, 'strip-module', '--quiet', g, s])[0])
+                os.sync()
     inplace, direct = [], []
     for i in range(runs):
         cmd = 'add-module' if i % 2 == 0 else 'strip-module'
@@ -176,7 +182,13 @@ def bench_size(d, gib, runs, rows, notes):
     size = os.path.getsize(s)
     rows.append((gib, 'cp + fsync of the copy', cps))
     rows.append((gib, 'ckpt strip-module IN OUT (new OUT, streamed)', news))
-    rows.append((gib, 'ckpt strip-module IN OUT (OUT there from the run before)', repl))
+    if repl:
+        rows.append((gib, 'ckpt strip-module IN OUT (OUT there from the run before)', repl))
+    else:
+        notes.append('%d GiB: replacing an existing OUT not measured (IN, the old OUT and the new '
+                     'one do not fit on the disk at once)' % gib)
+    if base:
+        rows.append((gib, 'the same, replacing OUT, with %s (before this change)' % BASELINE, base))
     rows.append((gib, 'ckpt strip-module/add-module --in-place FILE', inplace))
     notes.append('%d GiB in place: %d of %d runs wrote the new end with O_DIRECT; FILE is %d '
                  'bytes after them' % (gib, sum(direct), len(direct), size))
@@ -230,7 +242,10 @@ def main():
     ap.add_argument('--dir', default=os.path.join(HERE, 'out'))
     ap.add_argument('--xfs', action='store_true')
     ap.add_argument('--keep', action='store_true')
+    ap.add_argument('--baseline', help='another ckpt to time replacing OUT with')
     a = ap.parse_args()
+    global BASELINE
+    BASELINE = a.baseline
     os.makedirs(a.dir, exist_ok=True)
     rows, notes = [], []
     for gib in [int(x) for x in a.sizes.split(',')]:
@@ -247,6 +262,10 @@ def main():
         if not a.keep:
             for p in (g, s, c):
                 drop(p)
+        report(a, rows, notes)
+
+
+def report(a, rows, notes):
     uname = platform.uname()
     print('## ckpt --in-place (issue 18)\n')
     print('- Date: %s UTC' % time.strftime('%Y-%m-%d %H:%M', time.gmtime()))
@@ -261,6 +280,8 @@ def main():
     for gib, what, ts in rows:
         print('| %d GiB | %s | %s | %s | %d |' % (gib, what, fmt(statistics.median(ts)),
                                                  fmt(min(ts)), len(ts)))
+    print()
+    sys.stdout.flush()
 
 
 if __name__ == '__main__':
