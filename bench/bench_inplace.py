@@ -39,6 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(HERE)
 CKPT = os.environ.get('CKPT') or os.path.join(SRC, 'ckpt')
 BASELINE = None  # --baseline CKPT: replacing OUT with another build too
+MARGIN = 16      # --margin: GiB of free space left to others
 GIB = 1 << 30
 
 
@@ -165,7 +166,7 @@ def bench_size(d, gib, runs, rows, notes):
         news.append(timed([CKPT, 'strip-module', '--quiet', g, s])[0])
         os.sync()
         # replacing OUT: the old one, the new one and IN at once
-        if shutil.disk_usage(d).free > os.path.getsize(g) + (2 << 30):
+        if shutil.disk_usage(d).free > os.path.getsize(g) + MARGIN * GIB:
             repl.append(timed([CKPT, 'strip-module', '--quiet', g, s])[0])
             os.sync()
             if BASELINE:
@@ -242,19 +243,23 @@ def main():
     ap.add_argument('--dir', default=os.path.join(HERE, 'out'))
     ap.add_argument('--xfs', action='store_true')
     ap.add_argument('--keep', action='store_true')
+    ap.add_argument('--margin', type=int, default=16,
+                    help='GiB of free space to leave to others (default 16)')
     ap.add_argument('--baseline', help='another ckpt to time replacing OUT with')
     a = ap.parse_args()
-    global BASELINE
-    BASELINE = a.baseline
+    global BASELINE, MARGIN
+    BASELINE, MARGIN = a.baseline, a.margin
     os.makedirs(a.dir, exist_ok=True)
     rows, notes = [], []
     for gib in [int(x) for x in a.sizes.split(',')]:
+        # IN and a copy at once, and a margin for others sharing the disk
         free = shutil.disk_usage(a.dir).free
-        need = 2 * gib * GIB + (2 << 30)
+        need = 2 * gib * GIB + a.margin * GIB
         if free < need:
-            fit = max(1, (free - (2 << 30)) // (2 * GIB))
-            notes.append('%d GiB does not fit (%.1f GiB free, %d GiB needed for IN and OUT): '
-                         'ran %d GiB instead' % (gib, free / GIB, need // GIB, fit))
+            fit = max(1, (free - a.margin * GIB) // (2 * GIB))
+            notes.append('%d GiB does not fit (%.1f GiB free, %d GiB needed for IN and a copy '
+                         'and %d GiB left to others): ran %d GiB instead'
+                         % (gib, free / GIB, need // GIB, a.margin, fit))
             gib = int(fit)
         g, s, c = bench_size(a.dir, gib, a.runs, rows, notes)
         if a.xfs and gib == min(int(x) for x in a.sizes.split(',')):

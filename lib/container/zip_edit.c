@@ -496,29 +496,29 @@ int ckpt_zip_replace(int fd, const ckpt_zip_layout *l, size_t k, const uint8_t *
     free(cd);
     if (rc == CKPT_OK)
         rc = sync_fd(fd, err);
-    if (rc == CKPT_OK && new_eof > l->cd_at) { /* step 3 */
-        uint64_t n = eof - l->cd_at;
-        uint8_t *z = calloc(1, (size_t)n);
-        rc = z ? pwrite_all(fd, z, (size_t)n, l->cd_at, err) : CKPT_ERR_NOMEM;
-        free(z);
-        if (rc == CKPT_OK)
-            rc = sync_fd(fd, err);
-        res->written += n;
-    }
     if (rc != CKPT_OK) {
         /* nothing before the old size was changed but dead bytes: cut back */
         if (ftruncate(fd, (off_t)eof) == 0)
             fsync(fd);
         return rc;
     }
-    if (ftruncate(fd, (off_t)new_eof) != 0) /* step 4: the switch */
-        rc = ckpt_err(err, CKPT_ERR_IO, "cannot cut the file to its new end: %s",
-                      strerror(errno));
-    if (rc != CKPT_OK) {
-        if (ftruncate(fd, (off_t)eof) == 0)
-            fsync(fd);
-        return rc;
+    /* from here on the old directory may be gone: the copy at the end is
+     * the old checkpoint until the switch, and the file is left so on an
+     * error (longer, but the old checkpoint to every reader) */
+    if (new_eof > l->cd_at) { /* step 3 */
+        uint64_t n = eof - l->cd_at;
+        uint8_t *z = calloc(1, (size_t)n);
+        rc = z ? pwrite_all(fd, z, (size_t)n, l->cd_at, err)
+               : ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        free(z);
+        if (rc == CKPT_OK)
+            rc = sync_fd(fd, err);
+        res->written += n;
+        CKPT_FORWARD(rc);
     }
+    if (ftruncate(fd, (off_t)new_eof) != 0) /* step 4: the switch */
+        return ckpt_err(err, CKPT_ERR_IO, "cannot cut the file to its new end (it is still the "
+                                          "old checkpoint): %s", strerror(errno));
     CKPT_FORWARD(sync_fd(fd, err));
     /* step 5: the replaced record is dead; where it stays inside the file
      * its bytes must not look like zip structures */
