@@ -107,7 +107,7 @@ typedef struct ckpt_zip_replace_result {
  * LEN bytes DATA, under the same name.  When the dead bytes would pass
  * DEAD_MAX, CKPT_ERR_UNSUPPORTED with res->over_bound before anything is
  * written.  On an error before the switch the file is the old archive. */
-int ckpt_zip_replace(int fd, const ckpt_zip_layout *l, size_t i, const uint8_t *data, size_t len,
+int ckpt_zip_replace(int fd, ckpt_zip_layout *l, size_t i, const uint8_t *data, size_t len,
                      uint64_t dead_max, ckpt_zip_replace_result *res, ckpt_error *err);
 
 /* ---- the archive as each reader sees it (zip_dir.c) -------------------------

@@ -49,6 +49,8 @@ typedef struct {
     size_t name_len;
     uint64_t header_at, data_at, end, size;
     uint32_t crc;
+    bool descriptor;       /* bit 3: a data descriptor follows the data */
+    bool read;             /* data_at and end come from its local header */
     size_t cd_off, cd_len; /* its bytes in the raw directory */
 } lentry;
 
@@ -107,6 +109,91 @@ static bool z64_fields(const uint8_t *x, size_t xl, uint64_t *usize, uint64_t *c
         k += 4 + len;
     }
     return *usize != U32_MAX && *csize != U32_MAX && *off != U32_MAX;
+}
+
+/* Entry X's data offset and end, from its local header; a descriptor is
+ * counted at its longest (24 bytes), so a record is never taken for
+ * shorter than it is. */
+static int read_local(int fd, const ckpt_zip_layout *l, lentry *x, ckpt_error *err)
+{
+    if (x->read)
+        return CKPT_OK;
+    uint8_t h[30];
+    if (ckpt_pread_all(fd, h, 30, x->header_at) || le(h, 4) != SIG_LOCAL)
+        return NOT_EDITABLE("entry '%s' points to no local header", x->name);
+    x->data_at = x->header_at + 30 + le(h + 26, 2) + le(h + 28, 2);
+    if (x->data_at + x->size > l->cd_at || x->data_at + x->size < x->data_at)
+        return NOT_EDITABLE("entry '%s' runs into the central directory", x->name);
+    x->end = x->data_at + x->size + (x->descriptor ? 24 : 0);
+    if (x->end > l->cd_at) /* (a shorter descriptor, right before it) */
+        x->end = l->cd_at;
+    x->read = true;
+    return CKPT_OK;
+}
+
+/* X's data must end before NEXT (the next record's header, or the
+ * directory); its descriptor, counted at its longest, may be shorter. */
+static int clamp(lentry *x, uint64_t next, ckpt_error *err)
+{
+    if (x->data_at + x->size > next)
+        return NOT_EDITABLE("entry '%s' overlaps the next one", x->name);
+    if (x->end > next)
+        x->end = next;
+    return CKPT_OK;
+}
+
+static const ckpt_zip_layout *sort_l;
+static int by_header(const void *a, const void *b)
+{
+    uint64_t x = sort_l->e[*(const size_t *)a].header_at, y = sort_l->e[*(const size_t *)b].header_at;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * Where each record ends, reading as few local headers as can be: a file of
+ * thousands of records spread over many GiB would pay a disk seek for each.
+ * A record followed by the next one within what torch's layout puts around
+ * its data (header, name, at most 99 bytes of extra field, descriptor) is
+ * taken to reach the next one; one followed by more room is read, and so is
+ * every record whose local header could, with an extra field of up to 64
+ * KiB, reach into that room: all room found is room no reader reads.
+ */
+#define TORCH_SLACK (30 + 99 + 24)
+static int extents(int fd, ckpt_zip_layout *l, ckpt_error *err)
+{
+    size_t *ix = malloc((l->n ? l->n : 1) * sizeof(*ix));
+    if (!ix)
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < l->n; i++)
+        ix[i] = i;
+    sort_l = l;
+    qsort(ix, l->n, sizeof(*ix), by_header);
+    int rc = CKPT_OK;
+    for (size_t k = 0; rc == CKPT_OK && k < l->n; k++) {
+        lentry *x = &l->e[ix[k]];
+        uint64_t next = k + 1 < l->n ? l->e[ix[k + 1]].header_at : l->cd_at;
+        uint64_t least = x->header_at + 30 + x->name_len + x->size;
+        if (least > next) {
+            rc = NOT_EDITABLE("entries '%s' and '%s' overlap", x->name, l->e[ix[k + 1]].name);
+            break;
+        }
+        if (next - least > TORCH_SLACK) {
+            /* room after it: it, and whatever could reach into the room */
+            rc = read_local(fd, l, x, err);
+            rc = rc ? rc : clamp(x, next, err);
+            for (size_t j = k; rc == CKPT_OK && j-- > 0;) {
+                lentry *y = &l->e[ix[j]];
+                if (y->header_at + 30 + y->name_len + 0xFFFF + y->size + 24 <= x->end)
+                    continue;
+                rc = read_local(fd, l, y, err);
+                rc = rc ? rc : clamp(y, l->e[ix[j + 1]].header_at, err);
+            }
+        } else if (!x->read) {
+            x->end = next;
+        }
+    }
+    free(ix);
+    return rc;
 }
 
 int ckpt_zip_layout_read(int fd, ckpt_zip_layout **out, ckpt_error *err)
@@ -206,27 +293,17 @@ int ckpt_zip_layout_read(int fd, ckpt_zip_layout **out, ckpt_error *err)
         x->crc = (uint32_t)le(q + 16, 4);
         x->cd_off = (size_t)pos;
         x->cd_len = 46 + nl + xl + cl;
-        /* where the record ends: its local header says how long it is; a
-         * descriptor is counted at its longest (24 bytes): a record is never
-         * taken for shorter than it is */
-        uint8_t h[30];
-        if (off > cd_at || ckpt_pread_all(fd, h, 30, off) || le(h, 4) != SIG_LOCAL) {
-            rc = NOT_EDITABLE("entry '%s' points to no local header", x->name);
-            break;
-        }
-        uint64_t data_at = off + 30 + le(h + 26, 2) + le(h + 28, 2);
-        x->data_at = data_at;
-        if (data_at + csize > cd_at || data_at + csize < data_at) {
+        x->descriptor = (le(q + 8, 2) & 8) != 0;
+        if (off + 30 + nl + csize > cd_at || off + 30 + nl + csize < off) {
             rc = NOT_EDITABLE("entry '%s' runs into the central directory", x->name);
             break;
         }
-        x->end = data_at + csize + ((le(q + 8, 2) & 8) ? 24 : 0);
-        if (x->end > cd_at) /* (a shorter descriptor, right before it) */
-            x->end = cd_at;
         pos += x->cd_len;
     }
     if (rc == CKPT_OK && pos != cd_size)
         rc = NOT_EDITABLE("its central directory holds more than its end record counts");
+    if (rc == CKPT_OK)
+        rc = extents(fd, l, err);
     if (rc != CKPT_OK) {
         ckpt_zip_layout_free(l);
         return rc;
@@ -371,13 +448,14 @@ static int scrub(int fd, uint64_t at, uint64_t len, bool *wrote, ckpt_error *err
     return rc;
 }
 
-int ckpt_zip_replace(int fd, const ckpt_zip_layout *l, size_t k, const uint8_t *data, size_t len,
+int ckpt_zip_replace(int fd, ckpt_zip_layout *l, size_t k, const uint8_t *data, size_t len,
                      uint64_t dead_max, ckpt_zip_replace_result *res, ckpt_error *err)
 {
     memset(res, 0, sizeof(*res));
     if (k >= l->n)
         return ckpt_err(err, CKPT_ERR_USAGE, "no record %zu", k);
-    const lentry *K = &l->e[k];
+    lentry *K = &l->e[k];
+    CKPT_FORWARD(read_local(fd, l, K, err)); /* its data, scrubbed once it is dead */
     uint32_t crc = ckpt_crc32_update(0, data, len);
     uint64_t eof = l->size;
 
