@@ -186,6 +186,13 @@ static int write_in_place(ckpt_file *f, const ckpt_format_desc *d, const char *p
                         "under every name (a Hugging Face cache shares one file between "
                         "snapshots); write a new file (IN OUT), or pass --force");
     int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS || errno == ETXTBSY)) {
+        /* a file one may not write may still be replaced, as before */
+        if (res)
+            snprintf(res->why, sizeof(res->why), "it cannot be opened for writing (%s)",
+                     strerror(errno));
+        return write_one(f, d, path, opt);
+    }
     if (fd < 0)
         return ckpt_err(&f->err, CKPT_ERR_IO, "cannot open for writing: %s", strerror(errno));
     int rc = CKPT_OK;
