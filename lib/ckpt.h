@@ -641,8 +641,10 @@ CKPT_API int ckpt_device_known(const char *tag);
 enum {
     CKPT_WRITE_IN_PLACE = 1 << 0, /* allow PATH to be the file that was opened */
     CKPT_WRITE_NO_DEDUPE = 1 << 1, /* safetensors: write tied tensors once per name */
-    CKPT_WRITE_FORCE = 1 << 2      /* in place: edit a file that has other hard links or is
+    CKPT_WRITE_FORCE = 1 << 2,     /* in place: edit a file that has other hard links or is
                                       reached through a symbolic link (refused otherwise) */
+    CKPT_WRITE_DEFER_FREE = 1 << 3 /* with a result: a replaced PATH is left under a hidden
+                                      name (result->replaced) for the caller to remove */
 };
 
 /* How ckpt_file_write wrote PATH (ckpt_write_options.result). */
@@ -661,6 +663,9 @@ typedef struct ckpt_write_result {
     uint64_t old_size, new_size; /* in place: the file's size before and after */
     int direct;             /* in place: 1 when the file's new end was written with O_DIRECT */
     char why[256];          /* in place asked for but not done: why ("" otherwise) */
+    char replaced[4096];    /* CKPT_WRITE_DEFER_FREE: the hidden name the replaced file
+                               still has (its last), "" when none: removing it frees its
+                               blocks, which takes about 0.3 s per GiB on ext4 */
 } ckpt_write_result;
 
 typedef struct ckpt_write_options {

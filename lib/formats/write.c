@@ -159,8 +159,19 @@ static int write_one(ckpt_file *f, const ckpt_format_desc *d, const char *path,
         rc = write_clone(f, d, out.fd, path, opt, &done);
     if (rc == CKPT_OK && !done)
         rc = d->write(f, out.fd, path, opt);
+    char *deferred = NULL;
+    ckpt_write_result *res = opt ? opt->result : NULL;
+    if (res && (opt->flags & CKPT_WRITE_DEFER_FREE))
+        out.deferred = &deferred;
     if (rc == CKPT_OK)
         rc = ckpt_out_commit(&out, &f->err);
+    if (deferred) {
+        if (strlen(deferred) < sizeof(res->replaced))
+            memcpy(res->replaced, deferred, strlen(deferred) + 1);
+        else
+            unlink(deferred);
+        free(deferred);
+    }
     if (rc != CKPT_OK)
         ckpt_out_abort(&out);
     return rc;

@@ -57,8 +57,8 @@
 #define TEMP_SLOTS 16
 
 /* Targets from this size on are linked aside while they are replaced
- * (ckpt_out_commit): below it, freeing their blocks costs nothing. */
-#define ASIDE_MIN (1 << 20)
+ * (ckpt_out_commit): below it, freeing their blocks takes a few milliseconds. */
+#define ASIDE_MIN (64 << 20)
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_LIVE };
 
@@ -152,7 +152,7 @@ static int check_space(const ckpt_out *o, uint64_t expect, ckpt_error *err)
 /* On failure the caller still calls ckpt_out_abort() to free O. */
 int ckpt_out_open(ckpt_out *o, const char *path, uint64_t expect, ckpt_error *err)
 {
-    memset(o, 0, sizeof(*o));
+    memset(o, 0, sizeof(*o)); /* (deferred: NULL) */
     o->fd = -1;
     if (!(o->path = strdup(path)) || !(o->dir = dir_of(path)))
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
@@ -267,7 +267,10 @@ int ckpt_out_commit(ckpt_out *o, ckpt_error *err)
         fsync(dfd);
         close(dfd);
     }
-    if (aside) {
+    if (aside && o->deferred) {
+        temp_release(&aside_slot);
+        *o->deferred = aside;
+    } else if (aside) {
         block_signals(&old);
         unlink(aside);
         temp_release(&aside_slot);

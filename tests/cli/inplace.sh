@@ -155,6 +155,17 @@ expect_exit 0 ckpt add-module --quiet rep/out.pth rep/out2.pth
 expect_exit 0 ckpt strip-module --quiet rep/out2.pth rep/out.pth
 check "rep/ lists out.pth out2.pth: $(listing rep | tr '\n' ' ')" test "$(listing rep | tr '\n' ' ')" = "out.pth out2.pth "
 expect_exit 0 ckpt diff rep/out.pth "$data/ssd300_narrow.pth"
+# a big OUT (sparse, 100 MiB) is freed by a child after ckpt exits
+truncate -s 100M rep/big.pth
+expect_exit 0 ckpt strip-module --quiet "$data/dp_mlp.pth" rep/big.pth
+expect_exit 0 ckpt diff rep/big.pth new.pth
+i=0
+while [ "$(listing rep | tr '\n' ' ')" != "big.pth out.pth out2.pth " ] && [ $i -lt 50 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+check "the replaced big OUT is gone within 5 s: rep/ lists $(listing rep | tr '\n' ' ')" \
+    test "$(listing rep | tr '\n' ' ')" = "big.pth out.pth out2.pth "
 
 say "a bound on dead bytes (CKPT_INPLACE_DEAD_MAX, for tests): over it, the file is compacted"
 cp "$data/dp_mlp.pth" b.pth
