@@ -22,7 +22,8 @@
  *   4. ftruncate the file to the end of the new end record: the switch, one
  *      metadata operation; fsync.  Every reader finds the new end record;
  *   5. zero any zip signature in the dead bytes of the replaced record; fsync.
- * On an error before step 4 the file is cut back to its old size.
+ * On an error in steps 1-2 the file is cut back to its old size; later, it
+ * is left as it is: the old checkpoint, through the copy at its end.
  */
 #include "container/container.h"
 
@@ -142,10 +143,14 @@ static int clamp(lentry *x, uint64_t next, ckpt_error *err)
     return CKPT_OK;
 }
 
-static const ckpt_zip_layout *sort_l;
+typedef struct {
+    uint64_t at;
+    size_t i;
+} by_at_t;
+
 static int by_header(const void *a, const void *b)
 {
-    uint64_t x = sort_l->e[*(const size_t *)a].header_at, y = sort_l->e[*(const size_t *)b].header_at;
+    uint64_t x = ((const by_at_t *)a)->at, y = ((const by_at_t *)b)->at;
     return x < y ? -1 : x > y;
 }
 
@@ -161,13 +166,19 @@ static int by_header(const void *a, const void *b)
 #define TORCH_SLACK (30 + 99 + 24)
 static int extents(int fd, ckpt_zip_layout *l, ckpt_error *err)
 {
+    by_at_t *o = malloc((l->n ? l->n : 1) * sizeof(*o));
     size_t *ix = malloc((l->n ? l->n : 1) * sizeof(*ix));
-    if (!ix)
+    if (!o || !ix) {
+        free(o);
+        free(ix);
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    }
     for (size_t i = 0; i < l->n; i++)
-        ix[i] = i;
-    sort_l = l;
-    qsort(ix, l->n, sizeof(*ix), by_header);
+        o[i] = (by_at_t){l->e[i].header_at, i};
+    qsort(o, l->n, sizeof(*o), by_header);
+    for (size_t i = 0; i < l->n; i++)
+        ix[i] = o[i].i;
+    free(o);
     int rc = CKPT_OK;
     for (size_t k = 0; rc == CKPT_OK && k < l->n; k++) {
         lentry *x = &l->e[ix[k]];
