@@ -236,7 +236,8 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
             cli_human_bytes((unsigned long long)st.st_size, size, sizeof(size));
         /* what OUT holds, as a reader finds it (a tensors-only format holds
          * one state dict of IN: counting IN's would say more) */
-        ckpt_file *o = ckpt_file_new();
+        /* (a file edited in place holds what f holds: not read again) */
+        ckpt_file *o = res.method == CKPT_WROTE_NEW ? ckpt_file_new() : NULL;
         bool reread = o && ckpt_file_open(o, rw->out) == CKPT_OK;
         ckpt_file *w = reread ? o : f;
         size_t ns = ckpt_file_storage_count(w), used = 0, nt = ckpt_file_tensor_count(w);
