@@ -2,7 +2,7 @@
 #include "rewrite.h"
 
 static const char usage[] =
-    "usage: ckpt add-module [--prefix P] [--select PATH] [--dry-run] [--in-place] IN OUT\n"
+    "usage: ckpt add-module [--prefix P] [--select PATH] [--dry-run] (IN OUT | --in-place FILE)\n"
     "\n"
     "Add the prefix P (default 'module.') once in front of every key of every\n"
     "state dict of IN, rewrite their _metadata as DataParallel's would be, and\n"
@@ -12,7 +12,10 @@ static const char usage[] =
     "  --prefix P      the prefix to add (default 'module.')\n"
     "  --select PATH   only the mapping at PATH (keys joined by '/')\n"
     "  --dry-run       print 'old -> new' for each key that would change; write nothing\n"
-    "  --in-place      allow OUT to be IN (replaced atomically)\n"
+    "  --in-place      FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
+    "                  pickle and zip directory are written; else replaced atomically)\n"
+    "  --force         with --in-place: edit a file that has other links\n"
+    "  --verbose       say how the output was written\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
     "                  as for every command (ckpt --help)\n";
 

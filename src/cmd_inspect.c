@@ -351,6 +351,9 @@ static int print_json(inspect *in)
         cJSON *rec = cJSON_AddArrayToObject(root, "records");
         for (size_t i = 0; i < ckpt_file_record_count(f); i++)
             cJSON_AddItemToArray(rec, cJSON_CreateString(ckpt_file_record_name(f, i)));
+        uint64_t dead;
+        if (ckpt_file_dead_bytes(f, &dead) == CKPT_OK) /* left by in-place rewrites */
+            cJSON_AddItemToObject(root, "dead_bytes", cli_json_int((long long)dead));
     }
     cJSON *layout = ckpt_file_layout(f) ? cJSON_Parse(ckpt_file_layout(f)) : NULL;
     if (layout)
@@ -516,6 +519,10 @@ static int print_text(inspect *in)
         char pesc[1024];
         printf("archive prefix '%s', %zu records\n",
                cli_escape(ckpt_file_prefix(f), pesc, sizeof pesc), ckpt_file_record_count(f));
+        uint64_t dead;
+        if (ckpt_file_dead_bytes(f, &dead) == CKPT_OK && dead)
+            printf("dead bytes: %s (no record holds them: left by in-place rewrites)\n",
+                   cli_human_bytes(dead, b1, sizeof(b1)));
     }
     cli_torch_load_print(in->file, "");
     print_layout(f);

@@ -5,8 +5,8 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: ckpt remap (--to DEVICE | --map FROM=TO [--map ...]) [--dry-run] [--in-place]\n"
-    "                  IN OUT\n"
+    "usage: ckpt remap (--to DEVICE | --map FROM=TO [--map ...]) [--dry-run]\n"
+    "                  (IN OUT | --in-place FILE)\n"
     "\n"
     "Rewrite the location tag saved with each storage of IN (cuda:1 -> cpu) and\n"
     "write OUT, so that it loads without map_location on a machine without that\n"
@@ -17,7 +17,10 @@ static const char usage[] =
     "                  type (cuda: cuda and every cuda:N) or '*'; repeatable, the\n"
     "                  first rule that matches a storage applies\n"
     "  --dry-run       print 'old -> new (N storages)'; write nothing\n"
-    "  --in-place      allow OUT to be IN (replaced atomically)\n"
+    "  --in-place      FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
+    "                  pickle and zip directory are written; else replaced atomically)\n"
+    "  --force         with --in-place: edit a file that has other links\n"
+    "  --verbose       say how the output was written\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
     "                  as for every command (ckpt --help)\n";
 

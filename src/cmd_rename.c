@@ -5,7 +5,7 @@
 
 static const char usage[] =
     "usage: ckpt rename -e 's/REGEX/REPLACEMENT/[gi]' [-e ...] [--select PATH] [--dry-run]\n"
-    "                   [--in-place] IN OUT\n"
+    "                   (IN OUT | --in-place FILE)\n"
     "\n"
     "Rename the keys of every state dict of IN with sed-style rules, applied in\n"
     "order, each to the result of the one before; rewrite their _metadata to match\n"
@@ -16,7 +16,10 @@ static const char usage[] =
     "  -e, --expression RULE  a rule (repeatable, at least one)\n"
     "  --select PATH          only the mapping at PATH (keys joined by '/')\n"
     "  --dry-run              print 'old -> new' for each key that would change\n"
-    "  --in-place             allow OUT to be IN (replaced atomically)\n"
+    "  --in-place             FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
+    "                         pickle and zip directory are written; else replaced atomically)\n"
+    "  --force                with --in-place: edit a file that has other links\n"
+    "  --verbose              say how the output was written\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
     "                         as for every command (ckpt --help)\n";
 

@@ -10,6 +10,8 @@ typedef struct rewrite {
     cli_common common;
     const char *select;
     bool dry_run, in_place;
+    bool force;          /* --force: edit in place a file with other names */
+    bool verbose;        /* --verbose: say how OUT was written */
     const char *in, *out;
     size_t changed;      /* keys (or storages) that change */
     bool any_state_dict; /* at least one mapping was visited */
@@ -24,18 +26,23 @@ typedef struct rewrite {
 enum {
     REWRITE_OPT_SELECT = CLI_OPT_FIRST_COMMAND_OPTION + 50,
     REWRITE_OPT_DRY_RUN,
-    REWRITE_OPT_IN_PLACE
+    REWRITE_OPT_IN_PLACE,
+    REWRITE_OPT_FORCE,
+    REWRITE_OPT_VERBOSE
 };
 
 #define REWRITE_LONG_OPTIONS                                          \
     {"select", required_argument, NULL, REWRITE_OPT_SELECT},          \
     {"dry-run", no_argument, NULL, REWRITE_OPT_DRY_RUN},              \
     {"in-place", no_argument, NULL, REWRITE_OPT_IN_PLACE},            \
+    {"force", no_argument, NULL, REWRITE_OPT_FORCE},                  \
+    {"verbose", no_argument, NULL, REWRITE_OPT_VERBOSE},              \
     CLI_COMMON_LONG_OPTIONS
 
 /* Options every rewrite takes: 1 handled, 0 not ours, -1 usage error. */
 int rewrite_option(rewrite *rw, int opt, const char *arg);
-/* IN and OUT from what getopt left; CLI_EXIT_OK or a usage error. */
+/* IN and OUT from what getopt left (with --in-place, FILE alone is IN and
+ * OUT); CLI_EXIT_OK or a usage error. */
 int rewrite_positional(rewrite *rw, int argc, char **argv);
 /* Open IN, rename keys by RULES, write OUT (or print the plan). */
 int rewrite_keys(rewrite *rw, const ckpt_rename *rules);

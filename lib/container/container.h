@@ -61,6 +61,54 @@ int ckpt_zipw_finish(ckpt_zipw *w);
 size_t ckpt_zipw_count(const ckpt_zipw *w);
 const char *ckpt_zipw_name(const ckpt_zipw *w, size_t i);
 uint32_t ckpt_zipw_crc(const ckpt_zipw *w, size_t i);
+/* Move the cursor: the next record begins at POS (an in-place rewrite). */
+void ckpt_zipw_seek(ckpt_zipw *w, uint64_t pos);
+/* Bytes a record of a NAME_LEN-byte name and SIZE data bytes takes when its
+ * local header is at AT: header, padding to 64, data, descriptor. */
+uint64_t ckpt_zipw_span(size_t name_len, uint64_t size, uint64_t at);
+/* The central directory entry ckpt_zipw_finish writes for a record, into H
+ * (CAP bytes); its length, 0 when it does not fit. */
+size_t ckpt_zipw_central(uint8_t *h, size_t cap, const char *name, uint64_t offset,
+                         uint64_t size, uint32_t crc);
+/* The end records after a directory of COUNT entries, CD_SIZE bytes at
+ * CD_START: zip64 end record, zip64 locator, end record (98 bytes). */
+#define CKPT_ZIPW_ENDS 98
+void ckpt_zipw_ends(uint8_t r[CKPT_ZIPW_ENDS], uint64_t count, uint64_t cd_start, uint64_t cd_size);
+
+/* ---- replacing one record in place (zip_edit.c) -----------------------------
+ * A zip laid out as torch.save writes it (end record last, no comment, the
+ * directory right before the end records, no second end record near the
+ * end) can have one record replaced by writing only that record, a new
+ * directory and end records, never moving another record; the file is the
+ * old archive or the new one to every reader at every instant (the steps
+ * and why: lib/README.md, "In-place rewrites"). */
+typedef struct ckpt_zip_layout ckpt_zip_layout;
+/* The layout of FD's archive; CKPT_ERR_UNSUPPORTED, saying why, when it is
+ * not one that can be edited so. */
+int ckpt_zip_layout_read(int fd, ckpt_zip_layout **out, ckpt_error *err);
+void ckpt_zip_layout_free(ckpt_zip_layout *l);
+size_t ckpt_zip_layout_count(const ckpt_zip_layout *l);
+const char *ckpt_zip_layout_name(const ckpt_zip_layout *l, size_t i);
+uint64_t ckpt_zip_layout_size(const ckpt_zip_layout *l, size_t i);
+uint32_t ckpt_zip_layout_crc(const ckpt_zip_layout *l, size_t i);
+uint64_t ckpt_zip_layout_file_size(const ckpt_zip_layout *l);
+/* Bytes before the directory that no record holds (left by in-place edits). */
+uint64_t ckpt_zip_layout_dead(const ckpt_zip_layout *l);
+
+typedef struct ckpt_zip_replace_result {
+    uint64_t offset;          /* where the new record's local header went */
+    uint64_t old_size, new_size;
+    uint64_t dead;            /* dead bytes after the replacement */
+    uint64_t written;         /* bytes written, the temporary copy included */
+    bool direct;              /* the copy went with O_DIRECT */
+    bool over_bound;          /* refused: DEAD would pass the bound */
+} ckpt_zip_replace_result;
+/* Replace record I of FD (laid out as L, read with the file locked) by the
+ * LEN bytes DATA, under the same name.  When the dead bytes would pass
+ * DEAD_MAX, CKPT_ERR_UNSUPPORTED with res->over_bound before anything is
+ * written.  On an error before the switch the file is the old archive. */
+int ckpt_zip_replace(int fd, ckpt_zip_layout *l, size_t i, const uint8_t *data, size_t len,
+                     uint64_t dead_max, ckpt_zip_replace_result *res, ckpt_error *err);
 
 /* ---- the archive as each reader sees it (zip_dir.c) -------------------------
  * torch.load, Python's zipfile (scanners) and libzip (ckpt's other commands)

@@ -192,61 +192,60 @@ int ckpt_zipw_end(ckpt_zipw *w, uint32_t crc)
     return write_at(w, d, 16);
 }
 
-int ckpt_zipw_finish(ckpt_zipw *w)
+size_t ckpt_zipw_central(uint8_t *h, size_t cap, const char *name, uint64_t offset,
+                         uint64_t size, uint32_t crc)
 {
-    uint64_t cd_start = w->pos;
-    for (size_t i = 0; i < w->n; i++) {
-        zentry *e = &w->ents[i];
-        size_t L = strlen(e->name);
-        bool big_size = e->size >= U32_MAX_FIELD, big_off = e->offset >= U32_MAX_FIELD;
-        size_t z64 = (big_size || big_off) ? 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0) : 0;
-        uint8_t h[46 + 28];
-        le32(h, 0x02014b50);
-        le16(h + 4, 0);  /* made by */
-        le16(h + 6, 0);  /* needed */
-        le16(h + 8, e->size ? 0x0808 : 0x0800);
-        le16(h + 10, 0); /* stored */
-        le16(h + 12, 0);
-        le16(h + 14, 0);
-        le32(h + 16, e->crc);
-        le32(h + 20, big_size ? U32_MAX_FIELD : (uint32_t)e->size);
-        le32(h + 24, big_size ? U32_MAX_FIELD : (uint32_t)e->size);
-        le16(h + 28, (uint16_t)L);
-        le16(h + 30, (uint16_t)z64);
-        le16(h + 32, 0); /* comment */
-        le16(h + 34, 0); /* disk */
-        le16(h + 36, 0); /* internal attributes */
-        le32(h + 38, 0); /* external attributes */
-        le32(h + 42, big_off ? U32_MAX_FIELD : (uint32_t)e->offset);
-        CKPT_FORWARD(write_at(w, h, 46));
-        CKPT_FORWARD(write_at(w, e->name, L));
-        if (z64) {
-            size_t k = 0;
-            le16(h + k, 0x0001);
-            le16(h + k + 2, (uint16_t)(z64 - 4));
-            k += 4;
-            if (big_size) {
-                le64(h + k, e->size);
-                le64(h + k + 8, e->size);
-                k += 16;
-            }
-            if (big_off) {
-                le64(h + k, e->offset);
-                k += 8;
-            }
-            CKPT_FORWARD(write_at(w, h, k));
+    size_t L = strlen(name);
+    bool big_size = size >= U32_MAX_FIELD, big_off = offset >= U32_MAX_FIELD;
+    size_t z64 = (big_size || big_off) ? 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0) : 0;
+    if (L > 0xFFFF || cap < 46 + L + z64)
+        return 0;
+    le32(h, 0x02014b50);
+    le16(h + 4, 0);  /* made by */
+    le16(h + 6, 0);  /* needed */
+    le16(h + 8, size ? 0x0808 : 0x0800);
+    le16(h + 10, 0); /* stored */
+    le16(h + 12, 0);
+    le16(h + 14, 0);
+    le32(h + 16, crc);
+    le32(h + 20, big_size ? U32_MAX_FIELD : (uint32_t)size);
+    le32(h + 24, big_size ? U32_MAX_FIELD : (uint32_t)size);
+    le16(h + 28, (uint16_t)L);
+    le16(h + 30, (uint16_t)z64);
+    le16(h + 32, 0); /* comment */
+    le16(h + 34, 0); /* disk */
+    le16(h + 36, 0); /* internal attributes */
+    le32(h + 38, 0); /* external attributes */
+    le32(h + 42, big_off ? U32_MAX_FIELD : (uint32_t)offset);
+    memcpy(h + 46, name, L);
+    if (z64) {
+        uint8_t *x = h + 46 + L;
+        size_t k = 0;
+        le16(x + k, 0x0001);
+        le16(x + k + 2, (uint16_t)(z64 - 4));
+        k += 4;
+        if (big_size) {
+            le64(x + k, size);
+            le64(x + k + 8, size);
+            k += 16;
         }
+        if (big_off)
+            le64(x + k, offset);
     }
-    uint64_t cd_size = w->pos - cd_start, eocd64 = w->pos;
-    uint8_t r[56 + 20 + 22];
+    return 46 + L + z64;
+}
+
+void ckpt_zipw_ends(uint8_t r[CKPT_ZIPW_ENDS], uint64_t count, uint64_t cd_start, uint64_t cd_size)
+{
+    uint64_t eocd64 = cd_start + cd_size;
     le32(r, 0x06064b50);
     le64(r + 4, 44);
     le16(r + 12, 0x031E);
     le16(r + 14, 0x002D);
     le32(r + 16, 0);
     le32(r + 20, 0);
-    le64(r + 24, w->n);
-    le64(r + 32, w->n);
+    le64(r + 24, count);
+    le64(r + 32, count);
     le64(r + 40, cd_size);
     le64(r + 48, cd_start);
     le32(r + 56, 0x07064b50);
@@ -257,11 +256,41 @@ int ckpt_zipw_finish(ckpt_zipw *w)
     le32(c, 0x06054b50);
     le16(c + 4, 0);
     le16(c + 6, 0);
-    le16(c + 8, (uint16_t)(w->n < 0xFFFF ? w->n : 0xFFFF));
-    le16(c + 10, (uint16_t)(w->n < 0xFFFF ? w->n : 0xFFFF));
+    le16(c + 8, (uint16_t)(count < 0xFFFF ? count : 0xFFFF));
+    le16(c + 10, (uint16_t)(count < 0xFFFF ? count : 0xFFFF));
     le32(c + 12, cd_size < U32_MAX_FIELD ? (uint32_t)cd_size : U32_MAX_FIELD);
     le32(c + 16, cd_start < U32_MAX_FIELD ? (uint32_t)cd_start : U32_MAX_FIELD);
     le16(c + 20, 0);
+}
+
+uint64_t ckpt_zipw_span(size_t name_len, uint64_t size, uint64_t at)
+{
+    bool big_size = size >= U32_MAX_FIELD, big_off = at >= U32_MAX_FIELD;
+    bool z = big_size || big_off;
+    size_t z64 = z ? 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0) : 0;
+    uint64_t start = at + 30 + name_len + z64 + 4;
+    uint64_t pad = (ALIGN - start % ALIGN) % ALIGN;
+    return start + pad - at + size + (size ? (z ? 24 : 16) : 0);
+}
+
+void ckpt_zipw_seek(ckpt_zipw *w, uint64_t pos)
+{
+    w->pos = pos;
+}
+
+int ckpt_zipw_finish(ckpt_zipw *w)
+{
+    uint64_t cd_start = w->pos;
+    for (size_t i = 0; i < w->n; i++) {
+        zentry *e = &w->ents[i];
+        uint8_t h[46 + 28 + 0xFFFF];
+        size_t n = ckpt_zipw_central(h, sizeof(h), e->name, e->offset, e->size, e->crc);
+        if (!n)
+            return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "record name too long");
+        CKPT_FORWARD(write_at(w, h, n));
+    }
+    uint8_t r[CKPT_ZIPW_ENDS];
+    ckpt_zipw_ends(r, w->n, cd_start, w->pos - cd_start);
     return write_at(w, r, sizeof(r));
 }
 

@@ -34,6 +34,13 @@ typedef struct ckpt_format_desc {
     /* Write f->root to the open file OUT that will be named PATH; NULL when
      * the format is written as a set. */
     int (*write)(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt);
+    /* Rewrite the input itself, open read-write and locked as FD (PATH),
+     * writing only what changes, so that it is the old checkpoint or the
+     * new one at every instant; CKPT_ERR_UNSUPPORTED with RES->why when
+     * this rewrite cannot be made so (the caller writes a new file
+     * instead).  NULL: never. */
+    int (*write_in_place)(ckpt_file *f, int fd, const char *path, const ckpt_write_options *opt,
+                          ckpt_write_result *res);
     /* Write f->root as PATH and the files it names, all or nothing; NULL
      * for one-file formats. */
     int (*write_set)(ckpt_file *f, const char *path, const ckpt_write_options *opt);

@@ -3,6 +3,8 @@
 #include "formats/format.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -407,10 +409,132 @@ static int pth_zip_write(ckpt_file *f, int out, const char *path, const ckpt_wri
     return rc;
 }
 
+/* ---- in place: a new pickle record and directory, no storage moved -------------
+ *
+ * Only a rewrite of the pickle qualifies: every storage it references is a
+ * record of this very file, of its own dtype and size, and keeps its key
+ * (so its record keeps its name, its place and its 64-byte alignment, and
+ * torch's mmap=True still maps it).  Anything else (a cast, a storage from
+ * elsewhere, a zip laid out otherwise) is CKPT_ERR_UNSUPPORTED with the
+ * reason in RES->why: the caller then writes a new file instead.  So is a
+ * rewrite after which the dead bytes of earlier rewrites would pass the
+ * bound (pth_zip_dead_max): the new file it writes instead is compact.
+ */
+#define DEAD_FLOOR (64ull << 20)
+
+/* The bound on dead bytes in a file of SIZE bytes: max(64 MiB, 5%).
+ * CKPT_INPLACE_DEAD_MAX (bytes) replaces it, for the test suite only. */
+static uint64_t pth_zip_dead_max(uint64_t size)
+{
+    const char *t = getenv("CKPT_INPLACE_DEAD_MAX");
+    if (t && *t)
+        return strtoull(t, NULL, 10);
+    return size / 20 > DEAD_FLOOR ? size / 20 : DEAD_FLOOR;
+}
+
+static int not_here(ckpt_write_result *res, ckpt_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int not_here(ckpt_write_result *res, ckpt_error *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (res)
+        vsnprintf(res->why, sizeof(res->why), fmt, ap);
+    va_end(ap);
+    ckpt_err_clear(err); /* the reason replaces the cause */
+    return ckpt_err(err, CKPT_ERR_UNSUPPORTED, "%s", res ? res->why : "not in place");
+}
+
+static int pth_zip_write_in_place(ckpt_file *f, int fd, const char *path,
+                                  const ckpt_write_options *opt, ckpt_write_result *res)
+{
+    (void)path;
+    (void)opt;
+    ckpt_error *err = &f->err;
+    if (f->format != CKPT_FORMAT_PTH_ZIP || f->nshards || !f->main.zip || !f->prefix)
+        return not_here(res, err, "the input is not one pth-zip file");
+    if (ckpt_root_is_torchscript(f))
+        return not_here(res, err, "a TorchScript archive");
+    for (size_t i = 0; i < f->nstorages; i++) {
+        const ckpt_storage *s = f->storages[i];
+        if (s->src != &f->main || s->loc != CKPT_LOC_ZIP_RECORD || s->dtype != s->src_dtype ||
+            s->nbytes != s->src_nbytes || !s->src_key)
+            return not_here(res, err, "storage '%s' changes its bytes or is not a record of the file",
+                            s->key);
+    }
+    ckpt_zip_layout *l;
+    int rc = ckpt_zip_layout_read(fd, &l, err);
+    if (rc == CKPT_ERR_UNSUPPORTED) {
+        char why[CKPT_ERRMSG_MAX];
+        snprintf(why, sizeof(why), "%s", err->msg);
+        return not_here(res, err, "its zip layout: %s", why);
+    }
+    CKPT_FORWARD(rc);
+    /* the file locked now must be the file that was read */
+    size_t n = ckpt_zip_layout_count(l), pkl = SIZE_MAX;
+    char want[1100];
+    snprintf(want, sizeof(want), "%s/data.pkl", f->prefix);
+    bool same = n == f->nrecords && n == (size_t)ckpt_zip_count(f->main.zip);
+    for (size_t i = 0; same && i < n; i++) {
+        same = strcmp(ckpt_zip_layout_name(l, i), f->records[i]) == 0 &&
+               ckpt_zip_layout_crc(l, i) == ckpt_zip_crc(f->main.zip, (int64_t)i) &&
+               ckpt_zip_layout_size(l, i) == ckpt_zip_size(f->main.zip, (int64_t)i);
+        if (same && strcmp(f->records[i], want) == 0)
+            pkl = pkl == SIZE_MAX ? i : SIZE_MAX - 1;
+    }
+    if (!same) {
+        ckpt_zip_layout_free(l);
+        return ckpt_err(err, CKPT_ERR_IO, "the file changed since it was read (another program "
+                                          "wrote it); nothing was written");
+    }
+    if (pkl >= n) {
+        ckpt_zip_layout_free(l);
+        return not_here(res, err, "no single record '%s'", want);
+    }
+    ckpt_pickle_out pk;
+    rc = ckpt_pickle_write3(&f->arena, f->nstorages, f->root, CKPT_PICKLE_KEEP_KEYS, &pk, err);
+    if (rc == CKPT_OK) {
+        ckpt_zip_replace_result r;
+        uint64_t size = ckpt_zip_layout_file_size(l);
+        rc = ckpt_zip_replace(fd, l, pkl, pk.buf, pk.len, pth_zip_dead_max(size), &r, err);
+        if (res) {
+            res->bytes_written = r.written;
+            res->dead_bytes = r.dead;
+            res->offset = r.offset;
+            res->old_size = r.old_size;
+            res->new_size = r.new_size;
+            res->direct = r.direct;
+        }
+        if (rc == CKPT_ERR_UNSUPPORTED && r.over_bound)
+            not_here(res, err, "compacting: %llu dead bytes would be over the bound of %llu "
+                               "(max(64 MiB, 5%% of the file))",
+                     (unsigned long long)r.dead, (unsigned long long)pth_zip_dead_max(size));
+        ckpt_pickle_out_free(&pk);
+    }
+    ckpt_zip_layout_free(l);
+    return rc;
+}
+
+CKPT_API int ckpt_file_dead_bytes(ckpt_file *f, uint64_t *out)
+{
+    *out = 0;
+    if (!ckpt_file_valid(f) || f->format != CKPT_FORMAT_PTH_ZIP || f->main.fd < 0)
+        return CKPT_ERR_UNSUPPORTED;
+    ckpt_zip_layout *l;
+    ckpt_error e = {0};
+    int rc = ckpt_zip_layout_read(f->main.fd, &l, &e);
+    if (rc != CKPT_OK)
+        return rc;
+    *out = ckpt_zip_layout_dead(l);
+    ckpt_zip_layout_free(l);
+    return CKPT_OK;
+}
+
 const ckpt_format_desc ckpt_format_pth_zip = {
     .id = CKPT_FORMAT_PTH_ZIP,
     .name = "pth-zip",
     .sniff = pth_zip_sniff,
     .read = pth_zip_read,
     .write = pth_zip_write,
+    .write_in_place = pth_zip_write_in_place,
 };

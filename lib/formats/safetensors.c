@@ -506,10 +506,13 @@ static int write_entry(ckpt_file *f, const st_entry *e, int out, uint64_t base)
     return rc;
 }
 
-static int safetensors_write(ckpt_file *f, int out, const char *path,
-                           const ckpt_write_options *opt)
+/* Write f's state dict to OUT; or, with IN_BASE (where the input's data
+ * section starts), only make the header that describes the input's own
+ * data where it is (*HEADER, malloc'd, not padded): for a rewrite in place,
+ * which needs every tensor to be a whole, uncast storage of the input. */
+static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const uint64_t *in_base,
+                    char **header)
 {
-    (void)path; /* the format does not name itself */
     const ckpt_value *sd = NULL;
     CKPT_FORWARD(ckpt_pick_state_dict(f, opt ? opt->select : NULL, &sd));
     size_t n = sd->u.dict.keys.len;
@@ -626,6 +629,20 @@ static int safetensors_write(ckpt_file *f, int out, const char *path,
         e[i].begin = at;
         e[i].end = at + nb;
         at += nb;
+        if (in_base) {
+            const ckpt_storage *st = t->storage;
+            if (st->src != &f->main || st->loc != CKPT_LOC_FILE_RANGE || st->dtype != st->src_dtype ||
+                t->offset != 0 || !ckpt_tensor_is_contiguous(t) || nb != st->nbytes ||
+                st->file_offset < *in_base) {
+                cJSON_Delete(hdr);
+                cJSON_Delete(tied);
+                free(e);
+                return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                                "'%s' is not a whole tensor of the file, as it was", e[i].name);
+            }
+            e[i].begin = st->file_offset - *in_base;
+            e[i].end = e[i].begin + nb;
+        }
         cJSON *je = cJSON_AddObjectToObject(hdr, e[i].name);
         cJSON_AddStringToObject(je, "dtype", name);
         cJSON *sh = cJSON_AddArrayToObject(je, "shape");
@@ -648,6 +665,11 @@ static int safetensors_write(ckpt_file *f, int out, const char *path,
     if (!text) {
         free(e);
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    }
+    if (in_base) {
+        free(e);
+        *header = text;
+        return CKPT_OK;
     }
     size_t hn = strlen(text), padded = (hn + 7) & ~(size_t)7; /* data starts 8-aligned */
     uint8_t *head = malloc(8 + padded);
@@ -674,6 +696,75 @@ static int safetensors_write(ckpt_file *f, int out, const char *path,
     return rc;
 }
 
+static int safetensors_write(ckpt_file *f, int out, const char *path,
+                             const ckpt_write_options *opt)
+{
+    (void)path; /* the format does not name itself */
+    return st_write(f, out, opt, NULL, NULL);
+}
+
+/* ---- in place: the header rewritten where it is --------------------------------
+ *
+ * A key rewrite changes the header only.  When the new header fits in the
+ * old one's length (padded with spaces, as the format allows) it can be
+ * written over it, the data left where it is.  But a header is overwritten,
+ * not switched: a write cut short leaves it half old, half new, and the
+ * file unreadable.  So it is done only when the bytes that change lie in
+ * one 512-byte sector, the first: a disk writes a sector whole or not at
+ * all (however the kernel writes the page back, the other sectors of it
+ * are written with the bytes they had), and a killed process has made a
+ * write within one page whole or not at all.  A longer header takes a copy
+ * (the ordinary atomic rewrite), and the reason says so.
+ */
+#define SECTOR 512u
+
+static int safetensors_write_in_place(ckpt_file *f, int fd, const char *path,
+                                      const ckpt_write_options *opt, ckpt_write_result *res)
+{
+    (void)path;
+    ckpt_error *err = &f->err;
+    uint8_t h8[8];
+    if (f->format != CKPT_FORMAT_SAFETENSORS || f->nshards || f->main.fd < 0)
+        return ckpt_err(err, CKPT_ERR_UNSUPPORTED, "the input is not one safetensors file");
+    if (ckpt_pread_all(fd, h8, 8, 0) != 0)
+        return ckpt_err(err, CKPT_ERR_IO, "cannot read its header");
+    uint64_t old_len = 0;
+    for (int i = 7; i >= 0; i--)
+        old_len = (old_len << 8) | h8[i];
+    uint64_t base = 8 + old_len;
+    char *text = NULL;
+    int rc = st_write(f, fd, opt, &base, &text);
+    size_t hn = rc == CKPT_OK ? strlen(text) : 0;
+    if (rc == CKPT_OK && hn > old_len)
+        rc = ckpt_err(err, CKPT_ERR_UNSUPPORTED,
+                      "the new header (%zu bytes) does not fit in the old one (%llu bytes): a "
+                      "copy is needed", hn, (unsigned long long)old_len);
+    else if (rc == CKPT_OK && base > SECTOR)
+        rc = ckpt_err(err, CKPT_ERR_UNSUPPORTED,
+                      "its header (%llu bytes) spans more than one 512-byte sector, which a "
+                      "crash could leave half written: a copy is needed",
+                      (unsigned long long)old_len);
+    char *b = rc == CKPT_OK ? malloc((size_t)old_len ? (size_t)old_len : 1) : NULL;
+    if (rc == CKPT_OK && !b)
+        rc = ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    if (rc == CKPT_OK) {
+        memcpy(b, text, hn);
+        memset(b + hn, ' ', (size_t)(old_len - hn));
+        rc = ckpt_write_all(fd, b, (size_t)old_len, 8, err);
+        if (rc == CKPT_OK && fsync(fd) != 0)
+            rc = ckpt_err(err, CKPT_ERR_IO, "cannot make the header durable: %s", strerror(errno));
+        if (res && rc == CKPT_OK) {
+            res->bytes_written = old_len;
+            res->old_size = res->new_size = f->main.file_size;
+        }
+    }
+    free(b);
+    free(text);
+    if (rc == CKPT_ERR_UNSUPPORTED && res)
+        snprintf(res->why, sizeof(res->why), "%.250s", err->msg);
+    return rc;
+}
+
 const ckpt_format_desc ckpt_format_safetensors = {
     .id = CKPT_FORMAT_SAFETENSORS,
     .name = "safetensors",
@@ -681,4 +772,5 @@ const ckpt_format_desc ckpt_format_safetensors = {
     .sniff = safetensors_sniff,
     .read = safetensors_read,
     .write = safetensors_write,
+    .write_in_place = safetensors_write_in_place,
 };

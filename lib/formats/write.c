@@ -10,10 +10,16 @@
 #include "formats/format.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <linux/fs.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* A folder's records' CRC-32 check (f->check_records), run on a second
  * thread while the writer streams the storages made of runs inside them:
@@ -119,6 +125,50 @@ static uint64_t expected_size(ckpt_file *f, const ckpt_write_options *opt)
     return sum;
 }
 
+/*
+ * A new file that shares the input's extents (FICLONE: btrfs, xfs with
+ * reflink, ...) and is then edited in place by the format: no data is
+ * copied.  *DONE says whether it was; where the filesystem cannot, or the
+ * format cannot edit this rewrite in place, nothing is left in OUT and the
+ * caller writes it whole.  CKPT_NO_CLONE (the benchmarks' switch) skips it.
+ */
+static int write_clone(ckpt_file *f, const ckpt_format_desc *d, int out, const char *path,
+                       const ckpt_write_options *opt, bool *done)
+{
+    ckpt_write_result *res = opt ? opt->result : NULL;
+    *done = false;
+    const char *no = getenv("CKPT_NO_CLONE");
+    if (!d->write_in_place || f->main.fd < 0 || f->nshards || (no && *no))
+        return CKPT_OK;
+#ifdef FICLONE
+    if (ioctl(out, FICLONE, f->main.fd) != 0) {
+        if (res)
+            snprintf(res->why, sizeof(res->why), "the filesystem shares no extents with the "
+                     "input (FICLONE: %s)", strerror(errno));
+        return CKPT_OK;
+    }
+    int rc = d->write_in_place(f, out, path, opt, res);
+    if (rc == CKPT_OK) {
+        *done = true;
+        if (res)
+            res->method = CKPT_WROTE_CLONE;
+        return CKPT_OK;
+    }
+    if (rc != CKPT_ERR_UNSUPPORTED)
+        return rc;
+    ckpt_err_clear(&f->err);
+    if (ftruncate(out, 0) != 0)
+        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot write: %s", strerror(errno));
+    return CKPT_OK;
+#else
+    (void)out;
+    (void)path;
+    if (res)
+        snprintf(res->why, sizeof(res->why), "no FICLONE on this system");
+    return CKPT_OK;
+#endif
+}
+
 /* One file of format D at PATH: a temporary file renamed when complete. */
 static int write_one(ckpt_file *f, const ckpt_format_desc *d, const char *path,
                      const ckpt_write_options *opt)
@@ -136,14 +186,90 @@ static int write_one(ckpt_file *f, const ckpt_format_desc *d, const char *path,
     if (in_place && fchmod(out.fd, (mode_t)(f->mode & 07777)) != 0)
         rc = ckpt_err(&f->err, CKPT_ERR_IO, "cannot set the mode of '%s': %s", path,
                       strerror(errno));
-    if (rc == CKPT_OK)
+    bool done = false;
+    if (rc == CKPT_OK && !in_place)
+        rc = write_clone(f, d, out.fd, path, opt, &done);
+    if (rc == CKPT_OK && !done)
         rc = d->write(f, out.fd, path, opt);
+    char *deferred = NULL;
+    ckpt_write_result *res = opt ? opt->result : NULL;
+    if (res && (opt->flags & CKPT_WRITE_DEFER_FREE))
+        out.deferred = &deferred;
     if (rc == CKPT_OK)
         rc = check_join(f); /* a corrupt input leaves no OUT */
     if (rc == CKPT_OK)
         rc = ckpt_out_commit(&out, &f->err);
+    if (deferred) {
+        if (strlen(deferred) < sizeof(res->replaced))
+            memcpy(res->replaced, deferred, strlen(deferred) + 1);
+        else
+            unlink(deferred);
+        free(deferred);
+    }
     if (rc != CKPT_OK)
         ckpt_out_abort(&out);
+    return rc;
+}
+
+/*
+ * In place: PATH is the input.  It is refused when it has other names (a
+ * symbolic link to it, other hard links) unless CKPT_WRITE_FORCE: an edit
+ * in place changes it under every name.  It is locked (flock, exclusive,
+ * not waiting) against another ckpt rewriting it at the same time; the
+ * format's in-place writer then writes only what changes, or says why it
+ * cannot, and a new file is renamed over it as before.
+ */
+static int write_in_place(ckpt_file *f, const ckpt_format_desc *d, const char *path,
+                          const ckpt_write_options *opt)
+{
+    ckpt_write_result *res = opt ? opt->result : NULL;
+    bool force = opt && (opt->flags & CKPT_WRITE_FORCE);
+    struct stat ls, st;
+    if (!force && lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode))
+        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                        "a symbolic link: editing in place would change the file it points to "
+                        "under every name (a Hugging Face cache shares one file between "
+                        "snapshots); write a new file (IN OUT), or pass --force");
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS || errno == ETXTBSY)) {
+        /* a file one may not write may still be replaced, as before */
+        if (res)
+            snprintf(res->why, sizeof(res->why), "it cannot be opened for writing (%s)",
+                     strerror(errno));
+        return write_one(f, d, path, opt);
+    }
+    if (fd < 0)
+        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot open for writing: %s", strerror(errno));
+    int rc = CKPT_OK;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != f->dev || (uint64_t)st.st_ino != f->ino)
+        rc = ckpt_err(&f->err, CKPT_ERR_IO, "the file was replaced since it was read; nothing "
+                                            "was written");
+    else if (!force && st.st_nlink > 1)
+        rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                      "it has %llu hard links: editing in place would change it under every "
+                      "name; write a new file (IN OUT), or pass --force",
+                      (unsigned long long)st.st_nlink);
+    else if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        rc = ckpt_err(&f->err, CKPT_ERR_IO,
+                      errno == EWOULDBLOCK ? "another program is rewriting it (it holds its "
+                                             "lock); nothing was written"
+                                           : "cannot lock it: %s",
+                      strerror(errno));
+    if (rc == CKPT_OK) {
+        rc = CKPT_ERR_UNSUPPORTED;
+        if (d->write_in_place)
+            rc = d->write_in_place(f, fd, path, opt, res);
+        else if (res)
+            snprintf(res->why, sizeof(res->why), "%s files are not edited in place", d->name);
+        if (rc == CKPT_OK && res)
+            res->method = CKPT_WROTE_IN_PLACE;
+        if (rc == CKPT_ERR_UNSUPPORTED) {
+            /* a new file, renamed over this one (the lock is held meanwhile) */
+            ckpt_err_clear(&f->err);
+            rc = write_one(f, d, path, opt);
+        }
+    }
+    close(fd);
     return rc;
 }
 
@@ -162,6 +288,10 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
     if (!ckpt_file_valid(f) || !path || !f->root)
         return CKPT_ERR_USAGE;
     ckpt_err_clear(&f->err);
+    if (opt && opt->result) {
+        memset(opt->result, 0, sizeof(*opt->result));
+        opt->result->method = CKPT_WROTE_NEW;
+    }
     if (strcmp(path, "-") == 0)
         return ckpt_err(&f->err, CKPT_ERR_USAGE,
                         "refusing to write a binary checkpoint to standard output");
@@ -192,7 +322,21 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
             check.joined = false;
         f->checking = &check;
     }
-    int rc = d->write_set ? d->write_set(f, path, opt) : write_one(f, d, path, opt);
+    int rc;
+    if (d->write_set) {
+        rc = d->write_set(f, path, opt);
+    } else if (opt && (opt->flags & CKPT_WRITE_IN_PLACE) && same_file(f, path) &&
+               d->write_in_place && d->id == f->format) {
+        /* an edit in place keeps the format: a conversion replaces the file */
+        rc = write_in_place(f, d, path, opt);
+    } else {
+        if (opt && opt->result && (opt->flags & CKPT_WRITE_IN_PLACE) && same_file(f, path))
+            snprintf(opt->result->why, sizeof(opt->result->why),
+                     d->id != f->format ? "written as %s, it was %s: a conversion writes a new file"
+                                        : "%s files are not edited in place",
+                     d->name, ckpt_format_name(f->format));
+        rc = write_one(f, d, path, opt);
+    }
     if (f->checking == &check) {
         int crc = check_join(f); /* (a write that failed first keeps its error) */
         rc = rc ? rc : crc;

@@ -46,6 +46,10 @@ typedef struct ckpt_out {
     char *path, *dir;
     char *tmp; /* a named temporary file, when there is one */
     int slot;  /* its entry in the registry of temporaries + 1; 0: none */
+    /* set before ckpt_out_commit: the replaced target's second name is not
+     * removed but handed back in *deferred (malloc'd; NULL when none), for
+     * the caller to remove when freeing its blocks costs nobody's time */
+    char **deferred;
 } ckpt_out;
 
 /* Open a temporary file that ckpt_out_commit() will name PATH.  EXPECT is

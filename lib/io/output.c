@@ -6,7 +6,9 @@
  * filesystem has no O_TMPFILE.  It is fsynced and only then takes the
  * target's name (an unnamed file is first linked under a hidden name, then
  * renamed), so the target is the old file or the complete new one, never a
- * part.  An error leaves nothing behind: ckpt_out_abort() closes and removes
+ * part.  A target that exists is given a second name (NAME's temporary
+ * name + "-old") before the rename and loses it once the new file is
+ * durable: its blocks are freed outside the commit that fsync waits for.  An error leaves nothing behind: ckpt_out_abort() closes and removes
  * the temporary file.
  *
  * Free space: ckpt_out_open() is told the least number of bytes the
@@ -53,6 +55,10 @@
  * time); when every slot is taken a file is still written, and removed on
  * an error, but not by ckpt_cleanup_temporaries(). */
 #define TEMP_SLOTS 16
+
+/* Targets from this size on are linked aside while they are replaced
+ * (ckpt_out_commit): below it, freeing their blocks takes a few milliseconds. */
+#define ASIDE_MIN (64 << 20)
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_LIVE };
 
@@ -146,7 +152,7 @@ static int check_space(const ckpt_out *o, uint64_t expect, ckpt_error *err)
 /* On failure the caller still calls ckpt_out_abort() to free O. */
 int ckpt_out_open(ckpt_out *o, const char *path, uint64_t expect, ckpt_error *err)
 {
-    memset(o, 0, sizeof(*o));
+    memset(o, 0, sizeof(*o)); /* (deferred: NULL) */
     o->fd = -1;
     if (!(o->path = strdup(path)) || !(o->dir = dir_of(path)))
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
@@ -220,11 +226,33 @@ int ckpt_out_commit(ckpt_out *o, ckpt_error *err)
             }
         }
     }
+    /* An existing target keeps a second name until the new file is durable
+     * (below): the rename then drops no last link, so freeing its blocks
+     * (and, on a filesystem mounted with discard, discarding them) is not
+     * part of the commit that the directory's fsync waits for.  It is
+     * freed after, when that name goes. */
+    char *aside = NULL;
+    int aside_slot = 0;
+    struct stat ost;
+    if (lstat(o->path, &ost) == 0 && S_ISREG(ost.st_mode) && ost.st_nlink == 1 &&
+        ost.st_size >= ASIDE_MIN && (aside = malloc(strlen(o->tmp) + 16))) {
+        snprintf(aside, strlen(o->tmp) + 16, "%s-old", o->tmp);
+        if (link(o->path, aside) == 0) {
+            aside_slot = temp_register(aside);
+        } else {
+            free(aside);
+            aside = NULL;
+        }
+    }
     if (rename(o->tmp, o->path) != 0) {
         int e = errno;
         unlink(o->tmp);
         temp_release(&o->slot);
+        if (aside)
+            unlink(aside);
+        temp_release(&aside_slot);
         unblock_signals(&old);
+        free(aside);
         free(o->tmp);
         o->tmp = NULL;
         return ckpt_err(err, CKPT_ERR_IO, "cannot create '%s': %s", o->path, strerror(e));
@@ -238,6 +266,16 @@ int ckpt_out_commit(ckpt_out *o, ckpt_error *err)
     if (dfd >= 0) {
         fsync(dfd);
         close(dfd);
+    }
+    if (aside && o->deferred) {
+        temp_release(&aside_slot);
+        *o->deferred = aside;
+    } else if (aside) {
+        block_signals(&old);
+        unlink(aside);
+        temp_release(&aside_slot);
+        unblock_signals(&old);
+        free(aside);
     }
     close(o->fd);
     o->fd = -1;

@@ -311,6 +311,13 @@ int ckpt_pickle_write(ckpt_arena *a, size_t nstorages, const ckpt_value *root,
 /* LEGACY: persistent ids as the pre-1.6 format writes them. */
 int ckpt_pickle_write2(ckpt_arena *a, size_t nstorages, const ckpt_value *root, bool legacy,
                        ckpt_pickle_out *out, ckpt_error *err);
+enum {
+    CKPT_PICKLE_LEGACY = 1 << 0,   /* as ckpt_pickle_write2's LEGACY */
+    CKPT_PICKLE_KEEP_KEYS = 1 << 1 /* each storage keeps its src_key (an in-place rewrite,
+                                    * whose records keep their names); order as ever */
+};
+int ckpt_pickle_write3(ckpt_arena *a, size_t nstorages, const ckpt_value *root, unsigned flags,
+                       ckpt_pickle_out *out, ckpt_error *err);
 void ckpt_pickle_out_free(ckpt_pickle_out *out);
 
 /* ---- a model of torch.load's weights-only unpickler (pickle/weights_only.c) -- */

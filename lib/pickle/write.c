@@ -31,6 +31,7 @@ typedef struct writer {
     uint32_t next_index;
     int64_t *new_key; /* per input storage: output key number, or -1 */
     bool legacy;      /* pre-1.6 persistent ids: a sixth item, None */
+    bool keep_keys;   /* storages keep their own keys (an in-place rewrite) */
 } writer;
 
 /* ---- output buffer ---- */
@@ -385,6 +386,7 @@ static int emit_storage(writer *w, const ckpt_value *ref)
     }
     char key[32];
     snprintf(key, sizeof(key), "%lld", (long long)*nk);
+    const char *kp = w->keep_keys && s->src_key ? s->src_key : key;
     /* a cast storage takes its new type; otherwise the reference's own */
     bool cast = s->dtype != s->src_dtype;
     const char *type = cast ? s->type_name : ref->u.st.type_name;
@@ -398,7 +400,7 @@ static int emit_storage(writer *w, const ckpt_value *ref)
         CKPT_FORWARD(emit_global2(w, "torch.storage", 13, type));
     else
         CKPT_FORWARD(emit_global2(w, "torch", 5, type));
-    CKPT_FORWARD(emit_cstr(w, key));
+    CKPT_FORWARD(emit_cstr(w, kp));
     CKPT_FORWARD(emit_cstr(w, s->device));
     CKPT_FORWARD(emit_int64(w, (int64_t)(s->nbytes / (es ? es : 1))));
     if (w->legacy)
@@ -607,8 +609,18 @@ int ckpt_pickle_write(ckpt_arena *a, size_t nstorages, const ckpt_value *root,
 int ckpt_pickle_write2(ckpt_arena *a, size_t nstorages, const ckpt_value *root, bool legacy,
                        ckpt_pickle_out *out, ckpt_error *err)
 {
+    return ckpt_pickle_write3(a, nstorages, root, legacy ? CKPT_PICKLE_LEGACY : 0, out, err);
+}
+
+int ckpt_pickle_write3(ckpt_arena *a, size_t nstorages, const ckpt_value *root, unsigned flags,
+                       ckpt_pickle_out *out, ckpt_error *err)
+{
     memset(out, 0, sizeof(*out));
-    writer w = {.arena = a, .err = err, .out = out, .legacy = legacy};
+    writer w = {.arena = a,
+                .err = err,
+                .out = out,
+                .legacy = (flags & CKPT_PICKLE_LEGACY) != 0,
+                .keep_keys = (flags & CKPT_PICKLE_KEEP_KEYS) != 0};
     size_t ns = nstorages;
     w.new_key = malloc((ns ? ns : 1) * sizeof(*w.new_key));
     out->order = malloc((ns ? ns : 1) * sizeof(*out->order));

@@ -166,16 +166,28 @@ refused 2 "ckpt: unwrap: " unwrap x.pth ./x.pth
 refused 2 "ckpt: rename: " rename -e 's/a/b/' x.pth x.pth
 refused 2 "ckpt: remap: " remap --to cpu x.pth x.pth
 
-say "--in-place: IN is replaced by the rewritten file (a copy of dp_mlp.pth)"
-expect_exit 0 ckpt strip-module --in-place x.pth x.pth
+say "--in-place on a file with other names: refused without --force (3), nothing written"
+IN=$tmp/w/x.pth
+OUT=$tmp/w/x.pth
+refused 3 "ckpt: strip-module: " strip-module --in-place x.pth x.pth
+expect_stderr_line "^ckpt: strip-module: x\.pth: it has 2 hard links: editing in place would change it under every name; write a new file \(IN OUT\), or pass --force\$"
+refused 3 "ckpt: strip-module: " strip-module --in-place link.pth
+expect_stderr_line "^ckpt: strip-module: link\.pth: a symbolic link: editing in place would change the file it points to under every name"
+
+say "--in-place --force: the file is edited in place, so every name of it changes"
+ino=$(ls -i x.pth | cut -d' ' -f1)
+expect_exit 0 ckpt strip-module --force --verbose --in-place x.pth x.pth
 expect_stdout_line "state dict (root): 4 of 4 keys renamed"
+check "stderr says it was edited in place, and that its checksum changed" sh -c \
+    'grep -q "^ckpt: strip-module: x\.pth: in place: wrote .*; no tensor byte moved; .* dead\$" "$1" &&
+     grep -q "^ckpt: strip-module: x\.pth: note: edited in place: its bytes changed, so does any checksum" "$1"' sh "$err"
 check "x.pth holds the stripped keys" \
     test "$("$CKPT" inspect x.pth | grep -Ec '^n\.[13]\.(weight|bias) ')" -eq 4
-check "x.pth is a regular file, not a link" sh -c 'test -f "$1" && test ! -L "$1"' sh x.pth
+check "x.pth is the same file (inode $ino), edited in place" test "$(ls -i x.pth | cut -d' ' -f1)" = "$ino"
+check "its hard link hard.pth shows the edit" cmp -s hard.pth x.pth
 check "the directory holds no temporary file: $(listing . | tr '\n' ' ')" \
     test "$(listing . | tr '\n' ' ')" = "hard.pth link.pth x.pth "
-check "x.pth was replaced (renamed over), not rewritten in place: its hard link hard.pth still holds the original" \
-    cmp -s hard.pth "$data/dp_mlp.pth"
+rm -f link.pth hard.pth
 expect_exit 0 ckpt remap x.pth x.pth --to cpu --in-place
 expect_stdout_match '^wrote x\.pth: pth-zip, 4 tensors, 4 storages, '
 check "x.pth is now on cpu" test "$("$CKPT" inspect x.pth | grep -Ec '^n\.[13]\.(weight|bias) .* cpu ')" -eq 4
