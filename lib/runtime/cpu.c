@@ -356,6 +356,24 @@ static const float *transposed_weight(ckpt_backend *b, const float *w, int64_t i
     return wt;
 }
 
+typedef struct bias_job {
+    float *y;
+    const float *bias;
+    int64_t out;
+} bias_job;
+
+/* y[r, o] += bias[o] for rows LO..HI */
+static void bias_rows_part(void *arg, int64_t lo, int64_t hi)
+{
+    const bias_job *j = arg;
+    for (int64_t r = lo; r < hi; r++) {
+        float *restrict yr = j->y + r * j->out;
+        const float *restrict bv = j->bias;
+        for (int64_t o = 0; o < j->out; o++)
+            yr[o] += bv[o];
+    }
+}
+
 static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const float *bias,
                       float *y, int64_t rows, int64_t in, int64_t out)
 {
@@ -371,10 +389,10 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
             return nomem(b);
         gemm_plain(0, rows, out, in, x, in, wt, out, y, out);
     }
-    if (bias)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t o = 0; o < out; o++)
-                y[r * out + o] += bias[o];
+    if (bias) {
+        bias_job j = {.y = y, .bias = bias, .out = out};
+        par_for(c, rows, out ? (16384 + out - 1) / out : 1, bias_rows_part, &j);
+    }
     return CKPT_OK;
 }
 
@@ -799,25 +817,42 @@ static int cpu_copy_rows(ckpt_backend *b, const float *x, int64_t x_stride, floa
     return CKPT_OK;
 }
 
-static int cpu_lstm_cell(ckpt_backend *b, const float *gx, const float *gh,
-                         const float *bias_hh, float *c, float *h, float *y, int64_t batch,
-                         int64_t hidden, int64_t y_stride)
+typedef struct lstm_job {
+    const float *gx, *gh, *bias_hh;
+    float *c, *h, *y;
+    int64_t hidden, y_stride;
+} lstm_job;
+
+/* rows LO..HI of the batch */
+static void lstm_part(void *arg, int64_t lo, int64_t hi)
 {
-    (void)b;
-    for (int64_t r = 0; r < batch; r++) {
-        const float *gxr = gx + r * 4 * hidden, *ghr = gh ? gh + r * 4 * hidden : bias_hh;
-        float *cr = c + r * hidden, *hr = h + r * hidden, *yr = y + r * y_stride;
+    const lstm_job *l = arg;
+    int64_t hidden = l->hidden;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *gxr = l->gx + r * 4 * hidden;
+        const float *ghr = l->gh ? l->gh + r * 4 * hidden : l->bias_hh;
+        float *cr = l->c + r * hidden, *hr = l->h + r * hidden, *yr = l->y + r * l->y_stride;
         for (int64_t j = 0; j < hidden; j++) {
             float g4[4];
             for (int q = 0; q < 4; q++)
                 g4[q] = gxr[q * hidden + j] + (ghr ? ghr[q * hidden + j] : 0.0f);
             float i = 1.0f / (1.0f + expf(-g4[0])), f = 1.0f / (1.0f + expf(-g4[1]));
             float g = tanhf(g4[2]), o = 1.0f / (1.0f + expf(-g4[3]));
-            float cn = (gh ? f * cr[j] : 0.0f) + i * g;
+            float cn = (l->gh ? f * cr[j] : 0.0f) + i * g;
             cr[j] = cn;
             hr[j] = yr[j] = o * tanhf(cn);
         }
     }
+}
+
+static int cpu_lstm_cell(ckpt_backend *b, const float *gx, const float *gh,
+                         const float *bias_hh, float *c, float *h, float *y, int64_t batch,
+                         int64_t hidden, int64_t y_stride)
+{
+    lstm_job l = {.gx = gx, .gh = gh, .bias_hh = bias_hh, .c = c, .h = h, .y = y,
+                  .hidden = hidden, .y_stride = y_stride};
+    /* about 5 transcendental functions an element */
+    par_for(b->impl, batch, hidden ? (2048 + hidden - 1) / hidden : 1, lstm_part, &l);
     return CKPT_OK;
 }
 

@@ -475,6 +475,56 @@ START_TEST(test_threads_same_bits)
 }
 END_TEST
 
+/* The same for the LSTM's cells and linear's bias, cut into chunks of
+ * batch rows: crnn.pytorch's BidirectionalLSTM (the op case) at batch 512. */
+START_TEST(test_threads_same_bits_lstm)
+{
+    char *path = data_path("tests/data/ops/lstm_crnn_block.json");
+    FILE *fp = fopen(path, "rb");
+    ck_assert_ptr_nonnull(fp);
+    char json[8192], big[8192];
+    size_t len = fread(json, 1, sizeof json - 1, fp);
+    fclose(fp);
+    json[len] = '\0';
+    char *shape = strstr(json, "[11, 4, 16]");
+    ck_assert_ptr_nonnull(shape);
+    snprintf(big, sizeof big, "%.*s[11, 512, 16]%s", (int)(shape - json), json,
+             shape + strlen("[11, 4, 16]"));
+    ckpt_model *m = ckpt_model_new();
+    ck_assert_int_eq(ckpt_model_parse(m, big, strlen(big), "lstm512.json"), 0);
+    ckpt_file *f = open_data("tests/data/ops/lstm_crnn_block.pth");
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_value_dict_get(ckpt_file_root(f), "params"), &r),
+                     0);
+    ck_assert(r.ok);
+    ckpt_array in = {.ndim = 3, .shape = {11, 512, 16}};
+    in.data = malloc(11 * 512 * 16 * sizeof(float));
+    uint32_t seed = 16;
+    for (int64_t i = 0; i < ckpt_array_numel(&in); i++) {
+        seed = seed * 1664525u + 1013904223u;
+        in.data[i] = (float)(seed >> 8) / (float)(1u << 24) * 4.0f - 2.0f;
+    }
+    for (int plain = 0; plain < 2; plain++) {
+        ckpt_array y[2] = {{0}};
+        for (int t = 0; t < 2; t++) {
+            ckpt_backend *b;
+            char err[256];
+            ck_assert_int_eq(ckpt_backend_cpu_open_threads(plain, t ? 3 : 1, &b, err, sizeof err),
+                             0);
+            run_model(m, b, &in, &y[t]);
+            ckpt_backend_free(b);
+        }
+        assert_same_bits(&y[0], &y[1], "y");
+        ckpt_array_clear(&y[0]);
+        ckpt_array_clear(&y[1]);
+    }
+    ckpt_array_clear(&in);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+    free(path);
+}
+END_TEST
+
 START_TEST(test_backend_names)
 {
     ckpt_backend *b = NULL;
@@ -515,6 +565,7 @@ static Suite *suite(void)
     tcase_set_timeout(speed, 120);
     tcase_add_test(speed, test_fused_conv_same_bits);
     tcase_add_test(speed, test_threads_same_bits);
+    tcase_add_test(speed, test_threads_same_bits_lstm);
     suite_add_tcase(s, speed);
     return s;
 }
