@@ -50,7 +50,7 @@ typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float a
  * OpenBLAS's products do: at batch 1 they were a quarter of ResNet-50's
  * time on 2 threads while single-threaded.  A job is [0, n) cut into
  * chunks; the caller takes chunks too, and a worker that wakes late finds
- * none left, so a busy machine costs no waiting.  Every output element is
+ * none left, so a busy machine costs little waiting.  Every output element is
  * computed by the same code whichever thread runs its chunk: results do not
  * depend on the thread count.  Workers sleep between jobs (never spin: the
  * OpenBLAS threads need the cores during the products).
@@ -105,7 +105,8 @@ static int nomem(ckpt_backend *b)
     return ckpt_backend_fail(b, CKPT_ERR_NOMEM, "out of memory");
 }
 
-/* Chunk K of the job: its share of [0, n_items). */
+/* Takes the chunks of job GEN while any is left; chunk K is
+ * [n * k / nchunks, n * (k + 1) / nchunks). */
 static void run_chunks(cpu_threads *t, unsigned gen, par_fn fn, void *arg, int64_t n,
                        int64_t nchunks)
 {
