@@ -43,6 +43,10 @@ typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float a
 #define POOL_SLOTS 64
 #define POOL_MAX_BYTES ((size_t)1536 << 20)
 #define MAX_THREADS 16
+/* The least values a thread's chunk takes (a simple pass over them): waking
+ * a worker costs tens of microseconds, more on a busy machine (an LSTM
+ * step of the CRNN at batch 32 stays on one thread) */
+#define PAR_GRAIN 32768
 
 /*
  * The loops around the matrix products (im2col, the conv's bias / residual
@@ -392,7 +396,7 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
     }
     if (bias) {
         bias_job j = {.y = y, .bias = bias, .out = out};
-        par_for(c, rows, out ? (16384 + out - 1) / out : 1, bias_rows_part, &j);
+        par_for(c, rows, out ? (PAR_GRAIN + out - 1) / out : 1, bias_rows_part, &j);
     }
     return CKPT_OK;
 }
@@ -512,9 +516,9 @@ static int cpu_conv2d_fused(ckpt_backend *b, const float *x, const float *w, con
     float *cols = NULL;
     if (!direct && !(cols = scratch(c, (size_t)(ckk * hw))))
         return nomem(b);
-    /* a thread's share of im2col or of the pass over y: a few rows of work */
-    int64_t rows = g->k_h * g->k_w * hw, grain = rows ? (16384 + rows - 1) / rows : 1;
-    int64_t epi_grain = hw ? (16384 + hw - 1) / hw : 1;
+    /* a thread's share of im2col or of the pass over y: 32K values or more */
+    int64_t rows = g->k_h * g->k_w * hw, grain = rows ? (PAR_GRAIN + rows - 1) / rows : 1;
+    int64_t epi_grain = hw ? (PAR_GRAIN + hw - 1) / hw : 1;
     for (int64_t n = 0; n < g->batch; n++) {
         conv_job j = {.x = x + n * g->in_c * g->in_h * g->in_w, .bias = bias,
                       .res = res ? res + n * g->out_c * hw : NULL, .y = y + n * g->out_c * hw,
@@ -630,7 +634,7 @@ static int cpu_max_pool2d(ckpt_backend *b, const float *x, float *y, const ckpt_
 {
     pool_job pj = {.x = x, .y = y, .g = g};
     int64_t per = g->out_h * g->out_w * g->k_h * g->k_w;
-    par_for(b->impl, g->planes, per ? (32768 + per - 1) / per : 1, max_pool_part, &pj);
+    par_for(b->impl, g->planes, per ? (PAR_GRAIN + per - 1) / per : 1, max_pool_part, &pj);
     return CKPT_OK;
 }
 
@@ -677,7 +681,7 @@ static void relu_part(void *arg, int64_t lo, int64_t hi)
 static int cpu_relu(ckpt_backend *b, const float *x, float *y, size_t n)
 {
     ew_job e = {.x = x, .y = y};
-    par_for(b->impl, (int64_t)n, 65536, relu_part, &e);
+    par_for(b->impl, (int64_t)n, 2 * PAR_GRAIN, relu_part, &e);
     return CKPT_OK;
 }
 
@@ -719,7 +723,7 @@ static void add_part(void *arg, int64_t lo, int64_t hi)
 static int cpu_add(ckpt_backend *b, const float *a, const float *x, float *y, size_t n)
 {
     ew_job e = {.a = a, .x = x, .y = y};
-    par_for(b->impl, (int64_t)n, 65536, add_part, &e);
+    par_for(b->impl, (int64_t)n, 2 * PAR_GRAIN, add_part, &e);
     return CKPT_OK;
 }
 
@@ -852,8 +856,9 @@ static int cpu_lstm_cell(ckpt_backend *b, const float *gx, const float *gh,
 {
     lstm_job l = {.gx = gx, .gh = gh, .bias_hh = bias_hh, .c = c, .h = h, .y = y,
                   .hidden = hidden, .y_stride = y_stride};
-    /* about 5 transcendental functions an element */
-    par_for(b->impl, batch, hidden ? (2048 + hidden - 1) / hidden : 1, lstm_part, &l);
+    /* about 5 transcendental functions an element: a quarter of the grain */
+    int64_t grain = hidden ? (PAR_GRAIN / 4 + hidden - 1) / hidden : 1;
+    par_for(b->impl, batch, grain, lstm_part, &l);
     return CKPT_OK;
 }
 

@@ -476,7 +476,7 @@ START_TEST(test_threads_same_bits)
 END_TEST
 
 /* The same for the LSTM's cells and linear's bias, cut into chunks of
- * batch rows: crnn.pytorch's BidirectionalLSTM (the op case) at batch 512. */
+ * batch rows: crnn.pytorch's BidirectionalLSTM (the op case) at batch 4096. */
 START_TEST(test_threads_same_bits_lstm)
 {
     char *path = data_path("tests/data/ops/lstm_crnn_block.json");
@@ -488,17 +488,17 @@ START_TEST(test_threads_same_bits_lstm)
     json[len] = '\0';
     char *shape = strstr(json, "[11, 4, 16]");
     ck_assert_ptr_nonnull(shape);
-    snprintf(big, sizeof big, "%.*s[11, 512, 16]%s", (int)(shape - json), json,
+    snprintf(big, sizeof big, "%.*s[11, 4096, 16]%s", (int)(shape - json), json,
              shape + strlen("[11, 4, 16]"));
     ckpt_model *m = ckpt_model_new();
-    ck_assert_int_eq(ckpt_model_parse(m, big, strlen(big), "lstm512.json"), 0);
+    ck_assert_int_eq(ckpt_model_parse(m, big, strlen(big), "lstm4096.json"), 0);
     ckpt_file *f = open_data("tests/data/ops/lstm_crnn_block.pth");
     ckpt_load_report r;
     ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_value_dict_get(ckpt_file_root(f), "params"), &r),
                      0);
     ck_assert(r.ok);
-    ckpt_array in = {.ndim = 3, .shape = {11, 512, 16}};
-    in.data = malloc(11 * 512 * 16 * sizeof(float));
+    ckpt_array in = {.ndim = 3, .shape = {11, 4096, 16}};
+    in.data = malloc(11 * 4096 * 16 * sizeof(float));
     uint32_t seed = 16;
     for (int64_t i = 0; i < ckpt_array_numel(&in); i++) {
         seed = seed * 1664525u + 1013904223u;
