@@ -17,8 +17,11 @@ same run; goal: ckpt within 1.5x.  For each model this script
      load_state_dict, eval(), no_grad(), the default thread count, and 2
      threads) and ckpt's (bench/bench_forward, OpenBLAS, CLOCK_MONOTONIC
      around each ckpt_model_run()) as --rounds child processes each,
-     alternating, the order rotating; median of the rounds' medians; peak
-     RSS of every child (GNU time);
+     alternating, the order rotating; median of the rounds' medians, their
+     range, and the least forward of all (on a busy machine the nearest to
+     a quiet one's time); peak RSS of every child (GNU time).  When the environment
+     sets OPENBLAS_CORETYPE (which OpenBLAS kernels run), ckpt is also timed
+     without it (OpenBLAS's own choice for the CPU), an informative row;
   3. prints the table and, unless --no-results, replaces the model's
      section of bench/RESULTS.md ("## ckpt verify: CRNN forward (issue 16)",
      "## ckpt verify: ResNet-50 forward (issue 16)").
@@ -82,6 +85,23 @@ print(json.dumps({"params": sum(p.numel() for p in m.parameters()), "shapes": sh
 """
 
 
+class coretype_unset:
+    """OPENBLAS_CORETYPE out of the environment the children inherit."""
+
+    def __enter__(self):
+        self.saved = os.environ.pop("OPENBLAS_CORETYPE", None)
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            os.environ["OPENBLAS_CORETYPE"] = self.saved
+
+
+def blas_label(description):
+    """'OpenBLAS 0.3.21 Haswell' of 'cpu (float32, OpenBLAS 0.3.21 Haswell, 2 threads)'."""
+    parts = [p.strip() for p in description.strip("cpu ()").split(",")]
+    return next((p for p in parts if p.startswith("OpenBLAS")), "plain C")
+
+
 def write_section(path, section, text):
     with open(path) as f:
         old = f.read()
@@ -125,35 +145,61 @@ def bench_one(a, key):
     print(check)
 
     # 2. timing, alternating; torch here defaults to 1 intra-op thread, ckpt's
-    # OpenBLAS to 2: a torch row at 2 threads too, the fair one
+    # OpenBLAS to 2: a torch row at 2 threads too, the fair one.  When the
+    # environment picks OpenBLAS's kernels (OPENBLAS_CORETYPE), ckpt runs as
+    # set, and also without it (OpenBLAS's own choice for this CPU, "ckpt0"),
+    # an informative row
     table = []
     desc, tv = "cpu", None
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    whos = ["torch", "torch2", "ckpt"] + (["ckpt0"] if forced else [])
     with tempfile.TemporaryDirectory() as tmp:
         for batch in spec["batches"]:
-            rows = {"torch": [], "torch2": [], "ckpt": []}
+            rows = {w: [] for w in whos}
             for r in range(a.rounds):
-                order = ["torch", "torch2", "ckpt"][r % 3:] + ["torch", "torch2", "ckpt"][:r % 3]
+                order = whos[r % len(whos):] + whos[:r % len(whos)]
                 for who in order:
                     if who.startswith("torch"):
                         res = bv.torch_row(a, tmp, model, batch, a.runs, a.warmup,
                                            threads=2 if who == "torch2" else 0)
+                    elif who == "ckpt0":
+                        with coretype_unset():
+                            res = bv.ckpt_row(a, tmp, model, batch, a.runs, a.warmup)
                     else:
                         res = bv.ckpt_row(a, tmp, model, batch, a.runs, a.warmup)
                     rows[who].append(res)
                     print("  %s batch %d round %d %-6s median %.1f ms, peak RSS %d MiB" % (
                         key, batch, r + 1, who, res["median_ms"], res["rss_kib"] // 1024))
             med = {k: statistics.median(x["median_ms"] for x in v) for k, v in rows.items()}
+            # the spread: the rounds' medians, least and greatest
+            spread = {k: "%.1f-%.1f" % (min(x["median_ms"] for x in v),
+                                        max(x["median_ms"] for x in v)) for k, v in rows.items()}
+            # the least single forward of all rounds: on a busy machine, the
+            # nearest to a quiet one's time
+            best = {k: min(x["min_ms"] for x in v) for k, v in rows.items()}
             rss = {k: max(x["rss_kib"] for x in v) for k, v in rows.items()}
             desc = rows["ckpt"][0].get("description", "cpu")
             tv = rows["torch"][0]
             for who, what in (("torch", "PyTorch CPU, default threads"),
                               ("torch2", "PyTorch CPU, 2 threads")):
                 ratio = med["ckpt"] / med[who]
-                table.append("| %s | %d | %s | %.1f ms | %.2f %s | %d MiB |" % (
-                    spec["label"], batch, what, med[who], ratio,
-                    "met" if ratio <= 1.5 else "NOT MET", rss[who] // 1024))
-            table.append("| %s | %d | ckpt CPU (OpenBLAS) | %.1f ms | | %d MiB |" % (
-                spec["label"], batch, med["ckpt"], rss["ckpt"] // 1024))
+                table.append("| %s | %d | %s | %.1f ms | %s ms | %.1f ms | %.2f %s (best: %.2f) "
+                             "| %d MiB |" % (
+                                 spec["label"], batch, what, med[who], spread[who], best[who],
+                                 ratio, "met" if ratio <= 1.5 else "NOT MET",
+                                 best["ckpt"] / best[who], rss[who] // 1024))
+            table.append("| %s | %d | ckpt CPU (%s) | %.1f ms | %s ms | %.1f ms | | %d MiB |" % (
+                spec["label"], batch, blas_label(desc), med["ckpt"], spread["ckpt"],
+                best["ckpt"], rss["ckpt"] // 1024))
+            if forced:
+                d0 = rows["ckpt0"][0].get("description", "cpu")
+                table.append("| %s | %d | ckpt CPU (%s), OPENBLAS_CORETYPE unset "
+                             "(informative; / PyTorch 2 threads: %.2f, best: %.2f) | %.1f ms | "
+                             "%s ms | %.1f ms | | %d MiB |" % (
+                                 spec["label"], batch, blas_label(d0),
+                                 med["ckpt0"] / med["torch2"], best["ckpt0"] / best["torch2"],
+                                 med["ckpt0"], spread["ckpt0"], best["ckpt0"],
+                                 rss["ckpt0"] // 1024))
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -171,12 +217,13 @@ def bench_one(a, key):
         "",
         "Machine: %s, %d cores (shared with other jobs: medians, not minima), %s; "
         "PyTorch %s (%d intra-op thread%s by default; also timed with "
-        "torch.set_num_threads(2)); ckpt %s." % (
+        "torch.set_num_threads(2)); ckpt %s%s." % (
             cpu, os.cpu_count(), platform.platform(), tv["torch"], tv["threads"],
-            "" if tv["threads"] == 1 else "s", desc),
+            "" if tv["threads"] == 1 else "s", desc,
+            "; the environment sets OPENBLAS_CORETYPE=%s" % forced if forced else ""),
         "",
-        "| model | batch | what | median | ckpt / this (goal <= 1.5) | peak RSS |",
-        "|---|---|---|---|---|---|",
+        "| model | batch | what | median | rounds | best | ckpt / this (goal <= 1.5) | peak RSS |",
+        "|---|---|---|---|---|---|---|---|",
     ] + table + [""]
     text = "\n".join(lines)
     print(text)

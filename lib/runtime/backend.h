@@ -123,6 +123,13 @@ typedef struct ckpt_backend_ops {
                      int64_t y_stride);
     /* Wait for queued work; report any error it met. */
     int (*synchronize)(ckpt_backend *b);
+    /* Optional (NULL: the executor runs the three ops one by one): conv2d,
+     * then y = y + res (RES, of y's shape, NULL: none), then y = relu(y)
+     * when RELU -- the values conv2d, add and relu give, in one pass over y.
+     * The executor uses it for a conv (its batch norm folded in) whose
+     * output only a residual add and/or a ReLU read. */
+    int (*conv2d_fused)(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                        const float *res, int relu, float *y, const ckpt_conv_geom *g);
 } ckpt_backend_ops;
 
 struct ckpt_backend {

@@ -22,6 +22,11 @@ extern const ckpt_backend_desc ckpt_backend_cuda;
 /* The CPU reference always with its plain-C loops, never OpenBLAS (for
  * tests and benchmarks: a fixed summation order). */
 int ckpt_backend_cpu_plain_open(ckpt_backend **out, char *err, size_t cap);
+/* The CPU backend (PLAIN: with its plain-C loops) whose own loops (im2col,
+ * pooling, elementwise) run on THREADS threads, 0: as many as OpenBLAS
+ * runs, else the cores (for tests: results do not depend on it). */
+int ckpt_backend_cpu_open_threads(int plain, int threads, ckpt_backend **out, char *err,
+                                  size_t cap);
 
 #ifdef __cplusplus
 }

@@ -25,9 +25,13 @@
 
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* cblas_sgemm's enums, as every CBLAS defines them */
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
@@ -38,10 +42,46 @@ typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float a
 #define WT_CACHE 64
 #define POOL_SLOTS 64
 #define POOL_MAX_BYTES ((size_t)1536 << 20)
+#define MAX_THREADS 16
+/* The least values a thread's chunk takes (a simple pass over them): waking
+ * a worker costs tens of microseconds, more on a busy machine (an LSTM
+ * step of the CRNN at batch 32 stays on one thread) */
+#define PAR_GRAIN 32768
+
+/*
+ * The loops around the matrix products (im2col, the conv's bias / residual
+ * / ReLU pass, pooling, elementwise ops) run on as many threads as
+ * OpenBLAS's products do: at batch 1 they were a quarter of ResNet-50's
+ * time on 2 threads while single-threaded.  A job is [0, n) cut into
+ * chunks; the caller takes chunks too, and a worker that wakes late finds
+ * none left, so a busy machine costs little waiting.  Every output element is
+ * computed by the same code whichever thread runs its chunk: results do not
+ * depend on the thread count.  Workers sleep between jobs (never spin: the
+ * OpenBLAS threads need the cores during the products).
+ */
+typedef void (*par_fn)(void *arg, int64_t lo, int64_t hi);
+
+typedef struct cpu_threads {
+    int n;                  /* threads, the caller included; 1: no workers */
+    int inited;             /* mu and cv made */
+    int started;            /* workers running */
+    pthread_t th[MAX_THREADS];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned gen;           /* job number, under mu */
+    int quit;
+    par_fn fn;              /* the job, under mu */
+    void *arg;
+    int64_t n_items, nchunks;
+    /* (job number << 32) | next chunk: a claim for an older job fails */
+    _Atomic uint64_t next;
+    _Atomic int64_t done;   /* chunks finished */
+} cpu_threads;
 
 typedef struct cpu_impl {
     void *blas;           /* dlopen handle */
     sgemm_fn sgemm;
+    cpu_threads thr;
     /* linear's weights transposed for the plain-C loop, by weight buffer */
     struct {
         const float *w;
@@ -69,10 +109,120 @@ static int nomem(ckpt_backend *b)
     return ckpt_backend_fail(b, CKPT_ERR_NOMEM, "out of memory");
 }
 
+/* Takes the chunks of job GEN while any is left; chunk K is
+ * [n * k / nchunks, n * (k + 1) / nchunks). */
+static void run_chunks(cpu_threads *t, unsigned gen, par_fn fn, void *arg, int64_t n,
+                       int64_t nchunks)
+{
+    for (;;) {
+        uint64_t v = atomic_load(&t->next);
+        if ((unsigned)(v >> 32) != gen || (int64_t)(v & 0xffffffffu) >= nchunks)
+            return;
+        if (!atomic_compare_exchange_weak(&t->next, &v, v + 1))
+            continue;
+        int64_t k = (int64_t)(v & 0xffffffffu);
+        fn(arg, n * k / nchunks, n * (k + 1) / nchunks);
+        atomic_fetch_add(&t->done, 1);
+    }
+}
+
+static void *worker_main(void *p)
+{
+    cpu_threads *t = p;
+    unsigned seen = 0;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (t->gen == seen && !t->quit)
+            pthread_cond_wait(&t->cv, &t->mu);
+        if (t->quit)
+            break;
+        seen = t->gen;
+        par_fn fn = t->fn;
+        void *arg = t->arg;
+        int64_t n = t->n_items, nchunks = t->nchunks;
+        pthread_mutex_unlock(&t->mu);
+        run_chunks(t, seen, fn, arg, n, nchunks);
+        pthread_mutex_lock(&t->mu);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+static void threads_init(cpu_threads *t, int n)
+{
+    t->n = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : n;
+    if (t->n > 1 && pthread_mutex_init(&t->mu, NULL))
+        t->n = 1;
+    else if (t->n > 1 && pthread_cond_init(&t->cv, NULL)) {
+        pthread_mutex_destroy(&t->mu);
+        t->n = 1;
+    }
+    t->inited = t->n > 1;
+}
+
+/* The workers, at the first job (a backend that runs nothing starts none);
+ * any that cannot be started leave their share to the others. */
+static void threads_start(cpu_threads *t)
+{
+    int k = 0;
+    while (k < t->n - 1 && pthread_create(&t->th[k], NULL, worker_main, t) == 0)
+        k++;
+    t->started = k;
+    t->n = k + 1;
+}
+
+static void threads_stop(cpu_threads *t)
+{
+    if (!t->inited)
+        return;
+    pthread_mutex_lock(&t->mu);
+    t->quit = 1;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    for (int k = 0; k < t->started; k++)
+        pthread_join(t->th[k], NULL);
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+}
+
+/* fn(arg, lo, hi) over [0, N) in chunks of GRAIN items or more, on the
+ * backend's threads; returns when all are done. */
+static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg)
+{
+    cpu_threads *t = &c->thr;
+    if (n <= 0)
+        return;
+    if (t->n > 1 && !t->started)
+        threads_start(t);
+    int64_t nchunks = grain > 0 ? n / grain : n;
+    if (nchunks > 4 * (int64_t)t->n)
+        nchunks = 4 * (int64_t)t->n; /* a few per thread: one slow thread is caught up */
+    if (t->n <= 1 || nchunks < 2) {
+        fn(arg, 0, n);
+        return;
+    }
+    pthread_mutex_lock(&t->mu);
+    unsigned gen = ++t->gen;
+    t->fn = fn;
+    t->arg = arg;
+    t->n_items = n;
+    t->nchunks = nchunks;
+    atomic_store(&t->done, 0);
+    atomic_store(&t->next, (uint64_t)gen << 32);
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    run_chunks(t, gen, fn, arg, n, nchunks);
+    /* the chunks that workers took are under way: wait for them */
+    for (unsigned spin = 0; atomic_load(&t->done) < nchunks; spin++)
+        if (spin > 1000)
+            sched_yield();
+}
+
 static void cpu_destroy(ckpt_backend *b)
 {
     cpu_impl *c = b->impl;
     if (c) {
+        threads_stop(&c->thr);
         for (size_t i = 0; i < WT_CACHE; i++)
             free(c->wt[i].wt);
         for (size_t i = 0; i < POOL_SLOTS; i++)
@@ -211,6 +361,24 @@ static const float *transposed_weight(ckpt_backend *b, const float *w, int64_t i
     return wt;
 }
 
+typedef struct bias_job {
+    float *y;
+    const float *bias;
+    int64_t out;
+} bias_job;
+
+/* y[r, o] += bias[o] for rows LO..HI */
+static void bias_rows_part(void *arg, int64_t lo, int64_t hi)
+{
+    const bias_job *j = arg;
+    for (int64_t r = lo; r < hi; r++) {
+        float *restrict yr = j->y + r * j->out;
+        const float *restrict bv = j->bias;
+        for (int64_t o = 0; o < j->out; o++)
+            yr[o] += bv[o];
+    }
+}
+
 static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const float *bias,
                       float *y, int64_t rows, int64_t in, int64_t out)
 {
@@ -226,10 +394,10 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
             return nomem(b);
         gemm_plain(0, rows, out, in, x, in, wt, out, y, out);
     }
-    if (bias)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t o = 0; o < out; o++)
-                y[r * out + o] += bias[o];
+    if (bias) {
+        bias_job j = {.y = y, .bias = bias, .out = out};
+        par_for(c, rows, out ? (PAR_GRAIN + out - 1) / out : 1, bias_rows_part, &j);
+    }
     return CKPT_OK;
 }
 
@@ -245,48 +413,101 @@ static float *scratch(cpu_impl *c, size_t n)
     return c->cols;
 }
 
-/* cols[(ci * kh + i) * kw + j, oh * out_w + ow] = x[ci, ih, iw] or 0 in the padding */
-static void im2col(const float *x, const ckpt_conv_geom *g, float *cols)
+/* The output columns OW (lo <= ow < hi) whose input column ow * stride +
+ * shift falls inside a row of IN_W. */
+static void col_range(int64_t shift, int64_t stride, int64_t in_w, int64_t out_w, int64_t *lo,
+                      int64_t *hi)
+{
+    int64_t l = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
+    int64_t h = in_w - shift <= 0 ? 0 : (in_w - shift + stride - 1) / stride;
+    if (h > out_w)
+        h = out_w;
+    if (l > h)
+        l = h;
+    *lo = l;
+    *hi = h;
+}
+
+/* cols[(ci * kh + i) * kw + j, oh * out_w + ow] = x[ci, ih, iw] or 0 in the
+ * padding, for input channels CI0 <= ci < CI1 */
+static void im2col(const float *x, const ckpt_conv_geom *g, float *cols, int64_t ci0,
+                   int64_t ci1)
 {
     int64_t hw = g->out_h * g->out_w;
-    for (int64_t ci = 0; ci < g->in_c; ci++)
+    for (int64_t ci = ci0; ci < ci1; ci++)
         for (int64_t i = 0; i < g->k_h; i++)
             for (int64_t j = 0; j < g->k_w; j++) {
                 float *row = cols + ((ci * g->k_h + i) * g->k_w + j) * hw;
                 const float *plane = x + ci * g->in_h * g->in_w;
+                int64_t shift = j * g->dil_w - g->pad_w, lo, hi;
+                col_range(shift, g->stride_w, g->in_w, g->out_w, &lo, &hi);
                 for (int64_t oh = 0; oh < g->out_h; oh++) {
                     int64_t ih = oh * g->stride_h - g->pad_h + i * g->dil_h;
-                    float *dst = row + oh * g->out_w;
+                    float *restrict dst = row + oh * g->out_w;
                     if (ih < 0 || ih >= g->in_h) {
-                        memset(dst, 0, sizeof(float) * (size_t)g->out_w);
+                        for (int64_t ow = 0; ow < g->out_w; ow++)
+                            dst[ow] = 0.0f;
                         continue;
                     }
-                    /* the columns whose iw = ow * stride + shift falls in the row */
-                    int64_t shift = j * g->dil_w - g->pad_w;
-                    int64_t lo = shift >= 0 ? 0 : (-shift + g->stride_w - 1) / g->stride_w;
-                    int64_t hi = g->in_w - shift <= 0 ? 0
-                                                      : (g->in_w - shift + g->stride_w - 1) /
-                                                            g->stride_w;
-                    if (hi > g->out_w)
-                        hi = g->out_w;
-                    if (lo > hi)
-                        lo = hi;
-                    const float *row = plane + ih * g->in_w;
+                    /* plain loops, not memcpy: the rows are short (7 to 56) */
+                    const float *restrict src = plane + ih * g->in_w + shift;
                     for (int64_t ow = 0; ow < lo; ow++)
                         dst[ow] = 0.0f;
-                    if (g->stride_w == 1 && hi > lo)
-                        memcpy(dst + lo, row + lo + shift, sizeof(float) * (size_t)(hi - lo));
+                    if (g->stride_w == 1)
+                        for (int64_t ow = lo; ow < hi; ow++)
+                            dst[ow] = src[ow];
+                    else if (g->stride_w == 2)
+                        for (int64_t ow = lo; ow < hi; ow++)
+                            dst[ow] = src[2 * ow];
                     else
                         for (int64_t ow = lo; ow < hi; ow++)
-                            dst[ow] = row[ow * g->stride_w + shift];
+                            dst[ow] = src[ow * g->stride_w];
                     for (int64_t ow = hi; ow < g->out_w; ow++)
                         dst[ow] = 0.0f;
                 }
             }
 }
 
-static int cpu_conv2d(ckpt_backend *b, const float *x, const float *w, const float *bias,
-                      float *y, const ckpt_conv_geom *g)
+typedef struct conv_job {
+    const float *x, *bias, *res;
+    float *y, *cols;
+    const ckpt_conv_geom *g;
+    int relu;
+} conv_job;
+
+static void im2col_part(void *arg, int64_t lo, int64_t hi)
+{
+    const conv_job *j = arg;
+    im2col(j->x, j->g, j->cols, lo, hi);
+}
+
+/* y[oc, p] = relu(y[oc, p] + bias[oc] + res[oc, p]) over channels LO..HI,
+ * each step only when asked for: the values of conv2d's bias, then add,
+ * then relu (adding no bias keeps a -0.0 the products gave, as conv2d
+ * without a bias does). */
+static void epilogue_part(void *arg, int64_t lo, int64_t hi)
+{
+    const conv_job *j = arg;
+    int64_t hw = j->g->out_h * j->g->out_w;
+    for (int64_t oc = lo; oc < hi; oc++) {
+        float *restrict yp = j->y + oc * hw;
+        const float *restrict rp = j->res ? j->res + oc * hw : NULL;
+        if (j->bias) {
+            float bv = j->bias[oc];
+            for (int64_t p = 0; p < hw; p++)
+                yp[p] += bv;
+        }
+        if (rp)
+            for (int64_t p = 0; p < hw; p++)
+                yp[p] += rp[p];
+        if (j->relu)
+            for (int64_t p = 0; p < hw; p++)
+                yp[p] = yp[p] < 0.0f ? 0.0f : yp[p];
+    }
+}
+
+static int cpu_conv2d_fused(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                            const float *res, int relu, float *y, const ckpt_conv_geom *g)
 {
     cpu_impl *c = b->impl;
     int64_t hw = g->out_h * g->out_w, ckk = g->in_c * g->k_h * g->k_w;
@@ -295,18 +516,26 @@ static int cpu_conv2d(ckpt_backend *b, const float *x, const float *w, const flo
     float *cols = NULL;
     if (!direct && !(cols = scratch(c, (size_t)(ckk * hw))))
         return nomem(b);
+    /* a thread's share of im2col or of the pass over y: 32K values or more */
+    int64_t rows = g->k_h * g->k_w * hw, grain = rows ? (PAR_GRAIN + rows - 1) / rows : 1;
+    int64_t epi_grain = hw ? (PAR_GRAIN + hw - 1) / hw : 1;
     for (int64_t n = 0; n < g->batch; n++) {
-        const float *xn = x + n * g->in_c * g->in_h * g->in_w;
-        float *yn = y + n * g->out_c * hw;
+        conv_job j = {.x = x + n * g->in_c * g->in_h * g->in_w, .bias = bias,
+                      .res = res ? res + n * g->out_c * hw : NULL, .y = y + n * g->out_c * hw,
+                      .cols = cols, .g = g, .relu = relu};
         if (!direct)
-            im2col(xn, g, cols);
-        gemm(c, 0, g->out_c, hw, ckk, w, ckk, direct ? xn : cols, hw, yn, hw);
-        if (bias)
-            for (int64_t oc = 0; oc < g->out_c; oc++)
-                for (int64_t p = 0; p < hw; p++)
-                    yn[oc * hw + p] += bias[oc];
+            par_for(c, g->in_c, grain, im2col_part, &j);
+        gemm(c, 0, g->out_c, hw, ckk, w, ckk, direct ? j.x : cols, hw, j.y, hw);
+        if (bias || res || relu)
+            par_for(c, g->out_c, epi_grain, epilogue_part, &j);
     }
     return CKPT_OK;
+}
+
+static int cpu_conv2d(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                      float *y, const ckpt_conv_geom *g)
+{
+    return cpu_conv2d_fused(b, x, w, bias, NULL, 0, y, g);
 }
 
 static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
@@ -350,34 +579,62 @@ static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
     return CKPT_OK;
 }
 
+typedef struct pool_job {
+    const float *x;
+    float *y;
+    const ckpt_pool_geom *g;
+} pool_job;
+
+/* Planes LO..HI.  Each output row keeps a running maximum per column and
+ * takes the window's taps in (row, column) order, a tap over a whole row
+ * at a time (torch's order per output element, in loops that vectorize):
+ * v replaces the maximum when greater or NaN, so a NaN stays (torch: a NaN
+ * wins).  Taps in the padding are skipped: -infinity is never chosen. */
+static void max_pool_part(void *arg, int64_t lo, int64_t hi)
+{
+    const pool_job *pj = arg;
+    const ckpt_pool_geom *g = pj->g;
+    for (int64_t p = lo; p < hi; p++) {
+        const float *xp = pj->x + p * g->in_h * g->in_w;
+        float *yp = pj->y + p * g->out_h * g->out_w;
+        for (int64_t oh = 0; oh < g->out_h; oh++) {
+            float *restrict best = yp + oh * g->out_w;
+            for (int64_t ow = 0; ow < g->out_w; ow++)
+                best[ow] = -INFINITY;
+            for (int64_t i = 0; i < g->k_h; i++) {
+                int64_t ih = oh * g->stride_h - g->pad_h + i * g->dil_h;
+                if (ih < 0 || ih >= g->in_h)
+                    continue;
+                for (int64_t j = 0; j < g->k_w; j++) {
+                    int64_t shift = j * g->dil_w - g->pad_w, l, h;
+                    col_range(shift, g->stride_w, g->in_w, g->out_w, &l, &h);
+                    const float *restrict src = xp + ih * g->in_w + shift;
+                    if (g->stride_w == 1)
+                        for (int64_t ow = l; ow < h; ow++) {
+                            float v = src[ow], m = best[ow];
+                            best[ow] = v > m || v != v ? v : m;
+                        }
+                    else if (g->stride_w == 2)
+                        for (int64_t ow = l; ow < h; ow++) {
+                            float v = src[2 * ow], m = best[ow];
+                            best[ow] = v > m || v != v ? v : m;
+                        }
+                    else
+                        for (int64_t ow = l; ow < h; ow++) {
+                            float v = src[ow * g->stride_w], m = best[ow];
+                            best[ow] = v > m || v != v ? v : m;
+                        }
+                }
+            }
+        }
+    }
+}
+
 static int cpu_max_pool2d(ckpt_backend *b, const float *x, float *y, const ckpt_pool_geom *g)
 {
-    (void)b;
-    for (int64_t p = 0; p < g->planes; p++) {
-        const float *xp = x + p * g->in_h * g->in_w;
-        float *yp = y + p * g->out_h * g->out_w;
-        for (int64_t oh = 0; oh < g->out_h; oh++)
-            for (int64_t ow = 0; ow < g->out_w; ow++) {
-                float best = -INFINITY;
-                for (int64_t i = 0; i < g->k_h; i++) {
-                    int64_t ih = oh * g->stride_h - g->pad_h + i * g->dil_h;
-                    if (ih < 0 || ih >= g->in_h)
-                        continue;
-                    for (int64_t j = 0; j < g->k_w; j++) {
-                        int64_t iw = ow * g->stride_w - g->pad_w + j * g->dil_w;
-                        if (iw < 0 || iw >= g->in_w)
-                            continue;
-                        float v = xp[ih * g->in_w + iw];
-                        if (v > best || isnan(v)) /* torch: a NaN wins */
-                            best = v;
-                        if (isnan(v))
-                            goto done;
-                    }
-                }
-            done:
-                yp[oh * g->out_w + ow] = best;
-            }
-    }
+    pool_job pj = {.x = x, .y = y, .g = g};
+    int64_t per = g->out_h * g->out_w * g->k_h * g->k_w;
+    par_for(b->impl, g->planes, per ? (PAR_GRAIN + per - 1) / per : 1, max_pool_part, &pj);
     return CKPT_OK;
 }
 
@@ -407,11 +664,24 @@ static int cpu_l2norm(ckpt_backend *b, const float *x, const float *w, float *y,
     return CKPT_OK;
 }
 
+typedef struct ew_job {
+    const float *a, *x;
+    float *y;
+} ew_job;
+
+static void relu_part(void *arg, int64_t lo, int64_t hi)
+{
+    const ew_job *e = arg;
+    const float *restrict x = e->x;
+    float *restrict y = e->y;
+    for (int64_t i = lo; i < hi; i++)
+        y[i] = x[i] < 0.0f ? 0.0f : x[i]; /* as torch: NaN and -0.0 pass through */
+}
+
 static int cpu_relu(ckpt_backend *b, const float *x, float *y, size_t n)
 {
-    (void)b;
-    for (size_t i = 0; i < n; i++)
-        y[i] = x[i] < 0.0f ? 0.0f : x[i]; /* as torch: NaN and -0.0 pass through */
+    ew_job e = {.x = x, .y = y};
+    par_for(b->impl, (int64_t)n, 2 * PAR_GRAIN, relu_part, &e);
     return CKPT_OK;
 }
 
@@ -441,11 +711,19 @@ static int cpu_batch_norm(ckpt_backend *b, const float *x, const float *mean, co
     return CKPT_OK;
 }
 
+static void add_part(void *arg, int64_t lo, int64_t hi)
+{
+    const ew_job *e = arg;
+    const float *restrict a = e->a, *restrict x = e->x;
+    float *restrict y = e->y;
+    for (int64_t i = lo; i < hi; i++)
+        y[i] = a[i] + x[i];
+}
+
 static int cpu_add(ckpt_backend *b, const float *a, const float *x, float *y, size_t n)
 {
-    (void)b;
-    for (size_t i = 0; i < n; i++)
-        y[i] = a[i] + x[i];
+    ew_job e = {.a = a, .x = x, .y = y};
+    par_for(b->impl, (int64_t)n, 2 * PAR_GRAIN, add_part, &e);
     return CKPT_OK;
 }
 
@@ -544,25 +822,43 @@ static int cpu_copy_rows(ckpt_backend *b, const float *x, int64_t x_stride, floa
     return CKPT_OK;
 }
 
-static int cpu_lstm_cell(ckpt_backend *b, const float *gx, const float *gh,
-                         const float *bias_hh, float *c, float *h, float *y, int64_t batch,
-                         int64_t hidden, int64_t y_stride)
+typedef struct lstm_job {
+    const float *gx, *gh, *bias_hh;
+    float *c, *h, *y;
+    int64_t hidden, y_stride;
+} lstm_job;
+
+/* rows LO..HI of the batch */
+static void lstm_part(void *arg, int64_t lo, int64_t hi)
 {
-    (void)b;
-    for (int64_t r = 0; r < batch; r++) {
-        const float *gxr = gx + r * 4 * hidden, *ghr = gh ? gh + r * 4 * hidden : bias_hh;
-        float *cr = c + r * hidden, *hr = h + r * hidden, *yr = y + r * y_stride;
+    const lstm_job *l = arg;
+    int64_t hidden = l->hidden;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *gxr = l->gx + r * 4 * hidden;
+        const float *ghr = l->gh ? l->gh + r * 4 * hidden : l->bias_hh;
+        float *cr = l->c + r * hidden, *hr = l->h + r * hidden, *yr = l->y + r * l->y_stride;
         for (int64_t j = 0; j < hidden; j++) {
             float g4[4];
             for (int q = 0; q < 4; q++)
                 g4[q] = gxr[q * hidden + j] + (ghr ? ghr[q * hidden + j] : 0.0f);
             float i = 1.0f / (1.0f + expf(-g4[0])), f = 1.0f / (1.0f + expf(-g4[1]));
             float g = tanhf(g4[2]), o = 1.0f / (1.0f + expf(-g4[3]));
-            float cn = (gh ? f * cr[j] : 0.0f) + i * g;
+            float cn = (l->gh ? f * cr[j] : 0.0f) + i * g;
             cr[j] = cn;
             hr[j] = yr[j] = o * tanhf(cn);
         }
     }
+}
+
+static int cpu_lstm_cell(ckpt_backend *b, const float *gx, const float *gh,
+                         const float *bias_hh, float *c, float *h, float *y, int64_t batch,
+                         int64_t hidden, int64_t y_stride)
+{
+    lstm_job l = {.gx = gx, .gh = gh, .bias_hh = bias_hh, .c = c, .h = h, .y = y,
+                  .hidden = hidden, .y_stride = y_stride};
+    /* about 5 transcendental functions an element: a quarter of the grain */
+    int64_t grain = hidden ? (PAR_GRAIN / 4 + hidden - 1) / hidden : 1;
+    par_for(b->impl, batch, grain, lstm_part, &l);
     return CKPT_OK;
 }
 
@@ -593,6 +889,7 @@ static const ckpt_backend_ops CPU_OPS = {
     .adaptive_avg_pool2d = cpu_adaptive_avg_pool2d,
     .lstm_cell = cpu_lstm_cell,
     .synchronize = cpu_synchronize,
+    .conv2d_fused = cpu_conv2d_fused,
 };
 
 /* OpenBLAS, when present: found by soname at run time. */
@@ -614,7 +911,8 @@ static void load_blas(cpu_impl *c, char *desc, size_t cap)
         typedef int (*nt_fn)(void);
         cfg_fn cfg = (cfg_fn)(uintptr_t)dlsym(c->blas, "openblas_get_config");
         nt_fn nt = (nt_fn)(uintptr_t)dlsym(c->blas, "openblas_get_num_threads");
-        char name[64] = "OpenBLAS";
+        cfg_fn core = (cfg_fn)(uintptr_t)dlsym(c->blas, "openblas_get_corename");
+        char name[96] = "OpenBLAS";
         if (cfg) {
             /* "OpenBLAS 0.3.21 DYNAMIC_ARCH ..." : keep the name and version */
             const char *s = cfg();
@@ -623,6 +921,10 @@ static void load_blas(cpu_impl *c, char *desc, size_t cap)
             snprintf(name, sizeof name, "%.*s", s ? (int)(sp ? sp - s : (long)strlen(s)) : 8,
                      s ? s : "OpenBLAS");
         }
+        /* the kernels it runs ("Haswell", "SkylakeX"): the speed depends on them */
+        const char *cn = core ? core() : NULL;
+        if (cn && *cn && strlen(name) + strlen(cn) + 2 < sizeof name)
+            strcat(strcat(name, " "), cn);
         if (nt)
             snprintf(desc, cap, "cpu (float32, %s, %d threads)", name, nt());
         else
@@ -633,7 +935,26 @@ static void load_blas(cpu_impl *c, char *desc, size_t cap)
     snprintf(desc, cap, "cpu (float32, plain C reference loops)");
 }
 
-static int cpu_open(int plain, ckpt_backend **out, char *err, size_t cap)
+/* As many threads as OpenBLAS runs (OPENBLAS_NUM_THREADS, else the cores);
+ * without it, the cores this process may run on. */
+static int cpu_threads_wanted(const cpu_impl *c)
+{
+    if (c->blas) {
+        typedef int (*nt_fn)(void);
+        nt_fn nt = (nt_fn)(uintptr_t)dlsym(c->blas, "openblas_get_num_threads");
+        if (nt)
+            return nt();
+    }
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)(n < MAX_THREADS ? n : MAX_THREADS) : 1;
+}
+
+static int cpu_open(int plain, int threads, ckpt_backend **out, char *err, size_t cap)
 {
     ckpt_backend *b = calloc(1, sizeof *b);
     cpu_impl *c = calloc(1, sizeof *c);
@@ -651,6 +972,7 @@ static int cpu_open(int plain, ckpt_backend **out, char *err, size_t cap)
         snprintf(b->description, sizeof b->description, "cpu (float32, plain C reference loops)");
     else
         load_blas(c, b->description, sizeof b->description);
+    threads_init(&c->thr, threads > 0 ? threads : cpu_threads_wanted(c));
     *out = b;
     return CKPT_OK;
 }
@@ -666,12 +988,18 @@ static int cpu_probe(char *why, size_t cap)
 static int cpu_open_device(int index, ckpt_backend **out, char *err, size_t cap)
 {
     (void)index;
-    return cpu_open(0, out, err, cap);
+    return cpu_open(0, 0, out, err, cap);
 }
 
 int ckpt_backend_cpu_plain_open(ckpt_backend **out, char *err, size_t cap)
 {
-    return cpu_open(1, out, err, cap);
+    return cpu_open(1, 0, out, err, cap);
+}
+
+int ckpt_backend_cpu_open_threads(int plain, int threads, ckpt_backend **out, char *err,
+                                  size_t cap)
+{
+    return cpu_open(plain, threads, out, err, cap);
 }
 
 const ckpt_backend_desc ckpt_backend_cpu = {

@@ -54,6 +54,72 @@ static void fold_plan(const ckpt_model *m, int *fold)
     }
 }
 
+/* How many nodes read value V (a model output counts twice); *ONLY: the
+ * node, when one node reads it once. */
+static int readers_of(const ckpt_model *m, int v, int *only)
+{
+    int count = 0;
+    *only = -1;
+    for (size_t k = 0; k < m->nnodes; k++)
+        for (int q = 0; q < m->nodes[k].ninputs; q++)
+            if (m->nodes[k].inputs[q] == v) {
+                count++;
+                *only = (int)k;
+            }
+    for (size_t o = 0; o < m->noutputs; o++)
+        count += m->outputs[o] == v ? 2 : 0;
+    return count;
+}
+
+/*
+ * A residual add and a ReLU folded into the convolution before them, on a
+ * backend with conv2d_fused: the conv's output (after its folded batch
+ * norm) read only by an add whose other operand already exists when the
+ * conv runs, and/or then only by a relu, is computed in one pass: RES[i]
+ * of conv node I is the add's other operand (-1: none), RELU[i] whether a
+ * relu follows; VIEW[k] of each node so absorbed (and of a folded batch
+ * norm) is the value whose buffer its output shares, -1 elsewhere.  Each
+ * value is what the ops one by one give.
+ */
+static void fuse_plan(const ckpt_model *m, const ckpt_backend *b, const int *fold, int *res,
+                      unsigned char *relu, int *view)
+{
+    for (size_t i = 0; i < m->nnodes; i++) {
+        res[i] = -1;
+        relu[i] = 0;
+        view[i] = fold[i] >= 0 && m->nodes[i].op == RT_BATCH_NORM ? m->nodes[i].inputs[0] : -1;
+    }
+    if (!b->ops->conv2d_fused)
+        return;
+    for (size_t i = 0; i < m->nnodes; i++) {
+        if (m->nodes[i].op != RT_CONV2D)
+            continue;
+        int end = fold[i] >= 0 ? m->nodes[fold[i]].output : m->nodes[i].output, k;
+        if (readers_of(m, end, &k) != 1)
+            continue;
+        const rt_node *n = &m->nodes[k];
+        if (n->op == RT_ADD && n->ninputs == 2) {
+            int other = n->inputs[0] == end ? n->inputs[1] : n->inputs[0];
+            /* the other operand: a model input or made by a node before the conv */
+            int made = other < (int)m->ninputs;
+            for (size_t p = 0; p < i && !made; p++)
+                made = m->nodes[p].output == other;
+            if (other == end || !made)
+                continue;
+            res[i] = other;
+            view[k] = end;
+            end = n->output;
+            if (readers_of(m, end, &k) != 1)
+                continue;
+            n = &m->nodes[k];
+        }
+        if (n->op == RT_RELU) {
+            relu[i] = 1;
+            view[k] = end;
+        }
+    }
+}
+
 /* The folded weight and bias of conv node I (batch norm J) on the host. */
 static int fold_weights(const ckpt_model *m, size_t i, int j, float **w_out, float **b_out)
 {
@@ -184,6 +250,9 @@ typedef struct run {
     rt_buf *bufs;
     size_t nbufs;
     int *fold;         /* per node: fold_plan */
+    int *res;          /* per node: fuse_plan */
+    unsigned char *relu;
+    int *view;
 } run;
 
 static void drop_value(run *r, int v)
@@ -300,9 +369,10 @@ static int exec_node(run *r, size_t ni)
         bias = r->params[r->m->nparams + 2 * ni + 1];
     }
     if (n->op == RT_FLATTEN || n->op == RT_RESHAPE || n->op == RT_SQUEEZE ||
-        n->op == RT_UNSQUEEZE || n->op == RT_DROPOUT || (folded && n->op == RT_BATCH_NORM)) {
-        /* a view: same buffer, new shape (a folded batch norm: the conv did it) */
-        int bi = r->buf[n->inputs[0]];
+        n->op == RT_UNSQUEEZE || n->op == RT_DROPOUT || r->view[ni] >= 0) {
+        /* a view: same buffer, new shape (a folded batch norm, a fused add
+         * or relu: the conv did it) */
+        int bi = r->buf[r->view[ni] >= 0 ? r->view[ni] : n->inputs[0]];
         r->buf[n->output] = bi;
         r->bufs[bi].refs++;
         return CKPT_OK;
@@ -322,6 +392,10 @@ static int exec_node(run *r, size_t ni)
     case RT_CONV_TRANSPOSE2D: {
         ckpt_conv_geom g;
         rt_conv_geom(n, x, &r->m->params[n->param[RT_P_WEIGHT]].shape, y, &g);
+        if (n->op == RT_CONV2D && (r->res[ni] >= 0 || r->relu[ni]))
+            return b->ops->conv2d_fused(b, xp, w, bias,
+                                        r->res[ni] >= 0 ? val(r, r->res[ni]) : NULL,
+                                        r->relu[ni], yp, &g);
         if (n->op == RT_CONV2D)
             return b->ops->conv2d(b, xp, w, bias, yp, &g);
         return b->ops->conv_transpose2d(b, xp, w, bias, yp, &g);
@@ -450,7 +524,11 @@ int ckpt_model_run(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs, ckp
     r.is_output = calloc(nv, 1);
     r.bufs = calloc(nv, sizeof *r.bufs);
     r.fold = malloc((m->nnodes ? m->nnodes : 1) * sizeof *r.fold);
-    if (!r.shape || !r.buf || !r.last_use || !r.is_output || !r.bufs || !r.fold) {
+    r.res = malloc((m->nnodes ? m->nnodes : 1) * sizeof *r.res);
+    r.relu = malloc(m->nnodes ? m->nnodes : 1);
+    r.view = malloc((m->nnodes ? m->nnodes : 1) * sizeof *r.view);
+    if (!r.shape || !r.buf || !r.last_use || !r.is_output || !r.bufs || !r.fold || !r.res ||
+        !r.relu || !r.view) {
         ckpt_model_fail(m, rc, "out of memory");
         goto out;
     }
@@ -471,6 +549,7 @@ int ckpt_model_run(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs, ckp
         goto out;
 
     fold_plan(m, r.fold);
+    fuse_plan(m, b, r.fold, r.res, r.relu, r.view);
     if (!(r.params = upload_params(m, b, r.fold))) {
         rc = m->err_code;
         goto out;
@@ -528,5 +607,8 @@ out:
     free(r.is_output);
     free(r.bufs);
     free(r.fold);
+    free(r.res);
+    free(r.relu);
+    free(r.view);
     return rc;
 }

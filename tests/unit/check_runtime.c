@@ -2,7 +2,7 @@
  * tests/data/ops (made by PyTorch, tests/fixtures/make_verify_fixtures.py)
  * on both CPU paths, spec errors, strict-load reports and run errors. */
 #include "unit.h"
-#include "runtime/backends.h" /* ckpt_backend_cpu_plain_open() */
+#include "runtime/backends.h" /* ckpt_backend_cpu_plain_open(), _open_threads() */
 
 #include <dirent.h>
 #include <math.h>
@@ -366,6 +366,165 @@ START_TEST(test_run_checks_input_shape)
 }
 END_TEST
 
+/* ---- what the CPU backend does for speed changes no bit ---------------------- */
+
+/* Run M (bound) on B over IN; the outputs into OUT[0..n). */
+static void run_model(ckpt_model *m, ckpt_backend *b, const ckpt_array *in, ckpt_array *out)
+{
+    ck_assert_msg(ckpt_model_run(m, b, in, out) == 0, "%s", ckpt_model_error_message(m));
+}
+
+static void assert_same_bits(const ckpt_array *a, const ckpt_array *b, const char *what)
+{
+    ck_assert_int_eq(ckpt_array_numel(a), ckpt_array_numel(b));
+    ck_assert_msg(memcmp(a->data, b->data, (size_t)ckpt_array_numel(a) * sizeof(float)) == 0,
+                  "%s: the outputs differ", what);
+}
+
+/* A conv whose batch norm, residual add and ReLU are computed in one pass
+ * gives the bits of the ops run one by one: the same block with the
+ * intermediate values also output (so that nothing is fused) agrees. */
+START_TEST(test_fused_conv_same_bits)
+{
+    char *path = data_path("tests/data/ops/chain_basic_block.json");
+    FILE *fp = fopen(path, "rb");
+    ck_assert_ptr_nonnull(fp);
+    char json[8192];
+    size_t len = fread(json, 1, sizeof json - 1, fp);
+    fclose(fp);
+    json[len] = '\0';
+    char *outs = strstr(json, "\"outputs\": [\"y\"]");
+    ck_assert_ptr_nonnull(outs);
+    char unfused[8400];
+    snprintf(unfused, sizeof unfused, "%.*s\"outputs\": [\"y\", \"b2\", \"r1\"]%s",
+             (int)(outs - json), json, outs + strlen("\"outputs\": [\"y\"]"));
+
+    ckpt_file *f = open_data("tests/data/ops/chain_basic_block.pth");
+    const ckpt_value *params = ckpt_value_dict_get(ckpt_file_root(f), "params");
+    ckpt_array in = {0}, want = {0};
+    read_array(f, "input", &in);
+    read_array(f, "output.y", &want);
+    for (int plain = 0; plain < 2; plain++) {
+        ckpt_model *m1 = ckpt_model_new(), *m2 = ckpt_model_new();
+        ck_assert_int_eq(ckpt_model_parse(m1, json, len, "fused.json"), 0);
+        ck_assert_int_eq(ckpt_model_parse(m2, unfused, strlen(unfused), "unfused.json"), 0);
+        ckpt_load_report r;
+        ck_assert_int_eq(ckpt_model_bind(m1, f, params, &r), 0);
+        ck_assert(r.ok);
+        ck_assert_int_eq(ckpt_model_bind(m2, f, params, &r), 0);
+        ck_assert(r.ok);
+        ckpt_backend *b;
+        char err[256];
+        ck_assert_int_eq(ckpt_backend_cpu_open_threads(plain, 0, &b, err, sizeof err), 0);
+        ckpt_array y1[1] = {{0}}, y2[3] = {{0}};
+        run_model(m1, b, &in, y1);
+        run_model(m2, b, &in, y2);
+        assert_same_bits(&y1[0], &y2[0], plain ? "plain" : "OpenBLAS");
+        ck_assert_int_eq(y2[1].shape[1], 4); /* b2: the add's other operand, kept */
+        for (int64_t i = 0; i < ckpt_array_numel(&want); i++)
+            ck_assert(fabs(y1[0].data[i] - want.data[i]) <= 1e-5 * (1 + fabs(want.data[i])));
+        ckpt_array_clear(&y1[0]);
+        for (int k = 0; k < 3; k++)
+            ckpt_array_clear(&y2[k]);
+        ckpt_backend_free(b);
+        ckpt_model_free(m1);
+        ckpt_model_free(m2);
+    }
+    ckpt_array_clear(&in);
+    ckpt_array_clear(&want);
+    ckpt_file_free(f);
+    free(path);
+}
+END_TEST
+
+/* The loops the CPU backend spreads over threads (im2col, the pass after
+ * each conv's product, max pooling) give the same bits on 1 thread and on
+ * 3: SSD300 (narrow) at 300 x 300, big enough that each is cut into chunks. */
+START_TEST(test_threads_same_bits)
+{
+    ckpt_model *m = load_spec("models/ssd300.json");
+    ckpt_file *f = open_data("tests/data/ssd300_narrow.pth");
+    ckpt_file *ref = open_data("tests/data/ssd300_narrow.ref.pth");
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
+    ck_assert_msg(r.ok, "%s", r.message);
+    ckpt_array in = {0};
+    read_array(ref, "input", &in);
+    size_t nout = ckpt_model_output_count(m);
+    ck_assert(nout <= 4);
+    for (int plain = 0; plain < 2; plain++) {
+        ckpt_array y[2][4] = {{{0}}};
+        for (int t = 0; t < 2; t++) {
+            ckpt_backend *b;
+            char err[256];
+            ck_assert_int_eq(ckpt_backend_cpu_open_threads(plain, t ? 3 : 1, &b, err, sizeof err),
+                             0);
+            run_model(m, b, &in, y[t]);
+            ckpt_backend_free(b);
+        }
+        for (size_t k = 0; k < nout; k++) {
+            assert_same_bits(&y[0][k], &y[1][k], ckpt_model_output_name(m, k));
+            ckpt_array_clear(&y[0][k]);
+            ckpt_array_clear(&y[1][k]);
+        }
+    }
+    ckpt_array_clear(&in);
+    ckpt_file_free(ref);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+}
+END_TEST
+
+/* The same for the LSTM's cells and linear's bias, cut into chunks of
+ * batch rows: crnn.pytorch's BidirectionalLSTM (the op case) at batch 4096. */
+START_TEST(test_threads_same_bits_lstm)
+{
+    char *path = data_path("tests/data/ops/lstm_crnn_block.json");
+    FILE *fp = fopen(path, "rb");
+    ck_assert_ptr_nonnull(fp);
+    char json[8192], big[8192];
+    size_t len = fread(json, 1, sizeof json - 1, fp);
+    fclose(fp);
+    json[len] = '\0';
+    char *shape = strstr(json, "[11, 4, 16]");
+    ck_assert_ptr_nonnull(shape);
+    snprintf(big, sizeof big, "%.*s[11, 4096, 16]%s", (int)(shape - json), json,
+             shape + strlen("[11, 4, 16]"));
+    ckpt_model *m = ckpt_model_new();
+    ck_assert_int_eq(ckpt_model_parse(m, big, strlen(big), "lstm4096.json"), 0);
+    ckpt_file *f = open_data("tests/data/ops/lstm_crnn_block.pth");
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_value_dict_get(ckpt_file_root(f), "params"), &r),
+                     0);
+    ck_assert(r.ok);
+    ckpt_array in = {.ndim = 3, .shape = {11, 4096, 16}};
+    in.data = malloc(11 * 4096 * 16 * sizeof(float));
+    uint32_t seed = 16;
+    for (int64_t i = 0; i < ckpt_array_numel(&in); i++) {
+        seed = seed * 1664525u + 1013904223u;
+        in.data[i] = (float)(seed >> 8) / (float)(1u << 24) * 4.0f - 2.0f;
+    }
+    for (int plain = 0; plain < 2; plain++) {
+        ckpt_array y[2] = {{0}};
+        for (int t = 0; t < 2; t++) {
+            ckpt_backend *b;
+            char err[256];
+            ck_assert_int_eq(ckpt_backend_cpu_open_threads(plain, t ? 3 : 1, &b, err, sizeof err),
+                             0);
+            run_model(m, b, &in, &y[t]);
+            ckpt_backend_free(b);
+        }
+        assert_same_bits(&y[0], &y[1], "y");
+        ckpt_array_clear(&y[0]);
+        ckpt_array_clear(&y[1]);
+    }
+    ckpt_array_clear(&in);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+    free(path);
+}
+END_TEST
+
 START_TEST(test_backend_names)
 {
     ckpt_backend *b = NULL;
@@ -402,6 +561,12 @@ static Suite *suite(void)
     tcase_add_test(tc, test_run_checks_input_shape);
     tcase_add_test(tc, test_backend_names);
     suite_add_tcase(s, tc);
+    TCase *speed = tcase_create("speed keeps the bits");
+    tcase_set_timeout(speed, 120);
+    tcase_add_test(speed, test_fused_conv_same_bits);
+    tcase_add_test(speed, test_threads_same_bits);
+    tcase_add_test(speed, test_threads_same_bits_lstm);
+    suite_add_tcase(s, speed);
     return s;
 }
 
