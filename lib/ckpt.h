@@ -373,6 +373,24 @@ typedef struct ckpt_chunk {
 CKPT_API size_t ckpt_tensor_chunk_count(const ckpt_tensor *t);
 CKPT_API const ckpt_chunk *ckpt_tensor_chunk(const ckpt_tensor *t, size_t i);
 
+/* A rank's local shard of a sharded tensor that each rank saved with
+ * torch.save (FSDP1 SHARDED_STATE_DICT's ShardedTensor, FSDP2's DTensor):
+ * the tensor read is that local shard; this says where it lies in the whole. */
+typedef struct ckpt_shard_info {
+    const char *type;             /* "ShardedTensor" or "DTensor" */
+    int ndim;                     /* of the whole tensor */
+    const int64_t *global_shape;
+    size_t nchunks;               /* 1; 0: this rank holds no shard (ShardedTensor) */
+    const ckpt_chunk *chunks;     /* the shard's box (offsets, sizes, rank; file NULL) */
+    int rank;                     /* the rank that saved it; -1 unknown */
+    /* non-NULL: the box is not known (chunks 0), and why: "placement not
+     * supported: _StridedShard" */
+    const char *unsupported;
+} ckpt_shard_info;
+
+/* Fill OUT for a rank's local shard; CKPT_ERR_USAGE for any other tensor. */
+CKPT_API int ckpt_tensor_shard(const ckpt_tensor *t, ckpt_shard_info *out);
+
 CKPT_API const char *ckpt_storage_key(const ckpt_storage *s);
 CKPT_API ckpt_dtype ckpt_storage_dtype(const ckpt_storage *s);
 CKPT_API int64_t ckpt_storage_numel(const ckpt_storage *s);

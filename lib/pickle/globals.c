@@ -128,6 +128,34 @@ static const char *const dcp_known_data[] = {
     "pathlib._local.WindowsPath",
 };
 
+/* ---- per-rank FSDP files (pickle/read.c: rebuild_sharded) ------------------
+ * torch.save of a state dict holding ShardedTensors (FSDP1 SHARDED_STATE_DICT)
+ * or DTensors (FSDP2), reference/distributed-formats.md 3.3 and 3.5: records
+ * of plain data around each rank's local shard. */
+static const char *const fsdp_known_data[] = {
+    "torch.distributed._shard.sharded_tensor.api.ShardedTensor",
+    "torch.distributed._shard.sharded_tensor.shard.Shard",
+    "torch.distributed._shard.metadata.ShardMetadata",
+    "torch.distributed.remote_device._remote_device",
+    "torch.distributed._shard.sharded_tensor.metadata.ShardedTensorMetadata",
+    "torch.distributed._shard.sharded_tensor.metadata.TensorProperties",
+    "torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING",
+    "torch.distributed._shard.sharding_spec.api.EnumerableShardingSpec",
+    "torch.distributed._shard.sharding_spec.chunk_sharding_spec.ChunkShardingSpec",
+    "torch.distributed.tensor.DTensor",
+    "torch.distributed.tensor._dtensor_spec.DTensorSpec",
+    "torch.distributed.tensor._dtensor_spec.TensorMeta",
+    "torch.distributed.tensor._dtensor_spec.ShardOrderEntry",
+    "torch.distributed.tensor.placement_types.Shard",
+    "torch.distributed.tensor.placement_types.Replicate",
+    "torch.distributed.tensor.placement_types.Partial",
+    "torch.distributed.tensor.placement_types._StridedShard",
+    "torch.distributed.device_mesh.DeviceMesh",
+    "torch.distributed._mesh_layout._MeshLayout",
+    "torch.distributed._mesh_layout._FlatLayout",
+};
+/* ---- end of per-rank FSDP files ------------------------------------------- */
+
 /* getattr(class, attribute) pairs that are data, for every reader and for
  * scan (builtins.getattr is otherwise never admitted): Python >= 3.11
  * pickles an enum member by name (getattr(_MEM_FORMAT_ENCODING,
@@ -142,6 +170,12 @@ static const char *const getattr_known[][2] = {
     {"deepspeed.runtime.zero.config.ZeroStageEnum", "gradients"},
     {"deepspeed.runtime.zero.config.ZeroStageEnum", "weights"},
     {"deepspeed.runtime.zero.config.ZeroStageEnum", "max_stage"},
+    /* FSDP1's ShardedTensor: its state names a nested class (3.3) and
+     * the memory format enum member of its TensorProperties */
+    {"torch.distributed._shard.sharded_tensor.api.ShardedTensor", "ProcessGroupState"},
+    {"torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING", "TORCH_CONTIGUOUS_FORMAT"},
+    {"torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING", "TORCH_CHANNELS_LAST"},
+    {"torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING", "TORCH_PRESERVE_FORMAT"},
 };
 
 bool ckpt_globals_getattr_known(const char *cls, const char *attr)
@@ -586,7 +620,8 @@ ckpt_global_class ckpt_globals_builtin_class(const char *q)
     if (in_list(q, known_data, sizeof(known_data) / sizeof(known_data[0])) ||
         in_list(q, deepspeed_data, sizeof(deepspeed_data) / sizeof(deepspeed_data[0])))
         return CKPT_GLOBAL_KNOWN_DATA;
-    if (in_list(q, dcp_known_data, sizeof(dcp_known_data) / sizeof(dcp_known_data[0])))
+    if (in_list(q, dcp_known_data, sizeof(dcp_known_data) / sizeof(dcp_known_data[0])) ||
+        in_list(q, fsdp_known_data, sizeof(fsdp_known_data) / sizeof(fsdp_known_data[0])))
         return CKPT_GLOBAL_KNOWN_DATA;
     return CKPT_GLOBAL_REFUSED;
 }

@@ -112,6 +112,9 @@ struct ckpt_tensor {
     const char *device;         /* NULL: the storage's (or meta's) tag */
     ckpt_qparams q;             /* QUANTIZED */
     const struct ckpt_tensor *values; /* SPARSE_*: the values part */
+    /* a rank's local shard of a ShardedTensor / DTensor (rebuild_sharded):
+     * the fields above are the local tensor's, written as a plain tensor */
+    const ckpt_shard_info *shard;
 };
 
 struct ckpt_source; /* checkpoint/checkpoint.h */

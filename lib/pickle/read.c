@@ -1458,6 +1458,265 @@ static int rebuild_meta(vm *m, const char *fn, ckpt_value *args)
 
 static int rebuild_call(vm *m, const char *q, ckpt_value *args);
 
+/* ---- per-rank FSDP files: ShardedTensor and DTensor ---------------------
+ * _rebuild_from_type_v2(_rebuild_wrapper_subclass, ShardedTensor | DTensor,
+ * (cls, dtype, global_size, global_stride, 0, layout, device, requires_grad),
+ * state) as reference/distributed-formats.md 3.3 and 3.5 lay it out: the
+ * tensor is the rank's local shard (a plain _rebuild_tensor_v2 inside the
+ * state), with where it lies in the whole kept in t->shard. */
+
+static const char *obj_class(const ckpt_value *o)
+{
+    return o && o->kind == CKPT_KIND_OBJECT && o->u.obj.callable &&
+                   o->u.obj.callable->kind == CKPT_KIND_GLOBAL
+               ? o->u.obj.callable->u.global.name
+               : "";
+}
+
+/* An object's BUILD state as a dict: {..} or (None, {..}) (slots) */
+static const ckpt_value *obj_dict(const ckpt_value *o)
+{
+    const ckpt_value *st = o && o->kind == CKPT_KIND_OBJECT ? o->u.obj.state : NULL;
+    if (st && st->kind == CKPT_KIND_TUPLE && st->u.seq.len == 2)
+        st = st->u.seq.items[1];
+    return st && st->kind == CKPT_KIND_DICT ? st : NULL;
+}
+
+static const char *const st_class = "torch.distributed._shard.sharded_tensor.api.ShardedTensor";
+static const char *const dt_class = "torch.distributed.tensor.DTensor";
+
+/* ShardedTensor state: (local_shards, metadata, ProcessGroupState, spec, init_rrefs);
+ * each Shard's state {'tensor', 'metadata': ShardMetadata{shard_offsets,
+ * shard_sizes, placement: _remote_device{_rank}}} */
+static int sharded_local(vm *m, const char *fn, const ckpt_value *state, ckpt_shard_info *si,
+                         const ckpt_value **local)
+{
+    if (state->kind != CKPT_KIND_TUPLE || state->u.seq.len < 3 ||
+        state->u.seq.items[0]->kind != CKPT_KIND_LIST)
+        return fail(m, CKPT_ERR_FORMAT, "%s: a ShardedTensor's state is not (local_shards, ...)", fn);
+    const ckpt_vec *shards = &state->u.seq.items[0]->u.seq;
+    const ckpt_value *pgs = obj_dict(state->u.seq.items[2]);
+    const ckpt_value *gr = pgs ? ckpt_value_dict_get(pgs, "global_rank") : NULL;
+    if (gr && gr->kind == CKPT_KIND_INT && gr->u.i.v >= 0 && gr->u.i.v < INT32_MAX)
+        si->rank = (int)gr->u.i.v;
+    if (shards->len > 1) /* torch's FSDP1 gives a rank one shard a tensor */
+        return fail(m, CKPT_ERR_UNSUPPORTED, "%s: a ShardedTensor with %zu local shards", fn,
+                    shards->len);
+    if (shards->len == 0)
+        return CKPT_OK;
+    const ckpt_value *sd = obj_dict(shards->items[0]);
+    const ckpt_value *md = sd ? obj_dict(ckpt_value_dict_get(sd, "metadata")) : NULL;
+    *local = sd ? ckpt_value_dict_get(sd, "tensor") : NULL;
+    if (!md || !*local)
+        return fail(m, CKPT_ERR_FORMAT, "%s: a ShardedTensor's Shard has no tensor or metadata", fn);
+    ckpt_chunk *c = ckpt_arena_alloc(m->a, sizeof(*c));
+    if (!c)
+        return oom(m);
+    memset(c, 0, sizeof(*c));
+    int64_t *off, *sz;
+    int n1, n2;
+    CKPT_FORWARD(int_tuple(m, ckpt_value_dict_get(md, "shard_offsets"), "shard offsets", &off, &n1));
+    CKPT_FORWARD(int_tuple(m, ckpt_value_dict_get(md, "shard_sizes"), "shard sizes", &sz, &n2));
+    if (n1 != si->ndim || n2 != si->ndim)
+        return fail(m, CKPT_ERR_FORMAT, "%s: a shard's box has %d/%d dimensions, the tensor %d", fn,
+                    n1, n2, si->ndim);
+    const ckpt_value *pl = obj_dict(ckpt_value_dict_get(md, "placement"));
+    const ckpt_value *r = pl ? ckpt_value_dict_get(pl, "_rank") : NULL;
+    if (r && r->kind == CKPT_KIND_INT && r->u.i.v >= 0 && r->u.i.v < INT32_MAX)
+        si->rank = (int)r->u.i.v;
+    c->ndim = si->ndim;
+    c->offsets = off;
+    c->sizes = sz;
+    c->rank = si->rank;
+    si->chunks = c;
+    si->nchunks = 1;
+    return CKPT_OK;
+}
+
+/* DTensor state: (None, {'_local_tensor', '_spec': DTensorSpec{mesh, placements}}).
+ * The file stores no offsets: mesh dims from the DeviceMesh's _layout (one
+ * _FlatLayout per dim, its size the product of its shape), this rank's
+ * coordinate from _coordinate_on_dim, then the placements left to right with
+ * torch.chunk's rule (torch's _compute_local_shape_and_global_offset). */
+static int dtensor_local(vm *m, const char *fn, const ckpt_value *state, ckpt_shard_info *si,
+                         const ckpt_value **local)
+{
+    const ckpt_value *d = state->kind == CKPT_KIND_TUPLE && state->u.seq.len == 2
+                              ? state->u.seq.items[1] : state;
+    if (d->kind != CKPT_KIND_DICT)
+        return fail(m, CKPT_ERR_FORMAT, "%s: a DTensor's state is not a dict", fn);
+    *local = ckpt_value_dict_get(d, "_local_tensor");
+    const ckpt_value *spec = obj_dict(ckpt_value_dict_get(d, "_spec"));
+    const ckpt_value *mesh = spec ? obj_dict(ckpt_value_dict_get(spec, "mesh")) : NULL;
+    const ckpt_value *pls = spec ? ckpt_value_dict_get(spec, "placements") : NULL;
+    if (!*local || !mesh || !pls || (pls->kind != CKPT_KIND_TUPLE && pls->kind != CKPT_KIND_LIST))
+        return fail(m, CKPT_ERR_FORMAT, "%s: a DTensor without _local_tensor, mesh or placements", fn);
+    const ckpt_value *r = ckpt_value_dict_get(mesh, "_rank");
+    if (r && r->kind == CKPT_KIND_INT && r->u.i.v >= 0 && r->u.i.v < INT32_MAX)
+        si->rank = (int)r->u.i.v;
+    const ckpt_value *layout = obj_dict(ckpt_value_dict_get(mesh, "_layout"));
+    const ckpt_value *axes = layout ? ckpt_value_dict_get(layout, "axes") : NULL;
+    int64_t *coord;
+    int ncoord;
+    CKPT_FORWARD(int_tuple(m, ckpt_value_dict_get(mesh, "_coordinate_on_dim"), "mesh coordinate",
+                           &coord, &ncoord));
+    if (!axes || (axes->kind != CKPT_KIND_TUPLE && axes->kind != CKPT_KIND_LIST) ||
+        axes->u.seq.len != (size_t)ncoord || pls->u.seq.len != (size_t)ncoord)
+        return fail(m, CKPT_ERR_FORMAT, "%s: a DTensor's mesh layout, coordinate and placements "
+                    "disagree on the mesh's dimensions", fn);
+    int64_t *off = ckpt_arena_alloc(m->a, (size_t)(si->ndim + 1) * sizeof(int64_t));
+    int64_t *sz = ckpt_arena_alloc(m->a, (size_t)(si->ndim + 1) * sizeof(int64_t));
+    if (!off || !sz)
+        return oom(m);
+    for (int k = 0; k < si->ndim; k++) {
+        off[k] = 0;
+        sz[k] = si->global_shape[k];
+    }
+    for (int md = 0; md < ncoord; md++) {
+        const ckpt_value *p = pls->u.seq.items[md];
+        const char *pc = obj_class(p);
+        if (strcmp(pc, "torch.distributed.tensor.placement_types.Replicate") == 0)
+            continue;
+        const ckpt_value *pd = obj_dict(p), *dim = pd ? ckpt_value_dict_get(pd, "dim") : NULL;
+        if (strcmp(pc, "torch.distributed.tensor.placement_types.Shard") != 0) {
+            const char *dot = strrchr(pc, '.');
+            size_t n = strlen(dot ? dot + 1 : pc) + 32;
+            char *why = ckpt_arena_alloc(m->a, n);
+            if (!why)
+                return oom(m);
+            snprintf(why, n, "placement not supported: %s", *pc ? (dot ? dot + 1 : pc) : "?");
+            si->unsupported = why;
+            return CKPT_OK;
+        }
+        /* the mesh dim's size: the product of its _FlatLayout's shape */
+        const ckpt_value *fl = obj_dict(axes->u.seq.items[md]);
+        int64_t *shape, size = 1;
+        int ns;
+        if (!fl || !dim || dim->kind != CKPT_KIND_INT)
+            return fail(m, CKPT_ERR_FORMAT, "%s: a Shard placement or mesh axis is malformed", fn);
+        CKPT_FORWARD(int_tuple(m, ckpt_value_dict_get(fl, "shape"), "mesh shape", &shape, &ns));
+        for (int k = 0; k < ns; k++)
+            if (ckpt_mul_overflow((uint64_t)size, (uint64_t)shape[k], (uint64_t *)&size) ||
+                size > INT32_MAX)
+                return fail(m, CKPT_ERR_FORMAT, "%s: a mesh dimension is too large", fn);
+        int64_t dd = dim->u.i.v < 0 ? dim->u.i.v + si->ndim : dim->u.i.v;
+        if (dd < 0 || dd >= si->ndim || size < 1 || coord[md] >= size)
+            return fail(m, CKPT_ERR_FORMAT, "%s: Shard(%lld) on a %d-d tensor, coordinate %lld of %lld",
+                        fn, (long long)dim->u.i.v, si->ndim, (long long)coord[md], (long long)size);
+        int64_t cur = sz[dd], full = (cur + size - 1) / size, start = full * coord[md];
+        if (start >= cur) { /* an empty shard: torch puts it at the end */
+            sz[dd] = 0;
+            off[dd] += cur;
+        } else {
+            sz[dd] = (start + full < cur ? start + full : cur) - start;
+            off[dd] += start;
+        }
+    }
+    ckpt_chunk *c = ckpt_arena_alloc(m->a, sizeof(*c));
+    if (!c)
+        return oom(m);
+    memset(c, 0, sizeof(*c));
+    c->ndim = si->ndim;
+    c->offsets = off;
+    c->sizes = sz;
+    c->rank = si->rank;
+    si->chunks = c;
+    si->nchunks = 1;
+    return CKPT_OK;
+}
+
+static int rebuild_sharded(vm *m, const char *fn, ckpt_value *args)
+{
+    ckpt_value **a = args->u.seq.items;
+    bool dt = strcmp(a[1]->u.global.name, dt_class) == 0;
+    const ckpt_value *wa = a[2];
+    if (wa->u.seq.len != 8 && wa->u.seq.len != 7)
+        return fail(m, CKPT_ERR_FORMAT, "%s: _rebuild_wrapper_subclass with %zu arguments", fn,
+                    wa->u.seq.len);
+    ckpt_shard_info *si = ckpt_arena_alloc(m->a, sizeof(*si));
+    if (!si)
+        return oom(m);
+    memset(si, 0, sizeof(*si));
+    si->type = dt ? "DTensor" : "ShardedTensor";
+    si->rank = -1;
+    int64_t *gshape;
+    CKPT_FORWARD(int_tuple(m, wa->u.seq.items[2], "global shape", &gshape, &si->ndim));
+    si->global_shape = gshape;
+    ckpt_dtype dtype;
+    CKPT_FORWARD(dtype_arg(m, fn, wa->u.seq.items[1], &dtype));
+    const ckpt_value *local = NULL;
+    if (dt)
+        CKPT_FORWARD(dtensor_local(m, fn, a[3], si, &local));
+    else
+        CKPT_FORWARD(sharded_local(m, fn, a[3], si, &local));
+    ckpt_tensor *t = ckpt_arena_alloc(m->a, sizeof(*t));
+    if (!t)
+        return oom(m);
+    if (!local) {
+        /* a rank without a shard (ShardedTensor): nothing stored; a meta
+         * tensor of the whole's dtype and an empty shape */
+        memset(t, 0, sizeof(*t));
+        t->kind = CKPT_TENSOR_META;
+        t->device = "meta";
+        t->dtype = dtype;
+        t->ndim = si->ndim;
+        int64_t *z = ckpt_arena_alloc(m->a, (size_t)(si->ndim + 1) * sizeof(int64_t));
+        int64_t *st = ckpt_arena_alloc(m->a, (size_t)(si->ndim + 1) * sizeof(int64_t));
+        if (!z || !st)
+            return oom(m);
+        for (int k = 0; k < si->ndim; k++) {
+            z[k] = k == 0 ? 0 : si->global_shape[k];
+            st[k] = 1;
+        }
+        t->shape = z;
+        t->stride = st;
+        t->numel = 0;
+        t->rebuild = "_rebuild_meta_tensor_no_storage";
+        /* (dtype, size, stride, requires_grad), as _rebuild_meta_tensor_no_storage takes */
+        ckpt_value *ra = node(m, CKPT_KIND_TUPLE), *sv = node(m, CKPT_KIND_TUPLE),
+                   *tv = node(m, CKPT_KIND_TUPLE);
+        if (!ra || !sv || !tv)
+            return oom(m);
+        for (int k = 0; k < si->ndim; k++) {
+            ckpt_value *x = node(m, CKPT_KIND_INT), *y = node(m, CKPT_KIND_INT);
+            if (!x || !y)
+                return oom(m);
+            x->u.i.v = z[k];
+            y->u.i.v = 1;
+            if (ckpt_vec_push(m->a, &sv->u.seq, x) < 0 || ckpt_vec_push(m->a, &tv->u.seq, y) < 0)
+                return oom(m);
+        }
+        if (ckpt_vec_push(m->a, &ra->u.seq, wa->u.seq.items[1]) < 0 ||
+            ckpt_vec_push(m->a, &ra->u.seq, sv) < 0 || ckpt_vec_push(m->a, &ra->u.seq, tv) < 0 ||
+            ckpt_vec_push(m->a, &ra->u.seq, wa->u.seq.items[wa->u.seq.len - 1]) < 0)
+            return oom(m);
+        t->rebuild_args = ra;
+    } else {
+        if (local->kind != CKPT_KIND_TENSOR || local->u.tensor->type_args ||
+            local->u.tensor->shard)
+            return fail(m, CKPT_ERR_FORMAT, "%s: a %s's local shard is a %s, not a tensor", fn,
+                        si->type, ckpt_kind_name((ckpt_kind)local->kind));
+        *t = *local->u.tensor;
+        if (t->dtype != dtype)
+            return fail(m, CKPT_ERR_FORMAT, "%s: a %s of %s holds a %s shard", fn, si->type,
+                        ckpt_dtype_name(dtype), ckpt_dtype_name(t->dtype));
+        if (t->ndim != si->ndim)
+            return fail(m, CKPT_ERR_FORMAT, "%s: a %d-d %s holds a %d-d shard", fn, si->ndim,
+                        si->type, t->ndim);
+        bool in = si->nchunks == 1;
+        for (int k = 0; in && k < si->ndim; k++)
+            in = si->chunks->sizes[k] == t->shape[k] && si->chunks->offsets[k] >= 0 &&
+                 si->chunks->offsets[k] <= si->global_shape[k] &&
+                 si->chunks->sizes[k] <= si->global_shape[k] - si->chunks->offsets[k];
+        if (si->nchunks == 1 && !in)
+            return fail(m, CKPT_ERR_FORMAT, "%s: a %s's local shard does not fit its box in the "
+                        "whole", fn, si->type);
+    }
+    requires_grad(m, fn, wa->u.seq.items[wa->u.seq.len - 1], &t->requires_grad);
+    t->shard = si;
+    return push_tensor(m, t);
+}
+
 /* _rebuild_from_type_v2(func, torch.Tensor, args, state): a plain tensor with
  * Python attributes (torch.nn.Buffer's, for one).  Other types are a
  * subclass torch would import: kept as an object. */
@@ -1465,6 +1724,14 @@ static int rebuild_from_type(vm *m, const char *fn, ckpt_value *args, bool *done
 {
     ckpt_value **a = args->u.seq.items;
     *done = false;
+    if (args->u.seq.len == 4 && a[0]->kind == CKPT_KIND_GLOBAL && a[1]->kind == CKPT_KIND_GLOBAL &&
+        a[2]->kind == CKPT_KIND_TUPLE &&
+        strcmp(a[0]->u.global.name, "torch._utils._rebuild_wrapper_subclass") == 0 &&
+        (strcmp(a[1]->u.global.name, st_class) == 0 || strcmp(a[1]->u.global.name, dt_class) == 0)) {
+        CKPT_FORWARD(rebuild_sharded(m, fn, args));
+        *done = true;
+        return CKPT_OK;
+    }
     if (args->u.seq.len != 4 || a[0]->kind != CKPT_KIND_GLOBAL ||
         a[0]->u.global.cls != CKPT_GLOBAL_INTERPRETED || a[1]->kind != CKPT_KIND_GLOBAL ||
         strcmp(a[1]->u.global.name, "torch.Tensor") != 0 || a[2]->kind != CKPT_KIND_TUPLE ||
@@ -2233,6 +2500,11 @@ static int step(vm *m, bool *stop)
     case OP_NEWOBJ:
         CKPT_FORWARD(pop(m, &b));
         CKPT_FORWARD(pop(m, &a));
+        /* getattr(ShardedTensor, 'ProcessGroupState')(): a nested class got
+         * by an admitted getattr (refused at the getattr otherwise) */
+        if (a->kind == CKPT_KIND_OBJECT && a->u.obj.how == CKPT_OBJ_REDUCE &&
+            strcmp(obj_class(a), "builtins.getattr") == 0 && b->kind == CKPT_KIND_TUPLE)
+            return new_object(m, a, b, NULL, CKPT_OBJ_NEWOBJ);
         if (a->kind != CKPT_KIND_GLOBAL || b->kind != CKPT_KIND_TUPLE)
             return fail(m, CKPT_ERR_FORMAT, "NEWOBJ needs a class and a tuple");
         if (a->u.global.cls == CKPT_GLOBAL_REFUSED && !m->ctx->scan) {

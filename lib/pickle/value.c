@@ -274,6 +274,14 @@ CKPT_API const ckpt_chunk *ckpt_tensor_chunk(const ckpt_tensor *t, size_t i)
     return t && t->storage && i < t->storage->nchunks ? &t->storage->chunks[i] : NULL;
 }
 
+CKPT_API int ckpt_tensor_shard(const ckpt_tensor *t, ckpt_shard_info *out)
+{
+    if (!t || !t->shard)
+        return CKPT_ERR_USAGE;
+    *out = *t->shard;
+    return CKPT_OK;
+}
+
 CKPT_API int ckpt_tensor_qparams(const ckpt_tensor *t, ckpt_qparams *out)
 {
     if (t->kind != CKPT_TENSOR_QUANTIZED)
