@@ -338,6 +338,61 @@ static void json_chunks(const ckpt_tensor *t, cJSON *jt)
     }
 }
 
+/* A rank's local shard of a ShardedTensor / DTensor saved per rank: where it
+ * lies in the whole (the tensor's shape is the shard's). */
+static void json_shard(const ckpt_tensor *t, cJSON *jt)
+{
+    ckpt_shard_info si;
+    if (ckpt_tensor_shard(t, &si) != CKPT_OK)
+        return;
+    cJSON *js = cJSON_AddObjectToObject(jt, "shard");
+    cJSON_AddStringToObject(js, "type", si.type);
+    cJSON_AddItemToObject(js, "global_shape", cli_json_dims(si.global_shape, si.ndim));
+    if (si.rank >= 0)
+        cJSON_AddItemToObject(js, "rank", cli_json_int(si.rank));
+    else
+        cJSON_AddNullToObject(js, "rank");
+    cJSON *a = cJSON_AddArrayToObject(js, "chunks");
+    for (size_t i = 0; i < si.nchunks; i++) {
+        const ckpt_chunk *c = &si.chunks[i];
+        cJSON *jc = cJSON_CreateObject();
+        cJSON_AddItemToObject(jc, "offsets", cli_json_dims(c->offsets, c->ndim));
+        cJSON_AddItemToObject(jc, "sizes", cli_json_dims(c->sizes, c->ndim));
+        cJSON_AddItemToObject(jc, "rank", cli_json_int(c->rank));
+        cJSON_AddItemToArray(a, jc);
+    }
+    if (si.unsupported)
+        cJSON_AddStringToObject(js, "unsupported", si.unsupported);
+    else
+        cJSON_AddNullToObject(js, "unsupported");
+}
+
+/* "local shard [0:4, 0:5] of global [7, 5], rank 0" */
+static void print_shard(const ckpt_tensor *t, const char *sep)
+{
+    ckpt_shard_info si;
+    if (ckpt_tensor_shard(t, &si) != CKPT_OK)
+        return;
+    if (si.unsupported) {
+        printf("%s%s", sep, si.unsupported);
+        sep = ", ";
+    } else if (!si.nchunks) {
+        printf("%sno local shard", sep);
+    } else {
+        printf("%slocal shard [", sep);
+        for (int d = 0; d < si.ndim; d++)
+            printf("%s%lld:%lld", d ? ", " : "", (long long)si.chunks->offsets[d],
+                   (long long)(si.chunks->offsets[d] + si.chunks->sizes[d]));
+        printf("]");
+    }
+    printf("%sof global [", si.unsupported ? ", " : " ");
+    for (int d = 0; d < si.ndim; d++)
+        printf("%s%lld", d ? ", " : "", (long long)si.global_shape[d]);
+    printf("]");
+    if (si.rank >= 0)
+        printf(", rank %d", si.rank);
+}
+
 static int print_json(inspect *in)
 {
     ckpt_file *f = in->f;
@@ -389,6 +444,7 @@ static int print_json(inspect *in)
         if (s && layout)
             json_runs(s, layout, jt);
         json_chunks(t, jt);
+        json_shard(t, jt);
         cJSON_AddItemToArray(tensors, jt);
         if (in->stats)
             json_stats(&in->st[i], jt);
@@ -622,6 +678,10 @@ static int print_text(inspect *in)
             else
                 printf(" %s scale %.9g zero point %lld", q.qscheme, q.scale,
                        (long long)q.zero_point);
+        }
+        if (ckpt_tensor_shard(x, &(ckpt_shard_info){0}) == CKPT_OK) {
+            print_shard(x, sep);
+            sep = ", ";
         }
         if (ckpt_tensor_chunk_count(x) > 1) { /* a DCP tensor: its chunks' ranks */
             int lo = -1, hi = -1;

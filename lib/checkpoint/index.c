@@ -476,12 +476,37 @@ int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root)
     return ckpt_file_index(f);
 }
 
+/* Per-rank FSDP files (pickle/read.c: rebuild_sharded): say once that the
+ * tensors listed are one rank's shards, which every writer writes as plain
+ * tensors of the shard's shape. */
+static int note_shards(ckpt_file *f)
+{
+    size_t n = 0;
+    const ckpt_tensor *first = NULL;
+    for (size_t i = 0; i < f->tensors.len; i++) {
+        const ckpt_value *v = f->tensors.items[i].value;
+        if (v->kind == CKPT_KIND_TENSOR && v->u.tensor->shard && !n++)
+            first = v->u.tensor;
+    }
+    if (!n)
+        return CKPT_OK;
+    char rank[32] = "one rank";
+    if (first->shard->rank >= 0)
+        snprintf(rank, sizeof rank, "rank %d", first->shard->rank);
+    if (ckpt_file_notice_add(f, "%zu tensor%s, each %s's shard of a sharded tensor (%s): read, "
+                             "converted and extracted as a plain tensor of the shard's shape; "
+                             "assembling the whole needs every rank's file", n, n == 1 ? "" : "s",
+                             rank, first->shard->type) < 0)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    return CKPT_OK;
+}
+
 int ckpt_file_index(ckpt_file *f)
 {
     walker w = {.f = f};
     int rc = walk(&w, f->root, 0, true);
     free(w.stack);
-    return rc;
+    return rc ? rc : note_shards(f);
 }
 
 /* ---- dict key merging ---- */
