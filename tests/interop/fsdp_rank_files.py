@@ -14,6 +14,8 @@ Under torch 2.x (the fixtures' torch; skipped under 1.13):
     says they are rank R's shards;
   - `ckpt scan` finds the files safe (known data), while torch.load
     (weights_only) refuses the ShardedTensor files as torch does;
+  - DTensors placed Partial or _StridedShard (made here, 1-rank mesh) are
+    read with "placement not supported" in place of a box;
   - a hostile variant, getattr(ShardedTensor, '__init_subclass__') in place
     of the one admitted pair, is refused by inspect and found unsafe by scan.
 """
@@ -156,10 +158,51 @@ def hostile(tmp):
     return errs
 
 
+def placements(tmp):
+    """DTensors on a 1-rank mesh (this process, gloo) whose box is not a
+    torch.chunk box: Partial and _StridedShard are shown as such, not refused."""
+    import socket
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+    with socket.socket() as sk:
+        sk.bind(('127.0.0.1', 0))
+        port = sk.getsockname()[1]
+    dist.init_process_group('gloo', init_method='tcp://127.0.0.1:%d' % port, rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh('cpu', (1,))
+        sd = {'p': DTensor.from_local(torch.arange(6.).reshape(2, 3), mesh, [Partial()]),
+              's': DTensor.from_local(torch.arange(4.), mesh, [_StridedShard(0, split_factor=2)]),
+              'ok': DTensor.from_local(torch.arange(5.), mesh, [Shard(0)])}
+        path = os.path.join(tmp, 'placements.pt')
+        torch.save(sd, path)
+    finally:
+        dist.destroy_process_group()
+    errs = []
+    r = c.ckpt('inspect', '--json', path)
+    if r.rc != 0:
+        return ['%s: exit %d: %s' % (r.cmd, r.rc, r.err.strip())]
+    got = {tj['path'][0]: tj['shard'] for tj in json.loads(r.out)['tensors']}
+    want = {'p': 'placement not supported: Partial', 's': 'placement not supported: _StridedShard',
+            'ok': None}
+    for k, why in want.items():
+        if got[k]['unsupported'] != why or bool(got[k]['chunks']) != (why is None):
+            errs.append('%s: %r' % (k, got[k]))
+    if got['ok']['chunks'] != [{'offsets': [0], 'sizes': [5], 'rank': 0}]:
+        errs.append('ok: %r' % got['ok'])
+    r = c.ckpt('scan', path)
+    if r.rc != 0 or 'verdict: safe' not in r.out:
+        errs.append('%s: exit %d, not safe' % (r.cmd, r.rc))
+    return errs
+
+
 for entry in cases:
     for rel in entry['files']:
         t.run('%s %s (%s)' % (entry['name'], os.path.basename(rel), entry['what']), check_file,
               entry, rel, tmp=True)
 t.run('hostile getattr(ShardedTensor, "__init_subclass__") refused', hostile, tmp=True)
+t.run('DTensor placements without a torch.chunk box (Partial, _StridedShard) shown, not refused',
+      placements, tmp=True)
 
 sys.exit(t.summary())
