@@ -158,6 +158,10 @@ def build_shim(d):
 def shim_env(so, target, **kw):
     env = dict(os.environ)
     env.update({'LD_PRELOAD': so, 'CRASH_FILE': target, 'CRASH_ONLY': 'ckpt'})
+    # a sanitizer build (./configure --enable-sanitizers) wants its runtime
+    # first among the libraries; the shim only wraps libc's calls
+    env['ASAN_OPTIONS'] = ':'.join(filter(None, [env.get('ASAN_OPTIONS'),
+                                                 'verify_asan_link_order=0']))
     env.update({k: str(v) for k, v in kw.items()})
     return env
 
