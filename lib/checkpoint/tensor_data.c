@@ -170,14 +170,15 @@ int ckpt_storage_copy_pieces(ckpt_file *f, const ckpt_storage *s, int out, uint6
     return CKPT_OK;
 }
 
-#define MAP_STEP (8u << 20) /* bytes checksummed between looks at CANCEL */
+#define MAP_STEP (4u << 20) /* bytes mapped at a time: the peak RSS it adds */
 
 /*
  * CRC-32 of LEN bytes of FD at OFF, read where they lie in the page cache
- * (a mapping) rather than copied into BUF first: the writer's kernel copy
- * of the same bytes is the only other pass over them.  A range past the
- * file's end (it shrank since it was opened) is a truncated file, never a
- * SIGBUS; where the mapping fails, the bytes are read through BUF.
+ * (a mapping, MAP_STEP bytes at a time) rather than copied into BUF first:
+ * the writer's kernel copy of the same bytes is the only other pass over
+ * them.  A range past the file's end (it shrank since it was opened) is a
+ * truncated file, never a SIGBUS; where a mapping fails, the bytes are read
+ * through BUF.  Stops with CKPT_ERR_IO when *CANCEL becomes true.
  */
 static int crc_mapped(int fd, uint64_t off, uint64_t len, uint8_t *buf, uint32_t *out,
                       volatile bool *cancel)
@@ -187,26 +188,28 @@ static int crc_mapped(int fd, uint64_t off, uint64_t len, uint8_t *buf, uint32_t
         return CKPT_ERR_IO;
     if (off > (uint64_t)st.st_size || len > (uint64_t)st.st_size - off)
         return CKPT_ERR_FORMAT;
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), head = off % page;
-    if (len == 0 || len + head > SIZE_MAX)
-        return ckpt_crc_range_buf(fd, off, len, buf, out, cancel);
-    size_t maplen = (size_t)(len + head);
-    uint8_t *map = mmap(NULL, maplen, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)(off - head));
-    if (map == MAP_FAILED)
-        return ckpt_crc_range_buf(fd, off, len, buf, out, cancel);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     uint32_t crc = 0;
-    int rc = CKPT_OK;
-    for (uint64_t done = 0; done < len; done += MAP_STEP) {
-        if (cancel && *cancel) {
-            rc = CKPT_ERR_IO;
-            break;
-        }
+    for (uint64_t done = 0; done < len;) {
+        if (cancel && *cancel)
+            return CKPT_ERR_IO;
+        uint64_t at = off + done, head = at % page;
         size_t n = len - done < MAP_STEP ? (size_t)(len - done) : MAP_STEP;
-        crc = ckpt_crc32_update(crc, map + head + done, n);
+        uint8_t *map = mmap(NULL, n + head, PROT_READ, MAP_SHARED | MAP_POPULATE, fd,
+                            (off_t)(at - head));
+        if (map == MAP_FAILED) {
+            uint32_t rest;
+            int rc = ckpt_crc_range_buf(fd, at, len - done, buf, &rest, cancel);
+            if (rc == CKPT_OK)
+                *out = (uint32_t)crc32_combine(crc, rest, (z_off_t)(len - done));
+            return rc;
+        }
+        crc = ckpt_crc32_update(crc, map + head, n);
+        munmap(map, n + head);
+        done += n;
     }
-    munmap(map, maplen);
     *out = crc;
-    return rc;
+    return CKPT_OK;
 }
 
 int ckpt_storage_pieces_crc(const ckpt_file *f, const ckpt_storage *s, uint8_t *buf,
