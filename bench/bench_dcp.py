@@ -26,7 +26,8 @@ ckpt, base and copy take turns in a rotating order (a shared machine's load
 falls on each alike); torch runs last in each round.
 
 Each contender runs as its own process, RUNS times (default 3) in turn;
-the median, min and max wall time and the largest peak RSS (wait4's
+the median, min and max wall time, the median CPU time (user + system) and
+the largest peak RSS (wait4's
 ru_maxrss) are printed, with ckpt/copy of each round, then the ratios and the goals:
 ckpt >= 2x faster than torch, within 1.5x of the copy, peak RSS under
 64 MiB + the largest tensor.  ckpt's output is checked equal to torch's
@@ -74,7 +75,7 @@ os.close(fi)
 
 
 def timed(argv):
-    """Run ARGV; (seconds, peak RSS in bytes) of that process alone."""
+    """Run ARGV; (seconds, peak RSS in bytes, CPU seconds) of that process alone."""
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(p.pid, 0)
@@ -84,7 +85,7 @@ def timed(argv):
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise SystemExit('%s: exit %d\n%s' % (' '.join(argv), p.returncode, err[-2000:]))
-    return dt, ru.ru_maxrss * 1024
+    return dt, ru.ru_maxrss * 1024, ru.ru_utime + ru.ru_stime
 
 
 def drop(path):
@@ -173,15 +174,17 @@ def main():
         drop(staged)
         if not a.keep:
             shutil.rmtree(a.data, ignore_errors=True)
-    res = {k: (statistics.median(t for t, _ in v), max(m for _, m in v), min(t for t, _ in v),
-               max(t for t, _ in v))
+    res = {k: (statistics.median(t for t, _, _ in v), max(m for _, m, _ in v),
+               min(t for t, _, _ in v), max(t for t, _, _ in v),
+               statistics.median(c for _, _, c in v))
            for k, v in runs.items()}
-    print('%-6s %9s %9s %9s %12s   (%d runs each)' % ('', 'median s', 'min s', 'max s',
-                                                     'peak RSS', a.runs))
+    # CPU seconds (user + system, every thread) weigh less with the load than wall time
+    print('%-6s %9s %9s %9s %9s %12s   (%d runs each)' % ('', 'median s', 'min s', 'max s',
+                                                          'CPU s', 'peak RSS', a.runs))
     for k in ('ckpt', 'base', 'torch', 'copy'):
         if k in res:
-            print('%-6s %9.2f %9.2f %9.2f %8.0f MiB' % (k, res[k][0], res[k][2], res[k][3],
-                                                       res[k][1] / 2**20))
+            print('%-6s %9.2f %9.2f %9.2f %9.2f %8.0f MiB' % (k, res[k][0], res[k][2], res[k][3],
+                                                             res[k][4], res[k][1] / 2**20))
     # the ratio within each round, where ckpt and the copy met the same load
     per = sorted(c[0] / p[0] for c, p in zip(runs['ckpt'], runs['copy']))
     print('ckpt/copy per round: %s (median %.2f)'
