@@ -104,9 +104,12 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul(uint32_t cr
 uint32_t ckpt_crc32_update(uint32_t crc, const uint8_t *p, size_t n)
 {
 #ifdef CRC_CLMUL
-    static int clmul = -1; /* (a benign race: every thread finds the same) */
-    if (clmul < 0)
+    static int cpu = -1; /* every thread that finds it unset finds the same */
+    int clmul = __atomic_load_n(&cpu, __ATOMIC_RELAXED);
+    if (clmul < 0) {
         clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+        __atomic_store_n(&cpu, clmul, __ATOMIC_RELAXED);
+    }
     if (clmul && n >= 64) {
         size_t whole = n & ~(size_t)15;
         crc = ~crc32_clmul(~crc, p, whole);
