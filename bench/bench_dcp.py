@@ -4,6 +4,7 @@ into one .pth: ckpt against torch's dcp_to_torch_save and against a durable
 copy of the output's bytes, in the same run, time and peak RSS of each.
 
     /opt/ckpt/torch2/bin/python bench/bench_dcp.py [--work DIR] [--data DIR] [--runs N] [--keep]
+                                                   [--base CKPT]
 
 The folder is made once by tests/fixtures/make_distributed.py's 'big_dcp'
 case (32 x Linear(4096, 4096) under fully_shard on a 4-process gloo group:
@@ -18,10 +19,16 @@ run; 6 GiB of free space are needed in all:
   torch       dcp_to_torch_save(DIR, out.pth); fsync(out.pth)
   copy        the ckpt output's bytes (staged in DATA) copied to WORK (sendfile)
               and fsynced: what writing those bytes durably costs at best
+  base        with --base: another ckpt binary (an earlier build) converting
+              the same folder, to compare two builds under the same load
+
+ckpt, base and copy take turns in a rotating order (a shared machine's load
+falls on each alike); torch runs last in each round.
 
 Each contender runs as its own process, RUNS times (default 3) in turn;
-the median wall time and the largest peak RSS (wait4's ru_maxrss) are
-printed, then the ratios and the goals:
+the median, min and max wall time, the median CPU time (user + system) and
+the largest peak RSS (wait4's
+ru_maxrss) are printed, with ckpt/copy of each round, then the ratios and the goals:
 ckpt >= 2x faster than torch, within 1.5x of the copy, peak RSS under
 64 MiB + the largest tensor.  ckpt's output is checked equal to torch's
 (`ckpt diff`) before anything is reported.
@@ -68,7 +75,7 @@ os.close(fi)
 
 
 def timed(argv):
-    """Run ARGV; (seconds, peak RSS in bytes) of that process alone."""
+    """Run ARGV; (seconds, peak RSS in bytes, CPU seconds) of that process alone."""
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(p.pid, 0)
@@ -78,7 +85,7 @@ def timed(argv):
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise SystemExit('%s: exit %d\n%s' % (' '.join(argv), p.returncode, err[-2000:]))
-    return dt, ru.ru_maxrss * 1024
+    return dt, ru.ru_maxrss * 1024, ru.ru_utime + ru.ru_stime
 
 
 def drop(path):
@@ -112,6 +119,7 @@ def main():
     ap.add_argument('--runs', type=int, default=3)
     ap.add_argument('--work', default=HERE)
     ap.add_argument('--keep', action='store_true', help='keep DATA (the folder) afterwards')
+    ap.add_argument('--base', help='another ckpt binary to time beside this one')
     a = ap.parse_args()
     folder = make_folder(a.data)
     work = os.path.join(a.work, 'out')
@@ -129,32 +137,62 @@ def main():
         subprocess.run(['cat'] + [os.path.join(folder, f) for f in os.listdir(folder)],
                        stdout=subprocess.DEVNULL, check=True)
     runs = {'ckpt': [], 'copy': [], 'torch': []}
+    if a.base:
+        runs['base'] = []
     same = True
+    def run_ckpt(binary, key):
+        drop(out)
+        warm()
+        runs[key].append(timed([binary, 'convert', '--quiet', folder, out]))
+        drop(out)
+    def run_copy():
+        drop(out)
+        runs['copy'].append(timed([sys.executable, '-c', COPY_SNIPPET, staged, out]))
+        drop(out)
     try:
-        for _ in range(a.runs):
-            drop(out)
-            warm()
-            runs['ckpt'].append(timed([CKPT, 'convert', '--quiet', folder, out]))
-            shutil.copyfile(out, staged)
-            drop(out)
-            runs['copy'].append(timed([sys.executable, '-c', COPY_SNIPPET, staged, out]))
+        # an untimed first conversion: the bytes the copy copies
+        subprocess.run([CKPT, 'convert', '--quiet', folder, staged], check=True)
+        steps = [lambda: run_ckpt(CKPT, 'ckpt'), run_copy]
+        if a.base:
+            steps.append(lambda: run_ckpt(a.base, 'base'))
+        for i in range(a.runs):
+            k = i % len(steps)
+            for step in steps[k:] + steps[:k]:
+                step()
             drop(out)
             warm()
             runs['torch'].append(timed([sys.executable, '-c', TORCH_SNIPPET, folder, out]))
             r = subprocess.run([CKPT, 'diff', '--quiet', staged, out])
             same = same and r.returncode == 0
             drop(out)
-            drop(staged)
+            print('round %d: ckpt %.2f s, copy %.2f s%s, torch %.2f s' % (
+                i + 1, runs['ckpt'][-1][0], runs['copy'][-1][0],
+                ', base %.2f s' % runs['base'][-1][0] if a.base else '', runs['torch'][-1][0]),
+                flush=True)
     finally:
         drop(out)
         drop(staged)
         if not a.keep:
             shutil.rmtree(a.data, ignore_errors=True)
-    res = {k: (statistics.median(t for t, _ in v), max(m for _, m in v), min(t for t, _ in v))
+    res = {k: (statistics.median(t for t, _, _ in v), max(m for _, m, _ in v),
+               min(t for t, _, _ in v), max(t for t, _, _ in v),
+               statistics.median(c for _, _, c in v))
            for k, v in runs.items()}
-    print('%-6s %9s %9s %12s   (%d runs each)' % ('', 'median s', 'min s', 'peak RSS', a.runs))
-    for k in ('ckpt', 'torch', 'copy'):
-        print('%-6s %9.2f %9.2f %8.0f MiB' % (k, res[k][0], res[k][2], res[k][1] / 2**20))
+    # CPU seconds (user + system, every thread) weigh less with the load than wall time
+    print('%-6s %9s %9s %9s %9s %12s   (%d runs each)' % ('', 'median s', 'min s', 'max s',
+                                                          'CPU s', 'peak RSS', a.runs))
+    for k in ('ckpt', 'base', 'torch', 'copy'):
+        if k in res:
+            print('%-6s %9.2f %9.2f %9.2f %9.2f %8.0f MiB' % (k, res[k][0], res[k][2], res[k][3],
+                                                             res[k][4], res[k][1] / 2**20))
+    # the ratio within each round, where ckpt and the copy met the same load
+    per = sorted(c[0] / p[0] for c, p in zip(runs['ckpt'], runs['copy']))
+    print('ckpt/copy per round: %s (median %.2f)'
+          % (' '.join('%.2f' % x for x in per), statistics.median(per)))
+    if a.base:
+        per = sorted(c[0] / p[0] for c, p in zip(runs['base'], runs['copy']))
+        print('base/copy per round: %s (median %.2f)'
+              % (' '.join('%.2f' % x for x in per), statistics.median(per)))
     ck, to, cp = res['ckpt'], res['torch'], res['copy']
     goals = [
         ('ckpt output equals dcp_to_torch_save output (ckpt diff)', same),

@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -168,6 +170,48 @@ int ckpt_storage_copy_pieces(ckpt_file *f, const ckpt_storage *s, int out, uint6
     return CKPT_OK;
 }
 
+#define MAP_STEP (4u << 20) /* bytes mapped at a time: the peak RSS it adds */
+
+/*
+ * CRC-32 of LEN bytes of FD at OFF, read where they lie in the page cache
+ * (a mapping, MAP_STEP bytes at a time) rather than copied into BUF first:
+ * the writer's kernel copy of the same bytes is the only other pass over
+ * them.  A range past the file's end (it shrank since it was opened) is a
+ * truncated file, never a SIGBUS; where a mapping fails, the bytes are read
+ * through BUF.  Stops with CKPT_ERR_IO when *CANCEL becomes true.
+ */
+static int crc_mapped(int fd, uint64_t off, uint64_t len, uint8_t *buf, uint32_t *out,
+                      volatile bool *cancel)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return CKPT_ERR_IO;
+    if (off > (uint64_t)st.st_size || len > (uint64_t)st.st_size - off)
+        return CKPT_ERR_FORMAT;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint32_t crc = 0;
+    for (uint64_t done = 0; done < len;) {
+        if (cancel && *cancel)
+            return CKPT_ERR_IO;
+        uint64_t at = off + done, head = at % page;
+        size_t n = len - done < MAP_STEP ? (size_t)(len - done) : MAP_STEP;
+        uint8_t *map = mmap(NULL, n + head, PROT_READ, MAP_SHARED | MAP_POPULATE, fd,
+                            (off_t)(at - head));
+        if (map == MAP_FAILED) {
+            uint32_t rest;
+            int rc = ckpt_crc_range_buf(fd, at, len - done, buf, &rest, cancel);
+            if (rc == CKPT_OK)
+                *out = (uint32_t)crc32_combine(crc, rest, (z_off_t)(len - done));
+            return rc;
+        }
+        crc = ckpt_crc32_update(crc, map + head, n);
+        munmap(map, n + head);
+        done += n;
+    }
+    *out = crc;
+    return CKPT_OK;
+}
+
 int ckpt_storage_pieces_crc(const ckpt_file *f, const ckpt_storage *s, uint8_t *buf,
                             uint32_t *crc, size_t *bad, volatile bool *cancel)
 {
@@ -194,7 +238,7 @@ int ckpt_storage_pieces_crc(const ckpt_file *f, const ckpt_storage *s, uint8_t *
                     break;
                 }
             }
-            rc = ckpt_crc_range_buf(fd, p->file_offset, p->nbytes, buf, &c, cancel);
+            rc = crc_mapped(fd, p->file_offset, p->nbytes, buf, &c, cancel);
         }
         if (rc == CKPT_OK && p->has_crc && c != p->crc32) {
             *bad = i;

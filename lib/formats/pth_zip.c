@@ -202,6 +202,60 @@ static void crc_wait(crc_pool *p, size_t i)
     pthread_mutex_unlock(&p->mu);
 }
 
+/*
+ * Writeback started beside the copy: the writer posts each big record's
+ * range and goes on copying, while this thread asks the kernel to start
+ * writing it out (sync_file_range, which allocates the blocks and queues
+ * the I/O, milliseconds per record that the copy need not wait for), so
+ * that the fsync that makes OUT durable has little left to wait for.
+ */
+typedef struct flusher {
+    int fd;
+    uint64_t ranges[64][2]; /* a ring of (offset, length) not started yet */
+    size_t head, tail;      /* tail - head ranges are waiting */
+    bool stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} flusher;
+
+static void *flush_thread(void *arg)
+{
+    flusher *fl = arg;
+    pthread_mutex_lock(&fl->mu);
+    for (;;) {
+        while (fl->head == fl->tail && !fl->stop)
+            pthread_cond_wait(&fl->cv, &fl->mu);
+        if (fl->head == fl->tail)
+            break;
+        uint64_t at = fl->ranges[fl->head % 64][0], n = fl->ranges[fl->head % 64][1];
+        fl->head++;
+        pthread_cond_broadcast(&fl->cv); /* a slot is free */
+        pthread_mutex_unlock(&fl->mu);
+        sync_file_range(fl->fd, (off64_t)at, (off64_t)n, SYNC_FILE_RANGE_WRITE);
+        pthread_mutex_lock(&fl->mu);
+    }
+    pthread_mutex_unlock(&fl->mu);
+    return NULL;
+}
+
+/* Post a range to FL's thread (waiting for a slot when 64 are queued);
+ * without the thread, start its writeback here. */
+static void flush_post(flusher *fl, bool threaded, uint64_t at, uint64_t n)
+{
+    if (!threaded) {
+        sync_file_range(fl->fd, (off64_t)at, (off64_t)n, SYNC_FILE_RANGE_WRITE);
+        return;
+    }
+    pthread_mutex_lock(&fl->mu);
+    while (fl->tail - fl->head == 64)
+        pthread_cond_wait(&fl->cv, &fl->mu);
+    fl->ranges[fl->tail % 64][0] = at;
+    fl->ranges[fl->tail % 64][1] = n;
+    fl->tail++;
+    pthread_cond_signal(&fl->cv);
+    pthread_mutex_unlock(&fl->mu);
+}
+
 /* Storage bytes that are not raw in a file (cast, deflated) are streamed
  * into the record: ckpt_storage_stream checks the input's CRC. */
 typedef struct sink_ctx {
@@ -288,10 +342,18 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
     crc_pool pool = {.f = f, .jobs = jobs, .n = n};
     pthread_t th;
     bool threaded = false;
-    if (rc == CKPT_OK && n) {
+    if (n) {
         pthread_mutex_init(&pool.mu, NULL);
         pthread_cond_init(&pool.cv, NULL);
-        threaded = pthread_create(&th, NULL, crc_thread, &pool) == 0;
+        threaded = rc == CKPT_OK && pthread_create(&th, NULL, crc_thread, &pool) == 0;
+    }
+    flusher fl = {.fd = ckpt_zipw_fd(w)};
+    pthread_t fth;
+    bool flushing = false;
+    if (n) {
+        pthread_mutex_init(&fl.mu, NULL);
+        pthread_cond_init(&fl.cv, NULL);
+        flushing = rc == CKPT_OK && pthread_create(&fth, NULL, flush_thread, &fl) == 0;
     }
     uint8_t *inline_buf = NULL;
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
@@ -346,11 +408,8 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
                 break;
         }
         rc = ckpt_zipw_end(w, crc);
-        /* start writing back what is copied so far, so that the fsync that
-         * makes OUT durable has little left to wait for */
         if (rc == CKPT_OK && s->nbytes >= (1u << 20))
-            sync_file_range(ckpt_zipw_fd(w), (off64_t)at, (off64_t)s->nbytes,
-                            SYNC_FILE_RANGE_WRITE);
+            flush_post(&fl, flushing, at, s->nbytes);
         done += s->nbytes;
         if (opt && opt->progress)
             opt->progress(opt->user, done, total);
@@ -361,9 +420,18 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
         pthread_mutex_unlock(&pool.mu);
         pthread_join(th, NULL);
     }
+    if (flushing) {
+        pthread_mutex_lock(&fl.mu);
+        fl.stop = true; /* (what is queued is still started) */
+        pthread_cond_signal(&fl.cv);
+        pthread_mutex_unlock(&fl.mu);
+        pthread_join(fth, NULL);
+    }
     if (n) {
         pthread_mutex_destroy(&pool.mu);
         pthread_cond_destroy(&pool.cv);
+        pthread_mutex_destroy(&fl.mu);
+        pthread_cond_destroy(&fl.cv);
     }
     free(inline_buf);
     free(jobs);

@@ -15,8 +15,108 @@
 
 #define COPY_CHUNK (8u << 20) /* bytes per copy_file_range call */
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define CRC_CLMUL 1
+
+/*
+ * CRC-32 by carry-less multiplication (Intel's "Fast CRC Computation for
+ * Generic Polynomials Using PCLMULQDQ", the bit-reflected constants for
+ * zlib's polynomial; Chromium's zlib does the same): four 16-byte lanes
+ * folded 64 bytes at a time, then Barrett reduction.  zlib 1.2's tables
+ * run at 3 to 6 GB/s here, this at several times that: every tensor byte
+ * ckpt checks goes through it.  CRC is the running value, inverted (zlib's
+ * ~crc); N is at least 64 and a multiple of 16.
+ */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul(uint32_t crc,
+                                                                     const uint8_t *buf,
+                                                                     size_t len)
+{
+    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596, 0x0154442bd4);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);
+    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641, 0x01db710641);
+    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8;
+
+    x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+    x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+    x3 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+    x4 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+    x0 = k1k2;
+    buf += 64;
+    len -= 64;
+    while (len >= 64) {
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, x0, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, x0, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), _mm_loadu_si128((const __m128i *)(buf + 0x00)));
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), _mm_loadu_si128((const __m128i *)(buf + 0x10)));
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), _mm_loadu_si128((const __m128i *)(buf + 0x20)));
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), _mm_loadu_si128((const __m128i *)(buf + 0x30)));
+        buf += 64;
+        len -= 64;
+    }
+    /* four lanes into one */
+    x0 = k3k4;
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
+    while (len >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)buf);
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        buf += 16;
+        len -= 16;
+    }
+    /* 128 bits to 64, then Barrett reduction to 32 */
+    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
+    x3 = _mm_setr_epi32(~0, 0, ~0, 0);
+    x1 = _mm_srli_si128(x1, 8);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = k5k0;
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_and_si128(x1, x3);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = poly;
+    x2 = _mm_and_si128(x1, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x10);
+    x2 = _mm_and_si128(x2, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
 uint32_t ckpt_crc32_update(uint32_t crc, const uint8_t *p, size_t n)
 {
+#ifdef CRC_CLMUL
+    static int cpu = -1; /* every thread that finds it unset finds the same */
+    int clmul = __atomic_load_n(&cpu, __ATOMIC_RELAXED);
+    if (clmul < 0) {
+        clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+        __atomic_store_n(&cpu, clmul, __ATOMIC_RELAXED);
+    }
+    if (clmul && n >= 64) {
+        size_t whole = n & ~(size_t)15;
+        crc = ~crc32_clmul(~crc, p, whole);
+        p += whole;
+        n -= whole;
+    }
+#endif
     /* zlib takes uInt lengths: feed big buffers in pieces */
     while (n > (1u << 30)) {
         crc = (uint32_t)crc32(crc, p, 1u << 30);

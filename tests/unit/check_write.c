@@ -291,6 +291,34 @@ START_TEST(zip_records_aligned_to_64)
 }
 END_TEST
 
+/* Every record's CRC-32 comes from ckpt_crc32_update (carry-less multiplication
+ * where the CPU has it): the same value as zlib's for any length, alignment,
+ * starting CRC and split into calls. */
+START_TEST(crc32_equals_zlib_at_any_length_and_alignment)
+{
+    enum { N = 70000 };
+    uint8_t *buf = malloc(N + 64);
+    ck_assert_ptr_nonnull(buf);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < N + 64; i++) {
+        x = x * 1103515245u + 12345u;
+        buf[i] = (uint8_t)(x >> 16);
+    }
+    size_t lens[] = {0, 1, 15, 16, 63, 64, 65, 79, 80, 127, 128, 129, 1000, 4096, 65537, N};
+    for (size_t a = 0; a < 64; a += 7)
+        for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+            uint32_t start = k % 2 ? 0 : 0xdeadbeefu;
+            ck_assert_uint_eq(ckpt_crc32_update(start, buf + a, lens[k]),
+                              (uint32_t)crc32(start, buf + a, (uInt)lens[k]));
+        }
+    uint32_t whole = (uint32_t)crc32(0, buf, N), parts = 0;
+    for (size_t at = 0, step = 1; at < N; at += step, step = step * 3 % 997 + 1)
+        parts = ckpt_crc32_update(parts, buf + at, at + step > N ? N - at : step);
+    ck_assert_uint_eq(parts, whole);
+    free(buf);
+}
+END_TEST
+
 START_TEST(zip64_sizes_and_offsets)
 {
     /* a 4.5 GiB record of zeros (a sparse hole), then a small one whose
@@ -664,6 +692,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(z, setup, teardown);
     tcase_set_timeout(z, 120);
     tcase_add_test(z, zip_records_aligned_to_64);
+    tcase_add_test(z, crc32_equals_zlib_at_any_length_and_alignment);
     tcase_add_test(z, zip64_sizes_and_offsets);
     suite_add_tcase(s, z);
 
