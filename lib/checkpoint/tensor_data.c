@@ -55,20 +55,7 @@ static int read_pieces(ckpt_file *f, const ckpt_storage *s, uint64_t offset, uin
         const ckpt_piece *p = &s->pieces[i];
         uint64_t skip = offset - p->dst_offset;
         size_t n = p->nbytes - skip < len ? (size_t)(p->nbytes - skip) : len;
-        if (p->mem) {
-            memcpy(buf, p->mem + skip, n);
-        } else {
-            int fd = ckpt_source_fd(f, p->src);
-            if (fd < 0)
-                return CKPT_ERR_IO;
-            int rc = ckpt_pread_all(fd, buf, n, p->file_offset + skip);
-            if (rc == CKPT_ERR_IO)
-                return ckpt_err(&f->err, CKPT_ERR_IO, "reading storage '%s' from '%s': %s", s->key,
-                                p->src->path, strerror(errno));
-            if (rc)
-                return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage '%s': '%s' is truncated", s->key,
-                                p->src->path);
-        }
+        CKPT_FORWARD(read_stored_piece(f, s, p, skip, buf, n));
         if (p->has_crc && skip == 0 && n == p->nbytes && ckpt_crc32_update(0, buf, n) != p->crc32)
             return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage '%s': CRC-32 mismatch in '%s'", s->key,
                             p->src ? p->src->path : "memory");
