@@ -1106,28 +1106,20 @@ static int ds_check_records(ckpt_file *f, ckpt_error *err)
     uint8_t *buf = malloc(CKPT_IO_BUF);
     if (!buf)
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
-    int rc = CKPT_OK, fd = -1;
-    const ckpt_source *open_src = NULL;
+    int rc = CKPT_OK;
     for (size_t i = 0; i < st->nrecords && rc == CKPT_OK; i++) {
-        const ckpt_piece *p = &st->records[i]->pieces[0];
-        if (p->src != open_src) { /* a descriptor of its own: see check_records */
-            if (fd >= 0)
-                close(fd);
-            open_src = p->src;
-            fd = openat(f->dir_fd, p->src->path, O_RDONLY | O_CLOEXEC);
-        }
-        uint32_t crc = 0;
-        if (fd < 0)
-            rc = ckpt_err(err, CKPT_ERR_IO, "%s: cannot open: %s", p->src->path, strerror(errno));
-        else if (ckpt_crc_range_buf(fd, p->file_offset, p->nbytes, buf, &crc, NULL) != CKPT_OK)
-            rc = ckpt_err(err, CKPT_ERR_IO, "%s: cannot read record data/%s", p->src->path,
-                          st->records[i]->src_key);
-        else if (crc != p->crc32)
-            rc = ckpt_err(err, CKPT_ERR_FORMAT, "%s: CRC-32 mismatch in record data/%s",
-                          p->src->path, st->records[i]->src_key);
+        /* each a storage of one piece, the whole record with its CRC-32 */
+        const ckpt_storage *r = st->records[i];
+        const char *path = r->pieces[0].src->path;
+        uint32_t crc;
+        size_t bad = SIZE_MAX;
+        int c = ckpt_storage_pieces_crc(f, r, buf, &crc, &bad, NULL);
+        if (c != CKPT_OK && bad == 0)
+            rc = ckpt_err(err, CKPT_ERR_FORMAT, "%s: CRC-32 mismatch in record data/%s", path,
+                          r->src_key);
+        else if (c != CKPT_OK)
+            rc = ckpt_err(err, CKPT_ERR_IO, "%s: cannot read record data/%s", path, r->src_key);
     }
-    if (fd >= 0)
-        close(fd);
     free(buf);
     return rc;
 }
