@@ -1,6 +1,7 @@
 /* bench_forward.c - time ckpt's model forward pass (issue 5).
  *
- *   bench_forward [--plain] [--warmup N] [--dump DIR] SPEC CKPT BATCH RUNS DEVICE
+ *   bench_forward [--plain | --products P] [--warmup N] [--dump DIR]
+ *                 SPEC CKPT BATCH RUNS DEVICE
  *
  * Loads the graph spec SPEC, binds CKPT's root state dict to it (strictly,
  * as ckpt verify does), makes a fixed pseudo-random input batch of the
@@ -15,7 +16,9 @@
  * (on CUDA that waits for the GPU).  Freeing the returned outputs is not
  * timed.  DEVICE is what ckpt_backend_open() takes: cpu, cuda, cuda:N,
  * auto.  --plain (DEVICE must be cpu) uses the CPU backend's plain-C loops
- * instead of OpenBLAS.
+ * instead of its packed SGEMM or OpenBLAS; --products P (DEVICE cpu) picks
+ * what does the CPU backend's matrix products: auto, plain, openblas,
+ * avx512, avx2 (ckpt_backend_cpu_open_with).
  *
  * --dump DIR writes the input batch and the outputs of the last forward to
  * DIR (which must exist), one file per array of raw native-endian float32
@@ -30,7 +33,7 @@
  * printed) or the model cannot run, 2 on a usage error.
  */
 #include "ckpt.h"
-#include "runtime/backends.h" /* ckpt_backend_cpu_plain_open(): the driver is in-tree */
+#include "runtime/backends.h" /* ckpt_backend_cpu_open_with(): the driver is in-tree */
 
 #include <errno.h>
 #include <stdint.h>
@@ -42,13 +45,16 @@
 #define WARMUP 3
 
 static const char usage[] =
-    "usage: bench_forward [--plain] [--warmup N] [--dump DIR] SPEC CKPT BATCH RUNS DEVICE\n"
+    "usage: bench_forward [--plain | --products P] [--warmup N] [--dump DIR]\n"
+    "                     SPEC CKPT BATCH RUNS DEVICE\n"
     "  SPEC    a graph spec (models/*.json)\n"
     "  CKPT    a checkpoint whose root is the model's state dict\n"
     "  BATCH   the batch size (replaces -1 in the spec's input shapes)\n"
     "  RUNS    timed forwards, after the warm-up forwards\n"
     "  DEVICE  cpu, cuda, cuda:N or auto\n"
-    "  --plain the CPU backend's plain-C loops instead of OpenBLAS (DEVICE cpu)\n"
+    "  --plain the CPU backend's plain-C loops (DEVICE cpu)\n"
+    "  --products P  the CPU backend's matrix products by P: auto, plain, openblas,\n"
+    "          avx512, avx2 (DEVICE cpu)\n"
     "  --warmup N  untimed forwards before the timed ones (default 3; 0 is allowed)\n"
     "  --dump DIR  write the input and the last forward's outputs to DIR as raw\n"
     "              float32 (input.NAME.f32, output.NAME.f32)\n";
@@ -145,6 +151,7 @@ static void put_json_str(const char *s)
 int main(int argc, char **argv)
 {
     int plain = 0, argi = 1;
+    const char *products = NULL;
     long warmup = WARMUP;
     const char *dump = NULL;
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
@@ -154,6 +161,9 @@ int main(int argc, char **argv)
     for (; argi < argc && strncmp(argv[argi], "--", 2) == 0; argi++) {
         if (strcmp(argv[argi], "--plain") == 0) {
             plain = 1;
+            products = "plain";
+        } else if (strcmp(argv[argi], "--products") == 0 && argi + 1 < argc) {
+            products = argv[++argi];
         } else if (strcmp(argv[argi], "--warmup") == 0 && argi + 1 < argc) {
             if (parse_num("--warmup", argv[++argi], 0, &warmup))
                 return 2;
@@ -172,9 +182,9 @@ int main(int argc, char **argv)
     long batch, runs;
     if (parse_pos("BATCH", argv[argi + 2], &batch) || parse_pos("RUNS", argv[argi + 3], &runs))
         return 2;
-    if (plain && strcmp(device, "cpu") != 0) {
-        fprintf(stderr, "bench_forward: --plain is the CPU backend: DEVICE must be cpu, "
-                "got '%s'\n", device);
+    if (products && strcmp(device, "cpu") != 0) {
+        fprintf(stderr, "bench_forward: --%s is the CPU backend's: DEVICE must be cpu, "
+                "got '%s'\n", plain ? "plain" : "products", device);
         return 2;
     }
 
@@ -217,8 +227,8 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    int rc = plain ? ckpt_backend_cpu_plain_open(&b, err, sizeof err)
-                   : ckpt_backend_open(device, &b, err, sizeof err);
+    int rc = products ? ckpt_backend_cpu_open_with(products, 0, &b, err, sizeof err)
+                      : ckpt_backend_open(device, &b, err, sizeof err);
     if (rc != CKPT_OK) {
         /* the CUDA backend's messages start with the device already */
         if (strncmp(err, device, strlen(device)) == 0)

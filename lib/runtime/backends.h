@@ -27,6 +27,12 @@ int ckpt_backend_cpu_plain_open(ckpt_backend **out, char *err, size_t cap);
  * runs, else the cores (for tests: results do not depend on it). */
 int ckpt_backend_cpu_open_threads(int plain, int threads, ckpt_backend **out, char *err,
                                   size_t cap);
+/* The CPU backend with its products done by PRODUCTS: "auto" (NULL: the
+ * default: the packed SGEMM where the CPU runs one, else OpenBLAS, else the
+ * plain loops), "plain", "openblas", "avx512", "avx2" (that packed kernel;
+ * CKPT_ERR_UNSUPPORTED when this CPU lacks it); THREADS as above. */
+int ckpt_backend_cpu_open_with(const char *products, int threads, ckpt_backend **out, char *err,
+                               size_t cap);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,7 @@
 #endif
 #include "core/core.h"
 #include "runtime/backends.h"
+#include "runtime/cpu_gemm.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -78,9 +79,25 @@ typedef struct cpu_threads {
     _Atomic int64_t done;   /* chunks finished */
 } cpu_threads;
 
+/* A weight packed for the own kernel: W's buffer, which side and how it
+ * was read (element (r, p) at w[r * rs + p * cs]). */
+typedef struct packed_weight {
+    const float *w;
+    int side;
+    int64_t rows, depth, rs, cs;
+    float *p;
+} packed_weight;
+
 typedef struct cpu_impl {
     void *blas;           /* dlopen handle */
     sgemm_fn sgemm;
+    /* the own packed SGEMM (runtime/cpu_gemm.c), used before OpenBLAS */
+    const cpu_gemm_kernel *gk;
+    packed_weight *packs; /* weights packed at first use, until released */
+    size_t npacks, packs_cap;
+    /* a scratch buffer per running task (bit s of busy: taken) */
+    float *gscratch[MAX_THREADS];
+    _Atomic unsigned gbusy;
     cpu_threads thr;
     /* linear's weights transposed for the plain-C loop, by weight buffer */
     struct {
@@ -228,6 +245,11 @@ static void cpu_destroy(ckpt_backend *b)
         for (size_t i = 0; i < POOL_SLOTS; i++)
             buf_free(c->pool[i].p);
         free(c->cols);
+        for (size_t i = 0; i < c->npacks; i++)
+            free(c->packs[i].p);
+        free(c->packs);
+        for (size_t i = 0; i < MAX_THREADS; i++)
+            free(c->gscratch[i]);
         if (c->blas)
             dlclose(c->blas);
         free(c);
@@ -276,18 +298,32 @@ static int cpu_alloc(ckpt_backend *b, size_t n, float **out)
     return *out ? CKPT_OK : nomem(b);
 }
 
+/* Forget the transposed and packed copies made of buffer P's N floats: it
+ * is being released or written. */
+static void forget_copies(cpu_impl *c, const float *p, size_t n)
+{
+    uintptr_t lo = (uintptr_t)p, hi = lo + n * sizeof(float);
+    for (size_t i = 0; i < WT_CACHE; i++)
+        if (c->wt[i].w && (uintptr_t)c->wt[i].w >= lo && (uintptr_t)c->wt[i].w < hi) {
+            free(c->wt[i].wt);
+            c->wt[i].wt = NULL;
+            c->wt[i].w = NULL;
+        }
+    for (size_t i = 0; i < c->npacks;)
+        if ((uintptr_t)c->packs[i].w >= lo && (uintptr_t)c->packs[i].w < hi) {
+            free(c->packs[i].p);
+            c->packs[i] = c->packs[--c->npacks];
+        } else
+            i++;
+}
+
 static void cpu_release(ckpt_backend *b, float *p)
 {
     cpu_impl *c = b->impl;
     if (!p)
         return;
-    for (size_t i = 0; i < WT_CACHE; i++)
-        if (c->wt[i].w == p) {
-            free(c->wt[i].wt);
-            c->wt[i].wt = NULL;
-            c->wt[i].w = NULL;
-        }
     size_t n = buf_size(p);
+    forget_copies(c, p, n ? n : 1);
     if (c->pool_bytes + n * sizeof(float) <= POOL_MAX_BYTES)
         for (size_t i = 0; i < POOL_SLOTS; i++)
             if (!c->pool[i].p) {
@@ -305,6 +341,13 @@ static int cpu_copy(ckpt_backend *b, float *dst, const float *src, size_t n)
     if (n)
         memcpy(dst, src, n * sizeof(float));
     return CKPT_OK;
+}
+
+/* Weights are packed once, keyed by their buffer: new contents drop that */
+static int cpu_upload(ckpt_backend *b, float *dst, const float *src, size_t n)
+{
+    forget_copies(b->impl, dst, n);
+    return cpu_copy(b, dst, src, n);
 }
 
 /* C[m, n] (ldc) = sum_k A(i, k) * B[k, n] (row-major B, ldb), A(i, k) being
@@ -329,15 +372,100 @@ static void gemm_plain(int trans_a, int64_t m, int64_t n, int64_t k, const float
     }
 }
 
-/* C = op(A) * B with op(A) [m, k], B [k, n], all row-major, beta 0. */
-static void gemm(cpu_impl *c, int trans_a, int64_t m, int64_t n, int64_t k, const float *a,
-                 int64_t lda, const float *bm, int64_t ldb, float *cm, int64_t ldc)
+/* W's copy packed for SIDE of the own kernel, made at its first use and
+ * kept until W's buffer is released or uploaded to (the executor's weights
+ * are parameters: written once).  NULL: out of memory. */
+static const float *weight_packed(cpu_impl *c, const float *w, int side, int64_t rows,
+                                  int64_t depth, int64_t rs, int64_t cs)
 {
+    for (size_t i = 0; i < c->npacks; i++) {
+        const packed_weight *q = &c->packs[i];
+        if (q->w == w && q->side == side && q->rows == rows && q->depth == depth &&
+            q->rs == rs && q->cs == cs)
+            return q->p;
+    }
+    if (c->npacks == c->packs_cap) {
+        size_t cap = c->packs_cap ? 2 * c->packs_cap : 64;
+        packed_weight *np = realloc(c->packs, cap * sizeof *np);
+        if (!np)
+            return NULL;
+        c->packs = np;
+        c->packs_cap = cap;
+    }
+    size_t bytes = cpu_gemm_packed_floats(c->gk, side, rows, depth) * sizeof(float);
+    float *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p)
+        return NULL;
+    cpu_gemm_pack(c->gk, side, w, rs, cs, rows, depth, p);
+    c->packs[c->npacks++] = (packed_weight){.w = w, .side = side, .rows = rows, .depth = depth,
+                                            .rs = rs, .cs = cs, .p = p};
+    return p;
+}
+
+typedef struct gemm_job {
+    cpu_impl *c;
+    cpu_gemm_call call;
+} gemm_job;
+
+/* Tasks LO..HI, on a scratch buffer no other running chunk holds (at most
+ * thr.n chunks run at once, and there are as many buffers). */
+static void gemm_part(void *arg, int64_t lo, int64_t hi)
+{
+    gemm_job *j = arg;
+    cpu_impl *c = j->c;
+    unsigned s = 0, bit;
+    for (;; s = (s + 1) % (unsigned)c->thr.n) {
+        bit = 1u << s;
+        if (!(atomic_fetch_or(&c->gbusy, bit) & bit))
+            break;
+    }
+    for (int64_t t = lo; t < hi; t++)
+        cpu_gemm_task(c->gk, &j->call, t, c->gscratch[s]);
+    atomic_fetch_and(&c->gbusy, ~bit);
+}
+
+/* CALL on the own kernel, on the backend's threads. */
+static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
+{
+    cpu_impl *c = b->impl;
+    size_t bytes = (cpu_gemm_scratch_floats(c->gk) * sizeof(float) + 63) / 64 * 64;
+    for (int s = 0; s < c->thr.n; s++)
+        if (!c->gscratch[s] && !(c->gscratch[s] = aligned_alloc(64, bytes)))
+            return nomem(b);
+    gemm_job j = {.c = c, .call = *call};
+    int64_t tasks = cpu_gemm_plan(c->gk, &j.call, c->thr.n);
+    par_for(c, tasks, 1, gemm_part, &j);
+    return CKPT_OK;
+}
+
+/* C = op(W) * B with op(W) [m, k] a weight (W[i * ldw + p], or transposed
+ * W[p * ldw + i]), B [k, n], all row-major, beta 0; then C's rows get
+ * BIAS, RES (of C's shape) and a ReLU when asked for -- in the own
+ * kernel's stores, or in a pass over C on the other paths (EPI_DONE set
+ * to 1 when the kernel did them). */
+static int gemm_w(ckpt_backend *b, int trans_w, int64_t m, int64_t n, int64_t k, const float *w,
+                  int64_t ldw, const float *bm, int64_t ldb, float *cm, int64_t ldc,
+                  const float *bias, const float *res, int relu, int *epi_done)
+{
+    cpu_impl *c = b->impl;
+    *epi_done = 0;
+    if (c->gk) {
+        const float *wp = trans_w ? weight_packed(c, w, CPU_GEMM_A, m, k, 1, ldw)
+                                  : weight_packed(c, w, CPU_GEMM_A, m, k, ldw, 1);
+        if (!wp)
+            return nomem(b);
+        cpu_gemm_call call = {.m = m, .n = n, .k = k, .a = {.packed = wp},
+                              .b = {.raw = bm, .rs = 1, .cs = ldb}, .c = cm, .ldc = ldc,
+                              .bias = bias, .res = res, .ldr = ldc, .relu = relu};
+        *epi_done = 1;
+        return gemm_run(b, &call);
+    }
     if (c->sgemm && m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && k > 0)
-        c->sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, CBLAS_NO_TRANS,
-                 (int)m, (int)n, (int)k, 1.0f, a, (int)lda, bm, (int)ldb, 0.0f, cm, (int)ldc);
+        c->sgemm(CBLAS_ROW_MAJOR, trans_w ? CBLAS_TRANS : CBLAS_NO_TRANS, CBLAS_NO_TRANS,
+                 (int)m, (int)n, (int)k, 1.0f, w, (int)ldw, bm, (int)ldb, 0.0f, cm, (int)ldc);
     else
-        gemm_plain(trans_a, m, n, k, a, lda, bm, ldb, cm, ldc);
+        gemm_plain(trans_w, m, n, k, w, ldw, bm, ldb, cm, ldc);
+    return CKPT_OK;
 }
 
 static const float *transposed_weight(ckpt_backend *b, const float *w, int64_t in, int64_t out)
@@ -383,6 +511,15 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
                       float *y, int64_t rows, int64_t in, int64_t out)
 {
     cpu_impl *c = b->impl;
+    if (c->gk) { /* x as A, the weight packed as B: y's rows are x's */
+        const float *wp = weight_packed(c, w, CPU_GEMM_B, out, in, in, 1);
+        if (!wp)
+            return nomem(b);
+        cpu_gemm_call call = {.m = rows, .n = out, .k = in, .a = {.raw = x, .rs = in, .cs = 1},
+                              .b = {.packed = wp}, .c = y, .ldc = out, .bias = bias,
+                              .bias_cols = 1};
+        return gemm_run(b, &call);
+    }
     /* a row or two: OpenBLAS's set-up costs more than the plain loop */
     if (c->sgemm && rows > 2 && rows <= INT32_MAX && in <= INT32_MAX && out <= INT32_MAX &&
         in > 0) {
@@ -525,8 +662,11 @@ static int cpu_conv2d_fused(ckpt_backend *b, const float *x, const float *w, con
                       .cols = cols, .g = g, .relu = relu};
         if (!direct)
             par_for(c, g->in_c, grain, im2col_part, &j);
-        gemm(c, 0, g->out_c, hw, ckk, w, ckk, direct ? j.x : cols, hw, j.y, hw);
-        if (bias || res || relu)
+        int done, rc = gemm_w(b, 0, g->out_c, hw, ckk, w, ckk, direct ? j.x : cols, hw, j.y, hw,
+                              bias, j.res, relu, &done);
+        if (rc != CKPT_OK)
+            return rc;
+        if (!done && (bias || res || relu))
             par_for(c, g->out_c, epi_grain, epilogue_part, &j);
     }
     return CKPT_OK;
@@ -550,7 +690,10 @@ static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
         const float *xn = x + n * g->in_c * hw_in;
         float *yn = y + n * g->out_c * g->out_h * g->out_w;
         /* cols[oc * kk + (i, j), input pixel] = sum_ci w[ci, oc, i, j] * x[ci, pixel] */
-        gemm(c, 1, okk, hw_in, g->in_c, w, okk, xn, hw_in, cols, hw_in);
+        int done, rc = gemm_w(b, 1, okk, hw_in, g->in_c, w, okk, xn, hw_in, cols, hw_in, NULL,
+                              NULL, 0, &done);
+        if (rc != CKPT_OK)
+            return rc;
         /* col2im: each output pixel gets its kernel taps in ascending (row,
          * column) order -- one tap per (i, j) at most -- then the bias */
         int64_t ohw = g->out_h * g->out_w;
@@ -872,7 +1015,7 @@ static const ckpt_backend_ops CPU_OPS = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .release = cpu_release,
-    .upload = cpu_copy,
+    .upload = cpu_upload,
     .download = cpu_copy,
     .linear = cpu_linear,
     .conv2d = cpu_conv2d,
@@ -954,8 +1097,20 @@ static int cpu_threads_wanted(const cpu_impl *c)
     return n > 0 ? (int)(n < MAX_THREADS ? n : MAX_THREADS) : 1;
 }
 
-static int cpu_open(int plain, int threads, ckpt_backend **out, char *err, size_t cap)
+/* PRODUCTS: NULL or "auto" (the own kernel where the CPU runs one, else
+ * OpenBLAS, else the plain loops), "plain", "openblas" (else plain),
+ * "avx512", "avx2" (that kernel, or CKPT_ERR_UNSUPPORTED). */
+static int cpu_open(const char *products, int threads, ckpt_backend **out, char *err,
+                    size_t cap)
 {
+    int plain = products && !strcmp(products, "plain");
+    int blas_only = products && !strcmp(products, "openblas");
+    const cpu_gemm_kernel *gk = NULL;
+    if (!plain && !blas_only && !(gk = cpu_gemm_pick(products)) && products &&
+        strcmp(products, "auto")) {
+        snprintf(err, cap, "this CPU cannot run the %s kernel", products);
+        return CKPT_ERR_UNSUPPORTED;
+    }
     ckpt_backend *b = calloc(1, sizeof *b);
     cpu_impl *c = calloc(1, sizeof *c);
     if (!b || !c) {
@@ -970,9 +1125,14 @@ static int cpu_open(int plain, int threads, ckpt_backend **out, char *err, size_
     snprintf(b->device, sizeof b->device, "cpu");
     if (plain)
         snprintf(b->description, sizeof b->description, "cpu (float32, plain C reference loops)");
-    else
+    else /* with the own kernel too: OpenBLAS's thread count is the user's knob */
         load_blas(c, b->description, sizeof b->description);
     threads_init(&c->thr, threads > 0 ? threads : cpu_threads_wanted(c));
+    if (gk) {
+        c->gk = gk;
+        snprintf(b->description, sizeof b->description, "cpu (float32, packed SGEMM %s, %d %s)",
+                 cpu_gemm_name(gk), c->thr.n, c->thr.n == 1 ? "thread" : "threads");
+    }
     *out = b;
     return CKPT_OK;
 }
@@ -988,18 +1148,24 @@ static int cpu_probe(char *why, size_t cap)
 static int cpu_open_device(int index, ckpt_backend **out, char *err, size_t cap)
 {
     (void)index;
-    return cpu_open(0, 0, out, err, cap);
+    return cpu_open(NULL, 0, out, err, cap);
 }
 
 int ckpt_backend_cpu_plain_open(ckpt_backend **out, char *err, size_t cap)
 {
-    return cpu_open(1, 0, out, err, cap);
+    return cpu_open("plain", 0, out, err, cap);
 }
 
 int ckpt_backend_cpu_open_threads(int plain, int threads, ckpt_backend **out, char *err,
                                   size_t cap)
 {
-    return cpu_open(plain, threads, out, err, cap);
+    return cpu_open(plain ? "plain" : NULL, threads, out, err, cap);
+}
+
+int ckpt_backend_cpu_open_with(const char *products, int threads, ckpt_backend **out, char *err,
+                               size_t cap)
+{
+    return cpu_open(products, threads, out, err, cap);
 }
 
 const ckpt_backend_desc ckpt_backend_cpu = {

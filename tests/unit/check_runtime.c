@@ -1,8 +1,9 @@
 /* check_runtime.c - the model runtime on the CPU: every op case of
  * tests/data/ops (made by PyTorch, tests/fixtures/make_verify_fixtures.py)
- * on both CPU paths, spec errors, strict-load reports and run errors. */
+ * on every CPU path (plain loops, OpenBLAS, each packed-SGEMM kernel), spec
+ * errors, strict-load reports and run errors. */
 #include "unit.h"
-#include "runtime/backends.h" /* ckpt_backend_cpu_plain_open(), _open_threads() */
+#include "runtime/backends.h" /* ckpt_backend_cpu_open_with() */
 
 #include <dirent.h>
 #include <math.h>
@@ -70,7 +71,25 @@ static void read_array(ckpt_file *f, const char *key, ckpt_array *a)
     ck_assert_int_eq(ckpt_tensor_read_float32(f, t, a->data, (size_t)ckpt_tensor_numel(t)), 0);
 }
 
-static void run_case(const char *name, int plain)
+/* What does the CPU backend's matrix products, each tested: its plain-C
+ * loops, OpenBLAS (the plain loops where it is not installed) and each
+ * packed-SGEMM kernel this CPU runs (skipped where it does not). */
+static const char *const PRODUCTS[] = {"plain", "openblas", "avx2", "avx512"};
+#define NPRODUCTS ((int)(sizeof PRODUCTS / sizeof PRODUCTS[0]))
+
+/* The CPU backend with PRODUCTS on THREADS (0: its own count); 0 when this
+ * CPU cannot run that kernel. */
+static int open_cpu(const char *products, int threads, ckpt_backend **b)
+{
+    char err[256];
+    int rc = ckpt_backend_cpu_open_with(products, threads, b, err, sizeof err);
+    if (rc == CKPT_ERR_UNSUPPORTED)
+        return 0;
+    ck_assert_msg(rc == 0, "%s: %s", products, err);
+    return 1;
+}
+
+static void run_case(const char *name, const char *products)
 {
     char rel[256];
     snprintf(rel, sizeof rel, "tests/data/ops/%s.json", name);
@@ -98,11 +117,18 @@ static void run_case(const char *name, int plain)
     }
     read_array(f, "output.y", &want);
 
-    ckpt_backend *b;
-    char err[256];
-    ck_assert_int_eq(plain ? ckpt_backend_cpu_plain_open(&b, err, sizeof err)
-                           : ckpt_backend_open("cpu", &b, err, sizeof err), 0);
-    ck_assert_msg(ckpt_model_run(m, b, in, &out) == 0, "%s: %s", name,
+    ckpt_backend *b = NULL;
+    if (!open_cpu(products, 0, &b)) {
+        ckpt_array_clear(&want);
+        for (size_t i = 0; i < nin; i++)
+            ckpt_array_clear(&in[i]);
+        ckpt_file_free(f);
+        ckpt_model_free(m);
+        free(spec);
+        free(pth);
+        return;
+    }
+    ck_assert_msg(ckpt_model_run(m, b, in, &out) == 0, "%s (%s): %s", name, products,
                   ckpt_model_error_message(m));
     ck_assert_int_eq(out.ndim, want.ndim);
     for (int d = 0; d < out.ndim; d++)
@@ -142,15 +168,9 @@ static void run_case(const char *name, int plain)
     free(pth);
 }
 
-START_TEST(test_op_case_blas)
+START_TEST(test_op_case)
 {
-    run_case(cases[_i], 0);
-}
-END_TEST
-
-START_TEST(test_op_case_plain)
-{
-    run_case(cases[_i], 1);
+    run_case(cases[_i / NPRODUCTS], PRODUCTS[_i % NPRODUCTS]);
 }
 END_TEST
 
@@ -404,7 +424,10 @@ START_TEST(test_fused_conv_same_bits)
     ckpt_array in = {0}, want = {0};
     read_array(f, "input", &in);
     read_array(f, "output.y", &want);
-    for (int plain = 0; plain < 2; plain++) {
+    for (int pi = 0; pi < NPRODUCTS; pi++) {
+        ckpt_backend *b;
+        if (!open_cpu(PRODUCTS[pi], 0, &b))
+            continue;
         ckpt_model *m1 = ckpt_model_new(), *m2 = ckpt_model_new();
         ck_assert_int_eq(ckpt_model_parse(m1, json, len, "fused.json"), 0);
         ck_assert_int_eq(ckpt_model_parse(m2, unfused, strlen(unfused), "unfused.json"), 0);
@@ -413,13 +436,10 @@ START_TEST(test_fused_conv_same_bits)
         ck_assert(r.ok);
         ck_assert_int_eq(ckpt_model_bind(m2, f, params, &r), 0);
         ck_assert(r.ok);
-        ckpt_backend *b;
-        char err[256];
-        ck_assert_int_eq(ckpt_backend_cpu_open_threads(plain, 0, &b, err, sizeof err), 0);
         ckpt_array y1[1] = {{0}}, y2[3] = {{0}};
         run_model(m1, b, &in, y1);
         run_model(m2, b, &in, y2);
-        assert_same_bits(&y1[0], &y2[0], plain ? "plain" : "OpenBLAS");
+        assert_same_bits(&y1[0], &y2[0], PRODUCTS[pi]);
         ck_assert_int_eq(y2[1].shape[1], 4); /* b2: the add's other operand, kept */
         for (int64_t i = 0; i < ckpt_array_numel(&want); i++)
             ck_assert(fabs(y1[0].data[i] - want.data[i]) <= 1e-5 * (1 + fabs(want.data[i])));
@@ -452,13 +472,14 @@ START_TEST(test_threads_same_bits)
     read_array(ref, "input", &in);
     size_t nout = ckpt_model_output_count(m);
     ck_assert(nout <= 4);
-    for (int plain = 0; plain < 2; plain++) {
+    for (int pi = 0; pi < NPRODUCTS; pi++) {
         ckpt_array y[2][4] = {{{0}}};
+        ckpt_backend *b;
+        if (!open_cpu(PRODUCTS[pi], 1, &b))
+            continue;
+        ckpt_backend_free(b);
         for (int t = 0; t < 2; t++) {
-            ckpt_backend *b;
-            char err[256];
-            ck_assert_int_eq(ckpt_backend_cpu_open_threads(plain, t ? 3 : 1, &b, err, sizeof err),
-                             0);
+            ck_assert(open_cpu(PRODUCTS[pi], t ? 3 : 1, &b));
             run_model(m, b, &in, y[t]);
             ckpt_backend_free(b);
         }
@@ -504,13 +525,14 @@ START_TEST(test_threads_same_bits_lstm)
         seed = seed * 1664525u + 1013904223u;
         in.data[i] = (float)(seed >> 8) / (float)(1u << 24) * 4.0f - 2.0f;
     }
-    for (int plain = 0; plain < 2; plain++) {
+    for (int pi = 0; pi < NPRODUCTS; pi++) {
         ckpt_array y[2] = {{0}};
+        ckpt_backend *b;
+        if (!open_cpu(PRODUCTS[pi], 1, &b))
+            continue;
+        ckpt_backend_free(b);
         for (int t = 0; t < 2; t++) {
-            ckpt_backend *b;
-            char err[256];
-            ck_assert_int_eq(ckpt_backend_cpu_open_threads(plain, t ? 3 : 1, &b, err, sizeof err),
-                             0);
+            ck_assert(open_cpu(PRODUCTS[pi], t ? 3 : 1, &b));
             run_model(m, b, &in, &y[t]);
             ckpt_backend_free(b);
         }
@@ -550,8 +572,7 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("runtime");
     TCase *ops = tcase_create("ops");
-    tcase_add_loop_test(ops, test_op_case_blas, 0, ncases);
-    tcase_add_loop_test(ops, test_op_case_plain, 0, ncases);
+    tcase_add_loop_test(ops, test_op_case, 0, ncases * NPRODUCTS);
     suite_add_tcase(s, ops);
     TCase *tc = tcase_create("spec and load");
     tcase_add_loop_test(tc, test_spec_errors, 0, (int)(sizeof bad_specs / sizeof bad_specs[0]));

@@ -1,0 +1,300 @@
+/* runtime/cpu_gemm.c - the CPU backend's packed SGEMM (see cpu_gemm.h).
+ *
+ * One register-tile kernel per instruction set, made from one template:
+ * MR rows of A broadcast against NR columns of B loaded as vectors, MR x NR
+ * accumulators held in registers through a depth block.  Operands are read
+ * from "panels": MR rows of A (or NR columns of B) stored depth-major, MR
+ * (NR) floats per step of the sum, zero-filled past the last row, so the
+ * kernel has no edge cases inside its loop; only partial tiles at the
+ * output's edges are stored through a small buffer.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#include "runtime/cpu_gemm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define GEMM_X86 1
+#endif
+
+/* What a tile's store adds, at the last depth block only (pointers at the
+ * tile's first row and column). */
+typedef struct tile_epi {
+    const float *bias_row; /* bias[i], or NULL */
+    const float *bias_col; /* bias[j], or NULL */
+    const float *res;      /* res[i * ldr + j], or NULL */
+    int64_t ldr;
+    int relu;
+} tile_epi;
+
+typedef void (*tile_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                        int64_t mr, int64_t nr, int acc, const tile_epi *e);
+
+struct cpu_gemm_kernel {
+    const char *id, *name;
+    int mr, nr;
+    int64_t kc, mc, nc;
+    int (*usable)(void);
+    tile_fn tile;
+};
+
+/* The value stored at one output element: the depth block's sum V added to
+ * what C holds (ACC), then the epilogue -- the same operations in the same
+ * order as the vector store below, so edge tiles round as inner ones. */
+static inline float epi_one(float v, const float *cp, int acc, const tile_epi *e, int64_t i,
+                            int64_t j)
+{
+    if (acc)
+        v = *cp + v;
+    if (e) {
+        if (e->bias_row)
+            v = v + e->bias_row[i];
+        if (e->bias_col)
+            v = v + e->bias_col[j];
+        if (e->res)
+            v = v + e->res[i * e->ldr + j];
+        if (e->relu)
+            v = 0.0f > v ? 0.0f : v; /* keeps NaN and -0.0, as relu does */
+    }
+    return v;
+}
+
+/* A partial tile: the kernel's full MR x NR sums in T (row stride NR). */
+static void tile_store_part(const float *t, int nrfull, float *c, int64_t ldc, int64_t mr,
+                            int64_t nr, int acc, const tile_epi *e)
+{
+    for (int64_t i = 0; i < mr; i++)
+        for (int64_t j = 0; j < nr; j++) {
+            float *cp = c + i * ldc + j;
+            *cp = epi_one(t[i * nrfull + j], cp, acc, e, i, j);
+        }
+}
+
+#ifdef GEMM_X86
+/*
+ * The kernel template.  VT: the vector type, VW its floats; NV vectors per
+ * row of the tile (NR = NV * VW).  The loops have constant bounds and are
+ * unrolled, so the accumulators stay in registers.
+ */
+#define GEMM_TILE(NAME, TARGET, VT, VW, MR_, NV, LOADU, STOREU, SET1, FMADD, ADD, MAX, ZERO)      \
+    __attribute__((target(TARGET))) static void NAME(int64_t kc, const float *a, const float *b,  \
+                                                     float *c, int64_t ldc, int64_t mr,          \
+                                                     int64_t nr, int acc, const tile_epi *e)     \
+    {                                                                                            \
+        VT r[MR_][NV];                                                                           \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR_; i++)                                   \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) r[i][v] = ZERO();               \
+        for (int64_t p = 0; p < kc; p++) {                                                       \
+            VT bv[NV];                                                                           \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] = LOADU(b + v * VW);      \
+            _Pragma("GCC unroll 16") for (int i = 0; i < MR_; i++)                               \
+            {                                                                                    \
+                VT av = SET1(a[i]);                                                              \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) r[i][v] =                   \
+                    FMADD(av, bv[v], r[i][v]);                                                   \
+            }                                                                                    \
+            a += MR_;                                                                            \
+            b += NV * VW;                                                                        \
+        }                                                                                        \
+        if (mr < MR_ || nr < NV * VW) {                                                          \
+            float t[MR_ * NV * VW];                                                              \
+            _Pragma("GCC unroll 16") for (int i = 0; i < MR_; i++)                               \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                             \
+                    STOREU(t + i * NV * VW + v * VW, r[i][v]);                                   \
+            tile_store_part(t, NV * VW, c, ldc, mr, nr, acc, e);                                 \
+            return;                                                                              \
+        }                                                                                        \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR_; i++)                                   \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                 \
+        {                                                                                        \
+            float *cp = c + i * ldc + v * VW;                                                    \
+            VT x = r[i][v];                                                                      \
+            if (acc)                                                                             \
+                x = ADD(LOADU(cp), x);                                                           \
+            if (e) {                                                                             \
+                if (e->bias_row)                                                                 \
+                    x = ADD(x, SET1(e->bias_row[i]));                                            \
+                if (e->bias_col)                                                                 \
+                    x = ADD(x, LOADU(e->bias_col + v * VW));                                     \
+                if (e->res)                                                                      \
+                    x = ADD(x, LOADU(e->res + i * e->ldr + v * VW));                             \
+                if (e->relu)                                                                     \
+                    x = MAX(ZERO(), x); /* 0 > x ? 0 : x: NaN and -0.0 kept */                   \
+            }                                                                                    \
+            STOREU(cp, x);                                                                       \
+        }                                                                                        \
+    }
+
+GEMM_TILE(tile_avx512, "avx512f", __m512, 16, 12, 2, _mm512_loadu_ps, _mm512_storeu_ps,
+          _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, _mm512_setzero_ps)
+GEMM_TILE(tile_avx2, "avx2,fma", __m256, 8, 6, 2, _mm256_loadu_ps, _mm256_storeu_ps,
+          _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, _mm256_setzero_ps)
+
+/* __builtin_cpu_supports checks the OS saves the registers too (XGETBV);
+ * under valgrind, which runs no AVX-512, the CPU it shows has none. */
+static int has_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+
+static int has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/* Depth blocks of 256: an A panel (12 KB) stays in L1 while B's panels
+ * (32 KB each, MC x KC and KC x NC blocks in L2) stream past it. */
+static const cpu_gemm_kernel KERNELS[] = {
+    {"avx512", "AVX-512", 12, 32, 256, 96, 256, has_avx512, tile_avx512},
+    {"avx2", "AVX2+FMA", 6, 16, 256, 96, 256, has_avx2, tile_avx2},
+};
+#define NKERNELS (sizeof KERNELS / sizeof KERNELS[0])
+#endif
+
+const cpu_gemm_kernel *cpu_gemm_pick(const char *want)
+{
+#ifdef GEMM_X86
+    int any = !want || !*want || !strcmp(want, "auto");
+    for (size_t i = 0; i < NKERNELS; i++)
+        if ((any || !strcmp(want, KERNELS[i].id)) && KERNELS[i].usable())
+            return &KERNELS[i];
+#else
+    (void)want;
+#endif
+    return NULL;
+}
+
+const char *cpu_gemm_name(const cpu_gemm_kernel *k)
+{
+    return k->name;
+}
+
+static int64_t round_up(int64_t v, int64_t t)
+{
+    return (v + t - 1) / t * t;
+}
+
+size_t cpu_gemm_packed_floats(const cpu_gemm_kernel *k, int side, int64_t rows, int64_t depth)
+{
+    int64_t t = side == CPU_GEMM_A ? k->mr : k->nr;
+    size_t n = (size_t)(round_up(rows, t) * depth);
+    return n ? n : 1;
+}
+
+/* Panel q (rows q*t ..) at dst + q * depth * t, step p's T floats at
+ * + p * t: the layout the kernel reads. */
+void cpu_gemm_pack(const cpu_gemm_kernel *k, int side, const float *src, int64_t rs, int64_t cs,
+                   int64_t rows, int64_t depth, float *dst)
+{
+    int64_t t = side == CPU_GEMM_A ? k->mr : k->nr;
+    for (int64_t r0 = 0; r0 < rows; r0 += t) {
+        int64_t w = rows - r0 < t ? rows - r0 : t;
+        const float *s = src + r0 * rs;
+        float *d = dst + r0 * depth;
+        if (rs == 1 && w == t) /* rows side by side in memory: T floats per step */
+            for (int64_t p = 0; p < depth; p++)
+                memcpy(d + p * t, s + p * cs, (size_t)t * sizeof(float));
+        else
+            for (int64_t p = 0; p < depth; p++) {
+                for (int64_t i = 0; i < w; i++)
+                    d[p * t + i] = s[i * rs + p * cs];
+                for (int64_t i = w; i < t; i++)
+                    d[p * t + i] = 0.0f;
+            }
+    }
+}
+
+/* Tasks: rectangles of at most MC x NC (multiples of the tile); shrunk
+ * (columns first) until each thread has a few to take. */
+int64_t cpu_gemm_plan(const cpu_gemm_kernel *k, cpu_gemm_call *c, int threads)
+{
+    int64_t mc = round_up(c->m, k->mr), nc = round_up(c->n, k->nr);
+    if (mc > k->mc)
+        mc = k->mc;
+    if (nc > k->nc)
+        nc = k->nc;
+    int64_t want = threads > 1 ? 3 * (int64_t)threads : 1;
+    for (;;) {
+        int64_t tm = (c->m + mc - 1) / mc, tn = (c->n + nc - 1) / nc;
+        if (tm * tn >= want)
+            break;
+        if (nc > k->nr)
+            nc = round_up(nc / 2, k->nr);
+        else if (mc > k->mr)
+            mc = round_up(mc / 2, k->mr);
+        else
+            break;
+    }
+    c->mc = mc;
+    c->nc = nc;
+    c->tiles_m = c->m > 0 ? (c->m + mc - 1) / mc : 0;
+    c->tiles_n = c->n > 0 ? (c->n + nc - 1) / nc : 0;
+    return c->tiles_m * c->tiles_n;
+}
+
+size_t cpu_gemm_scratch_floats(const cpu_gemm_kernel *k)
+{
+    return (size_t)(k->mc * k->kc + k->kc * k->nc);
+}
+
+void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, float *scratch)
+{
+    int64_t i0 = (t % c->tiles_m) * c->mc, j0 = (t / c->tiles_m) * c->nc;
+    int64_t ilen = c->m - i0 < c->mc ? c->m - i0 : c->mc;
+    int64_t jlen = c->n - j0 < c->nc ? c->n - j0 : c->nc;
+    float *abuf = scratch, *bbuf = scratch + k->mc * k->kc;
+    tile_epi epi = {.ldr = c->ldr, .relu = c->relu};
+    if (c->k == 0) { /* no products: the epilogue of zeros */
+        for (int64_t i = i0; i < i0 + ilen; i++)
+            for (int64_t j = j0; j < j0 + jlen; j++) {
+                epi.bias_row = c->bias && !c->bias_cols ? c->bias : NULL;
+                epi.bias_col = c->bias && c->bias_cols ? c->bias : NULL;
+                epi.res = c->res;
+                c->c[i * c->ldc + j] = epi_one(0.0f, NULL, 0, &epi, i, j);
+            }
+        return;
+    }
+    for (int64_t p0 = 0; p0 < c->k; p0 += k->kc) {
+        int64_t kl = c->k - p0 < k->kc ? c->k - p0 : k->kc;
+        const float *ap, *bp;
+        int64_t a_step, b_step; /* floats from one panel to the next */
+        if (c->a.packed) {
+            ap = c->a.packed + i0 * c->k + p0 * k->mr;
+            a_step = c->k * k->mr;
+        } else {
+            cpu_gemm_pack(k, CPU_GEMM_A, c->a.raw + i0 * c->a.rs + p0 * c->a.cs, c->a.rs,
+                          c->a.cs, ilen, kl, abuf);
+            ap = abuf;
+            a_step = kl * k->mr;
+        }
+        if (c->b.packed) {
+            bp = c->b.packed + j0 * c->k + p0 * k->nr;
+            b_step = c->k * k->nr;
+        } else {
+            cpu_gemm_pack(k, CPU_GEMM_B, c->b.raw + j0 * c->b.rs + p0 * c->b.cs, c->b.rs,
+                          c->b.cs, jlen, kl, bbuf);
+            bp = bbuf;
+            b_step = kl * k->nr;
+        }
+        int last = p0 + kl >= c->k;
+        for (int64_t ii = 0; ii < ilen; ii += k->mr) {
+            int64_t i = i0 + ii, mr = ilen - ii < k->mr ? ilen - ii : k->mr;
+            for (int64_t jj = 0; jj < jlen; jj += k->nr) {
+                int64_t j = j0 + jj, nr = jlen - jj < k->nr ? jlen - jj : k->nr;
+                if (last) {
+                    epi.bias_row = c->bias && !c->bias_cols ? c->bias + i : NULL;
+                    epi.bias_col = c->bias && c->bias_cols ? c->bias + j : NULL;
+                    epi.res = c->res ? c->res + i * c->ldr + j : NULL;
+                }
+                k->tile(kl, ap + ii / k->mr * a_step, bp + jj / k->nr * b_step,
+                        c->c + i * c->ldc + j, c->ldc, mr, nr, p0 > 0, last ? &epi : NULL);
+            }
+        }
+    }
+}

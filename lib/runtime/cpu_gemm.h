@@ -1,0 +1,89 @@
+/*
+ * runtime/cpu_gemm.h - the CPU backend's own single-precision matrix
+ * product, C = A B (+ epilogue), over weights packed once.
+ *
+ * Why not only OpenBLAS: cblas_sgemm repacks both operands on every call,
+ * and a model's weights are the same every forward (ResNet-50 at batch 1
+ * repacks 100 MB of them per image); its kernels are also chosen by
+ * OPENBLAS_CORETYPE, which may name AVX2 kernels on a CPU with AVX-512.
+ * Here a weight is packed at its first use into the micro-panels the kernel
+ * reads (kept until its buffer is released), the other operand is packed
+ * per call one cache block at a time, and the bias, residual add and ReLU
+ * are applied as each output tile is stored.
+ *
+ * The blocking: K is cut into blocks of kc (fixed per kernel, not per call
+ * or thread count), so every output element is the float32 sum, in
+ * ascending k, of each block's fused-multiply-add chain (started from 0),
+ * the blocks added in ascending order, then the bias, the residual and the
+ * ReLU.  Tasks are rectangles of the output; how many, and which thread
+ * takes one, changes no bit of the result.
+ *
+ * Private to runtime/cpu.c (and tests/unit/check_cpu_gemm.c).  Nothing here
+ * allocates, prints or starts threads: cpu.c owns the buffers and the pool.
+ */
+#ifndef CKPT_RUNTIME_CPU_GEMM_H
+#define CKPT_RUNTIME_CPU_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A kernel of this CPU: register tile MR x NR, blocks KC (depth), MC x NC
+ * (a task's largest output rectangle). */
+typedef struct cpu_gemm_kernel cpu_gemm_kernel;
+
+/* The best kernel this CPU runs, or the one named by WANT ("avx512",
+ * "avx2"; NULL or "auto": the best); NULL when the CPU has none of them (or
+ * not the one asked for). */
+const cpu_gemm_kernel *cpu_gemm_pick(const char *want);
+/* "AVX-512", "AVX2+FMA" */
+const char *cpu_gemm_name(const cpu_gemm_kernel *k);
+
+/* Sides of the product: A is [m, k] (its rows are the output's rows), B is
+ * [k, n] (its columns the output's columns). */
+enum { CPU_GEMM_A = 0, CPU_GEMM_B = 1 };
+
+/* One operand of SIDE, ROWS x K being (m, k) for A and (n, k) for B: either
+ * PACKED (cpu_gemm_pack's output over all of K) or raw, element (r, p) of
+ * the operand at raw[r * rs + p * cs]. */
+typedef struct cpu_gemm_operand {
+    const float *packed;
+    const float *raw;
+    int64_t rs, cs;
+} cpu_gemm_operand;
+
+/* Floats cpu_gemm_pack writes for ROWS x K of SIDE (rows rounded up to the
+ * kernel's tile, zero-filled). */
+size_t cpu_gemm_packed_floats(const cpu_gemm_kernel *k, int side, int64_t rows, int64_t depth);
+/* Pack ROWS x DEPTH of SIDE, element (r, p) = src[r * rs + p * cs]. */
+void cpu_gemm_pack(const cpu_gemm_kernel *k, int side, const float *src, int64_t rs, int64_t cs,
+                   int64_t rows, int64_t depth, float *dst);
+
+/* c[i * ldc + j] = relu(sum_p A(i, p) B(p, j) + bias + res[i * ldr + j]),
+ * each part only when given: BIAS is bias[i] (a conv's output channel) or,
+ * with BIAS_COLS, bias[j] (a linear layer's output feature); RES NULL: no
+ * residual; RELU 0: none.  k == 0 gives the epilogue of zeros. */
+typedef struct cpu_gemm_call {
+    int64_t m, n, k;
+    cpu_gemm_operand a, b;
+    float *c;
+    int64_t ldc;
+    const float *bias;
+    int bias_cols;
+    const float *res;
+    int64_t ldr;
+    int relu;
+    /* set by cpu_gemm_plan */
+    int64_t mc, nc, tiles_m, tiles_n;
+} cpu_gemm_call;
+
+/* Cut CALL's output into tasks for THREADS threads; returns their count. */
+int64_t cpu_gemm_plan(const cpu_gemm_kernel *k, cpu_gemm_call *call, int threads);
+/* Floats of scratch one running task needs. */
+size_t cpu_gemm_scratch_floats(const cpu_gemm_kernel *k);
+/* Run task T (0 <= T < cpu_gemm_plan's count) with SCRATCH of
+ * cpu_gemm_scratch_floats floats, 64-byte aligned, not shared with a task
+ * running at the same time. */
+void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *call, int64_t t,
+                   float *scratch);
+
+#endif /* CKPT_RUNTIME_CPU_GEMM_H */
