@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* cblas_sgemm's enums, as every CBLAS defines them */
@@ -57,8 +58,9 @@ typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float a
  * chunks; the caller takes chunks too, and a worker that wakes late finds
  * none left, so a busy machine costs little waiting.  Every output element is
  * computed by the same code whichever thread runs its chunk: results do not
- * depend on the thread count.  Workers sleep between jobs (never spin: the
- * OpenBLAS threads need the cores during the products).
+ * depend on the thread count.  With the own SGEMM (the products are jobs
+ * too) a worker looks for the next job for a moment before it sleeps; with
+ * OpenBLAS it sleeps at once: OpenBLAS's threads need the cores then.
  */
 typedef void (*par_fn)(void *arg, int64_t lo, int64_t hi);
 
@@ -69,8 +71,9 @@ typedef struct cpu_threads {
     pthread_t th[MAX_THREADS];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    unsigned gen;           /* job number, under mu */
+    _Atomic unsigned gen;   /* job number, written under mu */
     int quit;
+    int spin;               /* look for the next job before sleeping */
     par_fn fn;              /* the job, under mu */
     void *arg;
     int64_t n_items, nchunks;
@@ -143,25 +146,48 @@ static void run_chunks(cpu_threads *t, unsigned gen, par_fn fn, void *arg, int64
     }
 }
 
+/* Jobs come back to back while a model runs (a product, the pass after
+ * it, the next layer's im2col): a worker looks for the next one for up to
+ * SPIN_NS before it sleeps, a wake-up costing tens of microseconds. */
+#define SPIN_NS 100000
+
+static void spin_for_job(cpu_threads *t, unsigned seen)
+{
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 1; atomic_load_explicit(&t->gen, memory_order_acquire) == seen; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if (i % 64 == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) > SPIN_NS)
+                return;
+        }
+    }
+}
+
 static void *worker_main(void *p)
 {
     cpu_threads *t = p;
     unsigned seen = 0;
-    pthread_mutex_lock(&t->mu);
     for (;;) {
+        if (t->spin)
+            spin_for_job(t, seen);
+        pthread_mutex_lock(&t->mu);
         while (t->gen == seen && !t->quit)
             pthread_cond_wait(&t->cv, &t->mu);
-        if (t->quit)
+        if (t->quit) {
+            pthread_mutex_unlock(&t->mu);
             break;
+        }
         seen = t->gen;
         par_fn fn = t->fn;
         void *arg = t->arg;
         int64_t n = t->n_items, nchunks = t->nchunks;
         pthread_mutex_unlock(&t->mu);
         run_chunks(t, seen, fn, arg, n, nchunks);
-        pthread_mutex_lock(&t->mu);
     }
-    pthread_mutex_unlock(&t->mu);
     return NULL;
 }
 
@@ -643,10 +669,67 @@ static void epilogue_part(void *arg, int64_t lo, int64_t hi)
     }
 }
 
+typedef struct pack_job {
+    const cpu_gemm_kernel *gk;
+    const float *x;
+    const ckpt_conv_geom *g;
+    float *dst;
+    int direct;
+} pack_job;
+
+/* B's panels LO..HI of one image: the input itself for a 1x1 stride-1
+ * conv, else what im2col would have made, packed as it is read. */
+static void pack_part(void *arg, int64_t lo, int64_t hi)
+{
+    const pack_job *j = arg;
+    const ckpt_conv_geom *g = j->g;
+    int64_t hw = g->out_h * g->out_w, nr = cpu_gemm_panel_cols(j->gk);
+    if (!j->direct) {
+        cpu_gemm_pack_conv(j->gk, j->x, g, lo, hi, j->dst);
+        return;
+    }
+    int64_t c0 = lo * nr, c1 = hi * nr < hw ? hi * nr : hw;
+    cpu_gemm_pack(j->gk, CPU_GEMM_B, j->x + c0, 1, hw, c1 - c0, g->in_c,
+                  j->dst + c0 * g->in_c);
+}
+
+/* conv2d on the own kernel: per image, B packed once (in parallel, from
+ * the input), then the product with the weight packed at its first use,
+ * the bias, residual and ReLU done in the stores. */
+static int conv2d_packed(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                         const float *res, int relu, float *y, const ckpt_conv_geom *g)
+{
+    cpu_impl *c = b->impl;
+    int64_t hw = g->out_h * g->out_w, ckk = g->in_c * g->k_h * g->k_w;
+    int64_t nr = cpu_gemm_panel_cols(c->gk), panels = (hw + nr - 1) / nr;
+    const float *wp = weight_packed(c, w, CPU_GEMM_A, g->out_c, ckk, ckk, 1);
+    float *bp = scratch(c, cpu_gemm_packed_floats(c->gk, CPU_GEMM_B, hw, ckk));
+    if (!wp || !bp)
+        return nomem(b);
+    int direct = g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
+                 g->pad_h == 0 && g->pad_w == 0;
+    int64_t per_panel = ckk * nr, grain = (PAR_GRAIN + per_panel - 1) / per_panel;
+    for (int64_t n = 0; n < g->batch; n++) {
+        pack_job pj = {.gk = c->gk, .x = x + n * g->in_c * g->in_h * g->in_w, .g = g, .dst = bp,
+                       .direct = direct};
+        par_for(c, panels, grain, pack_part, &pj);
+        cpu_gemm_call call = {.m = g->out_c, .n = hw, .k = ckk, .a = {.packed = wp},
+                              .b = {.packed = bp}, .c = y + n * g->out_c * hw, .ldc = hw,
+                              .bias = bias, .res = res ? res + n * g->out_c * hw : NULL,
+                              .ldr = hw, .relu = relu};
+        int rc = gemm_run(b, &call);
+        if (rc != CKPT_OK)
+            return rc;
+    }
+    return CKPT_OK;
+}
+
 static int cpu_conv2d_fused(ckpt_backend *b, const float *x, const float *w, const float *bias,
                             const float *res, int relu, float *y, const ckpt_conv_geom *g)
 {
     cpu_impl *c = b->impl;
+    if (c->gk)
+        return conv2d_packed(b, x, w, bias, res, relu, y, g);
     int64_t hw = g->out_h * g->out_w, ckk = g->in_c * g->k_h * g->k_w;
     int direct = g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
                  g->pad_h == 0 && g->pad_w == 0;
@@ -1130,6 +1213,7 @@ static int cpu_open(const char *products, int threads, ckpt_backend **out, char 
     threads_init(&c->thr, threads > 0 ? threads : cpu_threads_wanted(c));
     if (gk) {
         c->gk = gk;
+        c->thr.spin = 1;
         snprintf(b->description, sizeof b->description, "cpu (float32, packed SGEMM %s, %d %s)",
                  cpu_gemm_name(gk), c->thr.n, c->thr.n == 1 ? "thread" : "threads");
     }

@@ -197,7 +197,13 @@ void cpu_gemm_pack(const cpu_gemm_kernel *k, int side, const float *src, int64_t
         int64_t w = rows - r0 < t ? rows - r0 : t;
         const float *s = src + r0 * rs;
         float *d = dst + r0 * depth;
-        if (rs == 1 && w == t) /* rows side by side in memory: T floats per step */
+        if (rs == 1 && w == t && t == 32) /* rows side by side: T floats per step */
+            for (int64_t p = 0; p < depth; p++)
+                memcpy(d + p * 32, s + p * cs, 32 * sizeof(float)); /* inlined: constant */
+        else if (rs == 1 && w == t && t == 16)
+            for (int64_t p = 0; p < depth; p++)
+                memcpy(d + p * 16, s + p * cs, 16 * sizeof(float));
+        else if (rs == 1 && w == t)
             for (int64_t p = 0; p < depth; p++)
                 memcpy(d + p * t, s + p * cs, (size_t)t * sizeof(float));
         else
@@ -207,6 +213,84 @@ void cpu_gemm_pack(const cpu_gemm_kernel *k, int side, const float *src, int64_t
                 for (int64_t i = w; i < t; i++)
                     d[p * t + i] = 0.0f;
             }
+    }
+}
+
+int64_t cpu_gemm_panel_cols(const cpu_gemm_kernel *k)
+{
+    return k->nr;
+}
+
+/* Output columns OW, lo <= ow < hi, whose input column ow * stride + shift
+ * lies inside a row of IN_W (as runtime/cpu.c's im2col computes them). */
+static void conv_cols(int64_t shift, int64_t stride, int64_t in_w, int64_t out_w, int64_t *lo,
+                      int64_t *hi)
+{
+    int64_t l = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
+    int64_t h = in_w - shift <= 0 ? 0 : (in_w - shift + stride - 1) / stride;
+    if (h > out_w)
+        h = out_w;
+    if (l > h)
+        l = h;
+    *lo = l;
+    *hi = h;
+}
+
+/* A panel's columns are runs of one output row each: (oh, ow, length, and
+ * where in the panel), the same for every step of the depth. */
+typedef struct conv_run {
+    int64_t oh, ow, len, at;
+} conv_run;
+
+void cpu_gemm_pack_conv(const cpu_gemm_kernel *k, const float *x, const ckpt_conv_geom *g,
+                        int64_t p0, int64_t p1, float *dst)
+{
+    int64_t nr = k->nr, hw = g->out_h * g->out_w, depth = g->in_c * g->k_h * g->k_w;
+    conv_run runs[64]; /* NR <= 64 columns: at most NR runs */
+    for (int64_t q = p0; q < p1; q++) {
+        int64_t j0 = q * nr, w = hw - j0 < nr ? hw - j0 : nr, nruns = 0;
+        for (int64_t at = 0; at < w;) {
+            int64_t j = j0 + at, ow = j % g->out_w, len = g->out_w - ow;
+            if (len > w - at)
+                len = w - at;
+            runs[nruns++] = (conv_run){.oh = j / g->out_w, .ow = ow, .len = len, .at = at};
+            at += len;
+        }
+        float *d = dst + q * depth * nr;
+        for (int64_t ci = 0; ci < g->in_c; ci++) {
+            const float *plane = x + ci * g->in_h * g->in_w;
+            for (int64_t ki = 0; ki < g->k_h; ki++)
+                for (int64_t kj = 0; kj < g->k_w; kj++, d += nr) {
+                    int64_t shift = kj * g->dil_w - g->pad_w, lo, hi;
+                    conv_cols(shift, g->stride_w, g->in_w, g->out_w, &lo, &hi);
+                    for (int64_t r = 0; r < nruns; r++) {
+                        const conv_run *u = &runs[r];
+                        float *restrict o = d + u->at; /* o[0]: column u->ow */
+                        int64_t ih = u->oh * g->stride_h - g->pad_h + ki * g->dil_h;
+                        int64_t a = u->ow, b = u->ow + u->len;
+                        if (ih < 0 || ih >= g->in_h) {
+                            for (int64_t t = 0; t < u->len; t++)
+                                o[t] = 0.0f;
+                            continue;
+                        }
+                        /* columns a..l and h..b in the padding, l..h read */
+                        int64_t l = lo < a ? a : lo > b ? b : lo, h = hi > b ? b : hi < l ? l : hi;
+                        const float *restrict row = plane + ih * g->in_w;
+                        for (int64_t ow = a; ow < l; ow++)
+                            o[ow - a] = 0.0f;
+                        if (g->stride_w == 1)
+                            for (int64_t ow = l; ow < h; ow++)
+                                o[ow - a] = row[ow + shift];
+                        else
+                            for (int64_t ow = l; ow < h; ow++)
+                                o[ow - a] = row[ow * g->stride_w + shift];
+                        for (int64_t ow = h; ow < b; ow++)
+                            o[ow - a] = 0.0f;
+                    }
+                    for (int64_t jj = w; jj < nr; jj++)
+                        d[jj] = 0.0f;
+                }
+        }
     }
 }
 

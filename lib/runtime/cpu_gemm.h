@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/backend.h" /* ckpt_conv_geom */
+
 /* A kernel of this CPU: register tile MR x NR, blocks KC (depth), MC x NC
  * (a task's largest output rectangle). */
 typedef struct cpu_gemm_kernel cpu_gemm_kernel;
@@ -57,6 +59,18 @@ size_t cpu_gemm_packed_floats(const cpu_gemm_kernel *k, int side, int64_t rows, 
 /* Pack ROWS x DEPTH of SIDE, element (r, p) = src[r * rs + p * cs]. */
 void cpu_gemm_pack(const cpu_gemm_kernel *k, int side, const float *src, int64_t rs, int64_t cs,
                    int64_t rows, int64_t depth, float *dst);
+
+/* B of conv2d for one image X ([in_c, in_h, in_w]) without im2col's
+ * matrix: element (p, j), p = (ci * k_h + ki) * k_w + kj and j = oh * out_w
+ * + ow, is x[ci, oh * stride_h - pad_h + ki * dil_h, ow * stride_w - pad_w
+ * + kj * dil_w], 0 in the padding.  Packs panels P0 <= q < P1 (columns q *
+ * NR ..) over all of the depth into DST, laid out as cpu_gemm_pack lays out
+ * the whole operand: the panels of one call may be packed by several
+ * threads, each its own range. */
+void cpu_gemm_pack_conv(const cpu_gemm_kernel *k, const float *x, const ckpt_conv_geom *g,
+                        int64_t p0, int64_t p1, float *dst);
+/* Columns in one panel of B (the kernel's NR). */
+int64_t cpu_gemm_panel_cols(const cpu_gemm_kernel *k);
 
 /* c[i * ldc + j] = relu(sum_p A(i, p) B(p, j) + bias + res[i * ldr + j]),
  * each part only when given: BIAS is bias[i] (a conv's output channel) or,

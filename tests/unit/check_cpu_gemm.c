@@ -206,6 +206,64 @@ START_TEST(test_empty_depth)
 }
 END_TEST
 
+/* B of a conv packed straight from the image is im2col's matrix packed,
+ * bit for bit, whichever ranges of panels the threads take: strides,
+ * paddings wider than the kernel's reach, dilations, rows narrower and
+ * wider than a panel. */
+static const ckpt_conv_geom CONVS[] = {
+    /* batch, in_c, in_h, in_w, out_c, out_h, out_w, k_h, k_w, s_h, s_w, p_h, p_w, d_h, d_w */
+    {1, 3, 9, 9, 1, 9, 9, 3, 3, 1, 1, 1, 1, 1, 1},
+    {1, 2, 7, 7, 1, 4, 4, 3, 3, 2, 2, 1, 1, 1, 1},
+    {1, 3, 20, 45, 1, 7, 15, 7, 7, 3, 3, 3, 3, 1, 1},
+    {1, 2, 6, 70, 1, 9, 71, 2, 2, 1, 1, 2, 1, 1, 1},
+    {1, 1, 5, 5, 1, 3, 3, 3, 3, 1, 1, 1, 1, 2, 2},
+    {1, 4, 3, 40, 1, 3, 38, 1, 3, 1, 1, 0, 0, 1, 1},
+    {1, 2, 1, 3, 1, 3, 5, 3, 3, 1, 1, 2, 2, 1, 1},
+};
+#define NCONVS ((int)(sizeof CONVS / sizeof CONVS[0]))
+
+START_TEST(test_pack_conv)
+{
+    const cpu_gemm_kernel *k = cpu_gemm_pick(KERNEL_IDS[_i / NCONVS]);
+    if (!k)
+        return;
+    const ckpt_conv_geom *g = &CONVS[_i % NCONVS];
+    int64_t hw = g->out_h * g->out_w, depth = g->in_c * g->k_h * g->k_w;
+    /* the geometry must be torch's: out = (in + 2 pad - dil (k - 1) - 1) / stride + 1 */
+    ck_assert_int_eq(g->out_h, (g->in_h + 2 * g->pad_h - g->dil_h * (g->k_h - 1) - 1) / g->stride_h + 1);
+    ck_assert_int_eq(g->out_w, (g->in_w + 2 * g->pad_w - g->dil_w * (g->k_w - 1) - 1) / g->stride_w + 1);
+    float *x = rnd_array((size_t)(g->in_c * g->in_h * g->in_w));
+    float *cols = malloc((size_t)(depth * hw) * sizeof(float));
+    ck_assert_ptr_nonnull(cols);
+    for (int64_t ci = 0; ci < g->in_c; ci++)
+        for (int64_t ki = 0; ki < g->k_h; ki++)
+            for (int64_t kj = 0; kj < g->k_w; kj++)
+                for (int64_t oh = 0; oh < g->out_h; oh++)
+                    for (int64_t ow = 0; ow < g->out_w; ow++) {
+                        int64_t ih = oh * g->stride_h - g->pad_h + ki * g->dil_h;
+                        int64_t iw = ow * g->stride_w - g->pad_w + kj * g->dil_w;
+                        int64_t p = (ci * g->k_h + ki) * g->k_w + kj;
+                        cols[p * hw + oh * g->out_w + ow] =
+                            ih < 0 || ih >= g->in_h || iw < 0 || iw >= g->in_w
+                                ? 0.0f
+                                : x[(ci * g->in_h + ih) * g->in_w + iw];
+                    }
+    size_t n = cpu_gemm_packed_floats(k, CPU_GEMM_B, hw, depth);
+    float *want = aligned_floats(n), *got = aligned_floats(n);
+    cpu_gemm_pack(k, CPU_GEMM_B, cols, 1, hw, hw, depth, want);
+    int64_t panels = (hw + cpu_gemm_panel_cols(k) - 1) / cpu_gemm_panel_cols(k);
+    memset(got, 0xff, n * sizeof(float));
+    for (int64_t q = panels; q > 0; q -= 2) /* two panels a call, last first */
+        cpu_gemm_pack_conv(k, x, g, q >= 2 ? q - 2 : 0, q, got);
+    ck_assert_msg(memcmp(want, got, n * sizeof(float)) == 0, "%s conv case %d differs",
+                  cpu_gemm_name(k), _i % NCONVS);
+    free(x);
+    free(cols);
+    free(want);
+    free(got);
+}
+END_TEST
+
 START_TEST(test_pick)
 {
     ck_assert_ptr_null(cpu_gemm_pick("sse9"));
@@ -224,6 +282,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_products, 0, NK * NSHAPES);
     tcase_add_loop_test(tc, test_epilogue, 0, NK);
     tcase_add_loop_test(tc, test_empty_depth, 0, NK);
+    tcase_add_loop_test(tc, test_pack_conv, 0, NK * NCONVS);
     tcase_add_test(tc, test_pick);
     suite_add_tcase(s, tc);
     return s;
