@@ -14,20 +14,23 @@ same run; goal: ckpt within 1.5x.  For each model this script
      of torch's output on each batch, and checks `ckpt verify --reference`
      passes on it before any timing;
   2. times PyTorch's forward (bench_verify.py's torch child: strict
-     load_state_dict, eval(), no_grad(), the default thread count, and 2
-     threads) and ckpt's (bench/bench_forward, OpenBLAS, CLOCK_MONOTONIC
-     around each ckpt_model_run()) as --rounds child processes each,
-     alternating, the order rotating; median of the rounds' medians, their
-     range, and the least forward of all (on a busy machine the nearest to
-     a quiet one's time); peak RSS of every child (GNU time).  When the environment
-     sets OPENBLAS_CORETYPE (which OpenBLAS kernels run), ckpt is also timed
-     without it (OpenBLAS's own choice for the CPU), an informative row;
+     load_state_dict, eval(), no_grad()) under Debian's torch 1.13 and the
+     current torch (--python2: the venv of ./bootstrap --deps), each at its
+     default thread count and at 2 threads, and ckpt's (bench/bench_forward,
+     the default CPU backend: its packed SGEMM; CLOCK_MONOTONIC around each
+     ckpt_model_run()) as --rounds child processes each, alternating, the
+     order rotating; median of the rounds' medians, their range, and the
+     least forward of all (on a busy machine the nearest to a quiet one's
+     time); peak RSS of every child (GNU time).  ckpt with its products on
+     OpenBLAS (--products openblas: the path before the packed SGEMM; its
+     kernels as OPENBLAS_CORETYPE says) is an informative row;
   3. prints the table and, unless --no-results, replaces the model's
      section of bench/RESULTS.md ("## ckpt verify: CRNN forward (issue 16)",
      "## ckpt verify: ResNet-50 forward (issue 16)").
 
     /usr/bin/python3 bench/bench_models.py [--models crnn,resnet50] [--runs 5]
-        [--rounds 3] [--warmup 2] [--results bench/RESULTS.md] [--no-results]
+        [--rounds 3] [--warmup 2] [--python2 /opt/ckpt/torch2/bin/python]
+        [--results bench/RESULTS.md] [--no-results]
 
 Run after `make ckpt bench/bench_forward`.
 """
@@ -85,21 +88,10 @@ print(json.dumps({"params": sum(p.numel() for p in m.parameters()), "shapes": sh
 """
 
 
-class coretype_unset:
-    """OPENBLAS_CORETYPE out of the environment the children inherit."""
-
-    def __enter__(self):
-        self.saved = os.environ.pop("OPENBLAS_CORETYPE", None)
-
-    def __exit__(self, *exc):
-        if self.saved is not None:
-            os.environ["OPENBLAS_CORETYPE"] = self.saved
-
-
-def blas_label(description):
-    """'OpenBLAS 0.3.21 Haswell' of 'cpu (float32, OpenBLAS 0.3.21 Haswell, 2 threads)'."""
+def products_label(description):
+    """'packed SGEMM AVX-512' of 'cpu (float32, packed SGEMM AVX-512, 2 threads)'."""
     parts = [p.strip() for p in description.strip("cpu ()").split(",")]
-    return next((p for p in parts if p.startswith("OpenBLAS")), "plain C")
+    return ", ".join(p for p in parts if p != "float32" and "thread" not in p) or "cpu"
 
 
 def write_section(path, section, text):
@@ -144,31 +136,33 @@ def bench_one(a, key):
     check = "`ckpt verify --reference` at " + "; ".join(checks)
     print(check)
 
-    # 2. timing, alternating; torch here defaults to 1 intra-op thread, ckpt's
-    # OpenBLAS to 2: a torch row at 2 threads too, the fair one.  When the
-    # environment picks OpenBLAS's kernels (OPENBLAS_CORETYPE), ckpt runs as
-    # set, and also without it (OpenBLAS's own choice for this CPU, "ckpt0"),
-    # an informative row
+    # 2. timing, alternating.  PyTorch 1.13 (Debian's) and the current
+    # torch (the venv ./bootstrap --deps makes), each at its default thread
+    # count and at ckpt's (2 here); ckpt as it runs by default, and with
+    # its products on OpenBLAS (what it did before its packed SGEMM; which
+    # kernels OpenBLAS runs, OPENBLAS_CORETYPE picks), an informative row
     table = []
-    desc, tv = "cpu", None
-    forced = os.environ.get("OPENBLAS_CORETYPE")
-    whos = ["torch", "torch2", "ckpt"] + (["ckpt0"] if forced else [])
+    desc, tvs = "cpu", {}
+    torches = [("torch", a.python, 0), ("torch2", a.python, 2)]
+    if a.python2 and os.path.exists(a.python2):
+        torches += [("new", a.python2, 0), ("new2", a.python2, 2)]
+    whos = [t[0] for t in torches] + ["ckpt", "ckpt_blas"]
     with tempfile.TemporaryDirectory() as tmp:
         for batch in spec["batches"]:
             rows = {w: [] for w in whos}
             for r in range(a.rounds):
                 order = whos[r % len(whos):] + whos[:r % len(whos)]
                 for who in order:
-                    if who.startswith("torch"):
-                        res = bv.torch_row(a, tmp, model, batch, a.runs, a.warmup,
-                                           threads=2 if who == "torch2" else 0)
-                    elif who == "ckpt0":
-                        with coretype_unset():
-                            res = bv.ckpt_row(a, tmp, model, batch, a.runs, a.warmup)
+                    tch = [t for t in torches if t[0] == who]
+                    if tch:
+                        aa = argparse.Namespace(**dict(vars(a), python=tch[0][1]))
+                        res = bv.torch_row(aa, tmp, model, batch, a.runs, a.warmup,
+                                           threads=tch[0][2])
                     else:
-                        res = bv.ckpt_row(a, tmp, model, batch, a.runs, a.warmup)
+                        res = bv.ckpt_row(a, tmp, model, batch, a.runs, a.warmup,
+                                          products="openblas" if who == "ckpt_blas" else None)
                     rows[who].append(res)
-                    print("  %s batch %d round %d %-6s median %.1f ms, peak RSS %d MiB" % (
+                    print("  %s batch %d round %d %-9s median %.1f ms, peak RSS %d MiB" % (
                         key, batch, r + 1, who, res["median_ms"], res["rss_kib"] // 1024))
             med = {k: statistics.median(x["median_ms"] for x in v) for k, v in rows.items()}
             # the spread: the rounds' medians, least and greatest
@@ -179,9 +173,12 @@ def bench_one(a, key):
             best = {k: min(x["min_ms"] for x in v) for k, v in rows.items()}
             rss = {k: max(x["rss_kib"] for x in v) for k, v in rows.items()}
             desc = rows["ckpt"][0].get("description", "cpu")
-            tv = rows["torch"][0]
-            for who, what in (("torch", "PyTorch CPU, default threads"),
-                              ("torch2", "PyTorch CPU, 2 threads")):
+            for who, _, threads in torches:
+                tv = rows[who][0]
+                tvs[who] = tv
+                what = "PyTorch %s CPU, %s" % (
+                    tv["torch"], "%d threads" % threads if threads else
+                    "default threads (%d)" % tv["threads"])
                 ratio = med["ckpt"] / med[who]
                 table.append("| %s | %d | %s | %.1f ms | %s ms | %.1f ms | %.2f %s (best: %.2f) "
                              "| %d MiB |" % (
@@ -189,17 +186,16 @@ def bench_one(a, key):
                                  ratio, "met" if ratio <= 1.5 else "NOT MET",
                                  best["ckpt"] / best[who], rss[who] // 1024))
             table.append("| %s | %d | ckpt CPU (%s) | %.1f ms | %s ms | %.1f ms | | %d MiB |" % (
-                spec["label"], batch, blas_label(desc), med["ckpt"], spread["ckpt"],
+                spec["label"], batch, products_label(desc), med["ckpt"], spread["ckpt"],
                 best["ckpt"], rss["ckpt"] // 1024))
-            if forced:
-                d0 = rows["ckpt0"][0].get("description", "cpu")
-                table.append("| %s | %d | ckpt CPU (%s), OPENBLAS_CORETYPE unset "
-                             "(informative; / PyTorch 2 threads: %.2f, best: %.2f) | %.1f ms | "
-                             "%s ms | %.1f ms | | %d MiB |" % (
-                                 spec["label"], batch, blas_label(d0),
-                                 med["ckpt0"] / med["torch2"], best["ckpt0"] / best["torch2"],
-                                 med["ckpt0"], spread["ckpt0"], best["ckpt0"],
-                                 rss["ckpt0"] // 1024))
+            d0 = rows["ckpt_blas"][0].get("description", "cpu")
+            table.append("| %s | %d | ckpt CPU (%s), its products on OpenBLAS (informative; "
+                         "the default's speed-up over it: %.2fx) | %.1f ms | %s ms | %.1f ms | "
+                         "| %d MiB |" % (
+                             spec["label"], batch, products_label(d0),
+                             med["ckpt_blas"] / med["ckpt"], med["ckpt_blas"],
+                             spread["ckpt_blas"], best["ckpt_blas"], rss["ckpt_blas"] // 1024))
+    forced = os.environ.get("OPENBLAS_CORETYPE")
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -216,11 +212,12 @@ def bench_one(a, key):
             a.rounds, a.warmup, a.runs, check),
         "",
         "Machine: %s, %d cores (shared with other jobs: medians, not minima), %s; "
-        "PyTorch %s (%d intra-op thread%s by default; also timed with "
-        "torch.set_num_threads(2)); ckpt %s%s." % (
-            cpu, os.cpu_count(), platform.platform(), tv["torch"], tv["threads"],
-            "" if tv["threads"] == 1 else "s", desc,
-            "; the environment sets OPENBLAS_CORETYPE=%s" % forced if forced else ""),
+        "%s; ckpt %s%s." % (
+            cpu, os.cpu_count(), platform.platform(),
+            "; ".join("PyTorch %s (%d intra-op thread%s by default)" % (
+                tvs[w]["torch"], tvs[w]["threads"], "" if tvs[w]["threads"] == 1 else "s")
+                for w in ("torch", "new") if w in tvs),
+            desc, "; the environment sets OPENBLAS_CORETYPE=%s" % forced if forced else ""),
         "",
         "| model | batch | what | median | rounds | best | ckpt / this (goal <= 1.5) | peak RSS |",
         "|---|---|---|---|---|---|---|---|",
@@ -239,6 +236,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--python2", default="/opt/ckpt/torch2/bin/python",
+                    help="the current torch's python (./bootstrap --deps makes it); '' skips it")
     ap.add_argument("--ckpt", default=os.path.join(ROOT, "ckpt"))
     ap.add_argument("--bench-forward", default=os.path.join(ROOT, "bench", "bench_forward"))
     ap.add_argument("--workdir", default=os.path.join(ROOT, "bench", "out"))

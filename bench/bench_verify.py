@@ -11,8 +11,8 @@ layout; models/ssd300.json) at batch 1 and 8.  This script
   1. for SSD300, makes the full-width checkpoint once (a torch child:
      torch.manual_seed(SEED), He init of the conv weights, torch.save
      to bench/out/, reused while it is there) and, before any timing, checks
-     ckpt's outputs against torch's: bench_forward --dump (OpenBLAS, and the
-     plain-C loops when they are timed) on its fixed input, torch's forward
+     ckpt's outputs against torch's: bench_forward --dump (the default CPU
+     backend, and the plain-C loops when they are timed) on its fixed input, torch's forward
      on the same input, every output within 1e-4 of the output's largest
      |value| and the priors bit for bit; then `ckpt verify --reference` on a
      reference file of torch's outputs made from that input (the CLI's own
@@ -24,10 +24,11 @@ layout; models/ssd300.json) at batch 1 and 8.  This script
      each forward;
   3. times ckpt's forward with bench/bench_forward (the same warm-up and
      runs, CLOCK_MONOTONIC around each ckpt_model_run(), which includes
-     copying the input in and the outputs out): on the CPU with OpenBLAS
-     (the default CPU backend) and with the plain-C loops (--plain; for
-     SSD300 only at the batches of --ssd-plain-batches, 1 by default: the
-     plain loops take about 5 s an image there);
+     copying the input in and the outputs out): on the default CPU backend
+     (its packed SGEMM; OpenBLAS on a CPU without AVX2) and with the
+     plain-C loops (--plain; for SSD300 only at the batches of
+     --ssd-plain-batches, 1 by default: the plain loops take about 5 s an
+     image there);
   4. when torch sees CUDA and bench_forward can open cuda:0, times torch on
      the GPU twice (the input already on the GPU, torch.cuda.synchronize()
      around each forward; and including the host->device copy of the input
@@ -335,18 +336,22 @@ def torch_row(a, tmpdir, model, batch, runs, warmup, device="cpu", copies=False,
                    "torch %s batch %d on %s" % (model["label"], batch, device))
 
 
-def ckpt_argv(a, model, batch, runs, device, plain=False, warmup=WARMUP, dump=None):
+def ckpt_argv(a, model, batch, runs, device, plain=False, warmup=WARMUP, dump=None,
+              products=None):
     return ([a.bench_forward] + (["--plain"] if plain else []) +
+            (["--products", products] if products else []) +
             (["--warmup", str(warmup)] if warmup != WARMUP else []) +
             (["--dump", dump] if dump else []) +
             [os.path.join(ROOT, model["spec"]), model["path"], str(batch), str(runs),
              device])
 
 
-def ckpt_row(a, tmpdir, model, batch, runs, warmup, device="cpu", plain=False, env=None):
-    return measure(ckpt_argv(a, model, batch, runs, device, plain, warmup), tmpdir,
-                   "bench_forward %s batch %d on %s%s"
-                   % (model["label"], batch, device, " --plain" if plain else ""), env)
+def ckpt_row(a, tmpdir, model, batch, runs, warmup, device="cpu", plain=False, env=None,
+             products=None):
+    return measure(ckpt_argv(a, model, batch, runs, device, plain, warmup, products=products),
+                   tmpdir, "bench_forward %s batch %d on %s%s%s"
+                   % (model["label"], batch, device, " --plain" if plain else "",
+                      " --products " + products if products else ""), env)
 
 
 def combine(results):
@@ -360,6 +365,12 @@ def combine(results):
     res["rss_kib"] = max(rss) if rss else None
     res["loadavgs"] = [r["loadavg"] for r in results]
     return res
+
+
+def products_label(description):
+    """'packed SGEMM AVX-512, 2 threads' of 'cpu (float32, packed SGEMM AVX-512, 2 threads)'."""
+    m = re.match(r"cpu \(float32, (.*)\)$", description or "")
+    return m.group(1) if m else (description or "cpu")
 
 
 def blas_threads(description):
@@ -461,12 +472,12 @@ def ssd_checkpoint(a, model):
 def ssd_check(a, tmpdir, model, batch, plain):
     """Before any timing: ckpt's outputs against torch's on one input.
 
-    bench_forward --dump (OpenBLAS; and --plain when PLAIN) writes its input
+    bench_forward --dump (default; and --plain when PLAIN) writes its input
     and outputs; a torch child runs the model on that input, compares, and
     writes a reference file; then `ckpt verify --reference` on it."""
     t0 = time.perf_counter()
     dumps = []
-    for label, pl in [("OpenBLAS", False)] + ([("plain", True)] if plain else []):
+    for label, pl in [("default", False)] + ([("plain", True)] if plain else []):
         d = os.path.join(tmpdir, "dump_" + label)
         os.makedirs(d)
         res = measure(ckpt_argv(a, model, batch, 1, "cpu", plain=pl, warmup=0, dump=d),
@@ -609,8 +620,8 @@ def tables(cpu, gpu_rows, names, plain_skipped):
                                  r["median_ms"] / g["torch_copies"]["median_ms"],
                                  r["median_ms"] / g["torch"]["median_ms"]))
 
-    req = ["| model | batch | CPU: OpenBLAS ≤ %gx torch | OpenBLAS / torch, round by round "
-           "| OpenBLAS / torch, minima | CPU: plain C ≤ %gx torch (informative) "
+    req = ["| model | batch | CPU: ckpt ≤ %gx torch | ckpt / torch, round by round "
+           "| ckpt / torch, minima | CPU: plain C ≤ %gx torch (informative) "
            "| GPU: ckpt ≤ %gx torch incl. copies |"
            % (MAX_RATIO_CPU, MAX_RATIO_CPU, MAX_RATIO_GPU),
            "|---|---:|---|---|---:|---|---|"]
@@ -667,7 +678,7 @@ def tables(cpu, gpu_rows, names, plain_skipped):
 
 
 def check_table(chk):
-    names = {"OpenBLAS": "bench_forward, cpu: OpenBLAS",
+    names = {"default": "bench_forward, cpu: the default backend",
              "plain": "bench_forward, cpu: plain-C loops (--plain)",
              "verify": "`ckpt verify --device cpu --reference` (the CLI)"}
     out = ["| ckpt path | output | shape | max \\|torch\\| | max abs diff | max rel "
@@ -860,12 +871,11 @@ def main():
         names = {
             "torch": "PyTorch CPU forward (%d thread%s, the default)"
                      % (torch_threads, "" if torch_threads == 1 else "s"),
-            "blas": "ckpt, cpu: OpenBLAS%s (the default CPU backend)"
-                    % (", %d threads" % bt if bt else ""),
+            "blas": "ckpt, cpu: %s (the default CPU backend)" % products_label(blas_desc),
             "plain": "ckpt, cpu: plain-C loops (--plain)",
             "torch_bt": "PyTorch, torch.set_num_threads(%s) (informative)" % bt,
-            "blas_tt": "ckpt, cpu: OpenBLAS, OPENBLAS_NUM_THREADS=%d (informative)"
-                       % torch_threads,
+            "blas_tt": "ckpt, cpu: %d thread%s, OPENBLAS_NUM_THREADS=%d (informative)"
+                       % (torch_threads, "" if torch_threads == 1 else "s", torch_threads),
         }
         plain_skipped = [b for b in grp.batches if not grp.plain(b)]
         lines, glines, req, cpu_verdict, plain_verdict, gpu_verdict = \
@@ -927,7 +937,7 @@ def main():
             chk = extra["check"]
             ver = [pth for pth in chk["paths"] if pth["label"] == "verify"][0]
             out.append("- Output check, before the timing, at batch %d: bench_forward "
-                       "`--dump` wrote its input and outputs (OpenBLAS%s); torch ran the "
+                       "`--dump` wrote its input and outputs (the default backend%s); torch ran the "
                        "model on that input; then `ckpt verify --json --device cpu --reference` "
                        "on a reference file of torch's outputs for that input (the CLI: %s at "
                        "its default tolerance, exit %d, %.1f s, peak RSS %s MiB). Criterion: "
@@ -975,8 +985,9 @@ def main():
                    "≤ %g)." % MAX_RATIO_CPU)
         if "torch_bt" in cpu[0][3]:
             out.append("The informative lines run each side at the other's thread count: "
-                       "PyTorch defaults to %d intra-op thread%s here and ckpt's OpenBLAS "
-                       "to %s." % (torch_threads, "" if torch_threads == 1 else "s", bt))
+                       "PyTorch defaults to %d intra-op thread%s here and ckpt (as many as "
+                       "OpenBLAS runs) to %s."
+                       % (torch_threads, "" if torch_threads == 1 else "s", bt))
         if plain_skipped:
             plain_ms = [rows["plain"]["median_ms"] / b for _, b, _, rows in cpu
                         if "plain" in rows]
