@@ -12,7 +12,10 @@
  * returns CKPT_OK or a negative ckpt_status with a one-line message in
  * b->message; nothing prints, nothing aborts.  Operations may be queued
  * (CUDA streams): download() and synchronize() wait for them.  Output
- * buffers never alias input buffers.
+ * buffers never alias input buffers.  A weight (W of linear, conv2d,
+ * conv_transpose2d) is a buffer written by upload() only, never an op's
+ * output: a backend may keep a copy of it rearranged for its kernels until
+ * the buffer is uploaded to again or released (the CPU backend does).
  */
 #ifndef CKPT_RUNTIME_BACKEND_H
 #define CKPT_RUNTIME_BACKEND_H

@@ -100,6 +100,9 @@ typedef struct cpu_impl {
     /* a scratch buffer per running task (bit s of busy: taken) */
     float *gscratch[MAX_THREADS];
     _Atomic unsigned gbusy;
+    /* per slot too: a whole image's packed B, when images run side by side */
+    float *cbuf[MAX_THREADS];
+    size_t cbuf_n[MAX_THREADS];
     cpu_threads thr;
     /* linear's weights transposed for the plain-C loop, by weight buffer */
     struct {
@@ -275,6 +278,8 @@ static void cpu_destroy(ckpt_backend *b)
         free(c->packs);
         for (size_t i = 0; i < MAX_THREADS; i++)
             free(c->gscratch[i]);
+        for (size_t i = 0; i < MAX_THREADS; i++)
+            free(c->cbuf[i]);
         if (c->blas)
             dlclose(c->blas);
         free(c);
@@ -432,34 +437,59 @@ typedef struct gemm_job {
     cpu_gemm_call call;
 } gemm_job;
 
-/* Tasks LO..HI, on a scratch buffer no other running chunk holds (at most
- * thr.n chunks run at once, and there are as many buffers). */
-static void gemm_part(void *arg, int64_t lo, int64_t hi)
+/* A slot of per-thread buffers no other running chunk holds (at most
+ * thr.n chunks run at once, and there are as many slots). */
+static unsigned slot_take(cpu_impl *c)
 {
-    gemm_job *j = arg;
-    cpu_impl *c = j->c;
-    unsigned s = 0, bit;
-    for (;; s = (s + 1) % (unsigned)c->thr.n) {
-        bit = 1u << s;
-        if (!(atomic_fetch_or(&c->gbusy, bit) & bit))
-            break;
-    }
-    for (int64_t t = lo; t < hi; t++)
-        cpu_gemm_task(c->gk, &j->call, t, c->gscratch[s]);
-    atomic_fetch_and(&c->gbusy, ~bit);
+    for (unsigned s = 0;; s = (s + 1) % (unsigned)c->thr.n)
+        if (!(atomic_fetch_or(&c->gbusy, 1u << s) & (1u << s)))
+            return s;
 }
 
-/* CALL on the own kernel, on the backend's threads. */
-static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
+static void slot_give(cpu_impl *c, unsigned s)
+{
+    atomic_fetch_and(&c->gbusy, ~(1u << s));
+}
+
+/* Each slot's GEMM scratch, made before a job that needs it. */
+static int gemm_scratch_ready(ckpt_backend *b)
 {
     cpu_impl *c = b->impl;
     size_t bytes = (cpu_gemm_scratch_floats(c->gk) * sizeof(float) + 63) / 64 * 64;
     for (int s = 0; s < c->thr.n; s++)
         if (!c->gscratch[s] && !(c->gscratch[s] = aligned_alloc(64, bytes)))
             return nomem(b);
+    return CKPT_OK;
+}
+
+static void gemm_part(void *arg, int64_t lo, int64_t hi)
+{
+    gemm_job *j = arg;
+    cpu_impl *c = j->c;
+    unsigned s = slot_take(c);
+    for (int64_t t = lo; t < hi; t++)
+        cpu_gemm_task(c->gk, &j->call, t, c->gscratch[s]);
+    slot_give(c, s);
+}
+
+/* A product this small (multiply-adds) runs on the calling thread: waking
+ * the others would cost more. */
+#define GEMM_ALONE (1 << 18)
+
+/* CALL on the own kernel, on the backend's threads. */
+static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
+{
+    cpu_impl *c = b->impl;
+    int rc = gemm_scratch_ready(b);
+    if (rc != CKPT_OK)
+        return rc;
     gemm_job j = {.c = c, .call = *call};
-    int64_t tasks = cpu_gemm_plan(c->gk, &j.call, c->thr.n);
-    par_for(c, tasks, 1, gemm_part, &j);
+    int alone = (double)call->m * (double)call->n * (double)call->k < GEMM_ALONE;
+    int64_t tasks = cpu_gemm_plan(c->gk, &j.call, alone ? 1 : c->thr.n);
+    if (alone)
+        gemm_part(&j, 0, tasks);
+    else
+        par_for(c, tasks, 1, gemm_part, &j);
     return CKPT_OK;
 }
 
@@ -536,7 +566,9 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
                       float *y, int64_t rows, int64_t in, int64_t out)
 {
     cpu_impl *c = b->impl;
-    if (c->gk) { /* x as A, the weight packed as B: y's rows are x's */
+    /* a row or two: the plain loop over the transposed weight (a GEMV)
+     * costs less than any blocked product's set-up */
+    if (c->gk && rows > 2) { /* x as A, the weight packed as B: y's rows are x's */
         const float *wp = weight_packed(c, w, CPU_GEMM_B, out, in, in, 1);
         if (!wp)
             return nomem(b);
@@ -575,21 +607,6 @@ static float *scratch(cpu_impl *c, size_t n)
     return c->cols;
 }
 
-/* The output columns OW (lo <= ow < hi) whose input column ow * stride +
- * shift falls inside a row of IN_W. */
-static void col_range(int64_t shift, int64_t stride, int64_t in_w, int64_t out_w, int64_t *lo,
-                      int64_t *hi)
-{
-    int64_t l = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
-    int64_t h = in_w - shift <= 0 ? 0 : (in_w - shift + stride - 1) / stride;
-    if (h > out_w)
-        h = out_w;
-    if (l > h)
-        l = h;
-    *lo = l;
-    *hi = h;
-}
-
 /* cols[(ci * kh + i) * kw + j, oh * out_w + ow] = x[ci, ih, iw] or 0 in the
  * padding, for input channels CI0 <= ci < CI1 */
 static void im2col(const float *x, const ckpt_conv_geom *g, float *cols, int64_t ci0,
@@ -602,7 +619,7 @@ static void im2col(const float *x, const ckpt_conv_geom *g, float *cols, int64_t
                 float *row = cols + ((ci * g->k_h + i) * g->k_w + j) * hw;
                 const float *plane = x + ci * g->in_h * g->in_w;
                 int64_t shift = j * g->dil_w - g->pad_w, lo, hi;
-                col_range(shift, g->stride_w, g->in_w, g->out_w, &lo, &hi);
+                cpu_conv_cols(shift, g->stride_w, g->in_w, g->out_w, &lo, &hi);
                 for (int64_t oh = 0; oh < g->out_h; oh++) {
                     int64_t ih = oh * g->stride_h - g->pad_h + i * g->dil_h;
                     float *restrict dst = row + oh * g->out_w;
@@ -692,32 +709,90 @@ static void pack_part(void *arg, int64_t lo, int64_t hi)
                   j->dst + c0 * g->in_c);
 }
 
+/* Images of a batch side by side, one thread an image: for convs too
+ * small to share between threads (the MNIST autoencoder's). */
+typedef struct conv_img_job {
+    cpu_impl *c;
+    const float *x, *wp, *bias, *res;
+    float *y;
+    const ckpt_conv_geom *g;
+    int relu, direct;
+} conv_img_job;
+
+static cpu_gemm_call conv_call(const conv_img_job *j, int64_t n, const float *bp)
+{
+    const ckpt_conv_geom *g = j->g;
+    int64_t hw = g->out_h * g->out_w;
+    return (cpu_gemm_call){.m = g->out_c, .n = hw, .k = g->in_c * g->k_h * g->k_w,
+                           .a = {.packed = j->wp}, .b = {.packed = bp},
+                           .c = j->y + n * g->out_c * hw, .ldc = hw, .bias = j->bias,
+                           .res = j->res ? j->res + n * g->out_c * hw : NULL, .ldr = hw,
+                           .relu = j->relu};
+}
+
+static void conv_img_part(void *arg, int64_t lo, int64_t hi)
+{
+    const conv_img_job *j = arg;
+    cpu_impl *c = j->c;
+    const ckpt_conv_geom *g = j->g;
+    int64_t hw = g->out_h * g->out_w, nr = cpu_gemm_panel_cols(c->gk);
+    unsigned s = slot_take(c);
+    for (int64_t n = lo; n < hi; n++) {
+        pack_job pj = {.gk = c->gk, .x = j->x + n * g->in_c * g->in_h * g->in_w, .g = g,
+                       .dst = c->cbuf[s], .direct = j->direct};
+        pack_part(&pj, 0, (hw + nr - 1) / nr);
+        cpu_gemm_call call = conv_call(j, n, c->cbuf[s]);
+        int64_t tasks = cpu_gemm_plan(c->gk, &call, 1);
+        for (int64_t t = 0; t < tasks; t++)
+            cpu_gemm_task(c->gk, &call, t, c->gscratch[s]);
+    }
+    slot_give(c, s);
+}
+
+/* An image's product this small (multiply-adds) is left whole to one
+ * thread when the batch has several. */
+#define CONV_ALONE (1 << 22)
+
 /* conv2d on the own kernel: per image, B packed once (in parallel, from
  * the input), then the product with the weight packed at its first use,
- * the bias, residual and ReLU done in the stores. */
+ * the bias, residual and ReLU done in the stores; small convs image by
+ * image on each thread. */
 static int conv2d_packed(ckpt_backend *b, const float *x, const float *w, const float *bias,
                          const float *res, int relu, float *y, const ckpt_conv_geom *g)
 {
     cpu_impl *c = b->impl;
     int64_t hw = g->out_h * g->out_w, ckk = g->in_c * g->k_h * g->k_w;
     int64_t nr = cpu_gemm_panel_cols(c->gk), panels = (hw + nr - 1) / nr;
-    const float *wp = weight_packed(c, w, CPU_GEMM_A, g->out_c, ckk, ckk, 1);
-    float *bp = scratch(c, cpu_gemm_packed_floats(c->gk, CPU_GEMM_B, hw, ckk));
-    if (!wp || !bp)
+    size_t bn = cpu_gemm_packed_floats(c->gk, CPU_GEMM_B, hw, ckk);
+    conv_img_job j = {.c = c, .x = x, .wp = weight_packed(c, w, CPU_GEMM_A, g->out_c, ckk, ckk, 1),
+                      .bias = bias, .res = res, .y = y, .g = g, .relu = relu,
+                      .direct = g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 &&
+                                g->stride_w == 1 && g->pad_h == 0 && g->pad_w == 0};
+    int rc = gemm_scratch_ready(b);
+    if (rc != CKPT_OK || !j.wp)
+        return rc != CKPT_OK ? rc : nomem(b);
+    if (g->batch > 1 && c->thr.n > 1 && (double)g->out_c * (double)hw * (double)ckk < CONV_ALONE) {
+        for (int s = 0; s < c->thr.n; s++)
+            if (c->cbuf_n[s] < bn) {
+                free(c->cbuf[s]);
+                c->cbuf_n[s] = 0;
+                if (!(c->cbuf[s] = malloc(bn * sizeof(float))))
+                    return nomem(b);
+                c->cbuf_n[s] = bn;
+            }
+        par_for(c, g->batch, 1, conv_img_part, &j);
+        return CKPT_OK;
+    }
+    float *bp = scratch(c, bn);
+    if (!bp)
         return nomem(b);
-    int direct = g->k_h == 1 && g->k_w == 1 && g->stride_h == 1 && g->stride_w == 1 &&
-                 g->pad_h == 0 && g->pad_w == 0;
     int64_t per_panel = ckk * nr, grain = (PAR_GRAIN + per_panel - 1) / per_panel;
     for (int64_t n = 0; n < g->batch; n++) {
         pack_job pj = {.gk = c->gk, .x = x + n * g->in_c * g->in_h * g->in_w, .g = g, .dst = bp,
-                       .direct = direct};
+                       .direct = j.direct};
         par_for(c, panels, grain, pack_part, &pj);
-        cpu_gemm_call call = {.m = g->out_c, .n = hw, .k = ckk, .a = {.packed = wp},
-                              .b = {.packed = bp}, .c = y + n * g->out_c * hw, .ldc = hw,
-                              .bias = bias, .res = res ? res + n * g->out_c * hw : NULL,
-                              .ldr = hw, .relu = relu};
-        int rc = gemm_run(b, &call);
-        if (rc != CKPT_OK)
+        cpu_gemm_call call = conv_call(&j, n, bp);
+        if ((rc = gemm_run(b, &call)) != CKPT_OK)
             return rc;
     }
     return CKPT_OK;
@@ -832,7 +907,7 @@ static void max_pool_part(void *arg, int64_t lo, int64_t hi)
                     continue;
                 for (int64_t j = 0; j < g->k_w; j++) {
                     int64_t shift = j * g->dil_w - g->pad_w, l, h;
-                    col_range(shift, g->stride_w, g->in_w, g->out_w, &l, &h);
+                    cpu_conv_cols(shift, g->stride_w, g->in_w, g->out_w, &l, &h);
                     const float *restrict src = xp + ih * g->in_w + shift;
                     if (g->stride_w == 1)
                         for (int64_t ow = l; ow < h; ow++) {

@@ -63,17 +63,6 @@ static inline float epi_one(float v, const float *cp, int acc, const tile_epi *e
     return v;
 }
 
-/* A partial tile: the kernel's full MR x NR sums in T (row stride NR). */
-static void tile_store_part(const float *t, int nrfull, float *c, int64_t ldc, int64_t mr,
-                            int64_t nr, int acc, const tile_epi *e)
-{
-    for (int64_t i = 0; i < mr; i++)
-        for (int64_t j = 0; j < nr; j++) {
-            float *cp = c + i * ldc + j;
-            *cp = epi_one(t[i * nrfull + j], cp, acc, e, i, j);
-        }
-}
-
 #ifdef GEMM_X86
 /*
  * The kernel template.  VT: the vector type, VW its floats; NV vectors per
@@ -100,32 +89,37 @@ static void tile_store_part(const float *t, int nrfull, float *c, int64_t ldc, i
             a += MR_;                                                                            \
             b += NV * VW;                                                                        \
         }                                                                                        \
-        if (mr < MR_ || nr < NV * VW) {                                                          \
-            float t[MR_ * NV * VW];                                                              \
-            _Pragma("GCC unroll 16") for (int i = 0; i < MR_; i++)                               \
-                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                             \
-                    STOREU(t + i * NV * VW + v * VW, r[i][v]);                                   \
-            tile_store_part(t, NV * VW, c, ldc, mr, nr, acc, e);                                 \
-            return;                                                                              \
-        }                                                                                        \
+        /* rows past MR and vectors past NR (edge tiles) are not stored; a    \
+         * vector NR cuts goes through the scalar epilogue: the same sums */  \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR_; i++)                                   \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                 \
         {                                                                                        \
-            float *cp = c + i * ldc + v * VW;                                                    \
-            VT x = r[i][v];                                                                      \
-            if (acc)                                                                             \
-                x = ADD(LOADU(cp), x);                                                           \
-            if (e) {                                                                             \
-                if (e->bias_row)                                                                 \
-                    x = ADD(x, SET1(e->bias_row[i]));                                            \
-                if (e->bias_col)                                                                 \
-                    x = ADD(x, LOADU(e->bias_col + v * VW));                                     \
-                if (e->res)                                                                      \
-                    x = ADD(x, LOADU(e->res + i * e->ldr + v * VW));                             \
-                if (e->relu)                                                                     \
-                    x = MAX(ZERO(), x); /* 0 > x ? 0 : x: NaN and -0.0 kept */                   \
+            if (i >= mr)                                                                         \
+                break;                                                                           \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                 \
+            {                                                                                    \
+                float *cp = c + i * ldc + v * VW;                                                \
+                VT x = r[i][v];                                                                  \
+                if ((v + 1) * VW > nr) {                                                         \
+                    float t[VW];                                                                 \
+                    STOREU(t, x);                                                                \
+                    for (int64_t q = 0; q < nr - v * VW; q++)                                    \
+                        cp[q] = epi_one(t[q], cp + q, acc, e, i, v * VW + q);                    \
+                    break;                                                                       \
+                }                                                                                \
+                if (acc)                                                                         \
+                    x = ADD(LOADU(cp), x);                                                       \
+                if (e) {                                                                         \
+                    if (e->bias_row)                                                             \
+                        x = ADD(x, SET1(e->bias_row[i]));                                        \
+                    if (e->bias_col)                                                             \
+                        x = ADD(x, LOADU(e->bias_col + v * VW));                                 \
+                    if (e->res)                                                                  \
+                        x = ADD(x, LOADU(e->res + i * e->ldr + v * VW));                         \
+                    if (e->relu)                                                                 \
+                        x = MAX(ZERO(), x); /* 0 > x ? 0 : x: NaN and -0.0 kept */               \
+                }                                                                                \
+                STOREU(cp, x);                                                                   \
             }                                                                                    \
-            STOREU(cp, x);                                                                       \
         }                                                                                        \
     }
 
@@ -221,21 +215,6 @@ int64_t cpu_gemm_panel_cols(const cpu_gemm_kernel *k)
     return k->nr;
 }
 
-/* Output columns OW, lo <= ow < hi, whose input column ow * stride + shift
- * lies inside a row of IN_W (as runtime/cpu.c's im2col computes them). */
-static void conv_cols(int64_t shift, int64_t stride, int64_t in_w, int64_t out_w, int64_t *lo,
-                      int64_t *hi)
-{
-    int64_t l = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
-    int64_t h = in_w - shift <= 0 ? 0 : (in_w - shift + stride - 1) / stride;
-    if (h > out_w)
-        h = out_w;
-    if (l > h)
-        l = h;
-    *lo = l;
-    *hi = h;
-}
-
 /* A panel's columns are runs of one output row each: (oh, ow, length, and
  * where in the panel), the same for every step of the depth. */
 typedef struct conv_run {
@@ -262,7 +241,7 @@ void cpu_gemm_pack_conv(const cpu_gemm_kernel *k, const float *x, const ckpt_con
             for (int64_t ki = 0; ki < g->k_h; ki++)
                 for (int64_t kj = 0; kj < g->k_w; kj++, d += nr) {
                     int64_t shift = kj * g->dil_w - g->pad_w, lo, hi;
-                    conv_cols(shift, g->stride_w, g->in_w, g->out_w, &lo, &hi);
+                    cpu_conv_cols(shift, g->stride_w, g->in_w, g->out_w, &lo, &hi);
                     for (int64_t r = 0; r < nruns; r++) {
                         const conv_run *u = &runs[r];
                         float *restrict o = d + u->at; /* o[0]: column u->ow */
@@ -327,6 +306,23 @@ size_t cpu_gemm_scratch_floats(const cpu_gemm_kernel *k)
     return (size_t)(k->mc * k->kc + k->kc * k->nc);
 }
 
+/* Rows R0.. (RLEN) and depth P0.. (KL) of operand O of SIDE, as panels:
+ * in the packed operand (over all DEPTH), or packed into BUF now; *STEP
+ * floats from one panel to the next. */
+static const float *block(const cpu_gemm_kernel *k, int side, const cpu_gemm_operand *o,
+                          int64_t r0, int64_t rlen, int64_t p0, int64_t kl, int64_t depth,
+                          float *buf, int64_t *step)
+{
+    int64_t t = side == CPU_GEMM_A ? k->mr : k->nr;
+    if (o->packed) {
+        *step = depth * t;
+        return o->packed + r0 * depth + p0 * t;
+    }
+    cpu_gemm_pack(k, side, o->raw + r0 * o->rs + p0 * o->cs, o->rs, o->cs, rlen, kl, buf);
+    *step = kl * t;
+    return buf;
+}
+
 void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, float *scratch)
 {
     int64_t i0 = (t % c->tiles_m) * c->mc, j0 = (t / c->tiles_m) * c->nc;
@@ -346,26 +342,9 @@ void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, 
     }
     for (int64_t p0 = 0; p0 < c->k; p0 += k->kc) {
         int64_t kl = c->k - p0 < k->kc ? c->k - p0 : k->kc;
-        const float *ap, *bp;
         int64_t a_step, b_step; /* floats from one panel to the next */
-        if (c->a.packed) {
-            ap = c->a.packed + i0 * c->k + p0 * k->mr;
-            a_step = c->k * k->mr;
-        } else {
-            cpu_gemm_pack(k, CPU_GEMM_A, c->a.raw + i0 * c->a.rs + p0 * c->a.cs, c->a.rs,
-                          c->a.cs, ilen, kl, abuf);
-            ap = abuf;
-            a_step = kl * k->mr;
-        }
-        if (c->b.packed) {
-            bp = c->b.packed + j0 * c->k + p0 * k->nr;
-            b_step = c->k * k->nr;
-        } else {
-            cpu_gemm_pack(k, CPU_GEMM_B, c->b.raw + j0 * c->b.rs + p0 * c->b.cs, c->b.rs,
-                          c->b.cs, jlen, kl, bbuf);
-            bp = bbuf;
-            b_step = kl * k->nr;
-        }
+        const float *ap = block(k, CPU_GEMM_A, &c->a, i0, ilen, p0, kl, c->k, abuf, &a_step);
+        const float *bp = block(k, CPU_GEMM_B, &c->b, j0, jlen, p0, kl, c->k, bbuf, &b_step);
         int last = p0 + kl >= c->k;
         for (int64_t ii = 0; ii < ilen; ii += k->mr) {
             int64_t i = i0 + ii, mr = ilen - ii < k->mr ? ilen - ii : k->mr;

@@ -60,6 +60,21 @@ size_t cpu_gemm_packed_floats(const cpu_gemm_kernel *k, int side, int64_t rows, 
 void cpu_gemm_pack(const cpu_gemm_kernel *k, int side, const float *src, int64_t rs, int64_t cs,
                    int64_t rows, int64_t depth, float *dst);
 
+/* The output columns OW, *LO <= ow < *HI, whose input column ow * STRIDE +
+ * SHIFT lies inside a row of IN_W (the others read the padding). */
+static inline void cpu_conv_cols(int64_t shift, int64_t stride, int64_t in_w, int64_t out_w,
+                                 int64_t *lo, int64_t *hi)
+{
+    int64_t l = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
+    int64_t h = in_w - shift <= 0 ? 0 : (in_w - shift + stride - 1) / stride;
+    if (h > out_w)
+        h = out_w;
+    if (l > h)
+        l = h;
+    *lo = l;
+    *hi = h;
+}
+
 /* B of conv2d for one image X ([in_c, in_h, in_w]) without im2col's
  * matrix: element (p, j), p = (ci * k_h + ki) * k_w + kj and j = oh * out_w
  * + ow, is x[ci, oh * stride_h - pad_h + ki * dil_h, ow * stride_w - pad_w

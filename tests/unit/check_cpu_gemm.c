@@ -134,6 +134,30 @@ START_TEST(test_products)
 }
 END_TEST
 
+/* The kernels differ in width only: the same blocks, the same chains of
+ * fused multiply-adds, so the same bits. */
+START_TEST(test_kernels_agree)
+{
+    const cpu_gemm_kernel *k512 = cpu_gemm_pick("avx512"), *k2 = cpu_gemm_pick("avx2");
+    if (!k512 || !k2)
+        return;
+    const int64_t *s = SHAPES[_i];
+    int64_t m = s[0], n = s[1], kk = s[2];
+    float *a = rnd_array((size_t)(m * kk)), *b = rnd_array((size_t)(kk * n)), *packs[2];
+    float *c1 = product(k512, m, n, kk, a, 0, b, 1, 0, 2, 0, packs);
+    free(packs[0]);
+    float *c2 = product(k2, m, n, kk, a, 0, b, 0, 1, 3, 1, packs);
+    free(packs[1]);
+    ck_assert_msg(memcmp(c1, c2, (size_t)(m * n) * sizeof(float)) == 0,
+                  "%lldx%lldx%lld: AVX-512 and AVX2 differ", (long long)m, (long long)n,
+                  (long long)kk);
+    free(a);
+    free(b);
+    free(c1);
+    free(c2);
+}
+END_TEST
+
 /* The epilogue is what the ops after the product would give: ((sum + bias)
  * + residual), then relu keeping NaN and -0.0, bit for bit. */
 START_TEST(test_epilogue)
@@ -280,6 +304,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("kernels");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_products, 0, NK * NSHAPES);
+    tcase_add_loop_test(tc, test_kernels_agree, 0, NSHAPES);
     tcase_add_loop_test(tc, test_epilogue, 0, NK);
     tcase_add_loop_test(tc, test_empty_depth, 0, NK);
     tcase_add_loop_test(tc, test_pack_conv, 0, NK * NCONVS);
