@@ -496,6 +496,46 @@ START_TEST(test_threads_same_bits)
 }
 END_TEST
 
+/* A batch of small convs runs one image a thread, a big one image by image
+ * with the threads sharing each product: the same bits either way (the
+ * MNIST conv autoencoder at batch 256, on 1 thread and on 3). */
+START_TEST(test_threads_same_bits_batch)
+{
+    ckpt_model *m = load_spec("models/mnist_conv_autoencoder.json");
+    ckpt_file *f = open_data("tests/data/fmnist_ae.pth");
+    ckpt_file *ref = open_data("tests/data/fmnist_ae.ref.pth");
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
+    ck_assert_msg(r.ok, "%s", r.message);
+    ckpt_array in = {0};
+    read_array(ref, "input", &in);
+    ck_assert_int_eq(in.shape[0], 256);
+    size_t nout = ckpt_model_output_count(m);
+    ck_assert(nout <= 4);
+    for (int pi = 0; pi < NPRODUCTS; pi++) {
+        ckpt_array y[2][4] = {{{0}}};
+        ckpt_backend *b;
+        if (!open_cpu(PRODUCTS[pi], 1, &b))
+            continue;
+        ckpt_backend_free(b);
+        for (int t = 0; t < 2; t++) {
+            ck_assert(open_cpu(PRODUCTS[pi], t ? 3 : 1, &b));
+            run_model(m, b, &in, y[t]);
+            ckpt_backend_free(b);
+        }
+        for (size_t k = 0; k < nout; k++) {
+            assert_same_bits(&y[0][k], &y[1][k], ckpt_model_output_name(m, k));
+            ckpt_array_clear(&y[0][k]);
+            ckpt_array_clear(&y[1][k]);
+        }
+    }
+    ckpt_array_clear(&in);
+    ckpt_file_free(ref);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+}
+END_TEST
+
 /* The same for the LSTM's cells and linear's bias, cut into chunks of
  * batch rows: crnn.pytorch's BidirectionalLSTM (the op case) at batch 4096. */
 START_TEST(test_threads_same_bits_lstm)
@@ -587,6 +627,7 @@ static Suite *suite(void)
     tcase_add_test(speed, test_fused_conv_same_bits);
     tcase_add_test(speed, test_threads_same_bits);
     tcase_add_test(speed, test_threads_same_bits_lstm);
+    tcase_add_test(speed, test_threads_same_bits_batch);
     suite_add_tcase(s, speed);
     return s;
 }
