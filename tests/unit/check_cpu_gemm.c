@@ -254,8 +254,10 @@ START_TEST(test_pack_conv)
     const ckpt_conv_geom *g = &CONVS[_i % NCONVS];
     int64_t hw = g->out_h * g->out_w, depth = g->in_c * g->k_h * g->k_w;
     /* the geometry must be torch's: out = (in + 2 pad - dil (k - 1) - 1) / stride + 1 */
-    ck_assert_int_eq(g->out_h, (g->in_h + 2 * g->pad_h - g->dil_h * (g->k_h - 1) - 1) / g->stride_h + 1);
-    ck_assert_int_eq(g->out_w, (g->in_w + 2 * g->pad_w - g->dil_w * (g->k_w - 1) - 1) / g->stride_w + 1);
+    ck_assert_int_eq(g->out_h,
+                     (g->in_h + 2 * g->pad_h - g->dil_h * (g->k_h - 1) - 1) / g->stride_h + 1);
+    ck_assert_int_eq(g->out_w,
+                     (g->in_w + 2 * g->pad_w - g->dil_w * (g->k_w - 1) - 1) / g->stride_w + 1);
     float *x = rnd_array((size_t)(g->in_c * g->in_h * g->in_w));
     float *cols = malloc((size_t)(depth * hw) * sizeof(float));
     ck_assert_ptr_nonnull(cols);
