@@ -1,8 +1,11 @@
 /* runtime/cpu.c - the CPU reference backend ("cpu"): float32, host memory.
  *
- * Matrix products go to OpenBLAS's cblas_sgemm when the library can be
+ * Matrix products go to the packed SGEMM of runtime/cpu_gemm.c where the CPU
+ * runs one of its kernels (AVX-512, AVX2+FMA), each weight packed once at
+ * its first use; else to OpenBLAS's cblas_sgemm when the library can be
  * loaded (dlopen at backend open, so commands that never run a model do not
- * pay for loading it), else to the plain-C loops below.
+ * pay for loading it; it is loaded with the packed SGEMM too, for its
+ * thread count), else to the plain-C loops below.
  *
  * Accumulation order of the plain-C path (documented in ckpt-verify(1)):
  * every output element of linear and conv2d is a float32 sum over the
@@ -14,8 +17,8 @@
  * softmax sums exp(x - max) in ascending order in float32, l2norm the squares
  * over channels in ascending order, adaptive_avg_pool2d each bin row by row
  * (then divides by its size); batch_norm is x * scale + shift per channel,
- * as torch's CPU kernel.  With OpenBLAS
- * the products are summed in OpenBLAS's blocked order instead.
+ * as torch's CPU kernel.  The packed SGEMM's order is cpu_gemm.h's; with
+ * OpenBLAS the products are summed in OpenBLAS's blocked order.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3") /* the plain-C loops rely on vectorization */
