@@ -1223,6 +1223,23 @@ static char *safe_entry(ckpt_torch_load *t, const char *q)
     return xprintf(t, "%s", shown);
 }
 
+/* The only dangerous global WHICH refuses is builtins.getattr, scan finds
+ * the file safe (every getattr fetched a member of a class known as data:
+ * a per-rank FSDP file's ShardedTensor state), and ckpt convert's output
+ * would be accepted. */
+static bool getattr_data_only(ckpt_torch_load *t, ckpt_torch which, const char *path)
+{
+    const verdict *v = &t->v[which];
+    for (size_t i = 0; i < v->nrefused; i++)
+        if (ckpt_globals_dangerous(v->refused[i]) && strcmp(v->refused[i], "builtins.getattr"))
+            return false;
+    ckpt_scan *s = ckpt_scan_new();
+    bool safe = s && ckpt_scan_file(s, path) == CKPT_OK && !ckpt_scan_unsafe(s) &&
+                ckpt_scan_ambiguity_count(s) == 0;
+    ckpt_scan_free(s);
+    return safe && convert_fixes(t, which, path, false);
+}
+
 static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
 {
     verdict *v = &t->v[which];
@@ -1251,6 +1268,14 @@ static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
     }
     for (size_t i = 0; i < v->nrefused; i++)
         if (ckpt_globals_dangerous(v->refused[i])) {
+            if (getattr_data_only(t, which, path)) {
+                v->fix = xprintf(t, "ckpt convert %s OUT.pth (its builtins.getattr only fetches "
+                                 "members of classes known as data, as ckpt scan checks; ckpt "
+                                 "reads it without running code and writes plain tensors, a "
+                                 "sharded tensor as this rank's shard, that this torch "
+                                 "accepts)", path);
+                return;
+            }
             v->fix = xprintf(t, "none: it imports %s, which can run commands or code; do not "
                              "load it (ckpt scan shows what it would run)", v->refused[i]);
             return;

@@ -132,6 +132,10 @@ def check_file(tmp, entry, rel):
             pass
         if 'weights-only): refused' not in r.out:
             errs.append('scan: the torch.load verdict does not say refused: %s' % r.out[-300:])
+        # the fix it gives torch >= 2.6 users: convert (getattr here is data), not "do not load"
+        line = next((ln for ln in r.out.splitlines() if '(2.6+, weights-only)' in ln), '')
+        if 'fix: ckpt convert %s OUT.pth' % path not in line or 'do not load' in line:
+            errs.append('scan: the 2.6+ fix is not ckpt convert: %s' % line[-300:])
     return errs
 
 
@@ -155,6 +159,10 @@ def hostile(tmp):
     r = c.ckpt('scan', bad)
     if r.rc == 0 or 'verdict: safe' in r.out:
         errs.append('%s: exit %d, want unsafe: %s' % (r.cmd, r.rc, r.out.strip()[-300:]))
+    # here the getattr is not data: no convert offered
+    line = next((ln for ln in r.out.splitlines() if '(2.6+, weights-only)' in ln), '')
+    if 'do not load it' not in line:
+        errs.append('scan: the 2.6+ fix for a hostile getattr: %s' % line[-300:])
     return errs
 
 
