@@ -457,19 +457,20 @@ START_TEST(test_fused_conv_same_bits)
 }
 END_TEST
 
-/* The loops the CPU backend spreads over threads (im2col, the pass after
- * each conv's product, max pooling) give the same bits on 1 thread and on
- * 3: SSD300 (narrow) at 300 x 300, big enough that each is cut into chunks. */
-START_TEST(test_threads_same_bits)
+/* SPEC bound to CKPT's root, run on REF's "input" on 1 thread and on 3 by
+ * every products path: the same bits. */
+static void same_bits_on_threads(const char *spec, const char *ckpt, const char *ref_path,
+                                 int64_t batch)
 {
-    ckpt_model *m = load_spec("models/ssd300.json");
-    ckpt_file *f = open_data("tests/data/ssd300_narrow.pth");
-    ckpt_file *ref = open_data("tests/data/ssd300_narrow.ref.pth");
+    ckpt_model *m = load_spec(spec);
+    ckpt_file *f = open_data(ckpt);
+    ckpt_file *ref = open_data(ref_path);
     ckpt_load_report r;
     ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
     ck_assert_msg(r.ok, "%s", r.message);
     ckpt_array in = {0};
     read_array(ref, "input", &in);
+    ck_assert_int_eq(in.shape[0], batch);
     size_t nout = ckpt_model_output_count(m);
     ck_assert(nout <= 4);
     for (int pi = 0; pi < NPRODUCTS; pi++) {
@@ -494,6 +495,16 @@ START_TEST(test_threads_same_bits)
     ckpt_file_free(f);
     ckpt_model_free(m);
 }
+
+/* The loops the CPU backend spreads over threads (im2col, the pass after
+ * each conv's product, max pooling, the products) give the same bits on 1
+ * thread and on 3: SSD300 (narrow) at 300 x 300, big enough that each is
+ * cut into chunks. */
+START_TEST(test_threads_same_bits)
+{
+    same_bits_on_threads("models/ssd300.json", "tests/data/ssd300_narrow.pth",
+                         "tests/data/ssd300_narrow.ref.pth", 1);
+}
 END_TEST
 
 /* A batch of small convs runs one image a thread, a big one image by image
@@ -501,38 +512,8 @@ END_TEST
  * MNIST conv autoencoder at batch 256, on 1 thread and on 3). */
 START_TEST(test_threads_same_bits_batch)
 {
-    ckpt_model *m = load_spec("models/mnist_conv_autoencoder.json");
-    ckpt_file *f = open_data("tests/data/fmnist_ae.pth");
-    ckpt_file *ref = open_data("tests/data/fmnist_ae.ref.pth");
-    ckpt_load_report r;
-    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
-    ck_assert_msg(r.ok, "%s", r.message);
-    ckpt_array in = {0};
-    read_array(ref, "input", &in);
-    ck_assert_int_eq(in.shape[0], 256);
-    size_t nout = ckpt_model_output_count(m);
-    ck_assert(nout <= 4);
-    for (int pi = 0; pi < NPRODUCTS; pi++) {
-        ckpt_array y[2][4] = {{{0}}};
-        ckpt_backend *b;
-        if (!open_cpu(PRODUCTS[pi], 1, &b))
-            continue;
-        ckpt_backend_free(b);
-        for (int t = 0; t < 2; t++) {
-            ck_assert(open_cpu(PRODUCTS[pi], t ? 3 : 1, &b));
-            run_model(m, b, &in, y[t]);
-            ckpt_backend_free(b);
-        }
-        for (size_t k = 0; k < nout; k++) {
-            assert_same_bits(&y[0][k], &y[1][k], ckpt_model_output_name(m, k));
-            ckpt_array_clear(&y[0][k]);
-            ckpt_array_clear(&y[1][k]);
-        }
-    }
-    ckpt_array_clear(&in);
-    ckpt_file_free(ref);
-    ckpt_file_free(f);
-    ckpt_model_free(m);
+    same_bits_on_threads("models/mnist_conv_autoencoder.json", "tests/data/fmnist_ae.pth",
+                         "tests/data/fmnist_ae.ref.pth", 256);
 }
 END_TEST
 
