@@ -497,25 +497,20 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
 }
 
 /* C = op(W) * B with op(W) [m, k] a weight (W[i * ldw + p], or transposed
- * W[p * ldw + i]), B [k, n], all row-major, beta 0; then C's rows get
- * BIAS, RES (of C's shape) and a ReLU when asked for -- in the own
- * kernel's stores, or in a pass over C on the other paths (EPI_DONE set
- * to 1 when the kernel did them). */
+ * W[p * ldw + i]), B [k, n], all row-major, beta 0: on the own kernel (the
+ * weight packed once), else OpenBLAS, else the plain loop.  (conv2d on the
+ * own kernel goes to conv2d_packed, which also does its epilogue.) */
 static int gemm_w(ckpt_backend *b, int trans_w, int64_t m, int64_t n, int64_t k, const float *w,
-                  int64_t ldw, const float *bm, int64_t ldb, float *cm, int64_t ldc,
-                  const float *bias, const float *res, int relu, int *epi_done)
+                  int64_t ldw, const float *bm, int64_t ldb, float *cm, int64_t ldc)
 {
     cpu_impl *c = b->impl;
-    *epi_done = 0;
     if (c->gk) {
         const float *wp = trans_w ? weight_packed(c, w, CPU_GEMM_A, m, k, 1, ldw)
                                   : weight_packed(c, w, CPU_GEMM_A, m, k, ldw, 1);
         if (!wp)
             return nomem(b);
         cpu_gemm_call call = {.m = m, .n = n, .k = k, .a = {.packed = wp},
-                              .b = {.raw = bm, .rs = 1, .cs = ldb}, .c = cm, .ldc = ldc,
-                              .bias = bias, .res = res, .ldr = ldc, .relu = relu};
-        *epi_done = 1;
+                              .b = {.raw = bm, .rs = 1, .cs = ldb}, .c = cm, .ldc = ldc};
         return gemm_run(b, &call);
     }
     if (c->sgemm && m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && k > 0)
@@ -822,11 +817,10 @@ static int cpu_conv2d_fused(ckpt_backend *b, const float *x, const float *w, con
                       .cols = cols, .g = g, .relu = relu};
         if (!direct)
             par_for(c, g->in_c, grain, im2col_part, &j);
-        int done, rc = gemm_w(b, 0, g->out_c, hw, ckk, w, ckk, direct ? j.x : cols, hw, j.y, hw,
-                              bias, j.res, relu, &done);
+        int rc = gemm_w(b, 0, g->out_c, hw, ckk, w, ckk, direct ? j.x : cols, hw, j.y, hw);
         if (rc != CKPT_OK)
             return rc;
-        if (!done && (bias || res || relu))
+        if (bias || res || relu)
             par_for(c, g->out_c, epi_grain, epilogue_part, &j);
     }
     return CKPT_OK;
@@ -850,8 +844,7 @@ static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
         const float *xn = x + n * g->in_c * hw_in;
         float *yn = y + n * g->out_c * g->out_h * g->out_w;
         /* cols[oc * kk + (i, j), input pixel] = sum_ci w[ci, oc, i, j] * x[ci, pixel] */
-        int done, rc = gemm_w(b, 1, okk, hw_in, g->in_c, w, okk, xn, hw_in, cols, hw_in, NULL,
-                              NULL, 0, &done);
+        int rc = gemm_w(b, 1, okk, hw_in, g->in_c, w, okk, xn, hw_in, cols, hw_in);
         if (rc != CKPT_OK)
             return rc;
         /* col2im: each output pixel gets its kernel taps in ascending (row,
