@@ -162,6 +162,10 @@ const char *ckpt_file_table_key(const ckpt_file *f, const char *key, char *buf, 
 struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_dtype dt,
                                            int64_t numel, const char *device, size_t devlen,
                                            ckpt_error *err);
+/* The pickle value (at OFFSET) of storage S of DT, persistent_load's
+ * result; NULL + err when out of memory. */
+ckpt_value *ckpt_file_storage_value(ckpt_file *f, struct ckpt_storage *s, ckpt_dtype dt,
+                                    const char *type_name, uint64_t offset, ckpt_error *err);
 /* A reading context for a pickle of F named NAME: F's limits and allow-list,
  * torch's persistent ids turned into storages of F's table. */
 void ckpt_file_pickle_ctx(ckpt_file *f, ckpt_pickle_ctx *ctx, const char *name);

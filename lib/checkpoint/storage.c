@@ -232,6 +232,12 @@ static ckpt_value *persistent_load(void *user, ckpt_value *pid, uint64_t offset,
             return NULL;
         s->type_name = type_name;
     }
+    return ckpt_file_storage_value(f, s, dt, type_name, offset, err);
+}
+
+ckpt_value *ckpt_file_storage_value(ckpt_file *f, struct ckpt_storage *s, ckpt_dtype dt,
+                                    const char *type_name, uint64_t offset, ckpt_error *err)
+{
     ckpt_value *v = ckpt_value_new(&f->arena, CKPT_KIND_STORAGE, offset);
     if (!v) {
         ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");

@@ -428,15 +428,7 @@ static ckpt_value *ds_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_err
         }
         pc->made[pc->nmade++] = s;
     }
-    ckpt_value *v = ckpt_value_new(&f->arena, CKPT_KIND_STORAGE, offset);
-    if (!v) {
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
-        return NULL;
-    }
-    v->u.st.ptr = s;
-    v->u.st.dtype = dt;
-    v->u.st.type_name = type_name;
-    return v;
+    return ckpt_file_storage_value(f, s, dt, type_name, offset, err);
 }
 
 /* Read DF (a file of the tag folder) and run its data.pkl through the VM. */

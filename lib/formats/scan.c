@@ -700,21 +700,35 @@ static const char WHO_STREAM[] = "torch.load's legacy loader: a file neither zip
                                  "(in torch 2.x, when its path does not end in .safetensors), "
                                  "unpickled from byte 0";
 
+/* PATH opened for reading, a regular file of *LEN bytes; -1 with the
+ * error in s->err. */
+static int open_regular(ckpt_scan *s, const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        ckpt_err(&s->err, CKPT_ERR_IO, "not a regular file");
+        return -1;
+    }
+    *len = (size_t)st.st_size;
+    return fd;
+}
+
 int ckpt_scan_file(ckpt_scan *s, const char *path)
 {
     if (!s || !path)
         return CKPT_ERR_USAGE;
     scan_clear(s);
     s->path = path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    size_t len;
+    int fd = open_regular(s, path, &len);
     if (fd < 0)
-        return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ckpt_err(&s->err, CKPT_ERR_IO, "not a regular file");
-    }
-    size_t len = (size_t)st.st_size;
+        return s->err.code;
     if (len == 0) {
         close(fd);
         return ckpt_err(&s->err, CKPT_ERR_FORMAT, "empty file");
@@ -722,7 +736,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     uint8_t head[16];
     size_t got;
     const ckpt_format_desc *d;
-    ckpt_format_sniff_fd(fd, (uint64_t)st.st_size, NULL, head, sizeof head, &got, &d);
+    ckpt_format_sniff_fd(fd, (uint64_t)len, NULL, head, sizeof head, &got, &d);
     ckpt_format fmt = d ? d->id : CKPT_FORMAT_UNKNOWN; /* unreadable: a pickle stream's error */
     ckpt_error primary = {0};
     int rc;
@@ -732,7 +746,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         s->format = fmt == CKPT_FORMAT_TORCHSCRIPT ? fmt : CKPT_FORMAT_PTH_ZIP;
         reading_begin(s, "zip", WHO_ZIP, 1);
         ckpt_zip_dir *zd;
-        rc = ckpt_zip_dir_open(fd, (uint64_t)st.st_size, &zd, &s->err);
+        rc = ckpt_zip_dir_open(fd, (uint64_t)len, &zd, &s->err);
         if (rc == CKPT_OK) {
             rc = scan_zip(s, fd, zd);
             ckpt_zip_dir_free(zd);
@@ -747,18 +761,18 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
          * before the first local header): their reading is made too */
         ckpt_zip_dir *zd;
         ckpt_error zerr = {0};
-        if (ckpt_zip_dir_open(fd, (uint64_t)st.st_size, &zd, &zerr) == CKPT_OK) {
+        if (ckpt_zip_dir_open(fd, (uint64_t)len, &zd, &zerr) == CKPT_OK) {
             reading_begin(s, "zip", WHO_ZIP_OTHERS, 0);
             rc = scan_zip(s, fd, zd);
             reading_end(s, rc, NULL);
             ckpt_zip_dir_free(zd);
         }
     }
-    if (ckpt_tar_probe(fd, (uint64_t)st.st_size)) {
+    if (ckpt_tar_probe(fd, (uint64_t)len)) {
         /* torch.load takes it for a tar before anything else; when a later
          * header fails it falls back to the pickle stream, made below too */
         reading_begin(s, "tar", WHO_TAR, 1);
-        rc = scan_tar(s, fd, (uint64_t)st.st_size);
+        rc = scan_tar(s, fd, (uint64_t)len);
         reading_end(s, rc, &primary);
     }
     if (fmt == CKPT_FORMAT_SAFETENSORS) {
@@ -860,15 +874,10 @@ int ckpt_scan_items(ckpt_scan *s, const char *path)
     scan_clear(s);
     s->path = path;
     s->format = CKPT_FORMAT_DCP;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    size_t n;
+    int fd = open_regular(s, path, &n);
     if (fd < 0)
-        return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ckpt_err(&s->err, CKPT_ERR_IO, "not a regular file");
-    }
-    size_t n = (size_t)st.st_size;
+        return s->err.code;
     if (n == 0) {
         close(fd); /* a rank with nothing to save writes an empty file */
         return CKPT_OK;

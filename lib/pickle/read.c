@@ -1485,6 +1485,22 @@ static const ckpt_value *obj_dict(const ckpt_value *o)
 static const char *const st_class = "torch.distributed._shard.sharded_tensor.api.ShardedTensor";
 static const char *const dt_class = "torch.distributed.tensor.DTensor";
 
+/* SI's one chunk: the box OFF/SZ (SI's ndim each) held by SI's rank. */
+static int one_chunk(vm *m, ckpt_shard_info *si, int64_t *off, int64_t *sz)
+{
+    ckpt_chunk *c = ckpt_arena_alloc(m->a, sizeof(*c));
+    if (!c)
+        return oom(m);
+    memset(c, 0, sizeof(*c));
+    c->ndim = si->ndim;
+    c->offsets = off;
+    c->sizes = sz;
+    c->rank = si->rank;
+    si->chunks = c;
+    si->nchunks = 1;
+    return CKPT_OK;
+}
+
 /* ShardedTensor state: (local_shards, metadata, ProcessGroupState, spec, init_rrefs);
  * each Shard's state {'tensor', 'metadata': ShardMetadata{shard_offsets,
  * shard_sizes, placement: _remote_device{_rank}}} */
@@ -1509,10 +1525,6 @@ static int sharded_local(vm *m, const char *fn, const ckpt_value *state, ckpt_sh
     *local = sd ? ckpt_value_dict_get(sd, "tensor") : NULL;
     if (!md || !*local)
         return fail(m, CKPT_ERR_FORMAT, "%s: a ShardedTensor's Shard has no tensor or metadata", fn);
-    ckpt_chunk *c = ckpt_arena_alloc(m->a, sizeof(*c));
-    if (!c)
-        return oom(m);
-    memset(c, 0, sizeof(*c));
     int64_t *off, *sz;
     int n1, n2;
     CKPT_FORWARD(int_tuple(m, ckpt_value_dict_get(md, "shard_offsets"), "shard offsets", &off, &n1));
@@ -1524,13 +1536,7 @@ static int sharded_local(vm *m, const char *fn, const ckpt_value *state, ckpt_sh
     const ckpt_value *r = pl ? ckpt_value_dict_get(pl, "_rank") : NULL;
     if (r && r->kind == CKPT_KIND_INT && r->u.i.v >= 0 && r->u.i.v < INT32_MAX)
         si->rank = (int)r->u.i.v;
-    c->ndim = si->ndim;
-    c->offsets = off;
-    c->sizes = sz;
-    c->rank = si->rank;
-    si->chunks = c;
-    si->nchunks = 1;
-    return CKPT_OK;
+    return one_chunk(m, si, off, sz);
 }
 
 /* DTensor state: (None, {'_local_tensor', '_spec': DTensorSpec{mesh, placements}}).
@@ -1612,17 +1618,7 @@ static int dtensor_local(vm *m, const char *fn, const ckpt_value *state, ckpt_sh
             off[dd] += start;
         }
     }
-    ckpt_chunk *c = ckpt_arena_alloc(m->a, sizeof(*c));
-    if (!c)
-        return oom(m);
-    memset(c, 0, sizeof(*c));
-    c->ndim = si->ndim;
-    c->offsets = off;
-    c->sizes = sz;
-    c->rank = si->rank;
-    si->chunks = c;
-    si->nchunks = 1;
-    return CKPT_OK;
+    return one_chunk(m, si, off, sz);
 }
 
 static int rebuild_sharded(vm *m, const char *fn, ckpt_value *args)
