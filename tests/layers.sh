@@ -4,7 +4,8 @@
 #
 # Layers, bottom to top (a layer may use only the layers below it):
 #   kernels/ (CUDA)  <  lib/core  <  lib/io  <  lib/container | lib/pickle
-#     <  lib/checkpoint  <  lib/formats | lib/transform | lib/runtime  <  src/
+#     <  lib/checkpoint  <  lib/formats | lib/transform | lib/runtime
+#     <  lib/analysis  <  src/
 # Folders side by side ("|") must not use each other.  lib/ckpt.h (the public
 # header) and config.h may be included by any file.
 #
@@ -25,10 +26,10 @@
 #  (c) no reference (call or data) goes from an object to an object of a
 #      higher or side-by-side layer (same graph, mapped to folders);
 #      kernels/ objects reference no lib/ object.
-#  (d) in lib/formats/, a format module (pth_zip*, pth_legacy*,
-#      safetensors*, sharded*; otherwise a file's stem before an optional
-#      _write) never references (nor includes) another format module; the
-#      dispatch level (table.c, read.c, write.c, scan.c, format.h) may.
+#  (d) in lib/formats/, a format module (each of FORMAT_STEMS: pth_zip*,
+#      pth_legacy*, pth_tar*, safetensors*, sharded*, torchscript*, dcp*,
+#      deepspeed*; another file: its stem before an optional _write) never
+#      references (nor includes) another format module; the dispatch level (table.c, read.c, write.c, format.h) may.
 #
 # Exit: 0 clean, 1 offences, 77 (skip) when the objects are not built and the
 # includes are clean (never under `make check`, which builds them first),
@@ -47,11 +48,13 @@ top, build, NM = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), sys
 
 # ---- the layer table --------------------------------------------------------
 RANK = {'kernels': -1, 'core': 0, 'io': 1, 'container': 2, 'pickle': 2,
-        'checkpoint': 3, 'formats': 4, 'transform': 4, 'runtime': 4, 'src': 5}
+        'checkpoint': 3, 'formats': 4, 'transform': 4, 'runtime': 4, 'analysis': 5,
+        'src': 6}
 PUBLIC = {'lib/ckpt.h', 'config.h'}
 KERNELS_MAY_INCLUDE = PUBLIC | {'lib/runtime/backend.h'}
-FORMAT_STEMS = ('pth_zip', 'pth_legacy', 'safetensors', 'sharded')
-FORMAT_DISPATCH = {'table', 'read', 'write', 'scan', 'format'}
+FORMAT_STEMS = ('pth_zip', 'pth_legacy', 'pth_tar', 'safetensors', 'sharded', 'torchscript',
+                'dcp', 'deepspeed')
+FORMAT_DISPATCH = {'table', 'read', 'write', 'format'}
 
 
 def folder(rel):

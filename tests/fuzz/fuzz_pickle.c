@@ -4,7 +4,7 @@
  * feed (FILE, and BYTESIO: a frame's rest dropped as the C unpickler does). */
 #include "fuzz.h"
 
-#include "checkpoint/checkpoint.h"
+#include "analysis/analysis.h" /* the weights-only model */
 
 static ckpt_global_class classify(void *user, const char *q)
 {

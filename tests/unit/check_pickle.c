@@ -1,6 +1,7 @@
 /* check_pickle.c - the safe pickle VM: each opcode builds the value Python
  * would, and each malformed or hostile stream is an error, never a crash. */
 #include "unit.h"
+#include "analysis/analysis.h" /* the weights-only model */
 
 #include <math.h>
 

@@ -3,7 +3,7 @@
  * mode (nothing imported, nothing called; STACK_GLOBAL operands resolved
  * through the memo exactly as when reading), so the answer cannot differ
  * from what a load would meet. */
-#include "formats/format.h"
+#include "analysis/analysis.h"
 
 #include <errno.h>
 #include <fcntl.h>

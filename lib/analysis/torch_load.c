@@ -3,11 +3,11 @@
  * their torch/serialization.py: the dispatch (a .safetensors name, a zip,
  * else the legacy stream), the zip reader's checks (prefix, version record,
  * TorchScript, byteorder), then each pickle through the unpickler model
- * (pickle/weights_only.c) with the loader's persistent ids and records.
+ * (analysis/weights_only.c) with the loader's persistent ids and records.
  * When torch refuses, the fix is the ckpt command that rewrites the file
  * into one it accepts (tried: the pickle ckpt would write is walked too),
  * else the add_safe_globals line that works. */
-#include "formats/format.h"
+#include "analysis/analysis.h"
 #include "container/container.h"
 
 #include <errno.h>
