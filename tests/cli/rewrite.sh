@@ -1,9 +1,10 @@
 #!/bin/sh
 # rewrite.sh - the rewriting commands as a user runs them: strip-module,
-# add-module, unwrap, rename and remap (ckpt-rewrite(7); doc/design.md, "Common
-# rules" and "The rewriting commands").  Each reads IN, never changes it, and writes OUT, a pth-zip in
-# torch's layout; `ckpt inspect --json OUT` shows what was renamed.  The
-# refusals, I/O errors and crashes are in rewrite_hostile.sh.
+# add-module, unwrap, rename and remap (ckpt-rewrite(7); doc/design.md,
+# "Common rules" and "The rewriting commands").  Each reads IN, never changes
+# it, and writes OUT, a pth-zip in torch's layout; `ckpt inspect --json OUT`
+# shows what was renamed.  The refusals, I/O errors and crashes are in
+# rewrite_hostile.sh.
 # shellcheck disable=SC2016 # rules, regexes and scripts are single-quoted on purpose
 # shellcheck source=tests/cli/setup.sh
 . "${srcdir:-.}/tests/cli/setup.sh"
