@@ -123,8 +123,8 @@ def main():
     vers = ', '.join('%s %s' % (t, version(t, p)) for t, p in tools.items() if t != 'ckpt scan')
     text = '\n'.join([
         SECTION, '',
-        'Requirement: `ckpt scan` flags every scanner evasion of the corpus (reference/peers.md '
-        '§1.9, §3.10-11) and no good fixture; picklescan and fickling run on the same files '
+        'Requirement: `ckpt scan` flags every scanner evasion of the corpus (doc/safety.md '
+        'section 10) and no good fixture; picklescan and fickling run on the same files '
         'for comparison; modelscan too since issue 15, whose bypasses (a FRAME ending inside an '
         'argument, a safetensors header that is a pickle, names computed by a call, ...) joined '
         'the corpus.', '',

@@ -1,5 +1,5 @@
 #!/bin/sh
-# layers.sh - the layers of shared/DESIGN.md ("Layers"), checked on the
+# layers.sh - the layers of doc/design.md ("Layers"), checked on the
 # sources (includes) and on the built objects (who references whom, by nm).
 #
 # Layers, bottom to top (a layer may use only the layers below it):

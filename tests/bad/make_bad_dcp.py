@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_bad_dcp.py - torch.distributed.checkpoint folders written without torch
 (Python's stdlib only), as FileSystemWriter lays them out
-(reference/distributed-formats.md section 1): a `.metadata` pickle of the
+(doc/distributed-formats.md section 1): a `.metadata` pickle of the
 metadata dataclasses (protocol 4, enum members by getattr as Python 3.11
 pickles them) and `__R_0.distcp` files of torch.save zips back to back.
 

@@ -5,7 +5,7 @@ DeepSpeed (tests/cli/deepspeed.sh runs it into a scratch folder):
     python3 tests/bad/make_bad_deepspeed.py OUTDIR
 
 The pickles are what torch.save / DeepSpeed write (protocol 2, the same
-globals and persistent ids, reference/distributed-formats.md section 4),
+globals and persistent ids, doc/distributed-formats.md section 4),
 made by Python's pickler over stand-in modules named torch, torch._utils,
 deepspeed.*: nothing of them is imported, and nothing here can run.  The
 zips are torch's layout (stored records under a folder named as the file).

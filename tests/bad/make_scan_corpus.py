@@ -3,7 +3,7 @@
 
     python3 tests/bad/make_scan_corpus.py       (from the top of the tree)
 
-Each file is built opcode by opcode (reference/peers.md §1.9, §3.10-11: memo
+Each file is built opcode by opcode (doc/safety.md section 10: memo
 tricks, STACK_GLOBAL, INST / OBJ, importlib and getattr chains, nested
 pickles, Python 2 module names, globals outside data.pkl, a case-changed
 record name, protocol 0); none is ever unpickled.  tests/bad/scan/expected.json

@@ -1,6 +1,6 @@
 #!/bin/sh
 # inspect.sh - `ckpt inspect` on the fixtures of tests/data, as a user sees it:
-# the text listing, the JSON document (DESIGN.md), --filter, --stats and the
+# the text listing, the JSON document (doc/design.md), --filter, --stats and the
 # exit status for files that are not there.  The fixtures are described in
 # tests/data/README.md.
 # shellcheck source=tests/cli/setup.sh
@@ -27,7 +27,7 @@ expect_stdout_line "by dtype: float32 397.5 KiB"
 expect_stdout_line "by device: cuda:0 397.5 KiB"
 
 # ---------------------------------------------------------------------------
-say "the same as JSON: ckpt inspect --json tests/data/dp_mlp.pth (DESIGN.md)"
+say "the same as JSON: ckpt inspect --json tests/data/dp_mlp.pth (doc/design.md)"
 if have_python; then
     expect_exit 0 ckpt inspect --json tests/data/dp_mlp.pth
     expect_stderr_empty

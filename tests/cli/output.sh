@@ -1,5 +1,5 @@
 #!/bin/sh
-# output.sh - how OUT is written (DESIGN.md, "Common rules"): never partly,
+# output.sh - how OUT is written (doc/design.md, "Common rules"): never partly,
 # and nothing left behind when the filesystem is too small or the command is
 # killed.
 #

@@ -1,9 +1,10 @@
 #!/bin/sh
 # rewrite.sh - the rewriting commands as a user runs them: strip-module,
-# add-module, unwrap, rename and remap (doc/rewrite-cli.md, DESIGN.md "Common
-# rules").  Each reads IN, never changes it, and writes OUT, a pth-zip in
-# torch's layout; `ckpt inspect --json OUT` shows what was renamed.  The
-# refusals, I/O errors and crashes are in rewrite_hostile.sh.
+# add-module, unwrap, rename and remap (ckpt-rewrite(7); doc/design.md,
+# "Common rules" and "The rewriting commands").  Each reads IN, never changes
+# it, and writes OUT, a pth-zip in torch's layout; `ckpt inspect --json OUT`
+# shows what was renamed.  The refusals, I/O errors and crashes are in
+# rewrite_hostile.sh.
 # shellcheck disable=SC2016 # rules, regexes and scripts are single-quoted on purpose
 # shellcheck source=tests/cli/setup.sh
 . "${srcdir:-.}/tests/cli/setup.sh"
@@ -95,7 +96,7 @@ expect_exit 0 ckpt strip-module "$data/dp_mlp.pth" old.pth
 expect_wrote old.pth 4 4
 expect_tensor_paths old.pth "$mlp_keys"
 
-say "OUT's name picks the format (DESIGN.md): strip-module dp_mlp.pth sd.safetensors"
+say "OUT's name picks the format (doc/design.md): strip-module dp_mlp.pth sd.safetensors"
 expect_exit 0 ckpt strip-module "$data/dp_mlp.pth" sd.safetensors
 expect_stdout_match '^wrote sd\.safetensors: safetensors, 4 tensors, 4 storages'
 expect_exit 0 ckpt inspect sd.safetensors

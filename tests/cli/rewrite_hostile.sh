@@ -3,8 +3,8 @@
 # unwrap, rename, remap) when things go wrong: a rewrite that would make two
 # keys equal, OUT that is IN, OUT `-`, a directory that cannot be written, a
 # full disk, a crash in the middle of writing, a corrupt input, a --select
-# that names nothing, bad rules and devices.  In every case (doc/rewrite-cli.md,
-# DESIGN.md "Common rules"):
+# that names nothing, bad rules and devices.  In every case (ckpt-rewrite(7),
+# doc/design.md "Common rules"):
 #   - the exit status is the documented one (2 usage, 3 input refused, 4 I/O);
 #   - stderr is exactly one line, "ckpt: <command>: ...", and stdout is empty;
 #   - IN is unchanged (cksum before and after);

@@ -2,7 +2,7 @@
 # usage.sh - the command line itself: --help, --version, unknown commands and
 # options, wrong argument counts and bad option values.  A usage error exits
 # 2 with one line on stderr, "ckpt: <command>: <message>", and nothing on
-# stdout; help goes to stdout and exits 0 (DESIGN.md, ckpt(1)).
+# stdout; help goes to stdout and exits 0 (doc/design.md, ckpt(1)).
 # shellcheck source=tests/cli/setup.sh
 . "${srcdir:-.}/tests/cli/setup.sh"
 

@@ -57,7 +57,8 @@ sys.path.insert(0, os.path.join(SRCDIR, 'tests', 'fixtures'))
 
 OD = collections.OrderedDict
 
-# the wrapper prefixes of doc/rewrite-cli.md, outermost first
+# the wrapper components of doc/design.md ("The rewriting commands"),
+# outermost first
 WRAPPERS = ('module.', '_orig_mod.', '_fsdp_wrapped_module.',
             '_forward_module.', '_checkpoint_wrapped_module.')
 # one wrapper component at the start of a key or after a dot

@@ -408,7 +408,7 @@ def find_modules(o, path=(), depth=0, found=None, seen=None):
 
 def torchscript_state_dict(path):
     """The keys (with their TensorRefs) torch.jit.load(PATH).state_dict()
-    gives for a TorchScript archive, by reference/whole-models.md section
+    gives for a TorchScript archive, by doc/whole-models.md section
     3.4, independently of ckpt: the stand-in module objects of data.pkl, and
     the __parameters__ / __buffers__ lists of the classes in code/ (read as
     text with regular expressions, never compiled)."""

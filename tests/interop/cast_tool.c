@@ -1,7 +1,7 @@
-/* cast_tool.c - drives lib/cast.c directly for tests/interop/cast_vs_torch.py
- * (every pair, float64 targets too, which `ckpt convert --dtype` does not
- * offer): `cast_tool FROM TO < in > out` reads raw little-endian FROM
- * elements and writes them cast to TO. */
+/* cast_tool.c - drives the casts of lib/core/element.c directly for
+ * tests/interop/cast_vs_torch.py (every pair, float64 targets too, which
+ * `ckpt convert --dtype` does not offer): `cast_tool FROM TO < in > out`
+ * reads raw little-endian FROM elements and writes them cast to TO. */
 #include "checkpoint/checkpoint.h"
 #include "core/core.h"
 

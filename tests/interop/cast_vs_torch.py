@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compare ckpt's dtype casts (lib/cast.c, driven through the cast_tool test
+"""Compare ckpt's dtype casts (lib/core/element.c, driven through the cast_tool test
 program named by $CAST_TOOL) bit for bit with torch's .double(), .float(),
 .half() and .bfloat16() on CPU tensors: special values, every float16 and
 bfloat16 bit pattern, float32 values around every float16 and bfloat16

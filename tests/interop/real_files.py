@@ -17,7 +17,8 @@ test is skipped (77) and says so.  For every file:
   rewrites  (torch 2.x) convert to pth, add-module then strip-module, and
             convert to safetensors where ckpt writes one: plain torch.load
             (safetensors.torch.load_file) reads the output, bit for bit;
-            add-module renames the model state dicts only (DESIGN.md);
+            add-module renames the model state dicts only
+            (doc/design.md, "State dicts");
   scan      `ckpt scan --json`'s globals are the globals Python's
             unpickler asks for (the stand-in records them), and its
             verdict is safe exactly when they are interpreted or known
@@ -46,8 +47,8 @@ import torch  # noqa: E402
 MANIFEST = os.path.join(c.SRCDIR, 'tests', 'realfiles', 'MANIFEST.json')
 TORCH2 = int(torch.__version__.split('.')[0]) >= 2
 
-# DESIGN.md's known-data class (ckpt-scan(1)): safe without being in torch's
-# weights-only allow-list
+# the known-data class (doc/safety.md 2, ckpt-scan(1)): safe without being in
+# torch's weights-only allow-list
 KNOWN_DATA_PREFIXES = ('numpy.', 'argparse.Namespace', 'builtins.',
                        '_codecs.encode', 'collections.', 'torch.device',
                        'torch.Size', 'torch.Tensor', 'torch.nn.parameter.',

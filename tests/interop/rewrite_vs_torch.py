@@ -13,7 +13,8 @@ and the result is checked with real torch:
     so training checkpoints with floats are loaded with weights_only=False);
     after `remap --to cpu` it loads with no map_location at all;
   - the object equals the expected one: torch.load(IN) with the keys of the
-    selected state dicts rewritten in Python as doc/rewrite-cli.md says:
+    selected state dicts rewritten in Python as doc/design.md says ("The
+    rewriting commands"):
     container types, key order, every non-tensor value (floats bit for
     bit), and per tensor its class (Parameter or not), requires_grad,
     dtype, shape, stride, storage offset, location tag, the whole storage's
@@ -91,7 +92,8 @@ WO_GLOBALS = {'collections OrderedDict', 'torch._utils _rebuild_tensor_v2',
                   'torch ' + n for n in STORAGE_SIZES}
 
 # --------------------------------------------------------------------------
-# the key rules of doc/rewrite-cli.md, in Python: (key fn, _metadata fn)
+# the key rules of doc/design.md ("The rewriting commands"), in Python:
+# (key fn, _metadata fn)
 
 def op_strip(prefix='module.'):
     mod = prefix[:-1] if prefix.endswith('.') else prefix

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Interop test: what a key rewrite touches by default (issue 14): model
 state dicts only, never an optimizer's per-parameter state nor the training
-loop's bookkeeping (DESIGN.md "State dicts").
+loop's bookkeeping (doc/design.md, "State dicts").
 
 Real training checkpoints, saved by the torch running the test: plain
 dicts with SGD (momentum), Adam and AdamW after two steps; a Lightning-style

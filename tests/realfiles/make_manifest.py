@@ -233,7 +233,7 @@ def main(argv):
             if e['format'] == 'torchscript':
                 e['module_tree'] = {
                     'status': 'TorchScript archive: named as torch.jit.load(f).'
-                              'state_dict() (whole-models.md 3.4, by the stand-ins '
+                              'state_dict() (doc/whole-models.md 3.4, by the stand-ins '
                               'and the code/ lists)',
                     'root_class': '%s.%s' % (type(L.obj).module, type(L.obj).name),
                     'trees': [{'path': [], 'class': '%s.%s' % (

@@ -1,7 +1,7 @@
-/* check_cast.c - dtype casts (lib/cast.c) on hand-computed edge cases:
- * rounding ties to even, overflow to inf, subnormals, signed zeros, torch's
- * NaN patterns and float64 -> 16-bit rounding twice through float32.
- * tests/interop/cast_vs_torch.py compares with torch itself. */
+/* check_cast.c - dtype casts (lib/core/element.c) on hand-computed edge
+ * cases: rounding ties to even, overflow to inf, subnormals, signed zeros,
+ * torch's NaN patterns and float64 -> 16-bit rounding twice through
+ * float32.  tests/interop/cast_vs_torch.py compares with torch itself. */
 #include "unit.h"
 #include "core/core.h"
 

@@ -1291,7 +1291,7 @@ START_TEST(setitems_target_below_the_enclosing_mark)
 }
 END_TEST
 
-/* ---- the weights-only unpickler model (pickle/weights_only.c) ---------------- */
+/* ---- the weights-only unpickler model (analysis/weights_only.c) ------------ */
 
 static const uint64_t wo_limits[CKPT_LIMIT_COUNT_] = {
     [CKPT_LIMIT_PICKLE_BYTES] = 1 << 20, [CKPT_LIMIT_DEPTH] = 100, [CKPT_LIMIT_STACK] = 1 << 16,
