@@ -1054,7 +1054,90 @@ CKPT_API int ckpt_torch_load_check(ckpt_torch_load *t, const char *path);
 /* The verdict for WHICH after a successful check, else NULL; valid until the next check. */
 CKPT_API const ckpt_torch_verdict *ckpt_torch_load_verdict(const ckpt_torch_load *t,
                                                            ckpt_torch which);
+CKPT_API int ckpt_torch_load_error_code(const ckpt_torch_load *t);
 CKPT_API const char *ckpt_torch_load_error_message(const ckpt_torch_load *t);
+/*
+ * The "torch_load" object of ckpt scan's and ckpt inspect's JSON after a
+ * check: one member per version ("2.6+", "1.13"), each verdict's fields, or
+ * {"error": message} when the check failed.  malloc'd, for free(); NULL
+ * when out of memory.
+ */
+CKPT_API char *ckpt_torch_load_to_json(const ckpt_torch_load *t);
+
+/* ---- scanning paths: files, folders and DCP data files, as ckpt scan does ---- */
+
+/*
+ * ckpt scan PATH...'s engine.  Each path added is scanned in turn: a file
+ * with ckpt_scan_file(), a folder (a torch.distributed.checkpoint or
+ * DeepSpeed checkpoint) as every regular file under it (symbolic links are
+ * not followed), in strcmp() order of their paths "FOLDER/sub/name".  Of a
+ * folder's files, a `*.distcp` one is scanned with ckpt_scan_items(), and
+ * one whose first bytes no format claims (DeepSpeed's `latest`, a README,
+ * an empty file) is skipped: no torch reader would load it.  Every file
+ * gets an entry with its scan, its verdict and its exit status; the run's
+ * status is the worst.
+ */
+typedef struct ckpt_scan_paths ckpt_scan_paths;
+
+/* A file's or a run's status, as ckpt scan exits with it; the worst wins. */
+enum {
+    CKPT_SCAN_EXIT_SAFE = 0,       /* only interpreted and known-data globals */
+    CKPT_SCAN_EXIT_UNSAFE = 1,     /* anything else, or readers that would see different content */
+    CKPT_SCAN_EXIT_UNREADABLE = 3, /* not readable as any of the formats, nothing unsafe found first */
+    CKPT_SCAN_EXIT_IO = 4          /* cannot be opened (a folder: listed), or out of memory */
+};
+
+typedef enum ckpt_scan_entry_kind {
+    CKPT_SCAN_ENTRY_FILE = 0, /* scanned: scan holds what was found */
+    CKPT_SCAN_ENTRY_SKIPPED,  /* a folder's file that no format claims */
+    CKPT_SCAN_ENTRY_FOLDER    /* a folder that could not be listed (its files found
+                               * before that point follow it) */
+} ckpt_scan_entry_kind;
+
+typedef struct ckpt_scan_entry {
+    const char *path;       /* as added, or "FOLDER/sub/name" for a folder's file */
+    ckpt_scan_entry_kind kind;
+    const ckpt_scan *scan;  /* FILE: its scan (hits, readings, ...); else NULL */
+    /* FILE, unless a DCP data file, when ckpt_scan_paths_set_torch_load()
+     * is on: the torch.load verdicts (or the check's error); else NULL */
+    const ckpt_torch_load *torch_load;
+    const char *format;     /* FILE: "pth-zip", ..., "pickle" (a plain pickle file) or "unknown" */
+    int code;               /* FILE: the scan's status; FOLDER: CKPT_ERR_IO; SKIPPED: CKPT_OK */
+    const char *error;      /* the message of that status, or NULL */
+    const char *verdict;    /* FILE: "safe", "unsafe", "ambiguous" or "error"; else NULL */
+    int exit;               /* CKPT_SCAN_EXIT_*; SKIPPED: CKPT_SCAN_EXIT_SAFE */
+} ckpt_scan_entry;
+
+CKPT_API ckpt_scan_paths *ckpt_scan_paths_new(void);
+CKPT_API void ckpt_scan_paths_free(ckpt_scan_paths *p);
+/* Limits for every scan, as for ckpt_scan_set_limit (not for the torch.load check). */
+CKPT_API int ckpt_scan_paths_set_limit(ckpt_scan_paths *p, ckpt_limit which, uint64_t value);
+/* Whether each file also gets ckpt_torch_load's verdicts (default 1: they
+ * are part of the JSON document; 0 saves that second reading of it). */
+CKPT_API int ckpt_scan_paths_set_torch_load(ckpt_scan_paths *p, int on);
+/* Add PATH (copied) to the paths to scan, after those added before. */
+CKPT_API int ckpt_scan_paths_add(ckpt_scan_paths *p, const char *path);
+/*
+ * Scan every path added, in order, into entries (those of an earlier run
+ * are dropped).  CKPT_OK when every path was scanned, whatever was found:
+ * the files' findings and errors are in their entries.  An error only when
+ * the run stops (out of memory), with its message in the handle; the
+ * entries made before stay.
+ */
+CKPT_API int ckpt_scan_paths_run(ckpt_scan_paths *p);
+CKPT_API int ckpt_scan_paths_error_code(const ckpt_scan_paths *p);
+CKPT_API const char *ckpt_scan_paths_error_message(const ckpt_scan_paths *p);
+CKPT_API size_t ckpt_scan_paths_count(const ckpt_scan_paths *p);
+/* Entry I, in the order ckpt scan prints them; NULL past the count. */
+CKPT_API const ckpt_scan_entry *ckpt_scan_paths_entry(const ckpt_scan_paths *p, size_t i);
+/* The run's CKPT_SCAN_EXIT_* status: the worst of its entries' (IO when it stopped). */
+CKPT_API int ckpt_scan_paths_exit(const ckpt_scan_paths *p);
+/*
+ * The document ckpt scan --json prints (ckpt-scan(1)): {"files": [one
+ * object per FILE entry], "exit": the run's status}.  malloc'd, for
+ * free(); NULL when out of memory.
+ */
+CKPT_API char *ckpt_scan_paths_to_json(const ckpt_scan_paths *p);
 
 #ifdef __cplusplus
 }

@@ -1,15 +1,11 @@
 /* cmd_scan.c - ckpt scan: list every global a file's pickles reference and
- * what uses it, classified, without running anything; one verdict per file. */
+ * what uses it, classified, without running anything; one verdict per file.
+ * The engine (folders, which files, verdicts, exit statuses, the JSON) is
+ * libckpt's ckpt_scan_paths; this prints its entries. */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
-#include <errno.h>
-#include <stdbool.h>
-#include <sys/stat.h>
-#include <limits.h>
 #include <stdlib.h>
-#include <string.h>
 
 static const char usage[] =
     "usage: ckpt scan [--json] [--max-pickle-bytes N] [--quiet] FILE...\n"
@@ -36,90 +32,6 @@ static const char usage[] =
 
 enum { OPT_JSON = CLI_OPT_FIRST_COMMAND_OPTION };
 
-/* scan_one's answer when nothing more can be done (out of memory) */
-#define CLI_EXIT_IO_STOP 100
-
-typedef struct file_list {
-    char **names;
-    size_t n, cap;
-} file_list;
-
-static void file_list_free(file_list *fl)
-{
-    for (size_t i = 0; i < fl->n; i++)
-        free(fl->names[i]);
-    free(fl->names);
-}
-
-static int name_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Every regular file under DIR (links not followed), depth-first. */
-static int walk(const char *dir, file_list *fl)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    struct dirent *de;
-    int rc = 0;
-    while (rc == 0 && (de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        size_t len = strlen(dir) + strlen(de->d_name) + 2;
-        char *p = malloc(len);
-        if (!p) {
-            rc = -1;
-            break;
-        }
-        snprintf(p, len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", de->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
-            rc = walk(p, fl);
-            free(p);
-        } else if (lstat(p, &st) == 0 && S_ISREG(st.st_mode)) {
-            if (fl->n == fl->cap) {
-                size_t cap = fl->cap ? fl->cap * 2 : 64;
-                char **q = realloc(fl->names, cap * sizeof(*q));
-                if (!q) {
-                    free(p);
-                    rc = -1;
-                    break;
-                }
-                fl->names = q;
-                fl->cap = cap;
-            }
-            fl->names[fl->n++] = p;
-        } else {
-            free(p); /* links and devices: no checkpoint reader follows them */
-        }
-    }
-    closedir(d);
-    return rc;
-}
-
-/* Whether some torch reader could take the file: a zip, a tar, a pickle
- * (PROTO), safetensors (an 8-byte length and '{'); else a folder's text. */
-static bool checkpoint_like(const char *path)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return true; /* let the scan say why it cannot be read */
-    unsigned char h[512];
-    size_t n = fread(h, 1, sizeof h, fp);
-    fclose(fp);
-    if (n >= 2 && h[0] == 0x80 && h[1] <= 5)
-        return true;
-    if (n >= 4 && memcmp(h, "PK", 2) == 0)
-        return true;
-    if (n >= 9 && h[8] == '{')
-        return true;
-    if (n >= 262 && memcmp(h + 257, "ustar", 5) == 0)
-        return true;
-    return n == 0 ? false : false;
-}
-
 static const char *class_name(const ckpt_scan_hit *h)
 {
     switch (h->cls) {
@@ -129,32 +41,16 @@ static const char *class_name(const ckpt_scan_hit *h)
     }
 }
 
-static int file_exit(const ckpt_scan *s, int rc)
+static void print_text(const ckpt_scan_entry *e)
 {
-    /* unsafe content, or readers that would disagree, outrank a parse error */
-    if (ckpt_scan_unsafe(s) || ckpt_scan_ambiguity_count(s))
-        return CLI_EXIT_DIFFERENT;
-    if (rc != CKPT_OK)
-        return rc == CKPT_ERR_IO ? CLI_EXIT_IO
-               : rc == CKPT_ERR_NOMEM ? CLI_EXIT_IO : CLI_EXIT_BAD_INPUT;
-    return CLI_EXIT_OK;
-}
-
-static const char *format_text(const ckpt_scan *s)
-{
-    if (ckpt_scan_is_pickle(s))
-        return "pickle";
-    ckpt_format f = ckpt_scan_format(s);
-    return f == CKPT_FORMAT_UNKNOWN ? "unknown" : ckpt_format_name(f);
-}
-
-static void print_text(const char *path, const ckpt_scan *s, int rc)
-{
+    const char *path = e->path;
+    const ckpt_scan *s = e->scan;
+    int rc = e->code;
     size_t np = ckpt_scan_pickle_count(s), nh = ckpt_scan_hit_count(s);
     size_t dangerous = 0, unknown = 0, nr = ckpt_scan_reading_count(s);
     size_t na = ckpt_scan_ambiguity_count(s);
     int many = nr > 1;
-    printf("%s: %s, %zu pickle%s\n", path, format_text(s), np, np == 1 ? "" : "s");
+    printf("%s: %s, %zu pickle%s\n", path, e->format, np, np == 1 ? "" : "s");
     for (size_t i = 0; many && i < nr; i++) {
         const ckpt_scan_reading *r = ckpt_scan_reading_at(s, i);
         printf("  reading %s (%s): %s%s\n", r->reader, r->who,
@@ -203,122 +99,6 @@ static void print_text(const char *path, const ckpt_scan *s, int rc)
         cli_torch_load_print(path, "  ");
 }
 
-static cJSON *json_file(const char *path, const ckpt_scan *s, int rc)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "file", path);
-    cJSON_AddStringToObject(o, "format", format_text(s));
-    if (ckpt_scan_format(s) == CKPT_FORMAT_TORCHSCRIPT)
-        cJSON_AddStringToObject(o, "note", "TorchScript archive (torch.jit.save): its __torch__.* "
-                                "classes are compiled from its code/ by torch.jit.load; its "
-                                "state dict is named as torch.jit.load(f).state_dict(), "
-                                "non-persistent buffers included");
-    /* extra information: the verdict and the exit status do not depend on it */
-    if (ckpt_scan_format(s) != CKPT_FORMAT_DCP)
-        cJSON_AddItemToObject(o, "torch_load", cli_torch_load_json(path));
-    cJSON *pk = cJSON_AddArrayToObject(o, "pickles");
-    for (size_t i = 0; i < ckpt_scan_pickle_count(s); i++)
-        cJSON_AddItemToArray(pk, cJSON_CreateString(ckpt_scan_pickle_name(s, i)));
-    cJSON *gl = cJSON_AddArrayToObject(o, "globals");
-    for (size_t i = 0; i < ckpt_scan_hit_count(s); i++) {
-        const ckpt_scan_hit *h = ckpt_scan_hit_at(s, i);
-        cJSON *g = cJSON_CreateObject();
-        cJSON_AddStringToObject(g, "global", h->global);
-        cJSON_AddStringToObject(g, "class", h->cls == CKPT_GLOBAL_INTERPRETED ? "interpreted"
-                                            : h->cls == CKPT_GLOBAL_KNOWN_DATA ? "known data"
-                                                                               : "unknown");
-        cJSON_AddBoolToObject(g, "dangerous", h->dangerous);
-        cJSON_AddStringToObject(g, "pickle", h->pickle);
-        cJSON_AddItemToObject(g, "offset", cli_json_int((long long)h->offset));
-        cJSON_AddStringToObject(g, "opcode", h->opcode);
-        cJSON *uses = cJSON_AddArrayToObject(g, "uses");
-        if (h->uses & CKPT_SCAN_CALLED)
-            cJSON_AddItemToArray(uses, cJSON_CreateString("call"));
-        if (h->uses & CKPT_SCAN_BUILT)
-            cJSON_AddItemToArray(uses, cJSON_CreateString("build"));
-        if (h->used_by) {
-            cJSON_AddStringToObject(g, "used_by", h->used_by);
-            cJSON_AddItemToObject(g, "use_offset", cli_json_int((long long)h->use_offset));
-        }
-        cJSON_AddItemToObject(g, "count", cli_json_int((long long)h->count));
-        if (h->reading)
-            cJSON_AddStringToObject(g, "reading", h->reading);
-        if (h->computed_by)
-            cJSON_AddStringToObject(g, "computed_by", h->computed_by);
-        else
-            cJSON_AddNullToObject(g, "computed_by");
-        cJSON_AddItemToArray(gl, g);
-    }
-    cJSON *rd = cJSON_AddArrayToObject(o, "readings");
-    for (size_t i = 0; i < ckpt_scan_reading_count(s); i++) {
-        const ckpt_scan_reading *r = ckpt_scan_reading_at(s, i);
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "reader", r->reader);
-        cJSON_AddStringToObject(e, "who", r->who);
-        cJSON_AddBoolToObject(e, "primary", r->primary);
-        cJSON_AddStringToObject(e, "result", r->code == CKPT_OK ? "read" : "stops");
-        if (r->error)
-            cJSON_AddStringToObject(e, "error", r->error);
-        else
-            cJSON_AddNullToObject(e, "error");
-        cJSON_AddItemToObject(e, "pickles", cli_json_int((long long)r->pickles));
-        cJSON_AddBoolToObject(e, "unsafe", r->unsafe);
-        cJSON_AddItemToArray(rd, e);
-    }
-    cJSON *am = cJSON_AddArrayToObject(o, "ambiguities");
-    for (size_t i = 0; i < ckpt_scan_ambiguity_count(s); i++)
-        cJSON_AddItemToArray(am, cJSON_CreateString(ckpt_scan_ambiguity_at(s, i)));
-    int ex = file_exit(s, rc);
-    cJSON_AddStringToObject(o, "verdict", ex == CLI_EXIT_OK ? "safe"
-                                          : ckpt_scan_unsafe(s) ? "unsafe"
-                                          : ex == CLI_EXIT_DIFFERENT ? "ambiguous" : "error");
-    if (rc != CKPT_OK)
-        cJSON_AddStringToObject(o, "error", ckpt_scan_error_message(s));
-    else
-        cJSON_AddNullToObject(o, "error");
-    cJSON_AddItemToObject(o, "exit", cli_json_int((long long)(unsigned long long)ex));
-    return o;
-}
-
-/* Scan PATH (IN_FOLDER: a file found in a folder), print or add its result;
- * its exit status. */
-static int scan_one(const char *path, bool in_folder, int json, cJSON *files,
-                    const cli_common *common)
-{
-    ckpt_scan *s = ckpt_scan_new();
-    if (!s) {
-        cli_error("scan", NULL, "out of memory");
-        return CLI_EXIT_IO_STOP;
-    }
-    if (common->max_pickle_bytes)
-        ckpt_scan_set_limit(s, CKPT_LIMIT_PICKLE_BYTES, common->max_pickle_bytes);
-    size_t n = strlen(path);
-    int rc;
-    if (in_folder && n > 7 && strcmp(path + n - 7, ".distcp") == 0) {
-        rc = ckpt_scan_items(s, path); /* a DCP data file: its items, each a zip */
-    } else if (in_folder && !checkpoint_like(path)) {
-        /* a folder's other files (DeepSpeed's `latest`, a README): no reader of
-         * torch's would load them */
-        if (!common->quiet && !json)
-            printf("%s: skipped: not a zip, tar, safetensors or pickle file\n", path);
-        ckpt_scan_free(s);
-        return CLI_EXIT_OK;
-    } else {
-        rc = ckpt_scan_file(s, path);
-    }
-    int ex = file_exit(s, rc);
-    if (rc != CKPT_OK) /* errors even with --quiet, as for every command */
-        cli_error("scan", path, "%s", ckpt_scan_error_message(s));
-    if (!common->quiet && !(rc == CKPT_ERR_IO && !json)) {
-        if (json)
-            cJSON_AddItemToArray(files, json_file(path, s, rc));
-        else
-            print_text(path, s, rc);
-    }
-    ckpt_scan_free(s);
-    return ex;
-}
-
 int cmd_scan(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -327,7 +107,7 @@ int cmd_scan(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     cli_common common = {0};
-    int json = 0, worst = CLI_EXIT_OK, opt;
+    int json = 0, opt;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
         int c = cli_common_option("scan", opt, optarg, &common);
@@ -359,40 +139,51 @@ int cmd_scan(int argc, char **argv)
         cli_common_free(&common);
         return cli_usage_error("scan", "needs at least one FILE");
     }
-    cJSON *root = json ? cJSON_CreateObject() : NULL;
-    cJSON *files = root ? cJSON_AddArrayToObject(root, "files") : NULL;
-    for (int i = optind; i < argc && worst != CLI_EXIT_IO_STOP; i++) {
-        struct stat st;
-        if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
-            /* a folder checkpoint (DCP, DeepSpeed): every file under it */
-            file_list fl = {0};
-            if (walk(argv[i], &fl) != 0) {
-                cli_error("scan", argv[i], "cannot list the folder: %s", strerror(errno));
-                if (CLI_EXIT_IO > worst)
-                    worst = CLI_EXIT_IO;
-            }
-            qsort(fl.names, fl.n, sizeof(char *), name_cmp);
-            for (size_t k = 0; k < fl.n; k++) {
-                int ex = scan_one(fl.names[k], true, json, files, &common);
-                worst = ex > worst ? ex : worst;
-            }
-            file_list_free(&fl);
+    ckpt_scan_paths *sp = ckpt_scan_paths_new();
+    int rc = sp ? CKPT_OK : CKPT_ERR_NOMEM;
+    if (sp && common.max_pickle_bytes)
+        ckpt_scan_paths_set_limit(sp, CKPT_LIMIT_PICKLE_BYTES, common.max_pickle_bytes);
+    /* its verdicts are in the JSON document; the text prints its own */
+    if (sp)
+        ckpt_scan_paths_set_torch_load(sp, json && !common.quiet);
+    for (int i = optind; i < argc && rc == CKPT_OK; i++)
+        rc = ckpt_scan_paths_add(sp, argv[i]);
+    if (rc == CKPT_OK)
+        rc = ckpt_scan_paths_run(sp);
+    for (size_t i = 0; i < ckpt_scan_paths_count(sp); i++) {
+        const ckpt_scan_entry *e = ckpt_scan_paths_entry(sp, i);
+        if (e->code != CKPT_OK) /* errors even with --quiet, as for every command */
+            cli_error("scan", e->path, "%s", e->error);
+        if (common.quiet || json)
             continue;
-        }
-        int ex = scan_one(argv[i], false, json, files, &common);
-        if (ex == CLI_EXIT_IO_STOP)
-            break;
-        worst = ex > worst ? ex : worst;
+        if (e->kind == CKPT_SCAN_ENTRY_SKIPPED)
+            printf("%s: skipped: not a zip, tar, safetensors or pickle file\n", e->path);
+        else if (e->kind == CKPT_SCAN_ENTRY_FILE && e->code != CKPT_ERR_IO)
+            print_text(e);
     }
-    if (root) {
-        cJSON_AddItemToObject(root, "exit", cli_json_int((long long)(unsigned long long)worst));
-        char *text = cJSON_Print(root);
-        cJSON_Delete(root);
+    if (rc != CKPT_OK)
+        cli_error("scan", NULL, "%s", sp ? ckpt_scan_paths_error_message(sp) : "out of memory");
+    int worst = sp ? ckpt_scan_paths_exit(sp) : CLI_EXIT_IO;
+    if (json) {
+        char *text;
+        if (common.quiet) { /* the files' objects left out */
+            cJSON *root = cJSON_CreateObject();
+            cJSON_AddArrayToObject(root, "files");
+            cJSON_AddItemToObject(root, "exit", cli_json_int(worst));
+            text = cJSON_Print(root);
+            cJSON_Delete(root);
+        } else {
+            text = ckpt_scan_paths_to_json(sp);
+        }
         if (text) {
             puts(text);
             free(text);
+        } else {
+            cli_error("scan", NULL, "out of memory");
+            worst = CLI_EXIT_IO;
         }
     }
+    ckpt_scan_paths_free(sp);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         cli_error("scan", NULL, "cannot write output");
         worst = CLI_EXIT_IO;

@@ -1470,3 +1470,6 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
     t->done = true;
     return CKPT_OK;
 }
+
+/* the same meaning as ckpt_file_error_code(): the last check's status */
+int ckpt_torch_load_error_code(const ckpt_torch_load *t) { return t ? t->err.code : CKPT_ERR_USAGE; }
