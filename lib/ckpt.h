@@ -910,6 +910,185 @@ CKPT_API int ckpt_model_run_replicas(ckpt_model *m, ckpt_backend *const *backend
                                      int replicas, const ckpt_array *inputs,
                                      ckpt_array *outputs, int *used);
 
+/* ---- verify: a checkpoint in its model, run and compared (ckpt verify) ---- */
+
+/*
+ * ckpt verify's engine (ckpt-verify(1)).  A ckpt_verify borrows a model
+ * (a loaded spec) and a checkpoint the caller opened; it chooses the state
+ * dict by its fit to the spec, loads it strictly (ckpt_model_bind), and when
+ * the keys differ by a wrapper prefix says so with the ckpt command that
+ * fixes the file.  ckpt_verify_run() then runs the model on a reference's
+ * input (or a fixed random batch) and compares every output with the
+ * reference's, with a second checkpoint's, and with DataParallel's replay.
+ * The models and files must outlive the handle (it keeps pointers into
+ * them); ckpt_verify_to_json() is `ckpt verify --json`'s document.
+ */
+typedef struct ckpt_verify ckpt_verify;
+
+/*
+ * One output against a reference output.  The relative error is on the
+ * output's scale: max_rel = max_abs / max_abs_reference (not the largest
+ * ratio of two elements; ckpt_tensor_compare's max_rel is that).
+ */
+typedef struct ckpt_output_check {
+    int shape_ok;             /* the shapes agree (nothing below is set when not) */
+    int pass;                 /* shape_ok, and every element within the tolerance */
+    int64_t count;            /* elements compared */
+    int64_t mismatched;       /* elements out of the tolerance */
+    double max_abs;           /* max |ours - ref|; NaN when a NaN met a number */
+    double max_rel;           /* max_abs / max_abs_reference; 0 when max_abs is 0,
+                                 inf when the reference is all 0 */
+    double max_abs_reference; /* the largest finite |ref| */
+    double atol, rtol;        /* the tolerance applied (atol after scaling) */
+} ckpt_output_check;
+
+#define CKPT_ATOL_SCALED 1u   /* ATOL is a fraction of the largest finite |ref| */
+
+/*
+ * Compare OURS with REF as torch.isclose(ours, ref, rtol, atol,
+ * equal_nan=True): an element passes when |ours - ref| <= atol + rtol * |ref|;
+ * NaN equals NaN, an infinity only the same infinity, and either against
+ * anything else fails whatever the tolerance.  FLAGS: 0 or CKPT_ATOL_SCALED.
+ */
+CKPT_API int ckpt_array_compare(const ckpt_array *ours, const ckpt_array *ref, double atol,
+                                double rtol, unsigned flags, ckpt_output_check *out);
+
+/* The two checkpoints of a verify: the one verified and, optionally, the
+ * one its outputs are compared against (`--against`). */
+typedef enum ckpt_verify_side {
+    CKPT_VERIFY_CHECKPOINT = 0,
+    CKPT_VERIFY_AGAINST = 1
+} ckpt_verify_side;
+
+/* Why a state dict was chosen. */
+typedef enum ckpt_state_dict_reason {
+    CKPT_STATE_DICT_SELECTED = 0, /* named by ckpt_verify_set_select() */
+    CKPT_STATE_DICT_ROOT,         /* the file holds no state dict: its root mapping */
+    CKPT_STATE_DICT_BEST_FIT,     /* the one with the most spec keys (the first on a tie) */
+    CKPT_STATE_DICT_FIRST         /* no state dict has a spec key: the first one */
+} ckpt_state_dict_reason;
+
+typedef struct ckpt_state_dict_choice {
+    const ckpt_value *state_dict; /* the mapping loaded (borrowed from the file) */
+    const char *path;        /* "the root", or its keys joined by '/' ("model_state_dict") */
+    ckpt_state_dict_reason reason;
+    size_t spec_keys;        /* its keys that are spec keys, alone or after a prefix */
+    size_t candidates;       /* the file's state dicts (ckpt_file_state_dict_count) */
+} ckpt_state_dict_choice;
+
+/* One output of the model after ckpt_verify_run(). */
+typedef struct ckpt_verify_output {
+    const char *name;                /* the spec's name of it */
+    const ckpt_array *value;         /* the verified checkpoint's output */
+    /* with a reference (else NULL and zeros) */
+    const ckpt_array *reference;     /* PyTorch's output */
+    ckpt_output_check vs_reference;  /* VALUE against it */
+    int has_accuracy;                /* the reference has labels, and VALUE is [B, C]
+                                        class scores for them */
+    int64_t labels, correct, reference_correct; /* top-1 hits of VALUE and of REFERENCE */
+    /* with a checkpoint compared against (else NULL and zeros) */
+    const ckpt_array *against;       /* its output */
+    ckpt_output_check vs_against;    /* AGAINST against VALUE (VALUE plays the reference) */
+    /* with the DataParallel replay (ckpt_verify_set_replicas) */
+    int batch_dim;                   /* the dimension that follows the batch; -1: none */
+    const ckpt_array *gathered;      /* what gather returns; NULL when it cannot concatenate */
+    ckpt_output_check vs_single;     /* GATHERED against VALUE; pass: it comes back */
+    const char *replica_reason;      /* why it does not come back, with the fix; NULL */
+} ckpt_verify_output;
+
+/* The DataParallel replay after ckpt_verify_run(). */
+typedef struct ckpt_verify_replicas {
+    int requested;                   /* the N asked for */
+    int used;                        /* chunks the batch was split into (torch.chunk) */
+    int64_t batch;                   /* the batch split */
+    size_t device_count;             /* N GPUs, one chunk each, or 1: in turn on it */
+    const char *const *devices;      /* their names: "cpu", "cuda:0", ... */
+} ckpt_verify_replicas;
+
+CKPT_API ckpt_verify *ckpt_verify_new(void);
+CKPT_API void ckpt_verify_free(ckpt_verify *v);
+CKPT_API int ckpt_verify_error_code(const ckpt_verify *v);
+CKPT_API const char *ckpt_verify_error_message(const ckpt_verify *v);
+/* The path of the file the error is about (a checkpoint, the reference), or
+ * NULL when it is about none (the device, memory). */
+CKPT_API const char *ckpt_verify_error_path(const ckpt_verify *v);
+
+/* Options; set them before the load.  SELECT: the verified checkpoint's
+ * state dict by path (keys joined by '/'), NULL to choose by fit.  DEVICE:
+ * as ckpt_backend_open() takes it ("auto" by default).  ATOL is absolute
+ * when set; without, 1e-5 times each output's largest finite |ref| (0 for
+ * the checkpoint compared against).  RTOL: 1e-5 on the CPU, 1e-4 on CUDA
+ * (0 against).  REPLICAS: replay DataParallel over N (1 to 64; 0: no). */
+CKPT_API int ckpt_verify_set_select(ckpt_verify *v, const char *select);
+CKPT_API int ckpt_verify_set_device(ckpt_verify *v, const char *device);
+CKPT_API int ckpt_verify_set_atol(ckpt_verify *v, double atol);
+CKPT_API int ckpt_verify_set_rtol(ckpt_verify *v, double rtol);
+CKPT_API int ckpt_verify_set_replicas(ckpt_verify *v, int replicas);
+
+/*
+ * The state dict of F to load into M, without loading it: the mapping the
+ * select option names; else the root, when F holds no state dict but its
+ * root is a mapping; else, among F's state dicts, the one with the most keys
+ * that are spec keys, alone or after a prefix (so a training checkpoint's
+ * model_state_dict is found, wrapped or not), the first when none has one.
+ * F is not changed.  A select that names no mapping, and a file that holds
+ * no mapping at all, are errors (CKPT_ERR_FORMAT).
+ */
+CKPT_API int ckpt_verify_choose(ckpt_verify *v, ckpt_model *m, ckpt_file *f);
+/*
+ * Choose as above, then load strictly (ckpt_model_bind into M).  A load
+ * that fails is no error: the report says why (ckpt_verify_load_report),
+ * with the hint and fix when the keys differ by a wrapper prefix.  Errors
+ * are reading the file or the state dict (the file's status).
+ */
+CKPT_API int ckpt_verify_load(ckpt_verify *v, ckpt_model *m, ckpt_file *f);
+/* The checkpoint compared against (after ckpt_verify_load): chosen by fit
+ * (the select option is the verified checkpoint's alone) and loaded into
+ * M, a second model of the same spec (a model holds one state dict). */
+CKPT_API int ckpt_verify_load_against(ckpt_verify *v, ckpt_model *m, ckpt_file *f);
+/*
+ * Run, when the loads succeeded (else nothing runs and CKPT_OK): open the
+ * device, take the inputs from REFERENCE ('input', or 'input.NAME' per
+ * input) or, when it is NULL, a fixed pseudo-random batch in [0, 1) (4, or
+ * 2N with N replicas, in the batch dimension), run both checkpoints, compare
+ * each output with REFERENCE's 'output.NAME' (with the top-1 accuracy when
+ * it has int64 'labels'), replay DataParallel, and compare the outputs of
+ * the checkpoint compared against.  A REFERENCE that lacks a tensor or does
+ * not fit the model is CKPT_ERR_FORMAT; too small a batch to split over the
+ * replicas is CKPT_ERR_USAGE.  REFERENCE must outlive the handle.
+ */
+CKPT_API int ckpt_verify_run(ckpt_verify *v, ckpt_file *reference);
+
+/* The choice and the strict load of SIDE, or NULL before them. */
+CKPT_API const ckpt_state_dict_choice *ckpt_verify_choice(const ckpt_verify *v,
+                                                          ckpt_verify_side side);
+CKPT_API const ckpt_load_report *ckpt_verify_load_report(const ckpt_verify *v,
+                                                         ckpt_verify_side side);
+/* When the load failed by a wrapper prefix: what is wrong ("every key
+ * carries the "module." prefix of DataParallel/...") and the command that
+ * fixes the file ("ckpt strip-module IN IN_stripped.pth"); else NULL. */
+CKPT_API const char *ckpt_verify_hint(const ckpt_verify *v);
+CKPT_API const char *ckpt_verify_fix(const ckpt_verify *v);
+/* 1 when the model ran (the loads succeeded and ckpt_verify_run returned CKPT_OK). */
+CKPT_API int ckpt_verify_ran(const ckpt_verify *v);
+/* The backend it ran on, and with "auto" why not a GPU ("no GPU found"; "" else). */
+CKPT_API const ckpt_backend *ckpt_verify_backend(const ckpt_verify *v);
+CKPT_API const char *ckpt_verify_device_note(const ckpt_verify *v);
+/* Input I as run, and where the inputs came from: "reference" or
+ * "random (seed fixed, batch 4)". */
+CKPT_API const ckpt_array *ckpt_verify_input(const ckpt_verify *v, size_t i);
+CKPT_API const char *ckpt_verify_input_from(const ckpt_verify *v);
+/* The outputs (the spec's, in order; 0 when nothing ran). */
+CKPT_API size_t ckpt_verify_output_count(const ckpt_verify *v);
+CKPT_API const ckpt_verify_output *ckpt_verify_output_at(const ckpt_verify *v, size_t i);
+/* The DataParallel replay, or NULL without one. */
+CKPT_API const ckpt_verify_replicas *ckpt_verify_replica_info(const ckpt_verify *v);
+/* 1 when every load succeeded and every check passed: ckpt verify's exit 0. */
+CKPT_API int ckpt_verify_passed(const ckpt_verify *v);
+/* `ckpt verify --json`'s document (malloc'd, for free()); NULL when out of
+ * memory or before a successful ckpt_verify_load(). */
+CKPT_API char *ckpt_verify_to_json(const ckpt_verify *v);
+
 /* ---- scanning: what a file's pickles would import, without running them ---- */
 
 /*

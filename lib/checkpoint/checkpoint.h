@@ -197,6 +197,10 @@ int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root);
 /* Merge repeated str/int keys the way Python's dict does (first position,
  * last value).  -1 on OOM. */
 int ckpt_dict_dedupe(ckpt_arena *a, ckpt_value *dict);
+/* KEY without the wrapper components (module., _orig_mod., ...: the list
+ * ckpt_state_dict_wrappers knows) standing at its start or after a '.':
+ * what `ckpt unwrap` and verify's hint make of a key.  Malloc'd; NULL on OOM. */
+char *ckpt_key_unwrap(const char *key);
 
 /* ---- storage bytes (checkpoint/tensor_data.c) -------------------------------- */
 

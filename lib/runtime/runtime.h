@@ -1,9 +1,10 @@
 /* runtime/runtime.h - the model runtime's internals, shared by model.c (the
  * model object), spec.c (parse), shape.c (shape rules and the shape pass),
- * bind.c (strict load), run.c (executor) and replicas.c (DataParallel).
- * Calls go one way, never back: replicas -> run -> shape -> model ->
- * backend.c (the backend object, runtime/backend.h); spec -> model;
- * bind -> shape, model. */
+ * bind.c (strict load), run.c (executor), replicas.c (DataParallel) and
+ * verify.c (ckpt verify's engine).  Calls go one way, never back: replicas
+ * -> run -> shape -> model -> backend.c (the backend object,
+ * runtime/backend.h); spec -> model; bind -> shape, model; verify -> bind,
+ * run, replicas through ckpt.h. */
 #ifndef CKPT_RUNTIME_PRIVATE_H
 #define CKPT_RUNTIME_PRIVATE_H
 
