@@ -14,6 +14,20 @@
 
 #define CKPT_FILE_MAGIC 0x636b7074u /* "ckpt" */
 
+/*
+ * What the layers below the formats ask of the format that read a source,
+ * without naming it (libarchive's format->data and its methods): one
+ * constant table per format (formats/ define them; each ckpt_format_desc
+ * points at its own), installed on the source by the reading dispatcher.
+ * The handle's own format is the one that read f->main.  NULL members: the
+ * format has nothing to say there.
+ */
+typedef struct ckpt_format_ops {
+    /* Free what a source's fmt_data holds outside the handle's arena (called
+     * by ckpt_file_free, also after a read that failed half-way). */
+    void (*state_free)(void *fmt_data);
+} ckpt_format_ops;
+
 /* A file that storages' bytes live in (one, or each shard of a sharded set). */
 typedef struct ckpt_source {
     int fd;
@@ -23,6 +37,8 @@ typedef struct ckpt_source {
     bool big_endian; /* its values are stored big-endian (zip: byteorder "big") */
     bool lazy;       /* a folder's file: opened on demand (ckpt_source_fd), and
                       * closed again when too many are open */
+    const ckpt_format_ops *ops; /* the format that read it, or NULL */
+    void *fmt_data;             /* that format's own state for it, or NULL */
 } ckpt_source;
 
 void ckpt_source_close(ckpt_source *src);
@@ -99,8 +115,6 @@ struct ckpt_file {
     uint32_t mode;     /* kept when the input is replaced */
 
     /* What a folder format (formats/deepspeed.c) leaves on the handle: */
-    void *format_state;                      /* its own, freed by format_state_free */
-    void (*format_state_free)(ckpt_file *f);
     const char *layout_json;  /* how the folder is laid out (a JSON object), for inspect */
     /* A mapping outside the root that --select can name (DeepSpeed's
      * "module"), made on demand, its storages added to the table then:

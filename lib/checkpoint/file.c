@@ -137,14 +137,22 @@ int ckpt_source_fd(ckpt_file *f, ckpt_source *src)
     return fd;
 }
 
+/* What the format that read SRC keeps for it. */
+static void source_state_free(ckpt_source *src)
+{
+    if (src->fmt_data && src->ops && src->ops->state_free)
+        src->ops->state_free(src->fmt_data);
+    src->fmt_data = NULL;
+}
+
 CKPT_API void ckpt_file_free(ckpt_file *f)
 {
     if (!ckpt_file_valid(f))
         return;
-    if (f->format_state_free)
-        f->format_state_free(f);
+    source_state_free(&f->main);
     ckpt_source_close(&f->main);
     for (size_t i = 0; i < f->nshards; i++) {
+        source_state_free(f->shards[i]);
         ckpt_source_close(f->shards[i]);
         free(f->shards[i]);
     }

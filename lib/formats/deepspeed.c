@@ -50,7 +50,8 @@ typedef struct ds_run {
     ckpt_dtype dtype;
 } ds_run;
 
-/* Reader state kept on the handle (--select module, --stats' record check). */
+/* Reader state kept on the folder's source (f->main.fmt_data) for the
+ * methods (ds_ops: --select module, --stats' record check, the layout). */
 typedef struct ds_state {
     const char *tag;   /* "" when IN is the tag folder */
     int stage;         /* 1, 2, 3 */
@@ -513,7 +514,7 @@ static int tensor_run(ckpt_file *f, const char *file, const char *what, const ck
     out->at = s->pieces[0].file_offset + (uint64_t)t->offset * ckpt_dtype_size(t->dtype);
     out->numel = t->numel;
     out->dtype = t->dtype;
-    return note_record(f, f->format_state, (ckpt_storage *)s);
+    return note_record(f, f->main.fmt_data, (ckpt_storage *)s);
 }
 
 /* The number of elements of SHAPE (a torch.Size or a tuple), or -1. */
@@ -1071,7 +1072,7 @@ static int frozen(ds_out *o, const ckpt_value *m0, const ckpt_value *shapes, con
 
 static int ds_select_extra(ckpt_file *f, const char *name, ckpt_value **out)
 {
-    ds_state *st = f->format_state;
+    ds_state *st = f->main.fmt_data;
     *out = NULL;
     if (strcmp(name, "module") != 0)
         return CKPT_OK;
@@ -1094,7 +1095,7 @@ static int ds_select_extra(ckpt_file *f, const char *name, ckpt_value **out)
 
 static int ds_check_records(ckpt_file *f, ckpt_error *err)
 {
-    ds_state *st = f->format_state;
+    ds_state *st = f->main.fmt_data;
     uint8_t *buf = malloc(CKPT_IO_BUF);
     if (!buf)
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
@@ -1234,17 +1235,13 @@ static int check_ranks(ckpt_file *f, ds_state *st, const char *where)
     return CKPT_OK;
 }
 
-static void ds_state_free(ckpt_file *f);
-
 static int ds_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
-    (void)src;
     ds_state *st = ckpt_arena_alloc(&f->arena, sizeof(*st));
     if (!st)
         return oom(f);
     memset(st, 0, sizeof(*st));
-    f->format_state = st;
-    f->format_state_free = ds_state_free;
+    src->fmt_data = st; /* f->main: the folder */
     char tag[512];
     bool present;
     int rc = read_latest(f->dir_fd, tag, sizeof tag, &present);
@@ -1392,21 +1389,24 @@ static int ds_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     return CKPT_OK;
 }
 
-static void ds_state_free(ckpt_file *f)
+/* ds_ops.state_free: ST's arrays (ST itself is in the handle's arena). */
+static void ds_state_free(void *fmt_data)
 {
-    ds_state *st = f->format_state;
-    if (!st)
-        return;
+    ds_state *st = fmt_data;
     free(st->model);
     free(st->optim);
     free(st->mstor);
     free(st->records);
-    f->format_state = NULL;
 }
+
+static const ckpt_format_ops ds_ops = {
+    .state_free = ds_state_free,
+};
 
 const ckpt_format_desc ckpt_format_deepspeed = {
     .id = CKPT_FORMAT_DEEPSPEED,
     .name = "deepspeed",
     .claim_dir = ds_claim_dir,
     .read = ds_read,
+    .ops = &ds_ops,
 };

@@ -44,6 +44,10 @@ typedef struct ckpt_format_desc {
     /* Write f->root as PATH and the files it names, all or nothing; NULL
      * for one-file formats. */
     int (*write_set)(ckpt_file *f, const char *path, const ckpt_write_options *opt);
+    /* What the layers below ask of a source this format read (its state's
+     * free, --select's extra names, ...), installed on the source by the
+     * dispatcher; NULL: nothing. */
+    const ckpt_format_ops *ops;
 } ckpt_format_desc;
 
 extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
