@@ -19,13 +19,29 @@
  * without naming it (libarchive's format->data and its methods): one
  * constant table per format (formats/ define them; each ckpt_format_desc
  * points at its own), installed on the source by the reading dispatcher.
- * The handle's own format is the one that read f->main.  NULL members: the
- * format has nothing to say there.
+ * The handle's own format is the one that read f->main: the methods that
+ * take F are asked of f->main.ops and find their state in f->main.fmt_data.
+ * NULL members: the format has nothing to say there.
  */
 typedef struct ckpt_format_ops {
     /* Free what a source's fmt_data holds outside the handle's arena (called
      * by ckpt_file_free, also after a read that failed half-way). */
     void (*state_free)(void *fmt_data);
+    /* A mapping outside the root that --select can name (DeepSpeed's
+     * "module"), made on demand, its storages added to the table then:
+     * *OUT stays NULL when NAME is none of them. */
+    int (*select_extra)(ckpt_file *f, const char *name, ckpt_value **out);
+    /* Read every record the storages take bytes from, whole, and check its
+     * CRC-32 (storages made of runs inside records are read in parts, which
+     * no CRC covers); errors into ERR.  Safe beside another thread reading
+     * F: it opens the files itself and changes nothing in F.  CKPT_OK when
+     * the read failed (nothing to check). */
+    int (*check_records)(ckpt_file *f, ckpt_error *err);
+    /* How a folder is laid out (a JSON object), for inspect, or NULL. */
+    const char *(*layout)(const ckpt_file *f);
+    /* What its state dicts are, as inspect's "source" says ("dcp"), or NULL:
+     * each by what it is (a mapping, a module tree, ...). */
+    const char *sd_source;
 } ckpt_format_ops;
 
 /* A file that storages' bytes live in (one, or each shard of a sharded set). */
@@ -107,25 +123,14 @@ struct ckpt_file {
     ckpt_source *cur_src;  /* the source whose pickle is being read */
     const char *key_prefix;/* sharded: prefix making storage keys unique */
     ckpt_value *st_metadata; /* safetensors __metadata__ (a dict of str), or NULL */
-    const char *sd_source;   /* a folder format's state dicts: their "source" ("dcp"), or NULL */
     ckpt_parts parts;      /* installed by the format dispatcher */
     char **notices;        /* what readers noticed but did not refuse (malloc'd) */
     size_t nnotices;
     uint64_t dev, ino;     /* to refuse writing over the input */
     uint32_t mode;     /* kept when the input is replaced */
 
-    /* What a folder format (formats/deepspeed.c) leaves on the handle: */
-    const char *layout_json;  /* how the folder is laid out (a JSON object), for inspect */
-    /* A mapping outside the root that --select can name (DeepSpeed's
-     * "module"), made on demand, its storages added to the table then:
-     * *OUT stays NULL when NAME is none of them. */
-    int (*select_extra)(ckpt_file *f, const char *name, ckpt_value **out);
-    /* Read every record the storages take bytes from, whole, and check its
-     * CRC-32 (storages made of runs inside records are read in parts, which
-     * no CRC covers); errors into ERR.  Safe beside another thread reading
-     * F: it opens the files itself and changes nothing in F. */
-    int (*check_records)(ckpt_file *f, ckpt_error *err);
-    struct ckpt_records_check *checking; /* writing: that check, running beside */
+    struct ckpt_records_check *checking; /* writing: f->main.ops->check_records,
+                                          * running beside */
 };
 
 bool ckpt_file_valid(const ckpt_file *f);

@@ -67,6 +67,8 @@ typedef struct ds_state {
     ckpt_storage **records; /* every record that output bytes come from */
     size_t nrecords, records_cap;
     bool module_added;
+    const char *layout_json; /* ds_layout's answer */
+    bool done; /* the read succeeded: the methods answer (a failed one has nothing) */
 } ds_state;
 
 /* What persistent_load needs while one file's pickle is read. */
@@ -1074,7 +1076,7 @@ static int ds_select_extra(ckpt_file *f, const char *name, ckpt_value **out)
 {
     ds_state *st = f->main.fmt_data;
     *out = NULL;
-    if (strcmp(name, "module") != 0)
+    if (!st || !st->done || strcmp(name, "module") != 0)
         return CKPT_OK;
     const char *mfile = st->model[0].src->path;
     if (st->stage == 3)
@@ -1096,6 +1098,8 @@ static int ds_select_extra(ckpt_file *f, const char *name, ckpt_value **out)
 static int ds_check_records(ckpt_file *f, ckpt_error *err)
 {
     ds_state *st = f->main.fmt_data;
+    if (!st || !st->done)
+        return CKPT_OK;
     uint8_t *buf = malloc(CKPT_IO_BUF);
     if (!buf)
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
@@ -1164,8 +1168,14 @@ static int layout(ckpt_file *f, ds_state *st, size_t nbuf, size_t nfrozen, size_
 #undef PUT
     if (n >= cap)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT, "file names too long for the layout");
-    f->layout_json = s;
+    st->layout_json = s;
     return CKPT_OK;
+}
+
+static const char *ds_layout(const ckpt_file *f)
+{
+    const ds_state *st = f->main.fmt_data;
+    return st ? st->layout_json : NULL;
 }
 
 /* ---- read ---------------------------------------------------------------------------------- */
@@ -1382,9 +1392,7 @@ static int ds_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
                                 "them so, ckpt gives them as float32 like every other tensor") < 0)
         return oom(f);
     CKPT_FORWARD(layout(f, st, nbuf, nfrozen, ntrain, nalias));
-    f->sd_source = "deepspeed";
-    f->select_extra = ds_select_extra;
-    f->check_records = ds_check_records;
+    st->done = true;
     *root = o.sd;
     return CKPT_OK;
 }
@@ -1401,6 +1409,10 @@ static void ds_state_free(void *fmt_data)
 
 static const ckpt_format_ops ds_ops = {
     .state_free = ds_state_free,
+    .select_extra = ds_select_extra,
+    .check_records = ds_check_records,
+    .layout = ds_layout,
+    .sd_source = "deepspeed",
 };
 
 const ckpt_format_desc ckpt_format_deepspeed = {
