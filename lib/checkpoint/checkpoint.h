@@ -122,7 +122,6 @@ struct ckpt_file {
     size_t open_lazy_next; /* the slot to reuse next (oldest first) */
     ckpt_source *cur_src;  /* the source whose pickle is being read */
     const char *key_prefix;/* sharded: prefix making storage keys unique */
-    ckpt_value *st_metadata; /* safetensors __metadata__ (a dict of str), or NULL */
     ckpt_parts parts;      /* installed by the format dispatcher */
     char **notices;        /* what readers noticed but did not refuse (malloc'd) */
     size_t nnotices;
