@@ -51,6 +51,8 @@ typedef struct ckpt_source {
     uint64_t file_size;
     char *path;
     bool big_endian; /* its values are stored big-endian (zip: byteorder "big") */
+    const char *prefix; /* a torch zip: the folder all its records are in (the
+                         * first one's, as torch finds it), once checked; else NULL */
     bool lazy;       /* a folder's file: opened on demand (ckpt_source_fd), and
                       * closed again when too many are open */
     const ckpt_format_ops *ops; /* the format that read it, or NULL */
@@ -99,10 +101,6 @@ struct ckpt_file {
 
     char *path;
     ckpt_format format;
-    const char *prefix;     /* the main file's archive prefix */
-    const char *cur_prefix; /* the prefix of the zip being read */
-    const char **records;
-    size_t nrecords;
 
     ckpt_value *root;
     ckpt_value *file_root;  /* the root as read, when ckpt_file_select changed root */
@@ -135,8 +133,8 @@ struct ckpt_file {
 bool ckpt_file_valid(const ckpt_file *f);
 /* Record a notice for the user (the same text once); -1 when out of memory. */
 int ckpt_file_notice_add(ckpt_file *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The zip record PREFIX/NAME of the source being read (f->cur_src,
- * f->cur_prefix), or -1. */
+/* The zip record PREFIX/NAME of the source being read (f->cur_src and its
+ * prefix), or -1. */
 int64_t ckpt_file_record_find(ckpt_file *f, const char *name);
 /* Small record I (version, byteorder) as text into BUF, NUL-terminated;
  * a record of CAP bytes or more is malformed. */
