@@ -4,7 +4,9 @@
  * the index of tensors, state dicts and objects, storage bytes wherever
  * they are, and the selection of a state dict.  Below the formats: it never
  * names one; the format dispatcher installs in the handle how a format that
- * holds others reads and writes its parts (ckpt_parts).
+ * holds others reads and writes its parts (ckpt_parts), and on each source
+ * the methods of the format that read it (ckpt_format_ops), whose state
+ * lives on that source, not in the handle.
  */
 #ifndef CKPT_CHECKPOINT_H
 #define CKPT_CHECKPOINT_H
@@ -111,15 +113,21 @@ struct ckpt_file {
 
     ckpt_walk_list tensors, state_dicts, objects;
 
-    ckpt_source main;      /* the file opened (the first shard of a sharded set) */
+    ckpt_source main;      /* what was opened (a sharded set: its index; a folder:
+                            * fd -1), read by the handle's format: main.ops are
+                            * its methods, main.fmt_data its state */
     ckpt_source **shards;  /* sharded: every shard, main excluded; a folder:
                             * its files (ckpt_file_source_add) */
     size_t nshards, shards_cap;
     int dir_fd;            /* a folder checkpoint: the folder (main.fd is -1), else -1 */
     ckpt_source *open_lazy[CKPT_OPEN_SOURCES_MAX]; /* lazy sources now open */
     size_t open_lazy_next; /* the slot to reuse next (oldest first) */
-    ckpt_source *cur_src;  /* the source whose pickle is being read */
-    const char *key_prefix;/* sharded: prefix making storage keys unique */
+    /* The read in progress, which every reader's storages follow (so not any
+     * one format's): the source their bytes are in, and the prefix that
+     * keeps their keys apart from other parts' in the one table (a set's
+     * shard "name:", a DCP bytes item "bN/"), or NULL. */
+    ckpt_source *cur_src;
+    const char *key_prefix;
     ckpt_parts parts;      /* installed by the format dispatcher */
     char **notices;        /* what readers noticed but did not refuse (malloc'd) */
     size_t nnotices;

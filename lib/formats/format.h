@@ -4,7 +4,9 @@
  * torch.load tries them.  Reading dispatch (formats/read.c: sniffing) and
  * writing dispatch (formats/write.c: --to or OUT's name) go through the
  * table; no format names another.  A format that holds others reads and
- * writes its parts through f->parts, which the dispatchers install.
+ * writes its parts through f->parts, which the dispatchers install.  What a
+ * format keeps after its read lives on the source it read (src->fmt_data),
+ * and what the layers below ask of it are its ops (checkpoint.h).
  */
 #ifndef CKPT_FORMAT_H
 #define CKPT_FORMAT_H
