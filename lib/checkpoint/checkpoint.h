@@ -4,7 +4,9 @@
  * the index of tensors, state dicts and objects, storage bytes wherever
  * they are, and the selection of a state dict.  Below the formats: it never
  * names one; the format dispatcher installs in the handle how a format that
- * holds others reads and writes its parts (ckpt_parts).
+ * holds others reads and writes its parts (ckpt_parts), and on each source
+ * the methods of the format that read it (ckpt_format_ops), whose state
+ * lives on that source, not in the handle.
  */
 #ifndef CKPT_CHECKPOINT_H
 #define CKPT_CHECKPOINT_H
@@ -14,6 +16,36 @@
 
 #define CKPT_FILE_MAGIC 0x636b7074u /* "ckpt" */
 
+/*
+ * What the layers below the formats ask of the format that read a source,
+ * without naming it (libarchive's format->data and its methods): one
+ * constant table per format (formats/ define them; each ckpt_format_desc
+ * points at its own), installed on the source by the reading dispatcher.
+ * The handle's own format is the one that read f->main: the methods that
+ * take F are asked of f->main.ops and find their state in f->main.fmt_data.
+ * NULL members: the format has nothing to say there.
+ */
+typedef struct ckpt_format_ops {
+    /* Free what a source's fmt_data holds outside the handle's arena (called
+     * by ckpt_file_free, also after a read that failed half-way). */
+    void (*state_free)(void *fmt_data);
+    /* A mapping outside the root that --select can name (DeepSpeed's
+     * "module"), made on demand, its storages added to the table then:
+     * *OUT stays NULL when NAME is none of them. */
+    int (*select_extra)(ckpt_file *f, const char *name, ckpt_value **out);
+    /* Read every record the storages take bytes from, whole, and check its
+     * CRC-32 (storages made of runs inside records are read in parts, which
+     * no CRC covers); errors into ERR.  Safe beside another thread reading
+     * F: it opens the files itself and changes nothing in F.  CKPT_OK when
+     * the read failed (nothing to check). */
+    int (*check_records)(ckpt_file *f, ckpt_error *err);
+    /* How a folder is laid out (a JSON object), for inspect, or NULL. */
+    const char *(*layout)(const ckpt_file *f);
+    /* What its state dicts are, as inspect's "source" says ("dcp"), or NULL:
+     * each by what it is (a mapping, a module tree, ...). */
+    const char *sd_source;
+} ckpt_format_ops;
+
 /* A file that storages' bytes live in (one, or each shard of a sharded set). */
 typedef struct ckpt_source {
     int fd;
@@ -21,8 +53,12 @@ typedef struct ckpt_source {
     uint64_t file_size;
     char *path;
     bool big_endian; /* its values are stored big-endian (zip: byteorder "big") */
+    const char *prefix; /* a torch zip: the folder all its records are in (the
+                         * first one's, as torch finds it), once checked; else NULL */
     bool lazy;       /* a folder's file: opened on demand (ckpt_source_fd), and
                       * closed again when too many are open */
+    const ckpt_format_ops *ops; /* the format that read it, or NULL */
+    void *fmt_data;             /* that format's own state for it, or NULL */
 } ckpt_source;
 
 void ckpt_source_close(ckpt_source *src);
@@ -67,10 +103,6 @@ struct ckpt_file {
 
     char *path;
     ckpt_format format;
-    const char *prefix;     /* the main file's archive prefix */
-    const char *cur_prefix; /* the prefix of the zip being read */
-    const char **records;
-    size_t nrecords;
 
     ckpt_value *root;
     ckpt_value *file_root;  /* the root as read, when ckpt_file_select changed root */
@@ -81,44 +113,36 @@ struct ckpt_file {
 
     ckpt_walk_list tensors, state_dicts, objects;
 
-    ckpt_source main;      /* the file opened (the first shard of a sharded set) */
+    ckpt_source main;      /* what was opened (a sharded set: its index; a folder:
+                            * fd -1), read by the handle's format: main.ops are
+                            * its methods, main.fmt_data its state */
     ckpt_source **shards;  /* sharded: every shard, main excluded; a folder:
                             * its files (ckpt_file_source_add) */
     size_t nshards, shards_cap;
     int dir_fd;            /* a folder checkpoint: the folder (main.fd is -1), else -1 */
     ckpt_source *open_lazy[CKPT_OPEN_SOURCES_MAX]; /* lazy sources now open */
     size_t open_lazy_next; /* the slot to reuse next (oldest first) */
-    ckpt_source *cur_src;  /* the source whose pickle is being read */
-    const char *key_prefix;/* sharded: prefix making storage keys unique */
-    ckpt_value *st_metadata; /* safetensors __metadata__ (a dict of str), or NULL */
-    const char *sd_source;   /* a folder format's state dicts: their "source" ("dcp"), or NULL */
+    /* The read in progress, which every reader's storages follow (so not any
+     * one format's): the source their bytes are in, and the prefix that
+     * keeps their keys apart from other parts' in the one table (a set's
+     * shard "name:", a DCP bytes item "bN/"), or NULL. */
+    ckpt_source *cur_src;
+    const char *key_prefix;
     ckpt_parts parts;      /* installed by the format dispatcher */
     char **notices;        /* what readers noticed but did not refuse (malloc'd) */
     size_t nnotices;
     uint64_t dev, ino;     /* to refuse writing over the input */
     uint32_t mode;     /* kept when the input is replaced */
 
-    /* What a folder format (formats/deepspeed.c) leaves on the handle: */
-    void *format_state;                      /* its own, freed by format_state_free */
-    void (*format_state_free)(ckpt_file *f);
-    const char *layout_json;  /* how the folder is laid out (a JSON object), for inspect */
-    /* A mapping outside the root that --select can name (DeepSpeed's
-     * "module"), made on demand, its storages added to the table then:
-     * *OUT stays NULL when NAME is none of them. */
-    int (*select_extra)(ckpt_file *f, const char *name, ckpt_value **out);
-    /* Read every record the storages take bytes from, whole, and check its
-     * CRC-32 (storages made of runs inside records are read in parts, which
-     * no CRC covers); errors into ERR.  Safe beside another thread reading
-     * F: it opens the files itself and changes nothing in F. */
-    int (*check_records)(ckpt_file *f, ckpt_error *err);
-    struct ckpt_records_check *checking; /* writing: that check, running beside */
+    struct ckpt_records_check *checking; /* writing: f->main.ops->check_records,
+                                          * running beside */
 };
 
 bool ckpt_file_valid(const ckpt_file *f);
 /* Record a notice for the user (the same text once); -1 when out of memory. */
 int ckpt_file_notice_add(ckpt_file *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The zip record PREFIX/NAME of the source being read (f->cur_src,
- * f->cur_prefix), or -1. */
+/* The zip record PREFIX/NAME of the source being read (f->cur_src and its
+ * prefix), or -1. */
 int64_t ckpt_file_record_find(ckpt_file *f, const char *name);
 /* Small record I (version, byteorder) as text into BUF, NUL-terminated;
  * a record of CAP bytes or more is malformed. */

@@ -39,7 +39,6 @@ CKPT_API ckpt_file *ckpt_file_new(void)
     f->dir_fd = -1;
     ckpt_arena_init(&f->arena);
     memcpy(f->limits, default_limits, sizeof(f->limits));
-    f->prefix = "";
     return f;
 }
 
@@ -137,14 +136,22 @@ int ckpt_source_fd(ckpt_file *f, ckpt_source *src)
     return fd;
 }
 
+/* What the format that read SRC keeps for it. */
+static void source_state_free(ckpt_source *src)
+{
+    if (src->fmt_data && src->ops && src->ops->state_free)
+        src->ops->state_free(src->fmt_data);
+    src->fmt_data = NULL;
+}
+
 CKPT_API void ckpt_file_free(ckpt_file *f)
 {
     if (!ckpt_file_valid(f))
         return;
-    if (f->format_state_free)
-        f->format_state_free(f);
+    source_state_free(&f->main);
     ckpt_source_close(&f->main);
     for (size_t i = 0; i < f->nshards; i++) {
+        source_state_free(f->shards[i]);
         ckpt_source_close(f->shards[i]);
         free(f->shards[i]);
     }
@@ -221,14 +228,22 @@ CKPT_API const char *ckpt_file_error_message(const ckpt_file *f)
 
 CKPT_API const char *ckpt_file_path(const ckpt_file *f) { return ckpt_file_valid(f) ? f->path : NULL; }
 CKPT_API ckpt_format ckpt_file_format(const ckpt_file *f) { return ckpt_file_valid(f) ? f->format : CKPT_FORMAT_UNKNOWN; }
-CKPT_API const char *ckpt_file_prefix(const ckpt_file *f) { return ckpt_file_valid(f) ? f->prefix : ""; }
-CKPT_API size_t ckpt_file_record_count(const ckpt_file *f) { return ckpt_file_valid(f) ? f->nrecords : 0; }
+/* The records are the main file's when it is a torch zip (its prefix set):
+ * what inspect lists. */
+CKPT_API const char *ckpt_file_prefix(const ckpt_file *f)
+{
+    return ckpt_file_valid(f) && f->main.prefix ? f->main.prefix : "";
+}
+CKPT_API size_t ckpt_file_record_count(const ckpt_file *f)
+{
+    return ckpt_file_valid(f) && f->main.prefix ? (size_t)ckpt_zip_count(f->main.zip) : 0;
+}
 CKPT_API const ckpt_value *ckpt_file_root(const ckpt_file *f) { return ckpt_file_valid(f) ? f->root : NULL; }
 CKPT_API size_t ckpt_file_storage_count(const ckpt_file *f) { return ckpt_file_valid(f) ? f->nstorages : 0; }
 
 CKPT_API const char *ckpt_file_record_name(const ckpt_file *f, size_t i)
 {
-    return ckpt_file_valid(f) && i < f->nrecords ? f->records[i] : NULL;
+    return i < ckpt_file_record_count(f) ? ckpt_zip_name(f->main.zip, (int64_t)i) : NULL;
 }
 
 CKPT_API const ckpt_storage *ckpt_file_storage(const ckpt_file *f, size_t i)
@@ -282,7 +297,7 @@ CKPT_API const char *ckpt_file_notice(const ckpt_file *f, size_t i)
 int64_t ckpt_file_record_find(ckpt_file *f, const char *name)
 {
     char full[1024];
-    if ((size_t)snprintf(full, sizeof(full), "%s/%s", f->cur_prefix, name) >= sizeof(full))
+    if ((size_t)snprintf(full, sizeof(full), "%s/%s", f->cur_src->prefix, name) >= sizeof(full))
         return -1;
     return ckpt_zip_find(f->cur_src->zip, full);
 }
@@ -305,7 +320,7 @@ int ckpt_file_records_check(ckpt_file *f, const char *what)
     int64_t i = ckpt_file_record_find(f, ".data/version");
     if (i < 0)
         i = ckpt_file_record_find(f, "version");
-    CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/version' record", f->cur_prefix);
+    CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/version' record", f->cur_src->prefix);
     char buf[64];
     CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
     char *end;

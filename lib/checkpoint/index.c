@@ -605,8 +605,9 @@ CKPT_API const ckpt_value *ckpt_file_state_dict(const ckpt_file *f, size_t i, ck
 CKPT_API const char *ckpt_file_state_dict_source(const ckpt_file *f, size_t i)
 {
     const ckpt_value *v = list_get(f, &f->state_dicts, i, NULL);
+    const ckpt_format_ops *ops = v ? f->main.ops : NULL;
     return !v                                ? NULL
-           : f->sd_source                     ? f->sd_source /* a folder format's own */
+           : ops && ops->sd_source            ? ops->sd_source /* a folder format's own */
            : !ckpt_value_is_module_sd(v)      ? "mapping"
            : (v->flags & CKPT_VF_TORCHSCRIPT) ? "torchscript"
                                               : "module-tree";
@@ -737,7 +738,9 @@ char *ckpt_key_unwrap(const char *key)
 
 CKPT_API const char *ckpt_file_layout(const ckpt_file *f)
 {
-    return f && f->magic == CKPT_FILE_MAGIC ? f->layout_json : NULL;
+    return f && f->magic == CKPT_FILE_MAGIC && f->main.ops && f->main.ops->layout
+               ? f->main.ops->layout(f)
+               : NULL;
 }
 
 CKPT_API size_t ckpt_storage_run_count(const ckpt_storage *s)
@@ -763,5 +766,6 @@ CKPT_API int ckpt_file_check_records(ckpt_file *f)
     if (!f || f->magic != CKPT_FILE_MAGIC)
         return CKPT_ERR_USAGE;
     ckpt_err_clear(&f->err);
-    return f->check_records ? f->check_records(f, &f->err) : CKPT_OK;
+    const ckpt_format_ops *ops = f->main.ops;
+    return ops && ops->check_records ? ops->check_records(f, &f->err) : CKPT_OK;
 }

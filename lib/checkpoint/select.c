@@ -33,9 +33,9 @@ int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, c
         bool numeric = *part && !*end;
         if (v->kind == CKPT_KIND_DICT) {
             next = (ckpt_value *)ckpt_value_dict_get(v, part);
-            if (!next && depth == 0 && f->select_extra) {
+            if (!next && depth == 0 && f->main.ops && f->main.ops->select_extra) {
                 /* a mapping a folder format offers beside its root */
-                rc = f->select_extra(f, part, &next);
+                rc = f->main.ops->select_extra(f, part, &next);
                 if (rc)
                     break;
             }

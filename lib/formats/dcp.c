@@ -1517,7 +1517,6 @@ static int dcp_read_all(dcp *d, ckpt_value **root)
         CKPT_FORWARD(set_element(d, top, path, v, m->fqn));
     }
     *root = top;
-    f->sd_source = "dcp"; /* flattened keys, nested again by planner_data */
     return CKPT_OK;
 }
 
@@ -1531,9 +1530,14 @@ static int dcp_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     return rc;
 }
 
+static const ckpt_format_ops dcp_ops = {
+    .sd_source = "dcp", /* flattened keys, nested again by planner_data */
+};
+
 const ckpt_format_desc ckpt_format_dcp = {
     .id = CKPT_FORMAT_DCP,
     .name = "dcp",
     .claim_dir = dcp_claim_dir,
     .read = dcp_read,
+    .ops = &dcp_ops,
 };

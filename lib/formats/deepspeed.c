@@ -50,7 +50,8 @@ typedef struct ds_run {
     ckpt_dtype dtype;
 } ds_run;
 
-/* Reader state kept on the handle (--select module, --stats' record check). */
+/* Reader state kept on the folder's source (f->main.fmt_data) for the
+ * methods (ds_ops: --select module, --stats' record check, the layout). */
 typedef struct ds_state {
     const char *tag;   /* "" when IN is the tag folder */
     int stage;         /* 1, 2, 3 */
@@ -66,6 +67,8 @@ typedef struct ds_state {
     ckpt_storage **records; /* every record that output bytes come from */
     size_t nrecords, records_cap;
     bool module_added;
+    const char *layout_json; /* ds_layout's answer */
+    bool done; /* the read succeeded: the methods answer (a failed one has nothing) */
 } ds_state;
 
 /* What persistent_load needs while one file's pickle is read. */
@@ -513,7 +516,7 @@ static int tensor_run(ckpt_file *f, const char *file, const char *what, const ck
     out->at = s->pieces[0].file_offset + (uint64_t)t->offset * ckpt_dtype_size(t->dtype);
     out->numel = t->numel;
     out->dtype = t->dtype;
-    return note_record(f, f->format_state, (ckpt_storage *)s);
+    return note_record(f, f->main.fmt_data, (ckpt_storage *)s);
 }
 
 /* The number of elements of SHAPE (a torch.Size or a tuple), or -1. */
@@ -1071,9 +1074,9 @@ static int frozen(ds_out *o, const ckpt_value *m0, const ckpt_value *shapes, con
 
 static int ds_select_extra(ckpt_file *f, const char *name, ckpt_value **out)
 {
-    ds_state *st = f->format_state;
+    ds_state *st = f->main.fmt_data;
     *out = NULL;
-    if (strcmp(name, "module") != 0)
+    if (!st || !st->done || strcmp(name, "module") != 0)
         return CKPT_OK;
     const char *mfile = st->model[0].src->path;
     if (st->stage == 3)
@@ -1094,7 +1097,9 @@ static int ds_select_extra(ckpt_file *f, const char *name, ckpt_value **out)
 
 static int ds_check_records(ckpt_file *f, ckpt_error *err)
 {
-    ds_state *st = f->format_state;
+    ds_state *st = f->main.fmt_data;
+    if (!st || !st->done)
+        return CKPT_OK;
     uint8_t *buf = malloc(CKPT_IO_BUF);
     if (!buf)
         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
@@ -1163,8 +1168,14 @@ static int layout(ckpt_file *f, ds_state *st, size_t nbuf, size_t nfrozen, size_
 #undef PUT
     if (n >= cap)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT, "file names too long for the layout");
-    f->layout_json = s;
+    st->layout_json = s;
     return CKPT_OK;
+}
+
+static const char *ds_layout(const ckpt_file *f)
+{
+    const ds_state *st = f->main.fmt_data;
+    return st ? st->layout_json : NULL;
 }
 
 /* ---- read ---------------------------------------------------------------------------------- */
@@ -1234,17 +1245,13 @@ static int check_ranks(ckpt_file *f, ds_state *st, const char *where)
     return CKPT_OK;
 }
 
-static void ds_state_free(ckpt_file *f);
-
 static int ds_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
-    (void)src;
     ds_state *st = ckpt_arena_alloc(&f->arena, sizeof(*st));
     if (!st)
         return oom(f);
     memset(st, 0, sizeof(*st));
-    f->format_state = st;
-    f->format_state_free = ds_state_free;
+    src->fmt_data = st; /* f->main: the folder */
     char tag[512];
     bool present;
     int rc = read_latest(f->dir_fd, tag, sizeof tag, &present);
@@ -1385,28 +1392,33 @@ static int ds_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
                                 "them so, ckpt gives them as float32 like every other tensor") < 0)
         return oom(f);
     CKPT_FORWARD(layout(f, st, nbuf, nfrozen, ntrain, nalias));
-    f->sd_source = "deepspeed";
-    f->select_extra = ds_select_extra;
-    f->check_records = ds_check_records;
+    st->done = true;
     *root = o.sd;
     return CKPT_OK;
 }
 
-static void ds_state_free(ckpt_file *f)
+/* ds_ops.state_free: ST's arrays (ST itself is in the handle's arena). */
+static void ds_state_free(void *fmt_data)
 {
-    ds_state *st = f->format_state;
-    if (!st)
-        return;
+    ds_state *st = fmt_data;
     free(st->model);
     free(st->optim);
     free(st->mstor);
     free(st->records);
-    f->format_state = NULL;
 }
+
+static const ckpt_format_ops ds_ops = {
+    .state_free = ds_state_free,
+    .select_extra = ds_select_extra,
+    .check_records = ds_check_records,
+    .layout = ds_layout,
+    .sd_source = "deepspeed",
+};
 
 const ckpt_format_desc ckpt_format_deepspeed = {
     .id = CKPT_FORMAT_DEEPSPEED,
     .name = "deepspeed",
     .claim_dir = ds_claim_dir,
     .read = ds_read,
+    .ops = &ds_ops,
 };

@@ -4,7 +4,9 @@
  * torch.load tries them.  Reading dispatch (formats/read.c: sniffing) and
  * writing dispatch (formats/write.c: --to or OUT's name) go through the
  * table; no format names another.  A format that holds others reads and
- * writes its parts through f->parts, which the dispatchers install.
+ * writes its parts through f->parts, which the dispatchers install.  What a
+ * format keeps after its read lives on the source it read (src->fmt_data),
+ * and what the layers below ask of it are its ops (checkpoint.h).
  */
 #ifndef CKPT_FORMAT_H
 #define CKPT_FORMAT_H
@@ -44,6 +46,10 @@ typedef struct ckpt_format_desc {
     /* Write f->root as PATH and the files it names, all or nothing; NULL
      * for one-file formats. */
     int (*write_set)(ckpt_file *f, const char *path, const ckpt_write_options *opt);
+    /* What the layers below ask of a source this format read (its state's
+     * free, --select's extra names, ...), installed on the source by the
+     * dispatcher; NULL: nothing. */
+    const ckpt_format_ops *ops;
 } ckpt_format_desc;
 
 extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,

@@ -59,11 +59,11 @@ static int locate_storages(ckpt_file *f, size_t first)
             return ckpt_err(&f->err, CKPT_ERR_FORMAT, "storage key too long");
         int64_t i = ckpt_file_record_find(f, name);
         CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "storage '%s' has no record '%s/%s'",
-                       s->key, f->cur_prefix, name);
+                       s->key, f->cur_src->prefix, name);
         uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
         CKPT_RETURN_IF(size != s->nbytes, &f->err, CKPT_ERR_FORMAT,
                        "record '%s/%s' is %llu bytes but storage '%s' (%lld x %s) needs %llu",
-                       f->cur_prefix, name, (unsigned long long)size, s->key, (long long)s->numel,
+                       f->cur_src->prefix, name, (unsigned long long)size, s->key, (long long)s->numel,
                        ckpt_dtype_name(s->dtype), (unsigned long long)s->nbytes);
         s->loc = CKPT_LOC_ZIP_RECORD;
         s->big_endian = f->cur_src->big_endian;
@@ -94,22 +94,16 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     const char *slash = strchr(first, '/');
     CKPT_RETURN_IF(!slash || slash == first, &f->err, CKPT_ERR_FORMAT,
                    "file in archive is not in a subdirectory: %s", first);
-    f->cur_prefix = ckpt_arena_strndup(&f->arena, first, (size_t)(slash - first));
-    const char **records = ckpt_arena_alloc(&f->arena, (size_t)n * sizeof(char *));
-    if (!f->cur_prefix || !records)
+    const char *prefix = ckpt_arena_strndup(&f->arena, first, (size_t)(slash - first));
+    if (!prefix)
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
     size_t plen = (size_t)(slash - first);
     for (int64_t i = 0; i < n; i++) {
         const char *name = ckpt_zip_name(f->cur_src->zip, i);
         CKPT_RETURN_IF(strncmp(name, first, plen + 1) != 0, &f->err, CKPT_ERR_FORMAT,
-                       "file in archive is not in a subdirectory %s/: %s", f->cur_prefix, name);
-        records[i] = name;
+                       "file in archive is not in a subdirectory %s/: %s", prefix, name);
     }
-    if (f->cur_src == &f->main) { /* what inspect lists */
-        f->prefix = f->cur_prefix;
-        f->records = records;
-        f->nrecords = (size_t)n;
-    }
+    src->prefix = prefix; /* for ckpt_file_record_find; the main file's: what inspect lists */
 
     CKPT_RETURN_IF(ckpt_file_record_find(f, "constants.pkl") >= 0, &f->err, CKPT_ERR_UNSUPPORTED,
                    "a TorchScript archive (torch.jit.save), not a torch.save checkpoint");
@@ -117,7 +111,7 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     CKPT_FORWARD(check_alignment(f));
 
     int64_t pkl = ckpt_file_record_find(f, "data.pkl");
-    CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", f->cur_prefix);
+    CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", src->prefix);
     uint8_t *buf;
     size_t len;
     CKPT_FORWARD(ckpt_zip_read_all(f->cur_src->zip, pkl, f->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len,
@@ -519,7 +513,7 @@ static int pth_zip_write_in_place(ckpt_file *f, int fd, const char *path,
     (void)path;
     (void)opt;
     ckpt_error *err = &f->err;
-    if (f->format != CKPT_FORMAT_PTH_ZIP || f->nshards || !f->main.zip || !f->prefix)
+    if (f->format != CKPT_FORMAT_PTH_ZIP || f->nshards || !f->main.zip || !f->main.prefix)
         return not_here(res, err, "the input is not one pth-zip file");
     if (ckpt_root_is_torchscript(f))
         return not_here(res, err, "a TorchScript archive");
@@ -541,13 +535,14 @@ static int pth_zip_write_in_place(ckpt_file *f, int fd, const char *path,
     /* the file locked now must be the file that was read */
     size_t n = ckpt_zip_layout_count(l), pkl = SIZE_MAX;
     char want[1100];
-    snprintf(want, sizeof(want), "%s/data.pkl", f->prefix);
-    bool same = n == f->nrecords && n == (size_t)ckpt_zip_count(f->main.zip);
+    snprintf(want, sizeof(want), "%s/data.pkl", f->main.prefix);
+    bool same = n == (size_t)ckpt_zip_count(f->main.zip);
     for (size_t i = 0; same && i < n; i++) {
-        same = strcmp(ckpt_zip_layout_name(l, i), f->records[i]) == 0 &&
+        const char *name = ckpt_zip_name(f->main.zip, (int64_t)i);
+        same = strcmp(ckpt_zip_layout_name(l, i), name) == 0 &&
                ckpt_zip_layout_crc(l, i) == ckpt_zip_crc(f->main.zip, (int64_t)i) &&
                ckpt_zip_layout_size(l, i) == ckpt_zip_size(f->main.zip, (int64_t)i);
-        if (same && strcmp(f->records[i], want) == 0)
+        if (same && strcmp(name, want) == 0)
             pkl = pkl == SIZE_MAX ? i : SIZE_MAX - 1;
     }
     if (!same) {

@@ -2,7 +2,8 @@
  * read.c - reading dispatch: ckpt_file_open() sniffs a file through the
  * format table, in torch.load's order, and hands it to its format's reader.
  * It also installs f->parts.read, through which a format that holds others
- * (a sharded set) reads its parts without naming their format.
+ * (a sharded set) reads its parts without naming their format, and puts on
+ * each source read the ops of the format that reads it.
  */
 #include "formats/format.h"
 
@@ -18,6 +19,7 @@ static int read_as(ckpt_file *f, const ckpt_format_desc *d, ckpt_source *src, ck
 {
     ckpt_source *prev = f->cur_src;
     f->cur_src = src;
+    src->ops = d->ops; /* before the read: a read that fails still frees its state */
     int rc = d->read(f, src, root);
     f->cur_src = prev;
     return rc;

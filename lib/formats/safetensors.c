@@ -170,8 +170,14 @@ static ckpt_value *str_value(ckpt_file *f, const char *s)
     return v;
 }
 
-/* __metadata__: string values only; kept for writing safetensors again. */
-static int read_metadata(ckpt_file *f, const cJSON *md)
+/* What this reader keeps on each source it read (src->ops == &st_ops): no
+ * methods, and as its fmt_data the file's __metadata__ (a dict of str, in
+ * the handle's arena), or NULL. */
+static const ckpt_format_ops st_ops = {0};
+
+/* __metadata__: string values only; kept on SRC for writing safetensors
+ * again. */
+static int read_metadata(ckpt_file *f, ckpt_source *src, const cJSON *md)
 {
     if (!cJSON_IsObject(md))
         return ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: __metadata__ is not an object");
@@ -189,8 +195,7 @@ static int read_metadata(ckpt_file *f, const cJSON *md)
             ckpt_vec_push(&f->arena, &d->u.dict.vals, v))
             return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
     }
-    if (!f->st_metadata)
-        f->st_metadata = d;
+    src->fmt_data = d;
     return CKPT_OK;
 }
 
@@ -293,7 +298,7 @@ static int safetensors_read(ckpt_file *f, ckpt_source *src, ckpt_value **root_ou
                 goto out;
             }
             md = j;
-            if ((rc = read_metadata(f, j)))
+            if ((rc = read_metadata(f, src, j)))
                 goto out;
             continue;
         }
@@ -384,6 +389,18 @@ typedef struct st_entry {
     uint64_t begin, end;
     long alias_of; /* index of the entry holding the bytes, or -1 */
 } st_entry;
+
+/* The __metadata__ of the input's first safetensors file that has one (a
+ * set's shards in the order they were read), or NULL. */
+static const ckpt_value *input_metadata(const ckpt_file *f)
+{
+    if (f->main.ops == &st_ops && f->main.fmt_data)
+        return f->main.fmt_data;
+    for (size_t i = 0; i < f->nshards; i++)
+        if (f->shards[i]->ops == &st_ops && f->shards[i]->fmt_data)
+            return f->shards[i]->fmt_data;
+    return NULL;
+}
 
 static bool is_scalar(const ckpt_value *v)
 {
@@ -585,11 +602,12 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
                 snprintf(text, sizeof(text), "%s", v->u.b ? "True" : "False");
             cJSON_AddStringToObject(md, k->u.s.s, text);
         }
-    if (f->st_metadata) /* a safetensors input's own metadata carries over */
-        for (size_t i = 0; i < f->st_metadata->u.dict.keys.len; i++) {
-            const char *k = f->st_metadata->u.dict.keys.items[i]->u.s.s;
+    const ckpt_value *in_md = input_metadata(f);
+    if (in_md) /* a safetensors input's own metadata carries over */
+        for (size_t i = 0; i < in_md->u.dict.keys.len; i++) {
+            const char *k = in_md->u.dict.keys.items[i]->u.s.s;
             if (strcmp(k, "format") && strcmp(k, "ckpt.tied") && !cJSON_GetObjectItem(md, k))
-                cJSON_AddStringToObject(md, k, f->st_metadata->u.dict.vals.items[i]->u.s.s);
+                cJSON_AddStringToObject(md, k, in_md->u.dict.vals.items[i]->u.s.s);
         }
     uint64_t at = 0;
     size_t ntied = 0;
@@ -773,4 +791,5 @@ const ckpt_format_desc ckpt_format_safetensors = {
     .read = safetensors_read,
     .write = safetensors_write,
     .write_in_place = safetensors_write_in_place,
+    .ops = &st_ops,
 };

@@ -57,10 +57,10 @@ static int locate_storages(ckpt_file *f, size_t first)
                        &f->err, CKPT_ERR_FORMAT, "storage key too long");
         int64_t i = ckpt_file_record_find(f, name);
         CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "storage '%s' has no record '%s/%s'",
-                       s->key, f->cur_prefix, name);
+                       s->key, f->cur_src->prefix, name);
         uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
         CKPT_RETURN_IF(size != s->nbytes, &f->err, CKPT_ERR_FORMAT,
-                       "record '%s/%s' is %llu bytes but storage '%s' needs %llu", f->cur_prefix,
+                       "record '%s/%s' is %llu bytes but storage '%s' needs %llu", f->cur_src->prefix,
                        name, (unsigned long long)size, s->key, (unsigned long long)s->nbytes);
         s->loc = CKPT_LOC_ZIP_RECORD;
         s->big_endian = f->cur_src->big_endian;
@@ -281,7 +281,7 @@ static int class_cmp(const void *a, const void *b)
 static int index_code(ckpt_file *f, ts_index *ix)
 {
     char pre[1100];
-    snprintf(pre, sizeof(pre), "%s/code/", f->cur_prefix);
+    snprintf(pre, sizeof(pre), "%s/code/", f->cur_src->prefix);
     size_t pl = strlen(pre);
     ckpt_zip *z = f->cur_src->zip;
     for (int64_t i = 0; i < ckpt_zip_count(z); i++) {
@@ -420,25 +420,19 @@ static int ts_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     CKPT_RETURN_IF(!slash || slash == first, &f->err, CKPT_ERR_FORMAT,
                    "file in archive is not in a subdirectory: %s", first);
     size_t plen = (size_t)(slash - first);
-    f->cur_prefix = ckpt_arena_strndup(&f->arena, first, plen);
-    const char **records = ckpt_arena_alloc(&f->arena, (size_t)n * sizeof(char *));
-    if (!f->cur_prefix || !records)
+    const char *prefix = ckpt_arena_strndup(&f->arena, first, plen);
+    if (!prefix)
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < n; i++) {
         const char *name = ckpt_zip_name(src->zip, i);
         CKPT_RETURN_IF(strncmp(name, first, plen + 1) != 0, &f->err, CKPT_ERR_FORMAT,
-                       "file in archive is not in a subdirectory %s/: %s", f->cur_prefix, name);
-        records[i] = name;
+                       "file in archive is not in a subdirectory %s/: %s", prefix, name);
     }
-    if (src == &f->main) {
-        f->prefix = f->cur_prefix;
-        f->records = records;
-        f->nrecords = (size_t)n;
-    }
+    src->prefix = prefix;
     CKPT_FORWARD(ckpt_file_records_check(f, "TorchScript archive"));
 
     int64_t pkl = ckpt_file_record_find(f, "data.pkl");
-    CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", f->cur_prefix);
+    CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", src->prefix);
     uint8_t *buf;
     size_t len;
     CKPT_FORWARD(ckpt_zip_read_all(src->zip, pkl, f->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len,

@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* A folder's records' CRC-32 check (f->check_records), run on a second
+/* A folder's records' CRC-32 check (f->main.ops->check_records), run on a second
  * thread while the writer streams the storages made of runs inside them:
  * the first output is committed only once it has passed. */
 struct ckpt_records_check {
@@ -35,7 +35,7 @@ struct ckpt_records_check {
 static void *check_thread(void *arg)
 {
     struct ckpt_records_check *c = arg;
-    c->rc = c->f->check_records(c->f, &c->err);
+    c->rc = c->f->main.ops->check_records(c->f, &c->err);
     return NULL;
 }
 
@@ -315,9 +315,9 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
     /* a folder's storages are runs inside its records, which no read
      * covers whole: their CRC-32s are checked beside the writing */
     struct ckpt_records_check check = {.f = f, .joined = true};
-    if (f->check_records && !f->checking) {
+    if (f->main.ops && f->main.ops->check_records && !f->checking) {
         if (pthread_create(&check.thread, NULL, check_thread, &check) != 0)
-            check.rc = f->check_records(f, &check.err); /* no thread: first */
+            check.rc = f->main.ops->check_records(f, &check.err); /* no thread: first */
         else
             check.joined = false;
         f->checking = &check;
