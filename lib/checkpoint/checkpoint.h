@@ -194,6 +194,10 @@ bool ckpt_root_is_torchscript(const ckpt_file *f);
 bool ckpt_value_is_module_sd(const ckpt_value *v);
 /* Index again after f->root changed from OLD_ROOT. */
 int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root);
+/* KEY without the wrapper components (module., _orig_mod., ...) standing at
+ * its start or after a '.': ckpt unwrap's rule and diff's --normalize.
+ * malloc'd; NULL out of memory. */
+char *ckpt_key_unwrap(const char *key);
 /* Merge repeated str/int keys the way Python's dict does (first position,
  * last value).  -1 on OOM. */
 int ckpt_dict_dedupe(ckpt_arena *a, ckpt_value *dict);

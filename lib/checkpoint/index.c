@@ -712,6 +712,29 @@ CKPT_API size_t ckpt_state_dict_wrappers(const ckpt_value *sd, const char **out,
     return n;
 }
 
+char *ckpt_key_unwrap(const char *key)
+{
+    char *out = strdup(key);
+    if (!out)
+        return NULL;
+    size_t pos = 0;
+    while (out[pos]) {
+        bool removed = false;
+        if (pos == 0 || out[pos - 1] == '.')
+            for (size_t w = 0; w < NWRAPPERS; w++) {
+                size_t wl = strlen(wrapper_names[w]);
+                if (strncmp(out + pos, wrapper_names[w], wl) == 0) {
+                    memmove(out + pos, out + pos + wl, strlen(out + pos + wl) + 1);
+                    removed = true;
+                    break;
+                }
+            }
+        if (!removed)
+            pos++;
+    }
+    return out;
+}
+
 CKPT_API const char *ckpt_file_layout(const ckpt_file *f)
 {
     return f && f->magic == CKPT_FILE_MAGIC ? f->layout_json : NULL;

@@ -27,11 +27,6 @@ struct ckpt_rename {
     char error[256];
 };
 
-static const char *const wrappers[] = {
-    "module.", "_orig_mod.", "_fsdp_wrapped_module.", "_forward_module.",
-    "_checkpoint_wrapped_module.",
-};
-
 CKPT_API ckpt_rename *ckpt_rename_new(void)
 {
     return calloc(1, sizeof(ckpt_rename));
@@ -237,30 +232,6 @@ static char *apply_sed(const rule *x, const char *key, char *errbuf, size_t errc
     }
 }
 
-/* Remove wrapper components standing at the start of KEY or after a '.'. */
-static char *unwrap_key(const char *key)
-{
-    char *out = strdup(key);
-    if (!out)
-        return NULL;
-    size_t pos = 0;
-    while (out[pos]) {
-        bool removed = false;
-        if (pos == 0 || out[pos - 1] == '.')
-            for (size_t w = 0; w < sizeof(wrappers) / sizeof(wrappers[0]); w++) {
-                size_t wl = strlen(wrappers[w]);
-                if (strncmp(out + pos, wrappers[w], wl) == 0) {
-                    memmove(out + pos, out + pos + wl, strlen(out + pos + wl) + 1);
-                    removed = true;
-                    break;
-                }
-            }
-        if (!removed)
-            pos++;
-    }
-    return out;
-}
-
 static char *apply_rules(const ckpt_rename *r, const char *key, char *errbuf, size_t errcap)
 {
     char *cur = strdup(key);
@@ -285,7 +256,7 @@ static char *apply_rules(const ckpt_rename *r, const char *key, char *errbuf, si
             break;
         }
         case RULE_UNWRAP:
-            next = unwrap_key(cur);
+            next = ckpt_key_unwrap(cur); /* checkpoint/index.c: the one wrapper list */
             break;
         case RULE_SED:
             next = apply_sed(x, cur, errbuf, errcap);
