@@ -67,6 +67,7 @@ struct ckpt_file {
 
     char *path;
     ckpt_format format;
+    const char *format_name; /* its descriptor's name, set with format by the dispatcher */
     const char *prefix;     /* the main file's archive prefix */
     const char *cur_prefix; /* the prefix of the zip being read */
     const char **records;
