@@ -584,6 +584,133 @@ typedef enum ckpt_global_class {
 
 CKPT_API ckpt_global_class ckpt_file_classify_global(const ckpt_file *f, const char *qualified_name);
 
+/* ---- diff: two checkpoints compared, as ckpt diff compares them --------- */
+
+/*
+ * ckpt diff's engine.  A is the model's checkpoint (the reference), B the
+ * one loaded into it; the words are torch's load_state_dict's: keys of A
+ * without a counterpart in B are "missing", keys of B without one in A
+ * "unexpected".  Which tensors are paired: a file with one state dict (or
+ * the one ckpt_diff_set_select() names) is compared by its keys, and the
+ * tensors outside it by their paths when both files hold their state dict
+ * at the same path; any other file by the path of every tensor.  Both
+ * sides go by path when either is a DCP folder and only one of them holds
+ * a single state dict (a DCP folder drops empty dicts and makes int keys
+ * str, so it sees state dicts the .pth it came from lacks).  Each common
+ * key is compared with ckpt_tensor_compare() (numbers across numeric
+ * dtypes, complex and quantized as bytes).  The files are opened by the
+ * caller and must stay open while the results are read: tensors, paths
+ * and file names are borrowed from them.  A run reads both files (one
+ * thread at a time on each, as for any reading call).
+ */
+typedef struct ckpt_diff ckpt_diff;
+
+/* How a pair's values were compared. */
+typedef enum ckpt_diff_compared {
+    CKPT_DIFF_NOT_COMPARED = 0, /* a size mismatch, or keys only */
+    CKPT_DIFF_VALUES,           /* as numbers (across numeric dtypes) */
+    CKPT_DIFF_BYTES,            /* element by element as bytes (complex, quantized) */
+    CKPT_DIFF_INCOMPARABLE      /* dtypes whose values cannot be compared: not equal */
+} ckpt_diff_compared;
+
+/* One side of a diff: what of its file was compared. */
+typedef struct ckpt_diff_side {
+    const char *file;       /* ckpt_file_path() */
+    ckpt_format format;
+    size_t state_dicts;     /* the file's state dicts (ckpt_file_state_dict_count) */
+    int by_path;            /* 1: every tensor compared by its path, no state dict chosen */
+    ckpt_path state_dict;   /* else the state dict compared by key (len 0: the root) */
+    const char *state_dict_text; /* that path as "a/b" ("" for the root); NULL when by_path */
+    size_t tensors;         /* tensors compared (by key and by path) */
+    size_t others;          /* of them, those outside the state dict, by path */
+    size_t unreached;       /* storages no listed tensor uses (inside opaque objects):
+                             * not compared */
+} ckpt_diff_side;
+
+/* One key both sides hold, as compared. */
+typedef struct ckpt_diff_pair {
+    const char *key;            /* the key compared (normalized with ckpt_diff_set_normalize) */
+    const char *a_key, *b_key;  /* the keys as in each file; paths joined by '/' */
+    const ckpt_tensor *a, *b;
+    int equal;                  /* same shape and values within tolerance (a dtype
+                                 * mismatch alone is no difference) */
+    int size_mismatch;          /* shapes differ: values not compared, not equal */
+    int dtype_mismatch;
+    ckpt_diff_compared compared_as;
+    /* VALUES or BYTES: ckpt_tensor_compare()'s result (max_abs and max_rel
+     * NaN for BYTES); first_index is the first element outside the tolerance */
+    ckpt_compare_result r;
+    /* first_index as an index per dimension: first_ndim of them in
+     * first_coords; -1 when only the flat index has a meaning (sparse
+     * tensors count over their saved parts, packed dtypes over bytes) */
+    int first_ndim;
+    const int64_t *first_coords;
+    /* VALUES with a mismatch: the values at first_index as ckpt diff prints
+     * them: exact for integer dtypes ("-9223372036854775808", "True"), else
+     * the shortest decimal that reads back as the same value of the
+     * tensor's dtype ("0.1", "nan", "-inf"); NULL otherwise */
+    const char *first_a_text, *first_b_text;
+} ckpt_diff_pair;
+
+typedef struct ckpt_diff_summary {
+    size_t compared, equal, differ; /* pairs (every common key) */
+    size_t missing, unexpected;
+    size_t size_mismatch, dtype_mismatch;
+    /* without normalisation: how many missing keys unwrapping both sides'
+     * keys would pair with unexpected ones (0 when none are both) */
+    size_t normalize_would_match;
+    int all_equal;              /* something compared, all equal, none missing or unexpected */
+    /* why a diff that found no difference is still not equal (nothing was
+     * compared), or NULL */
+    const char *reason;
+} ckpt_diff_summary;
+
+/* DONE of TOTAL pairs compared: called with DONE = 0 before the first
+ * pair's values are read, then after each pair (not with keys only). */
+typedef void (*ckpt_diff_progress_fn)(void *user, size_t done, size_t total);
+
+CKPT_API ckpt_diff *ckpt_diff_new(void);
+CKPT_API void ckpt_diff_free(ckpt_diff *d);
+/* Equal when |a - b| <= ATOL + RTOL * |b| (default 0, 0: exact); both
+ * finite and not negative, else CKPT_ERR_USAGE.  Unused with keys only. */
+CKPT_API int ckpt_diff_set_tolerance(ckpt_diff *d, double atol, double rtol);
+/* Compare keys, shapes and dtypes only: read no data. */
+CKPT_API int ckpt_diff_set_keys_only(ckpt_diff *d, int keys_only);
+/* Unwrap module., _orig_mod., ... of both sides' keys (and of every
+ * component of a path) first, as ckpt_rename_unwrap() does. */
+CKPT_API int ckpt_diff_set_normalize(ckpt_diff *d, int normalize);
+/* Compare the state dict at PATH ("a/b", as ckpt_path_format() writes it)
+ * of each file; NULL: the only one, if a file has one. */
+CKPT_API int ckpt_diff_set_select(ckpt_diff *d, const char *path);
+CKPT_API int ckpt_diff_set_progress(ckpt_diff *d, ckpt_diff_progress_fn fn, void *user);
+/*
+ * Compare A with B (both opened with ckpt_file_open()), replacing the
+ * results of an earlier run.  CKPT_OK when the comparison ran, whatever it
+ * found.  Errors: a selection that names no state dict of a file
+ * (CKPT_ERR_FORMAT), two keys of one file compared as one
+ * (CKPT_ERR_UNSUPPORTED), a tensor that cannot be read (the file's status:
+ * the message then starts with the key as in that file); the message is in
+ * ckpt_diff_error_message(), and ckpt_diff_error_side() says which file it
+ * concerns.
+ */
+CKPT_API int ckpt_diff_run(ckpt_diff *d, ckpt_file *a, ckpt_file *b);
+CKPT_API int ckpt_diff_error_code(const ckpt_diff *d);
+CKPT_API const char *ckpt_diff_error_message(const ckpt_diff *d);
+/* 0: the error concerns A, 1: B, -1: neither (out of memory). */
+CKPT_API int ckpt_diff_error_side(const ckpt_diff *d);
+/* The results of the last successful run (NULL, 0 before one). */
+CKPT_API const ckpt_diff_side *ckpt_diff_side_of(const ckpt_diff *d, int which);
+CKPT_API const ckpt_diff_summary *ckpt_diff_summary_of(const ckpt_diff *d);
+/* Every common key, in A's order. */
+CKPT_API size_t ckpt_diff_pair_count(const ckpt_diff *d);
+CKPT_API const ckpt_diff_pair *ckpt_diff_pair_at(const ckpt_diff *d, size_t i);
+/* Missing keys in A's order, unexpected ones in B's (summary's counts). */
+CKPT_API const char *ckpt_diff_missing_at(const ckpt_diff *d, size_t i);
+CKPT_API const char *ckpt_diff_unexpected_at(const ckpt_diff *d, size_t i);
+/* The document ckpt diff --json prints (ckpt-diff(1)), malloc'd (free());
+ * NULL out of memory or before a successful run. */
+CKPT_API char *ckpt_diff_to_json(const ckpt_diff *d);
+
 /* ---- editing: key renames and device remaps ------------------------------- */
 
 /*

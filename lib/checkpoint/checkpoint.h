@@ -103,6 +103,7 @@ struct ckpt_file {
 
     char *path;
     ckpt_format format;
+    const char *format_name; /* its descriptor's name, set with format by the dispatcher */
 
     ckpt_value *root;
     ckpt_value *file_root;  /* the root as read, when ckpt_file_select changed root */
@@ -223,7 +224,7 @@ int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root);
 int ckpt_dict_dedupe(ckpt_arena *a, ckpt_value *dict);
 /* KEY without the wrapper components (module., _orig_mod., ...: the list
  * ckpt_state_dict_wrappers knows) standing at its start or after a '.':
- * what `ckpt unwrap` and verify's hint make of a key.  Malloc'd; NULL on OOM. */
+ * what `ckpt unwrap`, diff's --normalize and verify's hint make of a key.  Malloc'd; NULL on OOM. */
 char *ckpt_key_unwrap(const char *key);
 
 /* ---- storage bytes (checkpoint/tensor_data.c) -------------------------------- */

@@ -78,6 +78,7 @@ static int open_dir(ckpt_file *f, int fd, const struct stat *st)
                         len ? names : "known");
     }
     f->format = d->id;
+    f->format_name = d->name;
     int rc = read_as(f, d, &f->main, &f->root);
     if (rc == CKPT_OK)
         rc = ckpt_file_index(f);
@@ -128,6 +129,7 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
                       "safetensors or a shard index)");
     } else {
         f->format = d->id;
+        f->format_name = d->name;
         rc = read_as(f, d, &f->main, &f->root);
     }
     if (rc == CKPT_OK)

@@ -256,7 +256,7 @@ static char *apply_rules(const ckpt_rename *r, const char *key, char *errbuf, si
             break;
         }
         case RULE_UNWRAP:
-            next = ckpt_key_unwrap(cur);
+            next = ckpt_key_unwrap(cur); /* checkpoint/index.c: the one wrapper list */
             break;
         case RULE_SED:
             next = apply_sed(x, cur, errbuf, errcap);
