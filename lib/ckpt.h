@@ -11,10 +11,12 @@
  *
  * Errors.  Functions that can fail return an int from enum ckpt_status:
  * CKPT_OK (0) on success, a negative code on failure.  The handle keeps the
- * code and a one-line message naming what was wrong and where; read them
- * with ckpt_file_error_code() / ckpt_file_error_message() (ckpt_model_*,
- * ckpt_scan_* for those handles; ckpt_rename_error() for a rule;
- * ckpt_backend_open() writes its message into the caller's buffer).  A call
+ * code and a one-line message naming what was wrong and where; every handle
+ * has the same pair of accessors: ckpt_file_error_code() /
+ * ckpt_file_error_message(), and alike ckpt_model_*, ckpt_scan_*,
+ * ckpt_scan_paths_*, ckpt_torch_load_*, ckpt_diff_*, ckpt_verify_* and
+ * ckpt_rename_* (ckpt_backend_open() writes its message into the caller's
+ * buffer).  A call
  * that opens, reads, compares, edits or writes clears the handle's error
  * first; the message is then that call's first error.  A call given a
  * NULL handle, or NULL where a pointer is required, returns CKPT_ERR_USAGE
@@ -31,8 +33,8 @@
  *  (c) Setters copy their string arguments.
  *  (d) Bulk data goes into caller-supplied buffers with an explicit
  *      capacity.  The exceptions are malloc'd for the caller to release:
- *      ckpt_rename_apply()'s string (free()) and ckpt_model_run()'s
- *      outputs (ckpt_array_clear()).
+ *      ckpt_rename_apply()'s string and every ckpt_*_to_json() text
+ *      (free()), and ckpt_model_run()'s outputs (ckpt_array_clear()).
  *
  * Threads.  The library's global tables are set up once, under
  * pthread_once(): different handles may be used by different threads at
@@ -741,6 +743,10 @@ CKPT_API int ckpt_rename_unwrap(ckpt_rename *r);
  * as \1, $1 or ${1}). */
 CKPT_API int ckpt_rename_sed(ckpt_rename *r, const char *expr);
 CKPT_API const char *ckpt_rename_error(const ckpt_rename *r);
+/* The last rule's status (CKPT_OK, CKPT_ERR_USAGE, CKPT_ERR_NOMEM) and its
+ * message ("" when none): the error pair every handle has. */
+CKPT_API int ckpt_rename_error_code(const ckpt_rename *r);
+CKPT_API const char *ckpt_rename_error_message(const ckpt_rename *r);
 
 /* Apply RULES to the key KEY; returns a malloc'd string (NULL on OOM). */
 CKPT_API char *ckpt_rename_apply(const ckpt_rename *r, const char *key);

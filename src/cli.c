@@ -203,58 +203,21 @@ cJSON *cli_json_dims(const int64_t *d, int n)
     return a;
 }
 
-static void torch_load_verdict_json(struct cJSON *o, const ckpt_torch_verdict *v)
-{
-    cJSON_AddStringToObject(o, "model", v->model);
-    cJSON_AddBoolToObject(o, "accepted", v->accepted);
-    cJSON_AddStringToObject(o, "via", v->via);
-    if (!v->accepted) {
-        cJSON_AddStringToObject(o, "stop", v->stop);
-        if (v->global)
-            cJSON_AddStringToObject(o, "global", v->global);
-        else
-            cJSON_AddNullToObject(o, "global");
-        if (v->opcode >= 0) {
-            cJSON_AddItemToObject(o, "opcode", cli_json_int(v->opcode));
-            cJSON_AddStringToObject(o, "opcode_name", v->opcode_name);
-        } else {
-            cJSON_AddNullToObject(o, "opcode");
-        }
-        if (v->pickle) {
-            cJSON_AddStringToObject(o, "pickle", v->pickle);
-            cJSON_AddItemToObject(o, "offset", cli_json_int((long long)v->offset));
-        }
-        cJSON_AddStringToObject(o, "exception", v->exception);
-        cJSON_AddStringToObject(o, "message", v->message ? v->message : "");
-        cJSON_AddStringToObject(o, "reason", v->reason ? v->reason : "");
-        if (v->fix)
-            cJSON_AddStringToObject(o, "fix", v->fix);
-        else
-            cJSON_AddNullToObject(o, "fix");
-    }
-    if (v->note)
-        cJSON_AddStringToObject(o, "note", v->note);
-    if (v->malformed)
-        cJSON_AddStringToObject(o, "malformed", v->malformed);
-}
-
 struct cJSON *cli_torch_load_json(const char *path)
 {
-    cJSON *o = cJSON_CreateObject();
     ckpt_torch_load *t = ckpt_torch_load_new();
-    if (!t) {
-        cJSON_AddStringToObject(o, "error", "out of memory");
-        return o;
-    }
-    if (ckpt_torch_load_check(t, path) != CKPT_OK) {
-        cJSON_AddStringToObject(o, "error", ckpt_torch_load_error_message(t));
-    } else {
-        for (int i = 0; i < CKPT_TORCH_COUNT_; i++) {
-            const ckpt_torch_verdict *v = ckpt_torch_load_verdict(t, (ckpt_torch)i);
-            torch_load_verdict_json(cJSON_AddObjectToObject(o, v->version), v);
-        }
+    char *text = NULL;
+    if (t) {
+        ckpt_torch_load_check(t, path); /* a failed check is the object's "error" */
+        text = ckpt_torch_load_to_json(t);
     }
     ckpt_torch_load_free(t);
+    cJSON *o = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!o) {
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "error", "out of memory");
+    }
     return o;
 }
 

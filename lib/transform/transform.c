@@ -24,7 +24,8 @@ typedef struct rule {
 struct ckpt_rename {
     rule *rules;
     size_t n;
-    char error[256];
+    int code;        /* the last rule's status */
+    char error[256]; /* and its message */
 };
 
 CKPT_API ckpt_rename *ckpt_rename_new(void)
@@ -47,6 +48,29 @@ CKPT_API void ckpt_rename_free(ckpt_rename *r)
 CKPT_API const char *ckpt_rename_error(const ckpt_rename *r)
 {
     return r ? r->error : "";
+}
+
+CKPT_API int ckpt_rename_error_code(const ckpt_rename *r)
+{
+    return r ? r->code : CKPT_ERR_USAGE;
+}
+
+CKPT_API const char *ckpt_rename_error_message(const ckpt_rename *r)
+{
+    return ckpt_rename_error(r);
+}
+
+/* A rule added (or refused): its status kept as the handle's error. */
+static int rule_done(ckpt_rename *r, int rc)
+{
+    if (!r)
+        return rc;
+    r->code = rc;
+    if (rc == CKPT_OK)
+        r->error[0] = '\0';
+    else if (rc == CKPT_ERR_NOMEM)
+        snprintf(r->error, sizeof r->error, "out of memory");
+    return rc;
 }
 
 static int add_rule(ckpt_rename *r, rule x)
@@ -77,25 +101,32 @@ static int prefix_rule(ckpt_rename *r, rule_kind kind, const char *prefix)
 
 CKPT_API int ckpt_rename_strip_prefix(ckpt_rename *r, const char *prefix)
 {
-    return prefix_rule(r, RULE_STRIP, prefix);
+    return rule_done(r, prefix_rule(r, RULE_STRIP, prefix));
 }
 
 CKPT_API int ckpt_rename_add_prefix(ckpt_rename *r, const char *prefix)
 {
-    return prefix_rule(r, RULE_ADD, prefix);
+    return rule_done(r, prefix_rule(r, RULE_ADD, prefix));
 }
 
 CKPT_API int ckpt_rename_unwrap(ckpt_rename *r)
 {
     if (!r)
         return CKPT_ERR_USAGE;
-    return add_rule(r, (rule){.kind = RULE_UNWRAP});
+    return rule_done(r, add_rule(r, (rule){.kind = RULE_UNWRAP}));
+}
+
+static int sed_rule(ckpt_rename *r, const char *expr);
+
+CKPT_API int ckpt_rename_sed(ckpt_rename *r, const char *expr)
+{
+    return rule_done(r, sed_rule(r, expr));
 }
 
 /* Split "s<d>RE<d>REPL<d>FLAGS": an escaped delimiter is the delimiter itself
  * (kept escaped in RE, where PCRE2 reads it as a literal, unescaped in REPL);
  * \N in REPL becomes PCRE2's ${N}. */
-CKPT_API int ckpt_rename_sed(ckpt_rename *r, const char *expr)
+static int sed_rule(ckpt_rename *r, const char *expr)
 {
     if (!r || !expr)
         return CKPT_ERR_USAGE;

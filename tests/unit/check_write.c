@@ -421,7 +421,16 @@ START_TEST(rules_sed)
     /* a group the expression lacks is an error even when no key matches */
     ck_assert_int_eq(ckpt_rename_sed(r, "s/zzz/\\2/"), CKPT_ERR_USAGE);
     ck_assert(strstr(ckpt_rename_error(r), "refers to group 2") != NULL);
+    /* the error pair every handle has: the last rule's status and message */
+    ck_assert_int_eq(ckpt_rename_error_code(r), CKPT_ERR_USAGE);
+    ck_assert_str_eq(ckpt_rename_error_message(r), ckpt_rename_error(r));
     ck_assert_int_eq(ckpt_rename_sed(r, "s/(z)zz/${1}$$/"), CKPT_OK);
+    ck_assert_int_eq(ckpt_rename_error_code(r), CKPT_OK);
+    ck_assert_str_eq(ckpt_rename_error_message(r), "");
+    ck_assert_int_eq(ckpt_rename_add_prefix(r, ""), CKPT_ERR_USAGE);
+    ck_assert_int_eq(ckpt_rename_error_code(r), CKPT_ERR_USAGE);
+    ck_assert_str_eq(ckpt_rename_error_message(r), "the prefix is empty");
+    ck_assert_int_eq(ckpt_rename_error_code(NULL), CKPT_ERR_USAGE);
     ckpt_rename_free(r);
 }
 END_TEST
