@@ -557,45 +557,78 @@ static int scan_tar(ckpt_scan *s, int fd, uint64_t size)
 static const uint8_t LEGACY_MAGIC[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
                                        0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e};
 
-/* Whether V is the int whose little-endian bytes are LE[0..N) (positive, no
- * sign byte). */
-static int int_is(const ckpt_value *v, const uint8_t *le, size_t n)
-{
-    if (!v || v->kind != CKPT_KIND_INT)
-        return 0;
-    if (!v->u.i.big) {
-        if (n > 8)
-            return 0;
-        uint64_t want = 0;
-        for (size_t i = n; i-- > 0;)
-            want = want << 8 | le[i];
-        return v->u.i.v >= 0 && (uint64_t)v->u.i.v == want;
-    }
-    if (!v->u.i.bytes)
-        return 0;
-    size_t k = v->u.i.nbytes;
-    while (k > 0 && v->u.i.bytes[k - 1] == 0)
-        k--; /* a positive int's sign byte */
-    return k == n && memcmp(v->u.i.bytes, le, n) == 0;
-}
-
 /* Opcodes a pickle can start with (pickle.dumps at any protocol, or by hand). */
 static int pickle_start(uint8_t b)
 {
     return b == 0x80 || (b < 0x80 && strchr("()]}NIJKMLFGSTUVXBCcdlqpghjK.", b) && b);
 }
 
+/* One pickle of the stream, NAME, at BUF[0..LEN): scanned, bounded by the
+ * pickle limit (not by the rest of the file). */
+static int stream_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len, bool pid,
+                         ckpt_arena *keep, ckpt_value **root, ckpt_pickle_feed feed,
+                         bool *crossed, size_t *used)
+{
+    uint64_t cap = s->limits[CKPT_LIMIT_PICKLE_BYTES];
+    size_t avail = len;
+    int capped = avail > cap;
+    if (capped)
+        avail = (size_t)cap;
+    bool cr = false;
+    int rc = scan_pickle_ex(s, name, buf, avail, used, pid, keep, root, feed, &cr);
+    if (cr && crossed)
+        *crossed = true;
+    if (rc == CKPT_OK)
+        return CKPT_OK;
+    char msg[CKPT_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", s->err.msg);
+    ckpt_err_clear(&s->err); /* the first error is kept: replace it */
+    if (capped)
+        return ckpt_err(&s->err, CKPT_ERR_LIMIT, "%s does not end within the limit of %llu bytes "
+                        "(--max-pickle-bytes): %s", name, (unsigned long long)cap, msg);
+    return ckpt_err(&s->err, rc, "%s", msg);
+}
+
+typedef struct stream_walk {
+    ckpt_scan *s;
+    int only_torch, legacy;
+    ckpt_pickle_feed feed;
+    const char *how;
+    bool *crossed;
+    ckpt_arena arena; /* the last pickle's values, which the walk checks */
+    char name[96];    /* the last pickle's name */
+} stream_walk;
+
+static int stream_on_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used,
+                            ckpt_value **root)
+{
+    stream_walk *sw = w->user;
+    if (p->len == 0)
+        return CKPT_WALK_STOP; /* the file ends: all torch reads is scanned */
+    if (sw->legacy || p->index > 0)
+        snprintf(sw->name, sizeof sw->name, "pickle %d (%s%s)", p->index + 1, p->name, sw->how);
+    else
+        snprintf(sw->name, sizeof sw->name, "pickle 1 (from byte 0%s)", sw->how);
+    ckpt_arena_release(&sw->arena);
+    ckpt_arena_init(&sw->arena);
+    /* a persistent id stops torch's plain pickle.load calls (all but the data pickle),
+     * but a pickle file may be read by a loader that has one: scanned past it, except
+     * in another format's bytes, which only torch's exact reading may see */
+    return stream_pickle(sw->s, sw->name, p->buf, p->len, !sw->only_torch || p->pid_fields,
+                         &sw->arena, root, sw->feed, sw->crossed, used);
+}
+
 /*
  * The legacy loader's reading: torch.load of a file that is neither a zip
  * nor a tar unpickles from byte 0, a pickle at a time, and goes on only
- * while each is what it expects (the magic number, protocol 1001, sys_info,
- * the data pickle with persistent ids, the storage keys).  A plain pickle
- * file fails at the magic number after its first pickle has run; other tools
- * go on calling pickle.load, so the pickles after it are scanned too (back
- * to back), except in a file that is another format (ONLY_TORCH: what
- * follows the first pickle there is data, not pickles).
+ * while each is what it expects: pth-legacy's walk.  A plain pickle file
+ * fails at the magic number after its first pickle has run; other tools go
+ * on calling pickle.load, so the pickles after it are scanned too (back to
+ * back), except in a file that is another format (ONLY_TORCH: what follows
+ * the first pickle there is data, not pickles).  FD is the file, BUF[0..LEN)
+ * it mapped.
  */
-static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len, int only_torch,
+static int scan_stream(ckpt_scan *s, int fd, const uint8_t *buf, size_t len, int only_torch,
                        ckpt_pickle_feed feed, bool *crossed)
 {
     /* FILE: the C unpickler peeking a buffered file; BYTESIO: frames read
@@ -607,61 +640,36 @@ static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len, int only_to
     if (!legacy && !pickle_start(buf[0]) && !only_torch)
         return ckpt_err(&s->err, CKPT_ERR_FORMAT, "not a checkpoint or a pickle (first byte "
                         "0x%02x)", buf[0]);
-    static const char *const legacy_names[] = {"magic number", "protocol version", "sys_info",
-                                               "data pickle", "storage keys"};
-    static const uint8_t magic_le[] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
-    static const uint8_t proto_le[] = {0xe9, 0x03}; /* 1001 */
-    uint64_t cap = s->limits[CKPT_LIMIT_PICKLE_BYTES];
-    size_t at = 0;
+    stream_walk sw = {.s = s, .only_torch = only_torch, .legacy = legacy, .feed = feed,
+                      .how = how, .crossed = crossed};
+    ckpt_arena_init(&sw.arena);
+    ckpt_walk w = {.pickle = stream_on_pickle, .user = &sw};
+    ckpt_source src = {.fd = fd, .file_size = len, .path = (char *)s->path};
+    ckpt_error werr = {0};
+    int rc = ckpt_format_pth_legacy.walk(&w, &src, &werr);
+    ckpt_arena_release(&sw.arena);
     int torch_chain = 1; /* still on the pickles torch.load reads */
-    for (int k = 0; at < len; k++) {
-        if (torch_chain && k == 5)
-            break; /* then raw storage bytes */
-        char name[96];
-        if (torch_chain && (legacy || k > 0))
-            snprintf(name, sizeof name, "pickle %d (%s%s)", k + 1, legacy_names[k], how);
-        else
+    if (rc != CKPT_OK && rc != CKPT_WALK_STOP && !w.stop.exception) {
+        if (werr.code) /* the walk's own error (a callback's is in s->err) */
+            s->err = werr;
+        return rc;
+    }
+    if (w.stop.exception) {
+        /* torch.load stops here: "Invalid magic number" / protocol version */
+        if (only_torch || w.stop.pickle > 0)
+            return ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: torch.load stops after it (not %s)",
+                            sw.name, w.stop.expected);
+        torch_chain = 0; /* a plain pickle file: go on as pickle.load would */
+        size_t at = (size_t)w.stop.offset;
+        for (int k = 1; at < len; k++) {
+            char name[96];
             snprintf(name, sizeof name, "pickle %d (from byte %zu%s)", k + 1, at, how);
-        if (k > 0 && !torch_chain && !pickle_start(buf[at]))
-            break; /* trailing bytes, which pickle.load never reads */
-        /* each pickle is bounded by the limit, not by the rest of the file */
-        size_t avail = len - at, used = 0;
-        int capped = avail > cap;
-        if (capped)
-            avail = (size_t)cap;
-        ckpt_arena arena;
-        ckpt_arena_init(&arena);
-        ckpt_value *root = NULL;
-        /* a persistent id stops torch's plain pickle.load calls (all but the data pickle),
-         * but a pickle file may be read by a loader that has one: scanned past it, except
-         * in another format's bytes, which only torch's exact reading may see */
-        bool cr = false;
-        int rc = scan_pickle_ex(s, name, buf + at, avail, &used, !only_torch || k == 3, &arena,
-                                &root, feed, &cr);
-        if (cr && crossed)
-            *crossed = true;
-        int next = torch_chain && (k == 0   ? int_is(root, magic_le, sizeof magic_le)
-                                   : k == 1 ? int_is(root, proto_le, sizeof proto_le)
-                                            : 1);
-        ckpt_arena_release(&arena);
-        if (rc != CKPT_OK) {
-            char msg[CKPT_ERRMSG_MAX];
-            snprintf(msg, sizeof msg, "%s", s->err.msg);
-            ckpt_err_clear(&s->err); /* the first error is kept: replace it */
-            if (capped)
-                return ckpt_err(&s->err, CKPT_ERR_LIMIT, "%s does not end within the limit of "
-                                "%llu bytes (--max-pickle-bytes): %s", name,
-                                (unsigned long long)cap, msg);
-            return ckpt_err(&s->err, rc, "%s", msg);
-        }
-        at += used;
-        if (torch_chain && !next) {
-            /* torch.load stops here: "Invalid magic number" / protocol version */
-            if (only_torch || k > 0)
-                return ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: torch.load stops after it (%s)",
-                                name, k == 0 ? "not the magic number of torch's legacy format"
-                                             : "not protocol version 1001");
-            torch_chain = 0; /* a plain pickle file: go on as pickle.load would */
+            if (!pickle_start(buf[at]))
+                break; /* trailing bytes, which pickle.load never reads */
+            size_t used = 0;
+            CKPT_FORWARD(stream_pickle(s, name, buf + at, len - at, true, NULL, NULL, feed,
+                                       crossed, &used));
+            at += used;
         }
     }
     s->format = torch_chain ? CKPT_FORMAT_PTH_LEGACY : CKPT_FORMAT_UNKNOWN;
@@ -782,13 +790,14 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     }
     /* mapped: only the pickles' pages are read, never the tensor data */
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
+    if (map == MAP_FAILED) {
+        close(fd);
         return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
+    }
     int tar = s->nreadings && strcmp(s->readings[0].reader, "tar") == 0;
     reading_begin(s, "pickle", WHO_STREAM, fmt != CKPT_FORMAT_SAFETENSORS && !tar);
     bool crossed = false;
-    rc = scan_stream(s, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_FILE, &crossed);
+    rc = scan_stream(s, fd, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_FILE, &crossed);
     if (crossed) {
         /* how the C unpickler reads a frame depends on the file object and its
          * buffer: both ways are torch's, both are scanned */
@@ -799,8 +808,8 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         ckpt_err_clear(&s->err);
         ckpt_format seen = s->format;
         int seen_pickle = s->is_pickle;
-        if (scan_stream(s, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_BYTESIO, NULL) !=
-            CKPT_OK && rc == CKPT_OK) {
+        if (scan_stream(s, fd, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_BYTESIO,
+                        NULL) != CKPT_OK && rc == CKPT_OK) {
             rc = s->err.code;
             keep = s->err;
         }
@@ -810,6 +819,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     }
     reading_end(s, rc, &primary);
     munmap(map, len);
+    close(fd);
     if (fmt == CKPT_FORMAT_SAFETENSORS || tar) {
         /* its reading is the primary one, whatever the pickle reading found */
         s->format = tar ? CKPT_FORMAT_PTH_TAR : fmt;

@@ -479,35 +479,55 @@ out:
 /* ---- the legacy path (pre-1.6 files, and whatever is neither zip nor a
  * .safetensors name: torch tries it as a legacy stream) ---------------------------- */
 
-static int stream_verdict(ckpt_torch_load *t, ckpt_torch which, const uint8_t *buf, size_t len)
+typedef struct stream_user {
+    ckpt_torch_load *t;
+    ckpt_torch which;
+    ckpt_value top; /* the int a pickle ends with, for the walk's checks */
+} stream_user;
+
+static int stream_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root)
 {
-    /* 0x1950a86a20f9469cfc6c little-endian, as LONG1 holds it */
-    static const uint8_t magic[] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
-    static const char *const names[] = {"magic number", "protocol version", "sys_info",
-                                        "data pickle", "storage keys"};
-    verdict *v = &t->v[which];
-    size_t at = 0;
-    for (int k = 0; k < 5; k++) {
-        char name[64];
-        snprintf(name, sizeof name, "pickle %d (%s)", k + 1, names[k]);
-        ckpt_wo_result r;
-        bool stopped;
-        CKPT_FORWARD(walk_pickle(t, v, which, name, buf + at, len - at, k == 3 ? 6 : 0, NULL,
-                                 NULL, &r, &stopped));
-        if (stopped)
-            return CKPT_OK;
-        at += r.consumed;
-        if (k == 0 && !(r.top_long_len == sizeof magic && memcmp(r.top_long, magic, sizeof magic) == 0)) {
-            refuse_container(t, v, which, "RuntimeError", "Invalid magic number; corrupt file?");
-            break;
-        }
-        if (k == 1 && !(r.top_kind == 1 && r.top_int == 1001)) {
-            refuse_container(t, v, which, "RuntimeError", "Invalid protocol version: %lld",
-                             (long long)r.top_int);
-            break;
-        }
+    stream_user *su = w->user;
+    char name[64];
+    snprintf(name, sizeof name, "pickle %d (%s)", p->index + 1, p->name);
+    ckpt_wo_result r;
+    bool stopped;
+    CKPT_FORWARD(walk_pickle(su->t, &su->t->v[su->which], su->which, name, p->buf, p->len,
+                             p->pid_fields, NULL, NULL, &r, &stopped));
+    if (stopped)
+        return CKPT_WALK_STOP; /* the verdict is set */
+    *used = r.consumed;
+    if (r.top_kind == 1) {
+        memset(&su->top, 0, sizeof su->top);
+        su->top.kind = CKPT_KIND_INT;
+        su->top.u.i.v = r.top_int;
+        su->top.u.i.bytes = r.top_long;
+        su->top.u.i.nbytes = r.top_long_len;
+        su->top.u.i.big = r.top_long && r.top_long_len > 8;
+        *root = &su->top;
     }
-    if (v->pub.stop) {
+    return CKPT_OK;
+}
+
+/* The legacy stream of FD (LEN bytes), as pth-legacy's walk hands it out. */
+static int stream_verdict(ckpt_torch_load *t, ckpt_torch which, int fd, uint64_t len)
+{
+    verdict *v = &t->v[which];
+    stream_user su = {.t = t, .which = which};
+    ckpt_walk w = {.torch = which == CKPT_TORCH_1_13 ? CKPT_WALK_TORCH_1_13 : CKPT_WALK_TORCH_2,
+                   .pickle = stream_pickle, .user = &su};
+    ckpt_source src = {.fd = fd, .file_size = len};
+    ckpt_error e = {0};
+    int rc = ckpt_format_pth_legacy.walk(&w, &src, &e);
+    if (rc == CKPT_WALK_STOP)
+        return CKPT_OK; /* stopped inside a pickle */
+    if (rc != CKPT_OK && !w.stop.exception) {
+        if (e.code)
+            t->err = e;
+        return rc;
+    }
+    if (w.stop.exception) {
+        refuse_container(t, v, which, w.stop.exception, "%s", w.stop.message);
         /* legacy header checks sit inside 1.13's try: wrapped like the unpickler's */
         if (which == CKPT_TORCH_1_13) {
             char *reason = v->reason;
@@ -1445,7 +1465,7 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
             if (rc == CKPT_OK && stream) {
                 verdict_clear(v);
                 verdict_init(v, which);
-                rc = stream_verdict(t, which, map ? map : (const void *)"", len);
+                rc = stream_verdict(t, which, fd, len);
             }
         }
         if (rc == CKPT_OK)

@@ -11,6 +11,88 @@
 
 #include "checkpoint/checkpoint.h"
 
+/* ---- walks: a container read once, as torch.load reads it ------------------
+ *
+ * A format's walk (ckpt_format_desc.walk) reads its container the way
+ * torch.load does and hands out, in the order torch meets them, each pickle
+ * torch unpickles (its bytes and where they lie) and each record it reads
+ * data from.  The caller runs its own reading of each pickle: ckpt's reader
+ * makes values (the format's read walks too), ckpt scan runs the VM in scan
+ * mode, the torch_load verdicts run the weights-only model.  Each keeps only
+ * its own judgement; no container is read by a second reader.
+ *
+ * Where torch stops on the container itself (a bad magic number, a missing
+ * record: not inside a pickle, which is the caller's VM's to say), the walk
+ * fills W->stop with torch's exception and message and returns the status
+ * ckpt's reader gives there, with the reader's message in ERR.  A callback
+ * returns CKPT_OK to go on, CKPT_WALK_STOP to end the walk there (its caller
+ * has what it wanted: the walk returns CKPT_WALK_STOP), or an error code,
+ * which the walk returns as is (the message is the callback's to leave).
+ */
+#define CKPT_WALK_STOP 1
+
+/* Whose checks the walk makes where torch versions differ. */
+typedef enum ckpt_walk_torch {
+    CKPT_WALK_TORCH_2 = 0,   /* torch 2.x (what ckpt's reader follows) */
+    CKPT_WALK_TORCH_1_13 = 1
+} ckpt_walk_torch;
+
+/* A pickle torch unpickles. */
+typedef struct ckpt_walk_pickle {
+    int index;             /* its place among the walk's pickles, 0 first */
+    const char *name;      /* what it is to torch: "magic number", "data pickle"
+                            * (legacy), the record's name (zip) */
+    uint64_t offset;       /* its first byte in the file; UINT64_MAX when it is
+                            * not there as is (an inflated record) */
+    const uint8_t *buf;    /* its bytes, up to the end of what torch's reader
+                            * may read (the file's end, the record's); LEN may
+                            * be 0 where the file ends first */
+    size_t len;
+    unsigned pid_fields;   /* the persistent ids torch's persistent_load takes
+                            * there: 6 (the legacy main pickle), 5 (a zip's
+                            * data.pkl); 0: a plain pickle.load, which refuses
+                            * every one */
+} ckpt_walk_pickle;
+
+/* A record torch reads data from: a legacy file's storage, after its key
+ * list (the caller, which made the storages, says how long each is). */
+typedef struct ckpt_walk_record {
+    const ckpt_value *key; /* its item of the storage key list, as the caller's
+                            * pickle callback made it */
+    size_t index;          /* its place in that list */
+    uint64_t offset;       /* its first byte in the file (its element count) */
+    uint64_t avail;        /* the bytes from OFFSET to the end of the file */
+    bool has_count;        /* AVAIL holds the int64 element count torch reads: */
+    uint64_t count;        /* that count */
+} ckpt_walk_record;
+
+/* Where and why torch stops on the container. */
+typedef struct ckpt_walk_stop {
+    const char *exception; /* torch's exception type ("RuntimeError"); NULL:
+                            * torch does not stop on the container */
+    char message[512];     /* its text, before torch.load wraps it */
+    int pickle;            /* legacy: the pickle whose value it refuses, or -1 */
+    const char *expected;  /* legacy: what that value should have been */
+    uint64_t offset;       /* where its reading stopped (after that pickle) */
+    bool torchscript;      /* zip: torch.load hands the archive to torch.jit.load */
+} ckpt_walk_stop;
+
+typedef struct ckpt_walk ckpt_walk;
+struct ckpt_walk {
+    /* the caller's */
+    ckpt_walk_torch torch;
+    /* P's value: *USED gets the pickle's length (at most P->len), *ROOT its
+     * value where the walk needs it (the legacy magic number, protocol
+     * version and storage key list; NULL is a value torch refuses there). */
+    int (*pickle)(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root);
+    /* R's data: *SIZE gets its length in bytes after the count (at most
+     * R->avail - 8).  NULL: the walk ends after the last pickle. */
+    int (*record)(ckpt_walk *w, const ckpt_walk_record *r, uint64_t *size);
+    void *user;
+    /* the walk's */
+    ckpt_walk_stop stop;
+};
+
 typedef struct ckpt_format_desc {
     ckpt_format id;
     const char *name;   /* as in DESIGN.md's JSON: "pth-zip" */
@@ -31,6 +113,10 @@ typedef struct ckpt_format_desc {
     bool (*claim_dir)(int dirfd);
     /* Read the open SRC (f->cur_src) into *ROOT, its storages into f's table. */
     int (*read)(ckpt_file *f, ckpt_source *src, ckpt_value **root);
+    /* Walk the open SRC (its fd and file_size) as torch.load reads it,
+     * handing each pickle and record to W's callbacks (above); NULL for
+     * formats torch.load does not read, or whose readings are not walked. */
+    int (*walk)(ckpt_walk *w, ckpt_source *src, ckpt_error *err);
     /* Write f->root to the open file OUT that will be named PATH; NULL when
      * the format is written as a set. */
     int (*write)(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt);
