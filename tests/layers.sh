@@ -30,6 +30,9 @@
 #      pth_legacy*, pth_tar*, safetensors*, sharded*, torchscript*, dcp*,
 #      deepspeed*; another file: its stem before an optional _write) never
 #      references (nor includes) another format module; the dispatch level (table.c, read.c, write.c, format.h) may.
+#      A format helper (FORMAT_HELPERS: torch_zip.c, torch's zip reader that
+#      the pth-zip and torchscript formats share) may be used by any format
+#      module and uses none.
 #
 # Exit: 0 clean, 1 offences, 77 (skip) when the objects are not built and the
 # includes are clean (never under `make check`, which builds them first),
@@ -55,6 +58,7 @@ KERNELS_MAY_INCLUDE = PUBLIC | {'lib/runtime/backend.h'}
 FORMAT_STEMS = ('pth_zip', 'pth_legacy', 'pth_tar', 'safetensors', 'sharded', 'torchscript',
                 'dcp', 'deepspeed')
 FORMAT_DISPATCH = {'table', 'read', 'write', 'format'}
+FORMAT_HELPERS = {'torch_zip'}
 
 
 def folder(rel):
@@ -79,6 +83,8 @@ def format_module(rel):
     stem = re.sub(r'\.[A-Za-z]+$', '', p[2])
     if stem in FORMAT_DISPATCH:
         return None
+    if stem in FORMAT_HELPERS:
+        return 'helper ' + stem
     for s in FORMAT_STEMS:
         if stem.startswith(s):           # pth_zip*.c, pth_legacy*.c, ...
             return s
@@ -97,7 +103,7 @@ def judge(a, b, kind):
             return 'lib/%s is not in the layer table of tests/layers.sh' % f
     if fa == fb:
         ma, mb = format_module(a), format_module(b)
-        if ma and mb and ma != mb:
+        if ma and mb and ma != mb and not mb.startswith('helper '):
             return 'format module %s may not use format module %s' % (ma, mb)
         return None
     if fa == 'src':

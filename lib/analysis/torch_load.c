@@ -167,53 +167,28 @@ static void refuse_container(ckpt_torch_load *t, verdict *v, ckpt_torch which, c
 
 /* ---- walking a file's pickles ------------------------------------------------ */
 
-typedef struct zip_index {
-    ckpt_zip *z;
-    const char *prefix;
-    char **lower;   /* record names lowercased (miniz finds them case-insensitively), sorted */
-    int64_t *idx;
-    size_t n;
-} zip_index;
-
 typedef struct tar_walk tar_walk;
 
 typedef struct walk_user {
     ckpt_torch_load *t;
     verdict *v;
-    zip_index *zi;
+    const ckpt_walk *zip; /* the zip walk: its records (data/KEY) */
     tar_walk *tw; /* the tar's main pickle (1.13): its keys */
 } walk_user;
 
 static int tar_key(void *user, const char *key);
 
-static int cmp_lower(const void *a, const void *b, void *arg);
-
-static int64_t zi_find(const zip_index *zi, const char *name)
-{
-    size_t lo = 0, hi = zi->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        int c = strcasecmp(zi->lower[mid], name);
-        if (c == 0)
-            return zi->idx[mid];
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -1;
-}
-
 static int on_record(void *user, const char *key, uint64_t *size)
 {
     walk_user *u = user;
-    char name[512];
-    snprintf(name, sizeof name, "%s/data/%s", u->zi->prefix, key);
-    int64_t i = zi_find(u->zi, name);
-    if (i < 0)
+    char *name;
+    if (asprintf(&name, "data/%s", key) < 0) {
+        u->t->oom = 1;
         return 0;
-    *size = ckpt_zip_size(u->zi->z, i);
-    return 1;
+    }
+    int64_t i = ckpt_walk_zip_find(u->zip, name, size);
+    free(name);
+    return i >= 0;
 }
 
 static void on_location(void *user, const char *loc)
@@ -254,15 +229,15 @@ static void on_refused(void *user, const char *q, bool blocked) { add_refused(us
 
 /* Walk one pickle; *STOPPED when torch stops in it (the verdict is filled). */
 static int walk_pickle(ckpt_torch_load *t, verdict *v, ckpt_torch which, const char *name,
-                       const uint8_t *buf, size_t len, unsigned pid_fields, zip_index *zi,
+                       const uint8_t *buf, size_t len, unsigned pid_fields, const ckpt_walk *zip,
                        tar_walk *tw, ckpt_wo_result *r, bool *stopped)
 {
-    walk_user u = {t, v, zi, tw};
+    walk_user u = {t, v, zip, tw};
     ckpt_wo_ctx ctx = {
         .torch = which == CKPT_TORCH_1_13 ? CKPT_WO_1_13 : CKPT_WO_2_15,
         .limits = t->limits,
         .pid_fields = pid_fields,
-        .record = zi ? on_record : NULL,
+        .record = zip ? on_record : NULL,
         .check_size = which == CKPT_TORCH_2_6, /* 1.13 read whatever the record held */
         .on_location = on_location,
         .on_refused = on_refused,
@@ -309,125 +284,37 @@ static int walk_pickle(ckpt_torch_load *t, verdict *v, ckpt_torch which, const c
 
 /* ---- the zip path (torch >= 1.6 files) ---------------------------------------- */
 
-static int cmp_lower(const void *a, const void *b, void *arg)
-{
-    const zip_index *zi = arg;
-    size_t i = *(const size_t *)a, j = *(const size_t *)b;
-    return strcasecmp(zi->lower[i], zi->lower[j]);
-}
+typedef struct zip_user {
+    ckpt_torch_load *t;
+    ckpt_torch which;
+} zip_user;
 
-static void zi_free(zip_index *zi)
+static int zip_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root)
 {
-    free(zi->lower);
-    free(zi->idx);
-}
-
-static int zi_build(ckpt_torch_load *t, zip_index *zi)
-{
-    size_t n = (size_t)ckpt_zip_count(zi->z);
-    size_t *order = malloc((n ? n : 1) * sizeof *order);
-    zi->lower = malloc((n ? n : 1) * sizeof *zi->lower);
-    zi->idx = malloc((n ? n : 1) * sizeof *zi->idx);
-    if (!order || !zi->lower || !zi->idx) {
-        free(order);
-        return ckpt_err(&t->err, CKPT_ERR_NOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < n; i++) {
-        const char *name = ckpt_zip_name(zi->z, (int64_t)i);
-        zi->lower[i] = (char *)(name ? name : "");
-        order[i] = i;
-    }
-    qsort_r(order, n, sizeof *order, cmp_lower, zi);
-    char **lower = malloc((n ? n : 1) * sizeof *lower);
-    if (!lower) {
-        free(order);
-        return ckpt_err(&t->err, CKPT_ERR_NOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < n; i++) {
-        lower[i] = zi->lower[order[i]];
-        zi->idx[i] = (int64_t)order[i];
-    }
-    free(zi->lower);
-    zi->lower = lower;
-    zi->n = n;
-    free(order);
+    zip_user *zu = w->user;
+    verdict *v = &zu->t->v[zu->which];
+    ckpt_wo_result r;
+    bool stopped;
+    (void)used, (void)root;
+    CKPT_FORWARD(walk_pickle(zu->t, v, zu->which, p->name, p->buf, p->len, p->pid_fields, w, NULL,
+                             &r, &stopped));
+    if (!stopped)
+        v->pub.accepted = 1;
     return CKPT_OK;
 }
 
-/* A small record's text (version, byteorder), NUL-terminated, or NULL. */
-static char *small_record(ckpt_torch_load *t, ckpt_zip *z, int64_t i)
-{
-    uint8_t *buf;
-    size_t len;
-    ckpt_error e = {0};
-    if (ckpt_zip_read_all(z, i, 64, &buf, &len, &e) != CKPT_OK)
-        return NULL;
-    char *s = xprintf(t, "%.*s", (int)len, (const char *)buf);
-    free(buf);
-    return s;
-}
-
-static int zip_verdict(ckpt_torch_load *t, ckpt_torch which, int fd)
+/* The zip FD (SIZE bytes), as pth-zip's walk hands it out. */
+static int zip_verdict(ckpt_torch_load *t, ckpt_torch which, int fd, uint64_t size)
 {
     verdict *v = &t->v[which];
-    ckpt_zip *z;
-    int rc = ckpt_zip_open(fd, &z, &t->err);
-    if (rc != CKPT_OK)
-        return rc;
-    zip_index zi = {.z = z};
-    char prefix[256] = "", name[512];
-    rc = zi_build(t, &zi);
-    int64_t n = ckpt_zip_count(z);
-    const char *first = n > 0 ? ckpt_zip_name(z, 0) : NULL;
-    const char *slash = first ? strchr(first, '/') : NULL;
-    if (rc != CKPT_OK)
-        goto out;
-    if (!first) {
-        refuse_container(t, v, which, "RuntimeError", "PytorchStreamReader failed reading zip "
-                         "archive: the archive has no records");
-        goto out;
-    }
-    if (!slash) { /* the prefix is the first name up to its first '/' */
-        refuse_container(t, v, which, "RuntimeError",
-                         "file in archive is not in a subdirectory: %s", first);
-        goto out;
-    }
-    snprintf(prefix, sizeof prefix, "%.*s", (int)(slash - first), first);
-    zi.prefix = prefix;
-    snprintf(name, sizeof name, "%s/.data/version", prefix);
-    int64_t vi = zi_find(&zi, name);
-    if (vi < 0) {
-        snprintf(name, sizeof name, "%s/version", prefix);
-        vi = zi_find(&zi, name);
-    }
-    if (vi < 0) {
-        refuse_container(t, v, which, "RuntimeError", "Expected hasRecord(\"version\") to be true");
-        goto out;
-    }
-    char *ver = small_record(t, z, vi);
-    char *end = NULL;
-    unsigned long long version = ver ? strtoull(ver, &end, 10) : 0;
-    bool parsed = ver && end != ver && !strchr(ver, '-');
-    free(ver);
-    if (!parsed || version < 1 || version > 10) {
-        refuse_container(t, v, which, "RuntimeError",
-                         "Attempted to read a PyTorch file with version %llu, but the %s supported "
-                         "version for reading is %d", version, version < 1 ? "minimum" : "maximum",
-                         version < 1 ? 1 : 10);
-        goto out;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        const char *nm = ckpt_zip_name(z, i);
-        size_t pl = strlen(prefix);
-        if (!nm || strncmp(nm, prefix, pl) != 0 || nm[pl] != '/') {
-            refuse_container(t, v, which, "RuntimeError",
-                             "file in archive is not in a subdirectory %s/: %s", prefix,
-                             nm ? nm : "");
-            goto out;
-        }
-    }
-    snprintf(name, sizeof name, "%s/constants.pkl", prefix);
-    if (zi_find(&zi, name) >= 0) {
+    zip_user zu = {t, which};
+    ckpt_walk w = {.torch = which == CKPT_TORCH_1_13 ? CKPT_WALK_TORCH_1_13 : CKPT_WALK_TORCH_2,
+                   .pickle = zip_pickle, .user = &zu,
+                   .pickle_limit = t->limits[CKPT_LIMIT_PICKLE_BYTES]};
+    ckpt_source src = {.fd = fd, .file_size = size};
+    ckpt_error e = {0};
+    int rc = ckpt_format_pth_zip.walk(&w, &src, &e);
+    if (w.stop.torchscript) {
         if (which == CKPT_TORCH_2_6) {
             refuse_container(t, v, which, "RuntimeError",
                              "Cannot use ``weights_only=True`` with TorchScript archives passed to "
@@ -438,41 +325,14 @@ static int zip_verdict(ckpt_torch_load *t, ckpt_torch which, int fd)
             v->note = xprintf(t, "a TorchScript archive: torch 1.13 passes it to torch.jit.load "
                               "even with weights_only=True (not a weights-only load)");
         }
-        goto out;
+        return CKPT_OK;
     }
-    if (which == CKPT_TORCH_2_6) { /* 2.15 reads byteorder; 1.13 never did */
-        snprintf(name, sizeof name, "%s/byteorder", prefix);
-        int64_t bi = zi_find(&zi, name);
-        char *bo = bi >= 0 ? small_record(t, z, bi) : NULL;
-        if (bo && strcmp(bo, "little") != 0 && strcmp(bo, "big") != 0) {
-            refuse_container(t, v, which, "ValueError", "Unknown endianness type: %s", bo);
-            free(bo);
-            goto out;
-        }
-        free(bo);
+    if (w.stop.exception) {
+        refuse_container(t, v, which, w.stop.exception, "%s", w.stop.message);
+        return CKPT_OK;
     }
-    snprintf(name, sizeof name, "%s/data.pkl", prefix);
-    int64_t di = zi_find(&zi, name);
-    if (di < 0) {
-        refuse_container(t, v, which, "RuntimeError",
-                         "PytorchStreamReader failed locating file data.pkl: file not found");
-        goto out;
-    }
-    uint8_t *buf;
-    size_t len;
-    rc = ckpt_zip_read_all(z, di, t->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len, &t->err);
-    if (rc != CKPT_OK)
-        goto out;
-    ckpt_wo_result r;
-    bool stopped;
-    const char *pname = ckpt_zip_name(z, di);
-    rc = walk_pickle(t, v, which, pname, buf, len, 5, &zi, NULL, &r, &stopped);
-    free(buf);
-    if (rc == CKPT_OK && !stopped)
-        v->pub.accepted = 1;
-out:
-    zi_free(&zi);
-    ckpt_zip_close(z);
+    if (rc != CKPT_OK && e.code)
+        t->err = e;
     return rc;
 }
 
@@ -1455,7 +1315,7 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
                              "Cannot use ``weights_only=True`` with files saved in the legacy "
                              ".tar format. %s", UNSAFE_2_15);
         else if (zip)
-            rc = zip_verdict(t, which, fd);
+            rc = zip_verdict(t, which, fd, (uint64_t)st.st_size);
         else {
             /* 1.13 reads the tar's pickles with its weights-only unpickler;
              * a TarError on the way sends it to the pickle stream */

@@ -89,9 +89,31 @@ struct ckpt_walk {
      * R->avail - 8).  NULL: the walk ends after the last pickle. */
     int (*record)(ckpt_walk *w, const ckpt_walk_record *r, uint64_t *size);
     void *user;
+    /* ckpt's reader: its own checks too, where they are stricter than
+     * torch's (a version record that is not a bare number, an archive folder
+     * named ""), with its messages (W->stop stays clear for them) */
+    bool strict;
+    /* zip walks: leave the archive open in SRC->zip (a reader reads the
+     * storages' records from it); else it is closed when the walk ends */
+    bool keep;
+    /* the bytes a pickle torch reads from a record may have (the pickle
+     * limit, --max-pickle-bytes: CKPT_ERR_LIMIT past it); 0: no limit */
+    uint64_t pickle_limit;
     /* the walk's */
     ckpt_walk_stop stop;
+    struct ckpt_zip *zip;  /* zip walks: the archive, while the callbacks run */
+    const char *prefix;    /* its folder: PREFIX_LEN bytes (not NUL-terminated) */
+    size_t prefix_len;
 };
+
+/* During a zip walk: the record NAME ("data/0") of the archive's folder,
+ * found as torch's getRecord finds it (case-blind); its index, its size in
+ * *SIZE (may be NULL); -1 when absent. */
+int64_t ckpt_walk_zip_find(const ckpt_walk *w, const char *name, uint64_t *size);
+/* torch's zip reader (formats/torch_zip.c, shared by the zip formats): the
+ * walk of SRC as torch.load opens it (JIT: as torch.jit.load does, for the
+ * torchscript reader: no TorchScript stop, versions named so). */
+int ckpt_torch_zip_walk(ckpt_walk *w, ckpt_source *src, bool jit, ckpt_error *err);
 
 typedef struct ckpt_format_desc {
     ckpt_format id;

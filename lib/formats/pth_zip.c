@@ -1,5 +1,6 @@
-/* pth_zip.c - torch.save's zip layout (torch >= 1.6), read the way torch reads it
- * (reference/pth-format.md section 1) and written as torch.save writes it. */
+/* pth_zip.c - torch.save's zip layout (torch >= 1.6), walked and read the way
+ * torch reads it (torch's zip reader: torch_zip.c; reference/pth-format.md
+ * section 1) and written as torch.save writes it. */
 #include "formats/format.h"
 
 #include <errno.h>
@@ -74,9 +75,49 @@ static int locate_storages(ckpt_file *f, size_t first)
     return CKPT_OK;
 }
 
+/* torch.load of a zip: its reader's checks, then data.pkl (torch_zip.c). */
+static int pth_zip_walk(ckpt_walk *w, ckpt_source *src, ckpt_error *err)
+{
+    return ckpt_torch_zip_walk(w, src, false, err);
+}
+
+typedef struct zip_read {
+    ckpt_file *f;
+    ckpt_value **root;
+    size_t nbefore; /* this file's storages (a shard adds to others) start here */
+} zip_read;
+
+/* The archive as the walk opened it (its checks passed), then data.pkl. */
+static int read_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **out)
+{
+    zip_read *r = w->user;
+    ckpt_file *f = r->f;
+    (void)out;
+    int64_t n = ckpt_zip_count(f->cur_src->zip);
+    f->cur_prefix = ckpt_arena_strndup(&f->arena, w->prefix, w->prefix_len);
+    const char **records = ckpt_arena_alloc(&f->arena, (size_t)n * sizeof(char *));
+    if (!f->cur_prefix || !records)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < n; i++)
+        records[i] = ckpt_zip_name(f->cur_src->zip, i);
+    if (f->cur_src == &f->main) { /* what inspect lists */
+        f->prefix = f->cur_prefix;
+        f->records = records;
+        f->nrecords = (size_t)n;
+    }
+    CKPT_FORWARD(check_alignment(f));
+    ckpt_pickle_ctx ctx;
+    ckpt_file_pickle_ctx(f, &ctx, p->name);
+    r->nbefore = f->nstorages;
+    return ckpt_pickle_load(&ctx, p->buf, p->len, r->root, used, &f->err);
+}
+
 static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
-    CKPT_FORWARD(ckpt_zip_open(src->fd, &src->zip, &f->err));
+    zip_read r = {.f = f, .root = root};
+    ckpt_walk w = {.pickle = read_pickle, .user = &r, .strict = true, .keep = true,
+                   .pickle_limit = f->limits[CKPT_LIMIT_PICKLE_BYTES]};
+    CKPT_FORWARD(pth_zip_walk(&w, src, &f->err));
     if (!ckpt_zip_has_crcs(src->zip)) {
         /* a shard is named; the file itself is in every message already */
         char who[300] = "";
@@ -86,50 +127,8 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
                                     "its bytes are not checked", who) < 0)
             return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
     }
-    int64_t n = ckpt_zip_count(f->cur_src->zip);
-    CKPT_RETURN_IF(n <= 0, &f->err, CKPT_ERR_FORMAT, "zip archive has no records");
-
-    /* prefix = the first entry's folder, as torch finds it */
-    const char *first = ckpt_zip_name(f->cur_src->zip, 0);
-    const char *slash = strchr(first, '/');
-    CKPT_RETURN_IF(!slash || slash == first, &f->err, CKPT_ERR_FORMAT,
-                   "file in archive is not in a subdirectory: %s", first);
-    f->cur_prefix = ckpt_arena_strndup(&f->arena, first, (size_t)(slash - first));
-    const char **records = ckpt_arena_alloc(&f->arena, (size_t)n * sizeof(char *));
-    if (!f->cur_prefix || !records)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
-    size_t plen = (size_t)(slash - first);
-    for (int64_t i = 0; i < n; i++) {
-        const char *name = ckpt_zip_name(f->cur_src->zip, i);
-        CKPT_RETURN_IF(strncmp(name, first, plen + 1) != 0, &f->err, CKPT_ERR_FORMAT,
-                       "file in archive is not in a subdirectory %s/: %s", f->cur_prefix, name);
-        records[i] = name;
-    }
-    if (f->cur_src == &f->main) { /* what inspect lists */
-        f->prefix = f->cur_prefix;
-        f->records = records;
-        f->nrecords = (size_t)n;
-    }
-
-    CKPT_RETURN_IF(ckpt_file_record_find(f, "constants.pkl") >= 0, &f->err, CKPT_ERR_UNSUPPORTED,
-                   "a TorchScript archive (torch.jit.save), not a torch.save checkpoint");
-    CKPT_FORWARD(ckpt_file_records_check(f, "file format"));
-    CKPT_FORWARD(check_alignment(f));
-
-    int64_t pkl = ckpt_file_record_find(f, "data.pkl");
-    CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", f->cur_prefix);
-    uint8_t *buf;
-    size_t len;
-    CKPT_FORWARD(ckpt_zip_read_all(f->cur_src->zip, pkl, f->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len,
-                                   &f->err));
-    ckpt_pickle_ctx ctx;
-    ckpt_file_pickle_ctx(f, &ctx, ckpt_zip_name(f->cur_src->zip, pkl));
-    size_t nbefore = f->nstorages;
-    int rc = ckpt_pickle_load(&ctx, buf, len, root, NULL, &f->err);
-    free(buf);
-    CKPT_FORWARD(rc);
-    CKPT_FORWARD(locate_storages(f, nbefore));
-    return note_unswapped(f, nbefore);
+    CKPT_FORWARD(locate_storages(f, r.nbefore));
+    return note_unswapped(f, r.nbefore);
 }
 
 static bool pth_zip_sniff(const uint8_t *head, size_t n)
@@ -603,6 +602,7 @@ const ckpt_format_desc ckpt_format_pth_zip = {
     .name = "pth-zip",
     .sniff = pth_zip_sniff,
     .read = pth_zip_read,
+    .walk = pth_zip_walk,
     .write = pth_zip_write,
     .write_in_place = pth_zip_write_in_place,
 };
