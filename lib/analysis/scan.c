@@ -510,39 +510,40 @@ static int scan_zip(ckpt_scan *s, int fd, ckpt_zip_dir *d)
 
 /* ---- the tar format of torch <= 0.1 ----------------------------------------- */
 
-typedef struct tar_walk {
+typedef struct tar_scan {
     ckpt_scan *s;
     ckpt_arena arena; /* the walk reads counts and storage types from the roots */
     bool crossed;
-} tar_walk;
+} tar_scan;
 
-static int tar_pickle(void *user, const char *name, const uint8_t *buf, size_t len,
-                      size_t *used, ckpt_value **root)
+static int tar_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root)
 {
-    tar_walk *w = user;
+    tar_scan *ts = w->user;
     /* torch opens the extracted storages and tensors members unbuffered (no
      * peek: frames are read whole) and the pickle member through tarfile's
      * buffered reader; only the main pickle has a persistent_load */
-    int main_pickle = strcmp(name, "tar:pickle") == 0;
-    bool cr = false;
-    int rc = scan_pickle_ex(w->s, name, buf, len, used, main_pickle, &w->arena, root,
+    bool main_pickle = p->pid_fields != 0, cr = false;
+    int rc = scan_pickle_ex(ts->s, p->name, p->buf, p->len, used, main_pickle, &ts->arena, root,
                             main_pickle ? CKPT_FEED_FILE : CKPT_FEED_BYTESIO, &cr);
-    if (cr && !w->crossed) {
-        w->crossed = true;
-        ambiguity(w->s, "%s: a FRAME ends inside an opcode's argument: CPython's unpickler "
-                  "reads other bytes from it than a contiguous reader", name);
+    if (cr && !ts->crossed) {
+        ts->crossed = true;
+        ambiguity(ts->s, "%s: a FRAME ends inside an opcode's argument: CPython's unpickler "
+                  "reads other bytes from it than a contiguous reader", p->name);
     }
     return rc;
 }
 
-/* The tar reading: the pickles torch's tar loader unpickles, in its order. */
+/* The tar reading: the pickles torch's tar loader unpickles, in its order
+ * (pth-tar's walk, with ckpt's rules). */
 static int scan_tar(ckpt_scan *s, int fd, uint64_t size)
 {
-    tar_walk w = {.s = s};
-    ckpt_arena_init(&w.arena);
+    tar_scan ts = {.s = s};
+    ckpt_arena_init(&ts.arena);
     ckpt_error err = {0};
-    int rc = ckpt_pth_tar_scan(fd, size, tar_pickle, &w, &err);
-    ckpt_arena_release(&w.arena);
+    ckpt_walk w = {.pickle = tar_pickle, .user = &ts, .strict = true};
+    ckpt_source src = {.fd = fd, .file_size = size};
+    int rc = ckpt_format_pth_tar.walk(&w, &src, &err);
+    ckpt_arena_release(&ts.arena);
     if (rc != CKPT_OK && err.msg[0]) {
         ckpt_err_clear(&s->err);
         s->err = err;
@@ -776,7 +777,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
             ckpt_zip_dir_free(zd);
         }
     }
-    if (ckpt_tar_probe(fd, (uint64_t)len)) {
+    if (ckpt_format_pth_tar.claim(fd, (uint64_t)len)) {
         /* torch.load takes it for a tar before anything else; when a later
          * header fails it falls back to the pickle stream, made below too */
         reading_begin(s, "tar", WHO_TAR, 1);

@@ -50,20 +50,30 @@ typedef struct ckpt_walk_pickle {
     size_t len;
     unsigned pid_fields;   /* the persistent ids torch's persistent_load takes
                             * there: 6 (the legacy main pickle), 5 (a zip's
-                            * data.pkl); 0: a plain pickle.load, which refuses
-                            * every one */
+                            * data.pkl), 1 (the tar's main pickle: a tuple is
+                            * its first item, else int(id) is a key of the
+                            * objects loaded before, ckpt_walk_tar_kind); 0: a
+                            * plain pickle.load, which refuses every one */
+    bool truncated;        /* tar: the member ends past the file's end: reading
+                            * past LEN is tarfile's ReadError, a TarError (torch
+                            * then reads the file as a legacy stream), not EOF */
 } ckpt_walk_pickle;
 
 /* A record torch reads data from: a legacy file's storage, after its key
- * list (the caller, which made the storages, says how long each is). */
+ * list (the caller, which made the storages, says how long each is); a tar
+ * checkpoint's storage, once its bytes were skipped. */
 typedef struct ckpt_walk_record {
-    const ckpt_value *key; /* its item of the storage key list, as the caller's
-                            * pickle callback made it */
-    size_t index;          /* its place in that list */
-    uint64_t offset;       /* its first byte in the file (its element count) */
-    uint64_t avail;        /* the bytes from OFFSET to the end of the file */
-    bool has_count;        /* AVAIL holds the int64 element count torch reads: */
+    const ckpt_value *key; /* its key: legacy, the storage key list's item; tar,
+                            * the storage pickle's first item */
+    size_t index;          /* its place in that list, or among the storages */
+    uint64_t offset;       /* its first byte in the file: legacy, its element
+                            * count; tar, its data */
+    uint64_t avail;        /* legacy: the bytes from OFFSET to the end of the
+                            * file; tar: its data's length */
+    bool has_count;        /* the int64 element count torch reads is there: */
     uint64_t count;        /* that count */
+    const char *location;  /* tar: its location tag ("cpu", "cuda:0"), or NULL */
+    size_t location_len;
 } ckpt_walk_record;
 
 /* Where and why torch stops on the container. */
@@ -74,7 +84,11 @@ typedef struct ckpt_walk_stop {
     int pickle;            /* legacy: the pickle whose value it refuses, or -1 */
     const char *expected;  /* legacy: what that value should have been */
     uint64_t offset;       /* where its reading stopped (after that pickle) */
+    const char *stage;     /* tar: "container" (a member), "value" (a value a
+                            * pickle made), "storage" (a storage, a key) */
     bool torchscript;      /* zip: torch.load hands the archive to torch.jit.load */
+    bool fallback;         /* tar: a TarError, on which torch.load reads the file
+                            * as a legacy stream instead (no exception) */
 } ckpt_walk_stop;
 
 typedef struct ckpt_walk ckpt_walk;
@@ -83,10 +97,11 @@ struct ckpt_walk {
     ckpt_walk_torch torch;
     /* P's value: *USED gets the pickle's length (at most P->len), *ROOT its
      * value where the walk needs it (the legacy magic number, protocol
-     * version and storage key list; NULL is a value torch refuses there). */
+     * version and storage key list, a tar member's pickles; NULL is a value
+     * torch refuses there). */
     int (*pickle)(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root);
     /* R's data: *SIZE gets its length in bytes after the count (at most
-     * R->avail - 8).  NULL: the walk ends after the last pickle. */
+     * R->avail - 8; legacy: NULL ends the walk after its last pickle). */
     int (*record)(ckpt_walk *w, const ckpt_walk_record *r, uint64_t *size);
     void *user;
     /* ckpt's reader: its own checks too, where they are stricter than
@@ -104,12 +119,16 @@ struct ckpt_walk {
     struct ckpt_zip *zip;  /* zip walks: the archive, while the callbacks run */
     const char *prefix;    /* its folder: PREFIX_LEN bytes (not NUL-terminated) */
     size_t prefix_len;
+    void *priv;            /* the walk's own state, for its lookups */
 };
 
 /* During a zip walk: the record NAME ("data/0") of the archive's folder,
  * found as torch's getRecord finds it (case-blind); its index, its size in
  * *SIZE (may be NULL); -1 when absent. */
 int64_t ckpt_walk_zip_find(const ckpt_walk *w, const char *name, uint64_t *size);
+/* During a tar walk's main pickle: what int(saved_id) = DECIMAL names among
+ * the objects loaded before: 0 nothing (KeyError), 1 a storage, 2 a tensor. */
+int ckpt_walk_tar_kind(const ckpt_walk *w, const char *decimal);
 /* torch's zip reader (formats/torch_zip.c, shared by the zip formats): the
  * walk of SRC as torch.load opens it (JIT: as torch.jit.load does, for the
  * torchscript reader: no TorchScript stop, versions named so). */
@@ -157,23 +176,6 @@ typedef struct ckpt_format_desc {
 extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
     ckpt_format_safetensors, ckpt_format_sharded, ckpt_format_torchscript, ckpt_format_pth_tar,
     ckpt_format_dcp, ckpt_format_deepspeed;
-
-/* One pickle of a tar checkpoint (formats/pth_tar.c), handed to the caller
- * to run: NAME says which ("tar:storages pickle 2", "tar:pickle"), BUF
- * holds LEN bytes from its start to its member's end.  The callback sets
- * *USED (the pickle's length) and *ROOT (its value, for the walk to read
- * the counts and storage types) and returns CKPT_OK, or an error code to
- * stop the walk there (it may leave the error text to its caller). */
-typedef int (*ckpt_tar_pickle_fn)(void *user, const char *name, const uint8_t *buf, size_t len,
-                                  size_t *used, ckpt_value **root);
-/* Walk the pickles of the tar checkpoint FD (SIZE bytes) that torch.load
- * unpickles, in its order: the storages member (count, each storage's
- * header, skipping its data, the view list), the tensors member (count,
- * each header, skipping its binary fields), then the 'pickle' member.
- * Stops with an error where torch would fail (a missing member, a count
- * that is not an int, an unknown storage type, a key it lacks, data past
- * the member's end), after the pickles before that point were handed out. */
-int ckpt_pth_tar_scan(int fd, uint64_t size, ckpt_tar_pickle_fn fn, void *user, ckpt_error *err);
 
 /* The table (formats/table.c), NULL-terminated, in torch.load's order. */
 extern const ckpt_format_desc *const ckpt_format_table[];
