@@ -15,7 +15,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zstd.h>
 
 enum { SCAN_MAX_READINGS = 8 };
 
@@ -836,34 +835,6 @@ static const char WHO_ITEMS[] = "torch.distributed.checkpoint's FileSystemReader
                                 "torch.load-ed from its bytes (BYTES items with "
                                 "weights_only=False)";
 
-/* Where the zip starting at AT of MAP (N bytes) ends: just after the first
- * end record whose central directory ends right before it, counted from AT
- * (a signature inside tensor data does not fit so).  0 when none. */
-static size_t zip_end(const uint8_t *map, size_t n, size_t at)
-{
-    for (size_t p = at; p + 22 <= n;) {
-        const uint8_t *e = memmem(map + p, n - p, "PK\x05\x06", 4);
-        if (!e)
-            return 0;
-        size_t q = (size_t)(e - map);
-        if (q + 22 > n)
-            return 0;
-        uint64_t cd_size = (uint64_t)e[12] | (uint64_t)e[13] << 8 | (uint64_t)e[14] << 16 |
-                           (uint64_t)e[15] << 24;
-        uint64_t cd_at = (uint64_t)e[16] | (uint64_t)e[17] << 8 | (uint64_t)e[18] << 16 |
-                         (uint64_t)e[19] << 24;
-        size_t comment = (size_t)e[20] | (size_t)e[21] << 8;
-        bool zip64 = cd_at == 0xFFFFFFFFu || cd_size == 0xFFFFFFFFu;
-        /* torch writes a zip64 end record (56 bytes) and locator (20) before it */
-        bool z64 = q - at >= 76 && memcmp(map + q - 20, "PK\x06\x07", 4) == 0;
-        if ((zip64 || cd_at + cd_size == q - at || (z64 && cd_at + cd_size + 76 == q - at)) &&
-            q + 22 + comment <= n)
-            return q + 22 + comment;
-        p = q + 1;
-    }
-    return 0;
-}
-
 /* One zip item at [AT, AT+LEN) of FD (the file, or a memfd of a frame's bytes). */
 static int scan_item_zip(ckpt_scan *s, int fd, uint64_t at, uint64_t len, const char *label)
 {
@@ -876,6 +847,12 @@ static int scan_item_zip(ckpt_scan *s, int fd, uint64_t at, uint64_t len, const 
     }
     s->item = NULL;
     return rc;
+}
+
+static int scan_item(ckpt_walk *w, const ckpt_walk_record *r, uint64_t *size)
+{
+    (void)size;
+    return scan_item_zip(w->user, r->fd, r->base, r->size, r->label);
 }
 
 int ckpt_scan_items(ckpt_scan *s, const char *path)
@@ -893,87 +870,14 @@ int ckpt_scan_items(ckpt_scan *s, const char *path)
         close(fd); /* a rank with nothing to save writes an empty file */
         return CKPT_OK;
     }
-    const uint8_t *map = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        close(fd);
-        return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
-    }
     ckpt_error primary = {0};
     reading_begin(s, "items", WHO_ITEMS, 1);
-    int rc = CKPT_OK;
-    for (size_t at = 0; at < n && rc == CKPT_OK;) {
-        char label[64];
-        snprintf(label, sizeof label, "item at byte %zu", at);
-        if (n - at >= 4 && memcmp(map + at, "PK\x03\x04", 4) == 0) {
-            size_t end = zip_end(map, n, at);
-            if (!end) {
-                rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: a zip without its end record",
-                              label);
-                break;
-            }
-            int r = scan_item_zip(s, fd, at, end - at, label);
-            if (r != CKPT_OK && r != CKPT_ERR_FORMAT)
-                rc = r;
-            else if (r != CKPT_OK)
-                rc = r; /* the pickles before were scanned; stop as the reader would */
-            at = end;
-        } else if (n - at >= 4 && memcmp(map + at, "\x28\xb5\x2f\xfd", 4) == 0) {
-            /* stream.zstd/1: one frame holding the item's zip (its size may be
-             * unstated: decompressed by streaming, up to 4x the pickle limit) */
-            size_t fl = ZSTD_findFrameCompressedSize(map + at, n - at);
-            if (ZSTD_isError(fl)) {
-                rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: a corrupt zstd frame", label);
-                break;
-            }
-            uint64_t cap = s->limits[CKPT_LIMIT_PICKLE_BYTES] * 4;
-            size_t have = 0, size = fl * 4 + 4096;
-            uint8_t *buf = NULL;
-            ZSTD_DStream *zs = ZSTD_createDStream();
-            ZSTD_inBuffer ib = {map + at, fl, 0};
-            size_t zr = zs ? ZSTD_initDStream(zs) : 1;
-            while (zs && !ZSTD_isError(zr) && (ib.pos < ib.size || zr != 0)) {
-                if (have == size || !buf) {
-                    size = buf ? size * 2 : size;
-                    uint8_t *nb = size <= cap ? realloc(buf, size) : NULL;
-                    if (!nb)
-                        break;
-                    buf = nb;
-                }
-                ZSTD_outBuffer ob = {buf, size, have};
-                zr = ZSTD_decompressStream(zs, &ob, &ib);
-                have = ob.pos;
-                if (!ZSTD_isError(zr) && zr != 0 && ib.pos == ib.size && have < size)
-                    break; /* a frame cut short */
-            }
-            bool ok = zs && !ZSTD_isError(zr) && zr == 0 && ib.pos == ib.size;
-            ZSTD_freeDStream(zs);
-            int mfd = ok ? memfd_create("ckpt-scan-item", MFD_CLOEXEC) : -1;
-            if (!ok || mfd < 0 || write(mfd, buf, have) != (ssize_t)have)
-                rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: its zstd frame does not "
-                              "decompress (corrupt, cut short, or over %llu bytes)", label,
-                              (unsigned long long)cap);
-            else
-                rc = scan_item_zip(s, mfd, 0, have, label);
-            if (mfd >= 0)
-                close(mfd);
-            free(buf);
-            at += fl;
-        } else if (n - at >= 9 && map[at + 8] == '{') {
-            /* the SAFETENSORS serialization: one blob to the end, no pickle */
-            uint64_t hl = 0;
-            for (int k = 8; k-- > 0;)
-                hl = (hl << 8) | map[at + k];
-            if (hl > n - at - 8)
-                rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: a safetensors header past the "
-                              "end of the file", label);
-            break;
-        } else {
-            rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: neither a torch.save zip, a zstd frame "
-                          "nor a safetensors blob", label);
-        }
-    }
+    /* DCP's walk of the data file: each item, a zstd frame's decoded */
+    ckpt_walk w = {.record = scan_item, .user = s,
+                   .pickle_limit = s->limits[CKPT_LIMIT_PICKLE_BYTES]};
+    ckpt_source src = {.fd = fd, .file_size = n, .path = (char *)path};
+    int rc = ckpt_format_dcp.walk(&w, &src, &s->err);
     reading_end(s, rc, &primary);
-    munmap((void *)map, n);
     close(fd);
     s->err = primary;
     return primary.code;

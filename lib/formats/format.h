@@ -61,7 +61,8 @@ typedef struct ckpt_walk_pickle {
 
 /* A record torch reads data from: a legacy file's storage, after its key
  * list (the caller, which made the storages, says how long each is); a tar
- * checkpoint's storage, once its bytes were skipped. */
+ * checkpoint's storage, once its bytes were skipped; an item of a DCP data
+ * file (a torch.save zip, which the caller walks as one). */
 typedef struct ckpt_walk_record {
     const ckpt_value *key; /* its key: legacy, the storage key list's item; tar,
                             * the storage pickle's first item */
@@ -74,6 +75,12 @@ typedef struct ckpt_walk_record {
     uint64_t count;        /* that count */
     const char *location;  /* tar: its location tag ("cpu", "cuda:0"), or NULL */
     size_t location_len;
+    /* DCP: OFFSET and AVAIL are the item's bytes in the file; its zip lies at
+     * FD from BASE, SIZE bytes (a memfd of the frame's decoded bytes when it
+     * is compressed, open while the callback runs); LABEL names it */
+    int fd;
+    uint64_t base, size;
+    const char *label;
 } ckpt_walk_record;
 
 /* Where and why torch stops on the container. */
@@ -155,8 +162,9 @@ typedef struct ckpt_format_desc {
     /* Read the open SRC (f->cur_src) into *ROOT, its storages into f's table. */
     int (*read)(ckpt_file *f, ckpt_source *src, ckpt_value **root);
     /* Walk the open SRC (its fd and file_size) as torch.load reads it,
-     * handing each pickle and record to W's callbacks (above); NULL for
-     * formats torch.load does not read, or whose readings are not walked. */
+     * handing each pickle and record to W's callbacks (above); a folder
+     * format walks one of its data files (DCP: a .distcp's items, back to
+     * back).  NULL for formats whose readings are not walked. */
     int (*walk)(ckpt_walk *w, ckpt_source *src, ckpt_error *err);
     /* Write f->root to the open file OUT that will be named PATH; NULL when
      * the format is written as a set. */
