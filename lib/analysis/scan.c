@@ -2,7 +2,8 @@
  * found by running the same safe VM that reads checkpoints in its scanning
  * mode (nothing imported, nothing called; STACK_GLOBAL operands resolved
  * through the memo exactly as when reading), so the answer cannot differ
- * from what a load would meet. */
+ * from what a load would meet.  The pickles are those the formats' walks
+ * hand out (formats/format.h), read as each loader reads them. */
 #include "analysis/analysis.h"
 
 #include <errno.h>
@@ -387,123 +388,34 @@ static int scan_record_pickle(ckpt_scan *s, const char *name, const uint8_t *buf
 
 /* ---- formats ---------------------------------------------------------------- */
 
-/* torch finds records case-insensitively (miniz), so "DATA.PKL" loads too */
-static int ends_with_nocase(const char *s, const char *suffix)
+static int zip_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root)
 {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcasecmp(s + a - b, suffix) == 0;
+    (void)used, (void)root;
+    return scan_record_pickle(w->user, p->name, p->buf, p->len);
 }
 
-/* Whether reader R's entry E holds the same bytes as an entry already
- * scanned (so each record is scanned once, whoever reads it). */
-static int same_record(const ckpt_zip_entry *a, const ckpt_zip_entry *b)
+static void zip_finding(ckpt_walk *w, const char *text)
 {
-    return a->data_at == b->data_at && a->csize == b->csize && a->method == b->method;
+    ambiguity(w->user, "%s", text);
 }
 
 /*
- * The zip reading: every .pkl record (in any case: torch finds DATA.PKL as
- * data.pkl) as torch reads it (miniz: no CRC-32 check, the last end record),
- * fed as torch feeds it; then each record another reader (Python's zipfile,
- * libzip: ckpt's other commands) would read at other bytes.  Where they
- * disagree, zip_dir's findings say so, and the file is ambiguous.  A bad
- * CRC-32 or a truncated record does not hide what torch would unpickle: it is
- * scanned, then reported as the reading's error.
+ * The zip reading (pth-zip's readings): every .pkl record (in any case: torch
+ * finds DATA.PKL as data.pkl) as torch reads it (miniz: no CRC-32 check, the
+ * last end record), fed as torch feeds it; then each record another reader
+ * (Python's zipfile, libzip: ckpt's other commands) would read at other
+ * bytes.  Where they disagree, the findings say so, and the file is
+ * ambiguous.  A bad CRC-32 or a truncated record does not hide what torch
+ * would unpickle: it is scanned, then reported as the reading's error.
+ * *OPENED: whether any reader takes it for a zip.
  */
-static int scan_zip(ckpt_scan *s, int fd, ckpt_zip_dir *d)
+static int scan_zip(ckpt_scan *s, int fd, uint64_t base, uint64_t size, bool *opened)
 {
-    for (size_t i = 0; i < ckpt_zip_dir_finding_count(d); i++)
-        ambiguity(s, "%s", ckpt_zip_dir_finding(d, i));
-    int rc = CKPT_OK, found = 0;
-    ckpt_error first = {0};
-    /* torch 2.x with compute_crc32 off writes CRC 0 for every record: no
-     * corruption, as ckpt's zip reader takes it */
-    bool no_crcs = false;
-    for (size_t i = 0; i < ckpt_zip_dir_count(d, CKPT_ZIP_READER_TORCH); i++) {
-        const ckpt_zip_entry *e = ckpt_zip_dir_entry(d, CKPT_ZIP_READER_TORCH, i);
-        if (e && e->usize) {
-            if (e->crc != 0) {
-                no_crcs = false;
-                break;
-            }
-            no_crcs = true;
-        }
-    }
-    /* the records scanned, so that one read by several readers is scanned once */
-    size_t total = 0;
-    for (int r = 0; r < CKPT_ZIP_READERS; r++)
-        total += ckpt_zip_dir_count(d, (ckpt_zip_reader)r);
-    const ckpt_zip_entry **done = malloc((total ? total : 1) * sizeof *done);
-    if (!done)
-        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
-    size_t ndone = 0;
-    for (int r = 0; r < CKPT_ZIP_READERS; r++) {
-        if (!ckpt_zip_dir_reads(d, (ckpt_zip_reader)r)) {
-            if (r == CKPT_ZIP_READER_TORCH && rc == CKPT_OK) {
-                rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "torch's zip reader refuses it: %s",
-                              ckpt_zip_dir_refusal(d, (ckpt_zip_reader)r));
-                first = s->err;
-            }
-            continue;
-        }
-        /* every record, even after one fails: a payload may sit in a later one */
-        for (size_t i = 0; i < ckpt_zip_dir_count(d, (ckpt_zip_reader)r); i++) {
-            const ckpt_zip_entry *e = ckpt_zip_dir_entry(d, (ckpt_zip_reader)r, i);
-            if (!e || !e->name || !ends_with_nocase(e->name, ".pkl"))
-                continue;
-            found = 1;
-            int seen = 0;
-            for (size_t k = 0; k < ndone && !seen; k++)
-                seen = same_record(done[k], e);
-            if (seen)
-                continue;
-            done[ndone++] = e;
-            char name[CKPT_ERRMSG_MAX];
-            const char *in = s->item ? s->item : "", *sep = s->item ? ": " : "";
-            if (r == CKPT_ZIP_READER_TORCH)
-                snprintf(name, sizeof name, "%s%s%s", in, sep, e->name);
-            else
-                snprintf(name, sizeof name, "%s%s%s (as %s reads it)", in, sep, e->name,
-                         ckpt_zip_reader_name((ckpt_zip_reader)r));
-            uint8_t *buf = NULL;
-            size_t len = 0;
-            bool crc_ok = true;
-            ckpt_error rerr = {0};
-            int rr = ckpt_zip_dir_read(d, fd, (ckpt_zip_reader)r, i,
-                                       s->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len, &crc_ok,
-                                       &rerr);
-            int sr = CKPT_OK;
-            if (buf && len)
-                sr = scan_record_pickle(s, name, buf, len);
-            free(buf);
-            if (no_crcs)
-                crc_ok = true;
-            if (rr == CKPT_OK && !crc_ok && r != CKPT_ZIP_READER_TORCH)
-                continue; /* that reader refuses the record: it unpickles nothing */
-            if (rr == CKPT_ERR_LIMIT) {
-                char msg[CKPT_ERRMSG_MAX];
-                snprintf(msg, sizeof msg, "%s", rerr.msg);
-                ckpt_err_clear(&rerr);
-                ckpt_err(&rerr, rr, "%s (--max-pickle-bytes)", msg);
-            }
-            if (rr == CKPT_OK && !crc_ok)
-                rr = ckpt_err(&rerr, CKPT_ERR_FORMAT, "%s: CRC-32 mismatch (torch does not "
-                              "check it: the globals listed are those it would meet)", e->name);
-            if (rr != CKPT_OK && rc == CKPT_OK) {
-                rc = rr;
-                first = rerr;
-            } else if (sr != CKPT_OK && rc == CKPT_OK) {
-                rc = sr;
-                first = s->err;
-            }
-            ckpt_err_clear(&s->err);
-        }
-    }
-    free(done);
-    if (rc != CKPT_OK)
-        s->err = first;
-    if (rc == CKPT_OK && !found)
-        rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "a zip archive without a .pkl record");
+    ckpt_walk w = {.pickle = zip_pickle, .finding = zip_finding, .user = s,
+                   .pickle_limit = s->limits[CKPT_LIMIT_PICKLE_BYTES]};
+    int rc = ckpt_pth_zip_readings(&w, fd, base, size, s->item, &s->err);
+    if (opened)
+        *opened = w.opened;
     return rc;
 }
 
@@ -753,12 +665,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         /* torch >= 1.6 reads nothing else of a file that starts so */
         s->format = fmt == CKPT_FORMAT_TORCHSCRIPT ? fmt : CKPT_FORMAT_PTH_ZIP;
         reading_begin(s, "zip", WHO_ZIP, 1);
-        ckpt_zip_dir *zd;
-        rc = ckpt_zip_dir_open(fd, (uint64_t)len, &zd, &s->err);
-        if (rc == CKPT_OK) {
-            rc = scan_zip(s, fd, zd);
-            ckpt_zip_dir_free(zd);
-        }
+        rc = scan_zip(s, fd, 0, (uint64_t)len, NULL);
         reading_end(s, rc, &primary);
         close(fd);
         s->err = primary;
@@ -766,14 +673,17 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     }
     {
         /* not a zip to torch, but perhaps to Python's zipfile and libzip (data
-         * before the first local header): their reading is made too */
-        ckpt_zip_dir *zd;
-        ckpt_error zerr = {0};
-        if (ckpt_zip_dir_open(fd, (uint64_t)len, &zd, &zerr) == CKPT_OK) {
-            reading_begin(s, "zip", WHO_ZIP_OTHERS, 0);
-            rc = scan_zip(s, fd, zd);
+         * before the first local header): their reading is made too, when
+         * any of them takes it for a zip */
+        bool opened;
+        reading_begin(s, "zip", WHO_ZIP_OTHERS, 0);
+        rc = scan_zip(s, fd, 0, (uint64_t)len, &opened);
+        if (opened) {
             reading_end(s, rc, NULL);
-            ckpt_zip_dir_free(zd);
+        } else {
+            s->nreadings--; /* no reading: nothing of it was recorded */
+            s->reading = NULL;
+            ckpt_err_clear(&s->err);
         }
     }
     if (ckpt_format_pth_tar.claim(fd, (uint64_t)len)) {
@@ -838,13 +748,8 @@ static const char WHO_ITEMS[] = "torch.distributed.checkpoint's FileSystemReader
 /* One zip item at [AT, AT+LEN) of FD (the file, or a memfd of a frame's bytes). */
 static int scan_item_zip(ckpt_scan *s, int fd, uint64_t at, uint64_t len, const char *label)
 {
-    ckpt_zip_dir *zd;
     s->item = label;
-    int rc = ckpt_zip_dir_open_at(fd, at, len, &zd, &s->err);
-    if (rc == CKPT_OK) {
-        rc = scan_zip(s, fd, zd);
-        ckpt_zip_dir_free(zd);
-    }
+    int rc = scan_zip(s, fd, at, len, NULL);
     s->item = NULL;
     return rc;
 }

@@ -1,9 +1,11 @@
 /* torch_load.c - "will it load?": what a plain weights-only torch.load(f)
  * does with a file, for torch 2.15 ("2.6+") and torch 1.13, modelled from
  * their torch/serialization.py: the dispatch (a .safetensors name, a zip,
- * else the legacy stream), the zip reader's checks (prefix, version record,
- * TorchScript, byteorder), then each pickle through the unpickler model
- * (analysis/weights_only.c) with the loader's persistent ids and records.
+ * else the tar and the legacy stream), each container walked by its
+ * format's walk (formats/format.h: the zip reader's checks, the tar's
+ * legacy_load, the legacy chain, with torch's stops), each pickle it hands
+ * out through the unpickler model (analysis/weights_only.c) with the
+ * loader's persistent ids and records.
  * When torch refuses, the fix is the ckpt command that rewrites the file
  * into one it accepts (tried: the pickle ckpt would write is walked too),
  * else the add_safe_globals line that works. */

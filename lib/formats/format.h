@@ -127,6 +127,10 @@ struct ckpt_walk {
     const char *prefix;    /* its folder: PREFIX_LEN bytes (not NUL-terminated) */
     size_t prefix_len;
     void *priv;            /* the walk's own state, for its lookups */
+    /* zip readings: where the zip readers could read different bytes (one
+     * sentence each), handed out before any pickle; may be NULL */
+    void (*finding)(ckpt_walk *w, const char *text);
+    bool opened;           /* zip readings: some reader takes the file for a zip */
 };
 
 /* During a zip walk: the record NAME ("data/0") of the archive's folder,
@@ -184,6 +188,19 @@ typedef struct ckpt_format_desc {
 extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
     ckpt_format_safetensors, ckpt_format_sharded, ckpt_format_torchscript, ckpt_format_pth_tar,
     ckpt_format_dcp, ckpt_format_deepspeed;
+
+/* pth-zip's readings (formats/pth_zip.c), for ckpt scan: the zip at FD,
+ * SIZE bytes from BASE, as every zip reader reads it (torch's miniz, Python's
+ * zipfile, libzip: container/zip_dir.c): the points where they disagree to
+ * W->finding, then each .pkl record (any case) that any reader reads, once
+ * per distinct bytes, to W->pickle, named "LABEL: NAME" (LABEL may be NULL)
+ * with " (as READER reads it)" for the readers other than torch's.  Every
+ * record is handed out even after one fails (a payload may sit in a later
+ * one); the first error is returned (a callback's message is the one it
+ * leaves in ERR), a CRC-32 mismatch as torch's error only (the others refuse
+ * that record).  W->opened says whether any reader took it for a zip. */
+int ckpt_pth_zip_readings(ckpt_walk *w, int fd, uint64_t base, uint64_t size, const char *label,
+                          ckpt_error *err);
 
 /* The table (formats/table.c), NULL-terminated, in torch.load's order. */
 extern const ckpt_format_desc *const ckpt_format_table[];

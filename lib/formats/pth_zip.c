@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -129,6 +130,139 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     }
     CKPT_FORWARD(locate_storages(f, r.nbefore));
     return note_unswapped(f, r.nbefore);
+}
+
+/* ---- every reader's reading (ckpt scan) ---------------------------------------- */
+
+/* torch finds records case-insensitively (miniz), so "DATA.PKL" loads too */
+static bool ends_with_nocase(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcasecmp(s + a - b, suffix) == 0;
+}
+
+/* Whether two readers' entries hold the same bytes (each record is handed
+ * out once, whoever reads it). */
+static bool same_record(const ckpt_zip_entry *a, const ckpt_zip_entry *b)
+{
+    return a->data_at == b->data_at && a->csize == b->csize && a->method == b->method;
+}
+
+static int readings(ckpt_walk *w, int fd, ckpt_zip_dir *d, const char *label, ckpt_error *err)
+{
+    for (size_t i = 0; i < ckpt_zip_dir_finding_count(d); i++)
+        if (w->finding)
+            w->finding(w, ckpt_zip_dir_finding(d, i));
+    int rc = CKPT_OK;
+    bool found = false;
+    ckpt_error first = {0};
+    /* torch 2.x with compute_crc32 off writes CRC 0 for every record: no
+     * corruption, as ckpt's zip reader takes it */
+    bool no_crcs = false;
+    for (size_t i = 0; i < ckpt_zip_dir_count(d, CKPT_ZIP_READER_TORCH); i++) {
+        const ckpt_zip_entry *e = ckpt_zip_dir_entry(d, CKPT_ZIP_READER_TORCH, i);
+        if (e && e->usize) {
+            if (e->crc != 0) {
+                no_crcs = false;
+                break;
+            }
+            no_crcs = true;
+        }
+    }
+    size_t total = 0;
+    for (int r = 0; r < CKPT_ZIP_READERS; r++)
+        total += ckpt_zip_dir_count(d, (ckpt_zip_reader)r);
+    const ckpt_zip_entry **done = malloc((total ? total : 1) * sizeof *done);
+    if (!done)
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    size_t ndone = 0;
+    for (int r = 0; r < CKPT_ZIP_READERS; r++) {
+        if (!ckpt_zip_dir_reads(d, (ckpt_zip_reader)r)) {
+            if (r == CKPT_ZIP_READER_TORCH && rc == CKPT_OK) {
+                rc = ckpt_err(err, CKPT_ERR_FORMAT, "torch's zip reader refuses it: %s",
+                              ckpt_zip_dir_refusal(d, (ckpt_zip_reader)r));
+                first = *err;
+            }
+            continue;
+        }
+        /* every record, even after one fails: a payload may sit in a later one */
+        for (size_t i = 0; i < ckpt_zip_dir_count(d, (ckpt_zip_reader)r); i++) {
+            const ckpt_zip_entry *e = ckpt_zip_dir_entry(d, (ckpt_zip_reader)r, i);
+            if (!e || !e->name || !ends_with_nocase(e->name, ".pkl"))
+                continue;
+            found = true;
+            bool seen = false;
+            for (size_t k = 0; k < ndone && !seen; k++)
+                seen = same_record(done[k], e);
+            if (seen)
+                continue;
+            done[ndone++] = e;
+            char name[CKPT_ERRMSG_MAX];
+            const char *in = label ? label : "", *sep = label ? ": " : "";
+            if (r == CKPT_ZIP_READER_TORCH)
+                snprintf(name, sizeof name, "%s%s%s", in, sep, e->name);
+            else
+                snprintf(name, sizeof name, "%s%s%s (as %s reads it)", in, sep, e->name,
+                         ckpt_zip_reader_name((ckpt_zip_reader)r));
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            bool crc_ok = true;
+            ckpt_error rerr = {0};
+            int rr = ckpt_zip_dir_read(d, fd, (ckpt_zip_reader)r, i,
+                                       w->pickle_limit ? w->pickle_limit : UINT64_MAX, &buf,
+                                       &len, &crc_ok, &rerr);
+            int sr = CKPT_OK;
+            if (buf && len) {
+                ckpt_walk_pickle p = {.index = (int)ndone - 1, .name = name, .offset = e->data_at,
+                                      .buf = buf, .len = len, .pid_fields = 5};
+                size_t used = 0;
+                ckpt_value *root = NULL;
+                sr = w->pickle(w, &p, &used, &root);
+            }
+            free(buf);
+            if (no_crcs)
+                crc_ok = true;
+            if (rr == CKPT_OK && !crc_ok && r != CKPT_ZIP_READER_TORCH)
+                continue; /* that reader refuses the record: it unpickles nothing */
+            if (rr == CKPT_ERR_LIMIT) {
+                char msg[CKPT_ERRMSG_MAX];
+                snprintf(msg, sizeof msg, "%s", rerr.msg);
+                ckpt_err_clear(&rerr);
+                ckpt_err(&rerr, rr, "%s (--max-pickle-bytes)", msg);
+            }
+            if (rr == CKPT_OK && !crc_ok)
+                rr = ckpt_err(&rerr, CKPT_ERR_FORMAT, "%s: CRC-32 mismatch (torch does not "
+                              "check it: the globals listed are those it would meet)", e->name);
+            if (rr != CKPT_OK && rc == CKPT_OK) {
+                rc = rr;
+                first = rerr;
+            } else if (sr != CKPT_OK && rc == CKPT_OK) {
+                rc = sr;
+                first = *err;
+            }
+            ckpt_err_clear(err);
+        }
+    }
+    free(done);
+    if (rc != CKPT_OK)
+        *err = first;
+    if (rc == CKPT_OK && !found)
+        rc = ckpt_err(err, CKPT_ERR_FORMAT, "a zip archive without a .pkl record");
+    return rc;
+}
+
+int ckpt_pth_zip_readings(ckpt_walk *w, int fd, uint64_t base, uint64_t size, const char *label,
+                          ckpt_error *err)
+{
+    memset(&w->stop, 0, sizeof w->stop);
+    w->stop.pickle = -1;
+    w->opened = false;
+    ckpt_zip_dir *d;
+    CKPT_FORWARD(ckpt_zip_dir_open_at(fd, base, size, &d, err));
+    w->opened = true;
+    int rc = readings(w, fd, d, label, err);
+    ckpt_zip_dir_free(d);
+    return rc;
 }
 
 static bool pth_zip_sniff(const uint8_t *head, size_t n)
