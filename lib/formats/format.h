@@ -110,27 +110,29 @@ struct ckpt_walk {
     /* R's data: *SIZE gets its length in bytes after the count (at most
      * R->avail - 8; legacy: NULL ends the walk after its last pickle). */
     int (*record)(ckpt_walk *w, const ckpt_walk_record *r, uint64_t *size);
+    /* zip readings: where the zip readers could read different bytes (one
+     * sentence each), handed out before any pickle; may be NULL */
+    void (*finding)(ckpt_walk *w, const char *text);
     void *user;
-    /* ckpt's reader: its own checks too, where they are stricter than
-     * torch's (a version record that is not a bare number, an archive folder
-     * named ""), with its messages (W->stop stays clear for them) */
+    /* ckpt's reader (and ckpt scan's tar reading): ckpt's rules where they
+     * differ from torch's (a version record that is not a bare number, an
+     * archive folder named "", a tar's keys, views and tensor headers), with
+     * its messages (W->stop never holds ckpt's own refusals) */
     bool strict;
     /* zip walks: leave the archive open in SRC->zip (a reader reads the
      * storages' records from it); else it is closed when the walk ends */
     bool keep;
     /* the bytes a pickle torch reads from a record may have (the pickle
-     * limit, --max-pickle-bytes: CKPT_ERR_LIMIT past it); 0: no limit */
+     * limit, --max-pickle-bytes: CKPT_ERR_LIMIT past it; a DCP item's zstd
+     * frame may decode to 4 times that); 0: no limit */
     uint64_t pickle_limit;
     /* the walk's */
     ckpt_walk_stop stop;
     struct ckpt_zip *zip;  /* zip walks: the archive, while the callbacks run */
     const char *prefix;    /* its folder: PREFIX_LEN bytes (not NUL-terminated) */
     size_t prefix_len;
-    void *priv;            /* the walk's own state, for its lookups */
-    /* zip readings: where the zip readers could read different bytes (one
-     * sentence each), handed out before any pickle; may be NULL */
-    void (*finding)(ckpt_walk *w, const char *text);
     bool opened;           /* zip readings: some reader takes the file for a zip */
+    void *priv;            /* the walk's own state, for its lookups */
 };
 
 /* During a zip walk: the record NAME ("data/0") of the archive's folder,
