@@ -30,6 +30,15 @@
 #      pth_legacy*, pth_tar*, safetensors*, sharded*, torchscript*, dcp*,
 #      deepspeed*; another file: its stem before an optional _write) never
 #      references (nor includes) another format module; the dispatch level (table.c, read.c, write.c, format.h) may.
+#      A format helper (FORMAT_HELPERS: torch_zip.c, torch's zip reader that
+#      the pth-zip and torchscript formats share) may be used by any format
+#      module and uses none.
+#  (e) containers are read by the formats alone: an object outside
+#      lib/container, lib/formats and lib/checkpoint that references a
+#      function of a container reader (CONTAINER_READERS: zip.c, zip_dir.c,
+#      tar.c; not the writers zip_write.c and zip_edit.c) is "a second reader
+#      of a container" (the analyses walk a file through its format's walk,
+#      lib/formats/format.h).
 #
 # Exit: 0 clean, 1 offences, 77 (skip) when the objects are not built and the
 # includes are clean (never under `make check`, which builds them first),
@@ -55,6 +64,9 @@ KERNELS_MAY_INCLUDE = PUBLIC | {'lib/runtime/backend.h'}
 FORMAT_STEMS = ('pth_zip', 'pth_legacy', 'pth_tar', 'safetensors', 'sharded', 'torchscript',
                 'dcp', 'deepspeed')
 FORMAT_DISPATCH = {'table', 'read', 'write', 'format'}
+FORMAT_HELPERS = {'torch_zip'}
+CONTAINER_READERS = {'lib/container/zip.c', 'lib/container/zip_dir.c', 'lib/container/tar.c'}
+MAY_READ_CONTAINERS = {'container', 'formats', 'checkpoint'}
 
 
 def folder(rel):
@@ -79,6 +91,8 @@ def format_module(rel):
     stem = re.sub(r'\.[A-Za-z]+$', '', p[2])
     if stem in FORMAT_DISPATCH:
         return None
+    if stem in FORMAT_HELPERS:
+        return 'helper ' + stem
     for s in FORMAT_STEMS:
         if stem.startswith(s):           # pth_zip*.c, pth_legacy*.c, ...
             return s
@@ -97,7 +111,7 @@ def judge(a, b, kind):
             return 'lib/%s is not in the layer table of tests/layers.sh' % f
     if fa == fb:
         ma, mb = format_module(a), format_module(b)
-        if ma and mb and ma != mb:
+        if ma and mb and ma != mb and not mb.startswith('helper '):
             return 'format module %s may not use format module %s' % (ma, mb)
         return None
     if fa == 'src':
@@ -371,6 +385,14 @@ for (a, b) in sorted(edges):
         for loc, sym in refs(a, b):
             offence('%s: [%s] %s -> %s: %s' % (loc, 'format' if tag(why) == 'format' else 'call',
                                                 sym, b, why))
+
+# ---- (e) no second reader of a container ------------------------------------
+for (a, b) in sorted(edges):
+    if b in CONTAINER_READERS and folder(a) not in MAY_READ_CONTAINERS:
+        for loc, sym in refs(a, b):
+            offence('%s: [reader] %s -> %s: a second reader of a container (only lib/formats/ '
+                    'and lib/checkpoint/ read containers: walk the file through its format)'
+                    % (loc, sym, b))
 
 for v in violations:
     print(v)

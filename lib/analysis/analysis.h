@@ -4,7 +4,9 @@
  * file, without doing it.  scan.c (would loading run code?), torch_load.c
  * (would plain weights-only torch.load accept it?) and weights_only.c (a
  * model of torch's weights-only unpickler).  This layer may call formats/,
- * checkpoint/, container/, pickle/, io/ and core/; nothing below calls it.
+ * checkpoint/, pickle/, io/ and core/, and reads a container only through
+ * its format's walk (formats/format.h; tests/layers.sh rule e); nothing
+ * below calls it.
  */
 #ifndef CKPT_ANALYSIS_H
 #define CKPT_ANALYSIS_H

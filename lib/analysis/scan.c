@@ -2,7 +2,8 @@
  * found by running the same safe VM that reads checkpoints in its scanning
  * mode (nothing imported, nothing called; STACK_GLOBAL operands resolved
  * through the memo exactly as when reading), so the answer cannot differ
- * from what a load would meet. */
+ * from what a load would meet.  The pickles are those the formats' walks
+ * hand out (formats/format.h), read as each loader reads them. */
 #include "analysis/analysis.h"
 
 #include <errno.h>
@@ -11,11 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zstd.h>
 
 enum { SCAN_MAX_READINGS = 8 };
 
@@ -388,161 +387,73 @@ static int scan_record_pickle(ckpt_scan *s, const char *name, const uint8_t *buf
 
 /* ---- formats ---------------------------------------------------------------- */
 
-/* torch finds records case-insensitively (miniz), so "DATA.PKL" loads too */
-static int ends_with_nocase(const char *s, const char *suffix)
+static int zip_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root)
 {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcasecmp(s + a - b, suffix) == 0;
+    (void)used, (void)root;
+    return scan_record_pickle(w->user, p->name, p->buf, p->len);
 }
 
-/* Whether reader R's entry E holds the same bytes as an entry already
- * scanned (so each record is scanned once, whoever reads it). */
-static int same_record(const ckpt_zip_entry *a, const ckpt_zip_entry *b)
+static void zip_finding(ckpt_walk *w, const char *text)
 {
-    return a->data_at == b->data_at && a->csize == b->csize && a->method == b->method;
+    ambiguity(w->user, "%s", text);
 }
 
 /*
- * The zip reading: every .pkl record (in any case: torch finds DATA.PKL as
- * data.pkl) as torch reads it (miniz: no CRC-32 check, the last end record),
- * fed as torch feeds it; then each record another reader (Python's zipfile,
- * libzip: ckpt's other commands) would read at other bytes.  Where they
- * disagree, zip_dir's findings say so, and the file is ambiguous.  A bad
- * CRC-32 or a truncated record does not hide what torch would unpickle: it is
- * scanned, then reported as the reading's error.
+ * The zip reading (pth-zip's readings): every .pkl record (in any case: torch
+ * finds DATA.PKL as data.pkl) as torch reads it (miniz: no CRC-32 check, the
+ * last end record), fed as torch feeds it; then each record another reader
+ * (Python's zipfile, libzip: ckpt's other commands) would read at other
+ * bytes.  Where they disagree, the findings say so, and the file is
+ * ambiguous.  A bad CRC-32 or a truncated record does not hide what torch
+ * would unpickle: it is scanned, then reported as the reading's error.
+ * *OPENED: whether any reader takes it for a zip.
  */
-static int scan_zip(ckpt_scan *s, int fd, ckpt_zip_dir *d)
+static int scan_zip(ckpt_scan *s, int fd, uint64_t base, uint64_t size, bool *opened)
 {
-    for (size_t i = 0; i < ckpt_zip_dir_finding_count(d); i++)
-        ambiguity(s, "%s", ckpt_zip_dir_finding(d, i));
-    int rc = CKPT_OK, found = 0;
-    ckpt_error first = {0};
-    /* torch 2.x with compute_crc32 off writes CRC 0 for every record: no
-     * corruption, as ckpt's zip reader takes it */
-    bool no_crcs = false;
-    for (size_t i = 0; i < ckpt_zip_dir_count(d, CKPT_ZIP_READER_TORCH); i++) {
-        const ckpt_zip_entry *e = ckpt_zip_dir_entry(d, CKPT_ZIP_READER_TORCH, i);
-        if (e && e->usize) {
-            if (e->crc != 0) {
-                no_crcs = false;
-                break;
-            }
-            no_crcs = true;
-        }
-    }
-    /* the records scanned, so that one read by several readers is scanned once */
-    size_t total = 0;
-    for (int r = 0; r < CKPT_ZIP_READERS; r++)
-        total += ckpt_zip_dir_count(d, (ckpt_zip_reader)r);
-    const ckpt_zip_entry **done = malloc((total ? total : 1) * sizeof *done);
-    if (!done)
-        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
-    size_t ndone = 0;
-    for (int r = 0; r < CKPT_ZIP_READERS; r++) {
-        if (!ckpt_zip_dir_reads(d, (ckpt_zip_reader)r)) {
-            if (r == CKPT_ZIP_READER_TORCH && rc == CKPT_OK) {
-                rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "torch's zip reader refuses it: %s",
-                              ckpt_zip_dir_refusal(d, (ckpt_zip_reader)r));
-                first = s->err;
-            }
-            continue;
-        }
-        /* every record, even after one fails: a payload may sit in a later one */
-        for (size_t i = 0; i < ckpt_zip_dir_count(d, (ckpt_zip_reader)r); i++) {
-            const ckpt_zip_entry *e = ckpt_zip_dir_entry(d, (ckpt_zip_reader)r, i);
-            if (!e || !e->name || !ends_with_nocase(e->name, ".pkl"))
-                continue;
-            found = 1;
-            int seen = 0;
-            for (size_t k = 0; k < ndone && !seen; k++)
-                seen = same_record(done[k], e);
-            if (seen)
-                continue;
-            done[ndone++] = e;
-            char name[CKPT_ERRMSG_MAX];
-            const char *in = s->item ? s->item : "", *sep = s->item ? ": " : "";
-            if (r == CKPT_ZIP_READER_TORCH)
-                snprintf(name, sizeof name, "%s%s%s", in, sep, e->name);
-            else
-                snprintf(name, sizeof name, "%s%s%s (as %s reads it)", in, sep, e->name,
-                         ckpt_zip_reader_name((ckpt_zip_reader)r));
-            uint8_t *buf = NULL;
-            size_t len = 0;
-            bool crc_ok = true;
-            ckpt_error rerr = {0};
-            int rr = ckpt_zip_dir_read(d, fd, (ckpt_zip_reader)r, i,
-                                       s->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len, &crc_ok,
-                                       &rerr);
-            int sr = CKPT_OK;
-            if (buf && len)
-                sr = scan_record_pickle(s, name, buf, len);
-            free(buf);
-            if (no_crcs)
-                crc_ok = true;
-            if (rr == CKPT_OK && !crc_ok && r != CKPT_ZIP_READER_TORCH)
-                continue; /* that reader refuses the record: it unpickles nothing */
-            if (rr == CKPT_ERR_LIMIT) {
-                char msg[CKPT_ERRMSG_MAX];
-                snprintf(msg, sizeof msg, "%s", rerr.msg);
-                ckpt_err_clear(&rerr);
-                ckpt_err(&rerr, rr, "%s (--max-pickle-bytes)", msg);
-            }
-            if (rr == CKPT_OK && !crc_ok)
-                rr = ckpt_err(&rerr, CKPT_ERR_FORMAT, "%s: CRC-32 mismatch (torch does not "
-                              "check it: the globals listed are those it would meet)", e->name);
-            if (rr != CKPT_OK && rc == CKPT_OK) {
-                rc = rr;
-                first = rerr;
-            } else if (sr != CKPT_OK && rc == CKPT_OK) {
-                rc = sr;
-                first = s->err;
-            }
-            ckpt_err_clear(&s->err);
-        }
-    }
-    free(done);
-    if (rc != CKPT_OK)
-        s->err = first;
-    if (rc == CKPT_OK && !found)
-        rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "a zip archive without a .pkl record");
+    ckpt_walk w = {.pickle = zip_pickle, .finding = zip_finding, .user = s,
+                   .pickle_limit = s->limits[CKPT_LIMIT_PICKLE_BYTES]};
+    int rc = ckpt_pth_zip_readings(&w, fd, base, size, s->item, &s->err);
+    if (opened)
+        *opened = w.opened;
     return rc;
 }
 
 /* ---- the tar format of torch <= 0.1 ----------------------------------------- */
 
-typedef struct tar_walk {
+typedef struct tar_scan {
     ckpt_scan *s;
     ckpt_arena arena; /* the walk reads counts and storage types from the roots */
     bool crossed;
-} tar_walk;
+} tar_scan;
 
-static int tar_pickle(void *user, const char *name, const uint8_t *buf, size_t len,
-                      size_t *used, ckpt_value **root)
+static int tar_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root)
 {
-    tar_walk *w = user;
+    tar_scan *ts = w->user;
     /* torch opens the extracted storages and tensors members unbuffered (no
      * peek: frames are read whole) and the pickle member through tarfile's
      * buffered reader; only the main pickle has a persistent_load */
-    int main_pickle = strcmp(name, "tar:pickle") == 0;
-    bool cr = false;
-    int rc = scan_pickle_ex(w->s, name, buf, len, used, main_pickle, &w->arena, root,
+    bool main_pickle = p->pid_fields != 0, cr = false;
+    int rc = scan_pickle_ex(ts->s, p->name, p->buf, p->len, used, main_pickle, &ts->arena, root,
                             main_pickle ? CKPT_FEED_FILE : CKPT_FEED_BYTESIO, &cr);
-    if (cr && !w->crossed) {
-        w->crossed = true;
-        ambiguity(w->s, "%s: a FRAME ends inside an opcode's argument: CPython's unpickler "
-                  "reads other bytes from it than a contiguous reader", name);
+    if (cr && !ts->crossed) {
+        ts->crossed = true;
+        ambiguity(ts->s, "%s: a FRAME ends inside an opcode's argument: CPython's unpickler "
+                  "reads other bytes from it than a contiguous reader", p->name);
     }
     return rc;
 }
 
-/* The tar reading: the pickles torch's tar loader unpickles, in its order. */
+/* The tar reading: the pickles torch's tar loader unpickles, in its order
+ * (pth-tar's walk, with ckpt's rules). */
 static int scan_tar(ckpt_scan *s, int fd, uint64_t size)
 {
-    tar_walk w = {.s = s};
-    ckpt_arena_init(&w.arena);
+    tar_scan ts = {.s = s};
+    ckpt_arena_init(&ts.arena);
     ckpt_error err = {0};
-    int rc = ckpt_pth_tar_scan(fd, size, tar_pickle, &w, &err);
-    ckpt_arena_release(&w.arena);
+    ckpt_walk w = {.pickle = tar_pickle, .user = &ts, .strict = true};
+    ckpt_source src = {.fd = fd, .file_size = size};
+    int rc = ckpt_format_pth_tar.walk(&w, &src, &err);
+    ckpt_arena_release(&ts.arena);
     if (rc != CKPT_OK && err.msg[0]) {
         ckpt_err_clear(&s->err);
         s->err = err;
@@ -557,45 +468,78 @@ static int scan_tar(ckpt_scan *s, int fd, uint64_t size)
 static const uint8_t LEGACY_MAGIC[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
                                        0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e};
 
-/* Whether V is the int whose little-endian bytes are LE[0..N) (positive, no
- * sign byte). */
-static int int_is(const ckpt_value *v, const uint8_t *le, size_t n)
-{
-    if (!v || v->kind != CKPT_KIND_INT)
-        return 0;
-    if (!v->u.i.big) {
-        if (n > 8)
-            return 0;
-        uint64_t want = 0;
-        for (size_t i = n; i-- > 0;)
-            want = want << 8 | le[i];
-        return v->u.i.v >= 0 && (uint64_t)v->u.i.v == want;
-    }
-    if (!v->u.i.bytes)
-        return 0;
-    size_t k = v->u.i.nbytes;
-    while (k > 0 && v->u.i.bytes[k - 1] == 0)
-        k--; /* a positive int's sign byte */
-    return k == n && memcmp(v->u.i.bytes, le, n) == 0;
-}
-
 /* Opcodes a pickle can start with (pickle.dumps at any protocol, or by hand). */
 static int pickle_start(uint8_t b)
 {
     return b == 0x80 || (b < 0x80 && strchr("()]}NIJKMLFGSTUVXBCcdlqpghjK.", b) && b);
 }
 
+/* One pickle of the stream, NAME, at BUF[0..LEN): scanned, bounded by the
+ * pickle limit (not by the rest of the file). */
+static int stream_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len, bool pid,
+                         ckpt_arena *keep, ckpt_value **root, ckpt_pickle_feed feed,
+                         bool *crossed, size_t *used)
+{
+    uint64_t cap = s->limits[CKPT_LIMIT_PICKLE_BYTES];
+    size_t avail = len;
+    int capped = avail > cap;
+    if (capped)
+        avail = (size_t)cap;
+    bool cr = false;
+    int rc = scan_pickle_ex(s, name, buf, avail, used, pid, keep, root, feed, &cr);
+    if (cr && crossed)
+        *crossed = true;
+    if (rc == CKPT_OK)
+        return CKPT_OK;
+    char msg[CKPT_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", s->err.msg);
+    ckpt_err_clear(&s->err); /* the first error is kept: replace it */
+    if (capped)
+        return ckpt_err(&s->err, CKPT_ERR_LIMIT, "%s does not end within the limit of %llu bytes "
+                        "(--max-pickle-bytes): %s", name, (unsigned long long)cap, msg);
+    return ckpt_err(&s->err, rc, "%s", msg);
+}
+
+typedef struct stream_walk {
+    ckpt_scan *s;
+    int only_torch, legacy;
+    ckpt_pickle_feed feed;
+    const char *how;
+    bool *crossed;
+    ckpt_arena arena; /* the last pickle's values, which the walk checks */
+    char name[96];    /* the last pickle's name */
+} stream_walk;
+
+static int stream_on_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used,
+                            ckpt_value **root)
+{
+    stream_walk *sw = w->user;
+    if (p->len == 0)
+        return CKPT_WALK_STOP; /* the file ends: all torch reads is scanned */
+    if (sw->legacy || p->index > 0)
+        snprintf(sw->name, sizeof sw->name, "pickle %d (%s%s)", p->index + 1, p->name, sw->how);
+    else
+        snprintf(sw->name, sizeof sw->name, "pickle 1 (from byte 0%s)", sw->how);
+    ckpt_arena_release(&sw->arena);
+    ckpt_arena_init(&sw->arena);
+    /* a persistent id stops torch's plain pickle.load calls (all but the data pickle),
+     * but a pickle file may be read by a loader that has one: scanned past it, except
+     * in another format's bytes, which only torch's exact reading may see */
+    return stream_pickle(sw->s, sw->name, p->buf, p->len, !sw->only_torch || p->pid_fields,
+                         &sw->arena, root, sw->feed, sw->crossed, used);
+}
+
 /*
  * The legacy loader's reading: torch.load of a file that is neither a zip
  * nor a tar unpickles from byte 0, a pickle at a time, and goes on only
- * while each is what it expects (the magic number, protocol 1001, sys_info,
- * the data pickle with persistent ids, the storage keys).  A plain pickle
- * file fails at the magic number after its first pickle has run; other tools
- * go on calling pickle.load, so the pickles after it are scanned too (back
- * to back), except in a file that is another format (ONLY_TORCH: what
- * follows the first pickle there is data, not pickles).
+ * while each is what it expects: pth-legacy's walk.  A plain pickle file
+ * fails at the magic number after its first pickle has run; other tools go
+ * on calling pickle.load, so the pickles after it are scanned too (back to
+ * back), except in a file that is another format (ONLY_TORCH: what follows
+ * the first pickle there is data, not pickles).  FD is the file, BUF[0..LEN)
+ * it mapped.
  */
-static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len, int only_torch,
+static int scan_stream(ckpt_scan *s, int fd, const uint8_t *buf, size_t len, int only_torch,
                        ckpt_pickle_feed feed, bool *crossed)
 {
     /* FILE: the C unpickler peeking a buffered file; BYTESIO: frames read
@@ -607,61 +551,36 @@ static int scan_stream(ckpt_scan *s, const uint8_t *buf, size_t len, int only_to
     if (!legacy && !pickle_start(buf[0]) && !only_torch)
         return ckpt_err(&s->err, CKPT_ERR_FORMAT, "not a checkpoint or a pickle (first byte "
                         "0x%02x)", buf[0]);
-    static const char *const legacy_names[] = {"magic number", "protocol version", "sys_info",
-                                               "data pickle", "storage keys"};
-    static const uint8_t magic_le[] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
-    static const uint8_t proto_le[] = {0xe9, 0x03}; /* 1001 */
-    uint64_t cap = s->limits[CKPT_LIMIT_PICKLE_BYTES];
-    size_t at = 0;
+    stream_walk sw = {.s = s, .only_torch = only_torch, .legacy = legacy, .feed = feed,
+                      .how = how, .crossed = crossed};
+    ckpt_arena_init(&sw.arena);
+    ckpt_walk w = {.pickle = stream_on_pickle, .user = &sw};
+    ckpt_source src = {.fd = fd, .file_size = len, .path = (char *)s->path};
+    ckpt_error werr = {0};
+    int rc = ckpt_format_pth_legacy.walk(&w, &src, &werr);
+    ckpt_arena_release(&sw.arena);
     int torch_chain = 1; /* still on the pickles torch.load reads */
-    for (int k = 0; at < len; k++) {
-        if (torch_chain && k == 5)
-            break; /* then raw storage bytes */
-        char name[96];
-        if (torch_chain && (legacy || k > 0))
-            snprintf(name, sizeof name, "pickle %d (%s%s)", k + 1, legacy_names[k], how);
-        else
+    if (rc != CKPT_OK && rc != CKPT_WALK_STOP && !w.stop.exception) {
+        if (werr.code) /* the walk's own error (a callback's is in s->err) */
+            s->err = werr;
+        return rc;
+    }
+    if (w.stop.exception) {
+        /* torch.load stops here: "Invalid magic number" / protocol version */
+        if (only_torch || w.stop.pickle > 0)
+            return ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: torch.load stops after it (not %s)",
+                            sw.name, w.stop.expected);
+        torch_chain = 0; /* a plain pickle file: go on as pickle.load would */
+        size_t at = (size_t)w.stop.offset;
+        for (int k = 1; at < len; k++) {
+            char name[96];
             snprintf(name, sizeof name, "pickle %d (from byte %zu%s)", k + 1, at, how);
-        if (k > 0 && !torch_chain && !pickle_start(buf[at]))
-            break; /* trailing bytes, which pickle.load never reads */
-        /* each pickle is bounded by the limit, not by the rest of the file */
-        size_t avail = len - at, used = 0;
-        int capped = avail > cap;
-        if (capped)
-            avail = (size_t)cap;
-        ckpt_arena arena;
-        ckpt_arena_init(&arena);
-        ckpt_value *root = NULL;
-        /* a persistent id stops torch's plain pickle.load calls (all but the data pickle),
-         * but a pickle file may be read by a loader that has one: scanned past it, except
-         * in another format's bytes, which only torch's exact reading may see */
-        bool cr = false;
-        int rc = scan_pickle_ex(s, name, buf + at, avail, &used, !only_torch || k == 3, &arena,
-                                &root, feed, &cr);
-        if (cr && crossed)
-            *crossed = true;
-        int next = torch_chain && (k == 0   ? int_is(root, magic_le, sizeof magic_le)
-                                   : k == 1 ? int_is(root, proto_le, sizeof proto_le)
-                                            : 1);
-        ckpt_arena_release(&arena);
-        if (rc != CKPT_OK) {
-            char msg[CKPT_ERRMSG_MAX];
-            snprintf(msg, sizeof msg, "%s", s->err.msg);
-            ckpt_err_clear(&s->err); /* the first error is kept: replace it */
-            if (capped)
-                return ckpt_err(&s->err, CKPT_ERR_LIMIT, "%s does not end within the limit of "
-                                "%llu bytes (--max-pickle-bytes): %s", name,
-                                (unsigned long long)cap, msg);
-            return ckpt_err(&s->err, rc, "%s", msg);
-        }
-        at += used;
-        if (torch_chain && !next) {
-            /* torch.load stops here: "Invalid magic number" / protocol version */
-            if (only_torch || k > 0)
-                return ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: torch.load stops after it (%s)",
-                                name, k == 0 ? "not the magic number of torch's legacy format"
-                                             : "not protocol version 1001");
-            torch_chain = 0; /* a plain pickle file: go on as pickle.load would */
+            if (!pickle_start(buf[at]))
+                break; /* trailing bytes, which pickle.load never reads */
+            size_t used = 0;
+            CKPT_FORWARD(stream_pickle(s, name, buf + at, len - at, true, NULL, NULL, feed,
+                                       crossed, &used));
+            at += used;
         }
     }
     s->format = torch_chain ? CKPT_FORMAT_PTH_LEGACY : CKPT_FORMAT_UNKNOWN;
@@ -745,12 +664,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         /* torch >= 1.6 reads nothing else of a file that starts so */
         s->format = fmt == CKPT_FORMAT_TORCHSCRIPT ? fmt : CKPT_FORMAT_PTH_ZIP;
         reading_begin(s, "zip", WHO_ZIP, 1);
-        ckpt_zip_dir *zd;
-        rc = ckpt_zip_dir_open(fd, (uint64_t)len, &zd, &s->err);
-        if (rc == CKPT_OK) {
-            rc = scan_zip(s, fd, zd);
-            ckpt_zip_dir_free(zd);
-        }
+        rc = scan_zip(s, fd, 0, (uint64_t)len, NULL);
         reading_end(s, rc, &primary);
         close(fd);
         s->err = primary;
@@ -758,17 +672,20 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     }
     {
         /* not a zip to torch, but perhaps to Python's zipfile and libzip (data
-         * before the first local header): their reading is made too */
-        ckpt_zip_dir *zd;
-        ckpt_error zerr = {0};
-        if (ckpt_zip_dir_open(fd, (uint64_t)len, &zd, &zerr) == CKPT_OK) {
-            reading_begin(s, "zip", WHO_ZIP_OTHERS, 0);
-            rc = scan_zip(s, fd, zd);
+         * before the first local header): their reading is made too, when
+         * any of them takes it for a zip */
+        bool opened;
+        reading_begin(s, "zip", WHO_ZIP_OTHERS, 0);
+        rc = scan_zip(s, fd, 0, (uint64_t)len, &opened);
+        if (opened) {
             reading_end(s, rc, NULL);
-            ckpt_zip_dir_free(zd);
+        } else {
+            s->nreadings--; /* no reading: nothing of it was recorded */
+            s->reading = NULL;
+            ckpt_err_clear(&s->err);
         }
     }
-    if (ckpt_tar_probe(fd, (uint64_t)len)) {
+    if (ckpt_format_pth_tar.claim(fd, (uint64_t)len)) {
         /* torch.load takes it for a tar before anything else; when a later
          * header fails it falls back to the pickle stream, made below too */
         reading_begin(s, "tar", WHO_TAR, 1);
@@ -782,13 +699,14 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     }
     /* mapped: only the pickles' pages are read, never the tensor data */
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
+    if (map == MAP_FAILED) {
+        close(fd);
         return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
+    }
     int tar = s->nreadings && strcmp(s->readings[0].reader, "tar") == 0;
     reading_begin(s, "pickle", WHO_STREAM, fmt != CKPT_FORMAT_SAFETENSORS && !tar);
     bool crossed = false;
-    rc = scan_stream(s, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_FILE, &crossed);
+    rc = scan_stream(s, fd, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_FILE, &crossed);
     if (crossed) {
         /* how the C unpickler reads a frame depends on the file object and its
          * buffer: both ways are torch's, both are scanned */
@@ -799,8 +717,8 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         ckpt_err_clear(&s->err);
         ckpt_format seen = s->format;
         int seen_pickle = s->is_pickle;
-        if (scan_stream(s, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_BYTESIO, NULL) !=
-            CKPT_OK && rc == CKPT_OK) {
+        if (scan_stream(s, fd, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_BYTESIO,
+                        NULL) != CKPT_OK && rc == CKPT_OK) {
             rc = s->err.code;
             keep = s->err;
         }
@@ -810,6 +728,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     }
     reading_end(s, rc, &primary);
     munmap(map, len);
+    close(fd);
     if (fmt == CKPT_FORMAT_SAFETENSORS || tar) {
         /* its reading is the primary one, whatever the pickle reading found */
         s->format = tar ? CKPT_FORMAT_PTH_TAR : fmt;
@@ -825,46 +744,19 @@ static const char WHO_ITEMS[] = "torch.distributed.checkpoint's FileSystemReader
                                 "torch.load-ed from its bytes (BYTES items with "
                                 "weights_only=False)";
 
-/* Where the zip starting at AT of MAP (N bytes) ends: just after the first
- * end record whose central directory ends right before it, counted from AT
- * (a signature inside tensor data does not fit so).  0 when none. */
-static size_t zip_end(const uint8_t *map, size_t n, size_t at)
-{
-    for (size_t p = at; p + 22 <= n;) {
-        const uint8_t *e = memmem(map + p, n - p, "PK\x05\x06", 4);
-        if (!e)
-            return 0;
-        size_t q = (size_t)(e - map);
-        if (q + 22 > n)
-            return 0;
-        uint64_t cd_size = (uint64_t)e[12] | (uint64_t)e[13] << 8 | (uint64_t)e[14] << 16 |
-                           (uint64_t)e[15] << 24;
-        uint64_t cd_at = (uint64_t)e[16] | (uint64_t)e[17] << 8 | (uint64_t)e[18] << 16 |
-                         (uint64_t)e[19] << 24;
-        size_t comment = (size_t)e[20] | (size_t)e[21] << 8;
-        bool zip64 = cd_at == 0xFFFFFFFFu || cd_size == 0xFFFFFFFFu;
-        /* torch writes a zip64 end record (56 bytes) and locator (20) before it */
-        bool z64 = q - at >= 76 && memcmp(map + q - 20, "PK\x06\x07", 4) == 0;
-        if ((zip64 || cd_at + cd_size == q - at || (z64 && cd_at + cd_size + 76 == q - at)) &&
-            q + 22 + comment <= n)
-            return q + 22 + comment;
-        p = q + 1;
-    }
-    return 0;
-}
-
 /* One zip item at [AT, AT+LEN) of FD (the file, or a memfd of a frame's bytes). */
 static int scan_item_zip(ckpt_scan *s, int fd, uint64_t at, uint64_t len, const char *label)
 {
-    ckpt_zip_dir *zd;
     s->item = label;
-    int rc = ckpt_zip_dir_open_at(fd, at, len, &zd, &s->err);
-    if (rc == CKPT_OK) {
-        rc = scan_zip(s, fd, zd);
-        ckpt_zip_dir_free(zd);
-    }
+    int rc = scan_zip(s, fd, at, len, NULL);
     s->item = NULL;
     return rc;
+}
+
+static int scan_item(ckpt_walk *w, const ckpt_walk_record *r, uint64_t *size)
+{
+    (void)size;
+    return scan_item_zip(w->user, r->fd, r->base, r->size, r->label);
 }
 
 int ckpt_scan_items(ckpt_scan *s, const char *path)
@@ -882,87 +774,14 @@ int ckpt_scan_items(ckpt_scan *s, const char *path)
         close(fd); /* a rank with nothing to save writes an empty file */
         return CKPT_OK;
     }
-    const uint8_t *map = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        close(fd);
-        return ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
-    }
     ckpt_error primary = {0};
     reading_begin(s, "items", WHO_ITEMS, 1);
-    int rc = CKPT_OK;
-    for (size_t at = 0; at < n && rc == CKPT_OK;) {
-        char label[64];
-        snprintf(label, sizeof label, "item at byte %zu", at);
-        if (n - at >= 4 && memcmp(map + at, "PK\x03\x04", 4) == 0) {
-            size_t end = zip_end(map, n, at);
-            if (!end) {
-                rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: a zip without its end record",
-                              label);
-                break;
-            }
-            int r = scan_item_zip(s, fd, at, end - at, label);
-            if (r != CKPT_OK && r != CKPT_ERR_FORMAT)
-                rc = r;
-            else if (r != CKPT_OK)
-                rc = r; /* the pickles before were scanned; stop as the reader would */
-            at = end;
-        } else if (n - at >= 4 && memcmp(map + at, "\x28\xb5\x2f\xfd", 4) == 0) {
-            /* stream.zstd/1: one frame holding the item's zip (its size may be
-             * unstated: decompressed by streaming, up to 4x the pickle limit) */
-            size_t fl = ZSTD_findFrameCompressedSize(map + at, n - at);
-            if (ZSTD_isError(fl)) {
-                rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: a corrupt zstd frame", label);
-                break;
-            }
-            uint64_t cap = s->limits[CKPT_LIMIT_PICKLE_BYTES] * 4;
-            size_t have = 0, size = fl * 4 + 4096;
-            uint8_t *buf = NULL;
-            ZSTD_DStream *zs = ZSTD_createDStream();
-            ZSTD_inBuffer ib = {map + at, fl, 0};
-            size_t zr = zs ? ZSTD_initDStream(zs) : 1;
-            while (zs && !ZSTD_isError(zr) && (ib.pos < ib.size || zr != 0)) {
-                if (have == size || !buf) {
-                    size = buf ? size * 2 : size;
-                    uint8_t *nb = size <= cap ? realloc(buf, size) : NULL;
-                    if (!nb)
-                        break;
-                    buf = nb;
-                }
-                ZSTD_outBuffer ob = {buf, size, have};
-                zr = ZSTD_decompressStream(zs, &ob, &ib);
-                have = ob.pos;
-                if (!ZSTD_isError(zr) && zr != 0 && ib.pos == ib.size && have < size)
-                    break; /* a frame cut short */
-            }
-            bool ok = zs && !ZSTD_isError(zr) && zr == 0 && ib.pos == ib.size;
-            ZSTD_freeDStream(zs);
-            int mfd = ok ? memfd_create("ckpt-scan-item", MFD_CLOEXEC) : -1;
-            if (!ok || mfd < 0 || write(mfd, buf, have) != (ssize_t)have)
-                rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: its zstd frame does not "
-                              "decompress (corrupt, cut short, or over %llu bytes)", label,
-                              (unsigned long long)cap);
-            else
-                rc = scan_item_zip(s, mfd, 0, have, label);
-            if (mfd >= 0)
-                close(mfd);
-            free(buf);
-            at += fl;
-        } else if (n - at >= 9 && map[at + 8] == '{') {
-            /* the SAFETENSORS serialization: one blob to the end, no pickle */
-            uint64_t hl = 0;
-            for (int k = 8; k-- > 0;)
-                hl = (hl << 8) | map[at + k];
-            if (hl > n - at - 8)
-                rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: a safetensors header past the "
-                              "end of the file", label);
-            break;
-        } else {
-            rc = ckpt_err(&s->err, CKPT_ERR_FORMAT, "%s: neither a torch.save zip, a zstd frame "
-                          "nor a safetensors blob", label);
-        }
-    }
+    /* DCP's walk of the data file: each item, a zstd frame's decoded */
+    ckpt_walk w = {.record = scan_item, .user = s,
+                   .pickle_limit = s->limits[CKPT_LIMIT_PICKLE_BYTES]};
+    ckpt_source src = {.fd = fd, .file_size = n, .path = (char *)path};
+    int rc = ckpt_format_dcp.walk(&w, &src, &s->err);
     reading_end(s, rc, &primary);
-    munmap((void *)map, n);
     close(fd);
     s->err = primary;
     return primary.code;

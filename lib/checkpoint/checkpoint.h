@@ -148,11 +148,6 @@ int64_t ckpt_file_record_find(ckpt_file *f, const char *name);
 /* Small record I (version, byteorder) as text into BUF, NUL-terminated;
  * a record of CAP bytes or more is malformed. */
 int ckpt_file_record_text(ckpt_file *f, int64_t i, char *buf, size_t cap);
-/* The records torch's zip reader checks before any pickle (the same for
- * torch.load and torch.jit.load): version (.data/version first), 1 to 10,
- * and byteorder, "little" or "big" (sets f->cur_src->big_endian).  WHAT
- * names the archive in the version message. */
-int ckpt_file_records_check(ckpt_file *f, const char *what);
 
 /* ---- folder checkpoints (checkpoint/file.c) ------------------------------------ */
 

@@ -312,36 +312,3 @@ int ckpt_file_record_text(ckpt_file *f, int64_t i, char *buf, size_t cap)
     buf[size] = '\0';
     return CKPT_OK;
 }
-
-#define MAX_ZIP_VERSION 10 /* torch's kMaxSupportedFileFormatVersion */
-
-int ckpt_file_records_check(ckpt_file *f, const char *what)
-{
-    int64_t i = ckpt_file_record_find(f, ".data/version");
-    if (i < 0)
-        i = ckpt_file_record_find(f, "version");
-    CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/version' record", f->cur_src->prefix);
-    char buf[64];
-    CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
-    char *end;
-    unsigned long long v = strtoull(buf, &end, 10);
-    while (*end == '\n' || *end == '\r' || *end == ' ')
-        end++;
-    CKPT_RETURN_IF(end == buf || *end != '\0', &f->err, CKPT_ERR_FORMAT,
-                   "record 'version' does not hold a number");
-    CKPT_RETURN_IF(v < 1 || v > MAX_ZIP_VERSION, &f->err, CKPT_ERR_UNSUPPORTED,
-                   "%s version %llu (this reader knows 1 to %d)", what, v, MAX_ZIP_VERSION);
-    if ((i = ckpt_file_record_find(f, "byteorder")) < 0)
-        return CKPT_OK; /* absent means little-endian */
-    CKPT_FORWARD(ckpt_file_record_text(f, i, buf, sizeof(buf)));
-    if (strcmp(buf, "big") == 0)
-        f->cur_src->big_endian = true;
-    else if (strcmp(buf, "little") != 0) {
-        for (char *c = buf; *c; c++)
-            if (*c < 0x20 || *c >= 0x7f)
-                *c = '?';
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                        "unknown byte order '%s' (torch.load fails on it: 'little' or 'big')", buf);
-    }
-    return CKPT_OK;
-}

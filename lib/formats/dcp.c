@@ -632,33 +632,24 @@ static void item_close(item *it)
     it->fd = -1;
 }
 
-/* Decompress the zstd frame of L's bytes (at most CAP) into the arena: the
- * item's bytes, held as long as the checkpoint is open (mem pieces). */
-static int unzstd(dcp *d, const loc *l, int fd, uint64_t cap, uint8_t **out, size_t *len,
-                  const char *what)
+/* The one zstd frame IN[0..N) (stream.zstd/1: its size may be unstated),
+ * decompressed by streaming into a buffer grown from N * 4 + 4096 bytes up
+ * to MAX (*OVER when it wants more): *OUT (malloc'd) and *LEN, or false when
+ * the bytes are not exactly one frame, it is cut short, or memory fails. */
+static bool zstd_frame(const uint8_t *in, size_t n, uint64_t max, uint8_t **out, size_t *len,
+                       bool *over)
 {
-    ckpt_file *f = d->f;
-    CKPT_RETURN_IF(l->length > cap, &f->err, CKPT_ERR_LIMIT,
-                   "%s: a compressed item of %llu bytes", what, (unsigned long long)l->length);
-    uint8_t *in = malloc(l->length ? (size_t)l->length : 1);
-    if (!in)
-        return oom(d);
-    if (ckpt_pread_all(fd, in, (size_t)l->length, l->offset)) {
-        free(in);
-        return ckpt_err(&f->err, CKPT_ERR_IO, "%s: cannot read", what);
-    }
-    /* grown as it decompresses (a frame need not state its size) */
-    size_t size = (size_t)l->length * 4 + 4096, have = 0;
+    size_t size = n * 4 + 4096, have = 0;
     uint8_t *buf = NULL;
     ZSTD_DStream *zs = ZSTD_createDStream();
-    ZSTD_inBuffer ib = {in, (size_t)l->length, 0};
+    ZSTD_inBuffer ib = {in, n, 0};
     size_t r = zs ? ZSTD_initDStream(zs) : 1;
-    bool over = false;
+    *over = false;
     while (zs && !ZSTD_isError(r) && (ib.pos < ib.size || r != 0)) {
         if (!buf || have == size) {
             size = buf ? size * 2 : size;
-            if (size > cap + 4096) {
-                over = true;
+            if (size > max) {
+                *over = true;
                 break;
             }
             uint8_t *nb = realloc(buf, size);
@@ -674,6 +665,49 @@ static int unzstd(dcp *d, const loc *l, int fd, uint64_t cap, uint8_t **out, siz
     }
     bool ok = zs && !ZSTD_isError(r) && r == 0 && ib.pos == ib.size;
     ZSTD_freeDStream(zs);
+    if (!ok) {
+        free(buf);
+        return false;
+    }
+    *out = buf;
+    *len = have;
+    return true;
+}
+
+/* A memfd holding BUF[0..N): the zip readers read descriptors.  -1 on failure. */
+static int memfd_of(const uint8_t *buf, size_t n)
+{
+    int mfd = memfd_create("ckpt-dcp-item", MFD_CLOEXEC);
+    for (size_t at = 0; mfd >= 0 && at < n;) {
+        ssize_t w = write(mfd, buf + at, n - at);
+        if (w <= 0) {
+            close(mfd);
+            return -1;
+        }
+        at += (size_t)w;
+    }
+    return mfd;
+}
+
+/* Decompress the zstd frame of L's bytes (at most CAP) into the arena: the
+ * item's bytes, held as long as the checkpoint is open (mem pieces). */
+static int unzstd(dcp *d, const loc *l, int fd, uint64_t cap, uint8_t **out, size_t *len,
+                  const char *what)
+{
+    ckpt_file *f = d->f;
+    CKPT_RETURN_IF(l->length > cap, &f->err, CKPT_ERR_LIMIT,
+                   "%s: a compressed item of %llu bytes", what, (unsigned long long)l->length);
+    uint8_t *in = malloc(l->length ? (size_t)l->length : 1);
+    if (!in)
+        return oom(d);
+    if (ckpt_pread_all(fd, in, (size_t)l->length, l->offset)) {
+        free(in);
+        return ckpt_err(&f->err, CKPT_ERR_IO, "%s: cannot read", what);
+    }
+    uint8_t *buf = NULL;
+    size_t have = 0;
+    bool over;
+    bool ok = zstd_frame(in, (size_t)l->length, cap + 4096, &buf, &have, &over);
     free(in);
     uint8_t *kept = ok ? ckpt_arena_alloc(&f->arena, have ? have : 1) : NULL;
     if (kept)
@@ -706,17 +740,9 @@ static int item_open(dcp *d, const loc *l, uint64_t cap, item *it)
         size_t n = 0;
         CKPT_FORWARD(unzstd(d, l, fd, cap, &buf, &n, it->what));
         /* the zip reader reads descriptors: a memfd holds the bytes for it */
-        int mfd = memfd_create("ckpt-dcp-item", MFD_CLOEXEC);
+        int mfd = memfd_of(buf, n);
         if (mfd < 0)
-            return ckpt_err(&f->err, CKPT_ERR_IO, "memfd_create: %s", strerror(errno));
-        for (size_t at = 0; at < n;) {
-            ssize_t w = write(mfd, buf + at, n - at);
-            if (w <= 0) {
-                close(mfd);
-                return ckpt_err(&f->err, CKPT_ERR_IO, "memfd write: %s", strerror(errno));
-            }
-            at += (size_t)w;
-        }
+            return ckpt_err(&f->err, CKPT_ERR_IO, "memfd: %s", strerror(errno));
         it->fd = mfd;
         it->own_fd = true;
         it->mem = buf;
@@ -1424,6 +1450,109 @@ static int rank_metadata(int dirfd, int **ranks, size_t *n, bool *distcp)
     return rc;
 }
 
+/* ---- a data file alone: its items back to back -------------------------------- */
+
+/* Where the zip starting at AT of MAP (N bytes) ends: just after the first
+ * end record whose central directory ends right before it, counted from AT
+ * (a signature inside tensor data does not fit so).  0 when none. */
+static size_t zip_end(const uint8_t *map, size_t n, size_t at)
+{
+    for (size_t p = at; p + 22 <= n;) {
+        const uint8_t *e = memmem(map + p, n - p, "PK\x05\x06", 4);
+        if (!e)
+            return 0;
+        size_t q = (size_t)(e - map);
+        if (q + 22 > n)
+            return 0;
+        uint64_t cd_size = (uint64_t)e[12] | (uint64_t)e[13] << 8 | (uint64_t)e[14] << 16 |
+                           (uint64_t)e[15] << 24;
+        uint64_t cd_at = (uint64_t)e[16] | (uint64_t)e[17] << 8 | (uint64_t)e[18] << 16 |
+                         (uint64_t)e[19] << 24;
+        size_t comment = (size_t)e[20] | (size_t)e[21] << 8;
+        bool zip64 = cd_at == 0xFFFFFFFFu || cd_size == 0xFFFFFFFFu;
+        /* torch writes a zip64 end record (56 bytes) and locator (20) before it */
+        bool z64 = q - at >= 76 && memcmp(map + q - 20, "PK\x06\x07", 4) == 0;
+        if ((zip64 || cd_at + cd_size == q - at || (z64 && cd_at + cd_size + 76 == q - at)) &&
+            q + 22 + comment <= n)
+            return q + 22 + comment;
+        p = q + 1;
+    }
+    return 0;
+}
+
+static int items_walk(ckpt_walk *w, int fd, const uint8_t *map, size_t n, ckpt_error *err)
+{
+    int rc = CKPT_OK;
+    uint64_t ignored;
+    for (size_t at = 0; at < n && rc == CKPT_OK;) {
+        char label[64];
+        snprintf(label, sizeof label, "item at byte %zu", at);
+        ckpt_walk_record r = {.index = at, .offset = at, .fd = fd, .base = at, .label = label};
+        if (n - at >= 4 && memcmp(map + at, "PK\x03\x04", 4) == 0) {
+            size_t end = zip_end(map, n, at);
+            if (!end)
+                return ckpt_err(err, CKPT_ERR_FORMAT, "%s: a zip without its end record", label);
+            r.avail = r.size = end - at;
+            rc = w->record(w, &r, &ignored);
+            at = end;
+        } else if (n - at >= 4 && memcmp(map + at, "\x28\xb5\x2f\xfd", 4) == 0) {
+            /* stream.zstd/1: one frame holding the item's zip (its size may be
+             * unstated: decompressed by streaming, up to 4x the pickle limit) */
+            size_t fl = ZSTD_findFrameCompressedSize(map + at, n - at);
+            if (ZSTD_isError(fl))
+                return ckpt_err(err, CKPT_ERR_FORMAT, "%s: a corrupt zstd frame", label);
+            uint64_t cap = (w->pickle_limit ? w->pickle_limit : UINT64_MAX / 8) * 4;
+            uint8_t *buf = NULL;
+            size_t have = 0;
+            bool over;
+            int mfd = -1;
+            if (zstd_frame(map + at, fl, cap, &buf, &have, &over))
+                mfd = memfd_of(buf, have);
+            free(buf);
+            if (mfd < 0)
+                return ckpt_err(err, CKPT_ERR_FORMAT, "%s: its zstd frame does not decompress "
+                                "(corrupt, cut short, or over %llu bytes)", label,
+                                (unsigned long long)cap);
+            r.avail = fl;
+            r.fd = mfd;
+            r.base = 0;
+            r.size = have;
+            rc = w->record(w, &r, &ignored);
+            close(mfd);
+            at += fl;
+        } else if (n - at >= 9 && map[at + 8] == '{') {
+            /* the SAFETENSORS serialization: one blob to the end, no pickle */
+            uint64_t hl = 0;
+            for (int k = 8; k-- > 0;)
+                hl = (hl << 8) | map[at + k];
+            CKPT_RETURN_IF(hl > n - at - 8, err, CKPT_ERR_FORMAT, "%s: a safetensors header "
+                           "past the end of the file", label);
+            break;
+        } else {
+            return ckpt_err(err, CKPT_ERR_FORMAT, "%s: neither a torch.save zip, a zstd frame "
+                            "nor a safetensors blob", label);
+        }
+    }
+    return rc;
+}
+
+/* DCP's walk of one data file (a .distcp) without its metadata: the items
+ * torch.save wrote back to back, each handed out as a zip (a zstd frame's
+ * decoded into a memfd), to the end or to a safetensors blob. */
+static int dcp_walk(ckpt_walk *w, ckpt_source *src, ckpt_error *err)
+{
+    memset(&w->stop, 0, sizeof w->stop);
+    w->stop.pickle = -1;
+    size_t n = (size_t)src->file_size;
+    if (n == 0)
+        return CKPT_OK; /* a rank with nothing to save writes an empty file */
+    void *map = mmap(NULL, n, PROT_READ, MAP_PRIVATE, src->fd, 0);
+    CKPT_RETURN_IF(map == MAP_FAILED, err, CKPT_ERR_IO, "%s", strerror(errno));
+    int rc = items_walk(w, src->fd, map, n, err);
+    munmap(map, n);
+    return rc;
+}
+
 static bool dcp_claim_dir(int dirfd)
 {
     if (faccessat(dirfd, ".metadata", F_OK, 0) == 0)
@@ -1540,4 +1669,5 @@ const ckpt_format_desc ckpt_format_dcp = {
     .claim_dir = dcp_claim_dir,
     .read = dcp_read,
     .ops = &dcp_ops,
+    .walk = dcp_walk,
 };

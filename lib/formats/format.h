@@ -13,6 +13,142 @@
 
 #include "checkpoint/checkpoint.h"
 
+/* ---- walks: a container read once, as torch.load reads it ------------------
+ *
+ * A format's walk (ckpt_format_desc.walk) reads its container the way
+ * torch.load does and hands out, in the order torch meets them, each pickle
+ * torch unpickles (its bytes and where they lie) and each record it reads
+ * data from.  The caller runs its own reading of each pickle: ckpt's reader
+ * makes values (the format's read walks too), ckpt scan runs the VM in scan
+ * mode, the torch_load verdicts run the weights-only model.  Each keeps only
+ * its own judgement; no container is read by a second reader.
+ *
+ * Where torch stops on the container itself (a bad magic number, a missing
+ * record: not inside a pickle, which is the caller's VM's to say), the walk
+ * fills W->stop with torch's exception and message and returns the status
+ * ckpt's reader gives there, with the reader's message in ERR.  A callback
+ * returns CKPT_OK to go on, CKPT_WALK_STOP to end the walk there (its caller
+ * has what it wanted: the walk returns CKPT_WALK_STOP), or an error code,
+ * which the walk returns as is (the message is the callback's to leave).
+ */
+#define CKPT_WALK_STOP 1
+
+/* Whose checks the walk makes where torch versions differ. */
+typedef enum ckpt_walk_torch {
+    CKPT_WALK_TORCH_2 = 0,   /* torch 2.x (what ckpt's reader follows) */
+    CKPT_WALK_TORCH_1_13 = 1
+} ckpt_walk_torch;
+
+/* A pickle torch unpickles. */
+typedef struct ckpt_walk_pickle {
+    int index;             /* its place among the walk's pickles, 0 first */
+    const char *name;      /* what it is to torch: "magic number", "data pickle"
+                            * (legacy), the record's name (zip) */
+    uint64_t offset;       /* its first byte in the file; UINT64_MAX when it is
+                            * not there as is (an inflated record) */
+    const uint8_t *buf;    /* its bytes, up to the end of what torch's reader
+                            * may read (the file's end, the record's); LEN may
+                            * be 0 where the file ends first */
+    size_t len;
+    unsigned pid_fields;   /* the persistent ids torch's persistent_load takes
+                            * there: 6 (the legacy main pickle), 5 (a zip's
+                            * data.pkl), 1 (the tar's main pickle: a tuple is
+                            * its first item, else int(id) is a key of the
+                            * objects loaded before, ckpt_walk_tar_kind); 0: a
+                            * plain pickle.load, which refuses every one */
+    bool truncated;        /* tar: the member ends past the file's end: reading
+                            * past LEN is tarfile's ReadError, a TarError (torch
+                            * then reads the file as a legacy stream), not EOF */
+} ckpt_walk_pickle;
+
+/* A record torch reads data from: a legacy file's storage, after its key
+ * list (the caller, which made the storages, says how long each is); a tar
+ * checkpoint's storage, once its bytes were skipped; an item of a DCP data
+ * file (a torch.save zip, which the caller walks as one). */
+typedef struct ckpt_walk_record {
+    const ckpt_value *key; /* its key: legacy, the storage key list's item; tar,
+                            * the storage pickle's first item */
+    size_t index;          /* its place in that list, or among the storages */
+    uint64_t offset;       /* its first byte in the file: legacy, its element
+                            * count; tar, its data */
+    uint64_t avail;        /* legacy: the bytes from OFFSET to the end of the
+                            * file; tar: its data's length */
+    bool has_count;        /* the int64 element count torch reads is there: */
+    uint64_t count;        /* that count */
+    const char *location;  /* tar: its location tag ("cpu", "cuda:0"), or NULL */
+    size_t location_len;
+    /* DCP: OFFSET and AVAIL are the item's bytes in the file; its zip lies at
+     * FD from BASE, SIZE bytes (a memfd of the frame's decoded bytes when it
+     * is compressed, open while the callback runs); LABEL names it */
+    int fd;
+    uint64_t base, size;
+    const char *label;
+} ckpt_walk_record;
+
+/* Where and why torch stops on the container. */
+typedef struct ckpt_walk_stop {
+    const char *exception; /* torch's exception type ("RuntimeError"); NULL:
+                            * torch does not stop on the container */
+    char message[512];     /* its text, before torch.load wraps it */
+    int pickle;            /* legacy: the pickle whose value it refuses, or -1 */
+    const char *expected;  /* legacy: what that value should have been */
+    uint64_t offset;       /* where its reading stopped (after that pickle) */
+    const char *stage;     /* tar: "container" (a member), "value" (a value a
+                            * pickle made), "storage" (a storage, a key) */
+    bool torchscript;      /* zip: torch.load hands the archive to torch.jit.load */
+    bool fallback;         /* tar: a TarError, on which torch.load reads the file
+                            * as a legacy stream instead (no exception) */
+} ckpt_walk_stop;
+
+typedef struct ckpt_walk ckpt_walk;
+struct ckpt_walk {
+    /* the caller's */
+    ckpt_walk_torch torch;
+    /* P's value: *USED gets the pickle's length (at most P->len), *ROOT its
+     * value where the walk needs it (the legacy magic number, protocol
+     * version and storage key list, a tar member's pickles; NULL is a value
+     * torch refuses there). */
+    int (*pickle)(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root);
+    /* R's data: *SIZE gets its length in bytes after the count (at most
+     * R->avail - 8; legacy: NULL ends the walk after its last pickle). */
+    int (*record)(ckpt_walk *w, const ckpt_walk_record *r, uint64_t *size);
+    /* zip readings: where the zip readers could read different bytes (one
+     * sentence each), handed out before any pickle; may be NULL */
+    void (*finding)(ckpt_walk *w, const char *text);
+    void *user;
+    /* ckpt's reader (and ckpt scan's tar reading): ckpt's rules where they
+     * differ from torch's (a version record that is not a bare number, an
+     * archive folder named "", a tar's keys, views and tensor headers), with
+     * its messages (W->stop never holds ckpt's own refusals) */
+    bool strict;
+    /* zip walks: leave the archive open in SRC->zip (a reader reads the
+     * storages' records from it); else it is closed when the walk ends */
+    bool keep;
+    /* the bytes a pickle torch reads from a record may have (the pickle
+     * limit, --max-pickle-bytes: CKPT_ERR_LIMIT past it; a DCP item's zstd
+     * frame may decode to 4 times that); 0: no limit */
+    uint64_t pickle_limit;
+    /* the walk's */
+    ckpt_walk_stop stop;
+    struct ckpt_zip *zip;  /* zip walks: the archive, while the callbacks run */
+    const char *prefix;    /* its folder: PREFIX_LEN bytes (not NUL-terminated) */
+    size_t prefix_len;
+    bool opened;           /* zip readings: some reader takes the file for a zip */
+    void *priv;            /* the walk's own state, for its lookups */
+};
+
+/* During a zip walk: the record NAME ("data/0") of the archive's folder,
+ * found as torch's getRecord finds it (case-blind); its index, its size in
+ * *SIZE (may be NULL); -1 when absent. */
+int64_t ckpt_walk_zip_find(const ckpt_walk *w, const char *name, uint64_t *size);
+/* During a tar walk's main pickle: what int(saved_id) = DECIMAL names among
+ * the objects loaded before: 0 nothing (KeyError), 1 a storage, 2 a tensor. */
+int ckpt_walk_tar_kind(const ckpt_walk *w, const char *decimal);
+/* torch's zip reader (formats/torch_zip.c, shared by the zip formats): the
+ * walk of SRC as torch.load opens it (JIT: as torch.jit.load does, for the
+ * torchscript reader: no TorchScript stop, versions named so). */
+int ckpt_torch_zip_walk(ckpt_walk *w, ckpt_source *src, bool jit, ckpt_error *err);
+
 typedef struct ckpt_format_desc {
     ckpt_format id;
     const char *name;   /* as in DESIGN.md's JSON: "pth-zip" */
@@ -33,6 +169,11 @@ typedef struct ckpt_format_desc {
     bool (*claim_dir)(int dirfd);
     /* Read the open SRC (f->cur_src) into *ROOT, its storages into f's table. */
     int (*read)(ckpt_file *f, ckpt_source *src, ckpt_value **root);
+    /* Walk the open SRC (its fd and file_size) as torch.load reads it,
+     * handing each pickle and record to W's callbacks (above); a folder
+     * format walks one of its data files (DCP: a .distcp's items, back to
+     * back).  NULL for formats whose readings are not walked. */
+    int (*walk)(ckpt_walk *w, ckpt_source *src, ckpt_error *err);
     /* Write f->root to the open file OUT that will be named PATH; NULL when
      * the format is written as a set. */
     int (*write)(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt);
@@ -56,22 +197,18 @@ extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
     ckpt_format_safetensors, ckpt_format_sharded, ckpt_format_torchscript, ckpt_format_pth_tar,
     ckpt_format_dcp, ckpt_format_deepspeed;
 
-/* One pickle of a tar checkpoint (formats/pth_tar.c), handed to the caller
- * to run: NAME says which ("tar:storages pickle 2", "tar:pickle"), BUF
- * holds LEN bytes from its start to its member's end.  The callback sets
- * *USED (the pickle's length) and *ROOT (its value, for the walk to read
- * the counts and storage types) and returns CKPT_OK, or an error code to
- * stop the walk there (it may leave the error text to its caller). */
-typedef int (*ckpt_tar_pickle_fn)(void *user, const char *name, const uint8_t *buf, size_t len,
-                                  size_t *used, ckpt_value **root);
-/* Walk the pickles of the tar checkpoint FD (SIZE bytes) that torch.load
- * unpickles, in its order: the storages member (count, each storage's
- * header, skipping its data, the view list), the tensors member (count,
- * each header, skipping its binary fields), then the 'pickle' member.
- * Stops with an error where torch would fail (a missing member, a count
- * that is not an int, an unknown storage type, a key it lacks, data past
- * the member's end), after the pickles before that point were handed out. */
-int ckpt_pth_tar_scan(int fd, uint64_t size, ckpt_tar_pickle_fn fn, void *user, ckpt_error *err);
+/* pth-zip's readings (formats/pth_zip.c), for ckpt scan: the zip at FD,
+ * SIZE bytes from BASE, as every zip reader reads it (torch's miniz, Python's
+ * zipfile, libzip: container/zip_dir.c): the points where they disagree to
+ * W->finding, then each .pkl record (any case) that any reader reads, once
+ * per distinct bytes, to W->pickle, named "LABEL: NAME" (LABEL may be NULL)
+ * with " (as READER reads it)" for the readers other than torch's.  Every
+ * record is handed out even after one fails (a payload may sit in a later
+ * one); the first error is returned (a callback's message is the one it
+ * leaves in ERR), a CRC-32 mismatch as torch's error only (the others refuse
+ * that record).  W->opened says whether any reader took it for a zip. */
+int ckpt_pth_zip_readings(ckpt_walk *w, int fd, uint64_t base, uint64_t size, const char *label,
+                          ckpt_error *err);
 
 /* The table (formats/table.c), NULL-terminated, in torch.load's order. */
 extern const ckpt_format_desc *const ckpt_format_table[];

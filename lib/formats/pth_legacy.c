@@ -1,6 +1,8 @@
 /* pth_legacy.c - the pre-1.6 stream (reference/pth-format.md section 2):
  * magic, protocol version, sys_info, main pickle, sorted storage keys, then
- * per storage an int64 element count and its raw bytes; read and written. */
+ * per storage an int64 element count and its raw bytes.  Walked as torch's
+ * _legacy_load reads it (the walk reading, ckpt scan and the torch_load
+ * verdicts share), read and written. */
 #include "formats/format.h"
 
 #include <errno.h>
@@ -8,28 +10,148 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* 0x1950a86a20f9469cfc6c, little-endian, as LONG1 carries it */
-static const uint8_t magic_bytes[10] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9,
-                                        0x20, 0x6a, 0xa8, 0x50, 0x19};
-#define LEGACY_PROTOCOL_VERSION 1001
+/* 0x1950a86a20f9469cfc6c and 1001, little-endian, as LONG1 and BININT2 carry them */
+static const uint8_t magic_le[10] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+static const uint8_t protocol_le[2] = {0xe9, 0x03};
 
-static int load_next(ckpt_file *f, const uint8_t *map, size_t size, size_t *pos,
-                     const char *what, ckpt_value **out)
+/* ---- the walk: torch's _legacy_load ------------------------------------------------
+ *
+ * magic_number = pickle.load(f), checked; protocol_version = pickle.load(f),
+ * checked; sys_info = pickle.load(f); the main pickle with persistent ids;
+ * the storage key list; then per key an int64 element count and the bytes.
+ */
+static const char *const walk_names[] = {"magic number", "protocol version", "sys_info",
+                                         "data pickle", "storage keys"};
+
+/* Whether V is the int whose little-endian bytes are LE[0..N) (positive, no
+ * sign byte), as Python compares ints (a sign byte or a small int equal too). */
+static bool int_is(const ckpt_value *v, const uint8_t *le, size_t n)
 {
+    if (!v || v->kind != CKPT_KIND_INT)
+        return false;
+    if (!v->u.i.big) {
+        if (n > 8)
+            return false;
+        uint64_t want = 0;
+        for (size_t i = n; i-- > 0;)
+            want = want << 8 | le[i];
+        return v->u.i.v >= 0 && (uint64_t)v->u.i.v == want;
+    }
+    if (!v->u.i.bytes)
+        return false;
+    size_t k = v->u.i.nbytes;
+    while (k > 0 && v->u.i.bytes[k - 1] == 0)
+        k--; /* a positive int's sign byte */
+    return k == n && memcmp(v->u.i.bytes, le, n) == 0;
+}
+
+/* torch stops after pickle K (its value is not EXPECTED): torch's RuntimeError
+ * in W->stop, the reader's CODE and message in ERR. */
+static int walk_refuse(ckpt_walk *w, int k, uint64_t at, const char *expected, ckpt_error *err,
+                       int code, const char *torch_msg, const char *ckpt_msg)
+{
+    w->stop.exception = "RuntimeError";
+    snprintf(w->stop.message, sizeof w->stop.message, "%s", torch_msg);
+    w->stop.pickle = k;
+    w->stop.expected = expected;
+    w->stop.offset = at;
+    return ckpt_err(err, code, "%s", ckpt_msg);
+}
+
+static int walk_stream(ckpt_walk *w, const uint8_t *map, size_t size, ckpt_error *err)
+{
+    size_t pos = 0;
+    ckpt_value *root = NULL;
+    for (int k = 0; k < 5; k++) {
+        ckpt_walk_pickle p = {.index = k, .name = walk_names[k], .offset = pos, .buf = map + pos,
+                              .len = size - pos, .pid_fields = k == 3 ? 6 : 0};
+        size_t used = 0;
+        root = NULL;
+        int rc = w->pickle(w, &p, &used, &root);
+        if (rc)
+            return rc;
+        CKPT_RETURN_IF(used == 0 || used > p.len, err, CKPT_ERR_FORMAT,
+                       "the %s pickle could not be read", walk_names[k]);
+        pos += used;
+        if (k == 0 && !int_is(root, magic_le, sizeof magic_le))
+            return walk_refuse(w, k, pos, "the magic number of torch's legacy format", err,
+                               CKPT_ERR_FORMAT, "Invalid magic number; corrupt file?",
+                               "invalid magic number; not a torch.save file");
+        if (k == 1 && !int_is(root, protocol_le, sizeof protocol_le)) {
+            long long pv = root && root->kind == CKPT_KIND_INT && !root->u.i.big ? root->u.i.v : 0;
+            char t[64], c[64];
+            snprintf(t, sizeof t, "Invalid protocol version: %lld", pv);
+            snprintf(c, sizeof c, "invalid protocol version: %lld", pv);
+            return walk_refuse(w, k, pos, "protocol version 1001", err, CKPT_ERR_UNSUPPORTED, t, c);
+        }
+    }
+    /* for key in deserialized_storage_keys: its count, then its bytes */
+    if (!w->record || !root || (root->kind != CKPT_KIND_LIST && root->kind != CKPT_KIND_TUPLE))
+        return CKPT_OK;
+    for (size_t i = 0; i < root->u.seq.len; i++) {
+        ckpt_walk_record r = {.key = root->u.seq.items[i], .index = i, .offset = pos,
+                              .avail = size - pos, .has_count = size - pos >= 8};
+        for (int b = 7; r.has_count && b >= 0; b--)
+            r.count = (r.count << 8) | map[pos + (size_t)b];
+        uint64_t nbytes = 0;
+        int rc = w->record(w, &r, &nbytes);
+        if (rc)
+            return rc;
+        CKPT_RETURN_IF(!r.has_count || nbytes > r.avail - 8, err, CKPT_ERR_FORMAT,
+                       "truncated: storage %zu of the key list at byte %zu", i, pos);
+        pos += 8 + (size_t)nbytes;
+    }
+    return CKPT_OK;
+}
+
+/* The stream is walked mapped: its pickles are handed out where they lie. */
+static int pth_legacy_walk(ckpt_walk *w, ckpt_source *src, ckpt_error *err)
+{
+    memset(&w->stop, 0, sizeof w->stop);
+    w->stop.pickle = -1;
+    size_t size = (size_t)src->file_size;
+    void *map = NULL;
+    if (size && (map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, src->fd, 0)) == MAP_FAILED)
+        return ckpt_err(err, CKPT_ERR_IO, "cannot map '%s': %s", src->path ? src->path : "the file",
+                        strerror(errno));
+    int rc = walk_stream(w, map ? map : (const void *)"", size, err);
+    if (map)
+        munmap(map, size);
+    return rc;
+}
+
+/* ---- reading: the walk's pickles through ckpt's VM, its storages located ---------- */
+
+typedef struct legacy_read {
+    ckpt_file *f;
+    ckpt_value **root;
+    size_t before; /* this file's storages (a shard adds to others) start here */
+} legacy_read;
+
+static const char *const read_names[] = {"magic number", "protocol version", "sys_info", "main",
+                                         "storage key list"};
+
+static int read_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **out)
+{
+    legacy_read *r = w->user;
+    ckpt_file *f = r->f;
+    const char *what = read_names[p->index];
     char name[64];
     snprintf(name, sizeof(name), "%s pickle", what);
     ckpt_pickle_ctx ctx;
     ckpt_file_pickle_ctx(f, &ctx, name);
-    size_t used = 0;
-    if (*pos >= size)
+    if (p->len == 0)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT, "truncated: the %s pickle is missing", what);
     /* each pickle is bounded by the pickle-size limit, not the file size */
-    size_t avail = size - *pos;
+    size_t avail = p->len;
     uint64_t lim = f->limits[CKPT_LIMIT_PICKLE_BYTES];
     int capped = avail > lim;
     if (capped)
         avail = (size_t)lim;
-    int rc = ckpt_pickle_load(&ctx, map + *pos, avail, out, &used, &f->err);
+    if (p->index == 3)
+        r->before = f->nstorages;
+    ckpt_value *v = NULL;
+    int rc = ckpt_pickle_load(&ctx, p->buf, avail, &v, used, &f->err);
     if (rc && capped) {
         /* the pickle may be fine, only longer than the user allows */
         char msg[CKPT_ERRMSG_MAX];
@@ -41,91 +163,72 @@ static int load_next(ckpt_file *f, const uint8_t *map, size_t size, size_t *pos,
     }
     if (rc) {
         /* the VM's offsets are within this pickle; say where it starts */
-        if (*pos) {
+        if (p->offset) {
             size_t l = strlen(f->err.msg);
-            snprintf(f->err.msg + l, sizeof(f->err.msg) - l, " (pickle starts at file byte %zu)",
-                     *pos);
+            snprintf(f->err.msg + l, sizeof(f->err.msg) - l, " (pickle starts at file byte %llu)",
+                     (unsigned long long)p->offset);
         }
         return rc;
     }
-    *pos += used;
-    return CKPT_OK;
-}
-
-static int read_stream(ckpt_file *f, const uint8_t *map, size_t size, ckpt_value **root)
-{
-    size_t pos = 0;
-    ckpt_value *v;
-
-    /* the first three pickles hold no persistent ids */
-    CKPT_FORWARD(load_next(f, map, size, &pos, "magic number", &v));
-    size_t mlen = 0;
-    const uint8_t *mb = ckpt_value_bigint(v, &mlen);
-    CKPT_RETURN_IF(!mb || mlen != sizeof(magic_bytes) || memcmp(mb, magic_bytes, mlen) != 0,
-                   &f->err, CKPT_ERR_FORMAT, "invalid magic number; not a torch.save file");
-    CKPT_FORWARD(load_next(f, map, size, &pos, "protocol version", &v));
-    int64_t pv = 0;
-    CKPT_RETURN_IF(ckpt_value_int(v, &pv) != CKPT_OK || pv != LEGACY_PROTOCOL_VERSION, &f->err,
-                   CKPT_ERR_UNSUPPORTED, "invalid protocol version: %lld", (long long)pv);
-    CKPT_FORWARD(load_next(f, map, size, &pos, "sys_info", &v));
-    const ckpt_value *le = ckpt_value_dict_get(v, "little_endian");
-    CKPT_RETURN_IF(v->kind != CKPT_KIND_DICT, &f->err, CKPT_ERR_FORMAT, "sys_info is not a dict");
-    CKPT_RETURN_IF(le && le->kind == CKPT_KIND_BOOL && !le->u.b, &f->err, CKPT_ERR_UNSUPPORTED,
-                   "big-endian checkpoints are not supported");
-
-    size_t before = f->nstorages; /* this file's storages (a shard adds to others) */
-    CKPT_FORWARD(load_next(f, map, size, &pos, "main", root));
-    ckpt_value *keys;
-    CKPT_FORWARD(load_next(f, map, size, &pos, "storage key list", &keys));
-    CKPT_RETURN_IF(keys->kind != CKPT_KIND_LIST && keys->kind != CKPT_KIND_TUPLE, &f->err,
-                   CKPT_ERR_FORMAT, "storage key list is a %s", ckpt_kind_name((ckpt_kind)keys->kind));
-    CKPT_RETURN_IF(keys->u.seq.len != f->nstorages - before, &f->err, CKPT_ERR_FORMAT,
-                   "storage key list names %zu storages, the pickle %zu", keys->u.seq.len,
-                   f->nstorages - before);
-
-    for (size_t k = 0; k < keys->u.seq.len; k++) {
-        ckpt_value *kv = keys->u.seq.items[k];
-        CKPT_RETURN_IF(kv->kind != CKPT_KIND_STR, &f->err, CKPT_ERR_FORMAT,
-                       "storage key list holds a %s", ckpt_kind_name((ckpt_kind)kv->kind));
-        char buf[600];
-        const char *key = ckpt_file_table_key(f, kv->u.s.s, buf, sizeof(buf));
-        CKPT_RETURN_IF(!key, &f->err, CKPT_ERR_FORMAT, "storage key of %zu bytes is too long",
-                       strlen(kv->u.s.s));
-        ckpt_storage *s = ckpt_file_storage_find(f, key);
-        CKPT_RETURN_IF(!s, &f->err, CKPT_ERR_FORMAT, "storage key list names unknown storage '%s'",
-                       kv->u.s.s);
-        CKPT_RETURN_IF(s->loc != CKPT_LOC_NONE, &f->err, CKPT_ERR_FORMAT,
-                       "storage '%s' listed twice", s->key);
-        CKPT_RETURN_IF(size - pos < 8, &f->err, CKPT_ERR_FORMAT,
-                       "truncated: no element count for storage '%s' at byte %zu", s->key, pos);
-        uint64_t count = 0;
-        for (int b = 7; b >= 0; b--)
-            count = (count << 8) | map[pos + (size_t)b];
-        pos += 8;
-        size_t es = ckpt_dtype_size(s->dtype);
-        uint64_t expect = es ? s->nbytes / es : 0;
-        CKPT_RETURN_IF(count != expect, &f->err, CKPT_ERR_FORMAT,
-                       "storage '%s' has wrong byte size: expected %llu elements, got %llu", s->key,
-                       (unsigned long long)expect, (unsigned long long)count);
-        CKPT_RETURN_IF(size - pos < s->nbytes, &f->err, CKPT_ERR_FORMAT,
-                       "truncated: storage '%s' needs %llu bytes at byte %zu, the file has %zu",
-                       s->key, (unsigned long long)s->nbytes, pos, size - pos);
-        s->loc = CKPT_LOC_FILE_RANGE;
-        s->file_offset = pos;
-        pos += (size_t)s->nbytes;
+    *out = v;
+    if (p->index == 2) {
+        /* torch reads sys_info and ignores it: ckpt reads little-endian files only */
+        const ckpt_value *le = ckpt_value_dict_get(v, "little_endian");
+        CKPT_RETURN_IF(v->kind != CKPT_KIND_DICT, &f->err, CKPT_ERR_FORMAT,
+                       "sys_info is not a dict");
+        CKPT_RETURN_IF(le && le->kind == CKPT_KIND_BOOL && !le->u.b, &f->err,
+                       CKPT_ERR_UNSUPPORTED, "big-endian checkpoints are not supported");
+    } else if (p->index == 3) {
+        *r->root = v;
+    } else if (p->index == 4) {
+        CKPT_RETURN_IF(v->kind != CKPT_KIND_LIST && v->kind != CKPT_KIND_TUPLE, &f->err,
+                       CKPT_ERR_FORMAT, "storage key list is a %s",
+                       ckpt_kind_name((ckpt_kind)v->kind));
+        CKPT_RETURN_IF(v->u.seq.len != f->nstorages - r->before, &f->err, CKPT_ERR_FORMAT,
+                       "storage key list names %zu storages, the pickle %zu", v->u.seq.len,
+                       f->nstorages - r->before);
     }
     return CKPT_OK;
 }
 
-/* The stream is read mapped: its pickles are parsed where they lie. */
+static int read_storage(ckpt_walk *w, const ckpt_walk_record *rec, uint64_t *nbytes)
+{
+    ckpt_file *f = ((legacy_read *)w->user)->f;
+    const ckpt_value *kv = rec->key;
+    CKPT_RETURN_IF(kv->kind != CKPT_KIND_STR, &f->err, CKPT_ERR_FORMAT,
+                   "storage key list holds a %s", ckpt_kind_name((ckpt_kind)kv->kind));
+    char buf[600];
+    const char *key = ckpt_file_table_key(f, kv->u.s.s, buf, sizeof(buf));
+    CKPT_RETURN_IF(!key, &f->err, CKPT_ERR_FORMAT, "storage key of %zu bytes is too long",
+                   strlen(kv->u.s.s));
+    ckpt_storage *s = ckpt_file_storage_find(f, key);
+    CKPT_RETURN_IF(!s, &f->err, CKPT_ERR_FORMAT, "storage key list names unknown storage '%s'",
+                   kv->u.s.s);
+    CKPT_RETURN_IF(s->loc != CKPT_LOC_NONE, &f->err, CKPT_ERR_FORMAT,
+                   "storage '%s' listed twice", s->key);
+    CKPT_RETURN_IF(!rec->has_count, &f->err, CKPT_ERR_FORMAT,
+                   "truncated: no element count for storage '%s' at byte %llu", s->key,
+                   (unsigned long long)rec->offset);
+    size_t es = ckpt_dtype_size(s->dtype);
+    uint64_t expect = es ? s->nbytes / es : 0, at = rec->offset + 8, left = rec->avail - 8;
+    CKPT_RETURN_IF(rec->count != expect, &f->err, CKPT_ERR_FORMAT,
+                   "storage '%s' has wrong byte size: expected %llu elements, got %llu", s->key,
+                   (unsigned long long)expect, (unsigned long long)rec->count);
+    CKPT_RETURN_IF(left < s->nbytes, &f->err, CKPT_ERR_FORMAT,
+                   "truncated: storage '%s' needs %llu bytes at byte %llu, the file has %llu",
+                   s->key, (unsigned long long)s->nbytes, (unsigned long long)at,
+                   (unsigned long long)left);
+    s->loc = CKPT_LOC_FILE_RANGE;
+    s->file_offset = at;
+    *nbytes = s->nbytes;
+    return CKPT_OK;
+}
+
 static int pth_legacy_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
-    void *map = mmap(NULL, (size_t)src->file_size, PROT_READ, MAP_PRIVATE, src->fd, 0);
-    if (map == MAP_FAILED)
-        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot map '%s': %s", src->path, strerror(errno));
-    int rc = read_stream(f, map, (size_t)src->file_size, root);
-    munmap(map, (size_t)src->file_size);
-    return rc;
+    legacy_read r = {.f = f, .root = root};
+    ckpt_walk w = {.pickle = read_pickle, .record = read_storage, .user = &r};
+    return pth_legacy_walk(&w, src, &f->err);
 }
 
 /* A protocol-2+ pickle: PROTO 2..5 */
@@ -348,5 +451,6 @@ const ckpt_format_desc ckpt_format_pth_legacy = {
     .name = "pth-legacy",
     .sniff = pth_legacy_sniff,
     .read = pth_legacy_read,
+    .walk = pth_legacy_walk,
     .write = pth_legacy_write,
 };

@@ -1,5 +1,6 @@
-/* pth_zip.c - torch.save's zip layout (torch >= 1.6), read the way torch reads it
- * (reference/pth-format.md section 1) and written as torch.save writes it. */
+/* pth_zip.c - torch.save's zip layout (torch >= 1.6), walked and read the way
+ * torch reads it (torch's zip reader: torch_zip.c; reference/pth-format.md
+ * section 1) and written as torch.save writes it. */
 #include "formats/format.h"
 
 #include <errno.h>
@@ -9,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -74,9 +76,42 @@ static int locate_storages(ckpt_file *f, size_t first)
     return CKPT_OK;
 }
 
+/* torch.load of a zip: its reader's checks, then data.pkl (torch_zip.c). */
+static int pth_zip_walk(ckpt_walk *w, ckpt_source *src, ckpt_error *err)
+{
+    return ckpt_torch_zip_walk(w, src, false, err);
+}
+
+typedef struct zip_read {
+    ckpt_file *f;
+    ckpt_value **root;
+    size_t nbefore; /* this file's storages (a shard adds to others) start here */
+} zip_read;
+
+/* The archive as the walk opened it (its checks passed), then data.pkl. */
+static int read_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **out)
+{
+    zip_read *r = w->user;
+    ckpt_file *f = r->f;
+    (void)out;
+    /* the walk checked every record is in the prefix: the source's, for
+     * ckpt_file_record_find (and the main file's, for inspect) */
+    f->cur_src->prefix = ckpt_arena_strndup(&f->arena, w->prefix, w->prefix_len);
+    if (!f->cur_src->prefix)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    CKPT_FORWARD(check_alignment(f));
+    ckpt_pickle_ctx ctx;
+    ckpt_file_pickle_ctx(f, &ctx, p->name);
+    r->nbefore = f->nstorages;
+    return ckpt_pickle_load(&ctx, p->buf, p->len, r->root, used, &f->err);
+}
+
 static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
-    CKPT_FORWARD(ckpt_zip_open(src->fd, &src->zip, &f->err));
+    zip_read r = {.f = f, .root = root};
+    ckpt_walk w = {.pickle = read_pickle, .user = &r, .strict = true, .keep = true,
+                   .pickle_limit = f->limits[CKPT_LIMIT_PICKLE_BYTES]};
+    CKPT_FORWARD(pth_zip_walk(&w, src, &f->err));
     if (!ckpt_zip_has_crcs(src->zip)) {
         /* a shard is named; the file itself is in every message already */
         char who[300] = "";
@@ -86,44 +121,141 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
                                     "its bytes are not checked", who) < 0)
             return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
     }
-    int64_t n = ckpt_zip_count(f->cur_src->zip);
-    CKPT_RETURN_IF(n <= 0, &f->err, CKPT_ERR_FORMAT, "zip archive has no records");
+    CKPT_FORWARD(locate_storages(f, r.nbefore));
+    return note_unswapped(f, r.nbefore);
+}
 
-    /* prefix = the first entry's folder, as torch finds it */
-    const char *first = ckpt_zip_name(f->cur_src->zip, 0);
-    const char *slash = strchr(first, '/');
-    CKPT_RETURN_IF(!slash || slash == first, &f->err, CKPT_ERR_FORMAT,
-                   "file in archive is not in a subdirectory: %s", first);
-    const char *prefix = ckpt_arena_strndup(&f->arena, first, (size_t)(slash - first));
-    if (!prefix)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
-    size_t plen = (size_t)(slash - first);
-    for (int64_t i = 0; i < n; i++) {
-        const char *name = ckpt_zip_name(f->cur_src->zip, i);
-        CKPT_RETURN_IF(strncmp(name, first, plen + 1) != 0, &f->err, CKPT_ERR_FORMAT,
-                       "file in archive is not in a subdirectory %s/: %s", prefix, name);
+/* ---- every reader's reading (ckpt scan) ---------------------------------------- */
+
+/* torch finds records case-insensitively (miniz), so "DATA.PKL" loads too */
+static bool ends_with_nocase(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcasecmp(s + a - b, suffix) == 0;
+}
+
+/* Whether two readers' entries hold the same bytes (each record is handed
+ * out once, whoever reads it). */
+static bool same_record(const ckpt_zip_entry *a, const ckpt_zip_entry *b)
+{
+    return a->data_at == b->data_at && a->csize == b->csize && a->method == b->method;
+}
+
+static int readings(ckpt_walk *w, int fd, ckpt_zip_dir *d, const char *label, ckpt_error *err)
+{
+    for (size_t i = 0; i < ckpt_zip_dir_finding_count(d); i++)
+        if (w->finding)
+            w->finding(w, ckpt_zip_dir_finding(d, i));
+    int rc = CKPT_OK;
+    bool found = false;
+    ckpt_error first = {0};
+    /* torch 2.x with compute_crc32 off writes CRC 0 for every record: no
+     * corruption, as ckpt's zip reader takes it */
+    bool no_crcs = false;
+    for (size_t i = 0; i < ckpt_zip_dir_count(d, CKPT_ZIP_READER_TORCH); i++) {
+        const ckpt_zip_entry *e = ckpt_zip_dir_entry(d, CKPT_ZIP_READER_TORCH, i);
+        if (e && e->usize) {
+            if (e->crc != 0) {
+                no_crcs = false;
+                break;
+            }
+            no_crcs = true;
+        }
     }
-    src->prefix = prefix; /* for ckpt_file_record_find; the main file's: what inspect lists */
+    size_t total = 0;
+    for (int r = 0; r < CKPT_ZIP_READERS; r++)
+        total += ckpt_zip_dir_count(d, (ckpt_zip_reader)r);
+    const ckpt_zip_entry **done = malloc((total ? total : 1) * sizeof *done);
+    if (!done)
+        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    size_t ndone = 0;
+    for (int r = 0; r < CKPT_ZIP_READERS; r++) {
+        if (!ckpt_zip_dir_reads(d, (ckpt_zip_reader)r)) {
+            if (r == CKPT_ZIP_READER_TORCH && rc == CKPT_OK) {
+                rc = ckpt_err(err, CKPT_ERR_FORMAT, "torch's zip reader refuses it: %s",
+                              ckpt_zip_dir_refusal(d, (ckpt_zip_reader)r));
+                first = *err;
+            }
+            continue;
+        }
+        /* every record, even after one fails: a payload may sit in a later one */
+        for (size_t i = 0; i < ckpt_zip_dir_count(d, (ckpt_zip_reader)r); i++) {
+            const ckpt_zip_entry *e = ckpt_zip_dir_entry(d, (ckpt_zip_reader)r, i);
+            if (!e || !e->name || !ends_with_nocase(e->name, ".pkl"))
+                continue;
+            found = true;
+            bool seen = false;
+            for (size_t k = 0; k < ndone && !seen; k++)
+                seen = same_record(done[k], e);
+            if (seen)
+                continue;
+            done[ndone++] = e;
+            char name[CKPT_ERRMSG_MAX];
+            const char *in = label ? label : "", *sep = label ? ": " : "";
+            if (r == CKPT_ZIP_READER_TORCH)
+                snprintf(name, sizeof name, "%s%s%s", in, sep, e->name);
+            else
+                snprintf(name, sizeof name, "%s%s%s (as %s reads it)", in, sep, e->name,
+                         ckpt_zip_reader_name((ckpt_zip_reader)r));
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            bool crc_ok = true;
+            ckpt_error rerr = {0};
+            int rr = ckpt_zip_dir_read(d, fd, (ckpt_zip_reader)r, i,
+                                       w->pickle_limit ? w->pickle_limit : UINT64_MAX, &buf,
+                                       &len, &crc_ok, &rerr);
+            int sr = CKPT_OK;
+            if (buf && len) {
+                ckpt_walk_pickle p = {.index = (int)ndone - 1, .name = name, .offset = e->data_at,
+                                      .buf = buf, .len = len, .pid_fields = 5};
+                size_t used = 0;
+                ckpt_value *root = NULL;
+                sr = w->pickle(w, &p, &used, &root);
+            }
+            free(buf);
+            if (no_crcs)
+                crc_ok = true;
+            if (rr == CKPT_OK && !crc_ok && r != CKPT_ZIP_READER_TORCH)
+                continue; /* that reader refuses the record: it unpickles nothing */
+            if (rr == CKPT_ERR_LIMIT) {
+                char msg[CKPT_ERRMSG_MAX];
+                snprintf(msg, sizeof msg, "%s", rerr.msg);
+                ckpt_err_clear(&rerr);
+                ckpt_err(&rerr, rr, "%s (--max-pickle-bytes)", msg);
+            }
+            if (rr == CKPT_OK && !crc_ok)
+                rr = ckpt_err(&rerr, CKPT_ERR_FORMAT, "%s: CRC-32 mismatch (torch does not "
+                              "check it: the globals listed are those it would meet)", e->name);
+            if (rr != CKPT_OK && rc == CKPT_OK) {
+                rc = rr;
+                first = rerr;
+            } else if (sr != CKPT_OK && rc == CKPT_OK) {
+                rc = sr;
+                first = *err;
+            }
+            ckpt_err_clear(err);
+        }
+    }
+    free(done);
+    if (rc != CKPT_OK)
+        *err = first;
+    if (rc == CKPT_OK && !found)
+        rc = ckpt_err(err, CKPT_ERR_FORMAT, "a zip archive without a .pkl record");
+    return rc;
+}
 
-    CKPT_RETURN_IF(ckpt_file_record_find(f, "constants.pkl") >= 0, &f->err, CKPT_ERR_UNSUPPORTED,
-                   "a TorchScript archive (torch.jit.save), not a torch.save checkpoint");
-    CKPT_FORWARD(ckpt_file_records_check(f, "file format"));
-    CKPT_FORWARD(check_alignment(f));
-
-    int64_t pkl = ckpt_file_record_find(f, "data.pkl");
-    CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", src->prefix);
-    uint8_t *buf;
-    size_t len;
-    CKPT_FORWARD(ckpt_zip_read_all(f->cur_src->zip, pkl, f->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len,
-                                   &f->err));
-    ckpt_pickle_ctx ctx;
-    ckpt_file_pickle_ctx(f, &ctx, ckpt_zip_name(f->cur_src->zip, pkl));
-    size_t nbefore = f->nstorages;
-    int rc = ckpt_pickle_load(&ctx, buf, len, root, NULL, &f->err);
-    free(buf);
-    CKPT_FORWARD(rc);
-    CKPT_FORWARD(locate_storages(f, nbefore));
-    return note_unswapped(f, nbefore);
+int ckpt_pth_zip_readings(ckpt_walk *w, int fd, uint64_t base, uint64_t size, const char *label,
+                          ckpt_error *err)
+{
+    memset(&w->stop, 0, sizeof w->stop);
+    w->stop.pickle = -1;
+    w->opened = false;
+    ckpt_zip_dir *d;
+    CKPT_FORWARD(ckpt_zip_dir_open_at(fd, base, size, &d, err));
+    w->opened = true;
+    int rc = readings(w, fd, d, label, err);
+    ckpt_zip_dir_free(d);
+    return rc;
 }
 
 static bool pth_zip_sniff(const uint8_t *head, size_t n)
@@ -598,6 +730,7 @@ const ckpt_format_desc ckpt_format_pth_zip = {
     .name = "pth-zip",
     .sniff = pth_zip_sniff,
     .read = pth_zip_read,
+    .walk = pth_zip_walk,
     .write = pth_zip_write,
     .write_in_place = pth_zip_write_in_place,
 };

@@ -407,49 +407,45 @@ static void index_free(ts_index *ix)
     free(ix->c);
 }
 
+typedef struct ts_read_state {
+    ckpt_file *f;
+    ckpt_value **root;
+    size_t nbefore;
+} ts_read_state;
+
+/* The archive as torch's zip reader opened it (torch_zip.c), then data.pkl. */
+static int ts_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **out)
+{
+    ts_read_state *r = w->user;
+    ckpt_file *f = r->f;
+    (void)out;
+    /* the walk checked every record is in the prefix: the source's, for
+     * ckpt_file_record_find (and the main file's, for inspect) */
+    f->cur_src->prefix = ckpt_arena_strndup(&f->arena, w->prefix, w->prefix_len);
+    if (!f->cur_src->prefix)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    ckpt_pickle_ctx ctx;
+    ckpt_file_pickle_ctx(f, &ctx, p->name);
+    ctx.classify = ts_classify; /* this read only: ctx.user is still F */
+    r->nbefore = f->nstorages;
+    return ckpt_pickle_load(&ctx, p->buf, p->len, r->root, used, &f->err);
+}
+
 static int ts_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
-    CKPT_FORWARD(ckpt_zip_open(src->fd, &src->zip, &f->err));
+    ts_read_state r = {.f = f, .root = root};
+    ckpt_walk zw = {.pickle = ts_pickle, .user = &r, .strict = true, .keep = true,
+                    .pickle_limit = f->limits[CKPT_LIMIT_PICKLE_BYTES]};
+    CKPT_FORWARD(ckpt_torch_zip_walk(&zw, src, true, &f->err));
     if (!ckpt_zip_has_crcs(src->zip) &&
         ckpt_file_notice_add(f, "written without CRC-32s: its bytes are not checked") < 0)
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
-    int64_t n = ckpt_zip_count(src->zip);
-    CKPT_RETURN_IF(n <= 0, &f->err, CKPT_ERR_FORMAT, "zip archive has no records");
-    const char *first = ckpt_zip_name(src->zip, 0);
-    const char *slash = strchr(first, '/');
-    CKPT_RETURN_IF(!slash || slash == first, &f->err, CKPT_ERR_FORMAT,
-                   "file in archive is not in a subdirectory: %s", first);
-    size_t plen = (size_t)(slash - first);
-    const char *prefix = ckpt_arena_strndup(&f->arena, first, plen);
-    if (!prefix)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < n; i++) {
-        const char *name = ckpt_zip_name(src->zip, i);
-        CKPT_RETURN_IF(strncmp(name, first, plen + 1) != 0, &f->err, CKPT_ERR_FORMAT,
-                       "file in archive is not in a subdirectory %s/: %s", prefix, name);
-    }
-    src->prefix = prefix;
-    CKPT_FORWARD(ckpt_file_records_check(f, "TorchScript archive"));
-
-    int64_t pkl = ckpt_file_record_find(f, "data.pkl");
-    CKPT_RETURN_IF(pkl < 0, &f->err, CKPT_ERR_FORMAT, "no '%s/data.pkl' record", src->prefix);
-    uint8_t *buf;
-    size_t len;
-    CKPT_FORWARD(ckpt_zip_read_all(src->zip, pkl, f->limits[CKPT_LIMIT_PICKLE_BYTES], &buf, &len,
-                                   &f->err));
-    ckpt_pickle_ctx ctx;
-    ckpt_file_pickle_ctx(f, &ctx, ckpt_zip_name(src->zip, pkl));
-    ctx.classify = ts_classify; /* this read only: ctx.user is still F */
-    size_t nbefore = f->nstorages;
-    int rc = ckpt_pickle_load(&ctx, buf, len, root, NULL, &f->err);
-    free(buf);
-    CKPT_FORWARD(rc);
-    CKPT_FORWARD(locate_storages(f, nbefore));
+    CKPT_FORWARD(locate_storages(f, r.nbefore));
 
     ts_index ix = {0};
     ts_walk w = {.f = f, .ix = &ix};
     const ts_class *c = NULL;
-    rc = index_code(f, &ix);
+    int rc = index_code(f, &ix);
     if (rc == CKPT_OK)
         rc = class_of(&w, *root, "(root)", &c);
     if (rc == CKPT_OK && (!c || !c->module))

@@ -2,8 +2,8 @@
  * decision and member listing (container/tar.c, Python's tarfile modelled),
  * the reader (formats/pth_tar.c: storages, views, tensors, the main pickle
  * with its keys) behind ckpt_file_open with every tensor's data summarised,
- * and the walk ckpt scan makes over the same pickles (ckpt_pth_tar_scan,
- * the VM in scan mode). */
+ * and pth-tar's walk over the same pickles (ckpt_format_pth_tar.walk, strict
+ * as ckpt scan makes it and as torch 1.13 reads, the VM in scan mode). */
 #include "fuzz.h"
 
 #include "ckpt.h"
@@ -35,14 +35,13 @@ static const uint64_t limits[CKPT_LIMIT_COUNT_] = {
     [CKPT_LIMIT_STORAGES] = 1 << 12};
 
 /* the scan's callback: the VM in scan mode, its values in the walk's arena */
-static int scan_pickle(void *user, const char *name, const uint8_t *buf, size_t len, size_t *used,
-                       ckpt_value **root)
+static int scan_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root)
 {
-    ckpt_pickle_ctx ctx = {.name = name, .limits = limits, .classify = classify,
-                           .user = user, .arena = user, .on_global = on_global,
+    ckpt_pickle_ctx ctx = {.name = p->name, .limits = limits, .classify = classify,
+                           .user = w->user, .arena = w->user, .on_global = on_global,
                            .on_use = on_use, .scan = true};
     ckpt_error err = {0};
-    return ckpt_pickle_load(&ctx, buf, len, root, used, &err);
+    return ckpt_pickle_load(&ctx, p->buf, p->len, root, used, &err);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -62,11 +61,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 ckpt_tar_find(t, "storages");
                 ckpt_tar_close(t);
             }
-            ckpt_arena arena;
-            ckpt_arena_init(&arena);
-            ckpt_err_clear(&err);
-            ckpt_pth_tar_scan(fd, size, scan_pickle, &arena, &err);
-            ckpt_arena_release(&arena);
+            /* the walk as scan (strict) and as the torch_load verdict make it */
+            for (int strict = 0; strict < 2; strict++) {
+                ckpt_arena arena;
+                ckpt_arena_init(&arena);
+                ckpt_err_clear(&err);
+                ckpt_walk w = {.pickle = scan_pickle, .user = &arena, .strict = strict};
+                ckpt_source src = {.fd = fd, .file_size = size};
+                ckpt_format_pth_tar.walk(&w, &src, &err);
+                ckpt_arena_release(&arena);
+            }
         }
         close(fd);
     }

@@ -1,7 +1,9 @@
 /* check_legacy.c - the pre-1.6 torch.save stream, built byte by byte here and
  * read from the committed torch fixtures. */
 #include "unit.h"
+#include "formats/format.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -237,6 +239,165 @@ START_TEST(torch_fixture_legacy_train)
 }
 END_TEST
 
+/* ---- pth-legacy's walk, as ckpt scan and the torch_load verdicts use it ---- */
+
+typedef struct seen {
+    ckpt_arena arena;
+    int npickles, nrecords;
+    const char *names[5];
+    uint64_t offsets[5], ends[5];
+    unsigned pids[5];
+    uint64_t record_offset, record_count, record_avail;
+} seen;
+
+static ckpt_global_class any_class(void *user, const char *q)
+{
+    (void)user, (void)q;
+    return CKPT_GLOBAL_KNOWN_DATA;
+}
+
+static ckpt_value *any_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_error *err)
+{
+    (void)pid, (void)offset, (void)err;
+    return ckpt_arena_alloc(&((seen *)user)->arena, sizeof(ckpt_value)); /* None */
+}
+
+static void no_global(void *u, const char *q, ckpt_global_class c, int op, uint64_t at)
+{
+    (void)u, (void)q, (void)c, (void)op, (void)at;
+}
+
+static void no_use(void *u, const char *q, int op, uint64_t at)
+{
+    (void)u, (void)q, (void)op, (void)at;
+}
+
+/* Each pickle the walk hands out: read by the VM in scan mode, noted. */
+static int on_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root)
+{
+    seen *s = w->user;
+    ck_assert_int_eq(p->index, s->npickles);
+    static const uint64_t limits[CKPT_LIMIT_COUNT_] = {1 << 20, 100, 1 << 16, 1 << 12, 1 << 16,
+                                                       1 << 16, 1 << 12};
+    ckpt_pickle_ctx ctx = {.name = p->name, .limits = limits, .classify = any_class,
+                           .persistent_load = p->pid_fields ? any_pid : NULL, .user = s,
+                           .arena = &s->arena, .on_global = no_global, .on_use = no_use,
+                           .scan = true};
+    ckpt_error err = {0};
+    ck_assert_int_eq(ckpt_pickle_load(&ctx, p->buf, p->len, root, used, &err), CKPT_OK);
+    s->names[p->index] = p->name;
+    s->offsets[p->index] = p->offset;
+    s->ends[p->index] = p->offset + *used;
+    s->pids[p->index] = p->pid_fields;
+    s->npickles++;
+    return CKPT_OK;
+}
+
+/* Each storage after the key list: its element count, 4 bytes each (float32). */
+static int on_storage(ckpt_walk *w, const ckpt_walk_record *r, uint64_t *size)
+{
+    seen *s = w->user;
+    ck_assert(r->has_count);
+    s->record_offset = r->offset;
+    s->record_count = r->count;
+    s->record_avail = r->avail;
+    s->nrecords++;
+    *size = r->count * 4;
+    return CKPT_OK;
+}
+
+static int walk_file(seen *s, ckpt_walk *w, ckpt_error *err)
+{
+    memset(s, 0, sizeof *s);
+    ckpt_arena_init(&s->arena);
+    w->pickle = on_pickle;
+    w->record = on_storage;
+    w->user = s;
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ckpt_source src = {.fd = fd, .file_size = (uint64_t)lseek(fd, 0, SEEK_END), .path = path};
+    int rc = ckpt_format_pth_legacy.walk(w, &src, err);
+    close(fd);
+    ckpt_arena_release(&s->arena);
+    return rc;
+}
+
+START_TEST(walk_hands_out_torchs_pickles_in_order)
+{
+    make_legacy(true, 1001, 3, 3, 3, false);
+    seen s;
+    ckpt_walk w = {0};
+    ckpt_error err = {0};
+    ck_assert_int_eq(walk_file(&s, &w, &err), CKPT_OK);
+    ck_assert_ptr_null(w.stop.exception);
+    static const char *const want[] = {"magic number", "protocol version", "sys_info",
+                                       "data pickle", "storage keys"};
+    ck_assert_int_eq(s.npickles, 5);
+    for (int k = 0; k < 5; k++) {
+        ck_assert_str_eq(s.names[k], want[k]);
+        /* back to back from byte 0; only the data pickle has persistent ids */
+        ck_assert_uint_eq(s.offsets[k], k ? s.ends[k - 1] : 0);
+        ck_assert_uint_eq(s.pids[k], k == 3 ? 6 : 0);
+    }
+    /* then the storage: its count right after the key list, 3 floats after it */
+    ck_assert_int_eq(s.nrecords, 1);
+    ck_assert_uint_eq(s.record_offset, s.ends[4]);
+    ck_assert_uint_eq(s.record_count, 3);
+    ck_assert_uint_eq(s.record_avail, 8 + 3 * 4);
+}
+END_TEST
+
+START_TEST(walk_stops_where_torch_does)
+{
+    make_legacy(false, 1001, 3, 3, 3, false);
+    seen s;
+    ckpt_walk w = {0};
+    ckpt_error err = {0};
+    ck_assert_int_eq(walk_file(&s, &w, &err), CKPT_ERR_FORMAT);
+    /* torch's RuntimeError after the first pickle; the reader's message in ERR */
+    ck_assert_int_eq(s.npickles, 1);
+    ck_assert_str_eq(w.stop.exception, "RuntimeError");
+    ck_assert_str_eq(w.stop.message, "Invalid magic number; corrupt file?");
+    ck_assert_int_eq(w.stop.pickle, 0);
+    ck_assert_uint_eq(w.stop.offset, s.ends[0]);
+    ck_assert_str_eq(err.msg, "invalid magic number; not a torch.save file");
+
+    make_legacy(true, 1000, 3, 3, 3, false);
+    ckpt_err_clear(&err);
+    ck_assert_int_eq(walk_file(&s, &w, &err), CKPT_ERR_UNSUPPORTED);
+    ck_assert_int_eq(s.npickles, 2);
+    ck_assert_str_eq(w.stop.message, "Invalid protocol version: 1000");
+    ck_assert_int_eq(w.stop.pickle, 1);
+}
+END_TEST
+
+/* Python compares the magic number by value: a LONG1 with a sign byte is it */
+START_TEST(magic_with_a_sign_byte)
+{
+    static const uint8_t m[10] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+    pk p = {0};
+    pk_proto2(&p);
+    pk_op(&p, 0x8a);
+    pk_op(&p, 11);
+    pk_bytes(&p, m, 10);
+    pk_op(&p, 0);
+    pk_op(&p, '.');
+    pk q = {0};
+    pk_header(&q, true, 1001);
+    size_t magic_len = 15; /* the plain magic pickle pk_header wrote first */
+    pk_bytes(&p, q.buf + magic_len, q.n - magic_len);
+    pk_main(&p, "94823", 3, false);
+    pk_keys(&p, "94823");
+    pk_le(&p, 3, 8);
+    pk_le(&p, 0, 12);
+    write_file(&p);
+    pk_free(&p);
+    pk_free(&q);
+    ck_assert_msg(ckpt_file_open(f, path) == CKPT_OK, "%s", ckpt_file_error_message(f));
+    ck_assert_uint_eq(ckpt_file_tensor_count(f), 1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("legacy");
@@ -253,6 +414,9 @@ static Suite *suite(void)
     tcase_add_test(t, view_metadata_unsupported);
     tcase_add_test(t, torch_fixture_legacy_mlp);
     tcase_add_test(t, torch_fixture_legacy_train);
+    tcase_add_test(t, walk_hands_out_torchs_pickles_in_order);
+    tcase_add_test(t, walk_stops_where_torch_does);
+    tcase_add_test(t, magic_with_a_sign_byte);
     suite_add_tcase(s, t);
     return s;
 }
