@@ -15,28 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Opcodes (pickletools names). */
-enum {
-    OP_MARK = '(', OP_STOP = '.', OP_POP = '0', OP_POP_MARK = '1', OP_DUP = '2',
-    OP_FLOAT = 'F', OP_INT = 'I', OP_BININT = 'J', OP_BININT1 = 'K', OP_LONG = 'L',
-    OP_BININT2 = 'M', OP_NONE = 'N', OP_PERSID = 'P', OP_BINPERSID = 'Q',
-    OP_REDUCE = 'R', OP_STRING = 'S', OP_BINSTRING = 'T', OP_SHORT_BINSTRING = 'U',
-    OP_UNICODE = 'V', OP_BINUNICODE = 'X', OP_APPEND = 'a', OP_BUILD = 'b',
-    OP_GLOBAL = 'c', OP_DICT = 'd', OP_EMPTY_DICT = '}', OP_APPENDS = 'e',
-    OP_GET = 'g', OP_BINGET = 'h', OP_INST = 'i', OP_LONG_BINGET = 'j',
-    OP_LIST = 'l', OP_EMPTY_LIST = ']', OP_OBJ = 'o', OP_PUT = 'p', OP_BINPUT = 'q',
-    OP_LONG_BINPUT = 'r', OP_SETITEM = 's', OP_TUPLE = 't', OP_EMPTY_TUPLE = ')',
-    OP_SETITEMS = 'u', OP_BINFLOAT = 'G',
-    OP_PROTO = 0x80, OP_NEWOBJ = 0x81, OP_EXT1 = 0x82, OP_EXT2 = 0x83, OP_EXT4 = 0x84,
-    OP_TUPLE1 = 0x85, OP_TUPLE2 = 0x86, OP_TUPLE3 = 0x87, OP_NEWTRUE = 0x88,
-    OP_NEWFALSE = 0x89, OP_LONG1 = 0x8a, OP_LONG4 = 0x8b,
-    OP_BINBYTES = 'B', OP_SHORT_BINBYTES = 'C',
-    OP_SHORT_BINUNICODE = 0x8c, OP_BINUNICODE8 = 0x8d, OP_BINBYTES8 = 0x8e,
-    OP_EMPTY_SET = 0x8f, OP_ADDITEMS = 0x90, OP_FROZENSET = 0x91, OP_NEWOBJ_EX = 0x92,
-    OP_STACK_GLOBAL = 0x93, OP_MEMOIZE = 0x94, OP_FRAME = 0x95,
-    OP_BYTEARRAY8 = 0x96, OP_NEXT_BUFFER = 0x97, OP_READONLY_BUFFER = 0x98
-};
-
 #define MAX_NDIM 64
 #define MAX_DECIMAL_DIGITS 4300 /* Python's own int-from-text limit */
 
@@ -626,7 +604,8 @@ static int take_counted(vm *m, int lenbytes, ckpt_kind kind, uint8_t flags)
         CKPT_FORWARD(rd(m, n, &p));
     /* BINSTRING / SHORT_BINSTRING decode as torch.load's encoding='utf-8'
      * (strict); BINUNICODE as 'surrogatepass' */
-    if (kind == CKPT_KIND_STR && (m->op == OP_BINSTRING || m->op == OP_SHORT_BINSTRING) &&
+    if (kind == CKPT_KIND_STR &&
+        (m->op == CKPT_OP_BINSTRING || m->op == CKPT_OP_SHORT_BINSTRING) &&
         !utf8_strict(p, (size_t)n))
         return fail(m, CKPT_ERR_FORMAT, "string is not valid UTF-8");
     return push_bytes(m, kind, p, (size_t)n, flags);
@@ -2246,54 +2225,54 @@ static int step(vm *m, bool *stop)
     m->op_at = (uint64_t)(opp - m->buf);
     m->op = *opp;
     switch (m->op) {
-    case OP_PROTO:
+    case CKPT_OP_PROTO:
         CKPT_FORWARD(take_le(m, 1, &u));
         if (u > 5)
             return fail(m, CKPT_ERR_UNSUPPORTED, "pickle protocol %llu (at most 5)",
                         (unsigned long long)u);
         m->proto = (int)u;
         return CKPT_OK;
-    case OP_FRAME:
+    case CKPT_OP_FRAME:
         CKPT_FORWARD(take_le(m, 8, &u));
         return rd_frame(m, u);
-    case OP_STOP:
+    case CKPT_OP_STOP:
         *stop = true;
         return CKPT_OK;
-    case OP_MARK:
+    case CKPT_OP_MARK:
         return push_mark(m);
-    case OP_POP:
+    case CKPT_OP_POP:
         if (m->sp > floor_of(m)) {
             m->sp--;
             return CKPT_OK;
         }
         return pop_mark(m, &items, &n);
-    case OP_POP_MARK:
+    case CKPT_OP_POP_MARK:
         return pop_mark(m, &items, &n);
-    case OP_DUP:
+    case CKPT_OP_DUP:
         CKPT_FORWARD(top(m, &a));
         return push(m, a);
 
-    case OP_NONE:
+    case CKPT_OP_NONE:
         return push(m, node(m, CKPT_KIND_NONE));
-    case OP_NEWTRUE:
-    case OP_NEWFALSE:
+    case CKPT_OP_NEWTRUE:
+    case CKPT_OP_NEWFALSE:
         a = node(m, CKPT_KIND_BOOL);
         if (a)
-            a->u.b = m->op == OP_NEWTRUE;
+            a->u.b = m->op == CKPT_OP_NEWTRUE;
         return push(m, a);
-    case OP_BININT:
+    case CKPT_OP_BININT:
         CKPT_FORWARD(take_le(m, 4, &u));
         return push_int(m, (int32_t)(uint32_t)u);
-    case OP_BININT1:
+    case CKPT_OP_BININT1:
         CKPT_FORWARD(take_le(m, 1, &u));
         return push_int(m, (int64_t)u);
-    case OP_BININT2:
+    case CKPT_OP_BININT2:
         CKPT_FORWARD(take_le(m, 2, &u));
         return push_int(m, (int64_t)u);
-    case OP_LONG1:
-    case OP_LONG4:
-        CKPT_FORWARD(take_le(m, m->op == OP_LONG1 ? 1 : 4, &u));
-        if (m->op == OP_LONG4 && (u & 0x80000000u))
+    case CKPT_OP_LONG1:
+    case CKPT_OP_LONG4:
+        CKPT_FORWARD(take_le(m, m->op == CKPT_OP_LONG1 ? 1 : 4, &u));
+        if (m->op == CKPT_OP_LONG4 && (u & 0x80000000u))
             return fail(m, CKPT_ERR_FORMAT, "LONG4 with a negative length");
         if (u == 0)
             return push_long_bytes(m, NULL, 0);
@@ -2302,7 +2281,7 @@ static int step(vm *m, bool *stop)
             CKPT_FORWARD(rd(m, u, &p));
             return push_long_bytes(m, p, (size_t)u);
         }
-    case OP_INT: {
+    case CKPT_OP_INT: {
         CKPT_FORWARD(take_line(m, &line, &ll));
         if (ll == 0)
             return fail(m, CKPT_ERR_FORMAT, "INT with an empty argument");
@@ -2332,7 +2311,7 @@ static int step(vm *m, bool *stop)
         }
         return push_int(m, (int64_t)x);
     }
-    case OP_LONG:
+    case CKPT_OP_LONG:
         CKPT_FORWARD(take_line(m, &line, &ll));
         if (ll == 0)
             return fail(m, CKPT_ERR_FORMAT, "LONG with an empty argument");
@@ -2341,7 +2320,7 @@ static int step(vm *m, bool *stop)
         if (memchr(line, 0, ll))
             ll = (size_t)((const char *)memchr(line, 0, ll) - line);
         return push_int_text(m, line, ll);
-    case OP_FLOAT: {
+    case CKPT_OP_FLOAT: {
         CKPT_FORWARD(take_line(m, &line, &ll));
         char tmp[64];
         if (memchr(line, 0, ll)) /* a C string to PyOS_string_to_double */
@@ -2360,7 +2339,7 @@ static int step(vm *m, bool *stop)
             a->u.f = d;
         return push(m, a);
     }
-    case OP_BINFLOAT: {
+    case CKPT_OP_BINFLOAT: {
         const uint8_t *p;
         CKPT_FORWARD(rd(m, 8, &p));
         uint64_t bits = 0;
@@ -2372,62 +2351,62 @@ static int step(vm *m, bool *stop)
         return push(m, a);
     }
 
-    case OP_BINUNICODE:
+    case CKPT_OP_BINUNICODE:
         return take_counted(m, 4, CKPT_KIND_STR, 0);
-    case OP_SHORT_BINUNICODE:
+    case CKPT_OP_SHORT_BINUNICODE:
         return take_counted(m, 1, CKPT_KIND_STR, 0);
-    case OP_BINUNICODE8:
+    case CKPT_OP_BINUNICODE8:
         return take_counted(m, 8, CKPT_KIND_STR, 0);
-    case OP_BINSTRING:
+    case CKPT_OP_BINSTRING:
         return take_counted(m, 4, CKPT_KIND_STR, 0);
-    case OP_SHORT_BINSTRING:
+    case CKPT_OP_SHORT_BINSTRING:
         return take_counted(m, 1, CKPT_KIND_STR, 0);
-    case OP_BINBYTES:
+    case CKPT_OP_BINBYTES:
         return take_counted(m, 4, CKPT_KIND_BYTES, 0);
-    case OP_SHORT_BINBYTES:
+    case CKPT_OP_SHORT_BINBYTES:
         return take_counted(m, 1, CKPT_KIND_BYTES, 0);
-    case OP_BINBYTES8:
+    case CKPT_OP_BINBYTES8:
         return take_counted(m, 8, CKPT_KIND_BYTES, 0);
-    case OP_BYTEARRAY8:
+    case CKPT_OP_BYTEARRAY8:
         return take_counted(m, 8, CKPT_KIND_BYTES, CKPT_VF_BYTEARRAY);
-    case OP_STRING:
+    case CKPT_OP_STRING:
         CKPT_FORWARD(take_line(m, &line, &ll));
         return push_quoted(m, line, ll);
-    case OP_UNICODE:
+    case CKPT_OP_UNICODE:
         CKPT_FORWARD(take_line(m, &line, &ll));
         return push_raw_unicode(m, line, ll);
 
-    case OP_EMPTY_TUPLE:
+    case CKPT_OP_EMPTY_TUPLE:
         return push(m, node(m, CKPT_KIND_TUPLE));
-    case OP_TUPLE:
+    case CKPT_OP_TUPLE:
         CKPT_FORWARD(pop_mark(m, &items, &n));
         return seq_from(m, CKPT_KIND_TUPLE, items, n);
-    case OP_TUPLE1:
-    case OP_TUPLE2:
-    case OP_TUPLE3:
-        n = (size_t)(m->op - OP_TUPLE1 + 1);
+    case CKPT_OP_TUPLE1:
+    case CKPT_OP_TUPLE2:
+    case CKPT_OP_TUPLE3:
+        n = (size_t)(m->op - CKPT_OP_TUPLE1 + 1);
         if (m->sp - floor_of(m) < n)
             return fail(m, CKPT_ERR_FORMAT, "stack underflow: TUPLE%zu with %zu values", n,
                         m->sp - floor_of(m));
         m->sp -= n;
         return seq_from(m, CKPT_KIND_TUPLE, m->stack + m->sp, n);
-    case OP_EMPTY_LIST:
+    case CKPT_OP_EMPTY_LIST:
         return push(m, node(m, CKPT_KIND_LIST));
-    case OP_LIST:
+    case CKPT_OP_LIST:
         CKPT_FORWARD(pop_mark(m, &items, &n));
         return seq_from(m, CKPT_KIND_LIST, items, n);
-    case OP_APPEND:
+    case CKPT_OP_APPEND:
         CKPT_FORWARD(pop(m, &a));
         CKPT_FORWARD(top(m, &b));
         return append_items(m, b, &a, 1);
-    case OP_APPENDS:
+    case CKPT_OP_APPENDS:
         /* do_append: the list must lie above the enclosing MARK too */
         CKPT_FORWARD(pop_mark(m, &items, &n));
         CKPT_FORWARD(top(m, &b));
         return append_items(m, b, items, n);
-    case OP_EMPTY_DICT:
+    case CKPT_OP_EMPTY_DICT:
         return push(m, node(m, CKPT_KIND_DICT));
-    case OP_DICT:
+    case CKPT_OP_DICT:
         CKPT_FORWARD(pop_mark(m, &items, &n));
         a = node(m, CKPT_KIND_DICT);
         if (!a)
@@ -2441,21 +2420,21 @@ static int step(vm *m, bool *stop)
                 return rc;
         }
         return push(m, a);
-    case OP_SETITEM: {
+    case CKPT_OP_SETITEM: {
         ckpt_value *kv[2]; /* load_setitem: the three values above the MARK */
         CKPT_FORWARD(pop(m, &kv[1]));
         CKPT_FORWARD(pop(m, &kv[0]));
         CKPT_FORWARD(top(m, &c));
         return set_items(m, c, kv, 2);
     }
-    case OP_SETITEMS:
+    case CKPT_OP_SETITEMS:
         /* do_setitems: the dict must lie above the enclosing MARK too */
         CKPT_FORWARD(pop_mark(m, &items, &n));
         CKPT_FORWARD(top(m, &c));
         return set_items(m, c, items, n);
-    case OP_EMPTY_SET:
+    case CKPT_OP_EMPTY_SET:
         return push(m, node(m, CKPT_KIND_SET));
-    case OP_ADDITEMS:
+    case CKPT_OP_ADDITEMS:
         CKPT_FORWARD(pop_mark(m, &items, &n));
         if (m->ctx->scan) { /* load_additems: set.update, else obj.add; the set
                              * must lie above the enclosing MARK */
@@ -2473,27 +2452,27 @@ static int step(vm *m, bool *stop)
         for (size_t i = 0; i < n; i++)
             CKPT_FORWARD(add_item(m, &c->u.seq, items[i]));
         return CKPT_OK;
-    case OP_FROZENSET:
+    case CKPT_OP_FROZENSET:
         CKPT_FORWARD(pop_mark(m, &items, &n));
         if (m->ctx->scan)
             CKPT_FORWARD(need_hashable(m, items, n, 1));
         return seq_from(m, CKPT_KIND_FROZENSET, items, n);
 
-    case OP_GLOBAL:
+    case CKPT_OP_GLOBAL:
         return text_global(m, NULL);
-    case OP_STACK_GLOBAL:
+    case CKPT_OP_STACK_GLOBAL:
         return stack_global(m);
-    case OP_EXT1:
-    case OP_EXT2:
-    case OP_EXT4:
+    case CKPT_OP_EXT1:
+    case CKPT_OP_EXT2:
+    case CKPT_OP_EXT4:
         /* load_extension reads its code before it finds no registry entry */
-        CKPT_FORWARD(take_le(m, m->op == OP_EXT1 ? 1 : m->op == OP_EXT2 ? 2 : 4, &u));
+        CKPT_FORWARD(take_le(m, m->op == CKPT_OP_EXT1 ? 1 : m->op == CKPT_OP_EXT2 ? 2 : 4, &u));
         return fail(m, CKPT_ERR_UNSUPPORTED, "extension registry opcodes (EXT1/2/4) are not supported");
-    case OP_REDUCE:
+    case CKPT_OP_REDUCE:
         return op_reduce(m);
-    case OP_BUILD:
+    case CKPT_OP_BUILD:
         return op_build(m);
-    case OP_NEWOBJ:
+    case CKPT_OP_NEWOBJ:
         CKPT_FORWARD(pop(m, &b));
         CKPT_FORWARD(pop(m, &a));
         /* getattr(ShardedTensor, 'ProcessGroupState')(): a nested class got
@@ -2510,14 +2489,14 @@ static int step(vm *m, bool *stop)
             m->unbuilt++;
         }
         return new_object(m, a, b, NULL, CKPT_OBJ_NEWOBJ);
-    case OP_NEWOBJ_EX:
+    case CKPT_OP_NEWOBJ_EX:
         CKPT_FORWARD(pop(m, &c));
         CKPT_FORWARD(pop(m, &b));
         CKPT_FORWARD(pop(m, &a));
         if (a->kind != CKPT_KIND_GLOBAL || b->kind != CKPT_KIND_TUPLE || c->kind != CKPT_KIND_DICT)
             return fail(m, CKPT_ERR_FORMAT, "NEWOBJ_EX needs a class, a tuple and a dict");
         return new_object(m, a, b, c, CKPT_OBJ_NEWOBJ_EX);
-    case OP_INST: {
+    case CKPT_OP_INST: {
         ckpt_value *cls, *args;
         if (!m->nmarks) /* load_inst pops the MARK before it reads the name */
             return fail(m, CKPT_ERR_FORMAT, "opcode needs a MARK and there is none");
@@ -2537,7 +2516,7 @@ static int step(vm *m, bool *stop)
             CKPT_FORWARD(add_item(m, &args->u.seq, copy[i]));
         return new_object(m, cls, args, NULL, CKPT_OBJ_INST);
     }
-    case OP_OBJ: {
+    case CKPT_OP_OBJ: {
         CKPT_FORWARD(pop_mark(m, &items, &n));
         if (n == 0 || (items[0]->kind != CKPT_KIND_GLOBAL && !(m->ctx->scan && opaque(items[0]))))
             return fail(m, CKPT_ERR_FORMAT, "OBJ needs a class after the MARK");
@@ -2550,41 +2529,41 @@ static int step(vm *m, bool *stop)
         return new_object(m, cls, args, NULL, CKPT_OBJ_OBJ);
     }
 
-    case OP_PERSID:
+    case CKPT_OP_PERSID:
         CKPT_FORWARD(take_line(m, &line, &ll));
         if (!ascii_only(line, ll)) /* load_persid decodes it as ASCII */
             return fail(m, CKPT_ERR_FORMAT, "PERSID argument is not ASCII");
         CKPT_FORWARD(push_bytes(m, CKPT_KIND_STR, (const uint8_t *)line, ll, 0));
         CKPT_FORWARD(pop(m, &a));
         return persistent(m, a);
-    case OP_BINPERSID:
+    case CKPT_OP_BINPERSID:
         CKPT_FORWARD(pop(m, &a));
         return persistent(m, a);
 
-    case OP_PUT:
+    case CKPT_OP_PUT:
         CKPT_FORWARD(take_index_line(m, &u));
         return memo_put_top(m, u);
-    case OP_BINPUT:
+    case CKPT_OP_BINPUT:
         CKPT_FORWARD(take_le(m, 1, &u));
         return memo_put_top(m, u);
-    case OP_LONG_BINPUT:
+    case CKPT_OP_LONG_BINPUT:
         CKPT_FORWARD(take_le(m, 4, &u));
         return memo_put_top(m, u);
-    case OP_MEMOIZE:
+    case CKPT_OP_MEMOIZE:
         return memo_put_top(m, m->memo_count);
-    case OP_GET:
+    case CKPT_OP_GET:
         CKPT_FORWARD(take_index_line(m, &u));
         return memo_get(m, u);
-    case OP_BINGET:
+    case CKPT_OP_BINGET:
         CKPT_FORWARD(take_le(m, 1, &u));
         return memo_get(m, u);
-    case OP_LONG_BINGET:
+    case CKPT_OP_LONG_BINGET:
         CKPT_FORWARD(take_le(m, 4, &u));
         return memo_get(m, u);
 
-    case OP_NEXT_BUFFER: /* torch.load passes no buffers: an error before any read */
+    case CKPT_OP_NEXT_BUFFER: /* torch.load passes no buffers: an error before any read */
         return fail(m, CKPT_ERR_UNSUPPORTED, "out-of-band buffers (protocol 5) are not supported");
-    case OP_READONLY_BUFFER:
+    case CKPT_OP_READONLY_BUFFER:
         /* load_readonly_buffer: a memoryview of the top value, which must
          * export a buffer; bytes stay as they are, a bytearray is viewed
          * read-only.  What a global names or a call makes may export one:

@@ -114,7 +114,8 @@ static memo_entry *memo_find(writer *w, const memo_entry *probe)
 
 static int emit_get(writer *w, uint32_t index)
 {
-    return index < 256 ? op_le(w, 'h', index, 1) : op_le(w, 'j', index, 4);
+    return index < 256 ? op_le(w, CKPT_OP_BINGET, index, 1)
+                       : op_le(w, CKPT_OP_LONG_BINGET, index, 4);
 }
 
 /* Record PROBE under the next memo index and emit BINPUT / LONG_BINPUT. */
@@ -140,7 +141,8 @@ static int memoize(writer *w, const memo_entry *probe)
     e->used = true;
     e->index = w->next_index++;
     w->memo_count++;
-    return e->index < 256 ? op_le(w, 'q', e->index, 1) : op_le(w, 'r', e->index, 4);
+    return e->index < 256 ? op_le(w, CKPT_OP_BINPUT, e->index, 1)
+                          : op_le(w, CKPT_OP_LONG_BINPUT, e->index, 4);
 }
 
 static memo_entry node_key(const void *p)
@@ -153,11 +155,11 @@ static memo_entry node_key(const void *p)
 static int emit_int64(writer *w, int64_t v)
 {
     if (v >= 0 && v < 256)
-        return op_le(w, 'K', (uint64_t)v, 1);
+        return op_le(w, CKPT_OP_BININT1, (uint64_t)v, 1);
     if (v >= 0 && v < 65536)
-        return op_le(w, 'M', (uint64_t)v, 2);
+        return op_le(w, CKPT_OP_BININT2, (uint64_t)v, 2);
     if (v >= INT32_MIN && v <= INT32_MAX)
-        return op_le(w, 'J', (uint64_t)(uint32_t)(int32_t)v, 4);
+        return op_le(w, CKPT_OP_BININT, (uint64_t)(uint32_t)(int32_t)v, 4);
     /* LONG1 with the shortest two's complement encoding, as Python's encode_long */
     uint8_t b[8];
     int n = 8;
@@ -166,7 +168,7 @@ static int emit_int64(writer *w, int64_t v)
     while (n > 1 && ((b[n - 1] == 0x00 && !(b[n - 2] & 0x80)) ||
                      (b[n - 1] == 0xff && (b[n - 2] & 0x80))))
         n--;
-    CKPT_FORWARD(op_le(w, 0x8a, (uint64_t)n, 1));
+    CKPT_FORWARD(op_le(w, CKPT_OP_LONG1, (uint64_t)n, 1));
     return put(w, b, (size_t)n);
 }
 
@@ -175,9 +177,9 @@ static int emit_int(writer *w, const ckpt_value *v)
     if (!v->u.i.big)
         return emit_int64(w, v->u.i.v);
     if (v->u.i.nbytes < 256)
-        CKPT_FORWARD(op_le(w, 0x8a, v->u.i.nbytes, 1));
+        CKPT_FORWARD(op_le(w, CKPT_OP_LONG1, v->u.i.nbytes, 1));
     else
-        CKPT_FORWARD(op_le(w, 0x8b, v->u.i.nbytes, 4));
+        CKPT_FORWARD(op_le(w, CKPT_OP_LONG4, v->u.i.nbytes, 4));
     return put(w, v->u.i.bytes, v->u.i.nbytes);
 }
 
@@ -185,7 +187,7 @@ static int emit_float(writer *w, double d)
 {
     uint64_t bits;
     memcpy(&bits, &d, sizeof(bits));
-    uint8_t b[9] = {'G'};
+    uint8_t b[9] = {CKPT_OP_BINFLOAT};
     for (int i = 0; i < 8; i++)
         b[1 + i] = (uint8_t)(bits >> (56 - 8 * i));
     return put(w, b, sizeof(b));
@@ -200,7 +202,7 @@ static int emit_str(writer *w, const char *s, size_t n)
         return emit_get(w, e->index);
     if (n > UINT32_MAX)
         return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "a string of %zu bytes", n);
-    CKPT_FORWARD(op_le(w, 'X', n, 4));
+    CKPT_FORWARD(op_le(w, CKPT_OP_BINUNICODE, n, 4));
     CKPT_FORWARD(put(w, s, n));
     /* the memo keeps the text: S may be a caller's temporary buffer */
     if (!(probe.s = ckpt_arena_strndup(w->arena, s, n)))
@@ -239,7 +241,7 @@ static int emit_global2(writer *w, const char *mod, size_t modlen, const char *n
                         mod0, name);
     name = name2;
     size_t ml = strlen(m);
-    CKPT_FORWARD(op(w, 'c'));
+    CKPT_FORWARD(op(w, CKPT_OP_GLOBAL));
     CKPT_FORWARD(put(w, m, ml));
     CKPT_FORWARD(op(w, '\n'));
     CKPT_FORWARD(put(w, name, strlen(name)));
@@ -268,13 +270,13 @@ static int emit_appends(writer *w, const ckpt_vec *items)
         size_t n = items->len - i < BATCH ? items->len - i : BATCH;
         if (n == 1) {
             CKPT_FORWARD(emit_value(w, items->items[i]));
-            CKPT_FORWARD(op(w, 'a'));
+            CKPT_FORWARD(op(w, CKPT_OP_APPEND));
             continue;
         }
-        CKPT_FORWARD(op(w, '('));
+        CKPT_FORWARD(op(w, CKPT_OP_MARK));
         for (size_t k = 0; k < n; k++)
             CKPT_FORWARD(emit_value(w, items->items[i + k]));
-        CKPT_FORWARD(op(w, 'e'));
+        CKPT_FORWARD(op(w, CKPT_OP_APPENDS));
     }
     return CKPT_OK;
 }
@@ -286,15 +288,15 @@ static int emit_setitems(writer *w, const ckpt_vec *keys, const ckpt_vec *vals)
         if (n == 1) {
             CKPT_FORWARD(emit_value(w, keys->items[i]));
             CKPT_FORWARD(emit_value(w, vals->items[i]));
-            CKPT_FORWARD(op(w, 's'));
+            CKPT_FORWARD(op(w, CKPT_OP_SETITEM));
             continue;
         }
-        CKPT_FORWARD(op(w, '('));
+        CKPT_FORWARD(op(w, CKPT_OP_MARK));
         for (size_t k = 0; k < n; k++) {
             CKPT_FORWARD(emit_value(w, keys->items[i + k]));
             CKPT_FORWARD(emit_value(w, vals->items[i + k]));
         }
-        CKPT_FORWARD(op(w, 'u'));
+        CKPT_FORWARD(op(w, CKPT_OP_SETITEMS));
     }
     return CKPT_OK;
 }
@@ -303,20 +305,20 @@ static int emit_tuple_items(writer *w, const ckpt_value *t)
 {
     size_t n = t->u.seq.len;
     if (n == 0)
-        return op(w, ')');
+        return op(w, CKPT_OP_EMPTY_TUPLE);
     if (n > 3)
-        CKPT_FORWARD(op(w, '('));
+        CKPT_FORWARD(op(w, CKPT_OP_MARK));
     for (size_t i = 0; i < n; i++)
         CKPT_FORWARD(emit_value(w, t->u.seq.items[i]));
     if (n > 3)
-        return op(w, 't');
-    return op(w, (uint8_t)(0x85 + n - 1));
+        return op(w, CKPT_OP_TUPLE);
+    return op(w, (uint8_t)(CKPT_OP_TUPLE1 + n - 1));
 }
 
 static int emit_tuple(writer *w, const ckpt_value *v)
 {
     if (v->u.seq.len == 0)
-        return op(w, ')'); /* the empty tuple is not memoized */
+        return op(w, CKPT_OP_EMPTY_TUPLE); /* the empty tuple is not memoized */
     /* items are emitted before the tuple exists: a tuple reached again from
      * inside itself has no pickle form without Python's POP_MARK trick */
     if (v->flags & CKPT_VF_EMITTING)
@@ -347,7 +349,7 @@ static int emit_latin1(writer *w, const ckpt_value *v)
         }
     }
     /* a fresh string each time, like Python's str(obj, 'latin1') */
-    int rc = op_le(w, 'X', k, 4);
+    int rc = op_le(w, CKPT_OP_BINUNICODE, k, 4);
     if (!rc)
         rc = put(w, u, k);
     free(u);
@@ -361,13 +363,13 @@ static int emit_bytes(writer *w, const ckpt_value *v)
                               bytearray ? 8 : (v->u.s.len ? 7 : 8),
                               bytearray ? "bytearray" : (v->u.s.len ? "encode" : "bytes")));
     if (v->u.s.len == 0 && !bytearray) {
-        CKPT_FORWARD(op(w, ')'));
+        CKPT_FORWARD(op(w, CKPT_OP_EMPTY_TUPLE));
     } else {
         CKPT_FORWARD(emit_latin1(w, v));
         CKPT_FORWARD(emit_cstr(w, bytearray ? "latin-1" : "latin1"));
-        CKPT_FORWARD(op(w, 0x86));
+        CKPT_FORWARD(op(w, CKPT_OP_TUPLE2));
     }
-    CKPT_FORWARD(op(w, 'R'));
+    CKPT_FORWARD(op(w, CKPT_OP_REDUCE));
     memo_entry k = node_key(v);
     return memoize(w, &k);
 }
@@ -392,7 +394,7 @@ static int emit_storage(writer *w, const ckpt_value *ref)
     const char *type = cast ? s->type_name : ref->u.st.type_name;
     bool untyped = strcmp(type, "UntypedStorage") == 0; /* its size counts bytes */
     size_t es = untyped ? 1 : ckpt_dtype_size(cast ? s->dtype : ref->u.st.dtype);
-    CKPT_FORWARD(op(w, '('));
+    CKPT_FORWARD(op(w, CKPT_OP_MARK));
     CKPT_FORWARD(emit_cstr(w, "storage"));
     /* torch 2.x writes (and its weights-only loader admits) the untyped
      * storage of v3 tensors as torch.storage.UntypedStorage */
@@ -404,11 +406,11 @@ static int emit_storage(writer *w, const ckpt_value *ref)
     CKPT_FORWARD(emit_cstr(w, s->device));
     CKPT_FORWARD(emit_int64(w, (int64_t)(s->nbytes / (es ? es : 1))));
     if (w->legacy)
-        CKPT_FORWARD(op(w, 'N')); /* view_metadata, always None */
-    CKPT_FORWARD(op(w, 't'));
+        CKPT_FORWARD(op(w, CKPT_OP_NONE)); /* view_metadata, always None */
+    CKPT_FORWARD(op(w, CKPT_OP_TUPLE));
     memo_entry k = node_key(ref); /* the id tuple, as Python memoizes it */
     CKPT_FORWARD(memoize(w, &k));
-    return op(w, 'Q');
+    return op(w, CKPT_OP_BINPERSID);
 }
 
 /*
@@ -436,14 +438,14 @@ static int emit_recast(writer *w, const ckpt_tensor *t, const ckpt_value *type)
                               to_v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2"));
     if (type)
         CKPT_FORWARD(emit_value(w, type));
-    CKPT_FORWARD(op(w, '('));
+    CKPT_FORWARD(op(w, CKPT_OP_MARK));
     for (size_t i = 0; i < 6; i++) /* storage, offset, size, stride, requires_grad, hooks */
         CKPT_FORWARD(emit_value(w, args->u.seq.items[i]));
     if (to_v3)
         CKPT_FORWARD(emit_global2(w, "torch", 5, ckpt_dtype_name(s->dtype)));
     for (size_t i = v3 ? 7 : 6; i < args->u.seq.len; i++) /* metadata */
         CKPT_FORWARD(emit_value(w, args->u.seq.items[i]));
-    CKPT_FORWARD(op(w, 't'));
+    CKPT_FORWARD(op(w, CKPT_OP_TUPLE));
     return 1;
 }
 
@@ -463,7 +465,7 @@ static int emit_tensor(writer *w, const ckpt_value *v)
         const ckpt_value *ta = t->type_args;
         if (ta) {
             CKPT_FORWARD(emit_global2(w, "torch._tensor", 13, "_rebuild_from_type_v2"));
-            CKPT_FORWARD(op(w, '('));
+            CKPT_FORWARD(op(w, CKPT_OP_MARK));
         }
         if ((recast = emit_recast(w, t, ta ? ta->u.seq.items[1] : NULL)) < 0)
             return recast;
@@ -475,15 +477,15 @@ static int emit_tensor(writer *w, const ckpt_value *v)
         }
         if (ta) {
             CKPT_FORWARD(emit_value(w, ta->u.seq.items[3]));
-            CKPT_FORWARD(op(w, 't'));
+            CKPT_FORWARD(op(w, CKPT_OP_TUPLE));
         }
     }
-    CKPT_FORWARD(op(w, 'R'));
+    CKPT_FORWARD(op(w, CKPT_OP_REDUCE));
     memo_entry k = node_key(v);
     CKPT_FORWARD(memoize(w, &k));
     if (t->state) {
         CKPT_FORWARD(emit_value(w, t->state));
-        CKPT_FORWARD(op(w, 'b'));
+        CKPT_FORWARD(op(w, CKPT_OP_BUILD));
     }
     return CKPT_OK;
 }
@@ -497,26 +499,26 @@ static int emit_object(writer *w, const ckpt_value *v)
     case CKPT_OBJ_NEWOBJ:
         CKPT_FORWARD(emit_global(w, cls));
         CKPT_FORWARD(emit_value(w, v->u.obj.args));
-        CKPT_FORWARD(op(w, 0x81));
+        CKPT_FORWARD(op(w, CKPT_OP_NEWOBJ));
         break;
     case CKPT_OBJ_NEWOBJ_EX: /* a protocol-4 opcode; the input needed it too */
         CKPT_FORWARD(emit_global(w, cls));
         CKPT_FORWARD(emit_value(w, v->u.obj.args));
         CKPT_FORWARD(emit_value(w, v->u.obj.kwargs));
-        CKPT_FORWARD(op(w, 0x92));
+        CKPT_FORWARD(op(w, CKPT_OP_NEWOBJ_EX));
         break;
     case CKPT_OBJ_INST:
     case CKPT_OBJ_OBJ: /* protocol 0/1 forms, rebuilt as OBJ */
-        CKPT_FORWARD(op(w, '('));
+        CKPT_FORWARD(op(w, CKPT_OP_MARK));
         CKPT_FORWARD(emit_global(w, cls));
         for (size_t i = 0; v->u.obj.args && i < v->u.obj.args->u.seq.len; i++)
             CKPT_FORWARD(emit_value(w, v->u.obj.args->u.seq.items[i]));
-        CKPT_FORWARD(op(w, 'o'));
+        CKPT_FORWARD(op(w, CKPT_OP_OBJ));
         break;
     default:
         CKPT_FORWARD(emit_global(w, cls));
         CKPT_FORWARD(emit_value(w, v->u.obj.args));
-        CKPT_FORWARD(op(w, 'R'));
+        CKPT_FORWARD(op(w, CKPT_OP_REDUCE));
         break;
     }
     memo_entry k = node_key(v);
@@ -525,7 +527,7 @@ static int emit_object(writer *w, const ckpt_value *v)
     CKPT_FORWARD(emit_setitems(w, &v->u.obj.dictkeys, &v->u.obj.dictvals));
     if (v->u.obj.state) {
         CKPT_FORWARD(emit_value(w, v->u.obj.state));
-        CKPT_FORWARD(op(w, 'b'));
+        CKPT_FORWARD(op(w, CKPT_OP_BUILD));
     }
     return CKPT_OK;
 }
@@ -534,9 +536,9 @@ static int emit_value(writer *w, const ckpt_value *v)
 {
     switch (v->kind) {
     case CKPT_KIND_NONE:
-        return op(w, 'N');
+        return op(w, CKPT_OP_NONE);
     case CKPT_KIND_BOOL:
-        return op(w, v->u.b ? 0x88 : 0x89);
+        return op(w, v->u.b ? CKPT_OP_NEWTRUE : CKPT_OP_NEWFALSE);
     case CKPT_KIND_INT:
         return emit_int(w, v);
     case CKPT_KIND_FLOAT:
@@ -561,22 +563,22 @@ static int emit_value(writer *w, const ckpt_value *v)
     case CKPT_KIND_TUPLE:
         return emit_tuple(w, v);
     case CKPT_KIND_LIST:
-        CKPT_FORWARD(op(w, ']'));
+        CKPT_FORWARD(op(w, CKPT_OP_EMPTY_LIST));
         CKPT_FORWARD(memoize(w, &k));
         return emit_appends(w, &v->u.seq);
     case CKPT_KIND_DICT:
         if (v->flags & CKPT_VF_ORDERED) {
             CKPT_FORWARD(emit_global2(w, "collections", 11, "OrderedDict"));
-            CKPT_FORWARD(op(w, ')'));
-            CKPT_FORWARD(op(w, 'R'));
+            CKPT_FORWARD(op(w, CKPT_OP_EMPTY_TUPLE));
+            CKPT_FORWARD(op(w, CKPT_OP_REDUCE));
         } else {
-            CKPT_FORWARD(op(w, '}'));
+            CKPT_FORWARD(op(w, CKPT_OP_EMPTY_DICT));
         }
         CKPT_FORWARD(memoize(w, &k));
         CKPT_FORWARD(emit_setitems(w, &v->u.dict.keys, &v->u.dict.vals));
         if (v->u.dict.state) {
             CKPT_FORWARD(emit_value(w, v->u.dict.state));
-            CKPT_FORWARD(op(w, 'b'));
+            CKPT_FORWARD(op(w, CKPT_OP_BUILD));
         }
         return CKPT_OK;
     case CKPT_KIND_SET:
@@ -584,10 +586,10 @@ static int emit_value(writer *w, const ckpt_value *v)
         /* protocol 2: builtins.set([items]) via REDUCE */
         bool frozen = v->kind == CKPT_KIND_FROZENSET;
         CKPT_FORWARD(emit_global2(w, "builtins", 8, frozen ? "frozenset" : "set"));
-        CKPT_FORWARD(op(w, ']'));
+        CKPT_FORWARD(op(w, CKPT_OP_EMPTY_LIST));
         CKPT_FORWARD(emit_appends(w, &v->u.seq));
-        CKPT_FORWARD(op(w, 0x85));
-        CKPT_FORWARD(op(w, 'R'));
+        CKPT_FORWARD(op(w, CKPT_OP_TUPLE1));
+        CKPT_FORWARD(op(w, CKPT_OP_REDUCE));
         return memoize(w, &k);
     }
     case CKPT_KIND_OBJECT:
@@ -630,11 +632,11 @@ int ckpt_pickle_write3(ckpt_arena *a, size_t nstorages, const ckpt_value *root, 
     } else {
         for (size_t i = 0; i < ns; i++)
             w.new_key[i] = -1;
-        rc = op_le(&w, 0x80, 2, 1);
+        rc = op_le(&w, CKPT_OP_PROTO, 2, 1);
         if (!rc)
             rc = emit_value(&w, root);
         if (!rc)
-            rc = op(&w, '.');
+            rc = op(&w, CKPT_OP_STOP);
     }
     free(w.new_key);
     free(w.memo);
