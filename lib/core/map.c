@@ -43,17 +43,13 @@ static uint64_t fnv1a_nocase(const void *p, size_t n)
     return h;
 }
 
-/* The slot to start at: every bit of the hash moves the low ones (FNV-1a's
- * low bits depend on the input's low bits only, and a U64 map's keys are
- * often small consecutive integers). */
+/* The slot to start at: Fibonacci hashing, the top bits of the hash times
+ * 2^64/phi, in which every bit of the hash counts (FNV-1a's low bits depend
+ * on the input's low bits only) and consecutive integer keys, the common
+ * U64 keys, fall apart without colliding. */
 static size_t home(uint64_t h, size_t mask)
 {
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return (size_t)h & mask;
+    return (size_t)((h * 0x9e3779b97f4a7c15ull) >> __builtin_clzll((unsigned long long)mask));
 }
 
 void ckpt_map_init(ckpt_map *m, ckpt_map_keys keys)
@@ -101,8 +97,13 @@ typedef struct probe {
     const void *arg;
 } probe;
 
+/* The lookups below are inlined into each public function with KEYS a
+ * constant where it is one (U64, HASHED): the integer maps, a pickle's memo,
+ * run the lean loop. */
+#define INLINE static inline __attribute__((always_inline))
+
 /* The slot holding P's key, or the empty slot where it would go. */
-static size_t find(const ckpt_map *m, const probe *p)
+INLINE size_t find(const ckpt_map *m, const probe *p, ckpt_map_keys keys)
 {
     size_t mask = m->cap - 1, i = home(p->hash, mask);
     for (;; i = (i + 1) & mask) {
@@ -111,9 +112,9 @@ static size_t find(const ckpt_map *m, const probe *p)
             return i;
         if (s->hash != p->hash)
             continue;
-        if (m->keys == CKPT_MAP_U64 ||
-            (m->keys == CKPT_MAP_HASHED ? p->same(p->arg, s->val - 1)
-                                        : same_bytes(m, i, p->key, p->len)))
+        if (keys == CKPT_MAP_U64 ||
+            (keys == CKPT_MAP_HASHED ? p->same(p->arg, s->val - 1)
+                                     : same_bytes(m, i, p->key, p->len)))
             return i;
     }
 }
@@ -160,11 +161,11 @@ int ckpt_map_reserve(ckpt_map *m, size_t n)
     return cap == m->cap ? 0 : resize(m, cap);
 }
 
-static bool get(const ckpt_map *m, const probe *p, size_t *val)
+INLINE bool get(const ckpt_map *m, const probe *p, ckpt_map_keys keys, size_t *val)
 {
     if (!m->count)
         return false;
-    size_t i = find(m, p);
+    size_t i = find(m, p, keys);
     if (!m->slots[i].val)
         return false;
     if (val)
@@ -172,11 +173,12 @@ static bool get(const ckpt_map *m, const probe *p, size_t *val)
     return true;
 }
 
-static int put(ckpt_map *m, const probe *p, size_t val, bool replace, size_t *found)
+INLINE int put(ckpt_map *m, const probe *p, ckpt_map_keys keys, size_t val, bool replace,
+               size_t *found)
 {
     if (val == SIZE_MAX || (!m->cap && ckpt_map_reserve(m, 1) < 0))
         return -1;
-    size_t i = find(m, p);
+    size_t i = find(m, p, keys);
     if (m->slots[i].val) {
         if (found)
             *found = m->slots[i].val - 1;
@@ -187,7 +189,7 @@ static int put(ckpt_map *m, const probe *p, size_t val, bool replace, size_t *fo
     if (m->count + 1 > m->cap / 2) {
         if (ckpt_map_reserve(m, m->count + 1) < 0)
             return -1;
-        i = find(m, p);
+        i = find(m, p, keys);
     }
     m->slots[i].hash = p->hash;
     m->slots[i].val = val + 1;
@@ -209,37 +211,37 @@ static probe bytes_probe(const ckpt_map *m, const void *key, size_t len)
 bool ckpt_map_get(const ckpt_map *m, const void *key, size_t len, size_t *val)
 {
     probe p = bytes_probe(m, key, len);
-    return get(m, &p, val);
+    return get(m, &p, m->keys, val);
 }
 
 int ckpt_map_put(ckpt_map *m, const void *key, size_t len, size_t val, size_t *found)
 {
     probe p = bytes_probe(m, key, len);
-    return put(m, &p, val, false, found);
+    return put(m, &p, m->keys, val, false, found);
 }
 
 int ckpt_map_set(ckpt_map *m, const void *key, size_t len, size_t val)
 {
     probe p = bytes_probe(m, key, len);
-    return put(m, &p, val, true, NULL);
+    return put(m, &p, m->keys, val, true, NULL);
 }
 
 bool ckpt_map_get_u64(const ckpt_map *m, uint64_t key, size_t *val)
 {
     probe p = {.hash = key};
-    return get(m, &p, val);
+    return get(m, &p, CKPT_MAP_U64, val);
 }
 
 int ckpt_map_put_u64(ckpt_map *m, uint64_t key, size_t val, size_t *found)
 {
     probe p = {.hash = key};
-    return put(m, &p, val, false, found);
+    return put(m, &p, CKPT_MAP_U64, val, false, found);
 }
 
 int ckpt_map_set_u64(ckpt_map *m, uint64_t key, size_t val)
 {
     probe p = {.hash = key};
-    return put(m, &p, val, true, NULL);
+    return put(m, &p, CKPT_MAP_U64, val, true, NULL);
 }
 
 bool ckpt_map_get_hashed(const ckpt_map *m, uint64_t hash,
@@ -247,12 +249,12 @@ bool ckpt_map_get_hashed(const ckpt_map *m, uint64_t hash,
                          size_t *val)
 {
     probe p = {.hash = hash, .same = same, .arg = arg};
-    return get(m, &p, val);
+    return get(m, &p, CKPT_MAP_HASHED, val);
 }
 
 int ckpt_map_put_hashed(ckpt_map *m, uint64_t hash, bool (*same)(const void *arg, size_t val),
                         const void *arg, size_t val, size_t *found)
 {
     probe p = {.hash = hash, .same = same, .arg = arg};
-    return put(m, &p, val, false, found);
+    return put(m, &p, CKPT_MAP_HASHED, val, false, found);
 }
