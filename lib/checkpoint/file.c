@@ -87,15 +87,9 @@ ckpt_source *ckpt_file_source_add(ckpt_file *f, const char *name, ckpt_error *er
         ckpt_err(err, CKPT_ERR_FORMAT, "'%.200s' is not a regular file", name);
         return NULL;
     }
-    if (f->nshards == f->shards_cap) {
-        size_t cap = f->shards_cap ? f->shards_cap * 2 : 16;
-        ckpt_source **p = realloc(f->shards, cap * sizeof(*p));
-        if (!p) {
-            ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
-            return NULL;
-        }
-        f->shards = p;
-        f->shards_cap = cap;
+    if (CKPT_GROW(f->shards, f->shards_cap, f->nshards + 1) < 0) {
+        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return NULL;
     }
     ckpt_source *src = calloc(1, sizeof(*src));
     if (!src || !(src->path = ckpt_arena_strndup(&f->arena, name, strlen(name)))) {
@@ -158,7 +152,7 @@ CKPT_API void ckpt_file_free(ckpt_file *f)
         free(f->notices[i]);
     free(f->notices);
     free(f->storages);
-    free(f->storage_hash);
+    ckpt_map_release(&f->storage_index);
     free(f->tensors.items);
     free(f->state_dicts.items);
     free(f->objects.items);

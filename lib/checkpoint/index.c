@@ -17,14 +17,8 @@ typedef struct walker {
 static int list_add(walker *w, ckpt_walk_list *l, const ckpt_value *v)
 {
     ckpt_file *f = w->f;
-    if (l->len == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 32;
-        ckpt_walk_entry *e = realloc(l->items, cap * sizeof(*e));
-        if (!e)
-            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
-        l->items = e;
-        l->cap = cap;
-    }
+    if (CKPT_GROW(l->items, l->cap, l->len + 1) < 0)
+        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
     ckpt_path_elem *p = NULL;
     if (w->depth) {
         p = ckpt_arena_alloc(&f->arena, w->depth * sizeof(*p));
@@ -42,14 +36,8 @@ static int list_add(walker *w, ckpt_walk_list *l, const ckpt_value *v)
 
 static int enter(walker *w, const ckpt_path_elem *e)
 {
-    if (w->depth == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 32;
-        ckpt_path_elem *s = realloc(w->stack, cap * sizeof(*s));
-        if (!s)
-            return ckpt_err(&w->f->err, CKPT_ERR_NOMEM, "out of memory");
-        w->stack = s;
-        w->cap = cap;
-    }
+    if (CKPT_GROW(w->stack, w->cap, w->depth + 1) < 0)
+        return ckpt_err(&w->f->err, CKPT_ERR_NOMEM, "out of memory");
     w->stack[w->depth++] = *e;
     return CKPT_OK;
 }
@@ -511,60 +499,47 @@ int ckpt_file_index(ckpt_file *f)
 
 /* ---- dict key merging ---- */
 
-static bool same_key(const ckpt_value *a, const ckpt_value *b)
-{
-    if (a->kind == CKPT_KIND_STR && b->kind == CKPT_KIND_STR)
-        return a->u.s.len == b->u.s.len && memcmp(a->u.s.s, b->u.s.s, a->u.s.len) == 0;
-    if (a->kind == CKPT_KIND_INT && b->kind == CKPT_KIND_INT && !a->u.i.big && !b->u.i.big)
-        return a->u.i.v == b->u.i.v;
-    return false;
-}
-
-static uint64_t key_hash(const ckpt_value *k)
-{
-    uint64_t h = 1469598103934665603ull;
-    if (k->kind == CKPT_KIND_STR) {
-        for (size_t i = 0; i < k->u.s.len; i++)
-            h = (h ^ (uint8_t)k->u.s.s[i]) * 1099511628211ull;
-    } else if (k->kind == CKPT_KIND_INT && !k->u.i.big) {
-        h ^= (uint64_t)k->u.i.v * 0x9e3779b97f4a7c15ull;
-    } else {
-        return 0;
-    }
-    return h | 1;
-}
-
 int ckpt_dict_dedupe(ckpt_arena *a, ckpt_value *d)
 {
     (void)a;
     size_t n = d->u.dict.keys.len;
     if (n < 2)
         return 0;
-    size_t size = 16;
-    while (size < n * 2)
-        size *= 2;
-    size_t *slots = calloc(size, sizeof(*slots)); /* index + 1 */
-    if (!slots)
-        return -1;
+    /* str and int keys (big ints and other kinds are never merged): each
+     * key -> its index in the dict being compacted; reserved first, so that
+     * the dict is left whole when memory runs out */
     ckpt_value **keys = d->u.dict.keys.items, **vals = d->u.dict.vals.items;
-    size_t out = 0;
+    size_t nstr = 0, nint = 0;
     for (size_t i = 0; i < n; i++) {
-        uint64_t h = key_hash(keys[i]);
-        if (h) {
-            size_t b = h & (size - 1);
-            while (slots[b] && !same_key(keys[slots[b] - 1], keys[i]))
-                b = (b + 1) & (size - 1);
-            if (slots[b]) { /* repeated key: the value changes, the place stays */
-                vals[slots[b] - 1] = vals[i];
-                continue;
-            }
-            slots[b] = out + 1;
+        nstr += keys[i]->kind == CKPT_KIND_STR;
+        nint += keys[i]->kind == CKPT_KIND_INT && !keys[i]->u.i.big;
+    }
+    ckpt_map strs, ints;
+    ckpt_map_init(&strs, CKPT_MAP_BYTES);
+    ckpt_map_init(&ints, CKPT_MAP_U64);
+    int r = ckpt_map_reserve(&strs, nstr) < 0 || ckpt_map_reserve(&ints, nint) < 0 ? -1 : 0;
+    size_t out = 0;
+    for (size_t i = 0; i < n && r >= 0; i++) {
+        const ckpt_value *k = keys[i];
+        size_t first;
+        if (k->kind == CKPT_KIND_STR)
+            r = ckpt_map_put(&strs, k->u.s.s, k->u.s.len, out, &first);
+        else if (k->kind == CKPT_KIND_INT && !k->u.i.big)
+            r = ckpt_map_put_u64(&ints, (uint64_t)k->u.i.v, out, &first);
+        else
+            r = 0;
+        if (r == 1) { /* repeated key: the value changes, the place stays */
+            vals[first] = vals[i];
+            continue;
         }
         keys[out] = keys[i];
         vals[out] = vals[i];
         out++;
     }
-    free(slots);
+    ckpt_map_release(&strs);
+    ckpt_map_release(&ints);
+    if (r < 0)
+        return -1;
     d->u.dict.keys.len = d->u.dict.vals.len = out;
     return 0;
 }

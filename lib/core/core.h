@@ -112,7 +112,8 @@ typedef enum ckpt_map_keys {
  * it is, giving KEY's value in *FOUND (when FOUND is not NULL) (1); set adds
  * or replaces (0 added, 1 replaced).  Both return -1 when out of memory (or
  * VAL is SIZE_MAX), the map unchanged.  get: true when KEY is there, its
- * value in *VAL (when VAL is not NULL).
+ * value in *VAL (when VAL is not NULL).  A zeroed ckpt_map (a struct from
+ * calloc) is an empty BYTES map.
  */
 typedef struct ckpt_map {
     ckpt_map_keys keys;

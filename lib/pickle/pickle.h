@@ -170,7 +170,6 @@ struct ckpt_storage {
                             * in this machine's order, copied as stored */
     bool has_crc;          /* the container records a CRC-32 of the bytes: */
     uint32_t crc32;        /* checked whenever they are read whole */
-    struct ckpt_storage *hash_next;
 };
 
 /* ---- values: constructors and helpers used by the VM and walkers ---------- */

@@ -185,12 +185,8 @@ static int push_mark(vm *m)
         if (m->nmarks >= limit(m, CKPT_LIMIT_MARKS))
             return fail(m, CKPT_ERR_LIMIT, "more than %llu nested MARKs",
                         (unsigned long long)limit(m, CKPT_LIMIT_MARKS));
-        size_t cap = m->marks_cap ? m->marks_cap * 2 : 16;
-        size_t *s = realloc(m->marks, cap * sizeof(*s));
-        if (!s)
+        if (CKPT_GROW(m->marks, m->marks_cap, m->nmarks + 1) < 0)
             return oom(m);
-        m->marks = s;
-        m->marks_cap = cap;
     }
     m->marks[m->nmarks++] = m->sp;
     return CKPT_OK;
@@ -211,63 +207,26 @@ static int pop_mark(vm *m, ckpt_value ***items, size_t *n)
     return CKPT_OK;
 }
 
-static memo_slot *memo_find(vm *m, uint32_t key)
-{
-    if (!m->memo_cap)
-        return NULL;
-    size_t mask = m->memo_cap - 1;
-    size_t i = (key * 2654435761u) & mask;
-    while (m->memo[i].used) {
-        if (m->memo[i].key == key)
-            return &m->memo[i];
-        i = (i + 1) & mask;
-    }
-    return &m->memo[i];
-}
-
+/* The memo: index -> value (a ckpt_value * as a size_t). */
 static int memo_put(vm *m, uint64_t key64, ckpt_value *v)
 {
     if (key64 > UINT32_MAX)
         return fail(m, CKPT_ERR_FORMAT, "memo index %llu out of range", (unsigned long long)key64);
-    uint32_t key = (uint32_t)key64;
-    memo_slot *s = memo_find(m, key);
-    if (s && s->used) {
-        s->v = v;
-        return CKPT_OK;
-    }
-    if (m->memo_count >= limit(m, CKPT_LIMIT_MEMO))
+    if (m->memo.count >= limit(m, CKPT_LIMIT_MEMO) && !ckpt_map_get_u64(&m->memo, key64, NULL))
         return fail(m, CKPT_ERR_LIMIT, "more than %llu memo entries",
                     (unsigned long long)limit(m, CKPT_LIMIT_MEMO));
-    if ((m->memo_count + 1) * 2 > m->memo_cap) {
-        size_t cap = m->memo_cap ? m->memo_cap * 2 : 256;
-        memo_slot *old = m->memo;
-        size_t old_cap = m->memo_cap;
-        m->memo = calloc(cap, sizeof(*m->memo));
-        if (!m->memo) {
-            m->memo = old;
-            return oom(m);
-        }
-        m->memo_cap = cap;
-        for (size_t i = 0; i < old_cap; i++)
-            if (old[i].used)
-                *memo_find(m, old[i].key) = old[i];
-        free(old);
-    }
-    s = memo_find(m, key);
-    s->used = true;
-    s->key = key;
-    s->v = v;
-    m->memo_count++;
+    if (ckpt_map_set_u64(&m->memo, key64, (size_t)(uintptr_t)v) < 0)
+        return oom(m);
     return CKPT_OK;
 }
 
 static int memo_get(vm *m, uint64_t key64)
 {
-    memo_slot *s = key64 <= UINT32_MAX ? memo_find(m, (uint32_t)key64) : NULL;
-    if (!s || !s->used)
+    size_t v;
+    if (key64 > UINT32_MAX || !ckpt_map_get_u64(&m->memo, key64, &v))
         return fail(m, CKPT_ERR_FORMAT, "memo index %llu read before it was stored",
                     (unsigned long long)key64);
-    return push(m, s->v);
+    return push(m, (ckpt_value *)(uintptr_t)v);
 }
 
 static int memo_put_top(vm *m, uint64_t key)
@@ -714,19 +673,10 @@ static int push_global(vm *m, const char *mod, size_t modlen, const char *name, 
     if (cls == CKPT_GLOBAL_REFUSED) {
         /* maybe the class of nn.Modules (DESIGN.md: module trees need no
          * flag); refused at STOP unless every use of it was one */
-        if (m->npending == m->pending_cap) {
-            size_t cap = m->pending_cap ? m->pending_cap * 2 : 16;
-            ckpt_value **p = realloc(m->pending, cap * sizeof(*p));
-            uint64_t *at = p ? realloc(m->pending_at, cap * sizeof(*at)) : NULL;
-            if (p)
-                m->pending = p;
-            if (!p || !at)
-                return oom(m);
-            m->pending_at = at;
-            m->pending_cap = cap;
-        }
-        m->pending_at[m->npending] = m->op_at;
-        m->pending[m->npending++] = v;
+        if (CKPT_GROW(m->pending, m->pending_cap, m->npending + 1) < 0)
+            return oom(m);
+        m->pending[m->npending].g = v;
+        m->pending[m->npending++].at = m->op_at;
     }
     return push(m, v);
 }
@@ -821,8 +771,8 @@ static int refuse_global(vm *m, const char *q, uint64_t at)
 static int refuse_use(vm *m, const ckpt_value *g)
 {
     for (size_t i = 0; i < m->npending; i++)
-        if (m->pending[i] == g)
-            return refuse_global(m, g->u.global.name, m->pending_at[i]);
+        if (m->pending[i].g == g)
+            return refuse_global(m, g->u.global.name, m->pending[i].at);
     return refuse_global(m, g->u.global.name, m->op_at);
 }
 
@@ -831,9 +781,9 @@ static int refuse_use(vm *m, const ckpt_value *g)
 static int check_pending(vm *m)
 {
     for (size_t i = 0; i < m->npending; i++) {
-        const ckpt_value *g = m->pending[i];
+        const ckpt_value *g = m->pending[i].g;
         if (g->u.global.refs != g->u.global.modules || m->unbuilt)
-            return refuse_global(m, g->u.global.name, m->pending_at[i]);
+            return refuse_global(m, g->u.global.name, m->pending[i].at);
     }
     return CKPT_OK;
 }
@@ -1731,7 +1681,7 @@ static int step(vm *m, bool *stop)
         CKPT_FORWARD(take_le(m, 4, &u));
         return memo_put_top(m, u);
     case CKPT_OP_MEMOIZE:
-        return memo_put_top(m, m->memo_count);
+        return memo_put_top(m, m->memo.count);
     case CKPT_OP_GET:
         CKPT_FORWARD(take_index_line(m, &u));
         return memo_get(m, u);
@@ -1767,6 +1717,7 @@ int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_
     int rc = CKPT_OK;
     bool stop = false;
 
+    ckpt_map_init(&m.memo, CKPT_MAP_U64);
     *out = NULL;
     if (ctx->scan && (!ctx->on_global || !ctx->on_use))
         return ckpt_err(err, CKPT_ERR_USAGE, "%s: scanning needs on_global and on_use", ctx->name);
@@ -1789,11 +1740,10 @@ int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_
         m.getattr_refs == m.getattr_data && m.getattr_shown)
         ctx->on_getattr_data(ctx->user, m.getattr_shown);
     free(m.pending);
-    free(m.pending_at);
     if (consumed) /* where the file position is: BYTESIO's at the buffer's end */
         *consumed = ctx->feed == CKPT_FEED_BYTESIO ? m.wend : m.pos;
     free(m.stack);
     free(m.marks);
-    free(m.memo);
+    ckpt_map_release(&m.memo);
     return rc;
 }

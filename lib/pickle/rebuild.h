@@ -8,14 +8,7 @@
 
 #include "pickle/pickle.h"
 
-#include <stdlib.h>
 #include <string.h>
-
-typedef struct memo_slot {
-    uint32_t key;
-    bool used;
-    ckpt_value *v;
-} memo_slot;
 
 typedef struct vm {
     ckpt_pickle_ctx *ctx;
@@ -33,13 +26,14 @@ typedef struct vm {
     size_t sp, stack_cap;
     size_t *marks;
     size_t nmarks, marks_cap;
-    memo_slot *memo;
-    size_t memo_count, memo_cap;
+    ckpt_map memo;           /* index -> ckpt_value * */
     /* refused classes, admitted for now as possible module classes (the
      * first one's offset names it if the pickle uses it otherwise), and
      * objects of them still waiting for their module BUILD */
-    ckpt_value **pending;
-    uint64_t *pending_at;
+    struct {
+        ckpt_value *g;
+        uint64_t at;
+    } *pending;
     size_t npending, pending_cap;
     uint64_t unbuilt;
     int proto; /* the stream's PROTO (0 before one): Python 2 names map below 3 */
@@ -87,12 +81,8 @@ static inline int push(vm *m, ckpt_value *v)
         if (m->sp >= limit(m, CKPT_LIMIT_STACK))
             return fail(m, CKPT_ERR_LIMIT, "pickle stack deeper than the limit of %llu entries",
                         (unsigned long long)limit(m, CKPT_LIMIT_STACK));
-        size_t cap = m->stack_cap ? m->stack_cap * 2 : 64;
-        ckpt_value **s = realloc(m->stack, cap * sizeof(*s));
-        if (!s)
+        if (CKPT_GROW(m->stack, m->stack_cap, m->sp + 1) < 0)
             return oom(m);
-        m->stack = s;
-        m->stack_cap = cap;
     }
     m->stack[m->sp++] = v;
     if (v->kind == CKPT_KIND_GLOBAL && v->u.global.cls == CKPT_GLOBAL_REFUSED)

@@ -13,21 +13,19 @@
 
 #define BATCH 1000
 
+/* What is memoized: a node (by pointer), a string or a global (by text). */
 typedef struct memo_entry {
     const void *key; /* node pointer, or NULL for a string entry */
     const char *s;   /* string content (strings and globals are memoized by value) */
     size_t len;
-    uint8_t tag;     /* 0 node, 1 str, 2 global */
-    uint32_t index;
-    bool used;
+    uint8_t tag;     /* 0 node, 1 str, 2 global: the memo map it is in */
 } memo_entry;
 
 typedef struct writer {
     ckpt_arena *arena; /* where memo keys are kept */
     ckpt_error *err;
     ckpt_pickle_out *out;
-    memo_entry *memo;
-    size_t memo_cap, memo_count;
+    ckpt_map memo[3];  /* per tag: -> memo index */
     uint32_t next_index;
     int64_t *new_key; /* per input storage: output key number, or -1 */
     bool legacy;      /* pre-1.6 persistent ids: a sixth item, None */
@@ -41,16 +39,8 @@ static int put(writer *w, const void *p, size_t n)
     ckpt_pickle_out *o = w->out;
     if (n > SIZE_MAX - o->len)
         return ckpt_err(w->err, CKPT_ERR_NOMEM, "pickle too large");
-    if (o->len + n > o->cap) {
-        size_t cap = o->cap ? o->cap : 4096;
-        while (cap < o->len + n)
-            cap *= 2;
-        uint8_t *b = realloc(o->buf, cap);
-        if (!b)
-            return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
-        o->buf = b;
-        o->cap = cap;
-    }
+    if (CKPT_GROW(o->buf, o->cap, o->len + n) < 0)
+        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
     memcpy(o->buf + o->len, p, n);
     o->len += n;
     return CKPT_OK;
@@ -72,44 +62,15 @@ static int op_le(writer *w, uint8_t code, uint64_t v, int n)
 
 /* ---- memo ---- */
 
-static uint64_t hash_bytes(uint8_t tag, const char *s, size_t n)
+/* PROBE's memo index in *INDEX, when it was memoized. */
+static bool memo_find(writer *w, const memo_entry *probe, uint32_t *index)
 {
-    uint64_t h = 1469598103934665603ull ^ tag;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
-    return h;
-}
-
-static uint64_t hash_entry(const memo_entry *e)
-{
-    if (e->tag == 0)
-        return (uint64_t)(uintptr_t)e->key * 0x9e3779b97f4a7c15ull;
-    return hash_bytes(e->tag, e->s, e->len);
-}
-
-static bool same(const memo_entry *a, const memo_entry *b)
-{
-    if (a->tag != b->tag)
-        return false;
-    if (a->tag == 0)
-        return a->key == b->key;
-    return a->len == b->len && memcmp(a->s, b->s, a->len) == 0;
-}
-
-static memo_entry *memo_slot(writer *w, const memo_entry *probe)
-{
-    size_t mask = w->memo_cap - 1, i = hash_entry(probe) & mask;
-    while (w->memo[i].used && !same(&w->memo[i], probe))
-        i = (i + 1) & mask;
-    return &w->memo[i];
-}
-
-static memo_entry *memo_find(writer *w, const memo_entry *probe)
-{
-    if (!w->memo_cap)
-        return NULL;
-    memo_entry *e = memo_slot(w, probe);
-    return e->used ? e : NULL;
+    const ckpt_map *m = &w->memo[probe->tag];
+    size_t i;
+    bool found = probe->tag == 0 ? ckpt_map_get_u64(m, (uintptr_t)probe->key, &i)
+                                 : ckpt_map_get(m, probe->s, probe->len, &i);
+    *index = (uint32_t)i;
+    return found;
 }
 
 static int emit_get(writer *w, uint32_t index)
@@ -118,31 +79,18 @@ static int emit_get(writer *w, uint32_t index)
                        : op_le(w, CKPT_OP_LONG_BINGET, index, 4);
 }
 
-/* Record PROBE under the next memo index and emit BINPUT / LONG_BINPUT. */
+/* Record PROBE under the next memo index (a node memoized again: its new
+ * index) and emit BINPUT / LONG_BINPUT. */
 static int memoize(writer *w, const memo_entry *probe)
 {
-    if ((w->memo_count + 1) * 2 > w->memo_cap) {
-        size_t cap = w->memo_cap ? w->memo_cap * 2 : 1024;
-        memo_entry *old = w->memo;
-        size_t old_cap = w->memo_cap;
-        w->memo = calloc(cap, sizeof(*w->memo));
-        if (!w->memo) {
-            w->memo = old;
-            return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
-        }
-        w->memo_cap = cap;
-        for (size_t i = 0; i < old_cap; i++)
-            if (old[i].used)
-                *memo_slot(w, &old[i]) = old[i];
-        free(old);
-    }
-    memo_entry *e = memo_slot(w, probe);
-    *e = *probe;
-    e->used = true;
-    e->index = w->next_index++;
-    w->memo_count++;
-    return e->index < 256 ? op_le(w, CKPT_OP_BINPUT, e->index, 1)
-                          : op_le(w, CKPT_OP_LONG_BINPUT, e->index, 4);
+    ckpt_map *m = &w->memo[probe->tag];
+    uint32_t index = w->next_index;
+    if ((probe->tag == 0 ? ckpt_map_set_u64(m, (uintptr_t)probe->key, index)
+                         : ckpt_map_set(m, probe->s, probe->len, index)) < 0)
+        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
+    w->next_index++;
+    return index < 256 ? op_le(w, CKPT_OP_BINPUT, index, 1)
+                       : op_le(w, CKPT_OP_LONG_BINPUT, index, 4);
 }
 
 static memo_entry node_key(const void *p)
@@ -197,9 +145,9 @@ static int emit_float(writer *w, double d)
 static int emit_str(writer *w, const char *s, size_t n)
 {
     memo_entry probe = {.s = s, .len = n, .tag = 1};
-    memo_entry *e = memo_find(w, &probe);
-    if (e)
-        return emit_get(w, e->index);
+    uint32_t at;
+    if (memo_find(w, &probe, &at))
+        return emit_get(w, at);
     if (n > UINT32_MAX)
         return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "a string of %zu bytes", n);
     CKPT_FORWARD(op_le(w, CKPT_OP_BINUNICODE, n, 4));
@@ -224,9 +172,9 @@ static int emit_global2(writer *w, const char *mod, size_t modlen, const char *n
     if (qn < 0 || (size_t)qn >= sizeof(q))
         return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "global name too long");
     memo_entry probe = {.s = q, .len = (size_t)qn, .tag = 2};
-    memo_entry *e = memo_find(w, &probe);
-    if (e)
-        return emit_get(w, e->index);
+    uint32_t at;
+    if (memo_find(w, &probe, &at))
+        return emit_get(w, at);
     /* spelled as Python 3's protocol-2 pickler spells it (fix_imports:
      * builtins.range -> __builtin__.xrange), so that it reads back as itself */
     char mod0[300];
@@ -554,9 +502,9 @@ static int emit_value(writer *w, const ckpt_value *v)
     }
     /* shared objects: the second reference is a BINGET */
     memo_entry k = node_key(v);
-    memo_entry *e = memo_find(w, &k);
-    if (e)
-        return emit_get(w, e->index);
+    uint32_t at;
+    if (memo_find(w, &k, &at))
+        return emit_get(w, at);
     switch (v->kind) {
     case CKPT_KIND_BYTES:
         return emit_bytes(w, v);
@@ -623,6 +571,9 @@ int ckpt_pickle_write3(ckpt_arena *a, size_t nstorages, const ckpt_value *root, 
                 .out = out,
                 .legacy = (flags & CKPT_PICKLE_LEGACY) != 0,
                 .keep_keys = (flags & CKPT_PICKLE_KEEP_KEYS) != 0};
+    ckpt_map_init(&w.memo[0], CKPT_MAP_U64);
+    ckpt_map_init(&w.memo[1], CKPT_MAP_BYTES);
+    ckpt_map_init(&w.memo[2], CKPT_MAP_BYTES);
     size_t ns = nstorages;
     w.new_key = malloc((ns ? ns : 1) * sizeof(*w.new_key));
     out->order = malloc((ns ? ns : 1) * sizeof(*out->order));
@@ -639,7 +590,8 @@ int ckpt_pickle_write3(ckpt_arena *a, size_t nstorages, const ckpt_value *root, 
             rc = op(&w, CKPT_OP_STOP);
     }
     free(w.new_key);
-    free(w.memo);
+    for (int i = 0; i < 3; i++)
+        ckpt_map_release(&w.memo[i]);
     if (rc)
         ckpt_pickle_out_free(out);
     return rc;

@@ -329,14 +329,6 @@ static char *apply_rules_to_module_path(const ckpt_rename *r, const char *path, 
 
 /* ---- applying to state dicts ---- */
 
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    while (*s)
-        h = (h ^ (uint8_t)*s++) * 1099511628211ull;
-    return h;
-}
-
 typedef struct key_map {
     char **new_keys; /* per entry: NULL when the key is not a string */
     size_t n;
@@ -350,33 +342,20 @@ static void key_map_free(key_map *m)
     m->new_keys = NULL;
 }
 
-/* Index of a string key equal to NEW among the first N (or -1); a small
- * open-addressing table keyed by the new names. */
-typedef struct name_index {
-    size_t *slots, size;
-} name_index;
-
-static int name_index_init(name_index *x, size_t n)
+/* The entries by their new names: a map reserved for all N of them. */
+static int name_index_init(ckpt_map *x, size_t n)
 {
-    x->size = 16;
-    while (x->size < n * 2)
-        x->size *= 2;
-    x->slots = calloc(x->size, sizeof(*x->slots));
-    return x->slots ? 0 : -1;
+    ckpt_map_init(x, CKPT_MAP_BYTES);
+    return ckpt_map_reserve(x, n);
 }
 
-/* Insert entry I under NAME; returns the index of an earlier entry with the
- * same name, or SIZE_MAX. */
-static size_t name_index_put(name_index *x, char *const *names, size_t i)
+/* Insert entry I under NAMES[I]; returns the index of an earlier entry with
+ * the same name, or SIZE_MAX.  (Reserved for every entry: never grows, so
+ * never fails.) */
+static size_t name_index_put(ckpt_map *x, char *const *names, size_t i)
 {
-    size_t b = hash_str(names[i]) & (x->size - 1);
-    while (x->slots[b]) {
-        if (strcmp(names[x->slots[b] - 1], names[i]) == 0)
-            return x->slots[b] - 1;
-        b = (b + 1) & (x->size - 1);
-    }
-    x->slots[b] = i + 1;
-    return SIZE_MAX;
+    size_t prev;
+    return ckpt_map_put(x, names[i], strlen(names[i]), i, &prev) == 1 ? prev : SIZE_MAX;
 }
 
 static ckpt_value *new_str(ckpt_file *f, const char *s)
@@ -393,8 +372,8 @@ static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
     size_t n = md->u.dict.keys.len;
     char **nk = calloc(n ? n : 1, sizeof(*nk));
     size_t *orig_len = calloc(n ? n : 1, sizeof(*orig_len));
-    name_index idx = {0};
-    int rc = (!nk || !orig_len || name_index_init(&idx, n)) ? CKPT_ERR_NOMEM : CKPT_OK;
+    ckpt_map idx;
+    int rc = (name_index_init(&idx, n) || !nk || !orig_len) ? CKPT_ERR_NOMEM : CKPT_OK;
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         ckpt_value *k = md->u.dict.keys.items[i];
         if (k->kind != CKPT_KIND_STR)
@@ -461,7 +440,7 @@ static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
         free(nk[i]);
     free(nk);
     free(orig_len);
-    free(idx.slots);
+    ckpt_map_release(&idx);
     return rc;
 }
 
@@ -484,16 +463,16 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
     }
     size_t n = d->u.dict.keys.len, changed = 0;
     key_map m = {.new_keys = calloc(n ? n : 1, sizeof(char *)), .n = n};
-    name_index idx = {0};
+    ckpt_map idx;
     char where[512];
     const char *sd_name = "(root)";
     if (path->len) {
         ckpt_path_format(path, where, sizeof(where));
         sd_name = where;
     }
-    if (!m.new_keys || name_index_init(&idx, n)) {
+    if (name_index_init(&idx, n) || !m.new_keys) {
         key_map_free(&m);
-        free(idx.slots);
+        ckpt_map_release(&idx);
         return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
     }
     int rc = CKPT_OK;
@@ -547,7 +526,7 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
     if (rc == CKPT_OK && rep && rep->state_dict)
         rep->state_dict(rep->user, path, changed, n);
     key_map_free(&m);
-    free(idx.slots);
+    ckpt_map_release(&idx);
     return rc;
 }
 
