@@ -88,13 +88,13 @@ ckpt_source *ckpt_file_source_add(ckpt_file *f, const char *name, ckpt_error *er
         return NULL;
     }
     if (CKPT_GROW(f->shards, f->shards_cap, f->nshards + 1) < 0) {
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
         return NULL;
     }
     ckpt_source *src = calloc(1, sizeof(*src));
     if (!src || !(src->path = ckpt_arena_strndup(&f->arena, name, strlen(name)))) {
         free(src);
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
         return NULL;
     }
     src->fd = -1;
@@ -170,10 +170,10 @@ CKPT_API int ckpt_file_allow_global(ckpt_file *f, const char *q)
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "'%s' is not a MODULE.NAME global", q ? q : "");
     char **a = realloc(f->allowed, (f->nallowed + 1) * sizeof(*a));
     if (!a)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     f->allowed = a;
     if (!(a[f->nallowed] = strdup(q)))
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     f->nallowed++;
     return CKPT_OK;
 }

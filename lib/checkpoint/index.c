@@ -18,12 +18,12 @@ static int list_add(walker *w, ckpt_walk_list *l, const ckpt_value *v)
 {
     ckpt_file *f = w->f;
     if (CKPT_GROW(l->items, l->cap, l->len + 1) < 0)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     ckpt_path_elem *p = NULL;
     if (w->depth) {
         p = ckpt_arena_alloc(&f->arena, w->depth * sizeof(*p));
         if (!p)
-            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&f->err);
         memcpy(p, w->stack, w->depth * sizeof(*p));
     }
     l->items[l->len].value = v;
@@ -37,7 +37,7 @@ static int list_add(walker *w, ckpt_walk_list *l, const ckpt_value *v)
 static int enter(walker *w, const ckpt_path_elem *e)
 {
     if (CKPT_GROW(w->stack, w->cap, w->depth + 1) < 0)
-        return ckpt_err(&w->f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&w->f->err);
     w->stack[w->depth++] = *e;
     return CKPT_OK;
 }
@@ -100,13 +100,13 @@ static int sd_add(module_walk *mw, ckpt_value *dict, const char *prefix, const c
     ckpt_value *k = ckpt_value_new(a, CKPT_KIND_STR, 0);
     char *s = ckpt_arena_alloc(a, pl + nl + 1);
     if (!k || !s)
-        return ckpt_err(&mw->f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&mw->f->err);
     memcpy(s, prefix, pl);
     memcpy(s + pl, name, nl + 1);
     k->u.s.s = s;
     k->u.s.len = pl + nl;
     if (ckpt_vec_push(a, &dict->u.dict.keys, k) || ckpt_vec_push(a, &dict->u.dict.vals, val))
-        return ckpt_err(&mw->f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&mw->f->err);
     return CKPT_OK;
 }
 
@@ -171,7 +171,7 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
     ckpt_value *ver = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0),
                *vnum = ckpt_value_new(&f->arena, CKPT_KIND_INT, 0);
     if (!mpath || !ver || !vnum)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     vnum->u.i.v = class_version(mw, cls);
     CKPT_FORWARD(sd_add(mw, ver, "", "version", vnum));
     CKPT_FORWARD(sd_add(mw, mw->meta, "", mpath, ver));
@@ -187,7 +187,7 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
             continue; /* None: not in the state dict */
         ckpt_value *c = plain_tensor(f, v);
         if (!c)
-            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&f->err);
         CKPT_FORWARD(sd_add(mw, mw->sd, prefix, k->u.s.s, c));
     }
     for (size_t i = 0; bufs && i < bufs->u.dict.keys.len; i++) {
@@ -196,7 +196,7 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
             continue;
         ckpt_value *c = plain_tensor(f, v);
         if (!c)
-            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&f->err);
         CKPT_FORWARD(sd_add(mw, mw->sd, prefix, k->u.s.s, c));
     }
     mw->path[mw->depth++] = m;
@@ -208,7 +208,7 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
         size_t kl = k->u.s.len;
         char *sub = malloc(pl + kl + 2);
         if (!sub) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
             break;
         }
         memcpy(sub, prefix, pl);
@@ -225,7 +225,7 @@ ckpt_value *ckpt_module_sd_new(ckpt_file *f, const ckpt_value *module)
 {
     ckpt_value *sd = ckpt_value_new(&f->arena, CKPT_KIND_DICT, module->offset);
     if (!sd) {
-        ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(&f->err);
         return NULL;
     }
     sd->flags |= CKPT_VF_ORDERED | CKPT_VF_MODULE_SD;
@@ -241,7 +241,7 @@ int ckpt_module_sd_add(ckpt_file *f, ckpt_value *sd, const char *prefix, const c
     module_walk mw = {.f = f};
     ckpt_value *c = plain_tensor(f, tensor);
     if (!c)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     return sd_add(&mw, sd, prefix, name, c);
 }
 
@@ -266,7 +266,7 @@ ckpt_value *ckpt_module_state_dict(ckpt_file *f, ckpt_value *module)
     mw.sd = ckpt_value_new(&f->arena, CKPT_KIND_DICT, module->offset);
     mw.meta = ckpt_value_new(&f->arena, CKPT_KIND_DICT, module->offset);
     if (!state || !mw.sd || !mw.meta) {
-        ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(&f->err);
         return NULL;
     }
     mw.sd->flags |= CKPT_VF_ORDERED | CKPT_VF_MODULE_SD;
@@ -283,7 +283,7 @@ ckpt_value *ckpt_module_state_dict(ckpt_file *f, ckpt_value *module)
     if (mw.unknown_version[0] &&
         !(mw.sd->u.dict.unknown_version =
               ckpt_arena_strndup(&f->arena, mw.unknown_version, strlen(mw.unknown_version)))) {
-        ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(&f->err);
         return NULL;
     }
     module->u.obj.module_sd = mw.sd;
@@ -364,7 +364,7 @@ static int walk(walker *w, ckpt_value *v, size_t level, bool on_path)
     switch (v->kind) {
     case CKPT_KIND_DICT:
         if (ckpt_dict_dedupe(&f->arena, v)) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
             break;
         }
         if (on_path && is_state_dict(v) && (rc = list_add(w, &f->state_dicts, v)))
@@ -485,7 +485,7 @@ static int note_shards(ckpt_file *f)
                              "converted and extracted as a plain tensor of the shard's shape; "
                              "assembling the whole needs every rank's file", n, n == 1 ? "" : "s",
                              rank, first->shard->type) < 0)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     return CKPT_OK;
 }
 

@@ -19,7 +19,7 @@ int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, c
     ckpt_path_elem *elems = ckpt_arena_alloc(&f->arena, nparts * sizeof(*elems));
     if (!copy || !elems) {
         free(copy);
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     }
     size_t depth = 0;
     int rc = CKPT_OK;
@@ -235,7 +235,7 @@ int ckpt_tensors_tied(ckpt_file *f, const ckpt_tensor *const *t, size_t n, long 
     ckpt_map views;
     ckpt_map_init(&views, CKPT_MAP_HASHED);
     if (ckpt_map_reserve(&views, n) < 0)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     for (size_t i = 0; i < n; i++) {
         view_probe p = {t, i};
         size_t j;

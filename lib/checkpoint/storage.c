@@ -23,7 +23,7 @@ int ckpt_file_storage_add(ckpt_file *f, ckpt_storage *s, ckpt_error *err)
     /* a key added again: the later storage is the one found */
     if (CKPT_GROW(f->storages, f->storages_cap, f->nstorages + 1) < 0 ||
         ckpt_map_set(&f->storage_index, s->key, strlen(s->key), f->nstorages) < 0)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     s->index = f->nstorages;
     f->storages[f->nstorages++] = s;
     return CKPT_OK;
@@ -48,7 +48,7 @@ struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_d
     ckpt_storage *s = ckpt_arena_alloc(&f->arena, sizeof(*s));
     if (!s || !(s->key = ckpt_arena_strndup(&f->arena, key, strlen(key))) ||
         !(s->device = ckpt_arena_strndup(&f->arena, device, devlen))) {
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
         return NULL;
     }
     s->src = f->cur_src;
@@ -206,7 +206,7 @@ ckpt_value *ckpt_file_storage_value(ckpt_file *f, struct ckpt_storage *s, ckpt_d
 {
     ckpt_value *v = ckpt_value_new(&f->arena, CKPT_KIND_STORAGE, offset);
     if (!v) {
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
         return NULL;
     }
     v->u.st.ptr = s;

@@ -656,7 +656,7 @@ int ckpt_tar_open(int fd, uint64_t size, ckpt_tar **out, bool *falls_back, ckpt_
         *falls_back = false;
     ckpt_tar *t = calloc(1, sizeof(*t));
     if (!t)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     state st;
     state_init(&st, fd, size);
     int rc = CKPT_OK;
@@ -679,7 +679,7 @@ int ckpt_tar_open(int fd, uint64_t size, ckpt_tar **out, bool *falls_back, ckpt_
         }
         if (CKPT_GROW(t->m, t->cap, t->n + 1) < 0) {
             free(h.name);
-            rc = ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(err);
             break;
         }
         h.name[h.name_len] = '\0';

@@ -68,7 +68,7 @@ static int check_layout(ckpt_zip *z, ckpt_error *err)
         return rc;
     int64_t *order = malloc((size_t)(z->count ? z->count : 1) * sizeof *order);
     if (!order)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     for (int64_t i = 0; i < z->count; i++) {
         uint64_t start = z->offsets[i], hdr = 30 + (uint64_t)z->namelens[i];
         if (start > z->cd_off || z->cd_off - start < hdr ||
@@ -138,7 +138,7 @@ int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
     ckpt_zip *z = calloc(1, sizeof(*z));
     if (!z) {
         zip_discard(za);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     z->za = za;
     z->fd = fd;
@@ -153,7 +153,7 @@ int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
     z->stored = calloc(n, 1);
     if (!z->names || !z->sizes || !z->crcs || !z->stored) {
         ckpt_zip_close(z);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     for (int64_t i = 0; i < z->count; i++) {
         zip_stat_t st;
@@ -186,7 +186,7 @@ int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
     ckpt_map_init(&z->index, CKPT_MAP_BYTES_NOCASE);
     if (ckpt_map_reserve(&z->index, n) < 0) {
         ckpt_zip_close(z);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     for (int64_t i = 0; i < z->count; i++) {
         int r = ckpt_map_put(&z->index, z->names[i], strlen(z->names[i]), (size_t)i, NULL);
@@ -201,7 +201,7 @@ int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
         }
         if (r < 0) {
             ckpt_zip_close(z);
-            return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(err);
         }
     }
     int rc = check_layout(z, err);
@@ -398,7 +398,7 @@ static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err)
     z->cd_off = cd_off;
     if (!cd || !z->offsets || !z->csizes || !z->namelens) {
         free(cd);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     int rc = ckpt_pread_all(fd, cd, (size_t)cd_size, cd_off) ? CKPT_ERR_IO : CKPT_OK;
     size_t p = 0;
@@ -475,7 +475,7 @@ int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_
     uint8_t *buf = malloc(1u << 20);
     uLong crc = crc32(0L, Z_NULL, 0);
     uint64_t total = 0;
-    int rc = buf ? CKPT_OK : ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = buf ? CKPT_OK : ckpt_oom(err);
     while (rc == CKPT_OK) {
         zip_int64_t got = zip_fread(zf, buf, 1u << 20);
         if (got < 0) {

@@ -68,7 +68,7 @@ ckpt_zipw *ckpt_zipw_new(int fd, ckpt_error *err)
 {
     ckpt_zipw *w = calloc(1, sizeof(*w));
     if (!w) {
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
         return NULL;
     }
     w->fd = fd;
@@ -92,10 +92,10 @@ int ckpt_zipw_begin(ckpt_zipw *w, const char *name, uint64_t size, uint64_t *dat
     if (L > 0xFFFF)
         return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "record name too long");
     if (CKPT_GROW(w->ents, w->cap, w->n + 1) < 0)
-        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(w->err);
     zentry *e = &w->ents[w->n];
     if (!(e->name = strdup(name)))
-        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(w->err);
     e->offset = w->pos;
     e->size = size;
     e->crc = 0;

@@ -28,6 +28,9 @@ typedef struct ckpt_error {
 /* Set the error once: the first (innermost) cause wins.  Returns CODE. */
 int ckpt_err(ckpt_error *e, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The error of a failed allocation: CKPT_ERR_NOMEM, "out of memory" (the
+ * text users and tests see); returns CKPT_ERR_NOMEM. */
+int ckpt_oom(ckpt_error *e);
 void ckpt_err_clear(ckpt_error *e);
 
 #define CKPT_RETURN_IF(cond, e, code, ...)        \
@@ -79,7 +82,7 @@ size_t ckpt_grow_cap(size_t cap, size_t need, size_t size);
 int ckpt_grow(void *arrayp, size_t *cap, size_t need, size_t size);
 /* ckpt_grow for an array ARR (a T *) and its capacity CAP (a size_t):
  *     if (CKPT_GROW(list->items, list->cap, list->len + 1) < 0)
- *         return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+ *         return ckpt_oom(err);
  *     list->items[list->len++] = item; */
 #define CKPT_GROW(arr, cap, need) ckpt_grow(&(arr), &(cap), (need), sizeof *(arr))
 

@@ -383,7 +383,7 @@ static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
         nk[i] = apply_rules_to_module_path(r, k->u.s.s, errbuf, sizeof(errbuf));
         if (!nk[i])
             rc = errbuf[0] ? ckpt_err(&f->err, CKPT_ERR_USAGE, "%s", errbuf)
-                           : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                           : ckpt_oom(&f->err);
     }
     /* Entries that meet: the first one's place, the inner module's value
      * (the longer original path: DDP's 'module' wins over its own ''). */
@@ -409,7 +409,7 @@ static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
         }
         ckpt_value *key = md->u.dict.keys.items[i];
         if (strcmp(key->u.s.s, nk[i]) != 0 && !(key = new_str(f, nk[i])))
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
         md->u.dict.keys.items[out] = key;
         md->u.dict.vals.items[out++] = md->u.dict.vals.items[i];
     }
@@ -426,7 +426,7 @@ static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
             ckpt_vec_push(&f->arena, &v->u.dict.vals, one) ||
             ckpt_vec_push(&f->arena, &md->u.dict.keys, k) ||
             ckpt_vec_push(&f->arena, &md->u.dict.vals, v)) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
         } else {
             one->u.i.v = 1;
             size_t last = md->u.dict.keys.len - 1;
@@ -473,7 +473,7 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
     if (name_index_init(&idx, n) || !m.new_keys) {
         key_map_free(&m);
         ckpt_map_release(&idx);
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     }
     int rc = CKPT_OK;
     char errbuf[256] = "";
@@ -484,7 +484,7 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
         m.new_keys[i] = apply_rules(r, k->u.s.s, errbuf, sizeof(errbuf));
         if (!m.new_keys[i])
             rc = errbuf[0] ? ckpt_err(&f->err, CKPT_ERR_USAGE, "%s", errbuf)
-                           : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                           : ckpt_oom(&f->err);
     }
     for (size_t i = 0; i < n && rc == CKPT_OK; i++)
         if (m.new_keys[i] && !m.new_keys[i][0])
@@ -517,7 +517,7 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
             if (!m.new_keys[i] || strcmp(k->u.s.s, m.new_keys[i]) == 0)
                 continue;
             if (!(d->u.dict.keys.items[i] = new_str(f, m.new_keys[i])))
-                rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                rc = ckpt_oom(&f->err);
         }
         const ckpt_value *md = ckpt_value_dict_get(d->u.dict.state, "_metadata");
         if (rc == CKPT_OK && md && md->kind == CKPT_KIND_DICT)
@@ -616,7 +616,7 @@ CKPT_API int ckpt_file_remap_devices(ckpt_file *f, const char *const *from, cons
     size_t n = f->nstorages;
     const char **olds = calloc(n ? n : 1, sizeof(*olds)), **news = calloc(n ? n : 1, sizeof(*news));
     size_t *counts = calloc(n ? n : 1, sizeof(*counts)), npairs = 0;
-    int rc = (!olds || !news || !counts) ? ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory")
+    int rc = (!olds || !news || !counts) ? ckpt_oom(&f->err)
                                          : CKPT_OK;
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         ckpt_storage *s = f->storages[i];
@@ -645,7 +645,7 @@ CKPT_API int ckpt_file_remap_devices(ckpt_file *f, const char *const *from, cons
                 if (device_matches(from[k], s->device)) {
                     if (strcmp(to[k], s->device) != 0 &&
                         !(s->device = ckpt_arena_strndup(&f->arena, to[k], strlen(to[k]))))
-                        rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                        rc = ckpt_oom(&f->err);
                     break;
                 }
         }
@@ -683,7 +683,7 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
      * of a state dict leaves quantized tensors alone */
     bool *keep = calloc(f->nstorages ? f->nstorages : 1, sizeof(*keep));
     if (!keep)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     for (size_t i = 0; i < f->nstorages; i++)
         for (size_t j = 0; j < f->tensors.len; j++) {
             const ckpt_tensor *t = f->tensors.items[j].value->u.tensor;
@@ -735,7 +735,7 @@ static int note_versions(ckpt_file *f)
         ckpt_file_notice_add(f, "_metadata: the _version of %s (and of any class outside "
                                 "torch.nn) is not in the file: it says 1",
                              sd->u.dict.unknown_version) < 0)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     return CKPT_OK;
 }
 

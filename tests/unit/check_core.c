@@ -1,7 +1,8 @@
-/* check_core.c - core/'s hash map, FNV-1a and growable arrays, written as
- * the ways lib/ uses them: names to indices (a zip's records, a state
- * dict's keys), integers to values (a pickle's memo), keys the caller
- * compares (tensor views), and arrays that grow one item at a time. */
+/* check_core.c - core/'s hash map, FNV-1a, growable arrays and the
+ * out-of-memory error, written as the ways lib/ uses them: names to indices
+ * (a zip's records, a state dict's keys), integers to values (a pickle's
+ * memo), keys the caller compares (tensor views), and arrays that grow one
+ * item at a time. */
 #include "unit.h"
 #include "core/core.h"
 
@@ -328,6 +329,32 @@ START_TEST(test_grow_overflow)
 }
 END_TEST
 
+/* ---- errors ---- */
+
+static int grow_or_fail(list *l, ckpt_error *err)
+{
+    if (CKPT_GROW(l->items, l->cap, SIZE_MAX / 2) < 0)
+        return ckpt_oom(err);
+    return CKPT_OK;
+}
+
+START_TEST(test_oom)
+{
+    ckpt_error err;
+    ckpt_err_clear(&err);
+    list l = {0};
+    ck_assert_int_eq(grow_or_fail(&l, &err), CKPT_ERR_NOMEM);
+    ck_assert_int_eq(err.code, CKPT_ERR_NOMEM);
+    ck_assert_str_eq(err.msg, "out of memory"); /* the text users see */
+    /* the first cause wins: an out-of-memory on the way out keeps it */
+    ckpt_err_clear(&err);
+    ckpt_err(&err, CKPT_ERR_FORMAT, "truncated");
+    ck_assert_int_eq(ckpt_oom(&err), CKPT_ERR_NOMEM);
+    ck_assert_int_eq(err.code, CKPT_ERR_FORMAT);
+    ck_assert_str_eq(err.msg, "truncated");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("core");
@@ -348,6 +375,9 @@ static Suite *suite(void)
     tcase_add_test(ta, test_grow_one_at_a_time);
     tcase_add_test(ta, test_grow_overflow);
     suite_add_tcase(s, ta);
+    TCase *te = tcase_create("error");
+    tcase_add_test(te, test_oom);
+    suite_add_tcase(s, te);
     return s;
 }
 
