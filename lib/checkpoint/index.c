@@ -464,7 +464,7 @@ int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root)
     return ckpt_file_index(f);
 }
 
-/* Per-rank FSDP files (pickle/read.c: rebuild_sharded): say once that the
+/* Per-rank FSDP files (pickle/rebuild.c: rebuild_sharded): say once that the
  * tensors listed are one rank's shards, which every writer writes as plain
  * tensors of the shard's shape. */
 static int note_shards(ckpt_file *f)
