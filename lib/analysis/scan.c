@@ -41,21 +41,6 @@ struct ckpt_scan {
     const char *item;         /* a DCP item being scanned: "item at byte N" */
 };
 
-static const char *op_name(int op)
-{
-    switch (op) {
-    case 'c': return "GLOBAL";
-    case 0x93: return "STACK_GLOBAL";
-    case 'i': return "INST";
-    case 'o': return "OBJ";
-    case 'R': return "REDUCE";
-    case 0x81: return "NEWOBJ";
-    case 0x92: return "NEWOBJ_EX";
-    case 'b': return "BUILD";
-    default: return "?";
-    }
-}
-
 ckpt_scan *ckpt_scan_new(void)
 {
     ckpt_scan *s = calloc(1, sizeof *s);
@@ -160,7 +145,7 @@ static void on_global(void *user, const char *q, ckpt_global_class cls, int op, 
     h->global = name;
     h->pickle = s->cur;
     h->offset = at;
-    h->opcode = op_name(op);
+    h->opcode = ckpt_pickle_op_name(op);
     h->cls = cls;
     h->dangerous = cls == CKPT_GLOBAL_REFUSED && ckpt_globals_dangerous(q);
     h->count = 1;
@@ -178,9 +163,9 @@ static void on_use(void *user, const char *q, int op, uint64_t at)
     ckpt_scan_hit *h = hit_for(s, q);
     if (!h)
         return;
-    h->uses |= op == 'b' ? CKPT_SCAN_BUILT : CKPT_SCAN_CALLED;
+    h->uses |= op == CKPT_OP_BUILD ? CKPT_SCAN_BUILT : CKPT_SCAN_CALLED;
     if (!h->used_by) {
-        h->used_by = op_name(op);
+        h->used_by = ckpt_pickle_op_name(op);
         h->use_offset = at;
     }
 }

@@ -675,13 +675,14 @@ static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
         return;
     }
     /* opcodes of protocols 3 (bytes), 4 (frames, memoize, ...) and 5 */
-    int proto = p->opcode == 'B' || p->opcode == 'C' ? 3
-                : p->opcode >= 0x8c && p->opcode <= 0x95 && p->opcode != 0x8f ? 4
-                : p->opcode >= 0x96 && p->opcode <= 0x98 ? 5 : 0;
+    int proto = p->opcode == CKPT_OP_BINBYTES || p->opcode == CKPT_OP_SHORT_BINBYTES ? 3
+                : p->opcode >= CKPT_OP_SHORT_BINUNICODE && p->opcode <= CKPT_OP_FRAME &&
+                  p->opcode != CKPT_OP_EMPTY_SET ? 4
+                : p->opcode >= CKPT_OP_BYTEARRAY8 && p->opcode <= CKPT_OP_READONLY_BUFFER ? 5 : 0;
     if (proto)
         v->fix = xprintf(t, "save it again with torch.save(obj, f) at the default "
                          "pickle_protocol=2 (%s is a protocol-%d opcode)", p->opcode_name, proto);
-    else if (p->opcode == 'G' && which == CKPT_TORCH_1_13)
+    else if (p->opcode == CKPT_OP_BINFLOAT && which == CKPT_TORCH_1_13)
         v->fix = xprintf(t, "none for torch 1.13, whose weights-only unpickler has no BINFLOAT: "
                          "the file holds a Python float (torch 2.x reads it)");
 }

@@ -424,14 +424,15 @@ static int check_global(walk *w, const char *q, size_t mlen, uint64_t at)
     if (ckpt_wo_blocked(w->ctx->torch, mod)) {
         snprintf(r->global, sizeof r->global, "%s", q);
         r->blocked = true;
-        return stop(w, CKPT_WO_GLOBAL, 'c', at, "UnpicklingError",
+        return stop(w, CKPT_WO_GLOBAL, CKPT_OP_GLOBAL, at, "UnpicklingError",
                     "Trying to load unsupported GLOBAL %s whose module %s is blocked.", q, mod);
     }
     if (ckpt_wo_allowed(w->ctx->torch, q))
         return 0;
     snprintf(r->global, sizeof r->global, "%s", q);
     if (v13(w))
-        return stop(w, CKPT_WO_GLOBAL, 'c', at, "RuntimeError", "Unsupported class %s", q);
+        return stop(w, CKPT_WO_GLOBAL, CKPT_OP_GLOBAL, at, "RuntimeError", "Unsupported class %s",
+                    q);
     static const char *const dtensor[] = {
         "torch.distributed.device_mesh.DeviceMesh",
         "torch.distributed.tensor._dtensor_spec.DTensorSpec",
@@ -441,11 +442,11 @@ static int check_global(walk *w, const char *q, size_t mlen, uint64_t at)
         "torch.distributed.tensor.placement_types.Shard"};
     for (size_t i = 0; i < sizeof dtensor / sizeof *dtensor; i++)
         if (strcmp(q, dtensor[i]) == 0)
-            return stop(w, CKPT_WO_GLOBAL, 'c', at, "UnpicklingError",
+            return stop(w, CKPT_WO_GLOBAL, CKPT_OP_GLOBAL, at, "UnpicklingError",
                         "``torch.distributed.tensor`` must be imported to load DTensors");
     /* torch prints builtins.X as X */
     const char *shown = strncmp(q, "builtins.", 9) == 0 ? q + 9 : q;
-    return stop(w, CKPT_WO_GLOBAL, 'c', at, "UnpicklingError",
+    return stop(w, CKPT_WO_GLOBAL, CKPT_OP_GLOBAL, at, "UnpicklingError",
                 "Unsupported global: GLOBAL %s was not an allowed global by default. Please use "
                 "`torch.serialization.add_safe_globals([%s])` or the "
                 "`torch.serialization.safe_globals([%s])` context manager to allowlist this "
@@ -536,11 +537,11 @@ static int tar_pid(walk *w, const wv *pid, uint64_t at)
                 "'original_source'",
                 "2 required positional arguments: 'source_file' and 'original_source'",
                 "1 required positional argument: 'original_source'"};
-            return stop(w, CKPT_WO_STORAGE, 'Q', at, "TypeError",
+            return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "TypeError",
                         "_check_container_source() missing %s", missing[pid->n]);
         }
         if (all && pid->n > 3)
-            return stop(w, CKPT_WO_STORAGE, 'Q', at, "TypeError",
+            return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "TypeError",
                         "_check_container_source() takes 3 positional arguments but %u were "
                         "given", pid->n);
         if (pid->n > 0) {
@@ -554,11 +555,11 @@ static int tar_pid(walk *w, const wv *pid, uint64_t at)
         break;
     case V_STR:
         if (!py_int(pid->u.s, pid->n, key, sizeof key))
-            return stop(w, CKPT_WO_STORAGE, 'Q', at, "ValueError", "%s", key);
+            return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "ValueError", "%s", key);
         break;
     case V_NONE: case V_LIST: case V_DICT: case V_ODICT: case V_COUNTER: case V_SET:
     case V_GLOBAL:
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "TypeError",
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "TypeError",
                     "int() argument must be a string, a bytes-like object or a real number, "
                     "not '%s'", pid->kind == V_GLOBAL ? "type" : py_name(pid));
     default:
@@ -566,7 +567,7 @@ static int tar_pid(walk *w, const wv *pid, uint64_t at)
     }
     int found = w->ctx->tar_key(w->ctx->user, key);
     if (!found)
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "KeyError", "%s", key);
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "KeyError", "%s", key);
     w->pid_value = mk(found == 2 ? V_TENSOR : V_STORAGE);
     w->has_pid_value = true;
     return 0;
@@ -585,50 +586,51 @@ static int check_pid(walk *w, const wv *pid, uint64_t at)
             return rc;
     }
     if (pid->kind == V_INT && !v13(w) && w->ctx->pid_fields) /* the unpickler lets ints by */
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "AssertionError",
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "AssertionError",
                     "saved_id must be a tuple, got int");
     if (pid->kind != V_TUPLE) {
         if (v13(w) && pid->kind != V_INT) /* 1.13's check lets these through to the loader */
-            return stop(w, CKPT_WO_STORAGE, 'Q', at, "AssertionError", "%s",
+            return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "AssertionError", "%s",
                         "persistent id is not a tuple");
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, wo_exc(w),
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, wo_exc(w),
                     "persistent_load id must be tuple or int, but got %s", type_repr(pid));
     }
     const wv *it = pid->u.items;
     if (pid->n > 0 && it && it[0].kind != V_OTHER && !is_str(&it[0], "storage")) {
         if (v13(w)) {
             value_repr(&it[0], rep, sizeof rep);
-            return stop(w, CKPT_WO_STORAGE, 'Q', at, "RuntimeError",
+            return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "RuntimeError",
                         "Only persistent_load of storage is allowed, but got %s", rep);
         }
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "UnpicklingError",
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "UnpicklingError",
                     "Only persistent_load of storage is allowed, but got %s", type_repr(&it[0]));
     }
     size_t want = w->ctx->pid_fields;
     if (want == 0)
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "UnpicklingError",
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "UnpicklingError",
                     "unsupported persistent id encountered");
     if (pid->n == 0)
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "IndexError", "tuple index out of range");
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "IndexError",
+                    "tuple index out of range");
     if (pid->n != want) {
         if (pid->n < want)
-            return stop(w, CKPT_WO_STORAGE, 'Q', at, "ValueError",
+            return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "ValueError",
                         "not enough values to unpack (expected %zu, got %u)", want - 1,
                         pid->n - 1);
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "ValueError",
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "ValueError",
                     "too many values to unpack (expected %zu)", want - 1);
     }
     const wv *type = &it[1], *key = &it[2], *loc = &it[3], *numel = &it[4];
     uint64_t elsize = 0;
     if (type->kind == V_GLOBAL) {
         if (strcmp(type->u.g, "torch.storage.TypedStorage") == 0)
-            return stop(w, CKPT_WO_STORAGE, 'Q', at, "AttributeError",
+            return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "AttributeError",
                         "type object 'TypedStorage' has no usable 'dtype'");
         ckpt_dtype dt = ckpt_storage_type_dtype(type->u.g, NULL);
         if (dt != CKPT_DTYPE_UNKNOWN)
             elsize = ckpt_dtype_size(dt);
     } else if (type->kind != V_OTHER) {
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "AttributeError",
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "AttributeError",
                     "'%s' object has no attribute 'dtype'", py_name(type));
     }
     if (loc->kind == V_STR && w->ctx->on_location) {
@@ -647,13 +649,13 @@ static int check_pid(walk *w, const wv *pid, uint64_t at)
         return 0;
     /* get_storage_from_record takes the size as a C++ size_t */
     if (numel->kind == V_INT && (numel->big || numel->u.i < 0))
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "TypeError",
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "TypeError",
                     "get_storage_from_record(): incompatible function arguments");
     if (!w->ctx->record)
         return 0;
     uint64_t size;
     if (!w->ctx->record(w->ctx->user, k, &size))
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "RuntimeError",
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "RuntimeError",
                     "PytorchStreamReader failed locating file data/%s: file not found", k);
     if (!w->ctx->check_size || !elsize || numel->kind != V_INT || numel->big || numel->u.i < 0)
         return 0;
@@ -669,10 +671,10 @@ static int check_pid(walk *w, const wv *pid, uint64_t at)
         return w->oom = -1;
     uint64_t nbytes;
     if (ckpt_mul_overflow((uint64_t)numel->u.i, elsize, &nbytes)) /* Python's int grows */
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "TypeError",
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "TypeError",
                     "get_storage_from_record(): incompatible function arguments");
     if (nbytes != size)
-        return stop(w, CKPT_WO_STORAGE, 'Q', at, "RuntimeError",
+        return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "RuntimeError",
                     "record size (%llu bytes) does not match expected size (%llu bytes = %llu "
                     "elements * 1 bytes/element) for dtype Byte",
                     (unsigned long long)size, (unsigned long long)nbytes,
@@ -685,13 +687,20 @@ static int check_pid(walk *w, const wv *pid, uint64_t at)
 static void tail_scan(walk *w, size_t p)
 {
     static const signed char argbytes[256] = {
-        ['J'] = 4, ['K'] = 1, ['M'] = 2, ['G'] = 8, ['h'] = 1, ['j'] = 4, ['q'] = 1, ['r'] = 4,
-        [0x81] = 0, ['R'] = 0, ['b'] = 0, ['a'] = 0, ['e'] = 0, ['s'] = 0, ['u'] = 0, ['('] = 0,
+        [CKPT_OP_BININT] = 4, [CKPT_OP_BININT1] = 1, [CKPT_OP_BININT2] = 2,
+        [CKPT_OP_BINFLOAT] = 8, [CKPT_OP_BINGET] = 1, [CKPT_OP_LONG_BINGET] = 4,
+        [CKPT_OP_BINPUT] = 1, [CKPT_OP_LONG_BINPUT] = 4,
     };
-    static const char noarg[] = "\x81Rbaesu(t\x85\x86\x87N\x88\x89)]}\x8fQ";
+    static const uint8_t noarg[] = {
+        CKPT_OP_NEWOBJ, CKPT_OP_REDUCE, CKPT_OP_BUILD, CKPT_OP_APPEND, CKPT_OP_APPENDS,
+        CKPT_OP_SETITEM, CKPT_OP_SETITEMS, CKPT_OP_MARK, CKPT_OP_TUPLE, CKPT_OP_TUPLE1,
+        CKPT_OP_TUPLE2, CKPT_OP_TUPLE3, CKPT_OP_NONE, CKPT_OP_NEWTRUE, CKPT_OP_NEWFALSE,
+        CKPT_OP_EMPTY_TUPLE, CKPT_OP_EMPTY_LIST, CKPT_OP_EMPTY_DICT, CKPT_OP_EMPTY_SET,
+        CKPT_OP_BINPERSID,
+    };
     while (p < w->len && w->ctx->on_refused) {
         uint8_t op = w->buf[p++];
-        if (op == 'c') {
+        if (op == CKPT_OP_GLOBAL) {
             int bad = 0;
             size_t mlen;
             const char *q = read_global(w, &p, &bad, &mlen);
@@ -702,9 +711,10 @@ static void tail_scan(walk *w, size_t p)
             bool blocked = ckpt_wo_blocked(w->ctx->torch, mod);
             if (blocked || !ckpt_wo_allowed(w->ctx->torch, q))
                 w->ctx->on_refused(w->ctx->user, q, blocked);
-        } else if (op == 'X' || op == 'U' || op == 0x8a) {
+        } else if (op == CKPT_OP_BINUNICODE || op == CKPT_OP_SHORT_BINSTRING ||
+                   op == CKPT_OP_LONG1) {
             size_t n;
-            if (op == 'X') {
+            if (op == CKPT_OP_BINUNICODE) {
                 if (w->len - p < 4)
                     return;
                 n = (size_t)w->buf[p] | (size_t)w->buf[p + 1] << 8 | (size_t)w->buf[p + 2] << 16 |
@@ -718,10 +728,10 @@ static void tail_scan(walk *w, size_t p)
             if (w->len - p < n)
                 return;
             p += n;
-        } else if (op == 0x80) {
+        } else if (op == CKPT_OP_PROTO) {
             p++;
-        } else if (argbytes[op] || (op && strchr(noarg, op))) {
-            if (op == 'G' && v13(w))
+        } else if (argbytes[op] || memchr(noarg, op, sizeof noarg)) {
+            if (op == CKPT_OP_BINFLOAT && v13(w))
                 return;
             p += (size_t)argbytes[op];
         } else {
@@ -783,7 +793,7 @@ static int run(walk *w)
         uint8_t op = b[p++];
         wv v = mk(V_OTHER);
         switch (op) {
-        case 'c': {
+        case CKPT_OP_GLOBAL: {
             int bad = 0;
             size_t mlen = 0;
             const char *q = read_global(w, &p, &bad, &mlen);
@@ -802,14 +812,14 @@ static int run(walk *w)
             v.u.g = q;
             break;
         }
-        case 'R': case 0x81: {
+        case CKPT_OP_REDUCE: case CKPT_OP_NEWOBJ: {
             if (!NEED(2))
                 return UNDERFLOW();
             w->sp--; /* the arguments */
             wv *f = &w->stack[w->sp - 1];
             if (f->kind == V_OTHER)
                 continue;
-            if (op == 'R') {
+            if (op == CKPT_OP_REDUCE) {
                 if (f->kind != V_GLOBAL) {
                     value_repr(f, rep, sizeof rep);
                     stop(w, CKPT_WO_VALUE, op, at, wo_exc(w),
@@ -837,7 +847,7 @@ static int run(walk *w)
             *f = mk(call_result(f->u.g));
             continue;
         }
-        case 'b': {
+        case CKPT_OP_BUILD: {
             if (!NEED(2))
                 return UNDERFLOW();
             w->sp--;
@@ -859,11 +869,11 @@ static int run(walk *w)
             }
             continue;
         }
-        case 'a': case 'e': {
-            if (op == 'a' && !NEED(2))
+        case CKPT_OP_APPEND: case CKPT_OP_APPENDS: {
+            if (op == CKPT_OP_APPEND && !NEED(2))
                 return UNDERFLOW();
             size_t n;
-            if (op == 'a')
+            if (op == CKPT_OP_APPEND)
                 w->sp--;
             else if (pop_mark(w, &n) < 0)
                 return UNDERFLOW();
@@ -872,15 +882,15 @@ static int run(walk *w)
             const wv *l = &w->stack[w->sp - 1];
             if (l->kind != V_LIST && l->kind != V_OTHER) {
                 stop(w, CKPT_WO_VALUE, op, at, wo_exc(w), "Can only %s lists, but got %s",
-                     op == 'a' ? "append to" : "extend", type_repr(l));
+                     op == CKPT_OP_APPEND ? "append to" : "extend", type_repr(l));
                 tail_scan(w, p);
                 return 1;
             }
             continue;
         }
-        case 's': case 'u': {
+        case CKPT_OP_SETITEM: case CKPT_OP_SETITEMS: {
             size_t n = 2;
-            if (op == 's') {
+            if (op == CKPT_OP_SETITEM) {
                 if (!NEED(3))
                     return UNDERFLOW();
                 w->sp -= 2;
@@ -894,7 +904,7 @@ static int run(walk *w)
             if (!v13(w) && k != V_DICT && k != V_ODICT && k != V_COUNTER && k != V_OTHER) {
                 stop(w, CKPT_WO_VALUE, op, at, "UnpicklingError",
                      "Can only %s for dict, collections.OrderedDict, collections.Counter, but got %s",
-                     op == 's' ? "SETITEM" : "SETITEMS", type_repr(d));
+                     op == CKPT_OP_SETITEM ? "SETITEM" : "SETITEMS", type_repr(d));
                 tail_scan(w, p);
                 return 1;
             }
@@ -919,7 +929,7 @@ static int run(walk *w)
             }
             continue;
         }
-        case '(':
+        case CKPT_OP_MARK:
             if (w->nmarks == w->mcap) {
                 if (w->mcap >= w->ctx->limits[CKPT_LIMIT_MARKS])
                     return -1;
@@ -932,7 +942,7 @@ static int run(walk *w)
             }
             w->marks[w->nmarks++] = w->base = w->sp;
             continue;
-        case 't': {
+        case CKPT_OP_TUPLE: {
             size_t n;
             if (pop_mark(w, &n) < 0)
                 return UNDERFLOW();
@@ -940,8 +950,8 @@ static int run(walk *w)
                 return -1;
             break;
         }
-        case 0x85: case 0x86: case 0x87: {
-            size_t n = (size_t)(op - 0x84);
+        case CKPT_OP_TUPLE1: case CKPT_OP_TUPLE2: case CKPT_OP_TUPLE3: {
+            size_t n = (size_t)(op - CKPT_OP_TUPLE1 + 1);
             if (!NEED(n))
                 return stop(w, CKPT_WO_OPCODE, op, at, "IndexError", "list index out of range");
             w->sp -= n;
@@ -949,25 +959,30 @@ static int run(walk *w)
                 return -1;
             break;
         }
-        case 'N': v = mk(V_NONE); break;
-        case 0x88: case 0x89: v = mk(V_BOOL); v.u.i = op == 0x88; break;
-        case ')': v = mk(V_TUPLE); break;
-        case ']': v = mk(V_LIST); break;
-        case '}': v = mk(V_DICT); break;
-        case 0x8f: v = mk(V_SET); break;
-        case 'J': TRUNC(4); v = mk(V_INT); v.u.i = (int32_t)rd_u32(b + p); p += 4; break;
-        case 'K': TRUNC(1); v = mk(V_INT); v.u.i = b[p]; p += 1; break;
-        case 'M': TRUNC(2); v = mk(V_INT); v.u.i = b[p] | b[p + 1] << 8; p += 2; break;
-        case 'G':
+        case CKPT_OP_NONE: v = mk(V_NONE); break;
+        case CKPT_OP_NEWTRUE: case CKPT_OP_NEWFALSE:
+            v = mk(V_BOOL);
+            v.u.i = op == CKPT_OP_NEWTRUE;
+            break;
+        case CKPT_OP_EMPTY_TUPLE: v = mk(V_TUPLE); break;
+        case CKPT_OP_EMPTY_LIST: v = mk(V_LIST); break;
+        case CKPT_OP_EMPTY_DICT: v = mk(V_DICT); break;
+        case CKPT_OP_EMPTY_SET: v = mk(V_SET); break;
+        case CKPT_OP_BININT:
+            TRUNC(4); v = mk(V_INT); v.u.i = (int32_t)rd_u32(b + p); p += 4; break;
+        case CKPT_OP_BININT1: TRUNC(1); v = mk(V_INT); v.u.i = b[p]; p += 1; break;
+        case CKPT_OP_BININT2:
+            TRUNC(2); v = mk(V_INT); v.u.i = b[p] | b[p + 1] << 8; p += 2; break;
+        case CKPT_OP_BINFLOAT:
             if (!has_binfloat)
                 goto unsupported;
             TRUNC(8);
             v = mk(V_FLOAT);
             p += 8;
             break;
-        case 'X': case 'U': {
+        case CKPT_OP_BINUNICODE: case CKPT_OP_SHORT_BINSTRING: {
             size_t n;
-            if (op == 'X') {
+            if (op == CKPT_OP_BINUNICODE) {
                 TRUNC(4);
                 n = rd_u32(b + p);
                 p += 4;
@@ -987,7 +1002,7 @@ static int run(walk *w)
             p += n;
             break;
         }
-        case 0x8a: {
+        case CKPT_OP_LONG1: {
             TRUNC(1);
             size_t n = b[p++];
             TRUNC(n);
@@ -1007,7 +1022,7 @@ static int run(walk *w)
             p += n;
             break;
         }
-        case 'Q': {
+        case CKPT_OP_BINPERSID: {
             if (!NEED(1))
                 return UNDERFLOW();
             wv pid = w->stack[--w->sp];
@@ -1021,20 +1036,20 @@ static int run(walk *w)
             v = w->has_pid_value ? w->pid_value : mk(V_STORAGE);
             break;
         }
-        case 'h': case 'j': {
-            TRUNC(op == 'h' ? 1 : 4);
-            uint32_t idx = op == 'h' ? b[p] : rd_u32(b + p);
-            p += op == 'h' ? 1 : 4;
+        case CKPT_OP_BINGET: case CKPT_OP_LONG_BINGET: {
+            TRUNC(op == CKPT_OP_BINGET ? 1 : 4);
+            uint32_t idx = op == CKPT_OP_BINGET ? b[p] : rd_u32(b + p);
+            p += op == CKPT_OP_BINGET ? 1 : 4;
             wv *m = map_find(&w->memo, idx);
             if (!m)
                 return stop(w, CKPT_WO_OPCODE, op, at, "KeyError", "%u", idx);
             v = *m;
             break;
         }
-        case 'q': case 'r': {
-            TRUNC(op == 'q' ? 1 : 4);
-            uint32_t idx = op == 'q' ? b[p] : rd_u32(b + p);
-            p += op == 'q' ? 1 : 4;
+        case CKPT_OP_BINPUT: case CKPT_OP_LONG_BINPUT: {
+            TRUNC(op == CKPT_OP_BINPUT ? 1 : 4);
+            uint32_t idx = op == CKPT_OP_BINPUT ? b[p] : rd_u32(b + p);
+            p += op == CKPT_OP_BINPUT ? 1 : 4;
             if (!NEED(1))
                 return stop(w, CKPT_WO_OPCODE, op, at, "IndexError", "list index out of range");
             if (!map_find(&w->memo, idx) && w->memo.len >= w->ctx->limits[CKPT_LIMIT_MEMO])
@@ -1043,8 +1058,8 @@ static int run(walk *w)
                 return w->oom = -1;
             continue;
         }
-        case 0x80: TRUNC(1); p++; continue;
-        case '.':
+        case CKPT_OP_PROTO: TRUNC(1); p++; continue;
+        case CKPT_OP_STOP:
             if (!NEED(1))
                 return UNDERFLOW();
             w->r->top_kind = w->stack[w->sp - 1].kind == V_INT ? 1 : 0;

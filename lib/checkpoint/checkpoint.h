@@ -109,8 +109,7 @@ struct ckpt_file {
     ckpt_value *file_root;  /* the root as read, when ckpt_file_select changed root */
     struct ckpt_storage **storages;
     size_t nstorages, storages_cap;
-    struct ckpt_storage **storage_hash;
-    size_t storage_hash_size;
+    ckpt_map storage_index;  /* key -> index in storages (the latest of a key) */
 
     ckpt_walk_list tensors, state_dicts, objects;
 

@@ -279,7 +279,7 @@ static int compare_values(ckpt_file *fa, const ckpt_tensor *a, ckpt_file *fb,
     blk_a = malloc(BLOCK * elem);
     blk_b = malloc(BLOCK * elem);
     if (!blk_a || !blk_b) {
-        rc = ckpt_err(&fa->err, CKPT_ERR_NOMEM, "out of memory");
+        rc = ckpt_oom(&fa->err);
         goto out;
     }
     for (int64_t i = 0; i < numel; i += BLOCK) {

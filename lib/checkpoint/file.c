@@ -86,20 +86,14 @@ ckpt_source *ckpt_file_source_add(ckpt_file *f, const char *name, ckpt_error *er
         ckpt_err(err, CKPT_ERR_FORMAT, "'%.200s' is not a regular file", name);
         return NULL;
     }
-    if (f->nshards == f->shards_cap) {
-        size_t cap = f->shards_cap ? f->shards_cap * 2 : 16;
-        ckpt_source **p = realloc(f->shards, cap * sizeof(*p));
-        if (!p) {
-            ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
-            return NULL;
-        }
-        f->shards = p;
-        f->shards_cap = cap;
+    if (CKPT_GROW(f->shards, f->shards_cap, f->nshards + 1) < 0) {
+        ckpt_oom(err);
+        return NULL;
     }
     ckpt_source *src = calloc(1, sizeof(*src));
     if (!src || !(src->path = ckpt_arena_strndup(&f->arena, name, strlen(name)))) {
         free(src);
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
         return NULL;
     }
     src->fd = -1;
@@ -165,7 +159,7 @@ CKPT_API void ckpt_file_free(ckpt_file *f)
         free(f->notices[i]);
     free(f->notices);
     free(f->storages);
-    free(f->storage_hash);
+    ckpt_map_release(&f->storage_index);
     free(f->tensors.items);
     free(f->state_dicts.items);
     free(f->objects.items);
@@ -183,10 +177,10 @@ CKPT_API int ckpt_file_allow_global(ckpt_file *f, const char *q)
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "'%s' is not a MODULE.NAME global", q ? q : "");
     char **a = realloc(f->allowed, (f->nallowed + 1) * sizeof(*a));
     if (!a)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     f->allowed = a;
     if (!(a[f->nallowed] = strdup(q)))
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     f->nallowed++;
     return CKPT_OK;
 }

@@ -17,19 +17,13 @@ typedef struct walker {
 static int list_add(walker *w, ckpt_walk_list *l, const ckpt_value *v)
 {
     ckpt_file *f = w->f;
-    if (l->len == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 32;
-        ckpt_walk_entry *e = realloc(l->items, cap * sizeof(*e));
-        if (!e)
-            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
-        l->items = e;
-        l->cap = cap;
-    }
+    if (CKPT_GROW(l->items, l->cap, l->len + 1) < 0)
+        return ckpt_oom(&f->err);
     ckpt_path_elem *p = NULL;
     if (w->depth) {
         p = ckpt_arena_alloc(&f->arena, w->depth * sizeof(*p));
         if (!p)
-            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&f->err);
         memcpy(p, w->stack, w->depth * sizeof(*p));
     }
     l->items[l->len].value = v;
@@ -42,14 +36,8 @@ static int list_add(walker *w, ckpt_walk_list *l, const ckpt_value *v)
 
 static int enter(walker *w, const ckpt_path_elem *e)
 {
-    if (w->depth == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 32;
-        ckpt_path_elem *s = realloc(w->stack, cap * sizeof(*s));
-        if (!s)
-            return ckpt_err(&w->f->err, CKPT_ERR_NOMEM, "out of memory");
-        w->stack = s;
-        w->cap = cap;
-    }
+    if (CKPT_GROW(w->stack, w->cap, w->depth + 1) < 0)
+        return ckpt_oom(&w->f->err);
     w->stack[w->depth++] = *e;
     return CKPT_OK;
 }
@@ -112,13 +100,13 @@ static int sd_add(module_walk *mw, ckpt_value *dict, const char *prefix, const c
     ckpt_value *k = ckpt_value_new(a, CKPT_KIND_STR, 0);
     char *s = ckpt_arena_alloc(a, pl + nl + 1);
     if (!k || !s)
-        return ckpt_err(&mw->f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&mw->f->err);
     memcpy(s, prefix, pl);
     memcpy(s + pl, name, nl + 1);
     k->u.s.s = s;
     k->u.s.len = pl + nl;
     if (ckpt_vec_push(a, &dict->u.dict.keys, k) || ckpt_vec_push(a, &dict->u.dict.vals, val))
-        return ckpt_err(&mw->f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&mw->f->err);
     return CKPT_OK;
 }
 
@@ -183,7 +171,7 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
     ckpt_value *ver = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0),
                *vnum = ckpt_value_new(&f->arena, CKPT_KIND_INT, 0);
     if (!mpath || !ver || !vnum)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     vnum->u.i.v = class_version(mw, cls);
     CKPT_FORWARD(sd_add(mw, ver, "", "version", vnum));
     CKPT_FORWARD(sd_add(mw, mw->meta, "", mpath, ver));
@@ -199,7 +187,7 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
             continue; /* None: not in the state dict */
         ckpt_value *c = plain_tensor(f, v);
         if (!c)
-            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&f->err);
         CKPT_FORWARD(sd_add(mw, mw->sd, prefix, k->u.s.s, c));
     }
     for (size_t i = 0; bufs && i < bufs->u.dict.keys.len; i++) {
@@ -208,7 +196,7 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
             continue;
         ckpt_value *c = plain_tensor(f, v);
         if (!c)
-            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&f->err);
         CKPT_FORWARD(sd_add(mw, mw->sd, prefix, k->u.s.s, c));
     }
     mw->path[mw->depth++] = m;
@@ -220,7 +208,7 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
         size_t kl = k->u.s.len;
         char *sub = malloc(pl + kl + 2);
         if (!sub) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
             break;
         }
         memcpy(sub, prefix, pl);
@@ -237,7 +225,7 @@ ckpt_value *ckpt_module_sd_new(ckpt_file *f, const ckpt_value *module)
 {
     ckpt_value *sd = ckpt_value_new(&f->arena, CKPT_KIND_DICT, module->offset);
     if (!sd) {
-        ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(&f->err);
         return NULL;
     }
     sd->flags |= CKPT_VF_ORDERED | CKPT_VF_MODULE_SD;
@@ -253,7 +241,7 @@ int ckpt_module_sd_add(ckpt_file *f, ckpt_value *sd, const char *prefix, const c
     module_walk mw = {.f = f};
     ckpt_value *c = plain_tensor(f, tensor);
     if (!c)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     return sd_add(&mw, sd, prefix, name, c);
 }
 
@@ -278,7 +266,7 @@ ckpt_value *ckpt_module_state_dict(ckpt_file *f, ckpt_value *module)
     mw.sd = ckpt_value_new(&f->arena, CKPT_KIND_DICT, module->offset);
     mw.meta = ckpt_value_new(&f->arena, CKPT_KIND_DICT, module->offset);
     if (!state || !mw.sd || !mw.meta) {
-        ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(&f->err);
         return NULL;
     }
     mw.sd->flags |= CKPT_VF_ORDERED | CKPT_VF_MODULE_SD;
@@ -295,7 +283,7 @@ ckpt_value *ckpt_module_state_dict(ckpt_file *f, ckpt_value *module)
     if (mw.unknown_version[0] &&
         !(mw.sd->u.dict.unknown_version =
               ckpt_arena_strndup(&f->arena, mw.unknown_version, strlen(mw.unknown_version)))) {
-        ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(&f->err);
         return NULL;
     }
     module->u.obj.module_sd = mw.sd;
@@ -376,7 +364,7 @@ static int walk(walker *w, ckpt_value *v, size_t level, bool on_path)
     switch (v->kind) {
     case CKPT_KIND_DICT:
         if (ckpt_dict_dedupe(&f->arena, v)) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
             break;
         }
         if (on_path && is_state_dict(v) && (rc = list_add(w, &f->state_dicts, v)))
@@ -476,7 +464,7 @@ int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root)
     return ckpt_file_index(f);
 }
 
-/* Per-rank FSDP files (pickle/read.c: rebuild_sharded): say once that the
+/* Per-rank FSDP files (pickle/rebuild.c: rebuild_sharded): say once that the
  * tensors listed are one rank's shards, which every writer writes as plain
  * tensors of the shard's shape. */
 static int note_shards(ckpt_file *f)
@@ -497,7 +485,7 @@ static int note_shards(ckpt_file *f)
                              "converted and extracted as a plain tensor of the shard's shape; "
                              "assembling the whole needs every rank's file", n, n == 1 ? "" : "s",
                              rank, first->shard->type) < 0)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     return CKPT_OK;
 }
 
@@ -511,60 +499,47 @@ int ckpt_file_index(ckpt_file *f)
 
 /* ---- dict key merging ---- */
 
-static bool same_key(const ckpt_value *a, const ckpt_value *b)
-{
-    if (a->kind == CKPT_KIND_STR && b->kind == CKPT_KIND_STR)
-        return a->u.s.len == b->u.s.len && memcmp(a->u.s.s, b->u.s.s, a->u.s.len) == 0;
-    if (a->kind == CKPT_KIND_INT && b->kind == CKPT_KIND_INT && !a->u.i.big && !b->u.i.big)
-        return a->u.i.v == b->u.i.v;
-    return false;
-}
-
-static uint64_t key_hash(const ckpt_value *k)
-{
-    uint64_t h = 1469598103934665603ull;
-    if (k->kind == CKPT_KIND_STR) {
-        for (size_t i = 0; i < k->u.s.len; i++)
-            h = (h ^ (uint8_t)k->u.s.s[i]) * 1099511628211ull;
-    } else if (k->kind == CKPT_KIND_INT && !k->u.i.big) {
-        h ^= (uint64_t)k->u.i.v * 0x9e3779b97f4a7c15ull;
-    } else {
-        return 0;
-    }
-    return h | 1;
-}
-
 int ckpt_dict_dedupe(ckpt_arena *a, ckpt_value *d)
 {
     (void)a;
     size_t n = d->u.dict.keys.len;
     if (n < 2)
         return 0;
-    size_t size = 16;
-    while (size < n * 2)
-        size *= 2;
-    size_t *slots = calloc(size, sizeof(*slots)); /* index + 1 */
-    if (!slots)
-        return -1;
+    /* str and int keys (big ints and other kinds are never merged): each
+     * key -> its index in the dict being compacted; reserved first, so that
+     * the dict is left whole when memory runs out */
     ckpt_value **keys = d->u.dict.keys.items, **vals = d->u.dict.vals.items;
-    size_t out = 0;
+    size_t nstr = 0, nint = 0;
     for (size_t i = 0; i < n; i++) {
-        uint64_t h = key_hash(keys[i]);
-        if (h) {
-            size_t b = h & (size - 1);
-            while (slots[b] && !same_key(keys[slots[b] - 1], keys[i]))
-                b = (b + 1) & (size - 1);
-            if (slots[b]) { /* repeated key: the value changes, the place stays */
-                vals[slots[b] - 1] = vals[i];
-                continue;
-            }
-            slots[b] = out + 1;
+        nstr += keys[i]->kind == CKPT_KIND_STR;
+        nint += keys[i]->kind == CKPT_KIND_INT && !keys[i]->u.i.big;
+    }
+    ckpt_map strs, ints;
+    ckpt_map_init(&strs, CKPT_MAP_BYTES);
+    ckpt_map_init(&ints, CKPT_MAP_U64);
+    int r = ckpt_map_reserve(&strs, nstr) < 0 || ckpt_map_reserve(&ints, nint) < 0 ? -1 : 0;
+    size_t out = 0;
+    for (size_t i = 0; i < n && r >= 0; i++) {
+        const ckpt_value *k = keys[i];
+        size_t first;
+        if (k->kind == CKPT_KIND_STR)
+            r = ckpt_map_put(&strs, k->u.s.s, k->u.s.len, out, &first);
+        else if (k->kind == CKPT_KIND_INT && !k->u.i.big)
+            r = ckpt_map_put_u64(&ints, (uint64_t)k->u.i.v, out, &first);
+        else
+            r = 0;
+        if (r == 1) { /* repeated key: the value changes, the place stays */
+            vals[first] = vals[i];
+            continue;
         }
         keys[out] = keys[i];
         vals[out] = vals[i];
         out++;
     }
-    free(slots);
+    ckpt_map_release(&strs);
+    ckpt_map_release(&ints);
+    if (r < 0)
+        return -1;
     d->u.dict.keys.len = d->u.dict.vals.len = out;
     return 0;
 }

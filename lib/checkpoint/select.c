@@ -19,7 +19,7 @@ int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, c
     ckpt_path_elem *elems = ckpt_arena_alloc(&f->arena, nparts * sizeof(*elems));
     if (!copy || !elems) {
         free(copy);
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     }
     size_t depth = 0;
     int rc = CKPT_OK;
@@ -199,40 +199,50 @@ bool ckpt_tensor_same_view(const ckpt_tensor *a, const ckpt_tensor *b)
     return true;
 }
 
+static uint64_t mix(uint64_t h, uint64_t x)
+{
+    return ckpt_fnv1a_add(h, &x, sizeof x);
+}
+
 uint64_t ckpt_tensor_view_hash(const ckpt_tensor *t)
 {
-    uint64_t h = 1469598103934665603ull;
-#define MIX(x) (h = (h ^ (uint64_t)(x)) * 1099511628211ull)
-    MIX((uintptr_t)t->storage);
-    MIX(t->offset);
-    MIX(t->ndim);
-    MIX(t->dtype);
+    uint64_t h = CKPT_FNV1A_BASIS;
+    h = mix(h, (uintptr_t)t->storage);
+    h = mix(h, (uint64_t)t->offset);
+    h = mix(h, (uint64_t)t->ndim);
+    h = mix(h, (uint64_t)t->dtype);
     for (int d = 0; d < t->ndim; d++) {
-        MIX(t->shape[d]);
-        MIX(t->stride[d]);
+        h = mix(h, (uint64_t)t->shape[d]);
+        h = mix(h, (uint64_t)t->stride[d]);
     }
-#undef MIX
     return h;
+}
+
+/* the view looked up (ARG: the views and which one) is view VAL's */
+typedef struct view_probe {
+    const ckpt_tensor *const *t;
+    size_t i;
+} view_probe;
+
+static bool same_view(const void *arg, size_t val)
+{
+    const view_probe *p = arg;
+    return ckpt_tensor_same_view(p->t[val], p->t[p->i]);
 }
 
 int ckpt_tensors_tied(ckpt_file *f, const ckpt_tensor *const *t, size_t n, long *first)
 {
-    size_t size = 16;
-    while (size < 2 * n)
-        size *= 2;
-    size_t *slot = calloc(size, sizeof(*slot)); /* entry index + 1, 0 for empty */
-    if (!slot)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    ckpt_map views;
+    ckpt_map_init(&views, CKPT_MAP_HASHED);
+    if (ckpt_map_reserve(&views, n) < 0)
+        return ckpt_oom(&f->err);
     for (size_t i = 0; i < n; i++) {
-        size_t b = (size_t)ckpt_tensor_view_hash(t[i]) & (size - 1);
-        first[i] = -1;
-        while (slot[b] && !ckpt_tensor_same_view(t[slot[b] - 1], t[i]))
-            b = (b + 1) & (size - 1);
-        if (slot[b])
-            first[i] = (long)(slot[b] - 1);
-        else
-            slot[b] = i + 1;
+        view_probe p = {t, i};
+        size_t j;
+        /* reserved for all N: never grows, never fails */
+        int r = ckpt_map_put_hashed(&views, ckpt_tensor_view_hash(t[i]), same_view, &p, i, &j);
+        first[i] = r == 1 ? (long)j : -1;
     }
-    free(slot);
+    ckpt_map_release(&views);
     return CKPT_OK;
 }

@@ -1,5 +1,5 @@
 /*
- * storage.c - the storage table that format readers fill (a hash by key),
+ * storage.c - the storage table that format readers fill (a map by key),
  * and the pickle context they read with: the handle's limits and allow-list,
  * torch's persistent ids turned into storage records.  Readers call here;
  * nothing here calls a reader.
@@ -9,22 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    while (*s)
-        h = (h ^ (uint8_t)*s++) * 1099511628211ull;
-    return h;
-}
-
 ckpt_storage *ckpt_file_storage_find(ckpt_file *f, const char *key)
 {
-    if (!f->storage_hash_size)
-        return NULL;
-    ckpt_storage *s = f->storage_hash[hash_str(key) & (f->storage_hash_size - 1)];
-    while (s && strcmp(s->key, key) != 0)
-        s = s->hash_next;
-    return s;
+    size_t i;
+    return ckpt_map_get(&f->storage_index, key, strlen(key), &i) ? f->storages[i] : NULL;
 }
 
 int ckpt_file_storage_add(ckpt_file *f, ckpt_storage *s, ckpt_error *err)
@@ -32,34 +20,12 @@ int ckpt_file_storage_add(ckpt_file *f, ckpt_storage *s, ckpt_error *err)
     if (f->nstorages >= f->limits[CKPT_LIMIT_STORAGES])
         return ckpt_err(err, CKPT_ERR_LIMIT, "more than %llu storages",
                         (unsigned long long)f->limits[CKPT_LIMIT_STORAGES]);
-    if (f->nstorages == f->storages_cap) {
-        size_t cap = f->storages_cap ? f->storages_cap * 2 : 64;
-        ckpt_storage **a = realloc(f->storages, cap * sizeof(*a));
-        if (!a)
-            return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
-        f->storages = a;
-        f->storages_cap = cap;
-    }
-    if ((f->nstorages + 1) * 2 > f->storage_hash_size) {
-        size_t size = f->storage_hash_size ? f->storage_hash_size * 2 : 128;
-        ckpt_storage **h = calloc(size, sizeof(*h));
-        if (!h)
-            return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; i < f->nstorages; i++) {
-            ckpt_storage *t = f->storages[i];
-            size_t b = hash_str(t->key) & (size - 1);
-            t->hash_next = h[b];
-            h[b] = t;
-        }
-        free(f->storage_hash);
-        f->storage_hash = h;
-        f->storage_hash_size = size;
-    }
+    /* a key added again: the later storage is the one found */
+    if (CKPT_GROW(f->storages, f->storages_cap, f->nstorages + 1) < 0 ||
+        ckpt_map_set(&f->storage_index, s->key, strlen(s->key), f->nstorages) < 0)
+        return ckpt_oom(err);
     s->index = f->nstorages;
     f->storages[f->nstorages++] = s;
-    size_t b = hash_str(s->key) & (f->storage_hash_size - 1);
-    s->hash_next = f->storage_hash[b];
-    f->storage_hash[b] = s;
     return CKPT_OK;
 }
 
@@ -82,7 +48,7 @@ struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_d
     ckpt_storage *s = ckpt_arena_alloc(&f->arena, sizeof(*s));
     if (!s || !(s->key = ckpt_arena_strndup(&f->arena, key, strlen(key))) ||
         !(s->device = ckpt_arena_strndup(&f->arena, device, devlen))) {
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
         return NULL;
     }
     s->src = f->cur_src;
@@ -240,7 +206,7 @@ ckpt_value *ckpt_file_storage_value(ckpt_file *f, struct ckpt_storage *s, ckpt_d
 {
     ckpt_value *v = ckpt_value_new(&f->arena, CKPT_KIND_STORAGE, offset);
     if (!v) {
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
         return NULL;
     }
     v->u.st.ptr = s;

@@ -578,7 +578,7 @@ int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, bool as_stored, ckp
     if (!c.cast_buf || (c.swap && !c.swap_buf)) {
         free(c.cast_buf);
         free(c.swap_buf);
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     }
     int rc = CKPT_OK;
     if (s->loc == CKPT_LOC_ZIP_RECORD) {
@@ -589,7 +589,7 @@ int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, bool as_stored, ckp
          * streams by (a piece is larger than a step) */
         uint8_t *buf = malloc(STREAM_CHUNK);
         if (!buf)
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
         for (size_t i = 0; buf && i < s->npieces && rc == CKPT_OK; i++) {
             const ckpt_piece *p = &s->pieces[i];
             uint32_t crc = 0;
@@ -612,7 +612,7 @@ int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, bool as_stored, ckp
     } else {
         uint8_t *buf = malloc(STREAM_CHUNK);
         if (!buf)
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
         for (uint64_t off = 0; buf && off < s->src_nbytes && rc == CKPT_OK;) {
             size_t n = s->src_nbytes - off < STREAM_CHUNK ? (size_t)(s->src_nbytes - off) : STREAM_CHUNK;
             rc = read_stored(f, s, off, buf, n);

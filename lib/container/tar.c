@@ -656,7 +656,7 @@ int ckpt_tar_open(int fd, uint64_t size, ckpt_tar **out, bool *falls_back, ckpt_
         *falls_back = false;
     ckpt_tar *t = calloc(1, sizeof(*t));
     if (!t)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     state st;
     state_init(&st, fd, size);
     int rc = CKPT_OK;
@@ -677,16 +677,10 @@ int ckpt_tar_open(int fd, uint64_t size, ckpt_tar **out, bool *falls_back, ckpt_
                           fb ? " (torch then reads the file as a pickle stream)" : "");
             break;
         }
-        if (t->n == t->cap) {
-            size_t cap = t->cap ? t->cap * 2 : 8;
-            ckpt_tar_member *m = realloc(t->m, cap * sizeof(*m));
-            if (!m) {
-                free(h.name);
-                rc = ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
-                break;
-            }
-            t->m = m;
-            t->cap = cap;
+        if (CKPT_GROW(t->m, t->cap, t->n + 1) < 0) {
+            free(h.name);
+            rc = ckpt_oom(err);
+            break;
         }
         h.name[h.name_len] = '\0';
         t->m[t->n++] = (ckpt_tar_member){

@@ -31,22 +31,9 @@ struct ckpt_zip {
     uint16_t *namelens;
     uint64_t cd_off;   /* where the central directory starts */
     bool no_crcs;      /* every record with data has CRC 0: written without them */
-    int64_t *slots;  /* open-addressing index by case-folded name: index + 1 */
-    size_t nslots;
+    ckpt_map index;  /* name -> index; torch (miniz) looks names up without
+                      * regard to ASCII case */
 };
-
-/* torch (miniz) looks names up without regard to ASCII case */
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c >= 'A' && c <= 'Z')
-            c = (unsigned char)(c - 'A' + 'a');
-        h = (h ^ c) * 1099511628211ull;
-    }
-    return h;
-}
 
 static int zip_error_to_status(int ze)
 {
@@ -81,7 +68,7 @@ static int check_layout(ckpt_zip *z, ckpt_error *err)
         return rc;
     int64_t *order = malloc((size_t)(z->count ? z->count : 1) * sizeof *order);
     if (!order)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     for (int64_t i = 0; i < z->count; i++) {
         uint64_t start = z->offsets[i], hdr = 30 + (uint64_t)z->namelens[i];
         if (start > z->cd_off || z->cd_off - start < hdr ||
@@ -151,7 +138,7 @@ int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
     ckpt_zip *z = calloc(1, sizeof(*z));
     if (!z) {
         zip_discard(za);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     z->za = za;
     z->fd = fd;
@@ -166,7 +153,7 @@ int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
     z->stored = calloc(n, 1);
     if (!z->names || !z->sizes || !z->crcs || !z->stored) {
         ckpt_zip_close(z);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     for (int64_t i = 0; i < z->count; i++) {
         zip_stat_t st;
@@ -196,29 +183,26 @@ int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
         all_zero &= z->sizes[i] == 0 || z->crcs[i] == 0;
     }
     z->no_crcs = any_data && all_zero;
-    z->nslots = 16;
-    while (z->nslots < n * 2)
-        z->nslots *= 2;
-    z->slots = calloc(z->nslots, sizeof(*z->slots));
-    if (!z->slots) {
+    ckpt_map_init(&z->index, CKPT_MAP_BYTES_NOCASE);
+    if (ckpt_map_reserve(&z->index, n) < 0) {
         ckpt_zip_close(z);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     for (int64_t i = 0; i < z->count; i++) {
-        size_t b = name_hash(z->names[i]) & (z->nslots - 1);
-        while (z->slots[b]) {
-            if (strcasecmp(z->names[z->slots[b] - 1], z->names[i]) == 0) {
-                /* torch reads the first, Python's zipfile the last: a scanner
-                 * and a loader would see different files.  Refuse. */
-                int rc = ckpt_err(err, CKPT_ERR_FORMAT,
-                                  "two records named '%s' (names are compared ignoring case)",
-                                  z->names[i]);
-                ckpt_zip_close(z);
-                return rc;
-            }
-            b = (b + 1) & (z->nslots - 1);
+        int r = ckpt_map_put(&z->index, z->names[i], strlen(z->names[i]), (size_t)i, NULL);
+        if (r == 1) {
+            /* torch reads the first, Python's zipfile the last: a scanner
+             * and a loader would see different files.  Refuse. */
+            r = ckpt_err(err, CKPT_ERR_FORMAT,
+                         "two records named '%s' (names are compared ignoring case)",
+                         z->names[i]);
+            ckpt_zip_close(z);
+            return r;
         }
-        z->slots[b] = i + 1;
+        if (r < 0) {
+            ckpt_zip_close(z);
+            return ckpt_oom(err);
+        }
     }
     int rc = check_layout(z, err);
     if (rc != CKPT_OK) {
@@ -241,7 +225,7 @@ void ckpt_zip_close(ckpt_zip *z)
     free(z->sizes);
     free(z->crcs);
     free(z->stored);
-    free(z->slots);
+    ckpt_map_release(&z->index);
     free(z->offsets);
     free(z);
 }
@@ -254,13 +238,8 @@ bool ckpt_zip_has_crcs(const ckpt_zip *z) { return !z->no_crcs; }
 
 int64_t ckpt_zip_find(const ckpt_zip *z, const char *name)
 {
-    size_t b = name_hash(name) & (z->nslots - 1);
-    while (z->slots[b]) {
-        if (strcasecmp(z->names[z->slots[b] - 1], name) == 0)
-            return z->slots[b] - 1;
-        b = (b + 1) & (z->nslots - 1);
-    }
-    return -1;
+    size_t i;
+    return ckpt_map_get(&z->index, name, strlen(name), &i) ? (int64_t)i : -1;
 }
 
 static int read_error(ckpt_zip *z, zip_file_t *zf, int64_t i, ckpt_error *err)
@@ -419,7 +398,7 @@ static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err)
     z->cd_off = cd_off;
     if (!cd || !z->offsets || !z->csizes || !z->namelens) {
         free(cd);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     int rc = ckpt_pread_all(fd, cd, (size_t)cd_size, cd_off) ? CKPT_ERR_IO : CKPT_OK;
     size_t p = 0;
@@ -496,7 +475,7 @@ int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_
     uint8_t *buf = malloc(1u << 20);
     uLong crc = crc32(0L, Z_NULL, 0);
     uint64_t total = 0;
-    int rc = buf ? CKPT_OK : ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = buf ? CKPT_OK : ckpt_oom(err);
     while (rc == CKPT_OK) {
         zip_int64_t got = zip_fread(zf, buf, 1u << 20);
         if (got < 0) {

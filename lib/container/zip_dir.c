@@ -1044,7 +1044,7 @@ static int open_window(int fd, uint64_t size, bool torch_only, ckpt_zip_dir **ou
     *out = NULL;
     ckpt_zip_dir *d = calloc(1, sizeof *d);
     if (!d)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     d->size = size;
     uint8_t h[4];
     d->starts_local = get(fd, size, h, 4, 0) && le(h, 4) == SIG_LOCAL;
@@ -1205,7 +1205,7 @@ int ckpt_zip_dir_read(const ckpt_zip_dir *d, int fd, ckpt_zip_reader r, size_t i
     if (e->csize == 0 || e->usize == 0) {
         *out = malloc(1);
         *crc_ok = e->crc == 0;
-        return *out ? CKPT_OK : ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return *out ? CKPT_OK : ckpt_oom(err);
     }
     uint64_t want = e->method == 0 && r == CKPT_ZIP_READER_TORCH ? e->usize : e->csize;
     uint64_t avail = e->data_at >= d->size ? 0 : d->size - e->data_at;

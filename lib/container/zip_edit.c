@@ -171,7 +171,7 @@ static int extents(int fd, ckpt_zip_layout *l, ckpt_error *err)
     if (!o || !ix) {
         free(o);
         free(ix);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     for (size_t i = 0; i < l->n; i++)
         o[i] = (by_at_t){l->e[i].header_at, i};
@@ -247,7 +247,7 @@ int ckpt_zip_layout_read(int fd, ckpt_zip_layout **out, ckpt_error *err)
     size_t wn = (size_t)(size - 22 - from);
     uint8_t *w = malloc(wn + 4);
     if (!w)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     if (ckpt_pread_all(fd, w, wn, from)) {
         free(w);
         return ckpt_err(err, CKPT_ERR_IO, "cannot read the end of the file");
@@ -264,7 +264,7 @@ int ckpt_zip_layout_read(int fd, ckpt_zip_layout **out, ckpt_error *err)
     if (!l || !(l->cd = malloc(cd_size ? (size_t)cd_size : 1)) ||
         !(l->e = calloc(count ? (size_t)count : 1, sizeof(*l->e)))) {
         ckpt_zip_layout_free(l);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     l->size = size;
     l->cd_at = cd_at;
@@ -292,7 +292,7 @@ int ckpt_zip_layout_read(int fd, ckpt_zip_layout **out, ckpt_error *err)
             break;
         }
         if (!(x->name = malloc(nl + 1))) {
-            rc = ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(err);
             break;
         }
         l->n++;
@@ -438,7 +438,7 @@ static int scrub(int fd, uint64_t at, uint64_t len, bool *wrote, ckpt_error *err
 {
     uint8_t *b = malloc(len ? (size_t)len : 1);
     if (!b)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     if (ckpt_pread_all(fd, b, (size_t)len, at)) {
         free(b);
         return ckpt_err(err, CKPT_ERR_IO, "cannot read the replaced record");
@@ -474,7 +474,7 @@ int ckpt_zip_replace(int fd, ckpt_zip_layout *l, size_t k, const uint8_t *data, 
      * until the switch), and from the last record to the directory */
     span *s;
     if (live_spans(l, SIZE_MAX, (span){0, 0}, &s))
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     span *gaps = malloc((l->n + 2) * sizeof(*gaps));
     size_t ng = 0;
     uint64_t reach = 0, last_end = 0;
@@ -488,7 +488,7 @@ int ckpt_zip_replace(int fd, ckpt_zip_layout *l, size_t k, const uint8_t *data, 
     last_end = reach;
     free(s);
     if (!gaps)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
 
     /* where the record goes (P) and the directory after it (C): the place
      * that leaves the shortest file; a gap before the directory, else the
@@ -520,7 +520,7 @@ int ckpt_zip_replace(int fd, ckpt_zip_layout *l, size_t k, const uint8_t *data, 
     uint64_t rec = ckpt_zipw_span(K->name_len, len, p);
     uint8_t *cd = malloc((size_t)cd_len + CKPT_ZIPW_ENDS);
     if (!cd)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     memcpy(cd, l->cd, K->cd_off);
     size_t kn = ckpt_zipw_central(cd + K->cd_off, 46 + K->name_len + 28, K->name, p, len, crc);
     memcpy(cd + K->cd_off + kn, l->cd + K->cd_off + K->cd_len, l->cd_size - K->cd_off - K->cd_len);
@@ -532,7 +532,7 @@ int ckpt_zip_replace(int fd, ckpt_zip_layout *l, size_t k, const uint8_t *data, 
     span *ns;
     if (live_spans(l, k, (span){p, p + rec}, &ns)) {
         free(cd);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     uint64_t dead = uncovered(ns, l->n, c);
     free(ns);
@@ -553,7 +553,7 @@ int ckpt_zip_replace(int fd, ckpt_zip_layout *l, size_t k, const uint8_t *data, 
     uint8_t *copy = malloc(copy_len);
     if (!copy) {
         free(cd);
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     }
     uint64_t top = new_eof > eof ? new_eof : eof;
     uint64_t copy_end = (top + HOLE + copy_len + DIO_ALIGN - 1) / DIO_ALIGN * DIO_ALIGN;
@@ -598,7 +598,7 @@ int ckpt_zip_replace(int fd, ckpt_zip_layout *l, size_t k, const uint8_t *data, 
         uint64_t n = eof - l->cd_at;
         uint8_t *z = calloc(1, (size_t)n);
         rc = z ? pwrite_all(fd, z, (size_t)n, l->cd_at, err)
-               : ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+               : ckpt_oom(err);
         free(z);
         if (rc == CKPT_OK)
             rc = sync_fd(fd, err);

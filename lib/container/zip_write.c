@@ -68,7 +68,7 @@ ckpt_zipw *ckpt_zipw_new(int fd, ckpt_error *err)
 {
     ckpt_zipw *w = calloc(1, sizeof(*w));
     if (!w) {
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
         return NULL;
     }
     w->fd = fd;
@@ -91,17 +91,11 @@ int ckpt_zipw_begin(ckpt_zipw *w, const char *name, uint64_t size, uint64_t *dat
     size_t L = strlen(name);
     if (L > 0xFFFF)
         return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "record name too long");
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 64;
-        zentry *e = realloc(w->ents, cap * sizeof(*e));
-        if (!e)
-            return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory");
-        w->ents = e;
-        w->cap = cap;
-    }
+    if (CKPT_GROW(w->ents, w->cap, w->n + 1) < 0)
+        return ckpt_oom(w->err);
     zentry *e = &w->ents[w->n];
     if (!(e->name = strdup(name)))
-        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(w->err);
     e->offset = w->pos;
     e->size = size;
     e->crc = 0;

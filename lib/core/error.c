@@ -32,6 +32,11 @@ int ckpt_err(ckpt_error *e, int code, const char *fmt, ...)
     return code;
 }
 
+int ckpt_oom(ckpt_error *e)
+{
+    return ckpt_err(e, CKPT_ERR_NOMEM, "out of memory");
+}
+
 void ckpt_err_clear(ckpt_error *e)
 {
     e->code = CKPT_OK;

@@ -191,7 +191,7 @@ int ckpt_crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc, ckpt_error
 {
     uint8_t *buf = malloc(CKPT_IO_BUF);
     if (!buf)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     int rc = ckpt_crc_range_buf(fd, off, len, buf, crc, NULL);
     free(buf);
     return rc ? ckpt_err(err, rc, "cannot read the input") : CKPT_OK;
@@ -216,7 +216,7 @@ int ckpt_copy_range(int in, uint64_t in_off, int out, uint64_t out_off, uint64_t
             }
         } else {
             if (!buf && !(buf = malloc(CKPT_IO_BUF)))
-                return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+                return ckpt_oom(err);
             if (want > CKPT_IO_BUF)
                 want = CKPT_IO_BUF;
             k = pread(in, buf, want, (off_t)in_off);

@@ -155,7 +155,7 @@ int ckpt_out_open(ckpt_out *o, const char *path, uint64_t expect, ckpt_error *er
     memset(o, 0, sizeof(*o)); /* (deferred: NULL) */
     o->fd = -1;
     if (!(o->path = strdup(path)) || !(o->dir = dir_of(path)))
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     CKPT_FORWARD(check_space(o, expect, err));
 #ifdef O_TMPFILE
     const char *no_tmpfile = getenv("CKPT_NO_O_TMPFILE"); /* tests only (see above) */
@@ -173,7 +173,7 @@ int ckpt_out_open(ckpt_out *o, const char *path, uint64_t expect, ckpt_error *er
     base = base ? base + 1 : path;
     size_t n = strlen(o->dir) + strlen(base) + 32;
     if (!(o->tmp = malloc(n)))
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     snprintf(o->tmp, n, "%s/.%s.ckpt-XXXXXX", o->dir, base);
     sigset_t old;
     block_signals(&old);
@@ -206,7 +206,7 @@ int ckpt_out_commit(ckpt_out *o, ckpt_error *err)
         char proc[64];
         if (!(o->tmp = malloc(n))) {
             unblock_signals(&old);
-            return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(err);
         }
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", o->fd);
         for (int attempt = 0;; attempt++) {

@@ -128,7 +128,7 @@ static const char *const dcp_known_data[] = {
     "pathlib._local.WindowsPath",
 };
 
-/* ---- per-rank FSDP files (pickle/read.c: rebuild_sharded) ------------------
+/* ---- per-rank FSDP files (pickle/rebuild.c: rebuild_sharded) ------------------
  * torch.save of a state dict holding ShardedTensors (FSDP1 SHARDED_STATE_DICT)
  * or DTensors (FSDP2), reference/distributed-formats.md 3.3 and 3.5: records
  * of plain data around each rank's local shard. */

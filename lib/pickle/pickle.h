@@ -8,6 +8,7 @@
 #define CKPT_PICKLE_H
 
 #include "core/core.h"
+#include "pickle/opcodes.h"
 
 /* ---- the value tree ------------------------------------------------------ */
 
@@ -169,7 +170,6 @@ struct ckpt_storage {
                             * in this machine's order, copied as stored */
     bool has_crc;          /* the container records a CRC-32 of the bytes: */
     uint32_t crc32;        /* checked whenever they are read whole */
-    struct ckpt_storage *hash_next;
 };
 
 /* ---- values: constructors and helpers used by the VM and walkers ---------- */
@@ -322,8 +322,5 @@ enum {
 int ckpt_pickle_write3(ckpt_arena *a, size_t nstorages, const ckpt_value *root, unsigned flags,
                        ckpt_pickle_out *out, ckpt_error *err);
 void ckpt_pickle_out_free(ckpt_pickle_out *out);
-
-/* "GLOBAL", "SHORT_BINUNICODE", ...; "?" for a byte that is no opcode. */
-const char *ckpt_pickle_op_name(int op);
 
 #endif /* CKPT_PICKLE_H */

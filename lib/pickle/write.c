@@ -13,21 +13,19 @@
 
 #define BATCH 1000
 
+/* What is memoized: a node (by pointer), a string or a global (by text). */
 typedef struct memo_entry {
     const void *key; /* node pointer, or NULL for a string entry */
     const char *s;   /* string content (strings and globals are memoized by value) */
     size_t len;
-    uint8_t tag;     /* 0 node, 1 str, 2 global */
-    uint32_t index;
-    bool used;
+    uint8_t tag;     /* 0 node, 1 str, 2 global: the memo map it is in */
 } memo_entry;
 
 typedef struct writer {
     ckpt_arena *arena; /* where memo keys are kept */
     ckpt_error *err;
     ckpt_pickle_out *out;
-    memo_entry *memo;
-    size_t memo_cap, memo_count;
+    ckpt_map memo[3];  /* per tag: -> memo index */
     uint32_t next_index;
     int64_t *new_key; /* per input storage: output key number, or -1 */
     bool legacy;      /* pre-1.6 persistent ids: a sixth item, None */
@@ -41,16 +39,8 @@ static int put(writer *w, const void *p, size_t n)
     ckpt_pickle_out *o = w->out;
     if (n > SIZE_MAX - o->len)
         return ckpt_err(w->err, CKPT_ERR_NOMEM, "pickle too large");
-    if (o->len + n > o->cap) {
-        size_t cap = o->cap ? o->cap : 4096;
-        while (cap < o->len + n)
-            cap *= 2;
-        uint8_t *b = realloc(o->buf, cap);
-        if (!b)
-            return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
-        o->buf = b;
-        o->cap = cap;
-    }
+    if (CKPT_GROW(o->buf, o->cap, o->len + n) < 0)
+        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
     memcpy(o->buf + o->len, p, n);
     o->len += n;
     return CKPT_OK;
@@ -72,75 +62,35 @@ static int op_le(writer *w, uint8_t code, uint64_t v, int n)
 
 /* ---- memo ---- */
 
-static uint64_t hash_bytes(uint8_t tag, const char *s, size_t n)
+/* PROBE's memo index in *INDEX, when it was memoized. */
+static bool memo_find(writer *w, const memo_entry *probe, uint32_t *index)
 {
-    uint64_t h = 1469598103934665603ull ^ tag;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
-    return h;
-}
-
-static uint64_t hash_entry(const memo_entry *e)
-{
-    if (e->tag == 0)
-        return (uint64_t)(uintptr_t)e->key * 0x9e3779b97f4a7c15ull;
-    return hash_bytes(e->tag, e->s, e->len);
-}
-
-static bool same(const memo_entry *a, const memo_entry *b)
-{
-    if (a->tag != b->tag)
-        return false;
-    if (a->tag == 0)
-        return a->key == b->key;
-    return a->len == b->len && memcmp(a->s, b->s, a->len) == 0;
-}
-
-static memo_entry *memo_slot(writer *w, const memo_entry *probe)
-{
-    size_t mask = w->memo_cap - 1, i = hash_entry(probe) & mask;
-    while (w->memo[i].used && !same(&w->memo[i], probe))
-        i = (i + 1) & mask;
-    return &w->memo[i];
-}
-
-static memo_entry *memo_find(writer *w, const memo_entry *probe)
-{
-    if (!w->memo_cap)
-        return NULL;
-    memo_entry *e = memo_slot(w, probe);
-    return e->used ? e : NULL;
+    const ckpt_map *m = &w->memo[probe->tag];
+    size_t i;
+    bool found = probe->tag == 0 ? ckpt_map_get_u64(m, (uintptr_t)probe->key, &i)
+                                 : ckpt_map_get(m, probe->s, probe->len, &i);
+    *index = (uint32_t)i;
+    return found;
 }
 
 static int emit_get(writer *w, uint32_t index)
 {
-    return index < 256 ? op_le(w, 'h', index, 1) : op_le(w, 'j', index, 4);
+    return index < 256 ? op_le(w, CKPT_OP_BINGET, index, 1)
+                       : op_le(w, CKPT_OP_LONG_BINGET, index, 4);
 }
 
-/* Record PROBE under the next memo index and emit BINPUT / LONG_BINPUT. */
+/* Record PROBE under the next memo index (a node memoized again: its new
+ * index) and emit BINPUT / LONG_BINPUT. */
 static int memoize(writer *w, const memo_entry *probe)
 {
-    if ((w->memo_count + 1) * 2 > w->memo_cap) {
-        size_t cap = w->memo_cap ? w->memo_cap * 2 : 1024;
-        memo_entry *old = w->memo;
-        size_t old_cap = w->memo_cap;
-        w->memo = calloc(cap, sizeof(*w->memo));
-        if (!w->memo) {
-            w->memo = old;
-            return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
-        }
-        w->memo_cap = cap;
-        for (size_t i = 0; i < old_cap; i++)
-            if (old[i].used)
-                *memo_slot(w, &old[i]) = old[i];
-        free(old);
-    }
-    memo_entry *e = memo_slot(w, probe);
-    *e = *probe;
-    e->used = true;
-    e->index = w->next_index++;
-    w->memo_count++;
-    return e->index < 256 ? op_le(w, 'q', e->index, 1) : op_le(w, 'r', e->index, 4);
+    ckpt_map *m = &w->memo[probe->tag];
+    uint32_t index = w->next_index;
+    if ((probe->tag == 0 ? ckpt_map_set_u64(m, (uintptr_t)probe->key, index)
+                         : ckpt_map_set(m, probe->s, probe->len, index)) < 0)
+        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
+    w->next_index++;
+    return index < 256 ? op_le(w, CKPT_OP_BINPUT, index, 1)
+                       : op_le(w, CKPT_OP_LONG_BINPUT, index, 4);
 }
 
 static memo_entry node_key(const void *p)
@@ -153,11 +103,11 @@ static memo_entry node_key(const void *p)
 static int emit_int64(writer *w, int64_t v)
 {
     if (v >= 0 && v < 256)
-        return op_le(w, 'K', (uint64_t)v, 1);
+        return op_le(w, CKPT_OP_BININT1, (uint64_t)v, 1);
     if (v >= 0 && v < 65536)
-        return op_le(w, 'M', (uint64_t)v, 2);
+        return op_le(w, CKPT_OP_BININT2, (uint64_t)v, 2);
     if (v >= INT32_MIN && v <= INT32_MAX)
-        return op_le(w, 'J', (uint64_t)(uint32_t)(int32_t)v, 4);
+        return op_le(w, CKPT_OP_BININT, (uint64_t)(uint32_t)(int32_t)v, 4);
     /* LONG1 with the shortest two's complement encoding, as Python's encode_long */
     uint8_t b[8];
     int n = 8;
@@ -166,7 +116,7 @@ static int emit_int64(writer *w, int64_t v)
     while (n > 1 && ((b[n - 1] == 0x00 && !(b[n - 2] & 0x80)) ||
                      (b[n - 1] == 0xff && (b[n - 2] & 0x80))))
         n--;
-    CKPT_FORWARD(op_le(w, 0x8a, (uint64_t)n, 1));
+    CKPT_FORWARD(op_le(w, CKPT_OP_LONG1, (uint64_t)n, 1));
     return put(w, b, (size_t)n);
 }
 
@@ -175,9 +125,9 @@ static int emit_int(writer *w, const ckpt_value *v)
     if (!v->u.i.big)
         return emit_int64(w, v->u.i.v);
     if (v->u.i.nbytes < 256)
-        CKPT_FORWARD(op_le(w, 0x8a, v->u.i.nbytes, 1));
+        CKPT_FORWARD(op_le(w, CKPT_OP_LONG1, v->u.i.nbytes, 1));
     else
-        CKPT_FORWARD(op_le(w, 0x8b, v->u.i.nbytes, 4));
+        CKPT_FORWARD(op_le(w, CKPT_OP_LONG4, v->u.i.nbytes, 4));
     return put(w, v->u.i.bytes, v->u.i.nbytes);
 }
 
@@ -185,7 +135,7 @@ static int emit_float(writer *w, double d)
 {
     uint64_t bits;
     memcpy(&bits, &d, sizeof(bits));
-    uint8_t b[9] = {'G'};
+    uint8_t b[9] = {CKPT_OP_BINFLOAT};
     for (int i = 0; i < 8; i++)
         b[1 + i] = (uint8_t)(bits >> (56 - 8 * i));
     return put(w, b, sizeof(b));
@@ -195,12 +145,12 @@ static int emit_float(writer *w, double d)
 static int emit_str(writer *w, const char *s, size_t n)
 {
     memo_entry probe = {.s = s, .len = n, .tag = 1};
-    memo_entry *e = memo_find(w, &probe);
-    if (e)
-        return emit_get(w, e->index);
+    uint32_t at;
+    if (memo_find(w, &probe, &at))
+        return emit_get(w, at);
     if (n > UINT32_MAX)
         return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "a string of %zu bytes", n);
-    CKPT_FORWARD(op_le(w, 'X', n, 4));
+    CKPT_FORWARD(op_le(w, CKPT_OP_BINUNICODE, n, 4));
     CKPT_FORWARD(put(w, s, n));
     /* the memo keeps the text: S may be a caller's temporary buffer */
     if (!(probe.s = ckpt_arena_strndup(w->arena, s, n)))
@@ -222,9 +172,9 @@ static int emit_global2(writer *w, const char *mod, size_t modlen, const char *n
     if (qn < 0 || (size_t)qn >= sizeof(q))
         return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "global name too long");
     memo_entry probe = {.s = q, .len = (size_t)qn, .tag = 2};
-    memo_entry *e = memo_find(w, &probe);
-    if (e)
-        return emit_get(w, e->index);
+    uint32_t at;
+    if (memo_find(w, &probe, &at))
+        return emit_get(w, at);
     /* spelled as Python 3's protocol-2 pickler spells it (fix_imports:
      * builtins.range -> __builtin__.xrange), so that it reads back as itself */
     char mod0[300];
@@ -239,7 +189,7 @@ static int emit_global2(writer *w, const char *mod, size_t modlen, const char *n
                         mod0, name);
     name = name2;
     size_t ml = strlen(m);
-    CKPT_FORWARD(op(w, 'c'));
+    CKPT_FORWARD(op(w, CKPT_OP_GLOBAL));
     CKPT_FORWARD(put(w, m, ml));
     CKPT_FORWARD(op(w, '\n'));
     CKPT_FORWARD(put(w, name, strlen(name)));
@@ -268,13 +218,13 @@ static int emit_appends(writer *w, const ckpt_vec *items)
         size_t n = items->len - i < BATCH ? items->len - i : BATCH;
         if (n == 1) {
             CKPT_FORWARD(emit_value(w, items->items[i]));
-            CKPT_FORWARD(op(w, 'a'));
+            CKPT_FORWARD(op(w, CKPT_OP_APPEND));
             continue;
         }
-        CKPT_FORWARD(op(w, '('));
+        CKPT_FORWARD(op(w, CKPT_OP_MARK));
         for (size_t k = 0; k < n; k++)
             CKPT_FORWARD(emit_value(w, items->items[i + k]));
-        CKPT_FORWARD(op(w, 'e'));
+        CKPT_FORWARD(op(w, CKPT_OP_APPENDS));
     }
     return CKPT_OK;
 }
@@ -286,15 +236,15 @@ static int emit_setitems(writer *w, const ckpt_vec *keys, const ckpt_vec *vals)
         if (n == 1) {
             CKPT_FORWARD(emit_value(w, keys->items[i]));
             CKPT_FORWARD(emit_value(w, vals->items[i]));
-            CKPT_FORWARD(op(w, 's'));
+            CKPT_FORWARD(op(w, CKPT_OP_SETITEM));
             continue;
         }
-        CKPT_FORWARD(op(w, '('));
+        CKPT_FORWARD(op(w, CKPT_OP_MARK));
         for (size_t k = 0; k < n; k++) {
             CKPT_FORWARD(emit_value(w, keys->items[i + k]));
             CKPT_FORWARD(emit_value(w, vals->items[i + k]));
         }
-        CKPT_FORWARD(op(w, 'u'));
+        CKPT_FORWARD(op(w, CKPT_OP_SETITEMS));
     }
     return CKPT_OK;
 }
@@ -303,20 +253,20 @@ static int emit_tuple_items(writer *w, const ckpt_value *t)
 {
     size_t n = t->u.seq.len;
     if (n == 0)
-        return op(w, ')');
+        return op(w, CKPT_OP_EMPTY_TUPLE);
     if (n > 3)
-        CKPT_FORWARD(op(w, '('));
+        CKPT_FORWARD(op(w, CKPT_OP_MARK));
     for (size_t i = 0; i < n; i++)
         CKPT_FORWARD(emit_value(w, t->u.seq.items[i]));
     if (n > 3)
-        return op(w, 't');
-    return op(w, (uint8_t)(0x85 + n - 1));
+        return op(w, CKPT_OP_TUPLE);
+    return op(w, (uint8_t)(CKPT_OP_TUPLE1 + n - 1));
 }
 
 static int emit_tuple(writer *w, const ckpt_value *v)
 {
     if (v->u.seq.len == 0)
-        return op(w, ')'); /* the empty tuple is not memoized */
+        return op(w, CKPT_OP_EMPTY_TUPLE); /* the empty tuple is not memoized */
     /* items are emitted before the tuple exists: a tuple reached again from
      * inside itself has no pickle form without Python's POP_MARK trick */
     if (v->flags & CKPT_VF_EMITTING)
@@ -347,7 +297,7 @@ static int emit_latin1(writer *w, const ckpt_value *v)
         }
     }
     /* a fresh string each time, like Python's str(obj, 'latin1') */
-    int rc = op_le(w, 'X', k, 4);
+    int rc = op_le(w, CKPT_OP_BINUNICODE, k, 4);
     if (!rc)
         rc = put(w, u, k);
     free(u);
@@ -361,13 +311,13 @@ static int emit_bytes(writer *w, const ckpt_value *v)
                               bytearray ? 8 : (v->u.s.len ? 7 : 8),
                               bytearray ? "bytearray" : (v->u.s.len ? "encode" : "bytes")));
     if (v->u.s.len == 0 && !bytearray) {
-        CKPT_FORWARD(op(w, ')'));
+        CKPT_FORWARD(op(w, CKPT_OP_EMPTY_TUPLE));
     } else {
         CKPT_FORWARD(emit_latin1(w, v));
         CKPT_FORWARD(emit_cstr(w, bytearray ? "latin-1" : "latin1"));
-        CKPT_FORWARD(op(w, 0x86));
+        CKPT_FORWARD(op(w, CKPT_OP_TUPLE2));
     }
-    CKPT_FORWARD(op(w, 'R'));
+    CKPT_FORWARD(op(w, CKPT_OP_REDUCE));
     memo_entry k = node_key(v);
     return memoize(w, &k);
 }
@@ -392,7 +342,7 @@ static int emit_storage(writer *w, const ckpt_value *ref)
     const char *type = cast ? s->type_name : ref->u.st.type_name;
     bool untyped = strcmp(type, "UntypedStorage") == 0; /* its size counts bytes */
     size_t es = untyped ? 1 : ckpt_dtype_size(cast ? s->dtype : ref->u.st.dtype);
-    CKPT_FORWARD(op(w, '('));
+    CKPT_FORWARD(op(w, CKPT_OP_MARK));
     CKPT_FORWARD(emit_cstr(w, "storage"));
     /* torch 2.x writes (and its weights-only loader admits) the untyped
      * storage of v3 tensors as torch.storage.UntypedStorage */
@@ -404,11 +354,11 @@ static int emit_storage(writer *w, const ckpt_value *ref)
     CKPT_FORWARD(emit_cstr(w, s->device));
     CKPT_FORWARD(emit_int64(w, (int64_t)(s->nbytes / (es ? es : 1))));
     if (w->legacy)
-        CKPT_FORWARD(op(w, 'N')); /* view_metadata, always None */
-    CKPT_FORWARD(op(w, 't'));
+        CKPT_FORWARD(op(w, CKPT_OP_NONE)); /* view_metadata, always None */
+    CKPT_FORWARD(op(w, CKPT_OP_TUPLE));
     memo_entry k = node_key(ref); /* the id tuple, as Python memoizes it */
     CKPT_FORWARD(memoize(w, &k));
-    return op(w, 'Q');
+    return op(w, CKPT_OP_BINPERSID);
 }
 
 /*
@@ -436,14 +386,14 @@ static int emit_recast(writer *w, const ckpt_tensor *t, const ckpt_value *type)
                               to_v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2"));
     if (type)
         CKPT_FORWARD(emit_value(w, type));
-    CKPT_FORWARD(op(w, '('));
+    CKPT_FORWARD(op(w, CKPT_OP_MARK));
     for (size_t i = 0; i < 6; i++) /* storage, offset, size, stride, requires_grad, hooks */
         CKPT_FORWARD(emit_value(w, args->u.seq.items[i]));
     if (to_v3)
         CKPT_FORWARD(emit_global2(w, "torch", 5, ckpt_dtype_name(s->dtype)));
     for (size_t i = v3 ? 7 : 6; i < args->u.seq.len; i++) /* metadata */
         CKPT_FORWARD(emit_value(w, args->u.seq.items[i]));
-    CKPT_FORWARD(op(w, 't'));
+    CKPT_FORWARD(op(w, CKPT_OP_TUPLE));
     return 1;
 }
 
@@ -463,7 +413,7 @@ static int emit_tensor(writer *w, const ckpt_value *v)
         const ckpt_value *ta = t->type_args;
         if (ta) {
             CKPT_FORWARD(emit_global2(w, "torch._tensor", 13, "_rebuild_from_type_v2"));
-            CKPT_FORWARD(op(w, '('));
+            CKPT_FORWARD(op(w, CKPT_OP_MARK));
         }
         if ((recast = emit_recast(w, t, ta ? ta->u.seq.items[1] : NULL)) < 0)
             return recast;
@@ -475,15 +425,15 @@ static int emit_tensor(writer *w, const ckpt_value *v)
         }
         if (ta) {
             CKPT_FORWARD(emit_value(w, ta->u.seq.items[3]));
-            CKPT_FORWARD(op(w, 't'));
+            CKPT_FORWARD(op(w, CKPT_OP_TUPLE));
         }
     }
-    CKPT_FORWARD(op(w, 'R'));
+    CKPT_FORWARD(op(w, CKPT_OP_REDUCE));
     memo_entry k = node_key(v);
     CKPT_FORWARD(memoize(w, &k));
     if (t->state) {
         CKPT_FORWARD(emit_value(w, t->state));
-        CKPT_FORWARD(op(w, 'b'));
+        CKPT_FORWARD(op(w, CKPT_OP_BUILD));
     }
     return CKPT_OK;
 }
@@ -497,26 +447,26 @@ static int emit_object(writer *w, const ckpt_value *v)
     case CKPT_OBJ_NEWOBJ:
         CKPT_FORWARD(emit_global(w, cls));
         CKPT_FORWARD(emit_value(w, v->u.obj.args));
-        CKPT_FORWARD(op(w, 0x81));
+        CKPT_FORWARD(op(w, CKPT_OP_NEWOBJ));
         break;
     case CKPT_OBJ_NEWOBJ_EX: /* a protocol-4 opcode; the input needed it too */
         CKPT_FORWARD(emit_global(w, cls));
         CKPT_FORWARD(emit_value(w, v->u.obj.args));
         CKPT_FORWARD(emit_value(w, v->u.obj.kwargs));
-        CKPT_FORWARD(op(w, 0x92));
+        CKPT_FORWARD(op(w, CKPT_OP_NEWOBJ_EX));
         break;
     case CKPT_OBJ_INST:
     case CKPT_OBJ_OBJ: /* protocol 0/1 forms, rebuilt as OBJ */
-        CKPT_FORWARD(op(w, '('));
+        CKPT_FORWARD(op(w, CKPT_OP_MARK));
         CKPT_FORWARD(emit_global(w, cls));
         for (size_t i = 0; v->u.obj.args && i < v->u.obj.args->u.seq.len; i++)
             CKPT_FORWARD(emit_value(w, v->u.obj.args->u.seq.items[i]));
-        CKPT_FORWARD(op(w, 'o'));
+        CKPT_FORWARD(op(w, CKPT_OP_OBJ));
         break;
     default:
         CKPT_FORWARD(emit_global(w, cls));
         CKPT_FORWARD(emit_value(w, v->u.obj.args));
-        CKPT_FORWARD(op(w, 'R'));
+        CKPT_FORWARD(op(w, CKPT_OP_REDUCE));
         break;
     }
     memo_entry k = node_key(v);
@@ -525,7 +475,7 @@ static int emit_object(writer *w, const ckpt_value *v)
     CKPT_FORWARD(emit_setitems(w, &v->u.obj.dictkeys, &v->u.obj.dictvals));
     if (v->u.obj.state) {
         CKPT_FORWARD(emit_value(w, v->u.obj.state));
-        CKPT_FORWARD(op(w, 'b'));
+        CKPT_FORWARD(op(w, CKPT_OP_BUILD));
     }
     return CKPT_OK;
 }
@@ -534,9 +484,9 @@ static int emit_value(writer *w, const ckpt_value *v)
 {
     switch (v->kind) {
     case CKPT_KIND_NONE:
-        return op(w, 'N');
+        return op(w, CKPT_OP_NONE);
     case CKPT_KIND_BOOL:
-        return op(w, v->u.b ? 0x88 : 0x89);
+        return op(w, v->u.b ? CKPT_OP_NEWTRUE : CKPT_OP_NEWFALSE);
     case CKPT_KIND_INT:
         return emit_int(w, v);
     case CKPT_KIND_FLOAT:
@@ -552,31 +502,31 @@ static int emit_value(writer *w, const ckpt_value *v)
     }
     /* shared objects: the second reference is a BINGET */
     memo_entry k = node_key(v);
-    memo_entry *e = memo_find(w, &k);
-    if (e)
-        return emit_get(w, e->index);
+    uint32_t at;
+    if (memo_find(w, &k, &at))
+        return emit_get(w, at);
     switch (v->kind) {
     case CKPT_KIND_BYTES:
         return emit_bytes(w, v);
     case CKPT_KIND_TUPLE:
         return emit_tuple(w, v);
     case CKPT_KIND_LIST:
-        CKPT_FORWARD(op(w, ']'));
+        CKPT_FORWARD(op(w, CKPT_OP_EMPTY_LIST));
         CKPT_FORWARD(memoize(w, &k));
         return emit_appends(w, &v->u.seq);
     case CKPT_KIND_DICT:
         if (v->flags & CKPT_VF_ORDERED) {
             CKPT_FORWARD(emit_global2(w, "collections", 11, "OrderedDict"));
-            CKPT_FORWARD(op(w, ')'));
-            CKPT_FORWARD(op(w, 'R'));
+            CKPT_FORWARD(op(w, CKPT_OP_EMPTY_TUPLE));
+            CKPT_FORWARD(op(w, CKPT_OP_REDUCE));
         } else {
-            CKPT_FORWARD(op(w, '}'));
+            CKPT_FORWARD(op(w, CKPT_OP_EMPTY_DICT));
         }
         CKPT_FORWARD(memoize(w, &k));
         CKPT_FORWARD(emit_setitems(w, &v->u.dict.keys, &v->u.dict.vals));
         if (v->u.dict.state) {
             CKPT_FORWARD(emit_value(w, v->u.dict.state));
-            CKPT_FORWARD(op(w, 'b'));
+            CKPT_FORWARD(op(w, CKPT_OP_BUILD));
         }
         return CKPT_OK;
     case CKPT_KIND_SET:
@@ -584,10 +534,10 @@ static int emit_value(writer *w, const ckpt_value *v)
         /* protocol 2: builtins.set([items]) via REDUCE */
         bool frozen = v->kind == CKPT_KIND_FROZENSET;
         CKPT_FORWARD(emit_global2(w, "builtins", 8, frozen ? "frozenset" : "set"));
-        CKPT_FORWARD(op(w, ']'));
+        CKPT_FORWARD(op(w, CKPT_OP_EMPTY_LIST));
         CKPT_FORWARD(emit_appends(w, &v->u.seq));
-        CKPT_FORWARD(op(w, 0x85));
-        CKPT_FORWARD(op(w, 'R'));
+        CKPT_FORWARD(op(w, CKPT_OP_TUPLE1));
+        CKPT_FORWARD(op(w, CKPT_OP_REDUCE));
         return memoize(w, &k);
     }
     case CKPT_KIND_OBJECT:
@@ -621,6 +571,9 @@ int ckpt_pickle_write3(ckpt_arena *a, size_t nstorages, const ckpt_value *root, 
                 .out = out,
                 .legacy = (flags & CKPT_PICKLE_LEGACY) != 0,
                 .keep_keys = (flags & CKPT_PICKLE_KEEP_KEYS) != 0};
+    ckpt_map_init(&w.memo[0], CKPT_MAP_U64);
+    ckpt_map_init(&w.memo[1], CKPT_MAP_BYTES);
+    ckpt_map_init(&w.memo[2], CKPT_MAP_BYTES);
     size_t ns = nstorages;
     w.new_key = malloc((ns ? ns : 1) * sizeof(*w.new_key));
     out->order = malloc((ns ? ns : 1) * sizeof(*out->order));
@@ -630,14 +583,15 @@ int ckpt_pickle_write3(ckpt_arena *a, size_t nstorages, const ckpt_value *root, 
     } else {
         for (size_t i = 0; i < ns; i++)
             w.new_key[i] = -1;
-        rc = op_le(&w, 0x80, 2, 1);
+        rc = op_le(&w, CKPT_OP_PROTO, 2, 1);
         if (!rc)
             rc = emit_value(&w, root);
         if (!rc)
-            rc = op(&w, '.');
+            rc = op(&w, CKPT_OP_STOP);
     }
     free(w.new_key);
-    free(w.memo);
+    for (int i = 0; i < 3; i++)
+        ckpt_map_release(&w.memo[i]);
     if (rc)
         ckpt_pickle_out_free(out);
     return rc;

@@ -41,14 +41,11 @@ static void sb_add(strbuf *b, const char *fmt, ...)
             b->len += (size_t)n;
             return;
         }
-        size_t ncap = (b->cap ? b->cap * 2 : 256) + (size_t)n;
-        char *ns = realloc(b->s, ncap);
-        if (!ns) {
+        if ((size_t)n >= SIZE_MAX - b->len ||
+            CKPT_GROW(b->s, b->cap, b->len + (size_t)n + 1) < 0) {
             b->oom = 1;
             return;
         }
-        b->s = ns;
-        b->cap = ncap;
         if (b->len == 0)
             b->s[0] = '\0';
     }

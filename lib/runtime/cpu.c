@@ -417,14 +417,8 @@ static const float *weight_packed(cpu_impl *c, const float *w, int side, int64_t
             q->rs == rs && q->cs == cs)
             return q->p;
     }
-    if (c->npacks == c->packs_cap) {
-        size_t cap = c->packs_cap ? 2 * c->packs_cap : 64;
-        packed_weight *np = realloc(c->packs, cap * sizeof *np);
-        if (!np)
-            return NULL;
-        c->packs = np;
-        c->packs_cap = cap;
-    }
+    if (CKPT_GROW(c->packs, c->packs_cap, c->npacks + 1) < 0)
+        return NULL;
     size_t bytes = cpu_gemm_packed_floats(c->gk, side, rows, depth) * sizeof(float);
     float *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!p)

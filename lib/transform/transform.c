@@ -331,14 +331,6 @@ static char *apply_rules_to_module_path(const ckpt_rename *r, const char *path, 
 
 /* ---- applying to state dicts ---- */
 
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    while (*s)
-        h = (h ^ (uint8_t)*s++) * 1099511628211ull;
-    return h;
-}
-
 typedef struct key_map {
     char **new_keys; /* per entry: NULL when the key is not a string */
     size_t n;
@@ -352,33 +344,20 @@ static void key_map_free(key_map *m)
     m->new_keys = NULL;
 }
 
-/* Index of a string key equal to NEW among the first N (or -1); a small
- * open-addressing table keyed by the new names. */
-typedef struct name_index {
-    size_t *slots, size;
-} name_index;
-
-static int name_index_init(name_index *x, size_t n)
+/* The entries by their new names: a map reserved for all N of them. */
+static int name_index_init(ckpt_map *x, size_t n)
 {
-    x->size = 16;
-    while (x->size < n * 2)
-        x->size *= 2;
-    x->slots = calloc(x->size, sizeof(*x->slots));
-    return x->slots ? 0 : -1;
+    ckpt_map_init(x, CKPT_MAP_BYTES);
+    return ckpt_map_reserve(x, n);
 }
 
-/* Insert entry I under NAME; returns the index of an earlier entry with the
- * same name, or SIZE_MAX. */
-static size_t name_index_put(name_index *x, char *const *names, size_t i)
+/* Insert entry I under NAMES[I]; returns the index of an earlier entry with
+ * the same name, or SIZE_MAX.  (Reserved for every entry: never grows, so
+ * never fails.) */
+static size_t name_index_put(ckpt_map *x, char *const *names, size_t i)
 {
-    size_t b = hash_str(names[i]) & (x->size - 1);
-    while (x->slots[b]) {
-        if (strcmp(names[x->slots[b] - 1], names[i]) == 0)
-            return x->slots[b] - 1;
-        b = (b + 1) & (x->size - 1);
-    }
-    x->slots[b] = i + 1;
-    return SIZE_MAX;
+    size_t prev;
+    return ckpt_map_put(x, names[i], strlen(names[i]), i, &prev) == 1 ? prev : SIZE_MAX;
 }
 
 static ckpt_value *new_str(ckpt_file *f, const char *s)
@@ -395,8 +374,8 @@ static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
     size_t n = md->u.dict.keys.len;
     char **nk = calloc(n ? n : 1, sizeof(*nk));
     size_t *orig_len = calloc(n ? n : 1, sizeof(*orig_len));
-    name_index idx = {0};
-    int rc = (!nk || !orig_len || name_index_init(&idx, n)) ? CKPT_ERR_NOMEM : CKPT_OK;
+    ckpt_map idx;
+    int rc = (name_index_init(&idx, n) || !nk || !orig_len) ? CKPT_ERR_NOMEM : CKPT_OK;
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         ckpt_value *k = md->u.dict.keys.items[i];
         if (k->kind != CKPT_KIND_STR)
@@ -406,7 +385,7 @@ static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
         nk[i] = apply_rules_to_module_path(r, k->u.s.s, errbuf, sizeof(errbuf));
         if (!nk[i])
             rc = errbuf[0] ? ckpt_err(&f->err, CKPT_ERR_USAGE, "%s", errbuf)
-                           : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                           : ckpt_oom(&f->err);
     }
     /* Entries that meet: the first one's place, the inner module's value
      * (the longer original path: DDP's 'module' wins over its own ''). */
@@ -432,7 +411,7 @@ static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
         }
         ckpt_value *key = md->u.dict.keys.items[i];
         if (strcmp(key->u.s.s, nk[i]) != 0 && !(key = new_str(f, nk[i])))
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
         md->u.dict.keys.items[out] = key;
         md->u.dict.vals.items[out++] = md->u.dict.vals.items[i];
     }
@@ -449,7 +428,7 @@ static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
             ckpt_vec_push(&f->arena, &v->u.dict.vals, one) ||
             ckpt_vec_push(&f->arena, &md->u.dict.keys, k) ||
             ckpt_vec_push(&f->arena, &md->u.dict.vals, v)) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
         } else {
             one->u.i.v = 1;
             size_t last = md->u.dict.keys.len - 1;
@@ -463,7 +442,7 @@ static int rename_metadata(ckpt_file *f, ckpt_value *md, const ckpt_rename *r)
         free(nk[i]);
     free(nk);
     free(orig_len);
-    free(idx.slots);
+    ckpt_map_release(&idx);
     return rc;
 }
 
@@ -486,17 +465,17 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
     }
     size_t n = d->u.dict.keys.len, changed = 0;
     key_map m = {.new_keys = calloc(n ? n : 1, sizeof(char *)), .n = n};
-    name_index idx = {0};
+    ckpt_map idx;
     char where[512];
     const char *sd_name = "(root)";
     if (path->len) {
         ckpt_path_format(path, where, sizeof(where));
         sd_name = where;
     }
-    if (!m.new_keys || name_index_init(&idx, n)) {
+    if (name_index_init(&idx, n) || !m.new_keys) {
         key_map_free(&m);
-        free(idx.slots);
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_map_release(&idx);
+        return ckpt_oom(&f->err);
     }
     int rc = CKPT_OK;
     char errbuf[256] = "";
@@ -507,7 +486,7 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
         m.new_keys[i] = apply_rules(r, k->u.s.s, errbuf, sizeof(errbuf));
         if (!m.new_keys[i])
             rc = errbuf[0] ? ckpt_err(&f->err, CKPT_ERR_USAGE, "%s", errbuf)
-                           : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                           : ckpt_oom(&f->err);
     }
     for (size_t i = 0; i < n && rc == CKPT_OK; i++)
         if (m.new_keys[i] && !m.new_keys[i][0])
@@ -540,7 +519,7 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
             if (!m.new_keys[i] || strcmp(k->u.s.s, m.new_keys[i]) == 0)
                 continue;
             if (!(d->u.dict.keys.items[i] = new_str(f, m.new_keys[i])))
-                rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                rc = ckpt_oom(&f->err);
         }
         const ckpt_value *md = ckpt_value_dict_get(d->u.dict.state, "_metadata");
         if (rc == CKPT_OK && md && md->kind == CKPT_KIND_DICT)
@@ -549,7 +528,7 @@ static int rename_mapping(ckpt_file *f, ckpt_value *d, const ckpt_path *path, co
     if (rc == CKPT_OK && rep && rep->state_dict)
         rep->state_dict(rep->user, path, changed, n);
     key_map_free(&m);
-    free(idx.slots);
+    ckpt_map_release(&idx);
     return rc;
 }
 
@@ -639,7 +618,7 @@ CKPT_API int ckpt_file_remap_devices(ckpt_file *f, const char *const *from, cons
     size_t n = f->nstorages;
     const char **olds = calloc(n ? n : 1, sizeof(*olds)), **news = calloc(n ? n : 1, sizeof(*news));
     size_t *counts = calloc(n ? n : 1, sizeof(*counts)), npairs = 0;
-    int rc = (!olds || !news || !counts) ? ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory")
+    int rc = (!olds || !news || !counts) ? ckpt_oom(&f->err)
                                          : CKPT_OK;
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         ckpt_storage *s = f->storages[i];
@@ -668,7 +647,7 @@ CKPT_API int ckpt_file_remap_devices(ckpt_file *f, const char *const *from, cons
                 if (device_matches(from[k], s->device)) {
                     if (strcmp(to[k], s->device) != 0 &&
                         !(s->device = ckpt_arena_strndup(&f->arena, to[k], strlen(to[k]))))
-                        rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                        rc = ckpt_oom(&f->err);
                     break;
                 }
         }
@@ -706,7 +685,7 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
      * of a state dict leaves quantized tensors alone */
     bool *keep = calloc(f->nstorages ? f->nstorages : 1, sizeof(*keep));
     if (!keep)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     for (size_t i = 0; i < f->nstorages; i++)
         for (size_t j = 0; j < f->tensors.len; j++) {
             const ckpt_tensor *t = f->tensors.items[j].value->u.tensor;
@@ -758,7 +737,7 @@ static int note_versions(ckpt_file *f)
         ckpt_file_notice_add(f, "_metadata: the _version of %s (and of any class outside "
                                 "torch.nn) is not in the file: it says 1",
                              sd->u.dict.unknown_version) < 0)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     return CKPT_OK;
 }
 
