@@ -2,12 +2,15 @@
  * ckpt.h - libckpt, the PyTorch checkpoint library behind the ckpt tool.
  * The whole public API; man 3 libckpt documents it group by group.
  *
- * Reads .pth checkpoints (zip and pre-1.6 legacy), safetensors files and
- * sharded sets (*.index.json) without Python: the pickle inside is parsed
- * by a safe VM that never imports or calls anything.  Edits them (key
- * renames, device remaps, dtype casts), writes them in any of those
- * formats, scans pickles for what they would import, and runs a model spec
- * on a checkpoint's weights (CPU or CUDA).
+ * Reads .pth checkpoints (zip, pre-1.6 legacy and torch 0.1's tar),
+ * TorchScript archives, safetensors files, sharded sets (*.index.json) and
+ * the folders of torch.distributed.checkpoint and DeepSpeed ZeRO without
+ * Python: the pickle inside is parsed by a safe VM that never imports or
+ * calls anything.  Edits them (key renames, device remaps, dtype casts),
+ * writes them as pth (zip or legacy), safetensors or sharded sets, scans
+ * files for what torch.load would import and run, compares two checkpoints,
+ * and runs a model spec on a checkpoint's weights (CPU or CUDA) to verify
+ * them.
  *
  * Errors.  Functions that can fail return an int from enum ckpt_status:
  * CKPT_OK (0) on success, a negative code on failure.  The handle keeps the
@@ -171,11 +174,11 @@ typedef enum ckpt_format {
 } ckpt_format;
 
 /* "pth-zip", "pth-legacy", "safetensors", "sharded", "torchscript" as in
- * DESIGN.md's JSON. */
+ * inspect's JSON (doc/design.md, "JSON"). */
 CKPT_API const char *ckpt_format_name(ckpt_format format);
 /* The format an output named PATH is written in when none is asked for:
  * SHARDED for NAME.index.json, SAFETENSORS for *.safetensors, else PTH_ZIP
- * (DESIGN.md: --to, else OUT's extension, else pth-zip). */
+ * (doc/design.md, "Common rules": --to, else OUT's extension, else pth-zip). */
 CKPT_API ckpt_format ckpt_format_for_path(const char *path);
 
 typedef enum ckpt_limit {
@@ -914,7 +917,7 @@ CKPT_API void ckpt_cleanup_temporaries(void);
 /* ---- the model runtime: graph specs, backends, strict load, forward -------- */
 
 /*
- * A model is a graph spec (DESIGN.md "Model specs"; the JSON files in models/): named
+ * A model is a graph spec (doc/design.md, "Model specs"; the JSON files in models/): named
  * inputs, an ordered list of nodes, named outputs.  ckpt_model_bind() loads
  * a state dict into it the way torch's strict load_state_dict() does, and
  * ckpt_model_run() runs the forward pass on a backend: the CPU reference or

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-/* Exit status (DESIGN.md). */
+/* Exit status (doc/design.md, "Exit status and messages"). */
 enum cli_exit {
     CLI_EXIT_OK = 0,
     CLI_EXIT_DIFFERENT = 1, /* the check ran and found a difference / unsafe content */

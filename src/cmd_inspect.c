@@ -20,7 +20,7 @@ static const char inspect_usage[] =
     "opaque objects, and totals by dtype and device.  Only the container index\n"
     "and the pickle are read, unless --stats asks for the data.\n"
     "\n"
-    "  --json                 print the JSON document of DESIGN.md / ckpt-inspect(1)\n"
+    "  --json                 print the JSON document of ckpt-inspect(1)\n"
     "  --stats                read the data: min, max, mean, std, NaN and Inf counts\n"
     "                         and CRC-32 per tensor (CRC of every record is checked)\n"
     "  --filter REGEX         show only tensors whose path matches (PCRE2)\n"
@@ -243,7 +243,7 @@ static cJSON *json_channel_values(ckpt_file *f, const ckpt_tensor *t)
     return a ? a : cJSON_CreateNull();
 }
 
-/* "kind", and a quantized tensor's quantizer (DESIGN.md: qscheme, scale,
+/* "kind", and a quantized tensor's quantizer (doc/design.md, "JSON": qscheme, scale,
  * zero_point, axis; per channel the scales and zero points are lists) */
 static void json_kind(inspect *in, const ckpt_tensor *t, cJSON *jt)
 {

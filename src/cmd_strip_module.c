@@ -5,7 +5,7 @@ static const char usage[] =
     "usage: ckpt strip-module [--prefix P] [--select PATH] [--dry-run] (IN OUT | --in-place FILE)\n"
     "\n"
     "Remove the prefix P (default 'module.', as DataParallel and\n"
-    "DistributedDataParallel add it) from the keys of every state dict of IN,\n"
+    "DistributedDataParallel add it) from the keys of every model state dict of IN,\n"
     "as many times as it repeats, rewrite their _metadata to match, and write\n"
     "OUT: a checkpoint that loads into the unwrapped model.  Everything else in\n"
     "the file is kept; tensor data is copied, not loaded.\n"

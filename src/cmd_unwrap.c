@@ -4,7 +4,7 @@
 static const char usage[] =
     "usage: ckpt unwrap [--select PATH] [--dry-run] (IN OUT | --in-place FILE)\n"
     "\n"
-    "Remove every wrapper component from the keys of every state dict of IN,\n"
+    "Remove every wrapper component from the keys of every model state dict of IN,\n"
     "wherever it stands in a key: module. (DataParallel, DistributedDataParallel),\n"
     "_orig_mod. (torch.compile), _fsdp_wrapped_module. (FSDP), _forward_module.\n"
     "(Lightning Fabric), _checkpoint_wrapped_module. (activation checkpointing);\n"

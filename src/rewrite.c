@@ -200,7 +200,7 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
     if (rw->dry_run)
         return CLI_EXIT_OK;
     progress_state ps = {.start = time(NULL)};
-    if (!rw->out_format) /* DESIGN.md: --to, else OUT's extension, else pth-zip */
+    if (!rw->out_format) /* doc/design.md, "Common rules": --to, else OUT's extension, else pth-zip */
         rw->out_format = ckpt_format_for_path(rw->out);
     ckpt_write_result res;
     ckpt_write_options wo = {.flags = (rw->in_place ? CKPT_WRITE_IN_PLACE : 0) |

@@ -255,7 +255,7 @@ void ckpt_tensor_gather(const ckpt_tensor *t, const uint8_t *src, uint8_t *dst);
 
 /* ---- choosing what to write (checkpoint/select.c) ----------------------------- */
 
-/* A model state dict (DESIGN.md "State dicts"): not inside an optimizer's
+/* A model state dict (doc/design.md, "State dicts"): not inside an optimizer's
  * state dict (a mapping with `state` and `param_groups`), nor under
  * Lightning's callbacks, loops, lr_schedulers, optimizer_states or
  * best_k_models.  What key rewrites touch without --select. */

@@ -1,6 +1,6 @@
 /*
- * container_zip_write.c - zip records in the exact layout torch.save writes
- * (miniz via PyTorchStreamWriter, reference/pth-format.md sections 1.3-1.4):
+ * zip_write.c - zip records in the exact layout torch.save writes
+ * (miniz via PyTorchStreamWriter, doc/pth-format.md sections 1.3-1.4):
  * stored, zeroed CRC and sizes in the local header with a data descriptor
  * after the data, an 'FB' extra field padding every record's data to a
  * multiple of 64, zip64 extras where a size or an offset needs them, and a

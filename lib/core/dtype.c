@@ -1,4 +1,4 @@
-/* dtype.c - torch dtypes: names and element sizes (reference/pth-format.md 3.2). */
+/* dtype.c - torch dtypes: names and element sizes (doc/pth-format.md 3.2). */
 #include "core/core.h"
 
 #include <string.h>

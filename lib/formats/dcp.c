@@ -1,6 +1,6 @@
 /*
  * dcp.c - a torch.distributed.checkpoint folder (FileSystemWriter's layout:
- * reference/distributed-formats.md sections 1 and 2), read without Python.
+ * doc/distributed-formats.md sections 1 and 2), read without Python.
  *
  * The `.metadata` pickle (or, saved with use_collectives=False, every
  * `__R.metadata`, merged) is read with only the metadata dataclasses

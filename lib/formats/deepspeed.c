@@ -1,7 +1,7 @@
 /*
  * deepspeed.c - a DeepSpeed ZeRO checkpoint folder (read only), as
  * DeepSpeed's zero_to_fp32 reconstructs the full fp32 state dict from it
- * (reference/distributed-formats.md section 4).
+ * (doc/distributed-formats.md section 4).
  *
  * IN is the folder holding `latest` (the tag) or the tag folder itself
  * (global_stepN/).  Only the small pickles are read: the model-states

@@ -151,7 +151,7 @@ int ckpt_torch_zip_walk(ckpt_walk *w, ckpt_source *src, bool jit, ckpt_error *er
 
 typedef struct ckpt_format_desc {
     ckpt_format id;
-    const char *name;   /* as in DESIGN.md's JSON: "pth-zip" */
+    const char *name;   /* as in inspect's JSON (doc/design.md): "pth-zip" */
     const char *suffix; /* OUT's name ending so picks this format for writing, or NULL */
     /* Whether the first N bytes of a file (fewer for a short file) are this
      * format's; the first yes in table order wins.  NULL: known by name. */

@@ -1,4 +1,4 @@
-/* pth_legacy.c - the pre-1.6 stream (reference/pth-format.md section 2):
+/* pth_legacy.c - the pre-1.6 stream (doc/pth-format.md section 2):
  * magic, protocol version, sys_info, main pickle, sorted storage keys, then
  * per storage an int64 element count and its raw bytes.  Walked as torch's
  * _legacy_load reads it (the walk reading, ckpt scan and the torch_load

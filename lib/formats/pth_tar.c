@@ -1,5 +1,5 @@
-/* pth_tar.c - the tar checkpoint of torch <= 0.1 (reference/pth-format.md,
- * "Ancient tar format"), walked as torch's legacy_load reads it: members
+/* pth_tar.c - the tar checkpoint of torch <= 0.1 (doc/pth-format.md
+ * 2.1, "The ancient tar format"), walked as torch's legacy_load reads it: members
  * 'storages' (a count, per storage a (key, location, storage type) pickle
  * then an int64 element count and the bytes; then a list of views),
  * 'tensors' (a count, per tensor a (key, storage id, tensor type) pickle then

@@ -1,5 +1,5 @@
 /* pth_zip.c - torch.save's zip layout (torch >= 1.6), walked and read the way
- * torch reads it (torch's zip reader: torch_zip.c; reference/pth-format.md
+ * torch reads it (torch's zip reader: torch_zip.c; doc/pth-format.md
  * section 1) and written as torch.save writes it. */
 #include "formats/format.h"
 

@@ -1,5 +1,5 @@
 /*
- * torchscript.c - torch.jit.save archives (reference/whole-models.md section 3),
+ * torchscript.c - torch.jit.save archives (doc/whole-models.md section 3),
  * read only.  A zip like torch.save's with a constants.pkl record (torch's own
  * test), whose data.pkl is the module object tree: every module is an object
  * of an archive class "__torch__.<path> <Class>" built from one flat dict of

@@ -1,5 +1,5 @@
 /*
- * output.c - atomic creation of an output file (DESIGN.md, "Common rules").
+ * output.c - atomic creation of an output file (doc/design.md, "Common rules").
  *
  * The data goes to a temporary file in the target's directory: an unnamed
  * one (O_TMPFILE), or a hidden named one, ".NAME.ckpt-XXXXXX", where the

@@ -1,4 +1,4 @@
-/* globals.c - the three classes of pickle globals (DESIGN.md): interpreted,
+/* globals.c - the three classes of pickle globals (doc/safety.md 2): interpreted,
  * known plain data, and everything else.  Nothing is ever imported. */
 #include "pickle/pickle.h"
 
@@ -112,7 +112,7 @@ static const char *const known_data[] = {
 };
 
 /* ---- torch.distributed.checkpoint (formats/dcp.c) ---------------------------
- * The records of a DCP folder's .metadata (reference/distributed-formats.md
+ * The records of a DCP folder's .metadata (doc/distributed-formats.md
  * 1.2): plain data, read as records by formats/dcp.c, kept opaque elsewhere. */
 static const char *const dcp_known_data[] = {
     "torch.distributed.checkpoint.metadata.Metadata",
@@ -130,7 +130,7 @@ static const char *const dcp_known_data[] = {
 
 /* ---- per-rank FSDP files (pickle/rebuild.c: rebuild_sharded) ------------------
  * torch.save of a state dict holding ShardedTensors (FSDP1 SHARDED_STATE_DICT)
- * or DTensors (FSDP2), reference/distributed-formats.md 3.3 and 3.5: records
+ * or DTensors (FSDP2), doc/distributed-formats.md 3.3 and 3.5: records
  * of plain data around each rank's local shard. */
 static const char *const fsdp_known_data[] = {
     "torch.distributed._shard.sharded_tensor.api.ShardedTensor",
@@ -591,7 +591,7 @@ static bool in_list(const char *q, const char *const *list, size_t n)
     return false;
 }
 
-/* ---- DeepSpeed ZeRO checkpoints (reference/distributed-formats.md 4.2-4.3) ----
+/* ---- DeepSpeed ZeRO checkpoints (doc/distributed-formats.md 4.2-4.3) ----
  * The classes a ZeRO optim file pickles, all plain records: the stage enum
  * (ZeroStageEnum(n), or getattr(ZeroStageEnum, 'optimizer_states') as the
  * enum pickles itself under Python 3.11+), the loss scalers (NEWOBJ + BUILD

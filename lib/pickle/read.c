@@ -671,7 +671,7 @@ static int push_global(vm *m, const char *mod, size_t modlen, const char *name, 
     v->u.global.modlen = (uint16_t)l3;
     v->u.global.cls = (uint8_t)cls;
     if (cls == CKPT_GLOBAL_REFUSED) {
-        /* maybe the class of nn.Modules (DESIGN.md: module trees need no
+        /* maybe the class of nn.Modules (doc/design.md, "State dicts": module trees need no
          * flag); refused at STOP unless every use of it was one */
         if (CKPT_GROW(m->pending, m->pending_cap, m->npending + 1) < 0)
             return oom(m);

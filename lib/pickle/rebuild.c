@@ -397,7 +397,7 @@ static int rebuild_call(vm *m, const char *q, ckpt_value *args);
 /* ---- per-rank FSDP files: ShardedTensor and DTensor ---------------------
  * _rebuild_from_type_v2(_rebuild_wrapper_subclass, ShardedTensor | DTensor,
  * (cls, dtype, global_size, global_stride, 0, layout, device, requires_grad),
- * state) as reference/distributed-formats.md 3.3 and 3.5 lay it out: the
+ * state) as doc/distributed-formats.md 3.3 and 3.5 lay it out: the
  * tensor is the rank's local shard (a plain _rebuild_tensor_v2 inside the
  * state), with where it lies in the whole kept in t->shard. */
 

@@ -1,10 +1,10 @@
 /*
- * pickle_write.c - emit a value tree as a protocol-2 pickle the way Python's
+ * pickle/write.c - emit a value tree as a protocol-2 pickle the way Python's
  * pickler (and so torch.save) does: containers memoized before their items,
  * repeated strings, globals and shared objects as BINGET, items in batches
  * of 1000, tensors as torch's rebuild calls with storages as persistent ids.
  * Interpreted content uses only the opcodes of torch 1.13's weights-only
- * unpickler (reference/pth-format.md sections 3.4, 5, 8).
+ * unpickler (doc/pth-format.md sections 3.4, 5, 8).
  */
 #include "pickle/pickle.h"
 

@@ -1,6 +1,6 @@
 /* runtime/bind.c - strict load of a state dict into a model, reported the
  * way torch's load_state_dict(strict=True) reports it (reference/
- * pth-format.md §7): Missing key(s), Unexpected key(s), then one line per
+ * doc/pth-format.md 7): Missing key(s), Unexpected key(s), then one line per
  * size mismatch, in torch's module order. */
 #include "checkpoint/checkpoint.h"
 #include "runtime/runtime.h"

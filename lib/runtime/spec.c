@@ -1,4 +1,4 @@
-/* runtime/spec.c - reading a graph spec (DESIGN.md "Model specs") into a
+/* runtime/spec.c - reading a graph spec (doc/design.md, "Model specs") into a
  * ckpt_model.  Everything in the JSON is checked here, so the executor can
  * trust names, attributes and counts; a mistake names the node. */
 #include "io/io.h"

@@ -132,7 +132,7 @@ CKPT_API int ckpt_array_compare(const ckpt_array *ours, const ckpt_array *ref, d
         if (!(d <= atol + rtol * fabs(b)) || isinf(a) || isinf(b))
             c->mismatched++;
     }
-    /* DESIGN.md's relative error: max |ours - ref| / max |ref|, NaN when a NaN
+    /* doc/design.md's relative error: max |ours - ref| / max |ref|, NaN when a NaN
      * met a number, infinite when the reference is all zeros */
     c->max_rel = c->max_abs == 0 ? 0
                  : isnan(c->max_abs) || c->max_abs_reference > 0 ? c->max_abs / c->max_abs_reference

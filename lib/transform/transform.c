@@ -548,7 +548,7 @@ CKPT_API int ckpt_file_rename_keys(ckpt_file *f, const ckpt_rename *r, const cha
      * the second leaves the first untouched too. */
     for (size_t i = 0; i < f->state_dicts.len; i++) {
         ckpt_walk_entry *e = &f->state_dicts.items[i];
-        if (ckpt_state_dict_is_model(f, &e->path)) /* the model's only (DESIGN.md) */
+        if (ckpt_state_dict_is_model(f, &e->path)) /* the model's only (doc/design.md, "State dicts") */
             CKPT_FORWARD(rename_mapping(f, (ckpt_value *)e->value, &e->path, r,
                                         CKPT_EDIT_DRY_RUN, NULL));
     }
