@@ -5,7 +5,7 @@
  * `ckpt scan --json` prints (with its torch_load objects). */
 #include "analysis/analysis.h"
 
-#include <cjson/cJSON.h>
+#include "core/json.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -352,14 +352,6 @@ int ckpt_scan_paths_exit(const ckpt_scan_paths *p) { return p ? p->exit : CKPT_S
 
 /* ---- JSON ------------------------------------------------------------------------ */
 
-/* An integer as its decimal digits: no detour through a double. */
-static cJSON *json_int(long long v)
-{
-    char buf[32];
-    snprintf(buf, sizeof buf, "%lld", v);
-    return cJSON_CreateRaw(buf);
-}
-
 /* Add ITEM to O as KEY; false (ITEM freed) when it or the adding failed. */
 static bool put(cJSON *o, const char *key, cJSON *item)
 {
@@ -391,14 +383,14 @@ static bool verdict_json(cJSON *o, const ckpt_torch_verdict *v)
         ok &= put(o, "stop", cJSON_CreateString(v->stop));
         ok &= put(o, "global", str_or_null(v->global));
         if (v->opcode >= 0) {
-            ok &= put(o, "opcode", json_int(v->opcode));
+            ok &= put(o, "opcode", ckpt_json_int(v->opcode));
             ok &= put(o, "opcode_name", cJSON_CreateString(v->opcode_name));
         } else {
             ok &= put(o, "opcode", cJSON_CreateNull());
         }
         if (v->pickle) {
             ok &= put(o, "pickle", cJSON_CreateString(v->pickle));
-            ok &= put(o, "offset", json_int((long long)v->offset));
+            ok &= put(o, "offset", ckpt_json_int((long long)v->offset));
         }
         ok &= put(o, "exception", cJSON_CreateString(v->exception));
         ok &= put(o, "message", cJSON_CreateString(v->message ? v->message : ""));
@@ -460,7 +452,7 @@ static bool hit_json(cJSON *g, const ckpt_scan_hit *h)
                                                                                 : "unknown"));
     ok &= put(g, "dangerous", cJSON_CreateBool(h->dangerous));
     ok &= put(g, "pickle", cJSON_CreateString(h->pickle));
-    ok &= put(g, "offset", json_int((long long)h->offset));
+    ok &= put(g, "offset", ckpt_json_int((long long)h->offset));
     ok &= put(g, "opcode", cJSON_CreateString(h->opcode));
     cJSON *uses = cJSON_CreateArray();
     if (uses && (h->uses & CKPT_SCAN_CALLED))
@@ -470,9 +462,9 @@ static bool hit_json(cJSON *g, const ckpt_scan_hit *h)
     ok &= put(g, "uses", uses);
     if (h->used_by) {
         ok &= put(g, "used_by", cJSON_CreateString(h->used_by));
-        ok &= put(g, "use_offset", json_int((long long)h->use_offset));
+        ok &= put(g, "use_offset", ckpt_json_int((long long)h->use_offset));
     }
-    ok &= put(g, "count", json_int((long long)h->count));
+    ok &= put(g, "count", ckpt_json_int((long long)h->count));
     if (h->reading)
         ok &= put(g, "reading", cJSON_CreateString(h->reading));
     ok &= put(g, "computed_by", str_or_null(h->computed_by));
@@ -486,7 +478,7 @@ static bool reading_json(cJSON *o, const ckpt_scan_reading *r)
     ok &= put(o, "primary", cJSON_CreateBool(r->primary));
     ok &= put(o, "result", cJSON_CreateString(r->code == CKPT_OK ? "read" : "stops"));
     ok &= put(o, "error", str_or_null(r->error));
-    ok &= put(o, "pickles", json_int((long long)r->pickles));
+    ok &= put(o, "pickles", ckpt_json_int((long long)r->pickles));
     ok &= put(o, "unsafe", cJSON_CreateBool(r->unsafe));
     return ok;
 }
@@ -526,7 +518,7 @@ static bool entry_json(cJSON *o, const entry *e)
     ok &= put(o, "ambiguities", a);
     ok &= put(o, "verdict", cJSON_CreateString(e->pub.verdict));
     ok &= put(o, "error", str_or_null(e->pub.error));
-    ok &= put(o, "exit", json_int(e->pub.exit));
+    ok &= put(o, "exit", ckpt_json_int(e->pub.exit));
     return ok;
 }
 
@@ -544,7 +536,7 @@ char *ckpt_scan_paths_to_json(const ckpt_scan_paths *p)
         ok = o && entry_json(o, &p->entries[i]);
         ok = append(files, o) && ok;
     }
-    ok = ok && put(root, "exit", json_int(p->exit));
+    ok = ok && put(root, "exit", ckpt_json_int(p->exit));
     if (!ok) {
         cJSON_Delete(root);
         return NULL;

@@ -7,7 +7,7 @@
  */
 #include "checkpoint/checkpoint.h"
 
-#include <cjson/cJSON.h>
+#include "core/json.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -680,33 +680,14 @@ CKPT_API const char *ckpt_diff_unexpected_at(const ckpt_diff *d, size_t i)
 
 /* ---- JSON (ckpt-diff(1)) --------------------------------------------------- */
 
-/* Integers exact (cJSON's numbers are doubles). */
-static cJSON *json_int(long long v)
-{
-    char buf[32];
-    snprintf(buf, sizeof(buf), "%lld", v);
-    return cJSON_CreateRaw(buf);
-}
-
-/* A double; not-finite ones as the strings "nan", "inf", "-inf". */
-static cJSON *json_double(double v)
-{
-    if (isnan(v))
-        return cJSON_CreateString("nan");
-    if (isinf(v))
-        return cJSON_CreateString(v < 0 ? "-inf" : "inf");
-    char buf[40];
-    snprintf(buf, sizeof(buf), "%.17g", v);
-    if (!strpbrk(buf, ".eEn"))
-        strcat(buf, ".0");
-    return cJSON_CreateRaw(buf);
-}
+/* Integers exact, doubles to the last bit (core/json.h). */
+static cJSON *json_double(double v) { return ckpt_json_real(v, 17, true); }
 
 static cJSON *json_shape(const ckpt_tensor *t)
 {
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < ckpt_tensor_ndim(t); i++)
-        cJSON_AddItemToArray(a, json_int(ckpt_tensor_shape(t)[i]));
+        cJSON_AddItemToArray(a, ckpt_json_int(ckpt_tensor_shape(t)[i]));
     return a;
 }
 
@@ -717,7 +698,7 @@ static cJSON *json_source(const side *s)
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; i < s->pub.state_dict.len; i++) {
         const ckpt_path_elem *e = &s->pub.state_dict.elems[i];
-        cJSON_AddItemToArray(a, e->is_int ? json_int(e->index) : cJSON_CreateString(e->key));
+        cJSON_AddItemToArray(a, e->is_int ? ckpt_json_int(e->index) : cJSON_CreateString(e->key));
     }
     return a;
 }
@@ -749,16 +730,16 @@ static cJSON *json_pair(const ckpt_diff *d, const pair *p)
         cJSON_AddStringToObject(o, "compared_as", values ? "values" : "bytes");
     else
         cJSON_AddNullToObject(o, "compared_as");
-    cJSON_AddItemToObject(o, "count", any ? json_int(r->count) : cJSON_CreateNull());
-    cJSON_AddItemToObject(o, "mismatched", any ? json_int(r->mismatched) : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "count", any ? ckpt_json_int(r->count) : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "mismatched", any ? ckpt_json_int(r->mismatched) : cJSON_CreateNull());
     cJSON_AddItemToObject(o, "max_abs", values ? json_double(r->max_abs) : cJSON_CreateNull());
     cJSON_AddItemToObject(o, "max_rel", values ? json_double(r->max_rel) : cJSON_CreateNull());
     bool first = any && r->first_index >= 0;
     cJSON *at = first ? cJSON_CreateArray() : cJSON_CreateNull();
     if (first && q->first_ndim < 0) /* no coordinates: the flat index alone */
-        cJSON_AddItemToArray(at, json_int(r->first_index));
+        cJSON_AddItemToArray(at, ckpt_json_int(r->first_index));
     for (int k = 0; first && k < q->first_ndim; k++)
-        cJSON_AddItemToArray(at, json_int(q->first_coords[k]));
+        cJSON_AddItemToArray(at, ckpt_json_int(q->first_coords[k]));
     cJSON_AddItemToObject(o, "first_index", at);
     cJSON_AddItemToObject(o, "first_a", first && values ? json_first(p, 0) : cJSON_CreateNull());
     cJSON_AddItemToObject(o, "first_b", first && values ? json_first(p, 1) : cJSON_CreateNull());
@@ -815,15 +796,15 @@ CKPT_API char *ckpt_diff_to_json(const ckpt_diff *d)
         cJSON_AddItemToArray(tensors, json_pair(d, &d->p[k]));
     }
     cJSON *sum = cJSON_AddObjectToObject(root, "summary");
-    cJSON_AddItemToObject(sum, "compared", json_int((long long)s->compared));
-    cJSON_AddItemToObject(sum, "equal", json_int((long long)s->equal));
-    cJSON_AddItemToObject(sum, "differ", json_int((long long)s->differ));
-    cJSON_AddItemToObject(sum, "missing", json_int((long long)s->missing));
-    cJSON_AddItemToObject(sum, "unexpected", json_int((long long)s->unexpected));
-    cJSON_AddItemToObject(sum, "size_mismatch", json_int((long long)s->size_mismatch));
-    cJSON_AddItemToObject(sum, "dtype_mismatch", json_int((long long)s->dtype_mismatch));
-    cJSON_AddItemToObject(sum, "a_unreached_storages", json_int((long long)a->pub.unreached));
-    cJSON_AddItemToObject(sum, "b_unreached_storages", json_int((long long)b->pub.unreached));
+    cJSON_AddItemToObject(sum, "compared", ckpt_json_int((long long)s->compared));
+    cJSON_AddItemToObject(sum, "equal", ckpt_json_int((long long)s->equal));
+    cJSON_AddItemToObject(sum, "differ", ckpt_json_int((long long)s->differ));
+    cJSON_AddItemToObject(sum, "missing", ckpt_json_int((long long)s->missing));
+    cJSON_AddItemToObject(sum, "unexpected", ckpt_json_int((long long)s->unexpected));
+    cJSON_AddItemToObject(sum, "size_mismatch", ckpt_json_int((long long)s->size_mismatch));
+    cJSON_AddItemToObject(sum, "dtype_mismatch", ckpt_json_int((long long)s->dtype_mismatch));
+    cJSON_AddItemToObject(sum, "a_unreached_storages", ckpt_json_int((long long)a->pub.unreached));
+    cJSON_AddItemToObject(sum, "b_unreached_storages", ckpt_json_int((long long)b->pub.unreached));
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     return text;

@@ -10,7 +10,7 @@
 #include "checkpoint/checkpoint.h"
 #include "runtime/runtime.h"
 
-#include <cjson/cJSON.h>
+#include "core/json.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -958,33 +958,8 @@ CKPT_API int ckpt_verify_passed(const ckpt_verify *v)
 
 /* ---- the JSON document (ckpt-verify(1), JSON OUTPUT) --------------------------- */
 
-/* Exact integers and numbers of 9 significant digits (cJSON's are doubles
- * printed its own way); the numbers that are not finite as strings. */
-static cJSON *json_int(long long x)
-{
-    char buf[32];
-    snprintf(buf, sizeof buf, "%lld", x);
-    return cJSON_CreateRaw(buf);
-}
-
-static cJSON *json_dims(const int64_t *d, int n)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; a && i < n; i++)
-        cJSON_AddItemToArray(a, json_int(d[i]));
-    return a;
-}
-
-static cJSON *json_num(double d)
-{
-    if (isnan(d))
-        return cJSON_CreateString("nan");
-    if (isinf(d))
-        return cJSON_CreateString(d < 0 ? "-inf" : "inf");
-    char buf[32];
-    snprintf(buf, sizeof buf, "%.9g", d);
-    return cJSON_CreateRaw(buf);
-}
+/* Exact integers and numbers of 9 significant digits (core/json.h). */
+static cJSON *json_num(double d) { return ckpt_json_real(d, 9, false); }
 
 static cJSON *json_load(const side *s)
 {
@@ -1004,8 +979,8 @@ static cJSON *json_load(const side *s)
         const ckpt_size_mismatch *x = &r->mismatches[i];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "key", x->key);
-        cJSON_AddItemToObject(e, "checkpoint", json_dims(x->ckpt_shape, x->ckpt_ndim));
-        cJSON_AddItemToObject(e, "model", json_dims(x->model_shape, x->model_ndim));
+        cJSON_AddItemToObject(e, "checkpoint", ckpt_json_dims(x->ckpt_shape, x->ckpt_ndim));
+        cJSON_AddItemToObject(e, "model", ckpt_json_dims(x->model_shape, x->model_ndim));
         cJSON_AddItemToArray(mm, e);
     }
     cJSON *bad = cJSON_AddArrayToObject(o, "bad_type");
@@ -1024,7 +999,7 @@ static cJSON *json_check(const ckpt_output_check *c)
     cJSON_AddItemToObject(o, "max_abs_reference", json_num(c->max_abs_reference));
     cJSON_AddItemToObject(o, "atol", json_num(c->atol));
     cJSON_AddItemToObject(o, "rtol", json_num(c->rtol));
-    cJSON_AddItemToObject(o, "mismatched", json_int(c->mismatched));
+    cJSON_AddItemToObject(o, "mismatched", ckpt_json_int(c->mismatched));
     cJSON_AddBoolToObject(o, "pass", c->pass);
     return o;
 }
@@ -1036,7 +1011,7 @@ static void json_outputs(const ckpt_verify *v, cJSON *root)
         const ckpt_verify_output *x = &v->outs[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", x->name);
-        cJSON_AddItemToObject(o, "shape", json_dims(x->value->shape, x->value->ndim));
+        cJSON_AddItemToObject(o, "shape", ckpt_json_dims(x->value->shape, x->value->ndim));
         if (x->reference) {
             cJSON_AddItemToObject(o, "reference", json_check(&x->vs_reference));
             if (x->has_accuracy) {
@@ -1055,9 +1030,9 @@ static void json_outputs(const ckpt_verify *v, cJSON *root)
 static void json_replicas(const ckpt_verify *v, cJSON *root)
 {
     cJSON *rep = cJSON_AddObjectToObject(root, "replicas");
-    cJSON_AddItemToObject(rep, "requested", json_int(v->rep.requested));
-    cJSON_AddItemToObject(rep, "used", json_int(v->rep.used));
-    cJSON_AddItemToObject(rep, "batch", json_int(v->rep.batch));
+    cJSON_AddItemToObject(rep, "requested", ckpt_json_int(v->rep.requested));
+    cJSON_AddItemToObject(rep, "used", ckpt_json_int(v->rep.used));
+    cJSON_AddItemToObject(rep, "batch", ckpt_json_int(v->rep.batch));
     cJSON *devs = cJSON_AddArrayToObject(rep, "devices");
     for (size_t i = 0; i < v->rep.device_count; i++)
         cJSON_AddItemToArray(devs, cJSON_CreateString(v->rep.devices[i]));
@@ -1066,13 +1041,13 @@ static void json_replicas(const ckpt_verify *v, cJSON *root)
         const ckpt_verify_output *x = &v->outs[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", x->name);
-        cJSON_AddItemToObject(o, "shape", json_dims(x->value->shape, x->value->ndim));
+        cJSON_AddItemToObject(o, "shape", ckpt_json_dims(x->value->shape, x->value->ndim));
         if (x->gathered)
             cJSON_AddItemToObject(o, "gathered_shape",
-                                  json_dims(x->gathered->shape, x->gathered->ndim));
+                                  ckpt_json_dims(x->gathered->shape, x->gathered->ndim));
         else
             cJSON_AddNullToObject(o, "gathered_shape");
-        cJSON_AddItemToObject(o, "batch_dim", json_int(x->batch_dim));
+        cJSON_AddItemToObject(o, "batch_dim", ckpt_json_int(x->batch_dim));
         cJSON_AddBoolToObject(o, "ok", x->vs_single.pass);
         if (x->vs_single.shape_ok)
             cJSON_AddItemToObject(o, "max_abs", json_num(x->vs_single.max_abs));
