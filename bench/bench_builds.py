@@ -90,6 +90,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", required=True, help="a built checkout of the other version")
     ap.add_argument("--new", default=ROOT, help="this build's tree (default: this checkout)")
+    ap.add_argument("--label", nargs=2, metavar=("OLD", "NEW"),
+                    help="names of the two builds (default: their trees' git commits)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--size-gib", type=float, default=2.0)
     ap.add_argument("--workdir", default=os.path.join(HERE, "out"))
@@ -137,7 +139,8 @@ def main():
         "warm-up round, alternating with the order rotating (bench/bench_builds.py). Input: "
         "a %g GiB DataParallel state dict (bench_inspect.py's layout); the forward is "
         "ResNet-50 at batch 1 on the CPU (bench_forward's median of 7 forwards a round). "
-        "Medians; peak RSS through GNU time." % (rev(a.base), rev(a.new), a.runs, a.size_gib),
+        "Medians; peak RSS through GNU time." % (
+            *(a.label or (rev(a.base), rev(a.new))), a.runs, a.size_gib),
         "", "| command | old | new | new/old | peak RSS old / new |", "|---|---:|---:|---:|---:|",
         *rows, "",
         "Worst ratio %.2fx (goal: within 1.10x)." % worst, "",
