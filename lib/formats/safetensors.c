@@ -652,11 +652,13 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
             if (st->src != &f->main || st->loc != CKPT_LOC_FILE_RANGE || st->dtype != st->src_dtype ||
                 t->offset != 0 || !ckpt_tensor_is_contiguous(t) || nb != st->nbytes ||
                 st->file_offset < *in_base) {
+                /* the message names e[i], so it is made before E is freed */
+                r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                             "'%s' is not a whole tensor of the file, as it was", e[i].name);
                 cJSON_Delete(hdr);
                 cJSON_Delete(tied);
                 free(e);
-                return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
-                                "'%s' is not a whole tensor of the file, as it was", e[i].name);
+                return r;
             }
             e[i].begin = st->file_offset - *in_base;
             e[i].end = e[i].begin + nb;
