@@ -230,7 +230,7 @@ static ckpt_value *any_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_er
     (void)offset;
     ckpt_value *v = ckpt_arena_alloc(s->arena, sizeof *v); /* zeroed: kind NONE */
     if (!v)
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
     return v;
 }
 
@@ -244,10 +244,10 @@ static int scan_pickle_ex(ckpt_scan *s, const char *name, const uint8_t *buf, si
 {
     char **n = realloc(s->pickles, (s->npickles + 1) * sizeof *n);
     if (!n)
-        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&s->err);
     s->pickles = n;
     if (!(n[s->npickles] = strdup(name)))
-        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&s->err);
     s->cur = n[s->npickles++];
     if (s->reading)
         s->reading->pickles++;
@@ -578,7 +578,7 @@ static int scan_safetensors(ckpt_scan *s, const char *path)
 {
     ckpt_file *f = ckpt_file_new();
     if (!f)
-        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&s->err);
     int rc = ckpt_file_open(f, path);
     if (rc != CKPT_OK) {
         const char *msg = ckpt_file_error_message(f);

@@ -363,7 +363,7 @@ static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_
     size_t n = pk.norder;
     keyed *keys = calloc(n ? n : 1, sizeof(*keys));
     buf b = {0};
-    int rc = keys ? CKPT_OK : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = keys ? CKPT_OK : ckpt_oom(&f->err);
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         snprintf(keys[i].key, sizeof(keys[i].key), "%zu", i);
         keys[i].s = f->storages[pk.order[i]];
@@ -398,7 +398,7 @@ static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_
             put_u8(&b, 'e');
         put_u8(&b, '.');
         if (b.oom)
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
         else
             rc = ckpt_write_all(out, b.p, b.n, 0, &f->err);
     }

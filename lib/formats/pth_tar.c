@@ -246,7 +246,7 @@ static int dict_set(tar_walk *t, const char *k, size_t n, entry *e)
         t->tab = calloc(size, sizeof(*t->tab));
         if (!t->tab) {
             t->tab = old;
-            return ckpt_err(t->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(t->err);
         }
         t->tabsize = size;
         for (size_t i = 0; i < oldsize; i++)
@@ -256,7 +256,7 @@ static int dict_set(tar_walk *t, const char *k, size_t n, entry *e)
     }
     char *c = ckpt_arena_alloc(&t->arena, n + 1);
     if (!c)
-        return ckpt_err(t->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(t->err);
     memcpy(c, k, n);
     c[n] = 0;
     e->key = c;
@@ -272,7 +272,7 @@ static entry *entry_new(tar_walk *t, ekind kind)
 {
     entry *e = ckpt_arena_alloc(&t->arena, sizeof(*e));
     if (!e) {
-        ckpt_err(t->err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(t->err);
         return NULL;
     }
     memset(e, 0, sizeof(*e));
@@ -698,7 +698,8 @@ static int header_strict(tar_walk *t, const uint8_t *base, size_t len, size_t *p
     e->ndim = ndim;
     e->shape = ckpt_arena_alloc(&t->arena, ((size_t)ndim + 1) * sizeof(int64_t));
     e->stride = ckpt_arena_alloc(&t->arena, ((size_t)ndim + 1) * sizeof(int64_t));
-    CKPT_RETURN_IF(!e->shape || !e->stride, t->err, CKPT_ERR_NOMEM, "out of memory");
+    if (!e->shape || !e->stride)
+        return ckpt_oom(t->err);
     const uint8_t *h = base + *pos;
     int64_t offset = (int64_t)le(h + 16 * (size_t)ndim, 8);
     uint64_t last = 0; /* the highest element offset reached */
@@ -975,7 +976,7 @@ static ckpt_value *persistent_load(void *user, ckpt_value *pid, uint64_t offset,
         }
     }
     if (!v && !err->code)
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
     return e->value = v;
 }
 
