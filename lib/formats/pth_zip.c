@@ -566,14 +566,15 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
     CKPT_FORWARD(write_small(w, name, "3\n", 2));
     /* 40 digits, as torch writes: a hash of the record names, then one of
      * their CRC-32s (torch only logs it; ours are FNV-1a, not its hashes) */
-    uint64_t h1 = 0xcbf29ce484222325u, h2 = 0xcbf29ce484222325u;
+    uint64_t h1 = CKPT_FNV1A_BASIS, h2 = CKPT_FNV1A_BASIS;
     for (size_t i = 0; i < ckpt_zipw_count(w); i++) {
         const char *rn = ckpt_zipw_name(w, i);
-        for (const char *c = strchr(rn, '/') ? strchr(rn, '/') + 1 : rn; *c; c++)
-            h1 = (h1 ^ (uint8_t)*c) * 0x100000001b3u;
+        const char *c = strchr(rn, '/') ? strchr(rn, '/') + 1 : rn;
+        h1 = ckpt_fnv1a_add(h1, c, strlen(c));
         uint32_t crc = ckpt_zipw_crc(w, i);
-        for (int k = 0; k < 4; k++)
-            h2 = (h2 ^ (uint8_t)(crc >> (8 * k))) * 0x100000001b3u;
+        const uint8_t le[4] = {(uint8_t)crc, (uint8_t)(crc >> 8), (uint8_t)(crc >> 16),
+                               (uint8_t)(crc >> 24)};
+        h2 = ckpt_fnv1a_add(h2, le, sizeof le);
     }
     char id[48];
     snprintf(id, sizeof(id), "%020llu%020llu", (unsigned long long)(h1 % 10000000000000000000u),
