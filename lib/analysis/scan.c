@@ -230,7 +230,7 @@ static ckpt_value *any_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_er
     (void)offset;
     ckpt_value *v = ckpt_arena_alloc(s->arena, sizeof *v); /* zeroed: kind NONE */
     if (!v)
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
     return v;
 }
 
@@ -244,10 +244,10 @@ static int scan_pickle_ex(ckpt_scan *s, const char *name, const uint8_t *buf, si
 {
     char **n = realloc(s->pickles, (s->npickles + 1) * sizeof *n);
     if (!n)
-        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&s->err);
     s->pickles = n;
     if (!(n[s->npickles] = strdup(name)))
-        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&s->err);
     s->cur = n[s->npickles++];
     if (s->reading)
         s->reading->pickles++;
@@ -456,7 +456,19 @@ static const uint8_t LEGACY_MAGIC[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
 /* Opcodes a pickle can start with (pickle.dumps at any protocol, or by hand). */
 static int pickle_start(uint8_t b)
 {
-    return b == 0x80 || (b < 0x80 && strchr("()]}NIJKMLFGSTUVXBCcdlqpghjK.", b) && b);
+    switch (b) {
+    case CKPT_OP_PROTO: case CKPT_OP_MARK: case CKPT_OP_EMPTY_TUPLE: case CKPT_OP_EMPTY_LIST:
+    case CKPT_OP_EMPTY_DICT: case CKPT_OP_NONE: case CKPT_OP_INT: case CKPT_OP_BININT:
+    case CKPT_OP_BININT1: case CKPT_OP_BININT2: case CKPT_OP_LONG: case CKPT_OP_FLOAT:
+    case CKPT_OP_BINFLOAT: case CKPT_OP_STRING: case CKPT_OP_BINSTRING:
+    case CKPT_OP_SHORT_BINSTRING: case CKPT_OP_UNICODE: case CKPT_OP_BINUNICODE:
+    case CKPT_OP_BINBYTES: case CKPT_OP_SHORT_BINBYTES: case CKPT_OP_GLOBAL: case CKPT_OP_DICT:
+    case CKPT_OP_LIST: case CKPT_OP_BINPUT: case CKPT_OP_PUT: case CKPT_OP_GET:
+    case CKPT_OP_BINGET: case CKPT_OP_LONG_BINGET: case CKPT_OP_STOP:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* One pickle of the stream, NAME, at BUF[0..LEN): scanned, bounded by the
@@ -578,7 +590,7 @@ static int scan_safetensors(ckpt_scan *s, const char *path)
 {
     ckpt_file *f = ckpt_file_new();
     if (!f)
-        return ckpt_err(&s->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&s->err);
     int rc = ckpt_file_open(f, path);
     if (rc != CKPT_OK) {
         const char *msg = ckpt_file_error_message(f);

@@ -93,12 +93,12 @@ int ckpt_scan_paths_add(ckpt_scan_paths *p, const char *path)
         size_t cap = p->cap ? p->cap * 2 : 8;
         char **q = realloc(p->paths, cap * sizeof *q);
         if (!q)
-            return ckpt_err(&p->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&p->err);
         p->paths = q;
         p->cap = cap;
     }
     if (!(p->paths[p->npaths] = strdup(path)))
-        return ckpt_err(&p->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&p->err);
     p->npaths++;
     return CKPT_OK;
 }
@@ -201,7 +201,7 @@ static entry *entry_add(ckpt_scan_paths *p, char *path, ckpt_scan_entry_kind kin
         entry *q = realloc(p->entries, cap * sizeof *q);
         if (!q) {
             free(path);
-            ckpt_err(&p->err, CKPT_ERR_NOMEM, "out of memory");
+            ckpt_oom(&p->err);
             return NULL;
         }
         p->entries = q;
@@ -222,7 +222,7 @@ static int entry_drop_last(ckpt_scan_paths *p)
     free(e->path);
     ckpt_scan_free(e->scan);
     ckpt_torch_load_free(e->torch_load);
-    return ckpt_err(&p->err, CKPT_ERR_NOMEM, "out of memory");
+    return ckpt_oom(&p->err);
 }
 
 static int exit_of(const ckpt_scan *s, int rc)
@@ -295,7 +295,7 @@ static int scan_folder(ckpt_scan_paths *p, const char *dir)
                 free(path); /* else entry_add freed it */
             free(error);
             file_list_free(&fl);
-            return ckpt_err(&p->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&p->err);
         }
         e->error = error;
         e->pub.code = CKPT_ERR_IO;
@@ -327,7 +327,7 @@ int ckpt_scan_paths_run(ckpt_scan_paths *p)
             rc = scan_folder(p, p->paths[i]);
         } else {
             char *path = strdup(p->paths[i]);
-            rc = path ? scan_one(p, path, false) : ckpt_err(&p->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = path ? scan_one(p, path, false) : ckpt_oom(&p->err);
         }
     }
     for (size_t i = 0; i < p->n; i++)

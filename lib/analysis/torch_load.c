@@ -269,7 +269,7 @@ static int walk_pickle(ckpt_torch_load *t, verdict *v, ckpt_torch which, const c
             free(g);
             if (n)
                 v->refused = n;
-            return ckpt_err(&t->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&t->err);
         }
         memmove(n + 1, n, v->nrefused * sizeof *n);
         n[0] = g;
@@ -750,7 +750,7 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
             v->pub.via = "safetensors";
             ckpt_file *f = ckpt_file_new();
             if (!f) {
-                rc = ckpt_err(&t->err, CKPT_ERR_NOMEM, "out of memory");
+                rc = ckpt_oom(&t->err);
                 break;
             }
             int r = ckpt_file_open(f, path);
@@ -796,7 +796,7 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
                 t->v[i].malformed = xprintf(t, "%s", ckpt_file_error_message(f));
     ckpt_file_free(f);
     if (rc == CKPT_OK && t->oom)
-        rc = ckpt_err(&t->err, CKPT_ERR_NOMEM, "out of memory");
+        rc = ckpt_oom(&t->err);
     if (rc != CKPT_OK)
         return rc;
     for (int i = 0; i < CKPT_TORCH_COUNT_; i++)

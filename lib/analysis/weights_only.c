@@ -1098,7 +1098,7 @@ int ckpt_wo_walk(const ckpt_wo_ctx *ctx, const uint8_t *buf, size_t len, ckpt_wo
     if (rc < 0) {
         memset(r, 0, sizeof *r);
         if (w.oom)
-            return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(err);
         return ckpt_err(err, CKPT_ERR_LIMIT, "a pickle exceeds the limits on its stack, "
                         "MARKs or memo");
     }

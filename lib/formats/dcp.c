@@ -106,7 +106,7 @@ static uint64_t loc_hash(const char *fqn, size_t len, int ndim, const int64_t *o
 
 static int oom(dcp *d)
 {
-    return ckpt_err(&d->f->err, CKPT_ERR_NOMEM, "out of memory");
+    return ckpt_oom(&d->f->err);
 }
 
 /* ---- reading the metadata values ------------------------------------------- */
@@ -874,7 +874,7 @@ static ckpt_value *item_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_e
     ckpt_value *v = ckpt_value_new(&d->scratch, CKPT_KIND_STORAGE, offset);
     uint64_t nbytes;
     if (!s || !v || !(s->key = ckpt_arena_strndup(&d->scratch, a[2]->u.s.s, a[2]->u.s.len))) {
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
         return NULL;
     }
     if (ckpt_mul_overflow((uint64_t)a[4]->u.i.v, ckpt_dtype_size(dt), &nbytes)) {

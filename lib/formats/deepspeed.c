@@ -87,7 +87,7 @@ typedef struct ds_pctx {
 
 static int oom(ckpt_file *f)
 {
-    return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    return ckpt_oom(&f->err);
 }
 
 /* The error now in F, said of FILE (the first cause kept, named). */
@@ -404,7 +404,7 @@ static ckpt_value *ds_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_err
         snprintf(k, sizeof k, "%s/%s", pc->fname, key);
         if (!s || !p || !(s->key = ckpt_arena_strndup(&f->arena, k, strlen(k))) ||
             !(s->device = ckpt_arena_strndup(&f->arena, a[3]->u.s.s, a[3]->u.s.len))) {
-            ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+            ckpt_oom(err);
             return NULL;
         }
         s->src_key = s->key + strlen(pc->fname) + 1;
@@ -423,7 +423,7 @@ static ckpt_value *ds_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_err
             size_t cap = pc->made_cap ? pc->made_cap * 2 : 32;
             ckpt_storage **m = realloc(pc->made, cap * sizeof(*m));
             if (!m) {
-                ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+                ckpt_oom(err);
                 return NULL;
             }
             pc->made = m;
@@ -1102,7 +1102,7 @@ static int ds_check_records(ckpt_file *f, ckpt_error *err)
         return CKPT_OK;
     uint8_t *buf = malloc(CKPT_IO_BUF);
     if (!buf)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     int rc = CKPT_OK;
     for (size_t i = 0; i < st->nrecords && rc == CKPT_OK; i++) {
         /* each a storage of one piece, the whole record with its CRC-32 */

@@ -234,7 +234,7 @@ static int pth_legacy_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 /* A protocol-2+ pickle: PROTO 2..5 */
 static bool pth_legacy_sniff(const uint8_t *head, size_t n)
 {
-    return n >= 2 && head[0] == 0x80 && head[1] <= 5;
+    return n >= 2 && head[0] == CKPT_OP_PROTO && head[1] <= 5;
 }
 
 /* ---- writing: the pre-1.6 torch.save stream ------------------------------------
@@ -288,7 +288,7 @@ static void put_le(buf *b, uint64_t v, int n)
 
 static void put_str(buf *b, const char *s)
 {
-    put_u8(b, 'X');
+    put_u8(b, CKPT_OP_BINUNICODE);
     put_le(b, strlen(s), 4);
     put(b, s, strlen(s));
 }
@@ -296,10 +296,10 @@ static void put_str(buf *b, const char *s)
 static void put_memo(buf *b, uint32_t i)
 {
     if (i < 256) {
-        put_u8(b, 'q');
+        put_u8(b, CKPT_OP_BINPUT);
         put_u8(b, (uint8_t)i);
     } else {
-        put_u8(b, 'r');
+        put_u8(b, CKPT_OP_LONG_BINPUT);
         put_le(b, i, 4);
     }
 }
@@ -308,35 +308,35 @@ static void put_memo(buf *b, uint32_t i)
  *  'type_sizes': {'short': 2, 'int': 4, 'long': 4}} as Python pickles it */
 static void sys_info(buf *b)
 {
-    static const uint8_t tail[] = {'u', 'u', '.'};
-    put_u8(b, 0x80);
+    static const uint8_t tail[] = {CKPT_OP_SETITEMS, CKPT_OP_SETITEMS, CKPT_OP_STOP};
+    put_u8(b, CKPT_OP_PROTO);
     put_u8(b, 2);
-    put_u8(b, '}');
+    put_u8(b, CKPT_OP_EMPTY_DICT);
     put_memo(b, 0);
-    put_u8(b, '(');
+    put_u8(b, CKPT_OP_MARK);
     put_str(b, "protocol_version");
     put_memo(b, 1);
-    put_u8(b, 'M');
+    put_u8(b, CKPT_OP_BININT2);
     put_le(b, 1001, 2);
     put_str(b, "little_endian");
     put_memo(b, 2);
-    put_u8(b, 0x88);
+    put_u8(b, CKPT_OP_NEWTRUE);
     put_str(b, "type_sizes");
     put_memo(b, 3);
-    put_u8(b, '}');
+    put_u8(b, CKPT_OP_EMPTY_DICT);
     put_memo(b, 4);
-    put_u8(b, '(');
+    put_u8(b, CKPT_OP_MARK);
     put_str(b, "short");
     put_memo(b, 5);
-    put_u8(b, 'K');
+    put_u8(b, CKPT_OP_BININT1);
     put_u8(b, 2);
     put_str(b, "int");
     put_memo(b, 6);
-    put_u8(b, 'K');
+    put_u8(b, CKPT_OP_BININT1);
     put_u8(b, 4);
     put_str(b, "long");
     put_memo(b, 7);
-    put_u8(b, 'K');
+    put_u8(b, CKPT_OP_BININT1);
     put_u8(b, 4);
     put(b, tail, sizeof(tail));
 }
@@ -363,7 +363,7 @@ static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_
     size_t n = pk.norder;
     keyed *keys = calloc(n ? n : 1, sizeof(*keys));
     buf b = {0};
-    int rc = keys ? CKPT_OK : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = keys ? CKPT_OK : ckpt_oom(&f->err);
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
         snprintf(keys[i].key, sizeof(keys[i].key), "%zu", i);
         keys[i].s = f->storages[pk.order[i]];
@@ -382,23 +382,23 @@ static int pth_legacy_write(ckpt_file *f, int out, const char *path, const ckpt_
         put(&b, protocol_pickle, sizeof(protocol_pickle));
         sys_info(&b);
         put(&b, pk.buf, pk.len);
-        put_u8(&b, 0x80);
+        put_u8(&b, CKPT_OP_PROTO);
         put_u8(&b, 2);
-        put_u8(&b, ']');
+        put_u8(&b, CKPT_OP_EMPTY_LIST);
         put_memo(&b, 0);
         if (n > 1)
-            put_u8(&b, '(');
+            put_u8(&b, CKPT_OP_MARK);
         for (size_t i = 0; i < n; i++) {
             put_str(&b, keys[i].key);
             put_memo(&b, (uint32_t)i + 1);
         }
         if (n == 1)
-            put_u8(&b, 'a');
+            put_u8(&b, CKPT_OP_APPEND);
         else if (n > 1)
-            put_u8(&b, 'e');
-        put_u8(&b, '.');
+            put_u8(&b, CKPT_OP_APPENDS);
+        put_u8(&b, CKPT_OP_STOP);
         if (b.oom)
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
         else
             rc = ckpt_write_all(out, b.p, b.n, 0, &f->err);
     }

@@ -54,8 +54,9 @@ typedef struct tar_walk {
     const uint8_t *map;
     uint64_t size;
     ckpt_arena arena; /* keys, entries */
-    entry **tab;      /* the dict: open addressing on the key text */
-    size_t tabsize, count;
+    ckpt_map dict;    /* the dict: key text -> index into ents */
+    entry **ents;
+    size_t nents, entcap;
 } tar_walk;
 
 /* ---- where torch stops -------------------------------------------------------- */
@@ -213,58 +214,31 @@ static const char *key_shown(const char *k, size_t n, char *buf, size_t cap)
     return buf;
 }
 
-static uint64_t key_hash(const char *k, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (uint8_t)k[i]) * 1099511628211ull;
-    return h;
-}
-
-static entry **dict_slot(tar_walk *t, const char *k, size_t n)
-{
-    for (size_t i = key_hash(k, n) & (t->tabsize - 1);; i = (i + 1) & (t->tabsize - 1)) {
-        entry *e = t->tab[i];
-        if (!e || (e->klen == n && memcmp(e->key, k, n) == 0))
-            return &t->tab[i];
-    }
-}
-
 /* deserialized_objects[K]: the entry, or NULL */
 static entry *dict_get(tar_walk *t, const char *k, size_t n)
 {
-    return t->tabsize ? *dict_slot(t, k, n) : NULL;
+    size_t i;
+    return ckpt_map_get(&t->dict, k, n, &i) ? t->ents[i] : NULL;
 }
 
 /* deserialized_objects[K] = E (a key seen before gets the new value) */
 static int dict_set(tar_walk *t, const char *k, size_t n, entry *e)
 {
-    if ((t->count + 1) * 2 > t->tabsize) {
-        size_t size = t->tabsize ? t->tabsize * 2 : 64;
-        entry **old = t->tab;
-        size_t oldsize = t->tabsize;
-        t->tab = calloc(size, sizeof(*t->tab));
-        if (!t->tab) {
-            t->tab = old;
-            return ckpt_err(t->err, CKPT_ERR_NOMEM, "out of memory");
-        }
-        t->tabsize = size;
-        for (size_t i = 0; i < oldsize; i++)
-            if (old[i])
-                *dict_slot(t, old[i]->key, old[i]->klen) = old[i];
-        free(old);
-    }
     char *c = ckpt_arena_alloc(&t->arena, n + 1);
-    if (!c)
-        return ckpt_err(t->err, CKPT_ERR_NOMEM, "out of memory");
+    if (!c || CKPT_GROW(t->ents, t->entcap, t->nents + 1) < 0)
+        return ckpt_oom(t->err);
     memcpy(c, k, n);
     c[n] = 0;
     e->key = c;
     e->klen = n;
-    entry **slot = dict_slot(t, k, n);
-    if (!*slot)
-        t->count++;
-    *slot = e;
+    size_t at;
+    int r = ckpt_map_put(&t->dict, c, n, t->nents, &at); /* C lives in the arena */
+    if (r < 0)
+        return ckpt_oom(t->err);
+    if (r == 1)
+        t->ents[at] = e;
+    else
+        t->ents[t->nents++] = e;
     return CKPT_OK;
 }
 
@@ -272,7 +246,7 @@ static entry *entry_new(tar_walk *t, ekind kind)
 {
     entry *e = ckpt_arena_alloc(&t->arena, sizeof(*e));
     if (!e) {
-        ckpt_err(t->err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(t->err);
         return NULL;
     }
     memset(e, 0, sizeof(*e));
@@ -698,7 +672,8 @@ static int header_strict(tar_walk *t, const uint8_t *base, size_t len, size_t *p
     e->ndim = ndim;
     e->shape = ckpt_arena_alloc(&t->arena, ((size_t)ndim + 1) * sizeof(int64_t));
     e->stride = ckpt_arena_alloc(&t->arena, ((size_t)ndim + 1) * sizeof(int64_t));
-    CKPT_RETURN_IF(!e->shape || !e->stride, t->err, CKPT_ERR_NOMEM, "out of memory");
+    if (!e->shape || !e->stride)
+        return ckpt_oom(t->err);
     const uint8_t *h = base + *pos;
     int64_t offset = (int64_t)le(h + 16 * (size_t)ndim, 8);
     uint64_t last = 0; /* the highest element offset reached */
@@ -834,7 +809,8 @@ static int pth_tar_walk(ckpt_walk *w, ckpt_source *src, ckpt_error *err)
     w->priv = &t;
     int rc = walk_all(&t, src->fd);
     w->priv = NULL;
-    free(t.tab);
+    ckpt_map_release(&t.dict);
+    free(t.ents);
     ckpt_arena_release(&t.arena);
     munmap(map, (size_t)src->file_size);
     return rc;
@@ -975,7 +951,7 @@ static ckpt_value *persistent_load(void *user, ckpt_value *pid, uint64_t offset,
         }
     }
     if (!v && !err->code)
-        ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        ckpt_oom(err);
     return e->value = v;
 }
 

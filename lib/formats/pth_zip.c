@@ -44,7 +44,7 @@ static int note_unswapped(ckpt_file *f, size_t first)
                                            "2.15 reads it without swapping its bytes, ckpt gives "
                                            "the values the file means",
                                         ckpt_dtype_name(s->dtype), s->key) < 0
-                       ? ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory")
+                       ? ckpt_oom(&f->err)
                        : CKPT_OK;
     }
     return CKPT_OK;
@@ -98,7 +98,7 @@ static int read_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ck
      * ckpt_file_record_find (and the main file's, for inspect) */
     f->cur_src->prefix = ckpt_arena_strndup(&f->arena, w->prefix, w->prefix_len);
     if (!f->cur_src->prefix)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     CKPT_FORWARD(check_alignment(f));
     ckpt_pickle_ctx ctx;
     ckpt_file_pickle_ctx(f, &ctx, p->name);
@@ -119,7 +119,7 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
             snprintf(who, sizeof(who), "'%.280s' ", src->path);
         if (ckpt_file_notice_add(f, "%swritten without CRC-32s (torch's compute_crc32 off): "
                                     "its bytes are not checked", who) < 0)
-            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&f->err);
     }
     CKPT_FORWARD(locate_storages(f, r.nbefore));
     return note_unswapped(f, r.nbefore);
@@ -167,7 +167,7 @@ static int readings(ckpt_walk *w, int fd, ckpt_zip_dir *d, const char *label, ck
         total += ckpt_zip_dir_count(d, (ckpt_zip_reader)r);
     const ckpt_zip_entry **done = malloc((total ? total : 1) * sizeof *done);
     if (!done)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     size_t ndone = 0;
     for (int r = 0; r < CKPT_ZIP_READERS; r++) {
         if (!ckpt_zip_dir_reads(d, (ckpt_zip_reader)r)) {
@@ -449,7 +449,7 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
 
     job *jobs = calloc(n ? n : 1, sizeof(*jobs));
     if (!jobs)
-        return ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(err);
     uint64_t total = 0, done = 0;
     int rc = CKPT_OK;
     for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
@@ -501,7 +501,7 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
                 crc_wait(&pool, i);
             } else {
                 if (!inline_buf && !(inline_buf = malloc(CKPT_IO_BUF))) {
-                    rc = ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+                    rc = ckpt_oom(err);
                     break;
                 }
                 j->status = ckpt_crc_range_buf(j->fd, j->in_off, s->nbytes, inline_buf, &j->crc, NULL);
@@ -566,14 +566,15 @@ static int write_records(ckpt_file *f, ckpt_zipw *w, const char *prefix, const c
     CKPT_FORWARD(write_small(w, name, "3\n", 2));
     /* 40 digits, as torch writes: a hash of the record names, then one of
      * their CRC-32s (torch only logs it; ours are FNV-1a, not its hashes) */
-    uint64_t h1 = 0xcbf29ce484222325u, h2 = 0xcbf29ce484222325u;
+    uint64_t h1 = CKPT_FNV1A_BASIS, h2 = CKPT_FNV1A_BASIS;
     for (size_t i = 0; i < ckpt_zipw_count(w); i++) {
         const char *rn = ckpt_zipw_name(w, i);
-        for (const char *c = strchr(rn, '/') ? strchr(rn, '/') + 1 : rn; *c; c++)
-            h1 = (h1 ^ (uint8_t)*c) * 0x100000001b3u;
+        const char *c = strchr(rn, '/') ? strchr(rn, '/') + 1 : rn;
+        h1 = ckpt_fnv1a_add(h1, c, strlen(c));
         uint32_t crc = ckpt_zipw_crc(w, i);
-        for (int k = 0; k < 4; k++)
-            h2 = (h2 ^ (uint8_t)(crc >> (8 * k))) * 0x100000001b3u;
+        const uint8_t le[4] = {(uint8_t)crc, (uint8_t)(crc >> 8), (uint8_t)(crc >> 16),
+                               (uint8_t)(crc >> 24)};
+        h2 = ckpt_fnv1a_add(h2, le, sizeof le);
     }
     char id[48];
     snprintf(id, sizeof(id), "%020llu%020llu", (unsigned long long)(h1 % 10000000000000000000u),
@@ -591,7 +592,7 @@ static int pth_zip_write(ckpt_file *f, int out, const char *path, const ckpt_wri
                    "'ckpt extract' writes its state dict");
     char *prefix = archive_prefix(path);
     if (!prefix)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     ckpt_pickle_out pk;
     int rc = ckpt_pickle_write(&f->arena, f->nstorages, f->root, &pk, &f->err);
     ckpt_zipw *w = rc ? NULL : ckpt_zipw_new(out, &f->err);

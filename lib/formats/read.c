@@ -94,7 +94,7 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
     f->opened = true;
     ckpt_err_clear(&f->err);
     if (!(f->path = strdup(path)))
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     f->main.path = f->path;
     f->cur_src = &f->main;
     f->parts.read = read_part;

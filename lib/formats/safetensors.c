@@ -183,7 +183,7 @@ static int read_metadata(ckpt_file *f, ckpt_source *src, const cJSON *md)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: __metadata__ is not an object");
     ckpt_value *d = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0);
     if (!d)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     const cJSON *e;
     cJSON_ArrayForEach(e, md)
     {
@@ -193,7 +193,7 @@ static int read_metadata(ckpt_file *f, ckpt_source *src, const cJSON *md)
         ckpt_value *k = str_value(f, e->string), *v = str_value(f, e->valuestring);
         if (!k || !v || ckpt_vec_push(&f->arena, &d->u.dict.keys, k) ||
             ckpt_vec_push(&f->arena, &d->u.dict.vals, v))
-            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&f->err);
     }
     src->fmt_data = d;
     return CKPT_OK;
@@ -225,7 +225,7 @@ static int restore_tied(ckpt_file *f, ckpt_value *root, const cJSON *md)
         /* the same tensor object, as torch had it before saving */
         if (!k || ckpt_vec_push(&f->arena, &root->u.dict.keys, k) ||
             ckpt_vec_push(&f->arena, &root->u.dict.vals, (ckpt_value *)target)) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
             break;
         }
     }
@@ -251,7 +251,7 @@ static int safetensors_read(ckpt_file *f, ckpt_source *src, ckpt_value **root_ou
                         (unsigned long long)n, (unsigned long long)src->file_size);
     char *text = malloc((size_t)n + 1);
     if (!text)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     int rc = ckpt_pread_all(src->fd, text, (size_t)n, 8);
     text[n] = '\0';
     cJSON *hdr = NULL;
@@ -284,7 +284,7 @@ static int safetensors_read(ckpt_file *f, ckpt_source *src, ckpt_value **root_ou
     sorted = calloc(count ? count : 1, sizeof(*sorted));
     ckpt_value *root = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0);
     if (!entries || !sorted || !root) {
-        rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        rc = ckpt_oom(&f->err);
         goto out;
     }
     root->flags |= CKPT_VF_ORDERED;
@@ -353,7 +353,7 @@ static int safetensors_read(ckpt_file *f, ckpt_source *src, ckpt_value **root_ou
         ckpt_value *k = str_value(f, e->name);
         if (!t || !k || ckpt_vec_push(&f->arena, &root->u.dict.keys, k) ||
             ckpt_vec_push(&f->arena, &root->u.dict.vals, t)) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
             goto out;
         }
     }
@@ -434,7 +434,7 @@ static int tensor_out_bytes(ckpt_file *f, const ckpt_tensor *t, const uint8_t **
     size_t n = (size_t)view.numel * es;
     uint8_t *g = malloc(n ? n : 1);
     if (!g)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     *own2 = g;
     ckpt_tensor_gather(&view, all, g);
     *bytes = g;
@@ -562,7 +562,7 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
     st_entry *e = calloc(n ? n : 1, sizeof(*e));
     const ckpt_tensor **views = calloc(n ? n : 1, sizeof(*views));
     long *first = calloc(n ? n : 1, sizeof(*first));
-    int trc = e && views && first ? CKPT_OK : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    int trc = e && views && first ? CKPT_OK : ckpt_oom(&f->err);
     for (size_t i = 0; i < n && trc == CKPT_OK; i++) {
         views[i] = sd->u.dict.vals.items[i]->u.tensor;
         first[i] = -1;
@@ -652,11 +652,13 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
             if (st->src != &f->main || st->loc != CKPT_LOC_FILE_RANGE || st->dtype != st->src_dtype ||
                 t->offset != 0 || !ckpt_tensor_is_contiguous(t) || nb != st->nbytes ||
                 st->file_offset < *in_base) {
+                /* the message names e[i], so it is made before E is freed */
+                r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                             "'%s' is not a whole tensor of the file, as it was", e[i].name);
                 cJSON_Delete(hdr);
                 cJSON_Delete(tied);
                 free(e);
-                return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
-                                "'%s' is not a whole tensor of the file, as it was", e[i].name);
+                return r;
             }
             e[i].begin = st->file_offset - *in_base;
             e[i].end = e[i].begin + nb;
@@ -682,7 +684,7 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
     cJSON_Delete(hdr);
     if (!text) {
         free(e);
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     }
     if (in_base) {
         free(e);
@@ -691,7 +693,7 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
     }
     size_t hn = strlen(text), padded = (hn + 7) & ~(size_t)7; /* data starts 8-aligned */
     uint8_t *head = malloc(8 + padded);
-    int rc = head ? CKPT_OK : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = head ? CKPT_OK : ckpt_oom(&f->err);
     if (rc == CKPT_OK) {
         for (int i = 0; i < 8; i++)
             head[i] = (uint8_t)((uint64_t)padded >> (8 * i));
@@ -764,7 +766,7 @@ static int safetensors_write_in_place(ckpt_file *f, int fd, const char *path,
                       (unsigned long long)old_len);
     char *b = rc == CKPT_OK ? malloc((size_t)old_len ? (size_t)old_len : 1) : NULL;
     if (rc == CKPT_OK && !b)
-        rc = ckpt_err(err, CKPT_ERR_NOMEM, "out of memory");
+        rc = ckpt_oom(err);
     if (rc == CKPT_OK) {
         memcpy(b, text, hn);
         memset(b + hn, ' ', (size_t)(old_len - hn));

@@ -46,13 +46,13 @@ static int open_shard(ckpt_file *f, const char *dir, const char *name, ckpt_sour
 {
     ckpt_source *src = calloc(1, sizeof(*src));
     if (!src)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     src->fd = -1;
     size_t n = strlen(dir) + strlen(name) + 2;
     char *path = ckpt_arena_alloc(&f->arena, n);
     if (!path) {
         free(src);
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     }
     snprintf(path, n, "%s/%s", dir, name);
     src->path = path;
@@ -85,7 +85,7 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
     const char **shards = calloc(n ? n : 1, sizeof(*shards));
     char *dir = strdup(f->path);
     ckpt_value *root = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0);
-    int rc = (!table || !shards || !dir || !root) ? ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory")
+    int rc = (!table || !shards || !dir || !root) ? ckpt_oom(&f->err)
                                                   : CKPT_OK;
     size_t nshards = 0;
     const cJSON *e;
@@ -121,7 +121,7 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
         root->flags |= CKPT_VF_ORDERED;
         f->shards = calloc(nshards ? nshards : 1, sizeof(*f->shards));
         if (!f->shards)
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
     }
     size_t found = 0;
     for (size_t k = 0; k < nshards && rc == CKPT_OK; k++) {
@@ -160,7 +160,7 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
             found++;
             if (ckpt_vec_push(&f->arena, &root->u.dict.keys, key) ||
                 ckpt_vec_push(&f->arena, &root->u.dict.vals, sd->u.dict.vals.items[i]))
-                rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                rc = ckpt_oom(&f->err);
         }
     }
     if (rc == CKPT_OK && found != n) {
@@ -188,7 +188,7 @@ static int sharded_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
                         (unsigned long long)size);
     uint8_t *text = malloc((size_t)size + 1);
     if (!text)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     int rc = ckpt_pread_all(src->fd, text, (size_t)size, 0)
                  ? ckpt_err(&f->err, CKPT_ERR_IO, "cannot read the shard index")
                  : parse_index(f, text, (size_t)size, root);
@@ -241,7 +241,7 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
     const ckpt_tensor **views = calloc(n ? n : 1, sizeof(*views));
     long *tied = calloc(n ? n : 1, sizeof(*tied));
     int trc = base && shard_of && srcs && views && tied
-                  ? CKPT_OK : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                  ? CKPT_OK : ckpt_oom(&f->err);
     for (size_t i = 0; i < n && trc == CKPT_OK; i++)
         views[i] = sd->u.dict.vals.items[i]->u.tensor;
     if (trc == CKPT_OK)
@@ -300,21 +300,21 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
     char num[32];
     snprintf(num, sizeof(num), "%llu", (unsigned long long)total);
     cJSON_AddItemToObject(md, "total_size", cJSON_CreateRaw(num));
-    int rc = names && extcopy ? CKPT_OK : ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+    int rc = names && extcopy ? CKPT_OK : ckpt_oom(&f->err);
     int written = 0;
     ckpt_value *saved_root = f->root;
     for (int k = 0; k < nshards && rc == CKPT_OK; k++) {
         size_t need = strlen(base) + strlen(extcopy) + 32;
         names[k] = malloc(need);
         if (!names[k]) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
             break;
         }
         snprintf(names[k], need, "%s-%05d-of-%05d%s", base, k + 1, nshards, extcopy);
         /* the shard's tensors, as a state dict of their own */
         ckpt_value *part = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0);
         if (!part) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
             break;
         }
         part->flags |= CKPT_VF_ORDERED;
@@ -325,7 +325,7 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
                 continue;
             if (ckpt_vec_push(&f->arena, &part->u.dict.keys, sd->u.dict.keys.items[i]) ||
                 ckpt_vec_push(&f->arena, &part->u.dict.vals, sd->u.dict.vals.items[i]))
-                rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+                rc = ckpt_oom(&f->err);
             else
                 cJSON_AddStringToObject(map, sd->u.dict.keys.items[i]->u.s.s, shard_base);
         }
@@ -345,7 +345,7 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
         char *text = cJSON_Print(idx);
         ckpt_out out;
         if (!text) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
         } else if ((rc = ckpt_out_open(&out, path, strlen(text) + 1, &f->err)) != CKPT_OK) {
             ckpt_out_abort(&out);
         } else {

@@ -160,14 +160,14 @@ static int class_begin(code_file *cf, const char *mod, const char *s, size_t n)
         size_t cap = ix->cap ? ix->cap * 2 : 32;
         ts_class *c = realloc(ix->c, cap * sizeof(*c));
         if (!c)
-            return ckpt_err(&cf->f->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&cf->f->err);
         ix->c = c;
         ix->cap = cap;
     }
     size_t ml = strlen(mod);
     char *q = ckpt_arena_alloc(&cf->f->arena, ml + 1 + name_len + 1);
     if (!q)
-        return ckpt_err(&cf->f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&cf->f->err);
     memcpy(q, mod, ml);
     q[ml] = '.';
     memcpy(q + ml + 1, s + name_at, name_len);
@@ -215,13 +215,13 @@ static int name_list(code_file *cf, const char *what, const char *s, size_t n, c
             cap = cap ? cap * 2 : 8;
             char **nn = ckpt_arena_alloc(&cf->f->arena, cap * sizeof(*nn));
             if (!nn)
-                return ckpt_err(&cf->f->err, CKPT_ERR_NOMEM, "out of memory");
+                return ckpt_oom(&cf->f->err);
             if (len)
                 memcpy(nn, names, len * sizeof(*nn));
             names = nn;
         }
         if (!(names[len++] = ckpt_arena_strndup(&cf->f->arena, s + b, i - b)))
-            return ckpt_err(&cf->f->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&cf->f->err);
         i++;
         while (i < n && s[i] == ' ')
             i++;
@@ -291,7 +291,7 @@ static int index_code(ckpt_file *f, ts_index *ix)
             continue;
         char *mod = ckpt_arena_strndup(&f->arena, name + pl, nl - pl - 3);
         if (!mod)
-            return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            return ckpt_oom(&f->err);
         for (char *c = mod; *c; c++)
             if (*c == '/')
                 *c = '.';
@@ -386,7 +386,7 @@ static int collect(ts_walk *w, const ckpt_value *o, const ts_class *c, const cha
             continue;
         char *sub = malloc(pl + k->u.s.len + 2);
         if (!sub) {
-            rc = ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+            rc = ckpt_oom(&f->err);
             break;
         }
         memcpy(sub, prefix, pl);
@@ -423,7 +423,7 @@ static int ts_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt
      * ckpt_file_record_find (and the main file's, for inspect) */
     f->cur_src->prefix = ckpt_arena_strndup(&f->arena, w->prefix, w->prefix_len);
     if (!f->cur_src->prefix)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     ckpt_pickle_ctx ctx;
     ckpt_file_pickle_ctx(f, &ctx, p->name);
     ctx.classify = ts_classify; /* this read only: ctx.user is still F */
@@ -439,7 +439,7 @@ static int ts_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     CKPT_FORWARD(ckpt_torch_zip_walk(&zw, src, true, &f->err));
     if (!ckpt_zip_has_crcs(src->zip) &&
         ckpt_file_notice_add(f, "written without CRC-32s: its bytes are not checked") < 0)
-        return ckpt_err(&f->err, CKPT_ERR_NOMEM, "out of memory");
+        return ckpt_oom(&f->err);
     CKPT_FORWARD(locate_storages(f, r.nbefore));
 
     ts_index ix = {0};

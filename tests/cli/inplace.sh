@@ -79,6 +79,10 @@ check "the same inode" test "$(ino sd.safetensors)" = "$before"
 expect_exit 0 ckpt diff sd.safetensors new.pth
 expect_exit 0 ckpt add-module --quiet --in-place sd.safetensors
 expect_exit 0 ckpt diff sd.safetensors "$data/dp_mlp.pth"
+say "safetensors: a cast changes the tensors' bytes: a copy, and the reason names the tensor"
+cp sd.safetensors cast.safetensors
+expect_exit 0 ckpt convert --verbose --dtype float16 --in-place cast.safetensors cast.safetensors
+expect_stderr_line "^ckpt: convert: cast\\.safetensors: streamed: .*; not in place: 'module\\.[a-z0-9.]+' is not a whole tensor of the file, as it was\$"
 say "safetensors: a longer header takes a copy, and says so"
 expect_exit 0 ckpt convert --quiet "$data/ssd300_narrow.pth" big.safetensors
 before=$(ino big.safetensors)
