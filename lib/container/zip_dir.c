@@ -987,10 +987,11 @@ static int findings(ckpt_zip_dir *d, int fd)
         size_t n = d->size - at < sizeof buf ? (size_t)(d->size - at) : sizeof buf;
         if (n < 4 || rd(fd, buf, n, at))
             break;
-        for (size_t i = 0; i + 4 <= n; i++) {
-            uint64_t p = at + i;
-            if (le(buf + i, 4) != SIG_CENTRAL)
-                continue;
+        /* memmem, not a byte loop: the data records are most of a big file */
+        static const uint8_t sig[4] = {0x50, 0x4b, 0x01, 0x02}; /* SIG_CENTRAL */
+        for (const uint8_t *q = buf; (q = memmem(q, n - (size_t)(q - buf), sig, 4)) != NULL;
+             q++) {
+            uint64_t p = at + (uint64_t)(q - buf);
             bool known = false;
             for (int r = 0; r < CKPT_ZIP_READERS && !known; r++)
                 known = d->v[r].ok && p >= d->v[r].cd_at && p < d->v[r].cd_at + d->v[r].cd_size;
