@@ -32,10 +32,11 @@ static inline void pk_op(pk *p, int op)
     uint8_t b = (uint8_t)op;
     pk_bytes(p, &b, 1);
 }
+/* V in N little-endian bytes; bytes past the eighth are 0 (no shift by 64) */
 static inline void pk_le(pk *p, uint64_t v, int n)
 {
     for (int i = 0; i < n; i++)
-        pk_op(p, (int)((v >> (8 * i)) & 0xff));
+        pk_op(p, i < 8 ? (int)((v >> (8 * i)) & 0xff) : 0);
 }
 static inline void pk_text(pk *p, const char *s)
 {
