@@ -685,10 +685,7 @@ static cJSON *json_double(double v) { return ckpt_json_real(v, 17, true); }
 
 static cJSON *json_shape(const ckpt_tensor *t)
 {
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < ckpt_tensor_ndim(t); i++)
-        cJSON_AddItemToArray(a, ckpt_json_int(ckpt_tensor_shape(t)[i]));
-    return a;
+    return ckpt_json_dims(ckpt_tensor_shape(t), ckpt_tensor_ndim(t));
 }
 
 static cJSON *json_source(const side *s)
