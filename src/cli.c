@@ -5,46 +5,309 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char *cli_escape(const char *s, char *buf, size_t cap)
+/* ---- text safe for a terminal ------------------------------------------------------
+ * Names come from the file (keys, globals, record and file names, messages
+ * quoting them): a newline must not forge an output line, nor ESC or CSI
+ * (U+009B) reach the terminal.  One escaping, used by every command: C0
+ * controls and DEL as \xNN, C1 controls (U+0080..U+009F) as \u00NN, each byte
+ * of invalid UTF-8 (overlong, surrogate, above U+10FFFF, cut) as \xNN; the
+ * rest as is.  JSON output is never escaped this way: cJSON writes controls
+ * as \uXXXX and every other byte exact. */
+
+typedef struct text_buf {
+    char *s;
+    size_t len, cap;
+    bool oom;
+} text_buf;
+
+static void tb_add(text_buf *b, const char *s, size_t n)
 {
-    /* names come from the file: a newline or an ESC must not reach the
-     * terminal as such (one line per message, no escape sequences) */
-    size_t o = 0;
-    if (cap < 8)
-        return "";
-    for (; *s && o + 8 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c < 0x20 || c == 0x7f)
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-        else
-            buf[o++] = (char)c;
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *t = realloc(b->s, cap);
+        if (!t) {
+            b->oom = true;
+            return;
+        }
+        b->s = t;
+        b->cap = cap;
     }
-    if (*s) { /* cut: never silently, never inside a UTF-8 character */
-        while (o > 0 && ((unsigned char)buf[o - 1] & 0xc0) == 0x80)
-            o--;
-        if (o > 0 && (unsigned char)buf[o - 1] >= 0xc0)
-            o--;
-        memcpy(buf + o, "\xe2\x80\xa6", 3); /* ... */
-        o += 3;
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+/* The length of the valid UTF-8 sequence at S (N bytes left), 0 if none. */
+static size_t utf8_seq(const unsigned char *s, size_t n, unsigned *cp)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+        len = 2, min = 0x80, c &= 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3, min = 0x800, c &= 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4, min = 0x10000, c &= 0x07;
+    } else {
+        return 0;
     }
-    buf[o] = '\0';
-    return buf;
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        c = c << 6 | (s[i] & 0x3f);
+    }
+    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    *cp = c;
+    return len;
+}
+
+static void escape_into(text_buf *b, const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < n) {
+        size_t run = i; /* printable ASCII goes in runs */
+        while (run < n && s[run] >= 0x20 && s[run] < 0x7f)
+            run++;
+        tb_add(b, str + i, run - i);
+        if ((i = run) >= n)
+            break;
+        unsigned cp;
+        size_t len = utf8_seq(s + i, n - i, &cp);
+        char e[8];
+        if (len == 0 || cp < 0x20 || cp == 0x7f) {
+            snprintf(e, sizeof e, "\\x%02x", s[i]);
+            tb_add(b, e, 4);
+            i++;
+        } else if (cp >= 0x80 && cp <= 0x9f) {
+            snprintf(e, sizeof e, "\\u%04x", cp);
+            tb_add(b, e, 6);
+            i += len;
+        } else {
+            tb_add(b, str + i, len);
+            i += len;
+        }
+    }
+}
+
+bool cli_needs_escape(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        unsigned cp;
+        size_t len = utf8_seq(p, strlen((const char *)p), &cp);
+        if (len == 0 || cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f))
+            return true;
+        p += len;
+    }
+    return false;
+}
+
+/* Escaped copies live in a few buffers reused in turn, so that one printf
+ * may take several; freed at exit. */
+enum { TEXT_SLOTS = 8 };
+static text_buf text_slot[TEXT_SLOTS];
+static unsigned text_next;
+
+static void text_free(void)
+{
+    for (int i = 0; i < TEXT_SLOTS; i++)
+        free(text_slot[i].s);
+}
+
+const char *cli_text(const char *s)
+{
+    if (!s)
+        return "(null)";
+    if (!text_slot[0].cap && !text_next)
+        atexit(text_free);
+    text_buf *b = &text_slot[text_next++ % TEXT_SLOTS];
+    b->len = 0;
+    b->oom = false;
+    tb_add(b, "", 0);
+    escape_into(b, s, strlen(s));
+    return b->oom ? "(out of memory)" : b->s;
+}
+
+/* FMT with every %s and %c argument escaped (width and precision apply:
+ * precision to the raw string, width to the escaped one). */
+static void format_escaped(text_buf *b, const char *fmt, va_list ap)
+{
+    const char *p = fmt;
+    while (*p) {
+        const char *pct = strchr(p, '%');
+        if (!pct) {
+            tb_add(b, p, strlen(p));
+            break;
+        }
+        tb_add(b, p, (size_t)(pct - p));
+        p = pct + 1;
+        if (*p == '%') {
+            tb_add(b, "%", 1);
+            p++;
+            continue;
+        }
+        char spec[64];
+        size_t sl = 0;
+        spec[sl++] = '%';
+        while (*p && strchr("-+ #0", *p) && sl < 8)
+            spec[sl++] = *p++;
+        int width = 0, prec = -1;
+        bool has_width = true;
+        if (*p == '*') {
+            width = va_arg(ap, int);
+            p++;
+        } else if (*p >= '0' && *p <= '9') {
+            width = (int)strtol(p, (char **)&p, 10);
+        } else {
+            has_width = false;
+        }
+        if (*p == '.') {
+            p++;
+            if (*p == '*') {
+                prec = va_arg(ap, int);
+                p++;
+            } else {
+                prec = (int)strtol(p, (char **)&p, 10);
+            }
+        }
+        char len[3] = {0};
+        for (size_t k = 0; k < 2 && *p && strchr("hlzjtL", *p); k++)
+            len[k] = *p++;
+        char conv = *p ? *p++ : 's';
+        if (conv == 's' || conv == 'c') {
+            char one[2] = {0};
+            const char *arg = conv == 'c' ? (one[0] = (char)va_arg(ap, int), one)
+                                          : va_arg(ap, const char *);
+            if (!arg)
+                arg = "(null)";
+            size_t n = prec >= 0 && conv == 's' ? strnlen(arg, (size_t)prec)
+                                                : (conv == 'c' ? 1 : strlen(arg));
+            text_buf e = {0};
+            tb_add(&e, "", 0);
+            escape_into(&e, arg, n);
+            /* a negative '*' width is the '-' flag */
+            bool left = width < 0 || memchr(spec, '-', sl) != NULL;
+            size_t w = width < 0 ? (size_t)-(long)width : (size_t)width;
+            size_t pad = e.len < w ? w - e.len : 0;
+            for (size_t k = 0; !left && k < pad; k++)
+                tb_add(b, " ", 1);
+            tb_add(b, e.oom ? "(out of memory)" : e.s, e.oom ? 15 : e.len);
+            for (size_t k = 0; left && k < pad; k++)
+                tb_add(b, " ", 1);
+            free(e.s);
+            continue;
+        }
+        if (has_width)
+            sl += (size_t)snprintf(spec + sl, sizeof spec - sl, "%d", width);
+        if (prec >= 0)
+            sl += (size_t)snprintf(spec + sl, sizeof spec - sl, ".%d", prec);
+        sl += (size_t)snprintf(spec + sl, sizeof spec - sl, "%s%c", len, conv);
+        char num[512];
+        int k;
+        bool ll = len[0] == 'l' && len[1] == 'l', l = len[0] == 'l' && !len[1];
+        switch (conv) {
+        case 'd':
+        case 'i':
+            k = len[0] == 'z' ? snprintf(num, sizeof num, spec, va_arg(ap, ssize_t))
+                : len[0] == 'j' ? snprintf(num, sizeof num, spec, va_arg(ap, intmax_t))
+                : len[0] == 't' ? snprintf(num, sizeof num, spec, va_arg(ap, ptrdiff_t))
+                : ll ? snprintf(num, sizeof num, spec, va_arg(ap, long long))
+                : l ? snprintf(num, sizeof num, spec, va_arg(ap, long))
+                    : snprintf(num, sizeof num, spec, va_arg(ap, int));
+            break;
+        case 'u':
+        case 'x':
+        case 'X':
+        case 'o':
+            k = len[0] == 'z' ? snprintf(num, sizeof num, spec, va_arg(ap, size_t))
+                : len[0] == 'j' ? snprintf(num, sizeof num, spec, va_arg(ap, uintmax_t))
+                : len[0] == 't' ? snprintf(num, sizeof num, spec, va_arg(ap, ptrdiff_t))
+                : ll ? snprintf(num, sizeof num, spec, va_arg(ap, unsigned long long))
+                : l ? snprintf(num, sizeof num, spec, va_arg(ap, unsigned long))
+                    : snprintf(num, sizeof num, spec, va_arg(ap, unsigned));
+            break;
+        case 'p':
+            k = snprintf(num, sizeof num, spec, va_arg(ap, void *));
+            break;
+        default: /* f F e E g G a A */
+            k = len[0] == 'L' ? snprintf(num, sizeof num, spec, va_arg(ap, long double))
+                              : snprintf(num, sizeof num, spec, va_arg(ap, double));
+            break;
+        }
+        if (k > 0)
+            tb_add(b, num, (size_t)k < sizeof num ? (size_t)k : sizeof num - 1);
+    }
+}
+
+char *cli_vformat(const char *fmt, va_list ap)
+{
+    text_buf b = {0};
+    tb_add(&b, "", 0);
+    format_escaped(&b, fmt, ap);
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}
+
+int cli_printf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = cli_vformat(fmt, ap);
+    va_end(ap);
+    if (!s)
+        return -1;
+    int rc = fputs(s, stdout);
+    free(s);
+    return rc;
 }
 
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)
 {
-    char msg[2048], esc[4096];
+    /* the whole message escaped: the library's messages quote the file */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    text_buf m = {0};
+    tb_add(&m, "", 0);
+    {
+        va_list aq;
+        va_copy(aq, ap);
+        int n = vsnprintf(NULL, 0, fmt, aq);
+        va_end(aq);
+        char *raw = n >= 0 ? malloc((size_t)n + 1) : NULL;
+        if (raw) {
+            vsnprintf(raw, (size_t)n + 1, fmt, ap);
+            escape_into(&m, raw, (size_t)n);
+            free(raw);
+        } else {
+            tb_add(&m, "out of memory", 13);
+        }
+    }
     va_end(ap);
     fprintf(stderr, "ckpt: %s: ", cmd);
     if (file)
-        fprintf(stderr, "%s: ", cli_escape(file, esc, sizeof esc));
-    fprintf(stderr, "%s\n", cli_escape(msg, esc, sizeof esc));
+        fprintf(stderr, "%s: ", cli_text(file));
+    fprintf(stderr, "%s\n", m.oom ? "out of memory" : m.s);
+    free(m.s);
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -52,8 +315,10 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     va_list ap;
     fprintf(stderr, "ckpt: %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    char *m = cli_vformat(fmt, ap); /* arguments may be file names */
     va_end(ap);
+    fputs(m ? m : "out of memory", stderr);
+    free(m);
     fprintf(stderr, " (see 'ckpt %s --help')\n", cmd);
     return CLI_EXIT_USAGE;
 }
@@ -224,39 +489,38 @@ struct cJSON *cli_torch_load_json(const char *path)
 void cli_torch_load_print(const char *path, const char *indent)
 {
     ckpt_torch_load *t = ckpt_torch_load_new();
-    char e1[512], e2[512], e3[1024];
     if (!t || ckpt_torch_load_check(t, path) != CKPT_OK) {
-        printf("%storch.load: not modelled: %s\n", indent,
-               t ? cli_escape(ckpt_torch_load_error_message(t), e1, sizeof e1) : "out of memory");
+        cli_printf("%storch.load: not modelled: %s\n", indent,
+                   t ? ckpt_torch_load_error_message(t) : "out of memory");
         ckpt_torch_load_free(t);
         return;
     }
     for (int i = 0; i < CKPT_TORCH_COUNT_; i++) {
         const ckpt_torch_verdict *v = ckpt_torch_load_verdict(t, (ckpt_torch)i);
-        printf("%storch.load (%s, %s): ", indent, v->version,
-               strcmp(v->via, "weights-only unpickler") == 0 ? "weights-only" : v->via);
+        cli_printf("%storch.load (%s, %s): ", indent, v->version,
+                   strcmp(v->via, "weights-only unpickler") == 0 ? "weights-only" : v->via);
         if (v->accepted) {
-            printf("accepted");
+            cli_printf("accepted");
         } else {
-            printf("refused");
+            cli_printf("refused");
             if (v->global)
-                printf(" at GLOBAL %s", cli_escape(v->global, e1, sizeof e1));
+                cli_printf(" at GLOBAL %s", v->global);
             else if (v->opcode >= 0)
-                printf(" at %s (%d)", v->opcode_name, v->opcode);
+                cli_printf(" at %s (%d)", v->opcode_name, v->opcode);
             if (v->pickle)
-                printf(" in %s at byte %llu", cli_escape(v->pickle, e2, sizeof e2),
-                       (unsigned long long)v->offset);
+                cli_printf(" in %s at byte %llu", v->pickle,
+                           (unsigned long long)v->offset);
             /* the unpickler's own words: torch's wrapping adds a page of advice */
-            printf(" -- %s: %s", v->exception, cli_escape(v->reason ? v->reason : "", e3, sizeof e3));
+            cli_printf(" -- %s: %s", v->exception, v->reason ? v->reason : "");
             if (v->fix)
-                printf("; fix: %s", cli_escape(v->fix, e3, sizeof e3));
+                cli_printf("; fix: %s", v->fix);
         }
         if (v->malformed)
-            printf(" by the unpickler, but ckpt finds it malformed (%s): torch most likely "
-                   "refuses it", cli_escape(v->malformed, e3, sizeof e3));
+            cli_printf(" by the unpickler, but ckpt finds it malformed (%s): torch most likely "
+                       "refuses it", v->malformed);
         if (v->note)
-            printf(" (%s)", cli_escape(v->note, e3, sizeof e3));
-        printf("\n");
+            cli_printf(" (%s)", v->note);
+        cli_printf("\n");
     }
     ckpt_torch_load_free(t);
 }

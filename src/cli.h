@@ -5,6 +5,7 @@
 #include "ckpt.h"
 
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -51,9 +52,19 @@ enum {
 int cli_common_option(const char *cmd, int opt, const char *arg, cli_common *c);
 void cli_common_free(cli_common *c);
 
-/* S with control characters written as \xNN, into BUF (names read from a
- * file must not put newlines or escape sequences on a terminal). */
-const char *cli_escape(const char *s, char *buf, size_t cap);
+/* Text safe for a terminal (names read from a file must not put newlines or
+ * escape sequences on it): C0 controls and DEL as \xNN, C1 controls as
+ * \u00NN, invalid UTF-8 byte by byte as \xNN.  The one escaping of every
+ * command's text output; JSON is never escaped this way.
+ * cli_text: S escaped, in one of 8 buffers reused in turn (valid for the next
+ * 7 calls); cli_printf: printf to stdout with every %s and %c argument
+ * escaped (the format's own newlines kept); cli_vformat: the same into a
+ * malloc'd string (NULL when out of memory); cli_needs_escape: whether S has
+ * anything to escape. */
+const char *cli_text(const char *s);
+int cli_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *cli_vformat(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+bool cli_needs_escape(const char *s);
 
 /* "ckpt: <cmd>: <file>: <message>" on stderr (file may be NULL), escaped. */
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)

@@ -65,7 +65,7 @@ static void print_shape(const ckpt_tensor *t)
 {
     putchar('[');
     for (int i = 0; i < ckpt_tensor_ndim(t); i++)
-        printf("%s%lld", i ? ", " : "", (long long)ckpt_tensor_shape(t)[i]);
+        cli_printf("%s%lld", i ? ", " : "", (long long)ckpt_tensor_shape(t)[i]);
     putchar(']');
 }
 
@@ -73,12 +73,12 @@ static void print_shape(const ckpt_tensor *t)
 static void print_first(const ckpt_diff_pair *p)
 {
     if (p->first_ndim < 0) {
-        printf("flat index %lld", (long long)p->r.first_index);
+        cli_printf("flat index %lld", (long long)p->r.first_index);
         return;
     }
     putchar('[');
     for (int k = 0; k < p->first_ndim; k++)
-        printf("%s%lld", k ? ", " : "", (long long)p->first_coords[k]);
+        cli_printf("%s%lld", k ? ", " : "", (long long)p->first_coords[k]);
     putchar(']');
 }
 
@@ -86,48 +86,48 @@ static void print_first(const ckpt_diff_pair *p)
 static void print_key_list(const char *what, const ckpt_diff *d, size_t n,
                            const char *(*at)(const ckpt_diff *, size_t))
 {
-    printf("%s key(s) in state_dict: ", what);
+    cli_printf("%s key(s) in state_dict: ", what);
     for (size_t i = 0; i < n; i++)
-        printf("%s\"%s\"", i ? ", " : "", at(d, i));
-    printf(". \n");
+        cli_printf("%s\"%s\"", i ? ", " : "", at(d, i));
+    cli_printf(". \n");
 }
 
 static void print_source(const char *label, const ckpt_diff_side *s)
 {
-    printf("%s: %s: ", label, s->file);
+    cli_printf("%s: %s: ", label, s->file);
     if (s->by_path) {
-        printf("%zu state dict%s: every tensor by its path (%zu tensors)\n", s->state_dicts,
-               s->state_dicts == 1 ? "" : "s", s->tensors);
+        cli_printf("%zu state dict%s: every tensor by its path (%zu tensors)\n", s->state_dicts,
+                   s->state_dicts == 1 ? "" : "s", s->tensors);
         return;
     }
-    printf("state dict %s (%zu tensors)", s->state_dict.len ? s->state_dict_text : "(root)",
-           s->tensors - s->others);
+    cli_printf("state dict %s (%zu tensors)", s->state_dict.len ? s->state_dict_text : "(root)",
+               s->tensors - s->others);
     if (s->others)
-        printf(", and %zu other tensor%s by path", s->others, s->others == 1 ? "" : "s");
-    printf("\n");
+        cli_printf(", and %zu other tensor%s by path", s->others, s->others == 1 ? "" : "s");
+    cli_printf("\n");
 }
 
 static void print_values(const ckpt_diff_pair *p)
 {
     const ckpt_compare_result *r = &p->r;
     if (p->compared_as == CKPT_DIFF_INCOMPARABLE) {
-        printf("%s: values not compared: %s in A, %s in B\n", p->key,
-               ckpt_dtype_name(ckpt_tensor_dtype(p->a)), ckpt_dtype_name(ckpt_tensor_dtype(p->b)));
+        cli_printf("%s: values not compared: %s in A, %s in B\n", p->key,
+                   ckpt_dtype_name(ckpt_tensor_dtype(p->a)), ckpt_dtype_name(ckpt_tensor_dtype(p->b)));
     } else if (p->compared_as == CKPT_DIFF_BYTES && r->mismatched) {
-        printf("%s: %lld of %lld elements differ (compared as bytes), first at ", p->key,
-               (long long)r->mismatched, (long long)r->count);
+        cli_printf("%s: %lld of %lld elements differ (compared as bytes), first at ", p->key,
+                   (long long)r->mismatched, (long long)r->count);
         print_first(p);
-        printf("\n");
+        cli_printf("\n");
     } else if (p->compared_as == CKPT_DIFF_VALUES && (r->mismatched || r->max_abs != 0)) {
-        printf("%s: max abs %.3g, max rel %.3g, ", p->key, r->max_abs, r->max_rel);
+        cli_printf("%s: max abs %.3g, max rel %.3g, ", p->key, r->max_abs, r->max_rel);
         if (!r->mismatched) {
-            printf("all %lld elements within tolerance\n", (long long)r->count);
+            cli_printf("all %lld elements within tolerance\n", (long long)r->count);
             return;
         }
-        printf("%lld of %lld elements differ, first at ", (long long)r->mismatched,
-               (long long)r->count);
+        cli_printf("%lld of %lld elements differ, first at ", (long long)r->mismatched,
+                   (long long)r->count);
         print_first(p);
-        printf(" (%s vs %s)\n", p->first_a_text, p->first_b_text);
+        cli_printf(" (%s vs %s)\n", p->first_a_text, p->first_b_text);
     }
 }
 
@@ -149,34 +149,34 @@ static void print_text(const ckpt_diff *d, bool keys_only)
         const ckpt_diff_pair *p = ckpt_diff_pair_at(d, k);
         if (!p->size_mismatch)
             continue;
-        printf("size mismatch for %s: copying a param with shape torch.Size(", p->key);
+        cli_printf("size mismatch for %s: copying a param with shape torch.Size(", p->key);
         print_shape(p->b);
-        printf(") from checkpoint, the shape in current model is torch.Size(");
+        cli_printf(") from checkpoint, the shape in current model is torch.Size(");
         print_shape(p->a);
-        printf(").\n");
+        cli_printf(").\n");
     }
     for (size_t k = 0; k < n; k++) {
         const ckpt_diff_pair *p = ckpt_diff_pair_at(d, k);
         if (p->dtype_mismatch)
-            printf("dtype mismatch for %s: %s in A, %s in B\n", p->key,
-                   ckpt_dtype_name(ckpt_tensor_dtype(p->a)),
-                   ckpt_dtype_name(ckpt_tensor_dtype(p->b)));
+            cli_printf("dtype mismatch for %s: %s in A, %s in B\n", p->key,
+                       ckpt_dtype_name(ckpt_tensor_dtype(p->a)),
+                       ckpt_dtype_name(ckpt_tensor_dtype(p->b)));
         print_values(p);
     }
     if (s->normalize_would_match)
-        printf("(--normalize would match %zu missing key%s with unexpected ones)\n",
-               s->normalize_would_match, s->normalize_would_match == 1 ? "" : "s");
-    printf("%zu tensor%s compared%s: %zu equal, %zu differ", s->compared,
-           s->compared == 1 ? "" : "s", keys_only ? " (keys, shapes and dtypes only)" : "",
-           s->equal, s->differ);
+        cli_printf("(--normalize would match %zu missing key%s with unexpected ones)\n",
+                   s->normalize_would_match, s->normalize_would_match == 1 ? "" : "s");
+    cli_printf("%zu tensor%s compared%s: %zu equal, %zu differ", s->compared,
+               s->compared == 1 ? "" : "s", keys_only ? " (keys, shapes and dtypes only)" : "",
+               s->equal, s->differ);
     if (s->size_mismatch)
-        printf(" (%zu size mismatch%s)", s->size_mismatch, s->size_mismatch == 1 ? "" : "es");
-    printf("; %zu missing, %zu unexpected\n", s->missing, s->unexpected);
+        cli_printf(" (%zu size mismatch%s)", s->size_mismatch, s->size_mismatch == 1 ? "" : "es");
+    cli_printf("; %zu missing, %zu unexpected\n", s->missing, s->unexpected);
     if (a->unreached || b->unreached)
-        printf("not compared: storages inside opaque objects (%zu in A, %zu in B)\n",
-               a->unreached, b->unreached);
+        cli_printf("not compared: storages inside opaque objects (%zu in A, %zu in B)\n",
+                   a->unreached, b->unreached);
     if (s->reason)
-        printf("not equal: %s\n", s->reason);
+        cli_printf("not equal: %s\n", s->reason);
 }
 
 /* ---- the command ------------------------------------------------------------------ */

@@ -374,23 +374,23 @@ static void print_shard(const ckpt_tensor *t, const char *sep)
     if (ckpt_tensor_shard(t, &si) != CKPT_OK)
         return;
     if (si.unsupported) {
-        printf("%s%s", sep, si.unsupported);
+        cli_printf("%s%s", sep, si.unsupported);
         sep = ", ";
     } else if (!si.nchunks) {
-        printf("%sno local shard", sep);
+        cli_printf("%sno local shard", sep);
     } else {
-        printf("%slocal shard [", sep);
+        cli_printf("%slocal shard [", sep);
         for (int d = 0; d < si.ndim; d++)
-            printf("%s%lld:%lld", d ? ", " : "", (long long)si.chunks->offsets[d],
-                   (long long)(si.chunks->offsets[d] + si.chunks->sizes[d]));
-        printf("]");
+            cli_printf("%s%lld:%lld", d ? ", " : "", (long long)si.chunks->offsets[d],
+                       (long long)(si.chunks->offsets[d] + si.chunks->sizes[d]));
+        cli_printf("]");
     }
-    printf("%sof global [", si.unsupported ? ", " : " ");
+    cli_printf("%sof global [", si.unsupported ? ", " : " ");
     for (int d = 0; d < si.ndim; d++)
-        printf("%s%lld", d ? ", " : "", (long long)si.global_shape[d]);
-    printf("]");
+        cli_printf("%s%lld", d ? ", " : "", (long long)si.global_shape[d]);
+    cli_printf("]");
     if (si.rank >= 0)
-        printf(", rank %d", si.rank);
+        cli_printf(", rank %d", si.rank);
 }
 
 static int print_json(inspect *in)
@@ -529,16 +529,16 @@ static void print_breakdown(const char *label, const cJSON *by)
     char b[32];
     const char *sep = " ";
     const cJSON *e;
-    printf("%s", label);
+    cli_printf("%s", label);
     if (!cJSON_GetArraySize(by))
-        printf(" (none)");
+        cli_printf(" (none)");
     cJSON_ArrayForEach(e, by)
     {
-        printf("%s%s %s", sep, e->string,
-               cli_human_bytes(strtoull(e->valuestring, NULL, 10), b, sizeof(b)));
+        cli_printf("%s%s %s", sep, e->string,
+                   cli_human_bytes(strtoull(e->valuestring, NULL, 10), b, sizeof(b)));
         sep = ", ";
     }
-    printf("\n");
+    cli_printf("\n");
 }
 
 /* A folder checkpoint's layout in one line. */
@@ -550,9 +550,9 @@ static void print_layout(ckpt_file *f)
     const cJSON *tag = cJSON_GetObjectItemCaseSensitive(l, "tag");
     const cJSON *ws = cJSON_GetObjectItemCaseSensitive(l, "world_size");
     if (cJSON_IsNumber(stage) && cJSON_IsString(opt) && cJSON_IsString(tag) && cJSON_IsNumber(ws))
-        printf("DeepSpeed ZeRO stage %d (%s), tag '%s', %d ranks: %s\n", stage->valueint,
-               opt->valuestring, tag->valuestring, ws->valueint,
-               stage->valueint == 3 ? "each parameter is a slice of every rank's flat fp32 groups"
+        cli_printf("DeepSpeed ZeRO stage %d (%s), tag '%s', %d ranks: %s\n", stage->valueint,
+                   opt->valuestring, tag->valuestring, ws->valueint,
+                   stage->valueint == 3 ? "each parameter is a slice of every rank's flat fp32 groups"
                                     : "each parameter is a range of the ranks' flat fp32 "
                                       "partitions, joined");
     cJSON_Delete(l);
@@ -567,18 +567,17 @@ static int print_text(inspect *in)
     compute_totals(in, &t);
     cJSON *layout = ckpt_file_layout(f) ? cJSON_Parse(ckpt_file_layout(f)) : NULL;
 
-    printf("%s: %s, %zu tensors in %zu storages, %s\n", in->file,
-           ckpt_format_name(ckpt_file_format(f)), n, ckpt_file_storage_count(f),
-           cli_human_bytes(t.bytes, b1, sizeof(b1)));
+    cli_printf("%s: %s, %zu tensors in %zu storages, %s\n", in->file,
+               ckpt_format_name(ckpt_file_format(f)), n, ckpt_file_storage_count(f),
+               cli_human_bytes(t.bytes, b1, sizeof(b1)));
     if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP ||
         ckpt_file_format(f) == CKPT_FORMAT_TORCHSCRIPT) {
-        char pesc[1024];
-        printf("archive prefix '%s', %zu records\n",
-               cli_escape(ckpt_file_prefix(f), pesc, sizeof pesc), ckpt_file_record_count(f));
+        cli_printf("archive prefix '%s', %zu records\n",
+                   ckpt_file_prefix(f), ckpt_file_record_count(f));
         uint64_t dead;
         if (ckpt_file_dead_bytes(f, &dead) == CKPT_OK && dead)
-            printf("dead bytes: %s (no record holds them: left by in-place rewrites)\n",
-                   cli_human_bytes(dead, b1, sizeof(b1)));
+            cli_printf("dead bytes: %s (no record holds them: left by in-place rewrites)\n",
+                       cli_human_bytes(dead, b1, sizeof(b1)));
     }
     cli_torch_load_print(in->file, "");
     print_layout(f);
@@ -588,21 +587,21 @@ static int print_text(inspect *in)
         const ckpt_value *sd = ckpt_file_state_dict(f, i, &p);
         const char *where = p.len ? path_text(in, &p) : "(root)";
         const char *cls = ckpt_file_state_dict_class(f, i);
-        printf("state dict %s: %zu tensor%s", where, ckpt_value_len(sd),
-               ckpt_value_len(sd) == 1 ? "" : "s");
+        cli_printf("state dict %s: %zu tensor%s", where, ckpt_value_len(sd),
+                   ckpt_value_len(sd) == 1 ? "" : "s");
         if (cls && strcmp(ckpt_file_state_dict_source(f, i), "torchscript") == 0)
-            printf(", TorchScript module %s (named as torch.jit.load(f).state_dict(): "
-                   "non-persistent buffers included; ckpt extract writes it)", cls);
+            cli_printf(", TorchScript module %s (named as torch.jit.load(f).state_dict(): "
+                       "non-persistent buffers included; ckpt extract writes it)", cls);
         else if (cls) /* torch.load would import it; ckpt reads its structure */
-            printf(", module tree of %s (a pickled nn.Module; ckpt extract writes its "
-                   "state dict)", cls);
+            cli_printf(", module tree of %s (a pickled nn.Module; ckpt extract writes its "
+                       "state dict)", cls);
         const char *w[16];
         size_t nw = ckpt_state_dict_wrappers(sd, w, 16);
         for (size_t k = 0; k < nw && k < 16; k++)
-            printf("%s %s (%s)", k ? "," : ", wrapper prefix", w[k], wrapper_note(w[k]));
+            cli_printf("%s %s (%s)", k ? "," : ", wrapper prefix", w[k], wrapper_note(w[k]));
         if (!ckpt_file_state_dict_is_model(f, i))
-            printf(" (not a model's: rewritten only when --select names it)");
-        printf("\n");
+            cli_printf(" (not a model's: rewritten only when --select names it)");
+        cli_printf("\n");
     }
 
     /* column widths */
@@ -613,7 +612,7 @@ static int print_text(inspect *in)
         const char *k = path_text(in, &p);
         if (!shown(in, k))
             continue;
-        size_t l = strlen(k);
+        size_t l = strlen(cli_text(k)); /* as printed */
         wkey = l > wkey ? l : wkey;
         format_shape(x, b2, sizeof(b2));
         wshape = strlen(b2) > wshape ? strlen(b2) : wshape;
@@ -624,11 +623,11 @@ static int print_text(inspect *in)
     }
     if (wkey > 60)
         wkey = 60;
-    printf("\n%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, "KEY", (int)wdt, "DTYPE", (int)wshape,
-           "SHAPE", (int)wdev, "DEVICE", "SIZE");
+    cli_printf("\n%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, "KEY", (int)wdt, "DTYPE", (int)wshape,
+               "SHAPE", (int)wdev, "DEVICE", "SIZE");
     if (in->stats)
-        printf("  %12s %12s %12s %12s %5s %5s", "MIN", "MAX", "MEAN", "STD", "NAN", "INF");
-    printf("  NOTE\n");
+        cli_printf("  %12s %12s %12s %12s %5s %5s", "MIN", "MAX", "MEAN", "STD", "NAN", "INF");
+    cli_printf("  NOTE\n");
 
     /* storages used by more than one listed tensor */
     size_t ns = ckpt_file_storage_count(f);
@@ -649,35 +648,34 @@ static int print_text(inspect *in)
         nshown++;
         const ckpt_storage *s = ckpt_tensor_storage(x);
         format_shape(x, b2, sizeof(b2));
-        char kesc[1024];
-        printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, cli_escape(k, kesc, sizeof kesc),
-               (int)wdt,
-               ckpt_dtype_name(ckpt_tensor_dtype(x)), (int)wshape, b2, (int)wdev,
-               ckpt_tensor_device(x), cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
+        cli_printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, k,
+                   (int)wdt,
+                   ckpt_dtype_name(ckpt_tensor_dtype(x)), (int)wshape, b2, (int)wdev,
+                   ckpt_tensor_device(x), cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
         if (in->stats) {
             const ckpt_tensor_stats *st = &in->st[i];
             if (st->valid)
-                printf("  %12.5g %12.5g %12.5g %12.5g %5lld %5lld", st->min, st->max, st->mean,
-                       st->std, (long long)st->nan, (long long)st->inf);
+                cli_printf("  %12.5g %12.5g %12.5g %12.5g %5lld %5lld", st->min, st->max, st->mean,
+                           st->std, (long long)st->nan, (long long)st->inf);
             else
-                printf("  %12s %12s %12s %12s %5s %5s", "-", "-", "-", "-", "-", "-");
+                cli_printf("  %12s %12s %12s %12s %5s %5s", "-", "-", "-", "-", "-", "-");
         }
         const char *sep = "  ";
         if (ckpt_tensor_is_parameter(x)) {
-            printf("%sparameter", sep);
+            cli_printf("%sparameter", sep);
             sep = ", ";
         }
         ckpt_qparams q;
         if (ckpt_tensor_kind_of(x) != CKPT_TENSOR_DENSE) {
-            printf("%s%s", sep, ckpt_tensor_kind_name(ckpt_tensor_kind_of(x)));
+            cli_printf("%s%s", sep, ckpt_tensor_kind_name(ckpt_tensor_kind_of(x)));
             sep = ", ";
         }
         if (ckpt_tensor_qparams(x, &q) == CKPT_OK) {
             if (q.scales)
-                printf(" %s axis %d", q.qscheme, q.axis);
+                cli_printf(" %s axis %d", q.qscheme, q.axis);
             else
-                printf(" %s scale %.9g zero point %lld", q.qscheme, q.scale,
-                       (long long)q.zero_point);
+                cli_printf(" %s scale %.9g zero point %lld", q.qscheme, q.scale,
+                           (long long)q.zero_point);
         }
         if (ckpt_tensor_shard(x, &(ckpt_shard_info){0}) == CKPT_OK) {
             print_shard(x, sep);
@@ -690,9 +688,9 @@ static int print_text(inspect *in)
                 lo = lo < 0 || (r >= 0 && r < lo) ? r : lo;
                 hi = r > hi ? r : hi;
             }
-            printf("%s%zu chunks", sep, ckpt_tensor_chunk_count(x));
+            cli_printf("%s%zu chunks", sep, ckpt_tensor_chunk_count(x));
             if (lo >= 0)
-                printf(lo == hi ? " (rank %d)" : " (ranks %d-%d)", lo, hi);
+                cli_printf(lo == hi ? " (rank %d)" : " (ranks %d-%d)", lo, hi);
             sep = ", ";
         } else if (layout && s && ckpt_storage_run_count(s) > 1) { /* a folder's: its ranks */
             long lo = -1, hi = -1;
@@ -704,38 +702,38 @@ static int print_text(inspect *in)
                 lo = r >= 0 && (lo < 0 || r < lo) ? r : lo;
                 hi = r > hi ? r : hi;
             }
-            printf("%s%zu runs", sep, ckpt_storage_run_count(s));
+            cli_printf("%s%zu runs", sep, ckpt_storage_run_count(s));
             if (lo >= 0)
-                printf(lo == hi ? " (rank %ld)" : " (ranks %ld-%ld)", lo, hi);
+                cli_printf(lo == hi ? " (rank %ld)" : " (ranks %ld-%ld)", lo, hi);
             sep = ", ";
         }
         if (s && uses && uses[ckpt_storage_index(s)] > 1) {
-            printf("%sshares storage %s", sep, ckpt_storage_key(s));
+            cli_printf("%sshares storage %s", sep, ckpt_storage_key(s));
             sep = ", ";
         }
         if (ckpt_tensor_offset(x)) {
-            printf("%soffset %lld", sep, (long long)ckpt_tensor_offset(x));
+            cli_printf("%soffset %lld", sep, (long long)ckpt_tensor_offset(x));
             sep = ", ";
         }
         if (s && !ckpt_tensor_is_contiguous(x))
-            printf("%snon-contiguous", sep);
-        printf("\n");
+            cli_printf("%snon-contiguous", sep);
+        cli_printf("\n");
     }
     free(uses);
     cJSON_Delete(layout);
     if (in->filter)
-        printf("(%zu of %zu tensors match the filter)\n", nshown, n);
+        cli_printf("(%zu of %zu tensors match the filter)\n", nshown, n);
 
     if (ckpt_file_object_count(f)) {
-        printf("\nobjects kept opaque:\n");
+        cli_printf("\nobjects kept opaque:\n");
         for (size_t i = 0; i < ckpt_file_object_count(f); i++) {
             ckpt_path p;
             const ckpt_value *o = ckpt_file_object(f, i, &p);
-            printf("  %-30s %s\n", p.len ? path_text(in, &p) : "(root)", ckpt_value_global(o));
+            cli_printf("  %-30s %s\n", p.len ? path_text(in, &p) : "(root)", ckpt_value_global(o));
         }
     }
-    printf("\ntotal: %zu tensors, %llu elements, %s\n", n, t.elements,
-           cli_human_bytes(t.bytes, b1, sizeof(b1)));
+    cli_printf("\ntotal: %zu tensors, %llu elements, %s\n", n, t.elements,
+               cli_human_bytes(t.bytes, b1, sizeof(b1)));
     print_breakdown("by dtype:", t.by_dtype);
     print_breakdown("by device:", t.by_device);
     cJSON_Delete(t.by_dtype);

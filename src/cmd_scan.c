@@ -50,51 +50,51 @@ static void print_text(const ckpt_scan_entry *e)
     size_t dangerous = 0, unknown = 0, nr = ckpt_scan_reading_count(s);
     size_t na = ckpt_scan_ambiguity_count(s);
     int many = nr > 1;
-    printf("%s: %s, %zu pickle%s\n", path, e->format, np, np == 1 ? "" : "s");
+    cli_printf("%s: %s, %zu pickle%s\n", path, e->format, np, np == 1 ? "" : "s");
     for (size_t i = 0; many && i < nr; i++) {
         const ckpt_scan_reading *r = ckpt_scan_reading_at(s, i);
-        printf("  reading %s (%s): %s%s\n", r->reader, r->who,
-               r->code == CKPT_OK ? "read to the end" : "stops: ", r->error ? r->error : "");
+        cli_printf("  reading %s (%s): %s%s\n", r->reader, r->who,
+                   r->code == CKPT_OK ? "read to the end" : "stops: ", r->error ? r->error : "");
     }
     for (size_t i = 0; i < na; i++)
-        printf("  AMBIGUOUS   %s\n", ckpt_scan_ambiguity_at(s, i));
+        cli_printf("  AMBIGUOUS   %s\n", ckpt_scan_ambiguity_at(s, i));
     if (ckpt_scan_format(s) == CKPT_FORMAT_TORCHSCRIPT)
-        printf("  TorchScript archive (torch.jit.save): its __torch__.* classes are compiled "
-               "from its code/ by torch.jit.load (ckpt never runs them); ckpt inspect and "
-               "extract read its state dict as torch.jit.load(f).state_dict() names it, "
-               "which differs from the eager model's: non-persistent buffers are included\n");
+        cli_printf("  TorchScript archive (torch.jit.save): its __torch__.* classes are compiled "
+                   "from its code/ by torch.jit.load (ckpt never runs them); ckpt inspect and "
+                   "extract read its state dict as torch.jit.load(f).state_dict() names it, "
+                   "which differs from the eager model's: non-persistent buffers are included\n");
     for (size_t i = 0; i < nh; i++) {
         const ckpt_scan_hit *h = ckpt_scan_hit_at(s, i);
-        printf("  %-11s %s  (%s at %s+%llu", class_name(h), h->global, h->opcode, h->pickle,
-               (unsigned long long)h->offset);
+        cli_printf("  %-11s %s  (%s at %s+%llu", class_name(h), h->global, h->opcode, h->pickle,
+                   (unsigned long long)h->offset);
         if (h->used_by)
-            printf("; %s by %s at +%llu", h->uses & CKPT_SCAN_CALLED ? "called" : "built",
-                   h->used_by, (unsigned long long)h->use_offset);
+            cli_printf("; %s by %s at +%llu", h->uses & CKPT_SCAN_CALLED ? "called" : "built",
+                       h->used_by, (unsigned long long)h->use_offset);
         if (h->count > 1)
-            printf("; named %zu times", h->count);
+            cli_printf("; named %zu times", h->count);
         if (h->computed_by)
-            printf("; a name computed at run time by %s", h->computed_by);
+            cli_printf("; a name computed at run time by %s", h->computed_by);
         if (many && h->reading)
-            printf("; %s reading", h->reading);
-        printf(")\n");
+            cli_printf("; %s reading", h->reading);
+        cli_printf(")\n");
         dangerous += h->dangerous;
         unknown += h->cls != CKPT_GLOBAL_INTERPRETED && h->cls != CKPT_GLOBAL_KNOWN_DATA;
     }
     if (unknown)
-        printf("  verdict: UNSAFE: %zu unknown global%s, %zu of them dangerous%s%s\n", unknown,
-               unknown == 1 ? "" : "s", dangerous,
-               rc != CKPT_OK ? " (and the file is malformed after them)" : "",
-               na ? "; and readers would see different content" : "");
+        cli_printf("  verdict: UNSAFE: %zu unknown global%s, %zu of them dangerous%s%s\n", unknown,
+                   unknown == 1 ? "" : "s", dangerous,
+                   rc != CKPT_OK ? " (and the file is malformed after them)" : "",
+                   na ? "; and readers would see different content" : "");
     else if (na)
-        printf("  verdict: AMBIGUOUS: readers would see different content (%zu finding%s): "
-               "not safe to call safe\n", na, na == 1 ? "" : "s");
+        cli_printf("  verdict: AMBIGUOUS: readers would see different content (%zu finding%s): "
+                   "not safe to call safe\n", na, na == 1 ? "" : "s");
     else if (rc != CKPT_OK)
-        printf("  verdict: unreadable: %s\n", ckpt_scan_error_message(s));
+        cli_printf("  verdict: unreadable: %s\n", ckpt_scan_error_message(s));
     else if (ckpt_scan_format(s) == CKPT_FORMAT_SAFETENSORS)
-        printf("  verdict: safe: no pickle (a safetensors header, checked; unpickled from "
-               "byte 0, as torch.load does under another name, it runs nothing)\n");
+        cli_printf("  verdict: safe: no pickle (a safetensors header, checked; unpickled from "
+                   "byte 0, as torch.load does under another name, it runs nothing)\n");
     else
-        printf("  verdict: safe: only state-dict (interpreted) and known-data globals\n");
+        cli_printf("  verdict: safe: only state-dict (interpreted) and known-data globals\n");
     if (ckpt_scan_format(s) != CKPT_FORMAT_DCP) /* items: DCP's reader loads them, not torch.load */
         cli_torch_load_print(path, "  ");
 }
@@ -157,7 +157,7 @@ int cmd_scan(int argc, char **argv)
         if (common.quiet || json)
             continue;
         if (e->kind == CKPT_SCAN_ENTRY_SKIPPED)
-            printf("%s: skipped: not a zip, tar, safetensors or pickle file\n", e->path);
+            cli_printf("%s: skipped: not a zip, tar, safetensors or pickle file\n", e->path);
         else if (e->kind == CKPT_SCAN_ENTRY_FILE && e->code != CKPT_ERR_IO)
             print_text(e);
     }

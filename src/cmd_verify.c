@@ -133,15 +133,58 @@ static const char *shape_text(const ckpt_array *a, char *buf, size_t cap)
     return buf;
 }
 
+/* Whether every key quoted in the load report prints as itself: then the
+ * message's newlines and tabs are torch's layout, and are kept. */
+static bool report_keys_plain(const ckpt_load_report *r)
+{
+    for (size_t i = 0; i < r->missing_count; i++)
+        if (cli_needs_escape(r->missing[i]))
+            return false;
+    for (size_t i = 0; i < r->unexpected_count; i++)
+        if (cli_needs_escape(r->unexpected[i]))
+            return false;
+    for (size_t i = 0; i < r->mismatch_count; i++)
+        if (cli_needs_escape(r->mismatches[i].key))
+            return false;
+    for (size_t i = 0; i < r->bad_dtype_count; i++)
+        if (cli_needs_escape(r->bad_dtype[i]))
+            return false;
+    return true;
+}
+
+/* torch's message, line by line ("\n\t" between its parts); when a key
+ * would put a newline of its own in it, the whole of it on one line. */
+static void print_load_message(const ckpt_load_report *r)
+{
+    if (!report_keys_plain(r)) {
+        cli_printf("%s\n", r->message);
+        return;
+    }
+    for (const char *p = r->message;;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (n && *p == '\t') {
+            putchar('\t');
+            p++, n--;
+        }
+        cli_printf("%.*s\n", (int)n, p);
+        if (!nl)
+            break;
+        p = nl + 1;
+    }
+}
+
 static void print_load(const char *label, const char *file, const ckpt_verify *v,
                        ckpt_verify_side side, size_t nparams)
 {
     const ckpt_load_report *r = ckpt_verify_load_report(v, side);
-    printf("%-11s %s: state dict at %s\n", label, file, ckpt_verify_choice(v, side)->path);
-    if (r->ok)
-        printf("%-11s strict: all %zu keys matched\n", "load", nparams);
-    else
-        printf("%-11s FAIL\n%s\n", "load", r->message);
+    cli_printf("%-11s %s: state dict at %s\n", label, file, ckpt_verify_choice(v, side)->path);
+    if (r->ok) {
+        cli_printf("%-11s strict: all %zu keys matched\n", "load", nparams);
+    } else {
+        cli_printf("%-11s FAIL\n", "load");
+        print_load_message(r);
+    }
 }
 
 static void print_output(const opts *o, const ckpt_verify_output *x)
@@ -151,84 +194,84 @@ static void print_output(const opts *o, const ckpt_verify_output *x)
     if (x->reference) {
         const ckpt_output_check *c = &x->vs_reference;
         if (!c->shape_ok) {
-            printf("%-11s %s %s: the reference's is %s: FAIL\n", "output", x->name, sb,
-                   shape_text(x->reference, rb, sizeof rb));
+            cli_printf("%-11s %s %s: the reference's is %s: FAIL\n", "output", x->name, sb,
+                       shape_text(x->reference, rb, sizeof rb));
         } else {
-            printf("%-11s %s %s: max abs %.3g, max rel %.3g of max |ref| %.3g "
-                   "(atol %.3g, rtol %.3g)", "output", x->name, sb, c->max_abs, c->max_rel,
-                   c->max_abs_reference, c->atol, c->rtol);
+            cli_printf("%-11s %s %s: max abs %.3g, max rel %.3g of max |ref| %.3g "
+                       "(atol %.3g, rtol %.3g)", "output", x->name, sb, c->max_abs, c->max_rel,
+                       c->max_abs_reference, c->atol, c->rtol);
             if (c->pass)
-                printf(": PASS\n");
+                cli_printf(": PASS\n");
             else
-                printf(": FAIL, %lld of %lld elements out of tolerance\n",
-                       (long long)c->mismatched, (long long)c->count);
+                cli_printf(": FAIL, %lld of %lld elements out of tolerance\n",
+                           (long long)c->mismatched, (long long)c->count);
         }
         if (x->has_accuracy)
-            printf("%-11s %s: %.2f%% (%lld/%lld), PyTorch %.2f%% (%lld/%lld)\n", "accuracy",
-                   x->name, 100.0 * (double)x->correct / (double)x->labels,
-                   (long long)x->correct, (long long)x->labels,
-                   100.0 * (double)x->reference_correct / (double)x->labels,
-                   (long long)x->reference_correct, (long long)x->labels);
+            cli_printf("%-11s %s: %.2f%% (%lld/%lld), PyTorch %.2f%% (%lld/%lld)\n", "accuracy",
+                       x->name, 100.0 * (double)x->correct / (double)x->labels,
+                       (long long)x->correct, (long long)x->labels,
+                       100.0 * (double)x->reference_correct / (double)x->labels,
+                       (long long)x->reference_correct, (long long)x->labels);
     } else if (!o->against_path) {
-        printf("%-11s %s %s\n", "output", x->name, sb);
+        cli_printf("%-11s %s %s\n", "output", x->name, sb);
     }
     if (x->against) {
         const ckpt_output_check *c = &x->vs_against;
         if (!c->shape_ok)
-            printf("%-11s %s %s: CKPT2 gives %s: FAIL\n", "against", x->name, sb,
-                   shape_text(x->against, rb, sizeof rb));
+            cli_printf("%-11s %s %s: CKPT2 gives %s: FAIL\n", "against", x->name, sb,
+                       shape_text(x->against, rb, sizeof rb));
         else if (c->max_abs == 0 && c->pass)
-            printf("%-11s %s %s: identical%s\n", "against", x->name, sb,
-                   c->atol == 0 && c->rtol == 0 ? " (bitwise)" : "");
+            cli_printf("%-11s %s %s: identical%s\n", "against", x->name, sb,
+                       c->atol == 0 && c->rtol == 0 ? " (bitwise)" : "");
         else
-            printf("%-11s %s %s: max abs %.3g, max rel %.3g: %s\n", "against", x->name, sb,
-                   c->max_abs, c->max_rel, c->pass ? "PASS" : "FAIL");
+            cli_printf("%-11s %s %s: max abs %.3g, max rel %.3g: %s\n", "against", x->name, sb,
+                       c->max_abs, c->max_rel, c->pass ? "PASS" : "FAIL");
     }
 }
 
 static void print_text(const opts *o, const ckpt_verify *v, const ckpt_model *m)
 {
     size_t nparams = ckpt_model_param_count(m);
-    printf("%-11s %s (%s): %zu parameter tensors\n", "model", ckpt_model_name(m), o->spec_path,
-           nparams);
+    cli_printf("%-11s %s (%s): %zu parameter tensors\n", "model", ckpt_model_name(m), o->spec_path,
+               nparams);
     print_load("checkpoint", o->ckpt_path, v, CKPT_VERIFY_CHECKPOINT, nparams);
     if (ckpt_verify_hint(v))
-        printf("%-11s %s; fix it with:\n%-11s %s\n", "hint", ckpt_verify_hint(v), "",
-               ckpt_verify_fix(v));
+        cli_printf("%-11s %s; fix it with:\n%-11s %s\n", "hint", ckpt_verify_hint(v), "",
+                   ckpt_verify_fix(v));
     if (o->against_path)
         print_load("against", o->against_path, v, CKPT_VERIFY_AGAINST, nparams);
     if (ckpt_verify_ran(v)) {
         const char *note = ckpt_verify_device_note(v);
-        printf("%-11s %s%s%s\n", "device", ckpt_backend_description(ckpt_verify_backend(v)),
-               note[0] ? " -- auto: " : "", note);
+        cli_printf("%-11s %s%s%s\n", "device", ckpt_backend_description(ckpt_verify_backend(v)),
+                   note[0] ? " -- auto: " : "", note);
         for (size_t i = 0; i < ckpt_model_input_count(m); i++) {
             char sb[128];
-            printf("%-11s %s %s from %s%s%s\n", "input", ckpt_model_input_name(m, i),
-                   shape_text(ckpt_verify_input(v, i), sb, sizeof sb), ckpt_verify_input_from(v),
-                   o->ref_path ? " " : "", o->ref_path ? o->ref_path : "");
+            cli_printf("%-11s %s %s from %s%s%s\n", "input", ckpt_model_input_name(m, i),
+                       shape_text(ckpt_verify_input(v, i), sb, sizeof sb), ckpt_verify_input_from(v),
+                       o->ref_path ? " " : "", o->ref_path ? o->ref_path : "");
         }
         for (size_t i = 0; i < ckpt_verify_output_count(v); i++)
             print_output(o, ckpt_verify_output_at(v, i));
     }
     const ckpt_verify_replicas *r = ckpt_verify_replica_info(v);
     if (r) {
-        printf("%-11s %d requested; the batch of %lld split into %d chunk%s (torch.chunk), run "
-               "%s%s\n", "replicas", r->requested, (long long)r->batch, r->used,
-               r->used == 1 ? "" : "s", r->device_count > 1 ? "on " : "in turn on ",
-               r->device_count > 1 ? "one GPU each" : r->devices[0]);
+        cli_printf("%-11s %d requested; the batch of %lld split into %d chunk%s (torch.chunk), run "
+                   "%s%s\n", "replicas", r->requested, (long long)r->batch, r->used,
+                   r->used == 1 ? "" : "s", r->device_count > 1 ? "on " : "in turn on ",
+                   r->device_count > 1 ? "one GPU each" : r->devices[0]);
         for (size_t i = 0; i < ckpt_verify_output_count(v); i++) {
             const ckpt_verify_output *x = ckpt_verify_output_at(v, i);
             char sb[128];
             shape_text(x->value, sb, sizeof sb);
             if (x->vs_single.pass)
-                printf("%-11s %s %s: gathered back %s\n", "replica", x->name, sb,
-                       x->vs_single.max_abs == 0 ? "identically" : "within tolerance");
+                cli_printf("%-11s %s %s: gathered back %s\n", "replica", x->name, sb,
+                           x->vs_single.max_abs == 0 ? "identically" : "within tolerance");
             else
-                printf("%-11s %s %s: BREAKS under DataParallel: %s\n", "replica", x->name, sb,
-                       x->replica_reason);
+                cli_printf("%-11s %s %s: BREAKS under DataParallel: %s\n", "replica", x->name, sb,
+                           x->replica_reason);
         }
     }
-    printf("%-11s %s\n", "result", ckpt_verify_passed(v) ? "PASS" : "FAIL");
+    cli_printf("%-11s %s\n", "result", ckpt_verify_passed(v) ? "PASS" : "FAIL");
 }
 
 static int print_json(const ckpt_verify *v)

@@ -91,6 +91,6 @@ int main(int argc, char **argv)
             optind = 0; /* glibc: full reset for the command's own getopt loop */
             return commands[i].run(argc - 1, argv + 1);
         }
-    fprintf(stderr, "ckpt: '%s' is not a ckpt command (see 'ckpt --help')\n", name);
+    fprintf(stderr, "ckpt: '%s' is not a ckpt command (see 'ckpt --help')\n", cli_text(name));
     return CLI_EXIT_USAGE;
 }

@@ -64,18 +64,20 @@ void rewrite_free(rewrite *rw)
 static void report(rewrite *rw, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void report(rewrite *rw, const char *fmt, ...)
 {
-    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    char *line = cli_vformat(fmt, ap); /* names escaped */
     va_end(ap);
-    if (n < 0)
+    if (!line)
         return;
     size_t len = strlen(line);
     char *b = realloc(rw->pending, rw->npending + len + 1);
-    if (!b)
+    if (!b) {
+        free(line);
         return;
+    }
     memcpy(b + rw->npending, line, len + 1);
+    free(line);
     rw->pending = b;
     rw->npending += len;
 }
@@ -97,9 +99,9 @@ static void on_key(void *user, const ckpt_path *sd, const char *old_key, const c
     if (sd->len) {
         char where[1024];
         ckpt_path_format(sd, where, sizeof(where));
-        printf("%s/%s -> %s/%s\n", where, old_key, where, new_key);
+        cli_printf("%s/%s -> %s/%s\n", where, old_key, where, new_key);
     } else {
-        printf("%s -> %s\n", old_key, new_key);
+        cli_printf("%s -> %s\n", old_key, new_key);
     }
 }
 
@@ -121,7 +123,7 @@ static void on_device(void *user, const char *old_tag, const char *new_tag, size
     if (rw->common.quiet)
         return;
     if (rw->dry_run)
-        printf("%s -> %s (%zu storage%s)\n", old_tag, new_tag, storages, storages == 1 ? "" : "s");
+        cli_printf("%s -> %s (%zu storage%s)\n", old_tag, new_tag, storages, storages == 1 ? "" : "s");
     else
         report(rw, "storages: %zu of %zu remapped (%s -> %s)\n", storages, rw->storages, old_tag,
                new_tag);
@@ -252,9 +254,9 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
         }
         free(seen);
         ckpt_file_free(o);
-        printf("wrote %s: %s, %zu tensors, %zu storages, %s\n", rw->out,
-               ckpt_format_name(rw->out_format ? rw->out_format : CKPT_FORMAT_PTH_ZIP), nt, used,
-               size);
+        cli_printf("wrote %s: %s, %zu tensors, %zu storages, %s\n", rw->out,
+                   ckpt_format_name(rw->out_format ? rw->out_format : CKPT_FORMAT_PTH_ZIP), nt, used,
+                   size);
     }
     return CLI_EXIT_OK;
 }
@@ -296,7 +298,7 @@ static void on_cast(void *user, const char *from, const char *to, size_t storage
     if (rw->common.quiet)
         return;
     if (rw->dry_run)
-        printf("%s -> %s (%zu storage%s)\n", from, to, storages, storages == 1 ? "" : "s");
+        cli_printf("%s -> %s (%zu storage%s)\n", from, to, storages, storages == 1 ? "" : "s");
     else
         report(rw, "cast: %zu storage%s %s -> %s\n", storages, storages == 1 ? "" : "s", from, to);
 }
