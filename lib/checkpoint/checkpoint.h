@@ -216,6 +216,14 @@ int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root);
 /* Merge repeated str/int keys the way Python's dict does (first position,
  * last value).  -1 on OOM. */
 int ckpt_dict_dedupe(ckpt_arena *a, ckpt_value *dict);
+/* A name of LEN bytes at S with a NUL inside: CKPT_ERR_FORMAT naming it.
+ * Names are C strings from the model of a checkpoint up (paths, state-dict
+ * keys, writers): such a name would be cut, so the file is refused (torch
+ * reads it).  CKPT_OK otherwise. */
+int ckpt_key_check(ckpt_error *err, const char *s, size_t len);
+/* A writer's last check: no two str keys of dict D the same name (as C
+ * strings); CKPT_ERR_FORMAT naming it, else CKPT_OK. */
+int ckpt_dict_names_unique(ckpt_error *err, const ckpt_value *d);
 /* KEY without the wrapper components (module., _orig_mod., ...: the list
  * ckpt_state_dict_wrappers knows) standing at its start or after a '.':
  * what `ckpt unwrap`, diff's --normalize and verify's hint make of a key.  Malloc'd; NULL on OOM. */

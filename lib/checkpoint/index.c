@@ -185,6 +185,7 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
         ckpt_value *k = params->u.dict.keys.items[i], *v = params->u.dict.vals.items[i];
         if (k->kind != CKPT_KIND_STR || v->kind != CKPT_KIND_TENSOR)
             continue; /* None: not in the state dict */
+        CKPT_FORWARD(ckpt_key_check(&f->err, k->u.s.s, k->u.s.len));
         ckpt_value *c = plain_tensor(f, v);
         if (!c)
             return ckpt_oom(&f->err);
@@ -194,6 +195,7 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
         ckpt_value *k = bufs->u.dict.keys.items[i], *v = bufs->u.dict.vals.items[i];
         if (k->kind != CKPT_KIND_STR || v->kind != CKPT_KIND_TENSOR || in_set(nonpersistent, k))
             continue;
+        CKPT_FORWARD(ckpt_key_check(&f->err, k->u.s.s, k->u.s.len));
         ckpt_value *c = plain_tensor(f, v);
         if (!c)
             return ckpt_oom(&f->err);
@@ -206,6 +208,8 @@ static int module_collect(module_walk *mw, ckpt_value *m, const char *prefix)
         if (k->kind != CKPT_KIND_STR || v->kind != CKPT_KIND_OBJECT || !(v->flags & CKPT_VF_MODULE))
             continue; /* None children; anything else is not a module torch would visit */
         size_t kl = k->u.s.len;
+        if ((rc = ckpt_key_check(&f->err, k->u.s.s, kl)))
+            break;
         char *sub = malloc(pl + kl + 2);
         if (!sub) {
             rc = ckpt_oom(&f->err);
@@ -375,6 +379,10 @@ static int walk(walker *w, ckpt_value *v, size_t level, bool on_path)
             bool keyed = true;
             if (k->kind == CKPT_KIND_STR) {
                 e.key = k->u.s.s;
+                /* a scalar's key is never a path's, and is kept whole */
+                if (on_path && v->u.dict.vals.items[i]->kind > CKPT_KIND_BYTES &&
+                    (rc = ckpt_key_check(&f->err, k->u.s.s, k->u.s.len)))
+                    break;
             } else if (k->kind == CKPT_KIND_INT && !k->u.i.big) {
                 e.is_int = 1;
                 e.index = k->u.i.v;
@@ -498,6 +506,47 @@ int ckpt_file_index(ckpt_file *f)
 }
 
 /* ---- dict key merging ---- */
+
+int ckpt_key_check(ckpt_error *err, const char *s, size_t len)
+{
+    if (!memchr(s, 0, len))
+        return CKPT_OK;
+    char shown[200];
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 8 < sizeof shown; i++) {
+        if (s[i])
+            shown[o++] = s[i];
+        else
+            o += (size_t)snprintf(shown + o, sizeof shown - o, "\\x00");
+    }
+    shown[o] = '\0';
+    return ckpt_err(err, CKPT_ERR_FORMAT, "key '%s%s' contains NUL (a name is kept whole or refused, "
+                    "never cut)", shown, o + 8 < sizeof shown ? "" : "...");
+}
+
+int ckpt_dict_names_unique(ckpt_error *err, const ckpt_value *d)
+{
+    size_t n = d->u.dict.keys.len;
+    ckpt_map names;
+    ckpt_map_init(&names, CKPT_MAP_BYTES);
+    int rc = ckpt_map_reserve(&names, n) < 0 ? ckpt_oom(err) : CKPT_OK;
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        const ckpt_value *k = d->u.dict.keys.items[i];
+        if (k->kind != CKPT_KIND_STR)
+            continue;
+        /* as a writer takes it: up to its first NUL */
+        int r = ckpt_map_put(&names, k->u.s.s, strlen(k->u.s.s), i, NULL);
+        if (r < 0)
+            rc = ckpt_oom(err);
+        else if (r == 1)
+            rc = ckpt_err(err, CKPT_ERR_FORMAT,
+                          "two tensors would be written under the name '%.200s': refused, nothing "
+                          "written (neither torch nor safetensors would read both back)",
+                          k->u.s.s);
+    }
+    ckpt_map_release(&names);
+    return rc;
+}
 
 int ckpt_dict_dedupe(ckpt_arena *a, ckpt_value *d)
 {

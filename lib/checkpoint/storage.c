@@ -158,6 +158,8 @@ static ckpt_value *persistent_load(void *user, ckpt_value *pid, uint64_t offset,
     char prefixed[600];
     if (a[2]->kind == CKPT_KIND_STR) {
         key = a[2]->u.s.s;
+        if (ckpt_key_check(err, key, a[2]->u.s.len)) /* "0\0x" is not record "0" */
+            return NULL;
     } else if (a[2]->kind == CKPT_KIND_INT && !a[2]->u.i.big) {
         snprintf(keybuf, sizeof(keybuf), "%lld", (long long)a[2]->u.i.v);
         key = keybuf;

@@ -392,6 +392,7 @@ static int add_item(dcp *d, const ckpt_value *key, const ckpt_value *val)
                    "%s: state_dict_metadata has a %s key", d->meta_name,
                    ckpt_value_kind_name(key));
     const char *fqn = key->u.s.s;
+    CKPT_FORWARD(ckpt_key_check(&f->err, fqn, key->u.s.len));
     bool bytes = is_obj(val, "BytesStorageMetadata");
     CKPT_RETURN_IF(!bytes && !is_obj(val, "TensorStorageMetadata"), &f->err, CKPT_ERR_FORMAT,
                    "%s: '%.200s' is described by a %s, not Tensor- or BytesStorageMetadata",

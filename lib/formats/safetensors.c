@@ -264,6 +264,17 @@ static int safetensors_read(ckpt_file *f, ckpt_source *src, ckpt_value **root_ou
         rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: header is not valid UTF-8 text");
         goto out;
     }
+    /* cJSON ends a string at \u0000: a name (or metadata text) with a NUL
+     * would be cut silently, so the header is refused instead */
+    for (size_t i = 0; i + 1 < (size_t)n; i++)
+        if (text[i] == '\\' && text[++i] == 'u' && (size_t)n - i > 4 &&
+            memcmp(text + i + 1, "0000", 4) == 0) {
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                          "safetensors: a string of the header contains NUL (\\u0000 at byte "
+                          "%zu of the header): a name is kept whole or refused, never cut",
+                          i - 1);
+            goto out;
+        }
     const char *end = NULL;
     hdr = cJSON_ParseWithLengthOpts(text, (size_t)n, &end, 0);
     while (hdr && end && (size_t)(end - text) < n && (*end == ' ' || *end == '\n' || *end == '\r' ||
@@ -532,6 +543,7 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
 {
     const ckpt_value *sd = NULL;
     CKPT_FORWARD(ckpt_pick_state_dict(f, opt ? opt->select : NULL, &sd));
+    CKPT_FORWARD(ckpt_dict_names_unique(&f->err, sd)); /* a header names each once */
     size_t n = sd->u.dict.keys.len;
     char bad[300] = "";
     size_t nbad = 0;

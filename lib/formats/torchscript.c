@@ -384,6 +384,8 @@ static int collect(ts_walk *w, const ckpt_value *o, const ts_class *c, const cha
         const ckpt_value *k = st->u.dict.keys.items[i], *v = st->u.dict.vals.items[i];
         if (k->kind != CKPT_KIND_STR || v->kind != CKPT_KIND_OBJECT)
             continue;
+        if ((rc = ckpt_key_check(&f->err, k->u.s.s, k->u.s.len)))
+            break;
         char *sub = malloc(pl + k->u.s.len + 2);
         if (!sub) {
             rc = ckpt_oom(&f->err);

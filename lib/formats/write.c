@@ -298,6 +298,9 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
     if (!(opt && (opt->flags & CKPT_WRITE_IN_PLACE)) && same_file(f, path))
         return ckpt_err(&f->err, CKPT_ERR_USAGE,
                         "'%s' is the input file; use --in-place to replace it", path);
+    /* never a file with a name twice, whatever made the tree (issue 26) */
+    for (size_t i = 0; i < f->state_dicts.len; i++)
+        CKPT_FORWARD(ckpt_dict_names_unique(&f->err, f->state_dicts.items[i].value));
     f->parts.write = write_part;
 
     /* a set when named so or asked for (shards of a size); else OPT's format */

@@ -514,6 +514,27 @@ START_TEST(empty_key_refused)
 }
 END_TEST
 
+/* The writers' last check: whatever made the tree (here a key edited by
+ * hand, as a faulty transform would), no file names a tensor twice, and
+ * nothing is written. */
+START_TEST(a_name_twice_is_never_written)
+{
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/mlp.pth")), CKPT_OK);
+    ckpt_value *root = (ckpt_value *)ckpt_file_root(f);
+    ckpt_value *k1 = root->u.dict.keys.items[1];
+    k1->u.s.s = root->u.dict.keys.items[0]->u.s.s; /* n.1.bias -> n.1.weight */
+    k1->u.s.len = root->u.dict.keys.items[0]->u.s.len;
+    static const char *const outs[] = {"out.pth", "out.safetensors"};
+    for (size_t i = 0; i < 2; i++) {
+        char out[600];
+        snprintf(out, sizeof out, "%s/%s", dir, outs[i]);
+        ck_assert_int_eq(ckpt_file_write(f, out, NULL), CKPT_ERR_FORMAT);
+        ck_assert_msg_has(f, "two tensors would be written under the name 'n.1.weight'");
+        ck_assert_int_ne(access(out, F_OK), 0);
+    }
+}
+END_TEST
+
 START_TEST(select_a_nested_mapping)
 {
     ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/train_ckpt.pth")), CKPT_OK);
@@ -713,6 +734,7 @@ static Suite *suite(void)
     tcase_add_test(e, add_puts_a_new_root_entry_first);
     tcase_add_test(e, collision_refused_and_nothing_changes);
     tcase_add_test(e, empty_key_refused);
+    tcase_add_test(e, a_name_twice_is_never_written);
     tcase_add_test(e, select_a_nested_mapping);
     tcase_add_test(e, remap_rules);
     tcase_add_test(e, write_refuses_input_and_stdout);
