@@ -756,6 +756,8 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
             int r = ckpt_file_open(f, path);
             if (r == CKPT_OK && ckpt_file_format(f) == CKPT_FORMAT_SAFETENSORS)
                 v->pub.accepted = 1;
+            else if (ckpt_error_is_name_nul(&f->err)) /* safetensors reads it, ckpt not */
+                v->pub.accepted = 1;
             else
                 refuse_container(t, v, which, "SafetensorError",
                                  "Error while deserializing header: %s",

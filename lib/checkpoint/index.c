@@ -520,8 +520,13 @@ int ckpt_key_check(ckpt_error *err, const char *s, size_t len)
             o += (size_t)snprintf(shown + o, sizeof shown - o, "\\x00");
     }
     shown[o] = '\0';
-    return ckpt_err(err, CKPT_ERR_FORMAT, "key '%s%s' contains NUL (a name is kept whole or refused, "
-                    "never cut)", shown, o + 8 < sizeof shown ? "" : "...");
+    return ckpt_err(err, CKPT_ERR_UNSUPPORTED, "key '%s%s' " CKPT_NAME_NUL, shown,
+                    o + 8 < sizeof shown ? "" : "...");
+}
+
+bool ckpt_error_is_name_nul(const ckpt_error *e)
+{
+    return e->code == CKPT_ERR_UNSUPPORTED && strstr(e->msg, CKPT_NAME_NUL) != NULL;
 }
 
 int ckpt_dict_names_unique(ckpt_error *err, const ckpt_value *d)

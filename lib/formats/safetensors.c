@@ -269,10 +269,9 @@ static int safetensors_read(ckpt_file *f, ckpt_source *src, ckpt_value **root_ou
     for (size_t i = 0; i + 1 < (size_t)n; i++)
         if (text[i] == '\\' && text[++i] == 'u' && (size_t)n - i > 4 &&
             memcmp(text + i + 1, "0000", 4) == 0) {
-            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                          "safetensors: a string of the header contains NUL (\\u0000 at byte "
-                          "%zu of the header): a name is kept whole or refused, never cut",
-                          i - 1);
+            rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                          "safetensors: a string of the header (\\u0000 at byte %zu of it) "
+                          CKPT_NAME_NUL, i - 1);
             goto out;
         }
     const char *end = NULL;
