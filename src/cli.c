@@ -281,6 +281,25 @@ int cli_printf(const char *fmt, ...)
     return rc;
 }
 
+int cli_json_puts(const char *json)
+{
+    /* C1 controls and DEL are written \u00NN, the same string to a JSON
+     * reader; bytes that are not UTF-8 stay as they are (a name is exact) */
+    const unsigned char *p = (const unsigned char *)json;
+    while (*p) {
+        const unsigned char *q = p;
+        while (*q && *q != 0x7f && !(q[0] == 0xc2 && q[1] >= 0x80 && q[1] <= 0x9f))
+            q++;
+        if (fwrite(p, 1, (size_t)(q - p), stdout) != (size_t)(q - p))
+            return EOF;
+        if (!*q)
+            break;
+        printf("\\u%04x", *q == 0x7f ? 0x7f : q[1]);
+        p = q + (*q == 0x7f ? 1 : 2);
+    }
+    return putchar('\n');
+}
+
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)
 {
     /* the whole message escaped: the library's messages quote the file */

@@ -65,6 +65,10 @@ const char *cli_text(const char *s);
 int cli_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *cli_vformat(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 bool cli_needs_escape(const char *s);
+/* JSON text and a newline on stdout, C1 controls and DEL as \u00NN (cJSON
+ * escapes only C0): the same document, safe on a terminal.  Bytes that are
+ * not UTF-8 (a file or record name) are written as they are. */
+int cli_json_puts(const char *json);
 
 /* "ckpt: <cmd>: <file>: <message>" on stderr (file may be NULL), escaped. */
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)

@@ -217,7 +217,7 @@ static int run(ckpt_diff *d, ckpt_file *f[2], const char *file[2], bool json, bo
             cli_error("diff", NULL, "out of memory");
             return CLI_EXIT_IO;
         }
-        puts(text);
+        cli_json_puts(text);
         free(text);
     } else {
         print_text(d, keys_only);

@@ -501,7 +501,7 @@ static int print_json(inspect *in)
         cli_error("inspect", in->file, "out of memory");
         rc = CLI_EXIT_IO;
     } else {
-        puts(text);
+        cli_json_puts(text);
         free(text);
     }
     cJSON_Delete(root);

@@ -176,7 +176,7 @@ int cmd_scan(int argc, char **argv)
             text = ckpt_scan_paths_to_json(sp);
         }
         if (text) {
-            puts(text);
+            cli_json_puts(text);
             free(text);
         } else {
             cli_error("scan", NULL, "out of memory");

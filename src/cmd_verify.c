@@ -281,7 +281,7 @@ static int print_json(const ckpt_verify *v)
         cli_error("verify", NULL, "out of memory");
         return CLI_EXIT_IO;
     }
-    puts(s);
+    cli_json_puts(s);
     free(s);
     return CLI_EXIT_OK;
 }
