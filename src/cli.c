@@ -199,19 +199,17 @@ static void format_escaped(text_buf *b, const char *fmt, va_list ap)
                 arg = "(null)";
             size_t n = prec >= 0 && conv == 's' ? strnlen(arg, (size_t)prec)
                                                 : (conv == 'c' ? 1 : strlen(arg));
-            text_buf e = {0};
-            tb_add(&e, "", 0);
-            escape_into(&e, arg, n);
+            size_t at = b->len;
+            escape_into(b, arg, n);
             /* a negative '*' width is the '-' flag */
             bool left = width < 0 || memchr(spec, '-', sl) != NULL;
-            size_t w = width < 0 ? (size_t)-(long)width : (size_t)width;
-            size_t pad = e.len < w ? w - e.len : 0;
-            for (size_t k = 0; !left && k < pad; k++)
+            size_t w = width < 0 ? (size_t)-(long)width : (size_t)width, got = b->len - at;
+            for (size_t k = got; k < w; k++)
                 tb_add(b, " ", 1);
-            tb_add(b, e.oom ? "(out of memory)" : e.s, e.oom ? 15 : e.len);
-            for (size_t k = 0; left && k < pad; k++)
-                tb_add(b, " ", 1);
-            free(e.s);
+            if (!left && got < w && !b->oom) { /* the padding goes first */
+                memmove(b->s + at + (w - got), b->s + at, got);
+                memset(b->s + at, ' ', w - got);
+            }
             continue;
         }
         if (has_width)
