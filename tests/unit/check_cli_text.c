@@ -54,6 +54,64 @@ START_TEST(invalid_utf8_byte_by_byte)
 }
 END_TEST
 
+/* Whether OUT is what a terminal may be given: valid UTF-8 (as
+ * utf8_valid), no C0 control, DEL or C1 control. */
+static bool terminal_safe(const char *out)
+{
+    const unsigned char *p = (const unsigned char *)out;
+    while (*p) {
+        unsigned c = *p, cp, n;
+        if (c < 0x80) {
+            if (c < 0x20 || c == 0x7f)
+                return false;
+            p++;
+            continue;
+        }
+        n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+        cp = c & (0x3f >> (n - 1));
+        for (unsigned i = 1; i < n; i++) {
+            if ((p[i] & 0xc0) != 0x80)
+                return false;
+            cp = cp << 6 | (p[i] & 0x3f);
+        }
+        static const unsigned min[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (c < 0xc2 || c > 0xf4 || cp < min[n] || cp > 0x10ffff ||
+            (cp >= 0xd800 && cp <= 0xdfff) || cp <= 0x9f)
+            return false;
+        p += n;
+    }
+    return true;
+}
+
+/* Every string of one or two bytes, and 300,000 random ones of up to 8
+ * bytes drawn from the bytes that matter, come out safe. */
+START_TEST(any_bytes_come_out_safe)
+{
+    char in[9];
+    size_t bad = 0; /* counted, asserted once: check marks every assertion */
+    for (unsigned a = 1; a < 256; a++)
+        for (unsigned b = 0; b < 256; b++) {
+            in[0] = (char)a, in[1] = (char)b, in[2] = 0;
+            bad += !terminal_safe(cli_text(in));
+        }
+    static const unsigned char pick[] = {0x01, 0x0a, 0x1b, 0x41, 0x5c, 0x7f, 0x80, 0x8f, 0x9b,
+                                         0x9f, 0xa0, 0xbf, 0xc0, 0xc2, 0xdf, 0xe0, 0xed, 0xef,
+                                         0xf0, 0xf4, 0xf5, 0xff};
+    uint32_t x = 1;
+    for (int r = 0; r < 300000; r++) {
+        x = x * 1103515245u + 12345u;
+        size_t n = 1 + (x >> 16) % 8;
+        for (size_t i = 0; i < n; i++) {
+            x = x * 1103515245u + 12345u;
+            in[i] = (char)pick[(x >> 16) % sizeof pick];
+        }
+        in[n] = 0;
+        bad += !terminal_safe(cli_text(in));
+    }
+    ck_assert_uint_eq(bad, 0);
+}
+END_TEST
+
 /* cli_vformat through a variadic call, as cli_printf makes it */
 static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
 static char *fmt(const char *f, ...)
@@ -93,9 +151,11 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("cli_text");
     TCase *t = tcase_create("escape");
+    tcase_set_timeout(t, 120); /* under valgrind */
     tcase_add_test(t, controls_escaped);
     tcase_add_test(t, valid_utf8_kept);
     tcase_add_test(t, invalid_utf8_byte_by_byte);
+    tcase_add_test(t, any_bytes_come_out_safe);
     tcase_add_test(t, printf_arguments_escaped_format_kept);
     suite_add_tcase(s, t);
     return s;
