@@ -58,6 +58,9 @@ static void print_text(const ckpt_scan_entry *e)
     }
     for (size_t i = 0; i < na; i++)
         printf("  AMBIGUOUS   %s\n", ckpt_scan_ambiguity_at(s, i));
+    size_t ncode = ckpt_scan_code_count(s);
+    for (size_t i = 0; i < ncode; i++)
+        printf("  CODE        %s\n", ckpt_scan_code_at(s, i));
     if (ckpt_scan_format(s) == CKPT_FORMAT_TORCHSCRIPT)
         printf("  TorchScript archive (torch.jit.save): its __torch__.* classes are compiled "
                "from its code/ by torch.jit.load (ckpt never runs them); ckpt inspect and "
@@ -80,7 +83,12 @@ static void print_text(const ckpt_scan_entry *e)
         dangerous += h->dangerous;
         unknown += h->cls != CKPT_GLOBAL_INTERPRETED && h->cls != CKPT_GLOBAL_KNOWN_DATA;
     }
-    if (unknown)
+    if (ncode)
+        printf("  verdict: UNSAFE: torch.load runs the code in it (TorchScript, through "
+               "torch.jit.load)%s%s; ckpt extract writes its weights only\n",
+               unknown ? "; and unknown globals" : "",
+               na ? "; and readers would see different content" : "");
+    else if (unknown)
         printf("  verdict: UNSAFE: %zu unknown global%s, %zu of them dangerous%s%s\n", unknown,
                unknown == 1 ? "" : "s", dangerous,
                rc != CKPT_OK ? " (and the file is malformed after them)" : "",
