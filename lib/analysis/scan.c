@@ -626,13 +626,15 @@ static int scan_stream(ckpt_scan *s, int fd, const uint8_t *buf, size_t len, int
     return CKPT_OK;
 }
 
-/* The safetensors reading: the header, validated as when reading. */
-static int scan_safetensors(ckpt_scan *s, const char *path)
+/* The safetensors reading: the header, validated as when reading (AS_ST:
+ * whatever the first bytes say, for a zip that may be safetensors too). */
+static int scan_safetensors(ckpt_scan *s, const char *path, bool as_st)
 {
     ckpt_file *f = ckpt_file_new();
     if (!f)
         return ckpt_oom(&s->err);
-    int rc = ckpt_file_open(f, path);
+    int rc = as_st ? ckpt_file_open_as(f, path, &ckpt_format_safetensors)
+                   : ckpt_file_open(f, path);
     if (rc != CKPT_OK) {
         const char *msg = ckpt_file_error_message(f);
         size_t pl = strlen(path);
@@ -704,6 +706,19 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         reading_begin(s, "zip", WHO_ZIP, 1);
         rc = scan_zip(s, fd, 0, (uint64_t)len, false, NULL);
         reading_end(s, rc, &primary);
+        if (ckpt_format_safetensors.sniff(head, got)) {
+            /* a zip whose first 8 bytes are also a header length: a polyglot
+             * when safetensors reads it too (torch 2.x does for a
+             * *.safetensors name, transformers picks files by that name) */
+            reading_begin(s, "safetensors", WHO_ST, 0);
+            rc = scan_safetensors(s, path, true);
+            reading_end(s, rc, NULL);
+            if (rc == CKPT_OK)
+                ambiguity(s, "a zip checkpoint and a valid safetensors file at once: torch.load "
+                          "reads the zip's tensors under any name but *.safetensors, "
+                          "safetensors (and torch 2.x for a *.safetensors name, transformers by "
+                          "file name) reads other tensors");
+        }
         close(fd);
         s->err = primary;
         return primary.code;
@@ -732,7 +747,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     }
     if (fmt == CKPT_FORMAT_SAFETENSORS) {
         reading_begin(s, "safetensors", WHO_ST, 1);
-        rc = scan_safetensors(s, path);
+        rc = scan_safetensors(s, path, false);
         reading_end(s, rc, &primary);
     }
     /* mapped: only the pickles' pages are read, never the tensor data */

@@ -764,14 +764,15 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
                 rc = ckpt_oom(&t->err);
                 break;
             }
-            int r = ckpt_file_open(f, path);
-            if (r == CKPT_OK && ckpt_file_format(f) == CKPT_FORMAT_SAFETENSORS)
+            /* safetensors reads the file as safetensors whatever else it is (a zip
+             * whose first bytes are also a header length: a polyglot) */
+            int r = ckpt_file_open_as(f, path, &ckpt_format_safetensors);
+            if (r == CKPT_OK)
                 v->pub.accepted = 1;
             else
                 refuse_container(t, v, which, "SafetensorError",
                                  "Error while deserializing header: %s",
-                                 r == CKPT_OK ? "not a safetensors file"
-                                              : ckpt_file_error_message(f));
+                                 ckpt_file_error_message(f));
             ckpt_file_free(f);
             continue;
         }

@@ -200,6 +200,10 @@ extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
     ckpt_format_safetensors, ckpt_format_sharded, ckpt_format_torchscript, ckpt_format_pth_tar,
     ckpt_format_dcp, ckpt_format_deepspeed;
 
+/* ckpt_file_open of PATH as format AS, whatever its first bytes say (ckpt
+ * scan's reading of a zip that is also safetensors). */
+int ckpt_file_open_as(ckpt_file *f, const char *path, const ckpt_format_desc *as);
+
 /* pth-zip's readings (formats/pth_zip.c), for ckpt scan: the zip at FD,
  * SIZE bytes from BASE, as every zip reader reads it (torch's miniz, Python's
  * zipfile, libzip: container/zip_dir.c): the points where they disagree to
