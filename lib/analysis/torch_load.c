@@ -188,7 +188,7 @@ static int on_record(void *user, const char *key, uint64_t *size)
     }
     int64_t i = ckpt_walk_zip_find(u->zip, name, size);
     free(name);
-    return i < 0 ? 0 : ckpt_zip_local_ok(u->zip->zip, i) ? 1 : 2;
+    return i < 0 ? 0 : ckpt_walk_zip_local_ok(u->zip, i) ? 1 : 2;
 }
 
 static void on_location(void *user, const char *loc)

@@ -141,6 +141,9 @@ struct ckpt_walk {
  * found as torch's getRecord finds it (case-blind); its index, its size in
  * *SIZE (may be NULL); -1 when absent. */
 int64_t ckpt_walk_zip_find(const ckpt_walk *w, const char *name, uint64_t *size);
+/* Whether miniz would extract record I of the walk's archive: its local
+ * header starts with its signature (torch refuses the record otherwise). */
+bool ckpt_walk_zip_local_ok(const ckpt_walk *w, int64_t i);
 /* During a tar walk's main pickle: what int(saved_id) = DECIMAL names among
  * the objects loaded before: 0 nothing (KeyError), 1 a storage, 2 a tensor. */
 int ckpt_walk_tar_kind(const ckpt_walk *w, const char *decimal);

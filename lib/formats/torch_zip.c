@@ -71,6 +71,11 @@ static int check_local_named(ckpt_walk *w, const char *name, ckpt_error *err)
     return i < 0 ? CKPT_OK : check_local(w, i, name, err);
 }
 
+bool ckpt_walk_zip_local_ok(const ckpt_walk *w, int64_t i)
+{
+    return w->zip && i >= 0 && i < ckpt_zip_count(w->zip) && ckpt_zip_local_ok(w->zip, i);
+}
+
 bool ckpt_torch_zip_is_constants(const char *name, size_t prefix_len)
 {
     /* get_all_records: miniz copies each name into 512 bytes (cut at 511),
