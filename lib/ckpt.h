@@ -1314,6 +1314,15 @@ CKPT_API const ckpt_scan_reading *ckpt_scan_reading_at(const ckpt_scan *s, size_
  */
 CKPT_API size_t ckpt_scan_ambiguity_count(const ckpt_scan *s);
 CKPT_API const char *ckpt_scan_ambiguity_at(const ckpt_scan *s, size_t i);
+/*
+ * Code a loader compiles and runs besides the pickles: a TorchScript archive
+ * (a constants.pkl record, torch.load's own test), which torch.load hands to
+ * torch.jit.load whatever its classes are named.  One sentence each, with
+ * the advice (ckpt extract writes the weights only); any makes the file
+ * unsafe (ckpt_scan_unsafe).
+ */
+CKPT_API size_t ckpt_scan_code_count(const ckpt_scan *s);
+CKPT_API const char *ckpt_scan_code_at(const ckpt_scan *s, size_t i);
 
 /* ---- will it load? torch.load's weights-only check, modelled -------------- */
 

@@ -58,6 +58,9 @@ static void print_text(const ckpt_scan_entry *e)
     }
     for (size_t i = 0; i < na; i++)
         cli_printf("  AMBIGUOUS   %s\n", ckpt_scan_ambiguity_at(s, i));
+    size_t ncode = ckpt_scan_code_count(s);
+    for (size_t i = 0; i < ncode; i++)
+        cli_printf("  CODE        %s\n", ckpt_scan_code_at(s, i));
     if (ckpt_scan_format(s) == CKPT_FORMAT_TORCHSCRIPT)
         cli_printf("  TorchScript archive (torch.jit.save): its __torch__.* classes are compiled "
                    "from its code/ by torch.jit.load (ckpt never runs them); ckpt inspect and "
@@ -80,11 +83,16 @@ static void print_text(const ckpt_scan_entry *e)
         dangerous += h->dangerous;
         unknown += h->cls != CKPT_GLOBAL_INTERPRETED && h->cls != CKPT_GLOBAL_KNOWN_DATA;
     }
-    if (unknown)
+    if (ncode)
+        cli_printf("  verdict: UNSAFE: torch.load runs the code in it (TorchScript, through "
+               "torch.jit.load)%s%s; ckpt extract writes its weights only\n",
+               unknown ? "; and unknown globals" : "",
+               na ? "; and readers would see different content" : "");
+    else if (unknown)
         cli_printf("  verdict: UNSAFE: %zu unknown global%s, %zu of them dangerous%s%s\n", unknown,
-                   unknown == 1 ? "" : "s", dangerous,
-                   rc != CKPT_OK ? " (and the file is malformed after them)" : "",
-                   na ? "; and readers would see different content" : "");
+               unknown == 1 ? "" : "s", dangerous,
+               rc != CKPT_OK ? " (and the file is malformed after them)" : "",
+               na ? "; and readers would see different content" : "");
     else if (na)
         cli_printf("  verdict: AMBIGUOUS: readers would see different content (%zu finding%s): "
                    "not safe to call safe\n", na, na == 1 ? "" : "s");

@@ -46,7 +46,8 @@ typedef struct ckpt_wo_ctx {
     /* persistent ids: 5 fields in a zip's data.pkl, 6 in a legacy file's;
      * 0: the plain unpickler, which refuses every one */
     unsigned pid_fields;
-    /* Whether record data/KEY exists, and its size; NULL: records not checked. */
+    /* Whether record data/KEY exists (0 no, 1 yes, 2 yes but miniz refuses to extract it:
+     * no local header), and its size; NULL: records not checked. */
     int (*record)(void *user, const char *key, uint64_t *size);
     bool check_size;        /* a record must hold exactly numel * element size (2.15) */
     void (*on_location)(void *user, const char *location);

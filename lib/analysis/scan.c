@@ -37,6 +37,8 @@ struct ckpt_scan {
     ckpt_scan_reading *reading; /* the one being made */
     char **ambiguities;
     size_t nambiguities;
+    char **code;              /* code a loader runs besides the pickles (TorchScript) */
+    size_t ncode;
     const char *path;
     const char *item;         /* a DCP item being scanned: "item at byte N" */
 };
@@ -84,6 +86,11 @@ static void scan_clear(ckpt_scan *s)
     free(s->ambiguities);
     s->ambiguities = NULL;
     s->nambiguities = 0;
+    for (size_t i = 0; i < s->ncode; i++)
+        free(s->code[i]);
+    free(s->code);
+    s->code = NULL;
+    s->ncode = 0;
     s->path = NULL;
     ckpt_err_clear(&s->err);
 }
@@ -310,6 +317,32 @@ static int ambiguity(ckpt_scan *s, const char *fmt, ...)
     return CKPT_OK;
 }
 
+/* Code torch.load would run in the zip just read (LABEL: a DCP item, or
+ * NULL): a TorchScript archive goes to torch.jit.load, which compiles its
+ * code/ and runs it (__setstate__ on load) whatever its classes are named,
+ * so no reading of its pickles can call it safe. */
+static void torchscript_code(ckpt_scan *s, const char *label)
+{
+    char buf[CKPT_ERRMSG_MAX];
+    snprintf(buf, sizeof buf, "%s%sa TorchScript archive (a constants.pkl record): torch.load "
+             "hands it to torch.jit.load, which compiles and runs the code in its code/ "
+             "(__setstate__ as it loads) whatever its classes are named; weights_only=True "
+             "refuses it in torch 2.x, torch 1.13 runs it anyway; ckpt extract writes its "
+             "weights only", label ? label : "", label ? ": " : "");
+    char **n = realloc(s->code, (s->ncode + 1) * sizeof *n);
+    if (!n || !(n[s->ncode] = strdup(buf))) {
+        if (n)
+            s->code = n;
+        s->oom = 1;
+        return;
+    }
+    s->code = n;
+    s->ncode++;
+    s->unsafe = 1;
+    if (s->reading)
+        s->reading->unsafe = 1;
+}
+
 static ckpt_scan_reading *reading_begin(ckpt_scan *s, const char *reader, const char *who,
                                         int primary)
 {
@@ -390,16 +423,24 @@ static void zip_finding(ckpt_walk *w, const char *text)
  * (Python's zipfile, libzip: ckpt's other commands) would read at other
  * bytes.  Where they disagree, the findings say so, and the file is
  * ambiguous.  A bad CRC-32 or a truncated record does not hide what torch
- * would unpickle: it is scanned, then reported as the reading's error.
- * *OPENED: whether any reader takes it for a zip.
+ * would unpickle: it is scanned, then reported as the reading's error.  A
+ * TorchScript archive (by torch's own test) is code, whatever its pickles.
+ * TORCH_ONLY: torch's reading alone (a DCP item).  *OPENED: whether any
+ * reader takes it for a zip.
  */
-static int scan_zip(ckpt_scan *s, int fd, uint64_t base, uint64_t size, bool *opened)
+static int scan_zip(ckpt_scan *s, int fd, uint64_t base, uint64_t size, bool torch_only,
+                    bool *opened)
 {
     ckpt_walk w = {.pickle = zip_pickle, .finding = zip_finding, .user = s,
                    .pickle_limit = s->limits[CKPT_LIMIT_PICKLE_BYTES]};
-    int rc = ckpt_pth_zip_readings(&w, fd, base, size, s->item, &s->err);
+    int rc = ckpt_pth_zip_readings(&w, fd, base, size, s->item, torch_only, &s->err);
     if (opened)
         *opened = w.opened;
+    if (w.stop.torchscript) {
+        torchscript_code(s, s->item);
+        if (!s->item)
+            s->format = CKPT_FORMAT_TORCHSCRIPT;
+    }
     return rc;
 }
 
@@ -585,13 +626,15 @@ static int scan_stream(ckpt_scan *s, int fd, const uint8_t *buf, size_t len, int
     return CKPT_OK;
 }
 
-/* The safetensors reading: the header, validated as when reading. */
-static int scan_safetensors(ckpt_scan *s, const char *path)
+/* The safetensors reading: the header, validated as when reading (AS_ST:
+ * whatever the first bytes say, for a zip that may be safetensors too). */
+static int scan_safetensors(ckpt_scan *s, const char *path, bool as_st)
 {
     ckpt_file *f = ckpt_file_new();
     if (!f)
         return ckpt_oom(&s->err);
-    int rc = ckpt_file_open(f, path);
+    int rc = as_st ? ckpt_file_open_as(f, path, &ckpt_format_safetensors)
+                   : ckpt_file_open(f, path);
     if (rc != CKPT_OK) {
         const char *msg = ckpt_file_error_message(f);
         size_t pl = strlen(path);
@@ -661,8 +704,21 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
         /* torch >= 1.6 reads nothing else of a file that starts so */
         s->format = fmt == CKPT_FORMAT_TORCHSCRIPT ? fmt : CKPT_FORMAT_PTH_ZIP;
         reading_begin(s, "zip", WHO_ZIP, 1);
-        rc = scan_zip(s, fd, 0, (uint64_t)len, NULL);
+        rc = scan_zip(s, fd, 0, (uint64_t)len, false, NULL);
         reading_end(s, rc, &primary);
+        if (ckpt_format_safetensors.sniff(head, got)) {
+            /* a zip whose first 8 bytes are also a header length: a polyglot
+             * when safetensors reads it too (torch 2.x does for a
+             * *.safetensors name, transformers picks files by that name) */
+            reading_begin(s, "safetensors", WHO_ST, 0);
+            rc = scan_safetensors(s, path, true);
+            reading_end(s, rc, NULL);
+            if (rc == CKPT_OK)
+                ambiguity(s, "a zip checkpoint and a valid safetensors file at once: torch.load "
+                          "reads the zip's tensors under any name but *.safetensors, "
+                          "safetensors (and torch 2.x for a *.safetensors name, transformers by "
+                          "file name) reads other tensors");
+        }
         close(fd);
         s->err = primary;
         return primary.code;
@@ -673,7 +729,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
          * any of them takes it for a zip */
         bool opened;
         reading_begin(s, "zip", WHO_ZIP_OTHERS, 0);
-        rc = scan_zip(s, fd, 0, (uint64_t)len, &opened);
+        rc = scan_zip(s, fd, 0, (uint64_t)len, false, &opened);
         if (opened) {
             reading_end(s, rc, NULL);
         } else {
@@ -691,7 +747,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     }
     if (fmt == CKPT_FORMAT_SAFETENSORS) {
         reading_begin(s, "safetensors", WHO_ST, 1);
-        rc = scan_safetensors(s, path);
+        rc = scan_safetensors(s, path, false);
         reading_end(s, rc, &primary);
     }
     /* mapped: only the pickles' pages are read, never the tensor data */
@@ -741,11 +797,13 @@ static const char WHO_ITEMS[] = "torch.distributed.checkpoint's FileSystemReader
                                 "torch.load-ed from its bytes (BYTES items with "
                                 "weights_only=False)";
 
-/* One zip item at [AT, AT+LEN) of FD (the file, or a memfd of a frame's bytes). */
+/* One zip item at [AT, AT+LEN) of FD (the file, or a memfd of a frame's
+ * bytes): DCP's reader hands torch.load those bytes alone, so torch's zip
+ * reading is the only one (Python's zipfile and libzip never see an item). */
 static int scan_item_zip(ckpt_scan *s, int fd, uint64_t at, uint64_t len, const char *label)
 {
     s->item = label;
-    int rc = scan_zip(s, fd, at, len, NULL);
+    int rc = scan_zip(s, fd, at, len, true, NULL);
     s->item = NULL;
     return rc;
 }
@@ -803,6 +861,11 @@ size_t ckpt_scan_reading_count(const ckpt_scan *s) { return s->nreadings; }
 const ckpt_scan_reading *ckpt_scan_reading_at(const ckpt_scan *s, size_t i)
 {
     return i < s->nreadings ? &s->readings[i] : NULL;
+}
+size_t ckpt_scan_code_count(const ckpt_scan *s) { return s->ncode; }
+const char *ckpt_scan_code_at(const ckpt_scan *s, size_t i)
+{
+    return i < s->ncode ? s->code[i] : NULL;
 }
 size_t ckpt_scan_ambiguity_count(const ckpt_scan *s) { return s->nambiguities; }
 const char *ckpt_scan_ambiguity_at(const ckpt_scan *s, size_t i)

@@ -516,6 +516,10 @@ static bool entry_json(cJSON *o, const entry *e)
     for (size_t i = 0; a && i < ckpt_scan_ambiguity_count(s); i++)
         ok &= append(a, cJSON_CreateString(ckpt_scan_ambiguity_at(s, i)));
     ok &= put(o, "ambiguities", a);
+    a = cJSON_CreateArray(); /* code a loader runs besides the pickles (TorchScript) */
+    for (size_t i = 0; a && i < ckpt_scan_code_count(s); i++)
+        ok &= append(a, cJSON_CreateString(ckpt_scan_code_at(s, i)));
+    ok &= put(o, "code", a);
     ok &= put(o, "verdict", cJSON_CreateString(e->pub.verdict));
     ok &= put(o, "error", str_or_null(e->pub.error));
     ok &= put(o, "exit", ckpt_json_int(e->pub.exit));

@@ -188,7 +188,7 @@ static int on_record(void *user, const char *key, uint64_t *size)
     }
     int64_t i = ckpt_walk_zip_find(u->zip, name, size);
     free(name);
-    return i >= 0;
+    return i < 0 ? 0 : ckpt_walk_zip_local_ok(u->zip, i) ? 1 : 2;
 }
 
 static void on_location(void *user, const char *loc)
@@ -323,12 +323,23 @@ static int zip_verdict(ckpt_torch_load *t, ckpt_torch which, int fd, uint64_t si
             v->pub.accepted = 1;
             v->pub.via = "torch.jit.load";
             v->note = xprintf(t, "a TorchScript archive: torch 1.13 passes it to torch.jit.load "
-                              "even with weights_only=True (not a weights-only load)");
+                              "even with weights_only=True, which compiles and runs the "
+                              "archive's code (not a weights-only load: ckpt scan calls it "
+                              "unsafe; ckpt extract writes its weights only)");
         }
         return CKPT_OK;
     }
     if (w.stop.exception) {
         refuse_container(t, v, which, w.stop.exception, "%s", w.stop.message);
+        if (w.stop.pickle == 0 && which == CKPT_TORCH_1_13) {
+            /* data.pkl is read inside 1.13's try around _load: wrapped like the unpickler's */
+            char *reason = v->reason;
+            v->reason = NULL;
+            free(v->message);
+            v->message = NULL;
+            set_message(t, v, which, w.stop.exception, reason ? reason : "", true);
+            free(reason);
+        }
         return CKPT_OK;
     }
     if (rc != CKPT_OK && e.code)
@@ -753,16 +764,17 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
                 rc = ckpt_oom(&t->err);
                 break;
             }
-            int r = ckpt_file_open(f, path);
-            if (r == CKPT_OK && ckpt_file_format(f) == CKPT_FORMAT_SAFETENSORS)
+            /* safetensors reads the file as safetensors whatever else it is (a zip
+             * whose first bytes are also a header length: a polyglot) */
+            int r = ckpt_file_open_as(f, path, &ckpt_format_safetensors);
+            if (r == CKPT_OK)
                 v->pub.accepted = 1;
             else if (ckpt_error_is_name_nul(&f->err)) /* safetensors reads it, ckpt not */
                 v->pub.accepted = 1;
             else
                 refuse_container(t, v, which, "SafetensorError",
                                  "Error while deserializing header: %s",
-                                 r == CKPT_OK ? "not a safetensors file"
-                                              : ckpt_file_error_message(f));
+                                 ckpt_file_error_message(f));
             ckpt_file_free(f);
             continue;
         }

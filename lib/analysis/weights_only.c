@@ -573,6 +573,18 @@ static int tar_pid(walk *w, const wv *pid, uint64_t at)
     return 0;
 }
 
+/* Record data/KEY exists but miniz will not extract it (no local header),
+ * as torch's get_storage_from_record fails on it. */
+static int bad_local(walk *w, uint64_t at, const char *key)
+{
+    return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "RuntimeError",
+                "PytorchStreamReader failed reading file data/%s: invalid header or archive is "
+                "corrupted%s", key, v13(w) ? "" : ". This is an internal miniz error. If you are "
+                "seeing this error, there is a high likelihood that your checkpoint file is "
+                "corrupted. This can happen if the checkpoint was not saved properly, was "
+                "transferred incorrectly, or the file was modified after saving.");
+}
+
 /* BINPERSID on PID: the unpickler's checks, then the loader's persistent_load
  * (ctx->pid_fields: 5 in a zip, 6 in a legacy file, 0: the plain unpickler). */
 static int check_pid(walk *w, const wv *pid, uint64_t at)
@@ -654,11 +666,12 @@ static int check_pid(walk *w, const wv *pid, uint64_t at)
     if (!w->ctx->record)
         return 0;
     uint64_t size;
-    if (!w->ctx->record(w->ctx->user, k, &size))
+    int there = w->ctx->record(w->ctx->user, k, &size);
+    if (!there)
         return stop(w, CKPT_WO_STORAGE, CKPT_OP_BINPERSID, at, "RuntimeError",
                     "PytorchStreamReader failed locating file data/%s: file not found", k);
     if (!w->ctx->check_size || !elsize || numel->kind != V_INT || numel->big || numel->u.i < 0)
-        return 0;
+        return there == 2 ? bad_local(w, at, k) : 0;
     uint64_t h = 1469598103934665603ULL; /* FNV-1a of key and type */
     for (const char *s = k; *s; s++)
         h = (h ^ (uint8_t)*s) * 1099511628211ULL;
@@ -679,7 +692,7 @@ static int check_pid(walk *w, const wv *pid, uint64_t at)
                     "elements * 1 bytes/element) for dtype Byte",
                     (unsigned long long)size, (unsigned long long)nbytes,
                     (unsigned long long)nbytes);
-    return 0;
+    return there == 2 ? bad_local(w, at, k) : 0;
 }
 
 /* After the first stop: the globals further on that this torch refuses too,

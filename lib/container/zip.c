@@ -466,6 +466,14 @@ int ckpt_zip_data_offset(ckpt_zip *z, int64_t i, uint64_t *offset, ckpt_error *e
     return CKPT_OK;
 }
 
+bool ckpt_zip_local_ok(const ckpt_zip *z, int64_t i)
+{
+    uint8_t h[4];
+    uint64_t at = z->offsets[i];
+    return at <= z->file_size && z->file_size - at >= 30 && !ckpt_pread_all(z->fd, h, 4, at) &&
+           rd(h, 4) == 0x04034b50;
+}
+
 int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_t *p, size_t n),
                     void *user, ckpt_error *err)
 {

@@ -141,6 +141,9 @@ struct ckpt_walk {
  * found as torch's getRecord finds it (case-blind); its index, its size in
  * *SIZE (may be NULL); -1 when absent. */
 int64_t ckpt_walk_zip_find(const ckpt_walk *w, const char *name, uint64_t *size);
+/* Whether miniz would extract record I of the walk's archive: its local
+ * header starts with its signature (torch refuses the record otherwise). */
+bool ckpt_walk_zip_local_ok(const ckpt_walk *w, int64_t i);
 /* During a tar walk's main pickle: what int(saved_id) = DECIMAL names among
  * the objects loaded before: 0 nothing (KeyError), 1 a storage, 2 a tensor. */
 int ckpt_walk_tar_kind(const ckpt_walk *w, const char *decimal);
@@ -148,6 +151,9 @@ int ckpt_walk_tar_kind(const ckpt_walk *w, const char *decimal);
  * walk of SRC as torch.load opens it (JIT: as torch.jit.load does, for the
  * torchscript reader: no TorchScript stop, versions named so). */
 int ckpt_torch_zip_walk(ckpt_walk *w, ckpt_source *src, bool jit, ckpt_error *err);
+/* torch.load's _is_torchscript_zip for one NAME of an archive whose folder
+ * is PREFIX_LEN bytes: "<folder>/constants.pkl" exactly (case matters). */
+bool ckpt_torch_zip_is_constants(const char *name, size_t prefix_len);
 
 typedef struct ckpt_format_desc {
     ckpt_format id;
@@ -197,6 +203,10 @@ extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
     ckpt_format_safetensors, ckpt_format_sharded, ckpt_format_torchscript, ckpt_format_pth_tar,
     ckpt_format_dcp, ckpt_format_deepspeed;
 
+/* ckpt_file_open of PATH as format AS, whatever its first bytes say (ckpt
+ * scan's reading of a zip that is also safetensors). */
+int ckpt_file_open_as(ckpt_file *f, const char *path, const ckpt_format_desc *as);
+
 /* pth-zip's readings (formats/pth_zip.c), for ckpt scan: the zip at FD,
  * SIZE bytes from BASE, as every zip reader reads it (torch's miniz, Python's
  * zipfile, libzip: container/zip_dir.c): the points where they disagree to
@@ -206,9 +216,13 @@ extern const ckpt_format_desc ckpt_format_pth_zip, ckpt_format_pth_legacy,
  * record is handed out even after one fails (a payload may sit in a later
  * one); the first error is returned (a callback's message is the one it
  * leaves in ERR), a CRC-32 mismatch as torch's error only (the others refuse
- * that record).  W->opened says whether any reader took it for a zip. */
+ * that record).  W->opened says whether any reader took it for a zip;
+ * W->stop.torchscript whether torch's reading holds <folder>/constants.pkl
+ * (torch.load hands such an archive to torch.jit.load).  TORCH_ONLY: torch's
+ * reading alone, no findings (a DCP item: torch.load reads its bytes, no
+ * other zip reader ever sees them). */
 int ckpt_pth_zip_readings(ckpt_walk *w, int fd, uint64_t base, uint64_t size, const char *label,
-                          ckpt_error *err);
+                          bool torch_only, ckpt_error *err);
 
 /* The table (formats/table.c), NULL-terminated, in torch.load's order. */
 extern const ckpt_format_desc *const ckpt_format_table[];

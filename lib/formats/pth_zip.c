@@ -62,6 +62,11 @@ static int locate_storages(ckpt_file *f, size_t first)
         int64_t i = ckpt_file_record_find(f, name);
         CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "storage '%s' has no record '%s/%s'",
                        s->key, f->cur_src->prefix, name);
+        /* torch's miniz refuses to extract it ("invalid header or archive is corrupted") */
+        CKPT_RETURN_IF(!ckpt_zip_local_ok(f->cur_src->zip, i), &f->err, CKPT_ERR_FORMAT,
+                       "record '%s/%s' has no local header where the central directory says "
+                       "(torch refuses to read it: invalid header or archive is corrupted)",
+                       f->cur_src->prefix, name);
         uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
         CKPT_RETURN_IF(size != s->nbytes, &f->err, CKPT_ERR_FORMAT,
                        "record '%s/%s' is %llu bytes but storage '%s' (%lld x %s) needs %llu",
@@ -244,15 +249,34 @@ static int readings(ckpt_walk *w, int fd, ckpt_zip_dir *d, const char *label, ck
     return rc;
 }
 
+/* torch.load's _is_torchscript_zip over torch's reading of D: the folder is
+ * the first name's up to its '/' (PyTorchStreamReader). */
+static bool torch_sees_constants(const ckpt_zip_dir *d)
+{
+    if (!ckpt_zip_dir_reads(d, CKPT_ZIP_READER_TORCH) || !ckpt_zip_dir_torch_sniffs(d))
+        return false;
+    size_t n = ckpt_zip_dir_count(d, CKPT_ZIP_READER_TORCH);
+    const ckpt_zip_entry *first = n ? ckpt_zip_dir_entry(d, CKPT_ZIP_READER_TORCH, 0) : NULL;
+    const char *slash = first && first->name ? strchr(first->name, '/') : NULL;
+    for (size_t i = 0; slash && i < n; i++) {
+        const ckpt_zip_entry *e = ckpt_zip_dir_entry(d, CKPT_ZIP_READER_TORCH, i);
+        if (e && e->name && ckpt_torch_zip_is_constants(e->name, (size_t)(slash - first->name)))
+            return true;
+    }
+    return false;
+}
+
 int ckpt_pth_zip_readings(ckpt_walk *w, int fd, uint64_t base, uint64_t size, const char *label,
-                          ckpt_error *err)
+                          bool torch_only, ckpt_error *err)
 {
     memset(&w->stop, 0, sizeof w->stop);
     w->stop.pickle = -1;
     w->opened = false;
     ckpt_zip_dir *d;
-    CKPT_FORWARD(ckpt_zip_dir_open_at(fd, base, size, &d, err));
+    CKPT_FORWARD(torch_only ? ckpt_zip_dir_open_torch(fd, base, size, &d, err)
+                            : ckpt_zip_dir_open_at(fd, base, size, &d, err));
     w->opened = true;
+    w->stop.torchscript = torch_sees_constants(d);
     int rc = readings(w, fd, d, label, err);
     ckpt_zip_dir_free(d);
     return rc;

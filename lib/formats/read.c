@@ -85,7 +85,31 @@ static int open_dir(ckpt_file *f, int fd, const struct stat *st)
     return rc;
 }
 
-CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
+/* A zip that is also a valid safetensors file (its first 8 bytes a header
+ * length, '{' after them): safetensors, and torch 2.x for a *.safetensors
+ * name, read other tensors than torch.load under any other name.  Said in a
+ * notice of F, which holds the zip reading. */
+static int note_safetensors_too(ckpt_file *f, const char *path)
+{
+    ckpt_file *g = ckpt_file_new();
+    if (!g)
+        return ckpt_oom(&f->err);
+    int rc = ckpt_file_open_as(g, path, &ckpt_format_safetensors);
+    size_t n = rc == CKPT_OK ? ckpt_file_tensor_count(g) : 0;
+    ckpt_file_free(g);
+    if (rc != CKPT_OK)
+        return CKPT_OK; /* not safetensors: one reading */
+    return ckpt_file_notice_add(f, "also a valid safetensors file (%zu tensor%s): safetensors, "
+                                   "transformers and torch.load of a *.safetensors name read "
+                                   "those; this is the zip's reading, which torch.load gives "
+                                   "under any other name (ckpt scan calls the file ambiguous)",
+                                n, n == 1 ? "" : "s") < 0
+               ? ckpt_oom(&f->err)
+               : CKPT_OK;
+}
+
+/* ckpt_file_open, as format AS when not NULL (whatever the content says). */
+static int open_file(ckpt_file *f, const char *path, const ckpt_format_desc *as)
 {
     if (!ckpt_file_valid(f) || !path)
         return CKPT_ERR_USAGE;
@@ -121,6 +145,8 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
     int rc = ckpt_format_sniff_fd(fd, f->main.file_size, path, head, sizeof(head), &got, &d);
     if (rc)
         return ckpt_err(&f->err, rc, "cannot read: %s", strerror(errno));
+    if (as && got)
+        d = as;
     if (got == 0) {
         rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "empty file");
     } else if (!d) {
@@ -134,5 +160,18 @@ CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
     }
     if (rc == CKPT_OK)
         rc = ckpt_file_index(f);
+    if (rc == CKPT_OK && !as && (d->id == CKPT_FORMAT_PTH_ZIP || d->id == CKPT_FORMAT_TORCHSCRIPT) &&
+        ckpt_format_safetensors.sniff(head, got))
+        rc = note_safetensors_too(f, path);
     return rc;
+}
+
+CKPT_API int ckpt_file_open(ckpt_file *f, const char *path)
+{
+    return open_file(f, path, NULL);
+}
+
+int ckpt_file_open_as(ckpt_file *f, const char *path, const ckpt_format_desc *as)
+{
+    return open_file(f, path, as);
 }

@@ -9,7 +9,11 @@
  * must be 1 to 10; every name must lie in the folder.  torch.load then hands
  * an archive with constants.pkl to torch.jit.load, reads byteorder (torch
  * 2.x: "little" or "big"), and unpickles data.pkl, whose persistent ids
- * name the records data/KEY.
+ * name the records data/KEY.  Every record torch reads is extracted by
+ * miniz, which refuses one whose local header lacks its signature ("invalid
+ * header or archive is corrupted"): torch 2.15 reads version and
+ * .data/serialization_id (opening), .format_version, byteorder,
+ * .storage_alignment, data.pkl; torch 1.13 version and data.pkl.
  */
 #include "formats/format.h"
 
@@ -37,6 +41,47 @@ static int refuse(ckpt_walk *w, ckpt_error *err, int code, const char *exc, cons
     vsnprintf(msg, sizeof msg, ckpt_fmt, ap);
     va_end(ap);
     return ckpt_err(err, code, "%s", msg);
+}
+
+/* torch 2.15 adds this to every miniz error */
+static const char MINIZ_2_15[] = ". This is an internal miniz error. If you are seeing this error, "
+    "there is a high likelihood that your checkpoint file is corrupted. This can happen if the "
+    "checkpoint was not saved properly, was transferred incorrectly, or the file was modified "
+    "after saving.";
+
+/* Record I (SHORT: its name in the folder), as miniz extracts it for torch:
+ * its local header must start with the signature. */
+static int check_local(ckpt_walk *w, int64_t i, const char *short_name, ckpt_error *err)
+{
+    if (ckpt_zip_local_ok(w->zip, i))
+        return CKPT_OK;
+    char msg[600];
+    snprintf(msg, sizeof msg, "PytorchStreamReader failed reading file %s: invalid header or "
+             "archive is corrupted%s", short_name,
+             w->torch == CKPT_WALK_TORCH_2 ? MINIZ_2_15 : "");
+    return refuse(w, err, CKPT_ERR_FORMAT, "RuntimeError", msg, "record '%s' has no local "
+                  "header where the central directory says (torch refuses to read it: invalid "
+                  "header or archive is corrupted)", ckpt_zip_name(w->zip, i));
+}
+
+/* Record NAME of the folder, when there, checked as torch 2.15 reads it. */
+static int check_local_named(ckpt_walk *w, const char *name, ckpt_error *err)
+{
+    int64_t i = ckpt_walk_zip_find(w, name, NULL);
+    return i < 0 ? CKPT_OK : check_local(w, i, name, err);
+}
+
+bool ckpt_walk_zip_local_ok(const ckpt_walk *w, int64_t i)
+{
+    return w->zip && i >= 0 && i < ckpt_zip_count(w->zip) && ckpt_zip_local_ok(w->zip, i);
+}
+
+bool ckpt_torch_zip_is_constants(const char *name, size_t prefix_len)
+{
+    /* get_all_records: miniz copies each name into 512 bytes (cut at 511),
+     * Python compares what follows the folder exactly, case included */
+    size_t n = strnlen(name, 511);
+    return n == prefix_len + 14 && memcmp(name + prefix_len, "/constants.pkl", 14) == 0;
 }
 
 int64_t ckpt_walk_zip_find(const ckpt_walk *w, const char *name, uint64_t *size)
@@ -93,6 +138,7 @@ static int check_version(ckpt_walk *w, const char *what, ckpt_error *err)
         return refuse(w, err, CKPT_ERR_FORMAT, "RuntimeError",
                       "Expected hasRecord(\"version\") to be true", "no '%.*s/version' record",
                       (int)w->prefix_len, w->prefix);
+    CKPT_FORWARD(check_local(w, i, ckpt_zip_name(w->zip, i) + w->prefix_len + 1, err));
     char buf[SMALL_RECORD + 1];
     bool read;
     CKPT_FORWARD(small_record(w, i, buf, &read, err));
@@ -126,6 +172,7 @@ static int check_byteorder(ckpt_walk *w, ckpt_source *src, ckpt_error *err)
     int64_t i = ckpt_walk_zip_find(w, "byteorder", NULL);
     if (i < 0)
         return CKPT_OK; /* absent means little-endian */
+    CKPT_FORWARD(check_local(w, i, "byteorder", err));
     char buf[SMALL_RECORD + 1];
     bool read;
     CKPT_FORWARD(small_record(w, i, buf, &read, err));
@@ -184,20 +231,34 @@ int ckpt_torch_zip_walk(ckpt_walk *w, ckpt_source *src, bool jit, ckpt_error *er
             goto out;
         }
     }
-    if (!jit && ckpt_walk_zip_find(w, "constants.pkl", NULL) >= 0) {
+    bool torch2 = w->strict || w->torch == CKPT_WALK_TORCH_2;
+    if (torch2 && (rc = check_local_named(w, ".data/serialization_id", err)) != CKPT_OK)
+        goto out; /* read when 2.15 opens the archive */
+    bool constants = false;
+    for (int64_t i = 0; i < n && !constants; i++)
+        constants = ckpt_torch_zip_is_constants(ckpt_zip_name(w->zip, i), w->prefix_len);
+    if (!jit && constants) {
         /* torch.load passes it to torch.jit.load */
         w->stop.torchscript = true;
         rc = ckpt_err(err, CKPT_ERR_UNSUPPORTED,
                       "a TorchScript archive (torch.jit.save), not a torch.save checkpoint");
         goto out;
     }
+    if (torch2 && (rc = check_local_named(w, ".format_version", err)) != CKPT_OK)
+        goto out;
     if ((rc = check_byteorder(w, src, err)) != CKPT_OK)
+        goto out;
+    if (torch2 && (rc = check_local_named(w, ".storage_alignment", err)) != CKPT_OK)
         goto out;
     int64_t pkl = ckpt_walk_zip_find(w, "data.pkl", NULL);
     if (pkl < 0) {
         rc = refuse(w, err, CKPT_ERR_FORMAT, "RuntimeError", "PytorchStreamReader failed locating "
                     "file data.pkl: file not found", "no '%.*s/data.pkl' record",
                     (int)w->prefix_len, first);
+        goto out;
+    }
+    if ((rc = check_local(w, pkl, "data.pkl", err)) != CKPT_OK) {
+        w->stop.pickle = 0; /* read inside torch.load's _load */
         goto out;
     }
     uint8_t *buf;

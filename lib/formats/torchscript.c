@@ -21,8 +21,8 @@
  * one visit per module path, thousands at most */
 #define MAX_VISITS (1u << 20)
 
-/* torch.load's own test (serialization._is_torchscript_zip): a constants.pkl
- * record in the archive folder.  Any failure: not ours (pth-zip reports it). */
+/* torch.load's own test (serialization._is_torchscript_zip): a record named
+ * exactly constants.pkl in the archive folder.  Any failure: not ours (pth-zip reports it). */
 static bool ts_claim(int fd, uint64_t size)
 {
     (void)size;
@@ -33,11 +33,8 @@ static bool ts_claim(int fd, uint64_t size)
     bool yes = false;
     const char *first = ckpt_zip_count(z) > 0 ? ckpt_zip_name(z, 0) : NULL;
     const char *slash = first ? strchr(first, '/') : NULL;
-    char name[1024];
-    if (slash && slash != first &&
-        (size_t)snprintf(name, sizeof(name), "%.*s/constants.pkl", (int)(slash - first), first) <
-            sizeof(name))
-        yes = ckpt_zip_find(z, name) >= 0;
+    for (int64_t i = 0; slash && slash != first && !yes && i < ckpt_zip_count(z); i++)
+        yes = ckpt_torch_zip_is_constants(ckpt_zip_name(z, i), (size_t)(slash - first));
     ckpt_zip_close(z);
     return yes;
 }

@@ -489,6 +489,15 @@ def build():
         'storage 0 is FloatStorage numel 12 (48 bytes) but record '
         '`archive/data/0` holds 40 bytes (torch 1.13 does not check this '
         'and reads past the buffer)', twin=good_zip)
+    # issue 26: the second local header's signature zeroed.  torch's miniz
+    # checks it when it extracts the record (torch 2.15 and 1.13: "invalid
+    # header or archive is corrupted"); libzip reads past it
+    zeroed = bytearray(good_zip)
+    at = zipfile.ZipFile(io.BytesIO(good_zip)).infolist()[1].header_offset
+    zeroed[at:at + 4] = bytes(4)
+    bad('local_header_zeroed.pth', bytes(zeroed),
+        'the local header signature of the second record (`archive/data/0`) '
+        'zeroed; the central directory is intact', twin=good_zip)
     missing = data_for(GOOD)
     del missing['1']
     bad('missing_record.pth', ckpt_zip(GOOD, data=missing),

@@ -19,6 +19,7 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bypasses as bp  # noqa: E402
+import torchscript_code as tsc  # noqa: E402
 OUT = os.path.join(HERE, 'scan')
 EXPECTED = {}
 
@@ -152,6 +153,10 @@ def main():
                            ('computed_str.pkl', bp.computed_str(), 'builtins.str')]:
         shown = '<%s(...)>.getcwd' % by
         put(name, data, [shown], [shown])
+    # 20. issue 26: a TorchScript archive is code (torch.load hands it to torch.jit.load, which
+    #     runs its __setstate__), whatever its classes are named: no unknown global, unsafe
+    #     all the same (tests/bad/torchscript_code.py; tests/interop/code_and_polyglots.py)
+    put('torchscript_argparse.pth', tsc.archive(), [], [])
 
     with open(os.path.join(OUT, 'expected.json'), 'w') as f:
         json.dump(EXPECTED, f, indent=1, sort_keys=True)

@@ -107,6 +107,7 @@ expect() {
     storage_negative_numel.pth) pat="storage '0' has an invalid element count" ;;
     storage_key_newline.pth) pat='has no record' ;;
     record_size_mismatch.pth) pat="record 'archive/data/0' is 40 bytes but storage '0' .* needs 48" ;;
+    local_header_zeroed.pth) pat="record 'archive/data/0' has no local header" ;;
     missing_record.pth) pat="storage '1' has no record 'archive/data/1'" ;;
     unknown_storage_type.pth) pat='torch\.FooStorage' ;;
     bad_utf8.pth | st_bad_utf8.safetensors) pat='not valid UTF-8' ;;

@@ -66,6 +66,10 @@ def scan_corpus():
     for path in sorted(glob.glob(os.path.join(ROOT, 'tests', 'data', 'tar', 'tar_*.pth'))):
         with open(path, 'rb') as f:
             put('scan', os.path.basename(path), f.read())
+    # a zip whose first bytes also sniff as safetensors (its second reading; issue 26)
+    sys.path.insert(0, os.path.join(ROOT, 'tests', 'bad'))
+    import polyglots
+    put('scan', 'zip_sniffs_safetensors.pth', polyglots.zip_first(full=False))
 
 
 def main():
