@@ -480,7 +480,8 @@ static int read_string_map(st_parser *ps, const char *what, int depth, ckpt_valu
     ckpt_value **sorted = malloc((n ? n : 1) * sizeof(*sorted));
     if (!sorted)
         return ckpt_oom(&ps->f->err);
-    memcpy(sorted, d->u.dict.keys.items, n * sizeof(*sorted));
+    if (n) /* an empty object has no array yet */
+        memcpy(sorted, d->u.dict.keys.items, n * sizeof(*sorted));
     qsort(sorted, n, sizeof(*sorted), cmp_str_value);
     int rc = CKPT_OK;
     for (size_t i = 1; i < n && rc == CKPT_OK; i++)
