@@ -754,9 +754,16 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
                 break;
             }
             int r = ckpt_file_open(f, path);
-            if (r == CKPT_OK && ckpt_file_format(f) == CKPT_FORMAT_SAFETENSORS)
+            if (r == CKPT_OK && ckpt_file_format(f) == CKPT_FORMAT_SAFETENSORS) {
                 v->pub.accepted = 1;
-            else
+            } else if (r == CKPT_ERR_UNSUPPORTED &&
+                       ckpt_file_format(f) == CKPT_FORMAT_SAFETENSORS) {
+                /* what safetensors reads and ckpt refuses (a NUL in a name, a
+                 * name twice): the verdict is safetensors', ckpt's rule a note */
+                v->pub.accepted = 1;
+                v->note = xprintf(t, "safetensors reads it, ckpt refuses it: %s",
+                                  ckpt_file_error_message(f));
+            } else
                 refuse_container(t, v, which, "SafetensorError",
                                  "Error while deserializing header: %s",
                                  r == CKPT_OK ? "not a safetensors file"

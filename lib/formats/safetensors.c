@@ -395,7 +395,7 @@ static bool is_metadata(const st_parser *ps)
 static const char *keep_string(st_parser *ps, const char *what)
 {
     if (memchr(ps->str, 0, ps->len)) {
-        ckpt_err(&ps->f->err, CKPT_ERR_FORMAT,
+        ckpt_err(&ps->f->err, CKPT_ERR_UNSUPPORTED,
                  "safetensors: %s holds a NUL character (\\u0000): ckpt refuses it rather than "
                  "cut the name there", what);
         return NULL;
@@ -486,9 +486,10 @@ static int read_string_map(st_parser *ps, const char *what, int depth, ckpt_valu
     int rc = CKPT_OK;
     for (size_t i = 1; i < n && rc == CKPT_OK; i++)
         if (strcmp(sorted[i - 1]->u.s.s, sorted[i]->u.s.s) == 0)
-            rc = ckpt_err(&ps->f->err, CKPT_ERR_FORMAT,
+            rc = ckpt_err(&ps->f->err, CKPT_ERR_UNSUPPORTED,
                           "safetensors: %s key '%s' appears twice (safetensors keeps the last, "
-                          "other JSON readers the first)", what, sorted[i]->u.s.s);
+                          "other JSON readers the first: ckpt refuses it)", what,
+                          sorted[i]->u.s.s);
     free(sorted);
     if (rc == CKPT_OK)
         *out = d;
@@ -551,7 +552,7 @@ static int read_tensor(st_parser *ps, const char *name)
             if (dt == CKPT_DTYPE_UNKNOWN) {
                 char shown[40];
                 snprintf(shown, sizeof(shown), "%s", ps->str);
-                return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                return ckpt_err(&f->err, CKPT_ERR_FORMAT, /* safetensors refuses it too */
                                 "safetensors: tensor '%s' has unknown dtype '%s'", name, shown);
             }
             r->dtype = (uint8_t)dt;
@@ -704,7 +705,7 @@ static int check_size(ckpt_file *f, const st_parser *ps, const st_rec *r, int64_
         /* torch's shape counts pairs of the last dimension, as safetensors' own
          * torch loader maps it (refusing an odd last dimension the same way) */
         if (r->ndim == 0 || shape[r->ndim - 1] % 2)
-            return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+            return ckpt_err(&f->err, CKPT_ERR_FORMAT, /* as safetensors' torch loader */
                             "safetensors: F4 tensor '%s' has an odd last dimension (%lld): "
                             "torch's float4_e2m1fn_x2 packs it in pairs", r->name,
                             r->ndim ? (long long)shape[r->ndim - 1] : 1LL);
@@ -715,19 +716,38 @@ static int check_size(ckpt_file *f, const st_parser *ps, const st_rec *r, int64_
 
 /* The records against the data section, as validate() does: sorted by
  * offsets, each begins where the one before ends (the first at 0), and the
- * last ends at the end of the file; names once. */
+ * last ends at the end of the file.  A name written twice is checked as
+ * safetensors reads it (the last entry kept), so that a file it refuses is
+ * refused the same way (CKPT_ERR_FORMAT); one it would read is refused as
+ * ckpt's own rule (CKPT_ERR_UNSUPPORTED: what safetensors reads and ckpt
+ * does not). */
 static int check_layout(ckpt_file *f, st_parser *ps, uint64_t data_len)
 {
-    size_t n = ps->nrecs;
+    size_t n = ps->nrecs, kept = 0;
     st_rec **sorted = malloc((n ? n : 1) * sizeof(*sorted));
     if (!sorted)
         return ckpt_oom(&f->err);
     for (size_t i = 0; i < n; i++)
         sorted[i] = &ps->recs[i];
-    qsort(sorted, n, sizeof(*sorted), cmp_offsets);
+    /* names once: among equal ones the last in the header (the highest
+     * record) is the one safetensors keeps */
+    qsort(sorted, n, sizeof(*sorted), cmp_rec_name);
+    const st_rec *dup = NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = i;
+        st_rec *last = sorted[i];
+        while (j + 1 < n && strcmp(sorted[j + 1]->name, sorted[i]->name) == 0)
+            if (sorted[++j] > last)
+                last = sorted[j];
+        if (j > i && !dup)
+            dup = last;
+        sorted[kept++] = last;
+        i = j;
+    }
+    qsort(sorted, kept, sizeof(*sorted), cmp_offsets);
     int rc = CKPT_OK;
     uint64_t at = 0;
-    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+    for (size_t i = 0; i < kept && rc == CKPT_OK; i++) {
         const st_rec *r = sorted[i];
         if (r->end < r->begin)
             rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
@@ -754,13 +774,18 @@ static int check_layout(ckpt_file *f, st_parser *ps, uint64_t data_len)
                       "safetensors: %llu byte%s after the last tensor's data (safetensors wants "
                       "the tensors to cover the data section to the end of the file)",
                       (unsigned long long)(data_len - at), data_len - at == 1 ? "" : "s");
-    if (rc == CKPT_OK) {
-        qsort(sorted, n, sizeof(*sorted), cmp_rec_name);
-        for (size_t i = 1; i < n && rc == CKPT_OK; i++)
-            if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0)
-                rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                              "safetensors: tensor '%s' appears twice (safetensors keeps the "
-                              "last, other JSON readers the first)", sorted[i]->name);
+    if (rc != CKPT_OK && dup) {
+        /* said with the cause: the layout is the one safetensors sees */
+        char was[sizeof(f->err.msg)];
+        snprintf(was, sizeof(was), "%s", f->err.msg + strlen("safetensors: "));
+        ckpt_err_clear(&f->err); /* the first error is kept: this one replaces it */
+        rc = ckpt_err(&f->err, rc,
+                      "safetensors: tensor '%s' appears twice; read as safetensors reads it (the "
+                      "last kept): %s", dup->name, was);
+    } else if (dup) {
+        rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                      "safetensors: tensor '%s' appears twice (safetensors keeps the last, other "
+                      "JSON readers the first: ckpt refuses it)", dup->name);
     }
     free(sorted);
     return rc;

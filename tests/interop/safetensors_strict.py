@@ -11,6 +11,10 @@ package (`safe_open` and `load_file`) and to `ckpt inspect`.
     metadata, empty tensors, unknown fields, escaped names, fields in any
     order, ...): both read them, with the same names, dtypes, shapes and
     bytes (what `ckpt convert` writes of it, read back by `load_file`);
+  - what ckpt refuses on purpose (a NUL in a name, a name or metadata key
+    twice, more than 64 dimensions): the package reads it, ckpt refuses it,
+    and scan's torch_load verdict says torch 2.x (which hands a .safetensors
+    path to the package) loads it;
   - every st_*.safetensors of tests/bad: the package refuses it (but for
     the cases where ckpt is stricter on purpose, listed in CKPT_STRICTER),
     and ckpt refuses it;
@@ -152,6 +156,17 @@ VALID = {
     'a length not a multiple of 8': st('{%s}' % ent(), ABCD),
 }
 
+# name -> file bytes; read by the package, refused by ckpt on purpose
+# (ckpt-convert(1), "Reading safetensors"); torch 2.x's torch.load of a
+# .safetensors path reads them, so scan's verdict for it says accepted
+STRICTER = {
+    'a NUL in a name': st('{%s}' % ent('a\\u0000b'), ABCD),
+    'a NUL in a metadata value': st('{"__metadata__":{"a":"b\\u0000c"}}'),
+    'a name twice, the same bytes': st('{%s,%s}' % (ent(), ent()), ABCD),
+    'a metadata key twice': st('{"__metadata__":{"a":"x","a":"y"}}'),
+    '65 dimensions': st('{%s}' % ent(shape=','.join(['1'] * 64 + ['4'])), ABCD),
+}
+
 
 def package(path):
     """What the package reads: {name: tensor}, metadata; or raises."""
@@ -221,6 +236,26 @@ def valid():
             if (md2 or {}).get(k) != v:
                 errs.append('%s: metadata %r not carried' % (name, k))
         os.unlink(out)
+    assert not errs, '; '.join(errs)
+
+
+@t.case('what ckpt refuses on purpose: the package reads it, ckpt refuses it (3), and scan says torch 2.x loads it')
+def stricter():
+    d = c.scratch()
+    errs = []
+    for name, content in STRICTER.items():
+        p = write(d, name, content)
+        try:
+            package(p)
+        except Exception as e:
+            errs.append('%s: the package refuses it: %s' % (name, e))
+        errs += ['%s: %s' % (name, e)
+                 for e in c.refusal_errors(c.ckpt('inspect', p), 3)]
+        r = c.ckpt('scan', '--json', p)
+        v = json.loads(r.out)['files'][0]['torch_load']['2.6+']
+        if not v['accepted'] or 'ckpt refuses it' not in (v.get('note') or ''):
+            errs.append('%s: scan says torch 2.x %s (note %r)' % (
+                name, 'accepts' if v['accepted'] else 'refuses', v.get('note')))
     assert not errs, '; '.join(errs)
 
 
