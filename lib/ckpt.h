@@ -189,6 +189,7 @@ typedef enum ckpt_limit {
     CKPT_LIMIT_MEMO,             /* memo entries (default 16 Mi) */
     CKPT_LIMIT_ITEMS,            /* items in one container (default 64 Mi) */
     CKPT_LIMIT_STORAGES,         /* storages in one file (default 16 Mi) */
+    CKPT_LIMIT_HEADER_BYTES,     /* a safetensors header (default 100 MB, as safetensors) */
     CKPT_LIMIT_COUNT_
 } ckpt_limit;
 

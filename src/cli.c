@@ -389,12 +389,15 @@ int cli_common_option(const char *cmd, int opt, const char *arg, cli_common *c)
     case CLI_OPT_QUIET:
         c->quiet = true;
         return 1;
-    case CLI_OPT_MAX_PICKLE_BYTES: {
+    case CLI_OPT_MAX_PICKLE_BYTES:
+    case CLI_OPT_MAX_HEADER_BYTES: {
+        const char *name =
+            opt == CLI_OPT_MAX_PICKLE_BYTES ? "--max-pickle-bytes" : "--max-header-bytes";
         char *end;
         errno = 0;
         unsigned long long v = strtoull(arg, &end, 10);
         if (errno || end == arg || v == 0 || arg[0] == '-') {
-            cli_usage_error(cmd, "--max-pickle-bytes needs a positive number, got '%s'", arg);
+            cli_usage_error(cmd, "%s needs a positive number, got '%s'", name, arg);
             return -1;
         }
         int shift = 0;
@@ -405,10 +408,13 @@ int cli_common_option(const char *cmd, int opt, const char *arg, cli_common *c)
         default: break;
         }
         if (*end || v > (ULLONG_MAX >> shift)) {
-            cli_usage_error(cmd, "--max-pickle-bytes needs a number (K, M, G suffixes), got '%s'", arg);
+            cli_usage_error(cmd, "%s needs a number (K, M, G suffixes), got '%s'", name, arg);
             return -1;
         }
-        c->max_pickle_bytes = v << shift;
+        if (opt == CLI_OPT_MAX_PICKLE_BYTES)
+            c->max_pickle_bytes = v << shift;
+        else
+            c->max_header_bytes = v << shift;
         return 1;
     }
     default:
@@ -438,6 +444,8 @@ int cli_open(const char *cmd, const char *path, const cli_common *c, ckpt_file *
         rc = ckpt_file_set_allow_unknown(f, c->allow_unknown);
     if (rc == CKPT_OK && c->max_pickle_bytes)
         rc = ckpt_file_set_limit(f, CKPT_LIMIT_PICKLE_BYTES, c->max_pickle_bytes);
+    if (rc == CKPT_OK && c->max_header_bytes)
+        rc = ckpt_file_set_limit(f, CKPT_LIMIT_HEADER_BYTES, c->max_header_bytes);
     if (rc == CKPT_OK)
         rc = ckpt_file_open(f, path);
     if (rc != CKPT_OK) {

@@ -25,6 +25,7 @@ typedef struct cli_common {
     bool allow_unknown;      /* --allow-unknown */
     bool quiet;              /* --quiet */
     unsigned long long max_pickle_bytes; /* --max-pickle-bytes, 0 = library default */
+    unsigned long long max_header_bytes; /* --max-header-bytes, 0 = library default */
 } cli_common;
 
 /* Long-option values from 256 up, shared so each command's table can list them. */
@@ -32,6 +33,7 @@ enum {
     CLI_OPT_ALLOW_GLOBAL = 256,
     CLI_OPT_ALLOW_UNKNOWN,
     CLI_OPT_MAX_PICKLE_BYTES,
+    CLI_OPT_MAX_HEADER_BYTES,
     CLI_OPT_QUIET,
     CLI_OPT_HELP,
     CLI_OPT_FIRST_COMMAND_OPTION = 300
@@ -41,6 +43,7 @@ enum {
     {"allow-global", required_argument, NULL, CLI_OPT_ALLOW_GLOBAL},         \
     {"allow-unknown", no_argument, NULL, CLI_OPT_ALLOW_UNKNOWN},             \
     {"max-pickle-bytes", required_argument, NULL, CLI_OPT_MAX_PICKLE_BYTES}, \
+    {"max-header-bytes", required_argument, NULL, CLI_OPT_MAX_HEADER_BYTES}, \
     {"quiet", no_argument, NULL, CLI_OPT_QUIET},                             \
     {"help", no_argument, NULL, CLI_OPT_HELP}
 

@@ -34,6 +34,8 @@ static const char diff_usage[] =
     "  --allow-global M.NAME  admit this global as an opaque object (repeatable)\n"
     "  --allow-unknown        admit every unknown global as an opaque object\n"
     "  --max-pickle-bytes N   refuse pickles larger than N bytes (default 1G)\n"
+    "  --max-header-bytes N   refuse safetensors headers larger than N bytes\n"
+    "                         (default 100000000, as safetensors)\n"
     "  --quiet                print nothing but errors; the exit status tells\n"
     "  --help                 this text\n";
 

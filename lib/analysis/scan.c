@@ -633,7 +633,9 @@ static int scan_safetensors(ckpt_scan *s, const char *path, bool as_st)
     ckpt_file *f = ckpt_file_new();
     if (!f)
         return ckpt_oom(&s->err);
-    int rc = as_st ? ckpt_file_open_as(f, path, &ckpt_format_safetensors)
+    int rc = ckpt_file_set_limit(f, CKPT_LIMIT_HEADER_BYTES, s->limits[CKPT_LIMIT_HEADER_BYTES]);
+    if (rc == CKPT_OK)
+        rc = as_st ? ckpt_file_open_as(f, path, &ckpt_format_safetensors)
                    : ckpt_file_open(f, path);
     if (rc != CKPT_OK) {
         const char *msg = ckpt_file_error_message(f);

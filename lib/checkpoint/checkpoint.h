@@ -220,11 +220,10 @@ int ckpt_dict_dedupe(ckpt_arena *a, ckpt_value *dict);
  * it (with CKPT_NAME_NUL in the message).  Names are C strings from the
  * model of a checkpoint up (paths, state-dict keys, writers): such a name
  * would be cut, so the file is refused, though torch and safetensors read
- * it.  CKPT_OK otherwise.  ckpt_error_is_name_nul: whether E is that refusal
- * (the torch.load model: the loader accepts what ckpt refuses here). */
+ * it.  CKPT_OK otherwise (torch_load's safetensors verdict counts any
+ * CKPT_ERR_UNSUPPORTED as what the loader reads and ckpt refuses). */
 #define CKPT_NAME_NUL "contains NUL (a name is kept whole or refused, never cut)"
 int ckpt_key_check(ckpt_error *err, const char *s, size_t len);
-bool ckpt_error_is_name_nul(const ckpt_error *e);
 /* A writer's last check: no two str keys of dict D the same name (as C
  * strings); CKPT_ERR_FORMAT naming it, else CKPT_OK. */
 int ckpt_dict_names_unique(ckpt_error *err, const ckpt_value *d);

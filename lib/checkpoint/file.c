@@ -22,6 +22,7 @@ static const uint64_t default_limits[CKPT_LIMIT_COUNT_] = {
     [CKPT_LIMIT_MEMO] = 16ull << 20,
     [CKPT_LIMIT_ITEMS] = 64ull << 20,
     [CKPT_LIMIT_STORAGES] = 16ull << 20,
+    [CKPT_LIMIT_HEADER_BYTES] = 100000000, /* the safetensors crate's own limit */
 };
 
 bool ckpt_file_valid(const ckpt_file *f)

@@ -524,11 +524,6 @@ int ckpt_key_check(ckpt_error *err, const char *s, size_t len)
                     o + 8 < sizeof shown ? "" : "...");
 }
 
-bool ckpt_error_is_name_nul(const ckpt_error *e)
-{
-    return e->code == CKPT_ERR_UNSUPPORTED && strstr(e->msg, CKPT_NAME_NUL) != NULL;
-}
-
 int ckpt_dict_names_unique(ckpt_error *err, const ckpt_value *d)
 {
     size_t n = d->u.dict.keys.len;

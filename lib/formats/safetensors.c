@@ -15,7 +15,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_HEADER (100u * 1000u * 1000u) /* the safetensors crate's own limit */
 #define MAX_NDIM 64
 
 static const struct {
@@ -65,109 +64,731 @@ static const char *dtype_name(ckpt_dtype dtype)
     return NULL;
 }
 
-/* A JSON number that is a whole number in [0, 2^53]. */
-static bool json_u64(const cJSON *j, uint64_t *out)
-{
-    if (!cJSON_IsNumber(j))
-        return false;
-    double d = j->valuedouble;
-    if (!(d >= 0) || d > 9007199254740992.0 || floor(d) != d)
-        return false;
-    *out = (uint64_t)d;
-    return true;
-}
+/* ---- the header, read as safetensors 0.8 reads it ---------------------------------
+ *
+ * One pass over the JSON text, with the rules of the crate's serde reader
+ * (serde_json into HashMetadata {__metadata__: Option<HashMap<String,
+ * String>>, flatten HashMap<String, TensorInfo>}) and of its validate():
+ * shapes and offsets are unsigned integers as written (no fraction, no
+ * exponent, no minus sign, nothing past 2^64-1), strings are JSON strings
+ * (no raw control character, no lone surrogate), a field of a tensor appears
+ * once, unknown fields are skipped but must be JSON nested at most 127
+ * deep, and the tensors, sorted by offsets, tile the data section from its
+ * first byte to the file's last.  What it keeps per tensor is one small
+ * record and the name, not a tree of the header: a 100 MB header is
+ * millions of tensors.  Where safetensors takes the last of two equal names
+ * (a tensor, a metadata key), ckpt refuses the file: other JSON readers
+ * take the first, and the two readings would differ.  A NUL in a name or
+ * metadata text is refused too: ckpt keeps names as C strings and would
+ * cut it.
+ */
+#define JSON_MAX_DEPTH 127 /* serde_json refuses a 128th level of nesting */
 
-typedef struct entry {
-    const char *name;
-    ckpt_dtype dtype;
-    int ndim;
-    int64_t shape[MAX_NDIM]; /* torch's: an F4 last dimension halved */
-    uint64_t numel;          /* of the storage: F4 in bytes, F6 in values */
+typedef struct st_rec {
+    const char *name; /* decoded, in the handle's arena */
     uint64_t begin, end;
-} entry;
+    size_t dims;      /* index of the first dimension in st_parser.dims */
+    uint8_t ndim;
+    uint8_t dtype;
+} st_rec;
 
-static int cmp_begin(const void *a, const void *b)
+typedef struct st_parser {
+    ckpt_file *f;
+    const char *s, *p, *e; /* the text: start, cursor, end */
+    const char *what;      /* "header" or "__metadata__ ckpt.tied" */
+    char *str;             /* the last string decoded (malloc'd, NUL-ended) */
+    size_t len, cap;
+    uint64_t *dims;
+    size_t ndims, dims_cap;
+    st_rec *recs;
+    size_t nrecs, recs_cap;
+} st_parser;
+
+static int perr(st_parser *ps, const char *fmt, const char *arg)
 {
-    const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+    char msg[200];
+    snprintf(msg, sizeof(msg), fmt, arg);
+    return ckpt_err(&ps->f->err, CKPT_ERR_FORMAT, "safetensors: %s at byte %zu of the %s", msg,
+                    (size_t)(ps->p - ps->s), ps->what);
 }
 
-static int cmp_name(const void *a, const void *b)
+static void ws(st_parser *ps)
 {
-    return strcmp((*(const entry *const *)a)->name, (*(const entry *const *)b)->name);
+    while (ps->p < ps->e && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
+        ps->p++;
 }
 
-static int parse_entry(ckpt_file *f, const cJSON *j, entry *e, uint64_t data_len)
+static int peek(st_parser *ps)
 {
-    const char *n = j->string;
-    if (!cJSON_IsObject(j))
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: '%s' is not an object", n);
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype"),
-                *sh = cJSON_GetObjectItemCaseSensitive(j, "shape"),
-                *off = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
-    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off) ||
-        cJSON_GetArraySize(off) != 2)
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                        "safetensors: tensor '%s' lacks dtype, shape or data_offsets", n);
-    e->name = n;
-    e->dtype = dtype_from_name(dt->valuestring);
-    if (e->dtype == CKPT_DTYPE_UNKNOWN)
-        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "safetensors: tensor '%s' has unknown dtype '%s'",
-                        n, dt->valuestring);
-    int nd = cJSON_GetArraySize(sh);
-    if (nd > MAX_NDIM)
-        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "safetensors: tensor '%s' has %d dimensions",
-                        n, nd);
-    e->ndim = nd;
-    uint64_t numel = 1, nbytes;
-    bool over = false;
-    for (int d = 0; d < nd; d++) {
-        uint64_t v;
-        if (!json_u64(cJSON_GetArrayItem(sh, d), &v))
-            return ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: tensor '%s' has a bad shape", n);
-        e->shape[d] = (int64_t)v;
-        over |= ckpt_mul_overflow(numel, v, &numel);
+    return ps->p < ps->e ? (unsigned char)*ps->p : -1;
+}
+
+static int expect(st_parser *ps, char c)
+{
+    ws(ps);
+    if (peek(ps) != c) {
+        char want[4] = {'\'', c, '\'', 0};
+        const char *shown = c == ',' ? "',' or a closing bracket" : want;
+        return perr(ps, peek(ps) < 0 ? "the JSON ends where %s is expected"
+                                     : "%s expected (the header is not valid JSON)", shown);
     }
-    if (!json_u64(cJSON_GetArrayItem(off, 0), &e->begin) ||
-        !json_u64(cJSON_GetArrayItem(off, 1), &e->end) || e->begin > e->end)
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: tensor '%s' has bad data_offsets", n);
-    uint64_t bits;
-    over = over || ckpt_mul_overflow(numel, st_bits(e->dtype), &bits);
-    if (!over && bits % 8) /* as the safetensors crate refuses it */
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                        "safetensors: %s tensor '%s' of %llu values does not end on a byte "
-                        "boundary", dt->valuestring, n, (unsigned long long)numel);
-    nbytes = bits / 8;
-    if (over || nbytes != e->end - e->begin)
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                        "safetensors: tensor '%s' is %llu bytes by its offsets but its shape and "
-                        "dtype need %s", n, (unsigned long long)(e->end - e->begin),
-                        over ? "more than 2^64" : "a different size");
-    e->numel = ckpt_dtype_size(e->dtype) ? nbytes / ckpt_dtype_size(e->dtype) : numel;
-    if (e->dtype == CKPT_DTYPE_FLOAT4_E2M1FN_X2) {
-        /* torch's shape counts pairs of the last dimension, as safetensors' own
-         * torch loader maps it (refusing an odd last dimension the same way) */
-        if (e->shape[nd - 1] % 2)
-            return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
-                            "safetensors: F4 tensor '%s' has an odd last dimension (%lld): "
-                            "torch's float4_e2m1fn_x2 packs it in pairs", n,
-                            (long long)e->shape[nd - 1]);
-        e->shape[nd - 1] /= 2;
-    }
-    if (e->end > data_len)
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                        "safetensors: tensor '%s' ends at byte %llu of a %llu-byte data section", n,
-                        (unsigned long long)e->end, (unsigned long long)data_len);
+    ps->p++;
     return CKPT_OK;
+}
+
+static int grow(ckpt_file *f, void **buf, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return CKPT_OK;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *b = c <= SIZE_MAX / size ? realloc(*buf, c * size) : NULL;
+    if (!b)
+        return ckpt_oom(&f->err);
+    *buf = b;
+    *cap = c;
+    return CKPT_OK;
+}
+
+static int put_byte(st_parser *ps, char c)
+{
+    CKPT_FORWARD(grow(ps->f, (void **)&ps->str, &ps->cap, ps->len + 2, 1));
+    ps->str[ps->len++] = c;
+    return CKPT_OK;
+}
+
+static int hex4(st_parser *ps, unsigned *out)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int c = peek(ps), d = c >= '0' && c <= '9' ? c - '0'
+                            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                            : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0)
+            return perr(ps, "%s: a \\u escape needs four hex digits", "bad string");
+        v = v * 16 + (unsigned)d;
+        ps->p++;
+    }
+    *out = v;
+    return CKPT_OK;
+}
+
+/* A JSON string into ps->str (ps->len bytes, NUL-ended); the text is
+ * already known to be UTF-8. */
+static int read_string(st_parser *ps)
+{
+    ws(ps);
+    if (peek(ps) != '"')
+        return perr(ps, "%s expected (the header is not valid JSON)", "a string");
+    ps->p++;
+    ps->len = 0;
+    for (;;) {
+        int c = peek(ps);
+        if (c < 0)
+            return perr(ps, "%s: the JSON ends inside a string", "bad string");
+        ps->p++;
+        if (c == '"')
+            break;
+        if (c < 0x20)
+            return perr(ps, "%s: a raw control character in a string (JSON wants it escaped)",
+                        "bad string");
+        if (c != '\\') {
+            CKPT_FORWARD(put_byte(ps, (char)c));
+            continue;
+        }
+        c = peek(ps);
+        ps->p++;
+        const char *simple = strchr("\"\\/bfnrt", c > 0 ? c : 'x');
+        if (c > 0 && c != 'u' && simple) {
+            static const char to[] = "\"\\/\b\f\n\r\t";
+            CKPT_FORWARD(put_byte(ps, to[simple - "\"\\/bfnrt"]));
+            continue;
+        }
+        if (c != 'u')
+            return perr(ps, "%s: an escape JSON does not have", "bad string");
+        unsigned cp, lo;
+        CKPT_FORWARD(hex4(ps, &cp));
+        if (cp >= 0xdc00 && cp <= 0xdfff)
+            return perr(ps, "%s: a lone low surrogate escape (not a character)", "bad string");
+        if (cp >= 0xd800 && cp <= 0xdbff) {
+            if (ps->e - ps->p < 2 || ps->p[0] != '\\' || ps->p[1] != 'u')
+                return perr(ps, "%s: a lone high surrogate escape (not a character)", "bad string");
+            ps->p += 2;
+            CKPT_FORWARD(hex4(ps, &lo));
+            if (lo < 0xdc00 || lo > 0xdfff)
+                return perr(ps, "%s: a lone high surrogate escape (not a character)", "bad string");
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+        }
+        char u[4];
+        int n = 0;
+        if (cp < 0x80) {
+            u[n++] = (char)cp;
+        } else if (cp < 0x800) {
+            u[n++] = (char)(0xc0 | cp >> 6);
+            u[n++] = (char)(0x80 | (cp & 0x3f));
+        } else if (cp < 0x10000) {
+            u[n++] = (char)(0xe0 | cp >> 12);
+            u[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+            u[n++] = (char)(0x80 | (cp & 0x3f));
+        } else {
+            u[n++] = (char)(0xf0 | cp >> 18);
+            u[n++] = (char)(0x80 | ((cp >> 12) & 0x3f));
+            u[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+            u[n++] = (char)(0x80 | (cp & 0x3f));
+        }
+        for (int i = 0; i < n; i++)
+            CKPT_FORWARD(put_byte(ps, u[i]));
+    }
+    CKPT_FORWARD(put_byte(ps, '\0'));
+    ps->len--;
+    return CKPT_OK;
+}
+
+/* A JSON number's text (its grammar checked); *INTEGER when it has no
+ * fraction and no exponent. */
+static int scan_number(st_parser *ps, const char **start, bool *integer)
+{
+    *start = ps->p;
+    *integer = true;
+    if (peek(ps) == '-')
+        ps->p++;
+    if (peek(ps) == '0') {
+        ps->p++;
+        if (peek(ps) >= '0' && peek(ps) <= '9')
+            return perr(ps, "%s: a number with a leading zero (not JSON)", "bad number");
+    } else if (peek(ps) >= '1' && peek(ps) <= '9') {
+        while (peek(ps) >= '0' && peek(ps) <= '9')
+            ps->p++;
+    } else {
+        return perr(ps, "%s: not a JSON value", "bad number");
+    }
+    if (peek(ps) == '.') {
+        *integer = false;
+        ps->p++;
+        if (!(peek(ps) >= '0' && peek(ps) <= '9'))
+            return perr(ps, "%s: no digit after the decimal point", "bad number");
+        while (peek(ps) >= '0' && peek(ps) <= '9')
+            ps->p++;
+    }
+    if (peek(ps) == 'e' || peek(ps) == 'E') {
+        *integer = false;
+        ps->p++;
+        if (peek(ps) == '+' || peek(ps) == '-')
+            ps->p++;
+        if (!(peek(ps) >= '0' && peek(ps) <= '9'))
+            return perr(ps, "%s: no digit in the exponent", "bad number");
+        while (peek(ps) >= '0' && peek(ps) <= '9')
+            ps->p++;
+    }
+    return CKPT_OK;
+}
+
+/* A shape dimension or an offset: an unsigned integer as written, as
+ * serde reads a usize (6.0, 6e0 and -0 are floats to it; 2^64 too). */
+static int read_u64(st_parser *ps, const char *tensor, const char *field, uint64_t *out)
+{
+    ws(ps);
+    const char *at = ps->p, *start;
+    bool integer;
+    if (!(peek(ps) == '-' || (peek(ps) >= '0' && peek(ps) <= '9')))
+        return ckpt_err(&ps->f->err, CKPT_ERR_FORMAT,
+                        "safetensors: tensor '%s': %s holds a value that is not a number "
+                        "(at byte %zu of the header)", tensor, field, (size_t)(at - ps->s));
+    CKPT_FORWARD(scan_number(ps, &start, &integer));
+    int len = (int)(ps->p - start < 40 ? ps->p - start : 40);
+    if (*start == '-' || !integer)
+        return ckpt_err(&ps->f->err, CKPT_ERR_FORMAT,
+                        "safetensors: tensor '%s': %s holds %.*s, not an unsigned integer "
+                        "(safetensors reads integers as written: no sign, fraction or exponent; "
+                        "at byte %zu of the header)", tensor, field, len, start,
+                        (size_t)(at - ps->s));
+    uint64_t v = 0;
+    for (const char *c = start; c < ps->p; c++) {
+        if (v > (UINT64_MAX - (uint64_t)(*c - '0')) / 10)
+            return ckpt_err(&ps->f->err, CKPT_ERR_FORMAT,
+                            "safetensors: tensor '%s': %s holds %.*s, over 2^64-1 (at byte %zu "
+                            "of the header)", tensor, field, len, start, (size_t)(at - ps->s));
+        v = v * 10 + (uint64_t)(*c - '0');
+    }
+    *out = v;
+    return CKPT_OK;
+}
+
+static int skip_value(st_parser *ps, int depth);
+
+static int skip_literal(st_parser *ps, const char *word)
+{
+    size_t n = strlen(word);
+    if ((size_t)(ps->e - ps->p) < n || memcmp(ps->p, word, n) != 0)
+        return perr(ps, "%s: not a JSON value", "bad value");
+    ps->p += n;
+    return CKPT_OK;
+}
+
+/* Any JSON value, checked and dropped: an unknown field of a tensor, which
+ * safetensors skips the same way.  DEPTH: the levels around it. */
+static int skip_value(st_parser *ps, int depth)
+{
+    ws(ps);
+    int c = peek(ps);
+    if (c == '{' || c == '[') {
+        if (depth + 1 > JSON_MAX_DEPTH)
+            return perr(ps, "JSON nested more than %s levels deep (safetensors' limit)", "127");
+        ps->p++;
+        ws(ps);
+        char close = c == '{' ? '}' : ']';
+        if (peek(ps) == close) {
+            ps->p++;
+            return CKPT_OK;
+        }
+        for (;;) {
+            if (c == '{') {
+                CKPT_FORWARD(read_string(ps));
+                CKPT_FORWARD(expect(ps, ':'));
+            }
+            CKPT_FORWARD(skip_value(ps, depth + 1));
+            ws(ps);
+            if (peek(ps) == close) {
+                ps->p++;
+                return CKPT_OK;
+            }
+            CKPT_FORWARD(expect(ps, ','));
+            ws(ps);
+            if (peek(ps) == close)
+                return perr(ps, "%s (not JSON)", "a trailing comma");
+        }
+    }
+    if (c == '"')
+        return read_string(ps);
+    if (c == 't')
+        return skip_literal(ps, "true");
+    if (c == 'f')
+        return skip_literal(ps, "false");
+    if (c == 'n')
+        return skip_literal(ps, "null");
+    const char *start;
+    bool integer;
+    CKPT_FORWARD(scan_number(ps, &start, &integer));
+    if (!integer) { /* serde_json refuses a float it cannot hold */
+        char buf[64], *big = NULL;
+        size_t n = (size_t)(ps->p - start);
+        char *t = n < sizeof(buf) ? buf : (big = malloc(n + 1));
+        if (!t)
+            return ckpt_oom(&ps->f->err);
+        memcpy(t, start, n);
+        t[n] = '\0';
+        double d = strtod(t, NULL);
+        free(big);
+        if (isinf(d))
+            return perr(ps, "%s: a number out of a double's range", "bad number");
+    }
+    return CKPT_OK;
+}
+
+static bool is_metadata(const st_parser *ps)
+{
+    return ps->len == 12 && memcmp(ps->str, "__metadata__", 12) == 0;
+}
+
+/* The last string read, kept: in the arena, refused when it holds a NUL. */
+static const char *keep_string(st_parser *ps, const char *what)
+{
+    if (memchr(ps->str, 0, ps->len)) {
+        ckpt_err(&ps->f->err, CKPT_ERR_UNSUPPORTED,
+                 "safetensors: %s holds a NUL character (\\u0000): ckpt refuses it rather than "
+                 "cut the name there", what);
+        return NULL;
+    }
+    const char *s = ckpt_arena_strndup(&ps->f->arena, ps->str, ps->len);
+    if (!s)
+        ckpt_oom(&ps->f->err);
+    return s;
 }
 
 static ckpt_value *str_value(ckpt_file *f, const char *s)
 {
     ckpt_value *v = ckpt_value_new(&f->arena, CKPT_KIND_STR, 0);
-    if (!v || !(v->u.s.s = ckpt_arena_strndup(&f->arena, s, strlen(s))))
+    if (!v)
         return NULL;
+    v->u.s.s = (char *)s; /* in the arena already */
     v->u.s.len = strlen(s);
     return v;
+}
+
+static int cmp_str_value(const void *a, const void *b)
+{
+    return strcmp((*(const ckpt_value *const *)a)->u.s.s, (*(const ckpt_value *const *)b)->u.s.s);
+}
+
+/* An object of strings (__metadata__, ckpt.tied) into a dict (in header
+ * order), or null (*OUT NULL).  A key written twice is refused. */
+static int read_string_map(st_parser *ps, const char *what, int depth, ckpt_value **out)
+{
+    *out = NULL;
+    ws(ps);
+    if (peek(ps) == 'n' && (size_t)(ps->e - ps->p) >= 4 && memcmp(ps->p, "null", 4) == 0) {
+        ps->p += 4; /* an Option: null is no metadata */
+        return CKPT_OK;
+    }
+    if (peek(ps) != '{')
+        return ckpt_err(&ps->f->err, CKPT_ERR_FORMAT,
+                        "safetensors: %s is not an object of strings (at byte %zu of the %s)",
+                        what, (size_t)(ps->p - ps->s), ps->what);
+    if (depth + 1 > JSON_MAX_DEPTH)
+        return perr(ps, "JSON nested more than %s levels deep (safetensors' limit)", "127");
+    ps->p++;
+    ckpt_value *d = ckpt_value_new(&ps->f->arena, CKPT_KIND_DICT, 0);
+    if (!d)
+        return ckpt_oom(&ps->f->err);
+    d->flags |= CKPT_VF_ORDERED;
+    ws(ps);
+    bool first = true;
+    while (peek(ps) != '}' || !first) {
+        if (!first) {
+            ws(ps);
+            if (peek(ps) == '}')
+                break;
+            CKPT_FORWARD(expect(ps, ','));
+            ws(ps);
+            if (peek(ps) == '}')
+                return perr(ps, "%s (not JSON)", "a trailing comma");
+        }
+        first = false;
+        CKPT_FORWARD(read_string(ps));
+        const char *k = keep_string(ps, "a metadata key");
+        if (!k)
+            return ps->f->err.code;
+        CKPT_FORWARD(expect(ps, ':'));
+        ws(ps);
+        if (peek(ps) != '"')
+            return ckpt_err(&ps->f->err, CKPT_ERR_FORMAT,
+                            "safetensors: %s value '%s' is not a string (at byte %zu of the %s)",
+                            what, k, (size_t)(ps->p - ps->s), ps->what);
+        CKPT_FORWARD(read_string(ps));
+        const char *v = keep_string(ps, "a metadata value");
+        if (!v)
+            return ps->f->err.code;
+        ckpt_value *kv = str_value(ps->f, k), *vv = str_value(ps->f, v);
+        if (!kv || !vv || ckpt_vec_push(&ps->f->arena, &d->u.dict.keys, kv) ||
+            ckpt_vec_push(&ps->f->arena, &d->u.dict.vals, vv))
+            return ckpt_oom(&ps->f->err);
+    }
+    ps->p++;
+    /* keys once: sorted pointers, neighbours compared */
+    size_t n = d->u.dict.keys.len;
+    ckpt_value **sorted = malloc((n ? n : 1) * sizeof(*sorted));
+    if (!sorted)
+        return ckpt_oom(&ps->f->err);
+    if (n) /* an empty object has no array yet */
+        memcpy(sorted, d->u.dict.keys.items, n * sizeof(*sorted));
+    qsort(sorted, n, sizeof(*sorted), cmp_str_value);
+    int rc = CKPT_OK;
+    for (size_t i = 1; i < n && rc == CKPT_OK; i++)
+        if (strcmp(sorted[i - 1]->u.s.s, sorted[i]->u.s.s) == 0)
+            rc = ckpt_err(&ps->f->err, CKPT_ERR_UNSUPPORTED,
+                          "safetensors: %s key '%s' appears twice (safetensors keeps the last, "
+                          "other JSON readers the first: ckpt refuses it)", what,
+                          sorted[i]->u.s.s);
+    free(sorted);
+    if (rc == CKPT_OK)
+        *out = d;
+    return rc;
+}
+
+enum { F_DTYPE = 1, F_SHAPE = 2, F_OFFSETS = 4 };
+
+/* One tensor's object {dtype, shape, data_offsets} into a record. */
+static int read_tensor(st_parser *ps, const char *name)
+{
+    ckpt_file *f = ps->f;
+    ws(ps);
+    if (peek(ps) != '{')
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                        "safetensors: tensor '%s' is not an object (at byte %zu of the header)",
+                        name, (size_t)(ps->p - ps->s));
+    ps->p++;
+    if (ps->nrecs >= f->limits[CKPT_LIMIT_STORAGES])
+        return ckpt_err(&f->err, CKPT_ERR_LIMIT, "safetensors: more than %llu tensors",
+                        (unsigned long long)f->limits[CKPT_LIMIT_STORAGES]);
+    CKPT_FORWARD(grow(f, (void **)&ps->recs, &ps->recs_cap, ps->nrecs + 1, sizeof(st_rec)));
+    st_rec *r = &ps->recs[ps->nrecs];
+    memset(r, 0, sizeof(*r));
+    r->name = name;
+    r->dims = ps->ndims;
+    unsigned seen = 0;
+    ws(ps);
+    bool first = true;
+    while (peek(ps) != '}' || !first) {
+        if (!first) {
+            ws(ps);
+            if (peek(ps) == '}')
+                break;
+            CKPT_FORWARD(expect(ps, ','));
+            ws(ps);
+            if (peek(ps) == '}')
+                return perr(ps, "%s (not JSON)", "a trailing comma");
+        }
+        first = false;
+        CKPT_FORWARD(read_string(ps));
+        unsigned which = strcmp(ps->str, "dtype") == 0          ? F_DTYPE
+                         : strcmp(ps->str, "shape") == 0        ? F_SHAPE
+                         : strcmp(ps->str, "data_offsets") == 0 ? F_OFFSETS : 0;
+        if (which && ps->len != strlen(ps->str))
+            which = 0; /* "dtype\u0000": a field of its own */
+        if (which & seen)
+            return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                            "safetensors: tensor '%s' has field '%s' twice", name, ps->str);
+        seen |= which;
+        CKPT_FORWARD(expect(ps, ':'));
+        ws(ps);
+        if (which == F_DTYPE) {
+            if (peek(ps) != '"')
+                return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                                "safetensors: tensor '%s' has a dtype that is not a string", name);
+            CKPT_FORWARD(read_string(ps));
+            ckpt_dtype dt = ps->len == strlen(ps->str) ? dtype_from_name(ps->str)
+                                                       : CKPT_DTYPE_UNKNOWN;
+            if (dt == CKPT_DTYPE_UNKNOWN) {
+                char shown[40];
+                snprintf(shown, sizeof(shown), "%s", ps->str);
+                return ckpt_err(&f->err, CKPT_ERR_FORMAT, /* safetensors refuses it too */
+                                "safetensors: tensor '%s' has unknown dtype '%s'", name, shown);
+            }
+            r->dtype = (uint8_t)dt;
+        } else if (which == F_SHAPE || which == F_OFFSETS) {
+            const char *field = which == F_SHAPE ? "shape" : "data_offsets";
+            if (peek(ps) != '[')
+                return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                                "safetensors: tensor '%s': %s is not an array", name, field);
+            ps->p++;
+            ws(ps);
+            size_t n = 0;
+            uint64_t off[2] = {0, 0};
+            while (peek(ps) != ']') {
+                if (n) {
+                    CKPT_FORWARD(expect(ps, ','));
+                    ws(ps);
+                    if (peek(ps) == ']')
+                        return perr(ps, "%s (not JSON)", "a trailing comma");
+                }
+                uint64_t v = 0;
+                CKPT_FORWARD(read_u64(ps, name, field, &v));
+                if (which == F_OFFSETS) {
+                    if (n >= 2)
+                        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                                        "safetensors: tensor '%s': data_offsets has more than 2 "
+                                        "numbers", name);
+                    off[n] = v;
+                } else {
+                    if (n >= MAX_NDIM)
+                        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                                        "safetensors: tensor '%s' has more than %d dimensions",
+                                        name, MAX_NDIM);
+                    CKPT_FORWARD(grow(f, (void **)&ps->dims, &ps->dims_cap, ps->ndims + 1,
+                                      sizeof(uint64_t)));
+                    ps->dims[ps->ndims++] = v;
+                }
+                n++;
+                ws(ps);
+            }
+            ps->p++;
+            if (which == F_OFFSETS) {
+                if (n != 2)
+                    return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                                    "safetensors: tensor '%s': data_offsets has %zu numbers, not 2",
+                                    name, n);
+                r->begin = off[0];
+                r->end = off[1];
+            } else {
+                r->ndim = (uint8_t)n;
+            }
+        } else {
+            CKPT_FORWARD(skip_value(ps, 2)); /* the header, this tensor */
+        }
+    }
+    ps->p++;
+    if (seen != (F_DTYPE | F_SHAPE | F_OFFSETS))
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: tensor '%s' lacks %s", name,
+                        !(seen & F_DTYPE) ? "dtype" : !(seen & F_SHAPE) ? "shape" : "data_offsets");
+    ps->nrecs++;
+    return CKPT_OK;
+}
+
+/* The whole header: {name: tensor, ..., "__metadata__": {...}}. */
+static int read_header(st_parser *ps, ckpt_value **md)
+{
+    *md = NULL;
+    bool have_md = false;
+    ws(ps);
+    if (peek(ps) != '{')
+        return perr(ps, peek(ps) < 0 ? "%s: the header is empty"
+                                     : "%s: the header is not a JSON object",
+                    "no object");
+    ps->p++;
+    ws(ps);
+    bool first = true;
+    while (peek(ps) != '}' || !first) {
+        if (!first) {
+            ws(ps);
+            if (peek(ps) == '}')
+                break;
+            CKPT_FORWARD(expect(ps, ','));
+            ws(ps);
+            if (peek(ps) == '}')
+                return perr(ps, "%s (not JSON)", "a trailing comma");
+        }
+        first = false;
+        CKPT_FORWARD(read_string(ps));
+        if (is_metadata(ps)) {
+            if (have_md)
+                return ckpt_err(&ps->f->err, CKPT_ERR_FORMAT,
+                                "safetensors: two __metadata__ entries");
+            have_md = true;
+            CKPT_FORWARD(expect(ps, ':'));
+            CKPT_FORWARD(read_string_map(ps, "__metadata__", 1, md));
+            continue;
+        }
+        const char *name = keep_string(ps, "a tensor name");
+        if (!name)
+            return ps->f->err.code;
+        CKPT_FORWARD(expect(ps, ':'));
+        CKPT_FORWARD(read_tensor(ps, name));
+    }
+    ps->p++;
+    ws(ps);
+    if (ps->p != ps->e)
+        return perr(ps, "%s: bytes after the header's JSON object other than spaces",
+                    "trailing characters");
+    return CKPT_OK;
+}
+
+static int cmp_offsets(const void *a, const void *b)
+{
+    const st_rec *x = *(const st_rec *const *)a, *y = *(const st_rec *const *)b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+static int cmp_rec_name(const void *a, const void *b)
+{
+    return strcmp((*(const st_rec *const *)a)->name, (*(const st_rec *const *)b)->name);
+}
+
+/* A record's dtype and shape against its byte range; its shape in torch's
+ * terms into SHAPE, its storage's numel into *NUMEL. */
+static int check_size(ckpt_file *f, const st_parser *ps, const st_rec *r, int64_t *shape,
+                      uint64_t *numel_out)
+{
+    ckpt_dtype dt = (ckpt_dtype)r->dtype;
+    const uint64_t *d = ps->dims + r->dims;
+    uint64_t numel = 1, bits;
+    bool over = false;
+    for (int i = 0; i < r->ndim; i++) {
+        over |= ckpt_mul_overflow(numel, d[i], &numel) || d[i] > INT64_MAX;
+        shape[i] = (int64_t)d[i];
+    }
+    over = over || ckpt_mul_overflow(numel, st_bits(dt), &bits);
+    if (!over && bits % 8) /* as the safetensors crate refuses it */
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                        "safetensors: %s tensor '%s' of %llu values does not end on a byte "
+                        "boundary", dtype_name(dt), r->name, (unsigned long long)numel);
+    uint64_t nbytes = bits / 8;
+    if (over || nbytes != r->end - r->begin)
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                        "safetensors: tensor '%s' is %llu bytes by its offsets but its shape and "
+                        "dtype need %s", r->name, (unsigned long long)(r->end - r->begin),
+                        over ? "more than 2^64" : "a different size");
+    *numel_out = ckpt_dtype_size(dt) ? nbytes / ckpt_dtype_size(dt) : numel;
+    if (dt == CKPT_DTYPE_FLOAT4_E2M1FN_X2) {
+        /* torch's shape counts pairs of the last dimension, as safetensors' own
+         * torch loader maps it (refusing an odd last dimension the same way) */
+        if (r->ndim == 0 || shape[r->ndim - 1] % 2)
+            return ckpt_err(&f->err, CKPT_ERR_FORMAT, /* as safetensors' torch loader */
+                            "safetensors: F4 tensor '%s' has an odd last dimension (%lld): "
+                            "torch's float4_e2m1fn_x2 packs it in pairs", r->name,
+                            r->ndim ? (long long)shape[r->ndim - 1] : 1LL);
+        shape[r->ndim - 1] /= 2;
+    }
+    return CKPT_OK;
+}
+
+/* The records against the data section, as validate() does: sorted by
+ * offsets, each begins where the one before ends (the first at 0), and the
+ * last ends at the end of the file.  A name written twice is checked as
+ * safetensors reads it (the last entry kept), so that a file it refuses is
+ * refused the same way (CKPT_ERR_FORMAT); one it would read is refused as
+ * ckpt's own rule (CKPT_ERR_UNSUPPORTED: what safetensors reads and ckpt
+ * does not). */
+static int check_layout(ckpt_file *f, st_parser *ps, uint64_t data_len)
+{
+    size_t n = ps->nrecs, kept = 0;
+    st_rec **sorted = malloc((n ? n : 1) * sizeof(*sorted));
+    if (!sorted)
+        return ckpt_oom(&f->err);
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = &ps->recs[i];
+    /* names once: among equal ones the last in the header (the highest
+     * record) is the one safetensors keeps */
+    qsort(sorted, n, sizeof(*sorted), cmp_rec_name);
+    const st_rec *dup = NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = i;
+        st_rec *last = sorted[i];
+        while (j + 1 < n && strcmp(sorted[j + 1]->name, sorted[i]->name) == 0)
+            if (sorted[++j] > last)
+                last = sorted[j];
+        if (j > i && !dup)
+            dup = last;
+        sorted[kept++] = last;
+        i = j;
+    }
+    qsort(sorted, kept, sizeof(*sorted), cmp_offsets);
+    int rc = CKPT_OK;
+    uint64_t at = 0;
+    for (size_t i = 0; i < kept && rc == CKPT_OK; i++) {
+        const st_rec *r = sorted[i];
+        if (r->end < r->begin)
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                          "safetensors: tensor '%s' ends (byte %llu) before it begins (%llu)",
+                          r->name, (unsigned long long)r->end, (unsigned long long)r->begin);
+        else if (r->begin > at)
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                          "safetensors: bytes %llu-%llu of the data section belong to no tensor "
+                          "(a hole before '%s'; safetensors wants the tensors back to back)",
+                          (unsigned long long)at, (unsigned long long)r->begin, r->name);
+        else if (r->begin < at)
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                          "safetensors: tensor '%s' (bytes %llu-%llu) overlaps the one before it, "
+                          "which ends at %llu", r->name, (unsigned long long)r->begin,
+                          (unsigned long long)r->end, (unsigned long long)at);
+        else if (r->end > data_len)
+            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                          "safetensors: tensor '%s' ends at byte %llu of a %llu-byte data section",
+                          r->name, (unsigned long long)r->end, (unsigned long long)data_len);
+        at = r->end;
+    }
+    if (rc == CKPT_OK && at != data_len)
+        rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                      "safetensors: %llu byte%s after the last tensor's data (safetensors wants "
+                      "the tensors to cover the data section to the end of the file)",
+                      (unsigned long long)(data_len - at), data_len - at == 1 ? "" : "s");
+    if (rc != CKPT_OK && dup) {
+        /* said with the cause: the layout is the one safetensors sees */
+        char was[sizeof(f->err.msg)];
+        snprintf(was, sizeof(was), "%s", f->err.msg + strlen("safetensors: "));
+        ckpt_err_clear(&f->err); /* the first error is kept: this one replaces it */
+        rc = ckpt_err(&f->err, rc,
+                      "safetensors: tensor '%s' appears twice; read as safetensors reads it (the "
+                      "last kept): %s", dup->name, was);
+    } else if (dup) {
+        rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                      "safetensors: tensor '%s' appears twice (safetensors keeps the last, other "
+                      "JSON readers the first: ckpt refuses it)", dup->name);
+    }
+    free(sorted);
+    return rc;
 }
 
 /* What this reader keeps on each source it read (src->ops == &st_ops): no
@@ -175,61 +796,34 @@ static ckpt_value *str_value(ckpt_file *f, const char *s)
  * the handle's arena), or NULL. */
 static const ckpt_format_ops st_ops = {0};
 
-/* __metadata__: string values only; kept on SRC for writing safetensors
- * again. */
-static int read_metadata(ckpt_file *f, ckpt_source *src, const cJSON *md)
+/* Names written once for several tied ones: "ckpt.tied" = {"alias": "name"},
+ * a JSON text in a metadata value, read by the same rules. */
+static int restore_tied(ckpt_file *f, ckpt_value *root, const ckpt_value *md)
 {
-    if (!cJSON_IsObject(md))
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: __metadata__ is not an object");
-    ckpt_value *d = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0);
-    if (!d)
-        return ckpt_oom(&f->err);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, md)
-    {
-        if (!cJSON_IsString(e))
+    const ckpt_value *tied = md ? ckpt_value_dict_get(md, "ckpt.tied") : NULL;
+    if (!tied)
+        return CKPT_OK;
+    st_parser ps = {.f = f, .s = tied->u.s.s, .p = tied->u.s.s,
+                    .e = tied->u.s.s + tied->u.s.len, .what = "__metadata__ ckpt.tied"};
+    ckpt_value *map = NULL;
+    int rc = read_string_map(&ps, "ckpt.tied", 0, &map);
+    ws(&ps);
+    if (rc == CKPT_OK && (!map || ps.p != ps.e))
+        rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                      "safetensors: __metadata__ ckpt.tied is not a JSON object");
+    free(ps.str);
+    for (size_t i = 0; rc == CKPT_OK && i < map->u.dict.keys.len; i++) {
+        const char *alias = map->u.dict.keys.items[i]->u.s.s;
+        const ckpt_value *target = ckpt_value_dict_get(root, map->u.dict.vals.items[i]->u.s.s);
+        if (!target || target->kind != CKPT_KIND_TENSOR || ckpt_value_dict_get(root, alias))
             return ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                            "safetensors: __metadata__ value '%s' is not a string", e->string);
-        ckpt_value *k = str_value(f, e->string), *v = str_value(f, e->valuestring);
-        if (!k || !v || ckpt_vec_push(&f->arena, &d->u.dict.keys, k) ||
-            ckpt_vec_push(&f->arena, &d->u.dict.vals, v))
+                            "safetensors: ckpt.tied names '%s' for a tensor that is not there",
+                            alias);
+        /* the same tensor object, as torch had it before saving */
+        if (ckpt_vec_push(&f->arena, &root->u.dict.keys, map->u.dict.keys.items[i]) ||
+            ckpt_vec_push(&f->arena, &root->u.dict.vals, (ckpt_value *)target))
             return ckpt_oom(&f->err);
     }
-    src->fmt_data = d;
-    return CKPT_OK;
-}
-
-/* Names written once for several tied ones: "ckpt.tied" = {"alias": "name"}. */
-static int restore_tied(ckpt_file *f, ckpt_value *root, const cJSON *md)
-{
-    const cJSON *tied = cJSON_GetObjectItemCaseSensitive(md, "ckpt.tied");
-    if (!cJSON_IsString(tied))
-        return CKPT_OK;
-    cJSON *map = cJSON_Parse(tied->valuestring);
-    if (!cJSON_IsObject(map)) {
-        cJSON_Delete(map);
-        return ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: __metadata__ ckpt.tied is not a JSON object");
-    }
-    int rc = CKPT_OK;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, map)
-    {
-        const ckpt_value *target = cJSON_IsString(e) ? ckpt_value_dict_get(root, e->valuestring) : NULL;
-        if (!target || target->kind != CKPT_KIND_TENSOR || ckpt_value_dict_get(root, e->string)) {
-            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                          "safetensors: ckpt.tied names '%s' for a tensor that is not there",
-                          e->string);
-            break;
-        }
-        ckpt_value *k = str_value(f, e->string);
-        /* the same tensor object, as torch had it before saving */
-        if (!k || ckpt_vec_push(&f->arena, &root->u.dict.keys, k) ||
-            ckpt_vec_push(&f->arena, &root->u.dict.vals, (ckpt_value *)target)) {
-            rc = ckpt_oom(&f->err);
-            break;
-        }
-    }
-    cJSON_Delete(map);
     return rc;
 }
 
@@ -241,149 +835,103 @@ static int safetensors_read(ckpt_file *f, ckpt_source *src, ckpt_value **root_ou
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = (n << 8) | lenbuf[i];
-    if (n > MAX_HEADER) /* checked first, as the safetensors crate does */
+    uint64_t limit = f->limits[CKPT_LIMIT_HEADER_BYTES];
+    if (n > limit) /* checked first, as the safetensors crate does */
         return ckpt_err(&f->err, CKPT_ERR_LIMIT,
-                        "safetensors: header of %llu bytes is over the format's limit of %u",
-                        (unsigned long long)n, MAX_HEADER);
+                        "safetensors: header of %llu bytes is over the limit of %llu "
+                        "(--max-header-bytes)", (unsigned long long)n, (unsigned long long)limit);
     if (n > src->file_size - 8)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT,
                         "safetensors: header length %llu goes past the end of the %llu-byte file",
                         (unsigned long long)n, (unsigned long long)src->file_size);
+    if (n > SIZE_MAX - 1)
+        return ckpt_oom(&f->err);
     char *text = malloc((size_t)n + 1);
     if (!text)
         return ckpt_oom(&f->err);
     int rc = ckpt_pread_all(src->fd, text, (size_t)n, 8);
-    text[n] = '\0';
-    cJSON *hdr = NULL;
-    entry *entries = NULL, **sorted = NULL;
+    st_parser ps = {.f = f, .s = text, .p = text, .e = text + n, .what = "header"};
+    ckpt_value *md = NULL, *root = NULL;
     if (rc) {
         rc = ckpt_err(&f->err, rc, "safetensors: cannot read the header");
         goto out;
     }
-    if (!ckpt_utf8_valid((const uint8_t *)text, (size_t)n) || memchr(text, 0, (size_t)n)) {
+    if (!ckpt_utf8_valid((const uint8_t *)text, (size_t)n)) {
         rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: header is not valid UTF-8 text");
         goto out;
     }
-    /* cJSON ends a string at \u0000: a name (or metadata text) with a NUL
-     * would be cut silently, so the header is refused instead */
-    for (size_t i = 0; i + 1 < (size_t)n; i++)
-        if (text[i] == '\\' && text[++i] == 'u' && (size_t)n - i > 4 &&
-            memcmp(text + i + 1, "0000", 4) == 0) {
-            rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
-                          "safetensors: a string of the header (\\u0000 at byte %zu of it) "
-                          CKPT_NAME_NUL, i - 1);
-            goto out;
-        }
-    const char *end = NULL;
-    hdr = cJSON_ParseWithLengthOpts(text, (size_t)n, &end, 0);
-    while (hdr && end && (size_t)(end - text) < n && (*end == ' ' || *end == '\n' || *end == '\r' ||
-                                                     *end == '\t'))
-        end++;
-    if (!cJSON_IsObject(hdr) || !end || (size_t)(end - text) != n) {
-        rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: header is not one JSON object");
+    if ((rc = read_header(&ps, &md)))
         goto out;
-    }
+    free(text); /* the records and names are all that is kept */
+    text = NULL;
+    free(ps.str);
+    ps.str = NULL;
     uint64_t data_start = 8 + n, data_len = src->file_size - data_start;
-    size_t count = (size_t)cJSON_GetArraySize(hdr);
-    if (count > f->limits[CKPT_LIMIT_STORAGES]) {
-        rc = ckpt_err(&f->err, CKPT_ERR_LIMIT, "safetensors: more than %llu tensors",
-                      (unsigned long long)f->limits[CKPT_LIMIT_STORAGES]);
+    if ((rc = check_layout(f, &ps, data_len)))
         goto out;
-    }
-    entries = calloc(count ? count : 1, sizeof(*entries));
-    sorted = calloc(count ? count : 1, sizeof(*sorted));
-    ckpt_value *root = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0);
-    if (!entries || !sorted || !root) {
+    src->fmt_data = md;
+    root = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0);
+    if (!root) {
         rc = ckpt_oom(&f->err);
         goto out;
     }
     root->flags |= CKPT_VF_ORDERED;
-    size_t ne = 0;
-    const cJSON *md = NULL, *j;
-    cJSON_ArrayForEach(j, hdr)
-    {
-        if (strcmp(j->string, "__metadata__") == 0) {
-            if (md) {
-                rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: two __metadata__ entries");
-                goto out;
-            }
-            md = j;
-            if ((rc = read_metadata(f, src, j)))
-                goto out;
-            continue;
-        }
-        if ((rc = parse_entry(f, j, &entries[ne], data_len)))
-            goto out;
-        sorted[ne] = &entries[ne];
-        ne++;
-    }
-    /* byte ranges may not overlap (empty tensors take none) */
-    qsort(sorted, ne, sizeof(*sorted), cmp_begin);
-    for (size_t i = 1; i < ne; i++) {
-        const entry *a = sorted[i - 1], *b = sorted[i];
-        if (a->end > b->begin && a->begin != a->end && b->begin != b->end) {
-            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT,
-                          "safetensors: tensors '%s' and '%s' overlap (bytes %llu-%llu and %llu-%llu)",
-                          a->name, b->name, (unsigned long long)a->begin, (unsigned long long)a->end,
-                          (unsigned long long)b->begin, (unsigned long long)b->end);
-            goto out;
-        }
-    }
-    /* names appear once: sort a copy by name and look at neighbours */
-    qsort(sorted, ne, sizeof(*sorted), cmp_name);
-    for (size_t i = 1; i < ne; i++)
-        if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0) {
-            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "safetensors: tensor '%s' appears twice",
-                          sorted[i]->name);
-            goto out;
-        }
-    for (size_t i = 0; i < ne; i++) {
-        const entry *e = &entries[i];
-        char key[1024];
-        if ((size_t)snprintf(key, sizeof(key), "%s%s", f->key_prefix ? f->key_prefix : "", e->name) >=
-            sizeof(key)) {
-            rc = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "safetensors: tensor name too long");
-            goto out;
-        }
-        ckpt_storage *s = ckpt_file_storage_new(f, key, e->dtype, (int64_t)e->numel, "cpu", 3, &f->err);
+    size_t plen = f->key_prefix ? strlen(f->key_prefix) : 0;
+    char *key = NULL;
+    size_t key_cap = 0;
+    for (size_t i = 0; i < ps.nrecs && rc == CKPT_OK; i++) {
+        const st_rec *r = &ps.recs[i];
+        int64_t shape[MAX_NDIM + 1], stride[MAX_NDIM + 1];
+        uint64_t numel = 0;
+        if ((rc = check_size(f, &ps, r, shape, &numel)))
+            break;
+        size_t nl = strlen(r->name);
+        if ((rc = grow(f, (void **)&key, &key_cap, plen + nl + 1, 1)))
+            break;
+        memcpy(key, f->key_prefix ? f->key_prefix : "", plen);
+        memcpy(key + plen, r->name, nl + 1);
+        ckpt_dtype dt = (ckpt_dtype)r->dtype;
+        ckpt_storage *s = ckpt_file_storage_new(f, key, dt, (int64_t)numel, "cpu", 3, &f->err);
         if (!s) {
             rc = f->err.code;
-            goto out;
+            break;
         }
-        s->type_name = ckpt_storage_type_name(e->dtype);
+        s->type_name = ckpt_storage_type_name(dt);
         s->loc = CKPT_LOC_FILE_RANGE;
-        s->file_offset = data_start + e->begin;
-        int64_t stride[MAX_NDIM];
+        s->file_offset = data_start + r->begin;
         int64_t acc = 1;
-        for (int d = e->ndim - 1; d >= 0; d--) {
+        for (int d = r->ndim - 1; d >= 0; d--) {
             stride[d] = acc;
-            acc *= e->shape[d] ? e->shape[d] : 1;
+            acc *= shape[d] ? shape[d] : 1;
         }
-        ckpt_value *t = ckpt_tensor_value_new(&f->arena, s, e->dtype, e->ndim, e->shape, stride, 0);
-        ckpt_value *k = str_value(f, e->name);
+        ckpt_value *t = ckpt_tensor_value_new(&f->arena, s, dt, r->ndim, shape, stride, 0);
+        ckpt_value *k = str_value(f, r->name);
         if (!t || !k || ckpt_vec_push(&f->arena, &root->u.dict.keys, k) ||
-            ckpt_vec_push(&f->arena, &root->u.dict.vals, t)) {
+            ckpt_vec_push(&f->arena, &root->u.dict.vals, t))
             rc = ckpt_oom(&f->err);
-            goto out;
-        }
     }
-    if (md)
+    free(key);
+    if (rc == CKPT_OK)
         rc = restore_tied(f, root, md);
     if (rc == CKPT_OK)
         *root_out = root;
 out:
-    cJSON_Delete(hdr);
     free(text);
-    free(entries);
-    free(sorted);
+    free(ps.str);
+    free(ps.dims);
+    free(ps.recs);
     return rc;
 }
 
 /* u64 header length, then JSON; the reader checks the length.  (A torch
- * legacy file never has '{' there: its magic pickle does not.) */
+ * legacy file never has '{' there: its magic pickle does not.)  JSON
+ * whitespace may come first: safetensors reads such a header. */
 static bool safetensors_sniff(const uint8_t *head, size_t n)
 {
-    return n >= 9 && head[8] == '{';
+    size_t i = 8;
+    while (i < n && (head[i] == ' ' || head[i] == '\t' || head[i] == '\n' || head[i] == '\r'))
+        i++;
+    return i < n && head[i] == '{';
 }
 
 /* ---- writing: one state dict as safetensors -------------------------------------

@@ -69,8 +69,30 @@ static int open_shard(ckpt_file *f, const char *dir, const char *name, ckpt_sour
     return CKPT_OK;
 }
 
+/* Whether a JSON string in TEXT holds \u0000, which cJSON would decode
+ * into a NUL that ends the name early: "a.safetensors\u0000x" read as
+ * "a.safetensors", where Python's open() refuses the name. */
+static bool has_nul_escape(const uint8_t *text, size_t len)
+{
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == '"')
+            in_str = !in_str;
+        else if (in_str && text[i] == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0)
+                return true;
+            i++; /* the escaped character: an escaped quote does not end the string */
+        }
+    }
+    return false;
+}
+
 static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value **root_out)
 {
+    if (has_nul_escape(text, len))
+        return ckpt_err(&f->err, CKPT_ERR_FORMAT,
+                        "shard index: a name holds a NUL character (\\u0000): ckpt refuses it "
+                        "rather than cut the name there (Python cannot open such a file)");
     cJSON *idx = cJSON_ParseWithLength((const char *)text, len);
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
     if (!cJSON_IsObject(map)) {

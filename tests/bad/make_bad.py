@@ -933,6 +933,84 @@ def build():
         '`w` is F6_E3M2 [4] (24 bits, 3 bytes) but its data_offsets [0, 4] '
         'give it 4 bytes', twin=good_st)
 
+    # strict safetensors (issue 26): what safetensors 0.8's reader refuses
+    # (serde_json into usize fields, then Metadata::validate), each a
+    # one-place edit of the good header; tests/interop/safetensors_strict.py
+    # checks that safetensors 0.8 refuses every one of them too
+    def st_edit(old, new_text, data=ST_DATA):
+        h = st_header(ST_GOOD)
+        assert h.count(old) == 1, old
+        return st_bytes(h.replace(old, new_text), data)
+    bad('st_float_shape.safetensors',
+        st_edit(b'"shape":[2,3]', b'"shape":[2.0,3]'),
+        '`w` has shape [2.0, 3]: a float where safetensors reads an integer '
+        '(serde: "invalid type: floating point")', twin=good_st)
+    bad('st_exponent_offset.safetensors',
+        st_edit(b'"data_offsets":[24,36]', b'"data_offsets":[24,36e0]'),
+        '`b` has data_offsets [24, 36e0]: an exponent makes it a float',
+        twin=good_st)
+    bad('st_negative_zero.safetensors',
+        st_edit(b'"data_offsets":[0,24]', b'"data_offsets":[-0,24]'),
+        '`w` has data_offsets [-0, 24]: -0 is a float to serde, not a usize',
+        twin=good_st)
+    bad('st_hole.safetensors',
+        st_good([('w', 'F32', (2, 3), (0, 24)), ('b', 'F32', (3,), (28, 40))],
+                f32(10)),
+        'bytes 24-28 of the data belong to no tensor (`b` starts at 28): '
+        'safetensors wants the tensors back to back', twin=good_st)
+    bad('st_trailing_bytes.safetensors',
+        st_good(ST_GOOD, ST_DATA + b'\0' * 4),
+        'the good file with 4 bytes after the last tensor\'s data '
+        '(safetensors: "incomplete metadata, file not fully covered")',
+        twin=good_st)
+    bad('st_empty_tensor_inside.safetensors',
+        st_good(ST_GOOD + [('e', 'F32', (0,), (4, 4))]),
+        'an empty tensor `e` at data_offsets [4, 4], inside `w`: safetensors '
+        'wants even an empty tensor where the one before it ends',
+        twin=good_st)
+    bad('st_lone_surrogate.safetensors',
+        st_bytes(st_header(ST_GOOD).replace(b'"w"', b'"w\\ud800"'), ST_DATA),
+        'the name `w` followed by the escape \\ud800, a lone surrogate: no '
+        'character (serde: "lone leading surrogate")', twin=good_st)
+    bad('st_control_char.safetensors',
+        st_bytes(st_header(ST_GOOD).replace(b'"w"', b'"w\x1b[2J"'), ST_DATA),
+        'a raw ESC byte (0x1b) inside the name `w`: JSON wants control '
+        'characters escaped', twin=good_st)
+    bad('st_nul_name.safetensors',
+        st_bytes(st_header(ST_GOOD).replace(b'"w"', b'"w\\u0000x"'), ST_DATA),
+        'the name `w\\u0000x`: safetensors 0.8 reads it whole (its one '
+        'departure here: ckpt refuses a NUL in a name rather than cut the name '
+        'at it)', twin=good_st)
+    bad('st_metadata_not_string.safetensors',
+        st_bytes(st_header(ST_GOOD).replace(b'{"format":"pt"}',
+                                            b'{"format":"pt","epoch":3}'),
+                 ST_DATA),
+        '__metadata__ value `epoch` is the number 3: metadata values are '
+        'strings', twin=good_st)
+    bad('st_two_metadata.safetensors',
+        st_bytes(st_header(ST_GOOD).replace(
+            b'{"__metadata__":{"format":"pt"}',
+            b'{"__metadata__":{"format":"pt"},"__metadata__":{"format":"np"}'),
+            ST_DATA),
+        '__metadata__ twice (serde: "duplicate field")', twin=good_st)
+    bad('st_duplicate_field.safetensors',
+        st_edit(b'"dtype":"F32","shape":[2,3]',
+                b'"dtype":"F32","dtype":"F16","shape":[2,3]'),
+        '`w` has dtype twice, F32 then F16 (serde: "duplicate field")',
+        twin=good_st)
+    bad('st_deep_nesting.safetensors',
+        st_edit(b'"data_offsets":[0,24]',
+                b'"data_offsets":[0,24],"x":' + b'[' * 200 + b']' * 200),
+        '`w` has an unknown field `x` of 200 nested lists: safetensors skips '
+        'unknown fields but refuses JSON nested 128 deep', twin=good_st)
+    bad('st_huge_dimension.safetensors',
+        st_edit(b'"shape":[3]', b'"shape":[18446744073709551616]'),
+        '`b` has a dimension of 2^64, past any usize', twin=good_st)
+    bad('st_trailing_garbage.safetensors',
+        st_bytes(st_header(ST_GOOD) + b'x', ST_DATA),
+        'the JSON header followed by `x` and padding: only spaces may follow '
+        'the object', twin=good_st)
+
     # ---- shard indexes (*.index.json); torch has no loader for them
     bad('sharded_missing_shard.index.json',
         index_json({'w': 'model-00001-of-00002.safetensors',
@@ -951,6 +1029,10 @@ def build():
                     'b': 'st_overlap.safetensors'}),
         'a shard index over `st_overlap.safetensors` (above): the refusal '
         'names the shard')
+    bad('sharded_nul_shard.index.json',
+        index_json({'w': 'st_overlap.safetensors\u0000.bin'}),
+        'the weight_map names `st_overlap.safetensors\\u0000.bin`: cut at the '
+        'NUL it would name a hostile file beside it; Python cannot open it')
 
 
     # ---- TorchScript archives (torch.jit.save): data.pkl is a module object

@@ -536,7 +536,18 @@ err_has "100000000"
 ckpt inspect "$tmp/in/huge.safetensors"
 expect_status 3
 expect_stderr_prefix "ckpt: inspect: $tmp/in/huge.safetensors: "
+say "--max-header-bytes: raised, that header is read (and refused for what it holds)"
+ckpt inspect --max-header-bytes 200M "$tmp/in/huge.safetensors"
+expect_status 3
+check "the message is about the JSON, not the limit" grep -q "JSON" "$err"
+check "... and does not name the limit" sh -c '! grep -q -- --max-header-bytes "$1"' sh "$err"
 rm -f "$tmp/in/huge.safetensors"
+
+say "--max-header-bytes: lowered, a small header is over it; the message names the option (3)"
+refused 3 "ckpt: convert: $bad/st_hole.safetensors: " convert --max-header-bytes 64 \
+    "$bad/st_hole.safetensors" out.pth
+err_has "over the limit of 64 (--max-header-bytes)"
+expect_exit 2 ckpt inspect --max-header-bytes 0 "$bad/st_hole.safetensors"
 
 say "IN that cannot be read: 4"
 refused 4 "ckpt: convert: $tmp/in/no_such.safetensors: " convert "$tmp/in/no_such.safetensors" out.pth

@@ -6,7 +6,8 @@
 container:   small checkpoints (zip, legacy, safetensors) written by torch here,
              plus the small fixtures of tests/data and tests/bad
 pickle:      the data.pkl records of those, and the hostile pickles of tests/bad
-safetensors: headers of small safetensors files (without their framing)
+safetensors: headers of small safetensors files (without their framing),
+             each after the 2-byte length of the data it covers
 rename:      rule lines and keys
 spec:        the model specs and the op-case specs
 tar:         the tar checkpoints of tests/data and tests/bad (torch <= 0.1's
@@ -110,25 +111,34 @@ def main():
         elif data[:1] == b'\x80':
             put('pickle', name + '.stream', data[:MAX])
 
-    # safetensors headers
-    def header(tensors, meta=None):
+    # safetensors headers, each after the 2-byte length of the data it covers
+    # (fuzz_safetensors.c), tiling the data as safetensors wants
+    def header(tensors, meta=None, text=None):
         h, off = {}, 0
         for n, (dt, shape, nbytes) in tensors.items():
             h[n] = {'dtype': dt, 'shape': shape, 'data_offsets': [off, off + nbytes]}
             off += nbytes
         if meta is not None:
             h['__metadata__'] = meta
-        return json.dumps(h, separators=(',', ':')).encode()
+        return struct.pack('<H', off) + (
+            text or json.dumps(h, separators=(',', ':'))).encode()
     put('safetensors', 'one.json', header({'w': ('F32', [2, 3], 24)}))
     put('safetensors', 'many.json', header({'a': ('F16', [4], 8), 'b': ('BF16', [2, 2], 8),
                                             'c': ('I64', [], 8), 'd': ('BOOL', [3], 3)},
                                            {'format': 'pt'}))
-    put('safetensors', 'empty.json', b'{}')
+    put('safetensors', 'empty.json', header({}, text='{}'))
     put('safetensors', 'f8.json', header({'x': ('F8_E4M3', [16], 16)}))
     # the sub-byte dtypes: F4 counts 4-bit values, F6 6-bit ones (packed)
     put('safetensors', 'sub_byte.json', header({'e': ('F8_E8M0', [2, 3], 6), 'f': ('F4', [2, 4], 4),
                                                 'g': ('F6_E2M3', [4, 1], 3),
                                                 'h': ('F6_E3M2', [0, 5], 0)}))
+    # what safetensors 0.8 reads though it looks odd (issue 26): spaces around
+    # and inside, null metadata, empty tensors, unknown fields nested, escapes
+    put('safetensors', 'odd.json', header({'w': ('U8', [4], 4)}, text=(
+        ' \n{ "__metadata__" : null , "\\u0077" : {"x":[1,-2.5e3,{"y":[true,false,null]}],'
+        '"data_offsets":[0,4],"shape":[ 4 ],"dtype":"U8"},'
+        '"z":{"dtype":"F32","shape":[0,3],"data_offsets":[4,4]},'
+        '"\\ud83d\\ude00\\/":{"dtype":"U8","shape":[0],"data_offsets":[4,4]}} \t')))
 
     rules = [b's/^module\\.//\nmodule.\nmodule.n.1.weight\nn.2.bias\n_orig_mod.x',
              b's|(\\w+)\\.(\\d+)|${2}_$1|g\nx\nencoder.0.weight\ndecoder.10.bias',

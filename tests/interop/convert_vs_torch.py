@@ -1130,7 +1130,9 @@ def run_hostile(tmp):
         errs.append('only %d safetensors files in tests/bad' % len(files))
     for f in files:
         p = os.path.join(BAD, f)
-        if st_refuses(p) is None:
+        # st_nul_name: a NUL in a name, which safetensors keeps and ckpt
+        # refuses rather than cut (ckpt-convert(1), "Reading safetensors")
+        if st_refuses(p) is None and f != 'st_nul_name.safetensors':
             errs.append('%s: safetensors loads it (not hostile?)' % f)
         out = os.path.join(tmp, 'out.pth')
         try:
