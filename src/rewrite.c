@@ -218,7 +218,7 @@ static void on_kept(void *user, const char *global)
  * edit reports: a refusal prints nothing else. */
 static int check_globals(rewrite *rw, ckpt_file *f)
 {
-    if (!rw->out_format) /* doc/design.md, "Common rules": --to, else OUT's extension, else pth-zip */
+    if (!rw->out_format) /* as finish() picks it */
         rw->out_format = ckpt_format_for_path(rw->out);
     int st = ckpt_file_check_globals(f, rw->out_format, rw->keep_unsafe, on_kept, rw);
     if (st == CKPT_OK)
@@ -417,6 +417,8 @@ int rewrite_extract(rewrite *rw)
         rc = rw->dry_run ? CLI_EXIT_OK : finish(rw, f, "nothing to extract");
         if (rw->dry_run && rw->pending && !rw->common.quiet)
             fputs(rw->pending, stdout);
+        if (rw->dry_run)
+            warn_kept(rw);
     }
     ckpt_file_free(f);
     return rc;

@@ -618,8 +618,10 @@ static void extract_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
     for (size_t i = 0; ok && i < v->nrefused; i++)
         if (ckpt_globals_builtin_class(v->refused[i]) == CKPT_GLOBAL_KNOWN_DATA)
             ok = ckpt_file_allow_global(f, v->refused[i]) == CKPT_OK;
-    ok = ok && ckpt_file_open(f, path) == CKPT_OK && ckpt_file_extract(f, NULL) == CKPT_OK;
+    bool opened = ok && ckpt_file_open(f, path) == CKPT_OK;
+    ok = opened && ckpt_file_extract(f, NULL) == CKPT_OK;
     bool picked = ok; /* else several state dicts: the user names one */
+    bool none = opened && !ckpt_file_state_dict_count(f); /* no weights to keep */
     if (ok) {
         ckpt_pickle_out out = {0};
         ckpt_error e = {0};
@@ -631,6 +633,13 @@ static void extract_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
         ckpt_pickle_out_free(&out);
     }
     ckpt_file_free(f);
+    if (none) {
+        v->fix = xprintf(t, "none: %s run%s code when the file loads, and it holds no state "
+                         "dict that ckpt extract could write; never allow-list %s in torch "
+                         "(ckpt scan shows what it would run)", names, n == 1 ? "s" : "",
+                         n == 1 ? "it" : "them");
+        return;
+    }
     /* a global inside the state dict itself (its _metadata): tensors only */
     v->fix = xprintf(t, "ckpt extract %s%s%s %s (writes the %s only%s); %s run%s code when the "
                      "file loads: never allow-list %s in torch", admit,

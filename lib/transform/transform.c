@@ -820,9 +820,44 @@ typedef struct code_walk {
     ckpt_map seen; /* node address -> index */
 } code_walk;
 
+static bool plain(const ckpt_value *v)
+{
+    return v->kind == CKPT_KIND_NONE || v->kind == CKPT_KIND_BOOL || v->kind == CKPT_KIND_INT ||
+           v->kind == CKPT_KIND_FLOAT || v->kind == CKPT_KIND_STR || v->kind == CKPT_KIND_BYTES ||
+           v->kind == CKPT_KIND_STORAGE;
+}
+
+/* Nothing in V can be a global: a plain value, a tuple of them (a tensor's
+ * shape), an empty dict (its hooks), a tensor of such arguments and no
+ * state.  Not looked into: a tensor's parts are most of a large file's nodes
+ * (a tensor's rebuild function is written by name, never from the tree). */
+static bool holds_nothing(const ckpt_value *v)
+{
+    if (plain(v))
+        return true;
+    if (v->kind == CKPT_KIND_DICT)
+        return !v->u.dict.keys.len && !v->u.dict.state;
+    if (v->kind == CKPT_KIND_TENSOR) {
+        const ckpt_tensor *t = v->u.tensor;
+        const ckpt_value *a = t->rebuild_args;
+        if (t->state || t->type_args || t->param_args || (a && a->kind != CKPT_KIND_TUPLE))
+            return false;
+        for (size_t i = 0; a && i < a->u.seq.len; i++)
+            if (!holds_nothing(a->u.seq.items[i]))
+                return false;
+        return true;
+    }
+    if (v->kind != CKPT_KIND_TUPLE)
+        return false;
+    for (size_t i = 0; i < v->u.seq.len; i++)
+        if (!plain(v->u.seq.items[i]))
+            return false;
+    return true;
+}
+
 static int reach(code_walk *w, const ckpt_value *v, size_t parent, const ckpt_path_elem *e)
 {
-    if (!v)
+    if (!v || holds_nothing(v))
         return CKPT_OK;
     size_t at;
     if (ckpt_map_get_u64(&w->seen, (uint64_t)(uintptr_t)v, &at))
@@ -886,8 +921,8 @@ static void reached_where(const code_walk *w, size_t i, char *buf, size_t cap, b
 static bool getattr_data(const ckpt_value *obj)
 {
     const ckpt_value *fn = obj->u.obj.callable, *a = obj->u.obj.args;
-    return fn && fn->kind == CKPT_KIND_GLOBAL && strcmp(fn->u.global.name, "builtins.getattr") == 0 &&
-           a && a->kind == CKPT_KIND_TUPLE && a->u.seq.len == 2 &&
+    return fn && fn->kind == CKPT_KIND_GLOBAL &&
+           strcmp(fn->u.global.name, "builtins.getattr") == 0 && a && a->kind == CKPT_KIND_TUPLE && a->u.seq.len == 2 &&
            a->u.seq.items[0]->kind == CKPT_KIND_GLOBAL &&
            a->u.seq.items[0]->u.global.cls == CKPT_GLOBAL_KNOWN_DATA &&
            a->u.seq.items[1]->kind == CKPT_KIND_STR &&
@@ -903,7 +938,8 @@ static int look_into(code_walk *w, size_t i, const ckpt_value **code, bool *modu
     *module = false;
     switch (v->kind) {
     case CKPT_KIND_GLOBAL:
-        if (v->u.global.cls != CKPT_GLOBAL_INTERPRETED && v->u.global.cls != CKPT_GLOBAL_KNOWN_DATA)
+        if (v->u.global.cls != CKPT_GLOBAL_INTERPRETED &&
+            v->u.global.cls != CKPT_GLOBAL_KNOWN_DATA)
             *code = v;
         return CKPT_OK;
     case CKPT_KIND_DICT:

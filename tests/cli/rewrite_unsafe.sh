@@ -177,6 +177,23 @@ expect_exit 0 ckpt extract --quiet "$IN" "$OUT"
 expect_exit 0 ckpt scan "$OUT"
 rm -f "$OUT"
 
+say "scan's fix for a called unknown global is ckpt extract, never an allow-list"
+ckpt scan "$tmp/in/unsafe_print.pth"
+expect_status 1
+sed -n 's/.*; fix: //p' "$out" >"$tmp/fixes"
+check "a fix for each torch (2.6+ and 1.13)" test "$(wc -l <"$tmp/fixes")" -eq 2
+check "each fix is ckpt extract --allow-global builtins.print" \
+    test "$(grep -c "^ckpt extract --allow-global builtins.print $tmp/in/unsafe_print.pth OUT.pth (writes the weights only)" "$tmp/fixes")" -eq 2
+check "no fix allow-lists it (add_safe_globals) or says weights_only=False" \
+    test "$(grep -c "add_safe_globals\|weights_only=False" "$tmp/fixes")" -eq 0
+# a file with no state dict to extract: no fix but not loading it
+ckpt scan "$bad/two_unknown_classes.pth"
+check "no state dict: the fix is none, and never an allow-list" \
+    test "$(sed -n 's/.*; fix: //p' "$out" | grep -c "^none: mymods.X, mymods.Y run code when the file loads")" -eq 2
+# known data keeps its add_safe_globals line
+ckpt scan "$data/train_ckpt.pth"
+expect_stdout_match "fix: torch.serialization.add_safe_globals\\(\\[argparse.Namespace\\]\\)"
+
 say "known data and data-only getattr are written as before, with no warning"
 expect_exit 0 ckpt convert --quiet "$data/train_ckpt.pth" "$OUT"
 expect_stderr_empty
