@@ -811,6 +811,22 @@ CKPT_API int ckpt_file_select(ckpt_file *f, const char *select);
  */
 CKPT_API int ckpt_file_extract(ckpt_file *f, const char *select);
 
+/*
+ * Before a rewrite writes F as FORMAT (0: pth-zip): what the write would
+ * carry that torch.load(weights_only=False) imports and runs (doc/safety.md
+ * 9): a global outside the interpreted and known-data classes (one
+ * admitted by ckpt_file_allow_global or ckpt_file_set_allow_unknown, a module
+ * tree's class), anywhere in what is written (safetensors and sharded sets
+ * hold plain tensors: nothing).  Refused with CKPT_ERR_UNSAFE, naming the
+ * first one, where it sits and `ckpt extract` (which writes the weights
+ * only), unless KEEP is set and each one was named with
+ * ckpt_file_allow_global (never a global that is never admitted): then
+ * CKPT_OK, and KEPT (when not NULL) is called once per global kept, each
+ * making the output unsafe to load.
+ */
+CKPT_API int ckpt_file_check_globals(ckpt_file *f, ckpt_format format, int keep,
+                                     void (*kept)(void *user, const char *global), void *user);
+
 /* 1 when TAG is spelled like a torch location tag: "cpu", "cuda", "cuda:1" */
 CKPT_API int ckpt_device_valid(const char *tag);
 /* 1 when TAG's device type is one torch restores without a plug-in */

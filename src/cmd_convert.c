@@ -29,6 +29,9 @@ static const char usage[] =
     "                  an OUT ending in .index.json without it keeps IN's shards\n"
     "  --dry-run       say what would be cast; write nothing\n"
     "  --in-place      allow OUT to be IN (replaced atomically)\n"
+    "  --keep-unsafe   with --allow-global M.NAME: keep that global in OUT,\n"
+    "                  which torch.load(weights_only=False) would run (a\n"
+    "                  warning says so); without it such a file is refused\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N,\n"
     "  --max-header-bytes N, --quiet, --help\n"
     "                  as for every command (ckpt --help)\n";

@@ -18,6 +18,9 @@ static const char usage[] =
     "  --select PATH   the mapping or module at PATH (keys joined by '/')\n"
     "  --to FORMAT     pth (default) or safetensors (also for OUT.safetensors)\n"
     "  --dry-run       say which state dict; write nothing\n"
+    "  --keep-unsafe   with --allow-global M.NAME: keep that global in OUT,\n"
+    "                  which torch.load(weights_only=False) would run (a\n"
+    "                  warning says so); without it such a file is refused\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N,\n"
     "  --max-header-bytes N, --quiet, --help\n"
     "                  as for every command (ckpt --help)\n";

@@ -21,6 +21,9 @@ static const char usage[] =
     "                  pickle and zip directory are written; else replaced atomically)\n"
     "  --force         with --in-place: edit a file that has other links\n"
     "  --verbose       say how the output was written\n"
+    "  --keep-unsafe   with --allow-global M.NAME: keep that global in OUT,\n"
+    "                  which torch.load(weights_only=False) would run (a\n"
+    "                  warning says so); without it such a file is refused\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N,\n"
     "  --max-header-bytes N, --quiet, --help\n"
     "                  as for every command (ckpt --help)\n";

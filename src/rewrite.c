@@ -27,6 +27,9 @@ int rewrite_option(rewrite *rw, int opt, const char *arg)
     case REWRITE_OPT_VERBOSE:
         rw->verbose = true;
         return 1;
+    case REWRITE_OPT_KEEP_UNSAFE:
+        rw->keep_unsafe = true;
+        return 1;
     default:
         return cli_common_option(rw->cmd, opt, arg, &rw->common);
     }
@@ -56,6 +59,8 @@ void rewrite_free(rewrite *rw)
 {
     free(rw->pending);
     rw->pending = NULL;
+    free(rw->kept);
+    rw->kept = NULL;
     cli_common_free(&rw->common);
 }
 
@@ -197,10 +202,52 @@ static void report_method(rewrite *rw, const ckpt_write_result *res)
     }
 }
 
+/* ---- code-running globals (doc/safety.md 9) ---- */
+
+static void on_kept(void *user, const char *global)
+{
+    rewrite *rw = user;
+    size_t n = rw->kept ? strlen(rw->kept) : 0;
+    char *k = realloc(rw->kept, n + strlen(global) + 3);
+    if (!k)
+        return;
+    snprintf(k + n, strlen(global) + 3, "%s%s", n ? ", " : "", global);
+    rw->kept = k;
+}
+
+/* Refuse (exit 3) what OUT would hold that torch.load(weights_only=False)
+ * runs, unless --keep-unsafe keeps what --allow-global names.  Before any
+ * edit reports: a refusal prints nothing else. */
+static int check_globals(rewrite *rw, ckpt_file *f)
+{
+    if (!rw->out_format) /* as finish() picks it */
+        rw->out_format = ckpt_format_for_path(rw->out);
+    int st = ckpt_file_check_globals(f, rw->out_format, rw->keep_unsafe, on_kept, rw);
+    if (st == CKPT_OK)
+        return CLI_EXIT_OK;
+    cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
+    return cli_exit_for(st);
+}
+
+/* A safety warning: on stderr even with --quiet and without a terminal. */
+static void warn_kept(const rewrite *rw)
+{
+    if (!rw->kept)
+        return;
+    bool several = strchr(rw->kept, ',') != NULL;
+    cli_error(rw->cmd, rw->out,
+              "warning: %s the global%s %s (--keep-unsafe), which torch.load(weights_only=False) "
+              "imports and runs: %s unsafe to load",
+              rw->dry_run ? "would keep" : "keeps", several ? "s" : "", rw->kept,
+              rw->dry_run ? "it would be" : "it is");
+}
+
 static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
 {
-    if (rw->dry_run)
+    if (rw->dry_run) {
+        warn_kept(rw);
         return CLI_EXIT_OK;
+    }
     progress_state ps = {.start = time(NULL)};
     if (!rw->out_format) /* doc/design.md, "Common rules": --to, else OUT's extension, else pth-zip */
         rw->out_format = ckpt_format_for_path(rw->out);
@@ -226,6 +273,7 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
         cli_error(rw->cmd, about_out ? rw->out : rw->in, "%s", ckpt_file_error_message(f));
         return cli_exit_for(rc);
     }
+    warn_kept(rw);
     if (rw->changed == 0 && !rw->common.quiet)
         cli_error(rw->cmd, rw->in, "%s; wrote an unchanged copy", nothing_changed);
     report_method(rw, &res);
@@ -268,7 +316,14 @@ int rewrite_keys(rewrite *rw, const ckpt_rename *rules)
     if (rc != CLI_EXIT_OK)
         return rc;
     ckpt_edit_report rep = {.key = on_key, .state_dict = on_state_dict, .user = rw};
-    int st = ckpt_file_rename_keys(f, rules, rw->select, rw->dry_run ? CKPT_EDIT_DRY_RUN : 0, &rep);
+    /* the rename's own refusals (a module tree, two equal keys) come first */
+    int st = ckpt_file_rename_keys(f, rules, rw->select, CKPT_EDIT_DRY_RUN, NULL);
+    if (st == CKPT_OK && (rc = check_globals(rw, f)) != CLI_EXIT_OK) {
+        ckpt_file_free(f);
+        return rc;
+    }
+    if (st == CKPT_OK)
+        st = ckpt_file_rename_keys(f, rules, rw->select, rw->dry_run ? CKPT_EDIT_DRY_RUN : 0, &rep);
     if (st != CKPT_OK) {
         cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
         rc = cli_exit_for(st);
@@ -313,6 +368,10 @@ int rewrite_convert(rewrite *rw, ckpt_dtype dtype)
     int st = CKPT_OK;
     if (rw->select)
         st = ckpt_file_select(f, rw->select);
+    if (st == CKPT_OK && (rc = check_globals(rw, f)) != CLI_EXIT_OK) {
+        ckpt_file_free(f);
+        return rc;
+    }
     if (st == CKPT_OK && dtype)
         st = ckpt_file_cast(f, dtype, rw->dry_run ? CKPT_EDIT_DRY_RUN : 0, &rep);
     if (st != CKPT_OK) {
@@ -334,6 +393,10 @@ int rewrite_extract(rewrite *rw)
         return rc;
     size_t notes = ckpt_file_notice_count(f);
     int st = ckpt_file_extract(f, rw->select);
+    if (st == CKPT_OK && (rc = check_globals(rw, f)) != CLI_EXIT_OK) {
+        ckpt_file_free(f);
+        return rc;
+    }
     for (size_t i = notes; st == CKPT_OK && !rw->common.quiet && i < ckpt_file_notice_count(f); i++)
         cli_error(rw->cmd, rw->in, "note: %s", ckpt_file_notice(f, i)); /* about the output */
     if (st != CKPT_OK) {
@@ -356,6 +419,8 @@ int rewrite_extract(rewrite *rw)
         rc = rw->dry_run ? CLI_EXIT_OK : finish(rw, f, "nothing to extract");
         if (rw->dry_run && rw->pending && !rw->common.quiet)
             fputs(rw->pending, stdout);
+        if (rw->dry_run)
+            warn_kept(rw);
     }
     ckpt_file_free(f);
     return rc;
@@ -369,6 +434,10 @@ int rewrite_devices(rewrite *rw, const char *const *from, const char *const *to,
         return rc;
     ckpt_edit_report rep = {.device = on_device, .user = rw};
     rw->storages = ckpt_file_storage_count(f);
+    if ((rc = check_globals(rw, f)) != CLI_EXIT_OK) {
+        ckpt_file_free(f);
+        return rc;
+    }
     int st = ckpt_file_remap_devices(f, from, to, n, rw->dry_run ? CKPT_EDIT_DRY_RUN : 0, &rep);
     if (st != CKPT_OK) {
         cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));

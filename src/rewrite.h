@@ -12,6 +12,8 @@ typedef struct rewrite {
     bool dry_run, in_place;
     bool force;          /* --force: edit in place a file with other names */
     bool verbose;        /* --verbose: say how OUT was written */
+    bool keep_unsafe;    /* --keep-unsafe: keep the code-running globals named by --allow-global */
+    char *kept;          /* those kept, ", "-separated (the warning), or NULL */
     const char *in, *out;
     size_t changed;      /* keys (or storages) that change */
     bool any_state_dict; /* at least one mapping was visited */
@@ -28,7 +30,8 @@ enum {
     REWRITE_OPT_DRY_RUN,
     REWRITE_OPT_IN_PLACE,
     REWRITE_OPT_FORCE,
-    REWRITE_OPT_VERBOSE
+    REWRITE_OPT_VERBOSE,
+    REWRITE_OPT_KEEP_UNSAFE
 };
 
 #define REWRITE_LONG_OPTIONS                                          \
@@ -37,6 +40,7 @@ enum {
     {"in-place", no_argument, NULL, REWRITE_OPT_IN_PLACE},            \
     {"force", no_argument, NULL, REWRITE_OPT_FORCE},                  \
     {"verbose", no_argument, NULL, REWRITE_OPT_VERBOSE},              \
+    {"keep-unsafe", no_argument, NULL, REWRITE_OPT_KEEP_UNSAFE},      \
     CLI_COMMON_LONG_OPTIONS
 
 /* Options every rewrite takes: 1 handled, 0 not ours, -1 usage error. */

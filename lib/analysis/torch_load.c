@@ -594,6 +594,73 @@ static bool getattr_data_only(ckpt_torch_load *t, ckpt_torch which, const char *
     return safe && convert_fixes(t, which, path, false);
 }
 
+/* A refused global outside the known-data classes runs code when torch
+ * loads the file (a call; a class, whose __setstate__ or __reduce__ torch
+ * runs once allow-listed): the fix is never to allow-list it, but
+ * `ckpt extract`, which writes the weights only.  Tried: the state dict
+ * extract takes, read with those globals admitted, is walked as written. */
+static bool code_refused(const verdict *v)
+{
+    for (size_t i = 0; i < v->nrefused; i++)
+        if (ckpt_globals_builtin_class(v->refused[i]) != CKPT_GLOBAL_KNOWN_DATA)
+            return true;
+    return false;
+}
+
+static void extract_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
+{
+    verdict *v = &t->v[which];
+    char admit[512] = "", names[400] = "";
+    size_t n = 0;
+    ckpt_file *f = ckpt_file_new();
+    bool ok = f != NULL;
+    for (size_t i = 0; i < v->nrefused; i++) {
+        if (ckpt_globals_builtin_class(v->refused[i]) == CKPT_GLOBAL_KNOWN_DATA)
+            continue;
+        ok = ok && ckpt_file_allow_global(f, v->refused[i]) == CKPT_OK;
+        if (strlen(admit) + strlen(v->refused[i]) + 20 < sizeof(admit))
+            snprintf(admit + strlen(admit), sizeof(admit) - strlen(admit), "--allow-global %s ",
+                     v->refused[i]);
+        if (strlen(names) + strlen(v->refused[i]) + 8 < sizeof(names))
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+                     n++ ? ", " : "", v->refused[i]);
+    }
+    /* admitted globals that are plain data keep their class: allowed too */
+    for (size_t i = 0; ok && i < v->nrefused; i++)
+        if (ckpt_globals_builtin_class(v->refused[i]) == CKPT_GLOBAL_KNOWN_DATA)
+            ok = ckpt_file_allow_global(f, v->refused[i]) == CKPT_OK;
+    bool opened = ok && ckpt_file_open(f, path) == CKPT_OK;
+    ok = opened && ckpt_file_extract(f, NULL) == CKPT_OK;
+    bool picked = ok; /* else several state dicts: the user names one */
+    bool none = opened && !ckpt_file_state_dict_count(f); /* no weights to keep */
+    if (ok) {
+        ckpt_pickle_out out = {0};
+        ckpt_error e = {0};
+        ckpt_wo_ctx ctx = {.torch = which == CKPT_TORCH_1_13 ? CKPT_WO_1_13 : CKPT_WO_2_15,
+                           .limits = t->limits, .pid_fields = 5};
+        ckpt_wo_result r;
+        ok = ckpt_pickle_write(&f->arena, f->nstorages, f->root, &out, &e) == CKPT_OK &&
+             ckpt_wo_walk(&ctx, out.buf, out.len, &r, &e) == CKPT_OK && r.stop == CKPT_WO_OK;
+        ckpt_pickle_out_free(&out);
+    }
+    ckpt_file_free(f);
+    if (none) {
+        v->fix = xprintf(t, "none: %s run%s code when the file loads, and it holds no state "
+                         "dict that ckpt extract could write; never allow-list %s in torch "
+                         "(ckpt scan shows what it would run)", names, n == 1 ? "s" : "",
+                         n == 1 ? "it" : "them");
+        return;
+    }
+    /* a global inside the state dict itself (its _metadata): tensors only */
+    v->fix = xprintf(t, "ckpt extract %s%s%s %s (writes the %s only%s); %s run%s code when the "
+                     "file loads: never allow-list %s in torch", admit,
+                     ok ? "" : picked ? "--to safetensors " : "--select PATH ", path,
+                     ok || !picked ? "OUT.pth" : "OUT.safetensors",
+                     ok || !picked ? "weights" : "tensors",
+                     picked ? "" : ": name the state dict to keep", names, n == 1 ? "s" : "",
+                     n == 1 ? "it" : "them");
+}
+
 static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
 {
     verdict *v = &t->v[which];
@@ -648,6 +715,10 @@ static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
     if (convert_fixes(t, which, path, false)) {
         v->fix = xprintf(t, "ckpt convert %s OUT.pth (ckpt reads it and writes a protocol-2 "
                          "pickle that this torch accepts)", path);
+        return;
+    }
+    if (v->nrefused && code_refused(v)) {
+        extract_fix(t, which, path);
         return;
     }
     if (v->nrefused) {

@@ -801,3 +801,271 @@ CKPT_API int ckpt_file_select(ckpt_file *f, const char *select)
     f->root = v;
     return ckpt_file_reindex(f, old);
 }
+
+/* ---- what a write would carry that runs code (doc/safety.md 9) ---- */
+
+/* One node reached by the walk: how, for the path a message names. */
+typedef struct reached {
+    const ckpt_value *v;
+    size_t parent;     /* SIZE_MAX: the root */
+    ckpt_path_elem e;
+    bool keyed;        /* E leads from the parent (a key or an index) */
+} reached;
+
+typedef struct code_walk {
+    ckpt_file *f;
+    reached *nodes;
+    size_t n, cap;
+    size_t next;   /* nodes[next..n) are still to look into, in the order reached */
+    ckpt_map seen; /* node address -> index */
+} code_walk;
+
+static bool plain(const ckpt_value *v)
+{
+    return v->kind == CKPT_KIND_NONE || v->kind == CKPT_KIND_BOOL || v->kind == CKPT_KIND_INT ||
+           v->kind == CKPT_KIND_FLOAT || v->kind == CKPT_KIND_STR || v->kind == CKPT_KIND_BYTES ||
+           v->kind == CKPT_KIND_STORAGE;
+}
+
+/* Nothing in V can be a global: a plain value, a tuple of them (a tensor's
+ * shape), an empty dict (its hooks), a tensor of such arguments and no
+ * state.  Not looked into: a tensor's parts are most of a large file's nodes
+ * (a tensor's rebuild function is written by name, never from the tree). */
+static bool holds_nothing(const ckpt_value *v)
+{
+    if (plain(v))
+        return true;
+    if (v->kind == CKPT_KIND_DICT)
+        return !v->u.dict.keys.len && !v->u.dict.state;
+    if (v->kind == CKPT_KIND_TENSOR) {
+        const ckpt_tensor *t = v->u.tensor;
+        const ckpt_value *a = t->rebuild_args;
+        if (t->state || t->type_args || t->param_args || (a && a->kind != CKPT_KIND_TUPLE))
+            return false;
+        for (size_t i = 0; a && i < a->u.seq.len; i++)
+            if (!holds_nothing(a->u.seq.items[i]))
+                return false;
+        return true;
+    }
+    if (v->kind != CKPT_KIND_TUPLE)
+        return false;
+    for (size_t i = 0; i < v->u.seq.len; i++)
+        if (!plain(v->u.seq.items[i]))
+            return false;
+    return true;
+}
+
+static int reach(code_walk *w, const ckpt_value *v, size_t parent, const ckpt_path_elem *e)
+{
+    if (!v || holds_nothing(v))
+        return CKPT_OK;
+    size_t at;
+    if (ckpt_map_get_u64(&w->seen, (uint64_t)(uintptr_t)v, &at))
+        return CKPT_OK; /* shared, or a cycle: looked into once */
+    if (CKPT_GROW(w->nodes, w->cap, w->n + 1) < 0 ||
+        ckpt_map_put_u64(&w->seen, (uint64_t)(uintptr_t)v, w->n, NULL) < 0)
+        return ckpt_oom(&w->f->err);
+    w->nodes[w->n] = (reached){.v = v, .parent = parent, .e = e ? *e : (ckpt_path_elem){0},
+                               .keyed = e != NULL};
+    w->n++;
+    return CKPT_OK;
+}
+
+static int reach_vec(code_walk *w, const ckpt_vec *vec, size_t parent, bool indexed)
+{
+    for (size_t i = 0; i < vec->len; i++) {
+        ckpt_path_elem e = {.is_int = 1, .index = (int64_t)i};
+        CKPT_FORWARD(reach(w, vec->items[i], parent, indexed ? &e : NULL));
+    }
+    return CKPT_OK;
+}
+
+/* Where node I sits, as a phrase: "at 'a/b'" (its keys from the root, as
+ * far as keys lead), "at the root", or "in the state dict 'a'" when a state
+ * dict holds it (its _metadata, a tensor's attributes): *IN_SD says so. */
+static void reached_where(const code_walk *w, size_t i, char *buf, size_t cap, bool *in_sd)
+{
+    size_t depth = 0;
+    for (size_t k = i; k != SIZE_MAX; k = w->nodes[k].parent)
+        depth++;
+    size_t *chain = calloc(depth, sizeof(*chain));
+    ckpt_path_elem *el = calloc(depth, sizeof(*el));
+    size_t n = 0, d = depth;
+    *in_sd = false;
+    for (size_t k = i; chain && k != SIZE_MAX; k = w->nodes[k].parent)
+        chain[--d] = k;
+    for (size_t j = 0; chain && el && j < depth && !*in_sd; j++) {
+        const ckpt_value *v = w->nodes[chain[j]].v;
+        if (j && !w->nodes[chain[j]].keyed)
+            break;
+        if (j)
+            el[n++] = w->nodes[chain[j]].e;
+        for (size_t s = 0; v->kind == CKPT_KIND_DICT && s < w->f->state_dicts.len; s++)
+            *in_sd |= w->f->state_dicts.items[s].value == v;
+    }
+    ckpt_path p = {.len = n, .elems = el};
+    char path[400] = "";
+    if (n)
+        ckpt_path_format(&p, path, sizeof(path));
+    if (*in_sd)
+        snprintf(buf, cap, n ? "in the state dict '%s'" : "in the root state dict", path);
+    else if (n)
+        snprintf(buf, cap, "at '%s'", path);
+    else
+        snprintf(buf, cap, "at the root");
+    free(chain);
+    free(el);
+}
+
+/* getattr(<class known as data>, <member>): an enum member, data (globals.c) */
+static bool getattr_data(const ckpt_value *obj)
+{
+    const ckpt_value *fn = obj->u.obj.callable, *a = obj->u.obj.args;
+    return fn && fn->kind == CKPT_KIND_GLOBAL &&
+           strcmp(fn->u.global.name, "builtins.getattr") == 0 && a && a->kind == CKPT_KIND_TUPLE && a->u.seq.len == 2 &&
+           a->u.seq.items[0]->kind == CKPT_KIND_GLOBAL &&
+           a->u.seq.items[0]->u.global.cls == CKPT_GLOBAL_KNOWN_DATA &&
+           a->u.seq.items[1]->kind == CKPT_KIND_STR &&
+           ckpt_globals_getattr_known(a->u.seq.items[0]->u.global.name, a->u.seq.items[1]->u.s.s);
+}
+
+/* Look into node I: its children reached, *CODE the global found there that
+ * runs code (NULL: none), *MODULE whether it is a module tree's class. */
+static int look_into(code_walk *w, size_t i, const ckpt_value **code, bool *module)
+{
+    const ckpt_value *v = w->nodes[i].v;
+    *code = NULL;
+    *module = false;
+    switch (v->kind) {
+    case CKPT_KIND_GLOBAL:
+        if (v->u.global.cls != CKPT_GLOBAL_INTERPRETED &&
+            v->u.global.cls != CKPT_GLOBAL_KNOWN_DATA)
+            *code = v;
+        return CKPT_OK;
+    case CKPT_KIND_DICT:
+        for (size_t k = 0; k < v->u.dict.keys.len; k++) {
+            const ckpt_value *key = v->u.dict.keys.items[k];
+            ckpt_path_elem e = {0};
+            bool keyed = true;
+            if (key->kind == CKPT_KIND_STR)
+                e.key = key->u.s.s;
+            else if (key->kind == CKPT_KIND_INT && !key->u.i.big)
+                e = (ckpt_path_elem){.is_int = 1, .index = key->u.i.v};
+            else
+                keyed = false;
+            CKPT_FORWARD(reach(w, key, i, NULL));
+            CKPT_FORWARD(reach(w, v->u.dict.vals.items[k], i, keyed ? &e : NULL));
+        }
+        return reach(w, v->u.dict.state, i, NULL);
+    case CKPT_KIND_LIST:
+    case CKPT_KIND_TUPLE:
+        return reach_vec(w, &v->u.seq, i, true);
+    case CKPT_KIND_SET:
+    case CKPT_KIND_FROZENSET:
+        return reach_vec(w, &v->u.seq, i, false);
+    case CKPT_KIND_OBJECT: {
+        const ckpt_value *fn = v->u.obj.callable;
+        if (fn && fn->kind == CKPT_KIND_GLOBAL && !getattr_data(v) &&
+            fn->u.global.cls != CKPT_GLOBAL_INTERPRETED &&
+            fn->u.global.cls != CKPT_GLOBAL_KNOWN_DATA) {
+            *code = fn;
+            *module = (v->flags & CKPT_VF_MODULE) != 0;
+        } else if (fn && fn->kind != CKPT_KIND_GLOBAL) {
+            CKPT_FORWARD(reach(w, fn, i, NULL)); /* getattr(...)(): an object's class */
+        }
+        CKPT_FORWARD(reach(w, v->u.obj.args, i, NULL));
+        CKPT_FORWARD(reach(w, v->u.obj.kwargs, i, NULL));
+        CKPT_FORWARD(reach(w, v->u.obj.state, i, NULL));
+        CKPT_FORWARD(reach_vec(w, &v->u.obj.listitems, i, false));
+        CKPT_FORWARD(reach_vec(w, &v->u.obj.dictkeys, i, false));
+        return reach_vec(w, &v->u.obj.dictvals, i, false);
+    }
+    case CKPT_KIND_TENSOR: {
+        const ckpt_tensor *t = v->u.tensor;
+        CKPT_FORWARD(reach(w, t->rebuild_args, i, NULL));
+        CKPT_FORWARD(reach(w, t->param_args, i, NULL));
+        CKPT_FORWARD(reach(w, t->type_args, i, NULL));
+        return reach(w, t->state, i, NULL);
+    }
+    default:
+        return CKPT_OK;
+    }
+}
+
+/* The index of the global Q among those the user named, or SIZE_MAX. */
+static size_t named_global(const ckpt_file *f, const char *q)
+{
+    for (size_t i = 0; i < f->nallowed; i++)
+        if (strcmp(f->allowed[i], q) == 0)
+            return i;
+    return SIZE_MAX;
+}
+
+static int refuse_code(code_walk *w, size_t i, const ckpt_value *g, bool module, bool keep)
+{
+    ckpt_file *f = w->f;
+    const char *q = g->u.global.name;
+    char where[512];
+    bool in_sd;
+    reached_where(w, i, where, sizeof(where), &in_sd);
+    /* extract keeps a state dict's own attributes: only tensors leave them */
+    const char *only = in_sd ? "'ckpt extract --to safetensors' writes its tensors only"
+                             : "'ckpt extract' writes the weights only";
+    if (module)
+        return ckpt_err(&f->err, CKPT_ERR_UNSAFE,
+                        "a pickled module tree (class %s, %s) is not written back by a "
+                        "rewrite: torch.load(weights_only=False) imports its classes and runs "
+                        "them; 'ckpt extract' writes its state dict (the weights only)", q,
+                        where);
+    if (ckpt_globals_dangerous(q))
+        return ckpt_err(&f->err, CKPT_ERR_UNSAFE,
+                        "the global %s (%s) can run commands or code and is never written "
+                        "back, not even with --keep-unsafe: %s", q, where, only);
+    if (keep)
+        return ckpt_err(&f->err, CKPT_ERR_UNSAFE,
+                        "the global %s (%s) runs code when torch.load(weights_only=False) "
+                        "reads the output, and --keep-unsafe keeps only the globals named with "
+                        "--allow-global: add --allow-global %s to keep it, or %s", q, where, q,
+                        only);
+    return ckpt_err(&f->err, CKPT_ERR_UNSAFE,
+                    "the global %s (%s) runs code when torch.load(weights_only=False) reads "
+                    "the output, so a rewrite does not write it: %s (--allow-global %s "
+                    "--keep-unsafe keeps it, and makes the output unsafe to load)", q, where,
+                    only, q);
+}
+
+CKPT_API int ckpt_file_check_globals(ckpt_file *f, ckpt_format format, int keep,
+                                     void (*kept)(void *user, const char *global), void *user)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !f->root)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    /* tensors only: no pickle, or one of plain tensors (sharded.c refuses
+     * anything else); a TorchScript archive is refused by every writer */
+    if (format == CKPT_FORMAT_SAFETENSORS || format == CKPT_FORMAT_SHARDED ||
+        ckpt_root_is_torchscript(f))
+        return CKPT_OK;
+    code_walk w = {.f = f};
+    ckpt_map_init(&w.seen, CKPT_MAP_U64);
+    bool *told = calloc(f->nallowed ? f->nallowed : 1, sizeof(*told));
+    int rc = told ? reach(&w, f->root, SIZE_MAX, NULL) : ckpt_oom(&f->err);
+    while (rc == CKPT_OK && w.next < w.n) {
+        size_t i = w.next++; /* breadth first: the shallowest, first in order */
+        const ckpt_value *g;
+        bool module;
+        if ((rc = look_into(&w, i, &g, &module)) != CKPT_OK || !g)
+            continue;
+        size_t named = named_global(f, g->u.global.name);
+        if (!keep || named == SIZE_MAX || ckpt_globals_dangerous(g->u.global.name)) {
+            rc = refuse_code(&w, i, g, module, keep);
+            break;
+        }
+        if (!told[named] && kept)
+            kept(user, f->allowed[named]);
+        told[named] = true;
+    }
+    free(told);
+    free(w.nodes);
+    ckpt_map_release(&w.seen);
+    return rc;
+}

@@ -1,7 +1,8 @@
 /* fuzz_container.c - any bytes as a checkpoint file: the format sniffing,
  * the zip reader (libzip, our central-directory parse, CRCs), the legacy
  * reader, the pickle VM behind both, the safetensors reader; then every
- * tensor's data read and summarised, as `ckpt inspect --stats` does. */
+ * tensor's data read and summarised, as `ckpt inspect --stats` does, and the
+ * check of code-running globals every rewrite makes. */
 #include "fuzz.h"
 
 #include "ckpt.h"
@@ -31,6 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const char *w[8];
             ckpt_state_dict_wrappers(ckpt_file_state_dict(f, i, NULL), w, 8);
         }
+        /* what a rewrite would carry that runs code: the walk over any tree */
+        ckpt_file_check_globals(f, CKPT_FORMAT_PTH_ZIP, 1, NULL, NULL);
     }
     ckpt_file_free(f);
     fuzz_file_done(path);

@@ -532,6 +532,59 @@ START_TEST(a_name_twice_is_never_written)
         ck_assert_msg_has(f, "two tensors would be written under the name 'n.1.weight'");
         ck_assert_int_ne(access(out, F_OK), 0);
     }
+/* ckpt_file_check_globals: what a rewrite would carry that runs code */
+static char kept_names[256];
+
+static void on_kept(void *user, const char *global)
+{
+    (void)user;
+    strncat(kept_names, global, sizeof(kept_names) - strlen(kept_names) - 2);
+    strcat(kept_names, " ");
+}
+
+START_TEST(rewrite_refuses_code_running_globals)
+{
+    /* two objects of unknown classes, admitted by name to read the file */
+    ck_assert_int_eq(ckpt_file_allow_global(f, "mymods.X"), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_allow_global(f, "mymods.Y"), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/bad/two_unknown_classes.pth")), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_check_globals(f, CKPT_FORMAT_PTH_ZIP, 0, on_kept, NULL),
+                     CKPT_ERR_UNSAFE);
+    ck_assert_msg_has(f, "the global mymods.X (at 'x')");
+    ck_assert_msg_has(f, "'ckpt extract' writes the weights only");
+    ck_assert_int_eq(ckpt_file_check_globals(f, CKPT_FORMAT_PTH_LEGACY, 0, NULL, NULL),
+                     CKPT_ERR_UNSAFE);
+    /* tensors only: nothing to refuse */
+    ck_assert_int_eq(ckpt_file_check_globals(f, CKPT_FORMAT_SAFETENSORS, 0, NULL, NULL), CKPT_OK);
+    /* kept when named and asked for, each reported once */
+    kept_names[0] = '\0';
+    ck_assert_int_eq(ckpt_file_check_globals(f, CKPT_FORMAT_PTH_ZIP, 1, on_kept, NULL), CKPT_OK);
+    ck_assert_str_eq(kept_names, "mymods.X mymods.Y ");
+    ckpt_file_free(f);
+
+    /* admitted by --allow-unknown only: never kept */
+    f = ckpt_file_new();
+    ck_assert_int_eq(ckpt_file_set_allow_unknown(f, 1), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/bad/two_unknown_classes.pth")), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_check_globals(f, CKPT_FORMAT_PTH_ZIP, 1, NULL, NULL),
+                     CKPT_ERR_UNSAFE);
+    ck_assert_msg_has(f, "keeps only the globals named with --allow-global");
+    ckpt_file_free(f);
+
+    /* a module tree's class is code too; extract's state dict is not */
+    f = ckpt_file_new();
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/torch2/whole_dp.pt")), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_check_globals(f, 0, 1, NULL, NULL), CKPT_ERR_UNSAFE);
+    ck_assert_msg_has(f, "a pickled module tree (class torch.nn.parallel.data_parallel.DataParallel");
+    ck_assert_int_eq(ckpt_file_extract(f, NULL), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_check_globals(f, 0, 0, NULL, NULL), CKPT_OK);
+    ckpt_file_free(f);
+
+    /* known data (argparse.Namespace) is written as it was */
+    f = ckpt_file_new();
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/train_ckpt.pth")), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_check_globals(f, 0, 0, NULL, NULL), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_check_globals(NULL, 0, 0, NULL, NULL), CKPT_ERR_USAGE);
 }
 END_TEST
 
@@ -736,6 +789,7 @@ static Suite *suite(void)
     tcase_add_test(e, empty_key_refused);
     tcase_add_test(e, a_name_twice_is_never_written);
     tcase_add_test(e, select_a_nested_mapping);
+    tcase_add_test(e, rewrite_refuses_code_running_globals);
     tcase_add_test(e, remap_rules);
     tcase_add_test(e, write_refuses_input_and_stdout);
     tcase_add_test(e, legacy_written_as_zip_with_renumbered_storages);
