@@ -396,8 +396,7 @@ static const char *keep_string(st_parser *ps, const char *what)
 {
     if (memchr(ps->str, 0, ps->len)) {
         ckpt_err(&ps->f->err, CKPT_ERR_UNSUPPORTED,
-                 "safetensors: %s holds a NUL character (\\u0000): ckpt refuses it rather than "
-                 "cut the name there", what);
+                 "safetensors: %s with \\u0000 " CKPT_NAME_NUL, what);
         return NULL;
     }
     const char *s = ckpt_arena_strndup(&ps->f->arena, ps->str, ps->len);

@@ -152,7 +152,7 @@ expect() {
     st_empty_tensor_inside.safetensors) pat="tensor 'e' \\(bytes 4-4\\) overlaps the one before it" ;;
     st_lone_surrogate.safetensors) pat='a lone high surrogate escape' ;;
     st_control_char.safetensors) pat='a raw control character in a string' ;;
-    st_nul_name.safetensors) pat='a tensor name holds a NUL character' ;;
+    st_nul_name.safetensors) pat='a tensor name with .u0000 contains NUL' ;;
     st_metadata_not_string.safetensors) pat="__metadata__ value 'epoch' is not a string" ;;
     st_two_metadata.safetensors) pat='two __metadata__ entries' ;;
     st_duplicate_field.safetensors) pat="tensor 'w' has field 'dtype' twice" ;;

@@ -532,6 +532,9 @@ START_TEST(a_name_twice_is_never_written)
         ck_assert_msg_has(f, "two tensors would be written under the name 'n.1.weight'");
         ck_assert_int_ne(access(out, F_OK), 0);
     }
+}
+END_TEST
+
 /* ckpt_file_check_globals: what a rewrite would carry that runs code */
 static char kept_names[256];
 
