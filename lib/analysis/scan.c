@@ -623,8 +623,14 @@ static int open_regular(ckpt_scan *s, const char *path, size_t *len)
     int fd;
     struct stat st;
     /* a FIFO or device: refused (exit 3), never read, so that it cannot block */
-    if (ckpt_open_input(AT_FDCWD, path, false, &fd, &st, &s->err) != CKPT_OK)
+    if (ckpt_open_input(AT_FDCWD, path, false, &fd, &st, &s->err) != CKPT_OK) {
+        if (s->err.code == CKPT_ERR_IO) { /* the system's word alone, as always */
+            int e = errno;
+            ckpt_err_clear(&s->err);
+            ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(e));
+        }
         return -1;
+    }
     *len = (size_t)st.st_size;
     return fd;
 }

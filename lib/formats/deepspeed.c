@@ -338,6 +338,11 @@ static int list_files(ckpt_file *f, ds_state *st, const char *where)
     return CKPT_OK;
 }
 
+int ckpt_deepspeed_latest(int dirfd, char *buf, size_t cap, bool *present)
+{
+    return read_latest(dirfd, buf, cap, present);
+}
+
 /* ---- one rank file's pickle ---------------------------------------------------------------- */
 
 static ckpt_global_class ds_classify(void *user, const char *q)
