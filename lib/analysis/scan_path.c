@@ -360,10 +360,25 @@ static void named_by_metadata(ckpt_scan_paths *p, const char *dir, int dfd, char
     }
 }
 
+/* Whether the folder link PATH leads inside ROOT (a real path). */
+static bool link_inside(const char *path, const char *root)
+{
+    char *real = realpath(path, NULL);
+    size_t n = strlen(root);
+    bool in = real && strncmp(real, root, n) == 0 &&
+              (real[n] == '/' || real[n] == '\0' || (n == 1 && root[0] == '/'));
+    free(real);
+    return in;
+}
+
 /* Every file under DIR, depth-first, links followed (ANCESTORS: the
- * folders being walked, DEPTH of them, whose links are loops). */
+ * folders being walked, DEPTH of them, whose links are loops; ROOT: the
+ * real path of the folder scanned).  A link to a file is followed wherever
+ * it leads, as every loader follows it; a link to a folder when it stays
+ * in ROOT, or when it is the tag folder DeepSpeed's `latest` names (which
+ * zero_to_fp32 loads wherever it is): no loader walks other folders. */
 static void walk(ckpt_scan_paths *p, const char *dir, file_list *fl, const struct stat *ancestors,
-                 int depth)
+                 int depth, const char *root)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
@@ -375,6 +390,10 @@ static void walk(ckpt_scan_paths *p, const char *dir, file_list *fl, const struc
                   strerror(e));
         return;
     }
+    char tag[512];
+    bool has_latest = false;
+    if (ckpt_deepspeed_latest(dfd, tag, sizeof tag, &has_latest) != CKPT_OK)
+        has_latest = false;
     struct stat here[WALK_MAX_DEPTH + 1];
     memcpy(here, ancestors, (size_t)depth * sizeof *here);
     fstat(dfd, &here[depth]);
@@ -413,8 +432,13 @@ static void walk(ckpt_scan_paths *p, const char *dir, file_list *fl, const struc
             else if (depth + 1 > WALK_MAX_DEPTH)
                 add_found(fl, path, CKPT_ERR_LIMIT, CKPT_SCAN_EXIT_UNREADABLE,
                           "folders nested more than %d deep: not walked", WALK_MAX_DEPTH);
+            else if (link && !link_inside(path, root) &&
+                     !(has_latest && strcmp(tag, de->d_name) == 0))
+                add_found(fl, path, CKPT_ERR_UNSUPPORTED, CKPT_SCAN_EXIT_UNREADABLE,
+                          "a link to a folder outside the one scanned: not walked (scan "
+                          "that folder itself)");
             else {
-                walk(p, path, fl, here, depth + 1);
+                walk(p, path, fl, here, depth + 1, root);
                 free(path);
             }
         } else if (S_ISREG(st.st_mode)) {
@@ -700,6 +724,27 @@ static int scan_one(ckpt_scan_paths *p, char *path, bool in_folder, bool items)
     /* a DCP data file: its items, each a zip */
     int rc = items ? ckpt_scan_items(s, e->path) : ckpt_scan_file(s, e->path);
     int ex = exit_of(s, rc);
+    if (items && ex == CKPT_SCAN_EXIT_UNREADABLE) {
+        /* items ckpt cannot find: DCP still torch.load's the bytes the
+         * metadata says, from byte 0 for the first; that reading judged too,
+         * and kept when it finds what would run */
+        ckpt_scan *w = ckpt_scan_new();
+        if (!w)
+            return entry_drop_last(p);
+        for (int i = 0; i < CKPT_LIMIT_COUNT_; i++)
+            if (p->limits[i])
+                ckpt_scan_set_limit(w, (ckpt_limit)i, p->limits[i]);
+        int wrc = ckpt_scan_file(w, e->path);
+        if (exit_of(w, wrc) == CKPT_SCAN_EXIT_UNSAFE) {
+            ckpt_scan_free(s);
+            e->scan = s = w;
+            e->pub.scan = s;
+            rc = wrc;
+            ex = CKPT_SCAN_EXIT_UNSAFE;
+        } else {
+            ckpt_scan_free(w);
+        }
+    }
     e->pub.code = rc;
     e->pub.error = rc != CKPT_OK ? ckpt_scan_error_message(s) : NULL;
     e->pub.exit = ex;
@@ -731,7 +776,18 @@ static int scan_folder(ckpt_scan_paths *p, const char *dir)
 {
     file_list fl = {0};
     struct stat none;
-    walk(p, dir, &fl, &none, 0);
+    char *root = realpath(dir, NULL);
+    if (!root) {
+        int e = errno;
+        if (e == ENOMEM)
+            return ckpt_oom(&p->err);
+        return entry_note(p, strdup(dir), CKPT_SCAN_ENTRY_FOLDER,
+                          strdup(e == ENOENT ? "cannot list the folder: No such file or directory"
+                                             : "cannot list the folder"),
+                          CKPT_ERR_IO, CKPT_SCAN_EXIT_IO);
+    }
+    walk(p, dir, &fl, &none, 0, root);
+    free(root);
     if (fl.err) {
         file_list_free(&fl);
         return ckpt_oom(&p->err);
