@@ -377,7 +377,12 @@ static bool link_inside(const char *path, const char *root)
  * it leads, as every loader follows it; a link to a folder when it stays
  * in ROOT, or when it is the tag folder DeepSpeed's `latest` names (which
  * zero_to_fp32 loads wherever it is): no loader walks other folders. */
-static void walk(ckpt_scan_paths *p, const char *dir, file_list *fl, const struct stat *ancestors,
+typedef struct dir_id {
+    dev_t dev;
+    ino_t ino;
+} dir_id;
+
+static void walk(ckpt_scan_paths *p, const char *dir, file_list *fl, const dir_id *ancestors,
                  int depth, const char *root)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -394,9 +399,10 @@ static void walk(ckpt_scan_paths *p, const char *dir, file_list *fl, const struc
     bool has_latest = false;
     if (ckpt_deepspeed_latest(dfd, tag, sizeof tag, &has_latest) != CKPT_OK)
         has_latest = false;
-    struct stat here[WALK_MAX_DEPTH + 1];
+    dir_id here[WALK_MAX_DEPTH + 1];
+    struct stat self;
     memcpy(here, ancestors, (size_t)depth * sizeof *here);
-    fstat(dfd, &here[depth]);
+    here[depth] = fstat(dfd, &self) == 0 ? (dir_id){self.st_dev, self.st_ino} : (dir_id){0, 0};
     char **metas = NULL;
     size_t nmetas = 0, metas_cap = 0;
     struct dirent *de;
@@ -425,7 +431,7 @@ static void walk(ckpt_scan_paths *p, const char *dir, file_list *fl, const struc
         } else if (S_ISDIR(st.st_mode)) {
             bool loop = false;
             for (int i = 0; i <= depth; i++)
-                loop |= here[i].st_dev == st.st_dev && here[i].st_ino == st.st_ino;
+                loop |= here[i].dev == st.st_dev && here[i].ino == st.st_ino;
             if (loop)
                 add_found(fl, path, CKPT_ERR_UNSUPPORTED, CKPT_SCAN_EXIT_UNREADABLE,
                           "a link to a folder it is in (a loop): not walked again");
@@ -775,7 +781,7 @@ static bool distcp_name(const char *name)
 static int scan_folder(ckpt_scan_paths *p, const char *dir)
 {
     file_list fl = {0};
-    struct stat none;
+    dir_id none = {0, 0};
     char *root = realpath(dir, NULL);
     if (!root) {
         int e = errno;

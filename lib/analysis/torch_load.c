@@ -722,8 +722,14 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
     ckpt_err_clear(&t->err);
     int fd;
     struct stat st;
-    if (ckpt_open_input(AT_FDCWD, path, true, &fd, &st, &t->err) != CKPT_OK)
+    if (ckpt_open_input(AT_FDCWD, path, true, &fd, &st, &t->err) != CKPT_OK) {
+        if (t->err.code == CKPT_ERR_IO) { /* the system's word alone, as always */
+            int e = errno;
+            ckpt_err_clear(&t->err);
+            ckpt_err(&t->err, CKPT_ERR_IO, "%s", strerror(e));
+        }
         return t->err.code; /* a FIFO or device: refused, never read */
+    }
     if (S_ISDIR(st.st_mode)) { /* a folder checkpoint: its own library loads it */
         close(fd);
         return ckpt_err(&t->err, CKPT_ERR_IO, "a folder: torch.load reads one file (a "
