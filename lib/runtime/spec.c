@@ -726,7 +726,8 @@ int ckpt_model_load(ckpt_model *m, const char *path)
     struct stat st;
     ckpt_error oe = {0};
     if (ckpt_open_input(AT_FDCWD, path, false, &fd, &st, &oe) != CKPT_OK)
-        return ckpt_model_fail(m, oe.code, "%s: %s", path, oe.msg); /* a FIFO: never read */
+        return ckpt_model_fail(m, oe.code, "%s: %s", path, /* a FIFO: never read */
+                               oe.code == CKPT_ERR_IO ? strerror(errno) : oe.msg);
     if ((uint64_t)st.st_size > SPEC_MAX_BYTES) {
         close(fd);
         return ckpt_model_fail(m, CKPT_ERR_FORMAT, "%s: a model spec of %lld bytes is too big",
