@@ -1430,9 +1430,13 @@ enum {
 
 typedef enum ckpt_scan_entry_kind {
     CKPT_SCAN_ENTRY_FILE = 0, /* scanned: scan holds what was found */
-    CKPT_SCAN_ENTRY_SKIPPED,  /* a folder's file that no format claims */
-    CKPT_SCAN_ENTRY_FOLDER    /* a folder that could not be listed (its files found
-                               * before that point follow it) */
+    CKPT_SCAN_ENTRY_SKIPPED,  /* a folder's file torch.load would stop in before it
+                               * imports anything (text, JSON, empty): reason says why */
+    CKPT_SCAN_ENTRY_FOLDER,   /* a folder that could not be listed, or that holds no
+                               * checkpoint (its files found before that point follow it) */
+    CKPT_SCAN_ENTRY_REFUSED   /* a path under a folder that is not read: not a regular
+                               * file (a FIFO: exit 3), a dangling link (4), a name the
+                               * folder's metadata gives that leads out of it (unsafe: 1) */
 } ckpt_scan_entry_kind;
 
 typedef struct ckpt_scan_entry {
@@ -1445,8 +1449,10 @@ typedef struct ckpt_scan_entry {
     const char *format;     /* FILE: "pth-zip", ..., "pickle" (a plain pickle file) or "unknown" */
     int code;               /* FILE: the scan's status; FOLDER: CKPT_ERR_IO; SKIPPED: CKPT_OK */
     const char *error;      /* the message of that status, or NULL */
-    const char *verdict;    /* FILE: "safe", "unsafe", "ambiguous" or "error"; else NULL */
+    const char *verdict;    /* FILE: "safe", "unsafe", "ambiguous" or "error"; FOLDER,
+                             * REFUSED: "unsafe" or "error"; SKIPPED: NULL */
     int exit;               /* CKPT_SCAN_EXIT_*; SKIPPED: CKPT_SCAN_EXIT_SAFE */
+    const char *reason;     /* SKIPPED, FOLDER, REFUSED: why, in words; FILE: NULL */
 } ckpt_scan_entry;
 
 CKPT_API ckpt_scan_paths *ckpt_scan_paths_new(void);

@@ -170,8 +170,11 @@ int cmd_scan(int argc, char **argv)
         if (common.quiet || json)
             continue;
         if (e->kind == CKPT_SCAN_ENTRY_SKIPPED)
-            cli_printf("%s: skipped: not a zip, tar, safetensors or pickle file\n", e->path);
-        else if (e->kind == CKPT_SCAN_ENTRY_FILE && e->code != CKPT_ERR_IO)
+            cli_printf("%s: skipped: %s\n", e->path, e->reason);
+        else if (e->kind != CKPT_SCAN_ENTRY_FILE) /* not read: said why */
+            cli_printf("%s: not read\n  verdict: %s: %s\n", e->path,
+                   e->exit == CKPT_SCAN_EXIT_UNSAFE ? "UNSAFE" : "unreadable", e->reason);
+        else if (e->code != CKPT_ERR_IO)
             print_text(e);
     }
     if (rc != CKPT_OK)

@@ -665,15 +665,15 @@ static const char WHO_STREAM[] = "torch.load's legacy loader: a file neither zip
  * error in s->err. */
 static int open_regular(ckpt_scan *s, const char *path, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(errno));
-        return -1;
-    }
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        ckpt_err(&s->err, CKPT_ERR_IO, "not a regular file");
+    /* a FIFO or device: refused (exit 3), never read, so that it cannot block */
+    if (ckpt_open_input(AT_FDCWD, path, false, &fd, &st, &s->err) != CKPT_OK) {
+        if (s->err.code == CKPT_ERR_IO) { /* the system's word alone, as always */
+            int e = errno;
+            ckpt_err_clear(&s->err);
+            ckpt_err(&s->err, CKPT_ERR_IO, "%s", strerror(e));
+        }
         return -1;
     }
     *len = (size_t)st.st_size;

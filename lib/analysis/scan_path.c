@@ -9,10 +9,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,89 +107,533 @@ int ckpt_scan_paths_add(ckpt_scan_paths *p, const char *path)
 
 /* ---- a folder's files ------------------------------------------------------ */
 
+/*
+ * A folder is scanned by the loaders' rules, over every file any of them
+ * would open: DCP's dcp.load opens each file its metadata names (by that
+ * path) and torch.load's the bytes; DeepSpeed torch.load's every
+ * *_model_states.pt and *_optim_states.pt of the tag folder `latest` names
+ * (and its engine the layer_* files); a Hugging Face snapshot is a folder of
+ * links into ../../blobs that transformers opens by their names.  So every
+ * file under the folder is scanned as torch.load would read it, whatever its
+ * name, links followed wherever they lead (as every one of those loaders
+ * follows them); a file is left out only when torch.load's unpickler would
+ * stop before importing anything (text, JSON, an empty file: see
+ * never_imports), and then it is listed with the reason.  What cannot be
+ * read is an entry of its own: a FIFO or device (refused, never opened), a
+ * dangling link, a name the metadata gives that leads out of the folder
+ * (unsafe: the loader would read a file nobody scanned).
+ */
+
+#define WALK_MAX_DEPTH 64
+#define INDEX_MAX_BYTES (64u << 20) /* a shard index read for its names */
+
+typedef struct found {
+    char *path;
+    char *problem; /* NULL: a file to scan */
+    int code, exit;
+} found;
+
 typedef struct file_list {
-    char **names;
+    found *f;
     size_t n, cap;
+    char **named; /* files a DCP metadata names: scanned as DCP reads them */
+    size_t nnamed, named_cap;
+    int err; /* an errno that stopped the walk: ENOMEM */
 } file_list;
 
 static void file_list_free(file_list *fl)
 {
-    for (size_t i = 0; i < fl->n; i++)
-        free(fl->names[i]);
-    free(fl->names);
+    for (size_t i = 0; i < fl->n; i++) {
+        free(fl->f[i].path);
+        free(fl->f[i].problem);
+    }
+    free(fl->f);
+    for (size_t i = 0; i < fl->nnamed; i++)
+        free(fl->named[i]);
+    free(fl->named);
 }
 
-static int name_cmp(const void *a, const void *b)
+static int found_cmp(const void *a, const void *b)
+{
+    return strcmp(((const found *)a)->path, ((const found *)b)->path);
+}
+
+static int str_cmp(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Every regular file under DIR (links not followed), depth-first; -1 with
- * *ERR set (an errno) when a folder cannot be listed, the walk then ends
- * there. */
-static int walk(const char *dir, file_list *fl, int *err)
+/* DIR/NAME, malloc'd ("DIR/" not doubled). */
+static char *join(const char *dir, const char *name)
 {
-    DIR *d = opendir(dir);
-    if (!d) {
-        *err = errno;
-        return -1;
-    }
-    struct dirent *de;
-    int rc = 0;
-    while (rc == 0 && (de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        size_t len = strlen(dir) + strlen(de->d_name) + 2;
-        char *p = malloc(len);
-        if (!p) {
-            *err = ENOMEM;
-            rc = -1;
-            break;
-        }
-        snprintf(p, len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", de->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
-            rc = walk(p, fl, err);
-            free(p);
-        } else if (lstat(p, &st) == 0 && S_ISREG(st.st_mode)) {
-            if (fl->n == fl->cap) {
-                size_t cap = fl->cap ? fl->cap * 2 : 64;
-                char **q = realloc(fl->names, cap * sizeof(*q));
-                if (!q) {
-                    free(p);
-                    *err = ENOMEM;
-                    rc = -1;
-                    break;
-                }
-                fl->names = q;
-                fl->cap = cap;
-            }
-            fl->names[fl->n++] = p;
-        } else {
-            free(p); /* links and devices: no checkpoint reader follows them */
-        }
-    }
-    closedir(d);
-    return rc;
+    size_t dl = strlen(dir), len = dl + strlen(name) + 2;
+    char *p = malloc(len);
+    if (p)
+        snprintf(p, len, "%s%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", name);
+    return p;
 }
 
-/* Whether some format of the table claims the file by its first bytes (a
- * zip, a tar, a pickle stream, safetensors), as some torch reader would
- * take it; a file that cannot be read is scanned, for the scan to say why. */
-static bool claimed(const char *path)
+/* Add PATH (owned) to FL: a file, or with PROBLEM (printf-style) an entry
+ * that is not scanned. */
+static bool add_found(file_list *fl, char *path, int code, int exit, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static bool add_found(file_list *fl, char *path, int code, int exit, const char *fmt, ...)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char *problem = NULL;
+    if (path && fmt) {
+        char msg[600];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        problem = strdup(msg);
+    }
+    if (!path || (fmt && !problem) || CKPT_GROW(fl->f, fl->cap, fl->n + 1) < 0) {
+        free(path);
+        free(problem);
+        fl->err = ENOMEM;
+        return false;
+    }
+    fl->f[fl->n++] = (found){.path = path, .problem = problem, .code = code, .exit = exit};
+    return true;
+}
+
+/* REL (a name a folder's metadata gives) without "." and empty
+ * components, malloc'd; NULL in *OUT when it leads out of the folder
+ * (absolute, or a ".." component: the loader joins it as given). */
+static bool inside_rel(const char *rel, char **out)
+{
+    *out = NULL;
+    if (!*rel || rel[0] == '/')
         return true;
+    size_t n = strlen(rel);
+    char *o = malloc(n + 1), *w = o;
+    if (!o)
+        return false;
+    for (const char *p = rel; *p;) {
+        const char *e = strchr(p, '/');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        if (k == 2 && p[0] == '.' && p[1] == '.') {
+            free(o);
+            return true;
+        }
+        if (k && !(k == 1 && p[0] == '.')) {
+            if (w != o)
+                *w++ = '/';
+            memcpy(w, p, k);
+            w += k;
+        }
+        p += k + (e != NULL);
+    }
+    *w = '\0';
+    if (w == o) {
+        free(o);
+        return true;
+    }
+    *out = o;
+    return true;
+}
+
+/* Where a loader opens NAME of folder DIR: DIR/NAME, or NAME when absolute
+ * (Python's os.path.join and pathlib's / both drop DIR then). */
+static char *outside_path(const char *dir, const char *name)
+{
+    return name[0] == '/' ? strdup(name) : join(dir, name);
+}
+
+/* The shard names of a Hugging Face index (*.index.json) in folder DFD:
+ * transformers opens os.path.join(folder, name) for each weight_map value;
+ * an unsafe entry for each that leads out.  An index it cannot parse is
+ * left alone: transformers fails on it too. */
+static void named_by_index(const char *dir, int dfd, const char *name, file_list *fl)
+{
+    int fd;
     struct stat st;
+    ckpt_error e = {0};
+    if (ckpt_open_input(dfd, name, false, &fd, &st, &e) != CKPT_OK)
+        return;
+    size_t len = (size_t)st.st_size;
+    char *text = len <= INDEX_MAX_BYTES ? malloc(len + 1) : NULL;
+    if (!text || ckpt_pread_all(fd, text, len, 0) != CKPT_OK) {
+        if (!text && len <= INDEX_MAX_BYTES)
+            fl->err = ENOMEM;
+        free(text);
+        close(fd);
+        return;
+    }
+    close(fd);
+    cJSON *idx = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(idx, "weight_map"), *v;
+    const char *last = NULL;
+    if (!cJSON_IsObject(map))
+        map = NULL;
+    cJSON_ArrayForEach(v, map) {
+        char *norm;
+        if (!cJSON_IsString(v) || (last && strcmp(last, v->valuestring) == 0))
+            continue;
+        last = v->valuestring;
+        if (!inside_rel(v->valuestring, &norm))
+            fl->err = ENOMEM;
+        else if (!norm)
+            add_found(fl, outside_path(dir, v->valuestring), CKPT_OK, CKPT_SCAN_EXIT_UNSAFE,
+                      "named by %s/%s (weight_map), outside the folder: transformers would "
+                      "load it there; not read", dir, name);
+        free(norm);
+        if (fl->err)
+            break;
+    }
+    cJSON_Delete(idx);
+}
+
+/* The metadata files of a DCP folder: ".metadata", "__R.metadata". */
+static bool dcp_metadata_name(const char *n)
+{
+    if (strcmp(n, ".metadata") == 0)
+        return true;
+    if (strncmp(n, "__", 2) != 0 || n[2] < '0' || n[2] > '9')
+        return false;
+    const char *p = n + 2;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return strcmp(p, ".metadata") == 0;
+}
+
+/* The names folder DIR's metadata gives: each DCP metadata's files (kept
+ * in FL->named, or an unsafe entry when one leads out of the folder) and
+ * DeepSpeed's `latest` tag (an unsafe entry when it leads out). */
+static void named_by_metadata(ckpt_scan_paths *p, const char *dir, int dfd, char **metas,
+                              size_t nmetas, file_list *fl)
+{
+    uint64_t limits[CKPT_LIMIT_COUNT_];
+    ckpt_file *probe = ckpt_file_new(); /* the default limits */
+    for (int i = 0; i < CKPT_LIMIT_COUNT_; i++)
+        limits[i] = p->limits[i] ? p->limits[i] : ckpt_file_limit(probe, (ckpt_limit)i);
+    ckpt_file_free(probe);
+    if (!probe) {
+        fl->err = ENOMEM;
+        return;
+    }
+    for (size_t m = 0; m < nmetas && !fl->err; m++) {
+        char **names;
+        size_t n;
+        ckpt_error e = {0};
+        if (ckpt_dcp_named_files(dfd, metas[m], limits, &names, &n, &e) != CKPT_OK) {
+            if (e.code == CKPT_ERR_NOMEM)
+                fl->err = ENOMEM;
+            continue; /* the metadata's own scan says why it cannot be read */
+        }
+        for (size_t i = 0; i < n; i++) {
+            char *norm;
+            if (!inside_rel(names[i], &norm)) {
+                fl->err = ENOMEM;
+            } else if (!norm) {
+                add_found(fl, outside_path(dir, names[i]), CKPT_OK, CKPT_SCAN_EXIT_UNSAFE,
+                          "named by %s/%s (storage_data relative_path '%s'), outside the "
+                          "folder: dcp.load would read it there; not read", dir, metas[m],
+                          names[i]);
+            } else {
+                char *full = join(dir, norm);
+                free(norm);
+                if (!full || CKPT_GROW(fl->named, fl->named_cap, fl->nnamed + 1) < 0) {
+                    free(full);
+                    fl->err = ENOMEM;
+                } else {
+                    fl->named[fl->nnamed++] = full;
+                }
+            }
+            free(names[i]);
+        }
+        free(names);
+    }
+    char tag[512];
+    bool present = false;
+    if (ckpt_deepspeed_latest(dfd, tag, sizeof tag, &present) == CKPT_OK && present && tag[0]) {
+        char *norm;
+        if (!inside_rel(tag, &norm))
+            fl->err = ENOMEM;
+        else if (!norm)
+            add_found(fl, outside_path(dir, tag), CKPT_OK, CKPT_SCAN_EXIT_UNSAFE,
+                      "the tag folder %s/latest names ('%s'), outside the folder: DeepSpeed "
+                      "would load its rank files there; not read", dir, tag);
+        free(norm);
+    }
+}
+
+/* Whether the folder link PATH leads inside ROOT (a real path). */
+static bool link_inside(const char *path, const char *root)
+{
+    char *real = realpath(path, NULL);
+    size_t n = strlen(root);
+    bool in = real && strncmp(real, root, n) == 0 &&
+              (real[n] == '/' || real[n] == '\0' || (n == 1 && root[0] == '/'));
+    free(real);
+    return in;
+}
+
+/* Every file under DIR, depth-first, links followed (ANCESTORS: the
+ * folders being walked, DEPTH of them, whose links are loops; ROOT: the
+ * real path of the folder scanned).  A link to a file is followed wherever
+ * it leads, as every loader follows it; a link to a folder when it stays
+ * in ROOT, or when it is the tag folder DeepSpeed's `latest` names (which
+ * zero_to_fp32 loads wherever it is): no loader walks other folders. */
+typedef struct dir_id {
+    dev_t dev;
+    ino_t ino;
+} dir_id;
+
+static void walk(ckpt_scan_paths *p, const char *dir, file_list *fl, const dir_id *ancestors,
+                 int depth, const char *root)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        int e = errno;
+        if (dfd >= 0)
+            close(dfd);
+        add_found(fl, strdup(dir), CKPT_ERR_IO, CKPT_SCAN_EXIT_IO, "cannot list the folder: %s",
+                  strerror(e));
+        return;
+    }
+    char tag[512];
+    bool has_latest = false;
+    if (ckpt_deepspeed_latest(dfd, tag, sizeof tag, &has_latest) != CKPT_OK)
+        has_latest = false;
+    dir_id here[WALK_MAX_DEPTH + 1];
+    struct stat self;
+    memcpy(here, ancestors, (size_t)depth * sizeof *here);
+    here[depth] = fstat(dfd, &self) == 0 ? (dir_id){self.st_dev, self.st_ino} : (dir_id){0, 0};
+    char **metas = NULL;
+    size_t nmetas = 0, metas_cap = 0;
+    struct dirent *de;
+    while (!fl->err && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        char *path = join(dir, de->d_name);
+        struct stat st, lst;
+        if (!path) {
+            fl->err = ENOMEM;
+            break;
+        }
+        bool link = fstatat(dfd, de->d_name, &lst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lst.st_mode);
+        if (fstatat(dfd, de->d_name, &st, 0) != 0) {
+            int e = errno;
+            char target[256] = "";
+            ssize_t k = link ? readlinkat(dfd, de->d_name, target, sizeof target - 1) : -1;
+            if (k > 0)
+                target[k] = '\0';
+            if (link)
+                add_found(fl, path, CKPT_ERR_IO, CKPT_SCAN_EXIT_IO,
+                          "a link to '%s', which cannot be opened: %s", target, strerror(e));
+            else
+                add_found(fl, path, CKPT_ERR_IO, CKPT_SCAN_EXIT_IO, "cannot open: %s",
+                          strerror(e));
+        } else if (S_ISDIR(st.st_mode)) {
+            bool loop = false;
+            for (int i = 0; i <= depth; i++)
+                loop |= here[i].dev == st.st_dev && here[i].ino == st.st_ino;
+            if (loop)
+                add_found(fl, path, CKPT_ERR_UNSUPPORTED, CKPT_SCAN_EXIT_UNREADABLE,
+                          "a link to a folder it is in (a loop): not walked again");
+            else if (depth + 1 > WALK_MAX_DEPTH)
+                add_found(fl, path, CKPT_ERR_LIMIT, CKPT_SCAN_EXIT_UNREADABLE,
+                          "folders nested more than %d deep: not walked", WALK_MAX_DEPTH);
+            else if (link && !link_inside(path, root) &&
+                     !(has_latest && strcmp(tag, de->d_name) == 0))
+                add_found(fl, path, CKPT_ERR_UNSUPPORTED, CKPT_SCAN_EXIT_UNREADABLE,
+                          "a link to a folder outside the one scanned: not walked (scan "
+                          "that folder itself)");
+            else {
+                walk(p, path, fl, here, depth + 1, root);
+                free(path);
+            }
+        } else if (S_ISREG(st.st_mode)) {
+            if (ckpt_path_has_suffix(de->d_name, ".index.json"))
+                named_by_index(dir, dfd, de->d_name, fl);
+            if (dcp_metadata_name(de->d_name)) {
+                char *m = strdup(de->d_name);
+                if (!m || CKPT_GROW(metas, metas_cap, nmetas + 1) < 0) {
+                    free(m);
+                    fl->err = ENOMEM;
+                } else {
+                    metas[nmetas++] = m;
+                }
+            }
+            add_found(fl, path, CKPT_OK, CKPT_SCAN_EXIT_SAFE, NULL);
+        } else {
+            /* a loader would block on a FIFO: refused, never opened */
+            add_found(fl, path, CKPT_ERR_UNSUPPORTED, CKPT_SCAN_EXIT_UNREADABLE,
+                      "not a regular file (%s): refused, never read", ckpt_file_kind(st.st_mode));
+        }
+    }
+    if (!fl->err)
+        named_by_metadata(p, dir, dfd, metas, nmetas, fl);
+    for (size_t i = 0; i < nmetas; i++)
+        free(metas[i]);
+    free(metas);
+    closedir(d);
+}
+
+/* Why torch.load, given the file of BUF[0..LEN), stops before it imports
+ * anything, or NULL when it may not (the file is then scanned).  Files
+ * that a format claims by their first bytes (a zip, a tar, safetensors, a
+ * pickle starting with PROTO) are always scanned; any other is what
+ * torch.load hands its legacy loader, which runs CPython's unpickler from
+ * byte 0: this follows that unpickler's opcodes, argument lengths and
+ * MARKs, and answers only when it stops (a byte that is no opcode, the end
+ * of the file, a missing MARK) before any opcode that imports, calls,
+ * builds or ends a pickle.  Text, JSON and empty files end so. */
+static const char *never_imports(const uint8_t *b, size_t len, char *why, size_t cap)
+{
+    size_t at = 0;
+    uint64_t marks = 0;
+    if (len == 0)
+        return "empty: torch.load stops at once (EOFError)";
+    for (;;) {
+        if (at >= len) {
+            snprintf(why, cap, "torch.load's unpickler reaches its end (byte %zu) before "
+                     "importing anything", len);
+            return why;
+        }
+        size_t op_at = at;
+        int op = b[at++];
+        uint64_t arg = 0; /* bytes of argument after the opcode */
+        int lenbytes = 0; /* a length prefix of this many bytes */
+        bool line = false, mark_pop = false;
+        switch (op) {
+        case CKPT_OP_MARK:
+            marks++;
+            break;
+        case CKPT_OP_POP: case CKPT_OP_DUP: case CKPT_OP_NONE: case CKPT_OP_EMPTY_TUPLE:
+        case CKPT_OP_EMPTY_LIST: case CKPT_OP_EMPTY_DICT: case CKPT_OP_APPEND:
+        case CKPT_OP_SETITEM: case CKPT_OP_TUPLE1: case CKPT_OP_TUPLE2: case CKPT_OP_TUPLE3:
+        case CKPT_OP_NEWTRUE: case CKPT_OP_NEWFALSE: case CKPT_OP_EMPTY_SET:
+        case CKPT_OP_MEMOIZE: case CKPT_OP_READONLY_BUFFER:
+            break;
+        case CKPT_OP_POP_MARK: case CKPT_OP_LIST: case CKPT_OP_TUPLE: case CKPT_OP_DICT:
+        case CKPT_OP_APPENDS: case CKPT_OP_SETITEMS: case CKPT_OP_ADDITEMS:
+        case CKPT_OP_FROZENSET:
+            mark_pop = true;
+            break;
+        case CKPT_OP_FLOAT: case CKPT_OP_INT: case CKPT_OP_LONG: case CKPT_OP_STRING:
+        case CKPT_OP_UNICODE: case CKPT_OP_GET: case CKPT_OP_PUT:
+            line = true;
+            break;
+        case CKPT_OP_BININT1: case CKPT_OP_BINGET: case CKPT_OP_BINPUT: case CKPT_OP_PROTO:
+            arg = 1;
+            break;
+        case CKPT_OP_BININT2:
+            arg = 2;
+            break;
+        case CKPT_OP_BININT: case CKPT_OP_LONG_BINGET: case CKPT_OP_LONG_BINPUT:
+            arg = 4;
+            break;
+        case CKPT_OP_BINFLOAT: case CKPT_OP_FRAME:
+            arg = 8;
+            break;
+        case CKPT_OP_SHORT_BINSTRING: case CKPT_OP_SHORT_BINBYTES:
+        case CKPT_OP_SHORT_BINUNICODE: case CKPT_OP_LONG1:
+            lenbytes = 1;
+            break;
+        case CKPT_OP_BINSTRING: case CKPT_OP_BINUNICODE: case CKPT_OP_BINBYTES:
+        case CKPT_OP_LONG4:
+            lenbytes = 4;
+            break;
+        case CKPT_OP_BINUNICODE8: case CKPT_OP_BINBYTES8: case CKPT_OP_BYTEARRAY8:
+            lenbytes = 8;
+            break;
+        case CKPT_OP_NEXT_BUFFER:
+            snprintf(why, cap, "torch.load's unpickler stops at byte %zu (NEXT_BUFFER: no "
+                     "out-of-band buffers) before importing anything", op_at);
+            return why;
+        case CKPT_OP_INST:
+            if (marks == 0) {
+                snprintf(why, cap, "torch.load's unpickler stops at byte %zu (INST without a "
+                         "MARK) before importing anything", op_at);
+                return why;
+            }
+            return NULL;
+        case CKPT_OP_STOP:
+            if (op_at == 0) {
+                snprintf(why, cap, "torch.load's unpickler stops at byte 0 (STOP with an "
+                         "empty stack) before importing anything");
+                return why;
+            }
+            return NULL; /* a value: the next pickle of the legacy chain may follow */
+        default:
+            if (strcmp(ckpt_pickle_op_name(op), "?") == 0) {
+                snprintf(why, cap, "torch.load's unpickler stops at byte %zu (0x%02x is no "
+                         "pickle opcode) before importing anything", op_at, (unsigned)op);
+                return why;
+            }
+            return NULL; /* GLOBAL, STACK_GLOBAL, EXT*, a persistent id, a call, BUILD, STOP */
+        }
+        if (mark_pop) {
+            if (marks == 0) {
+                snprintf(why, cap, "torch.load's unpickler stops at byte %zu (%s without a "
+                         "MARK) before importing anything", op_at, ckpt_pickle_op_name(op));
+                return why;
+            }
+            marks--;
+        }
+        if (line) {
+            const uint8_t *nl = memchr(b + at, '\n', len - at);
+            at = nl ? (size_t)(nl - b) + 1 : len;
+            continue;
+        }
+        if (lenbytes) {
+            if (len - at < (size_t)lenbytes) {
+                at = len;
+                continue;
+            }
+            for (int i = lenbytes; i-- > 0;)
+                arg = (arg << 8) | b[at + (size_t)i];
+            at += (size_t)lenbytes;
+            /* a negative BINSTRING or LONG4 length is an error too: past the end either way */
+            if (lenbytes == 4 && (op == CKPT_OP_BINSTRING || op == CKPT_OP_LONG4) &&
+                (arg & 0x80000000u))
+                arg = UINT64_MAX;
+        }
+        at = arg > len - at ? len : at + (size_t)arg;
+    }
+}
+
+/* Whether a format claims the file of FD by its first bytes (a zip, a tar,
+ * safetensors, a pickle stream starting with PROTO), as some torch reader
+ * would take it. */
+static bool claimed(int fd, uint64_t size)
+{
     uint8_t head[512];
     size_t got;
     const ckpt_format_desc *d = NULL;
-    int rc = fstat(fd, &st) != 0 ? CKPT_ERR_IO
-                                 : ckpt_format_sniff_fd(fd, (uint64_t)st.st_size, NULL, head,
-                                                        sizeof head, &got, &d);
+    if (ckpt_format_sniff_fd(fd, size, NULL, head, sizeof head, &got, &d) != CKPT_OK)
+        return true;
+    return (d && d->id != CKPT_FORMAT_SHARDED) || (got && head[0] == CKPT_OP_PROTO);
+}
+
+/* The reason PATH is left out of a folder's scan (malloc'd), or NULL:
+ * scanned.  A file that cannot be opened is scanned, for the scan to say why. */
+static char *left_out(const char *path)
+{
+    int fd;
+    struct stat st;
+    ckpt_error e = {0};
+    if (ckpt_open_input(AT_FDCWD, path, false, &fd, &st, &e) != CKPT_OK)
+        return NULL;
+    size_t len = (size_t)st.st_size;
+    char why[200];
+    const char *r = NULL;
+    if (len == 0) {
+        r = never_imports(NULL, 0, why, sizeof why);
+    } else if (!claimed(fd, len)) {
+        void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map != MAP_FAILED) {
+            r = never_imports(map, len, why, sizeof why);
+            munmap(map, len);
+        }
+    }
     close(fd);
-    return rc != CKPT_OK || d;
+    return r ? strdup(r) : NULL;
 }
 
 /* ---- one entry --------------------------------------------------------------- */
@@ -220,6 +666,7 @@ static int entry_drop_last(ckpt_scan_paths *p)
 {
     entry *e = &p->entries[--p->n];
     free(e->path);
+    free(e->error);
     ckpt_scan_free(e->scan);
     ckpt_torch_load_free(e->torch_load);
     return ckpt_oom(&p->err);
@@ -236,21 +683,43 @@ static int exit_of(const ckpt_scan *s, int rc)
     return CKPT_SCAN_EXIT_SAFE;
 }
 
-/* Scan PATH (owned; IN_FOLDER: a file found in a folder) into a new entry;
- * an error only when the run must stop. */
-static int scan_one(ckpt_scan_paths *p, char *path, bool in_folder)
+/* An entry for PATH (owned) that is not a scanned file: KIND with MSG
+ * (owned) as its reason, status CODE and exit status EXIT. */
+static int entry_note(ckpt_scan_paths *p, char *path, ckpt_scan_entry_kind kind, char *msg,
+                      int code, int exit)
 {
-    size_t n = strlen(path);
-    bool items = in_folder && n > 7 && strcmp(path + n - 7, ".distcp") == 0;
-    /* a folder's other files (DeepSpeed's `latest`, a README): no reader of
-     * torch's would load them */
-    bool skip = in_folder && !items && !claimed(path);
-    entry *e = entry_add(p, path, skip ? CKPT_SCAN_ENTRY_SKIPPED : CKPT_SCAN_ENTRY_FILE);
+    if (!msg) {
+        free(path);
+        return ckpt_oom(&p->err);
+    }
+    entry *e = entry_add(p, path, kind);
+    if (!e) {
+        free(msg);
+        return p->err.code;
+    }
+    e->error = msg;
+    e->pub.reason = msg;
+    e->pub.code = code;
+    e->pub.error = code != CKPT_OK ? msg : NULL;
+    e->pub.exit = exit;
+    e->pub.verdict = kind == CKPT_SCAN_ENTRY_SKIPPED ? NULL
+                     : exit == CKPT_SCAN_EXIT_UNSAFE ? "unsafe" : "error";
+    e->pub.format = kind == CKPT_SCAN_ENTRY_SKIPPED ? NULL : "unknown";
+    return CKPT_OK;
+}
+
+/* Scan PATH (owned; IN_FOLDER: a file found in a folder, ITEMS: one DCP
+ * reads item by item) into a new entry; an error only when the run must
+ * stop. */
+static int scan_one(ckpt_scan_paths *p, char *path, bool in_folder, bool items)
+{
+    char *why = in_folder && !items ? left_out(path) : NULL;
+    if (why)
+        return entry_note(p, path, CKPT_SCAN_ENTRY_SKIPPED, why, CKPT_OK, CKPT_SCAN_EXIT_SAFE);
+    entry *e = entry_add(p, path, CKPT_SCAN_ENTRY_FILE);
     if (!e)
         return p->err.code;
     e->pub.exit = CKPT_SCAN_EXIT_SAFE;
-    if (skip)
-        return CKPT_OK;
     ckpt_scan *s = e->scan = ckpt_scan_new();
     if (!s)
         return entry_drop_last(p);
@@ -261,6 +730,27 @@ static int scan_one(ckpt_scan_paths *p, char *path, bool in_folder)
     /* a DCP data file: its items, each a zip */
     int rc = items ? ckpt_scan_items(s, e->path) : ckpt_scan_file(s, e->path);
     int ex = exit_of(s, rc);
+    if (items && ex == CKPT_SCAN_EXIT_UNREADABLE) {
+        /* items ckpt cannot find: DCP still torch.load's the bytes the
+         * metadata says, from byte 0 for the first; that reading judged too,
+         * and kept when it finds what would run */
+        ckpt_scan *w = ckpt_scan_new();
+        if (!w)
+            return entry_drop_last(p);
+        for (int i = 0; i < CKPT_LIMIT_COUNT_; i++)
+            if (p->limits[i])
+                ckpt_scan_set_limit(w, (ckpt_limit)i, p->limits[i]);
+        int wrc = ckpt_scan_file(w, e->path);
+        if (exit_of(w, wrc) == CKPT_SCAN_EXIT_UNSAFE) {
+            ckpt_scan_free(s);
+            e->scan = s = w;
+            e->pub.scan = s;
+            rc = wrc;
+            ex = CKPT_SCAN_EXIT_UNSAFE;
+        } else {
+            ckpt_scan_free(w);
+        }
+    }
     e->pub.code = rc;
     e->pub.error = rc != CKPT_OK ? ckpt_scan_error_message(s) : NULL;
     e->pub.exit = ex;
@@ -279,37 +769,68 @@ static int scan_one(ckpt_scan_paths *p, char *path, bool in_folder)
     return CKPT_OK;
 }
 
-/* A folder: an entry for each file under it, after one for the folder when
- * it cannot be listed in full. */
+/* Whether NAME ends in ".distcp", a DCP data file by its name. */
+static bool distcp_name(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 7 && strcmp(name + n - 7, ".distcp") == 0;
+}
+
+/* A folder: an entry for each file under it, and for each path that cannot
+ * be read; a folder entry when it holds no checkpoint. */
 static int scan_folder(ckpt_scan_paths *p, const char *dir)
 {
     file_list fl = {0};
-    int err = 0, rc = CKPT_OK;
-    if (walk(dir, &fl, &err) != 0) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "cannot list the folder: %s", strerror(err));
-        char *path = strdup(dir), *error = strdup(msg);
-        entry *e = path && error ? entry_add(p, path, CKPT_SCAN_ENTRY_FOLDER) : NULL;
-        if (!e) {
-            if (!error)
-                free(path); /* else entry_add freed it */
-            free(error);
-            file_list_free(&fl);
+    dir_id none = {0, 0};
+    char *root = realpath(dir, NULL);
+    if (!root) {
+        int e = errno;
+        if (e == ENOMEM)
             return ckpt_oom(&p->err);
-        }
-        e->error = error;
-        e->pub.code = CKPT_ERR_IO;
-        e->pub.error = error;
-        e->pub.exit = CKPT_SCAN_EXIT_IO;
+        return entry_note(p, strdup(dir), CKPT_SCAN_ENTRY_FOLDER,
+                          strdup(e == ENOENT ? "cannot list the folder: No such file or directory"
+                                             : "cannot list the folder"),
+                          CKPT_ERR_IO, CKPT_SCAN_EXIT_IO);
+    }
+    walk(p, dir, &fl, &none, 0, root);
+    free(root);
+    if (fl.err) {
+        file_list_free(&fl);
+        return ckpt_oom(&p->err);
     }
     if (fl.n > 1)
-        qsort(fl.names, fl.n, sizeof(char *), name_cmp);
-    size_t k = 0;
-    for (; k < fl.n && rc == CKPT_OK; k++)
-        rc = scan_one(p, fl.names[k], true); /* takes the name */
-    for (; k < fl.n; k++)
-        free(fl.names[k]);
-    free(fl.names);
+        qsort(fl.f, fl.n, sizeof *fl.f, found_cmp);
+    if (fl.nnamed > 1)
+        qsort(fl.named, fl.nnamed, sizeof *fl.named, str_cmp);
+    size_t first = p->n, files = 0, nfound = fl.n;
+    int rc = CKPT_OK;
+    for (size_t k = 0; k < fl.n && rc == CKPT_OK; k++) {
+        found *x = &fl.f[k];
+        char *path = x->path;
+        x->path = NULL; /* taken */
+        if (x->problem) {
+            char *msg = x->problem;
+            x->problem = NULL;
+            rc = entry_note(p, path, CKPT_SCAN_ENTRY_REFUSED, msg, x->code, x->exit);
+            continue;
+        }
+        bool items = distcp_name(path) ||
+                     (fl.nnamed && bsearch(&path, fl.named, fl.nnamed, sizeof *fl.named, str_cmp));
+        rc = scan_one(p, path, true, items);
+        files += rc == CKPT_OK && p->entries[p->n - 1].pub.kind != CKPT_SCAN_ENTRY_SKIPPED;
+    }
+    file_list_free(&fl);
+    bool problems = false;
+    for (size_t i = first; i < p->n; i++)
+        problems |= p->entries[i].pub.kind != CKPT_SCAN_ENTRY_SKIPPED &&
+                    p->entries[i].pub.kind != CKPT_SCAN_ENTRY_FILE;
+    if (rc == CKPT_OK && files == 0 && !problems) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "no checkpoint in the folder: %zu file%s, none that "
+                 "torch.load or a folder's loader would read", nfound, nfound == 1 ? "" : "s");
+        rc = entry_note(p, strdup(dir), CKPT_SCAN_ENTRY_FOLDER, strdup(msg), CKPT_ERR_FORMAT,
+                        CKPT_SCAN_EXIT_UNREADABLE);
+    }
     return rc;
 }
 
@@ -323,16 +844,24 @@ int ckpt_scan_paths_run(ckpt_scan_paths *p)
     for (size_t i = 0; i < p->npaths && rc == CKPT_OK; i++) {
         struct stat st;
         if (stat(p->paths[i], &st) == 0 && S_ISDIR(st.st_mode)) {
-            /* a folder checkpoint (DCP, DeepSpeed): every file under it */
+            /* a folder checkpoint (DCP, DeepSpeed, a snapshot): every file under it */
             rc = scan_folder(p, p->paths[i]);
         } else {
             char *path = strdup(p->paths[i]);
-            rc = path ? scan_one(p, path, false) : ckpt_oom(&p->err);
+            rc = path ? scan_one(p, path, false, false) : ckpt_oom(&p->err);
         }
     }
-    for (size_t i = 0; i < p->n; i++)
+    /* the worst status, except that anything unsafe or ambiguous is 1
+     * whatever else failed (shared/DESIGN.md): a CI job must not take a
+     * run's 4 for "some file was missing" when another would run code */
+    bool unsafe = false;
+    for (size_t i = 0; i < p->n; i++) {
+        unsafe |= p->entries[i].pub.exit == CKPT_SCAN_EXIT_UNSAFE;
         if (p->entries[i].pub.exit > p->exit)
             p->exit = p->entries[i].pub.exit;
+    }
+    if (unsafe)
+        p->exit = CKPT_SCAN_EXIT_UNSAFE;
     if (rc != CKPT_OK)
         p->exit = CKPT_SCAN_EXIT_IO;
     return rc;
@@ -526,6 +1055,22 @@ static bool entry_json(cJSON *o, const entry *e)
     return ok;
 }
 
+/* A FOLDER or REFUSED entry's object: the shape of a file's, empty. */
+static bool note_json(cJSON *o, const entry *e)
+{
+    bool ok = put(o, "file", cJSON_CreateString(e->path));
+    ok &= put(o, "format", cJSON_CreateString("unknown"));
+    ok &= put(o, "pickles", cJSON_CreateArray());
+    ok &= put(o, "globals", cJSON_CreateArray());
+    ok &= put(o, "readings", cJSON_CreateArray());
+    ok &= put(o, "ambiguities", cJSON_CreateArray());
+    ok &= put(o, "verdict", cJSON_CreateString(e->pub.verdict));
+    ok &= put(o, "reason", cJSON_CreateString(e->pub.reason));
+    ok &= put(o, "error", str_or_null(e->pub.error));
+    ok &= put(o, "exit", ckpt_json_int(e->pub.exit));
+    return ok;
+}
+
 char *ckpt_scan_paths_to_json(const ckpt_scan_paths *p)
 {
     if (!p)
@@ -533,11 +1078,21 @@ char *ckpt_scan_paths_to_json(const ckpt_scan_paths *p)
     cJSON *root = cJSON_CreateObject();
     bool ok = root && put(root, "files", cJSON_CreateArray());
     cJSON *files = ok ? cJSON_GetObjectItemCaseSensitive(root, "files") : NULL;
+    cJSON *skipped = ok && put(root, "skipped", cJSON_CreateArray())
+                         ? cJSON_GetObjectItemCaseSensitive(root, "skipped") : NULL;
+    ok = ok && skipped;
     for (size_t i = 0; ok && i < p->n; i++) {
-        if (p->entries[i].pub.kind != CKPT_SCAN_ENTRY_FILE)
-            continue; /* a skipped file, a folder's error: not in the document */
+        const entry *e = &p->entries[i];
         cJSON *o = cJSON_CreateObject();
-        ok = o && entry_json(o, &p->entries[i]);
+        if (e->pub.kind == CKPT_SCAN_ENTRY_SKIPPED) { /* listed with the reason, no verdict */
+            ok = o && put(o, "file", cJSON_CreateString(e->path));
+            ok = ok && put(o, "reason", cJSON_CreateString(e->pub.reason));
+            ok = append(skipped, o) && ok;
+            continue;
+        }
+        /* a path not read (a folder's error, a FIFO, a name leading out):
+         * a file object of its own, with nothing found in it */
+        ok = o && (e->pub.kind == CKPT_SCAN_ENTRY_FILE ? entry_json(o, e) : note_json(o, e));
         ok = append(files, o) && ok;
     }
     ok = ok && put(root, "exit", ckpt_json_int(p->exit));

@@ -802,17 +802,21 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
     t->done = false;
     t->oom = 0;
     ckpt_err_clear(&t->err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ckpt_err(&t->err, CKPT_ERR_IO, "%s", strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (ckpt_open_input(AT_FDCWD, path, true, &fd, &st, &t->err) != CKPT_OK) {
+        if (t->err.code == CKPT_ERR_IO) { /* the system's word alone, as always */
+            int e = errno;
+            ckpt_err_clear(&t->err);
+            ckpt_err(&t->err, CKPT_ERR_IO, "%s", strerror(e));
+        }
+        return t->err.code; /* a FIFO or device: refused, never read */
+    }
+    if (S_ISDIR(st.st_mode)) { /* a folder checkpoint: its own library loads it */
         close(fd);
-        if (S_ISDIR(st.st_mode)) /* a folder checkpoint: its own library loads it */
-            return ckpt_err(&t->err, CKPT_ERR_IO, "a folder: torch.load reads one file (a "
-                            "torch.distributed.checkpoint folder loads with dcp.load; ckpt "
-                            "convert makes a .pth of it)");
-        return ckpt_err(&t->err, CKPT_ERR_IO, "not a regular file");
+        return ckpt_err(&t->err, CKPT_ERR_IO, "a folder: torch.load reads one file (a "
+                        "torch.distributed.checkpoint folder loads with dcp.load; ckpt "
+                        "convert makes a .pth of it)");
     }
     uint8_t head[4] = {0};
     ssize_t got = pread(fd, head, sizeof head, 0);

@@ -111,15 +111,15 @@ int ckpt_source_fd(ckpt_file *f, ckpt_source *src)
     ckpt_source **slot = &f->open_lazy[f->open_lazy_next];
     if (*slot)
         ckpt_source_close(*slot); /* the oldest: a later read opens it again */
-    int fd = openat(f->dir_fd, src->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        ckpt_err(&f->err, CKPT_ERR_IO, "'%s': cannot open: %s", src->path, strerror(e));
+    int fd;
+    struct stat st;
+    ckpt_error e = {0};
+    if (ckpt_open_input(f->dir_fd, src->path, false, &fd, &st, &e) != CKPT_OK) {
+        ckpt_err(&f->err, e.code, "'%s': %s", src->path, e.msg);
         *slot = NULL;
         return -1;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != src->file_size) {
+    if ((uint64_t)st.st_size != src->file_size) {
         close(fd);
         ckpt_err(&f->err, CKPT_ERR_IO, "'%s' changed while it was read", src->path);
         *slot = NULL;

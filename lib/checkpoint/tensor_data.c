@@ -217,8 +217,11 @@ int ckpt_storage_pieces_crc(const ckpt_file *f, const ckpt_storage *s, uint8_t *
                 if (fd >= 0 && open_src->lazy)
                     close(fd);
                 open_src = p->src;
-                fd = !p->src->lazy ? p->src->fd
-                                   : openat(f->dir_fd, p->src->path, O_RDONLY | O_CLOEXEC);
+                ckpt_error oe = {0};
+                fd = p->src->lazy ? -1 : p->src->fd;
+                if (p->src->lazy && ckpt_open_input(f->dir_fd, p->src->path, false, &fd, NULL,
+                                                    &oe) != CKPT_OK)
+                    fd = -1; /* a FIFO put in its place: refused, never read */
                 if (fd < 0) {
                     open_src = NULL;
                     rc = CKPT_ERR_IO;

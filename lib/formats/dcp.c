@@ -1660,6 +1660,96 @@ static int dcp_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     return rc;
 }
 
+/* ---- the files a metadata names (ckpt scan's folder walk) -------------------- */
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int ckpt_dcp_named_files(int dirfd, const char *meta, const uint64_t *limits, char ***names,
+                         size_t *n, ckpt_error *err)
+{
+    *names = NULL;
+    *n = 0;
+    int fd;
+    struct stat st;
+    CKPT_FORWARD(ckpt_open_input(dirfd, meta, false, &fd, &st, err));
+    uint64_t size = (uint64_t)st.st_size;
+    if (size == 0 || size > limits[CKPT_LIMIT_PICKLE_BYTES]) {
+        close(fd);
+        return ckpt_err(err, size ? CKPT_ERR_LIMIT : CKPT_ERR_FORMAT, "%s: %llu bytes", meta,
+                        (unsigned long long)size);
+    }
+    uint8_t *buf = malloc((size_t)size);
+    int rc = buf ? ckpt_pread_all(fd, buf, (size_t)size, 0) : CKPT_ERR_NOMEM;
+    close(fd);
+    ckpt_arena arena;
+    ckpt_arena_init(&arena);
+    ckpt_value *root = NULL;
+    if (rc == CKPT_OK) {
+        ckpt_pickle_ctx ctx;
+        memset(&ctx, 0, sizeof ctx);
+        ctx.name = meta;
+        ctx.limits = limits;
+        ctx.classify = meta_classify; /* the reader's own rules: what it cannot read, scan judges */
+        ctx.persistent_load = meta_no_pid;
+        ctx.arena = &arena;
+        rc = ckpt_pickle_load(&ctx, buf, (size_t)size, &root, NULL, err);
+    } else {
+        ckpt_err(err, rc, "%s: cannot be read", meta);
+    }
+    free(buf);
+    const ckpt_value *sd = rc == CKPT_OK && is_obj(root, "Metadata") ? field(root, "storage_data")
+                                                                     : NULL;
+    if (rc == CKPT_OK && (!sd || sd->kind != CKPT_KIND_DICT))
+        rc = ckpt_err(err, CKPT_ERR_FORMAT, "%s: no storage_data dict", meta);
+    /* every relative_path, once: what FileSystemReader opens, as path / relative_path */
+    size_t cap = 0;
+    for (size_t i = 0; rc == CKPT_OK && sd && i < sd->u.dict.vals.len; i++) {
+        const ckpt_value *rp = field(sd->u.dict.vals.items[i], "relative_path");
+        if (!rp || rp->kind != CKPT_KIND_STR || memchr(rp->u.s.s, 0, rp->u.s.len))
+            continue; /* DCP's reader fails on it: opens nothing */
+        if (*n && strcmp((*names)[*n - 1], rp->u.s.s) == 0)
+            continue; /* a file's items are listed together */
+        if (*n == cap) {
+            size_t c = cap ? cap * 2 : 16;
+            char **q = realloc(*names, c * sizeof *q);
+            if (!q) {
+                rc = ckpt_oom(err);
+                break;
+            }
+            *names = q;
+            cap = c;
+        }
+        if (!((*names)[*n] = strdup(rp->u.s.s))) {
+            rc = ckpt_oom(err);
+            break;
+        }
+        (*n)++;
+    }
+    ckpt_arena_release(&arena);
+    if (rc == CKPT_OK && *n > 1) {
+        qsort(*names, *n, sizeof **names, str_cmp);
+        size_t k = 1;
+        for (size_t i = 1; i < *n; i++) {
+            if (strcmp((*names)[i], (*names)[k - 1]) == 0)
+                free((*names)[i]);
+            else
+                (*names)[k++] = (*names)[i];
+        }
+        *n = k;
+    }
+    if (rc != CKPT_OK) {
+        for (size_t i = 0; i < *n; i++)
+            free((*names)[i]);
+        free(*names);
+        *names = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
 static const ckpt_format_ops dcp_ops = {
     .sd_source = "dcp", /* flattened keys, nested again by planner_data */
 };

@@ -213,15 +213,25 @@ static bool has_suffix(const char *s, const char *suf)
 static int read_latest(int dirfd, char *buf, size_t cap, bool *present)
 {
     *present = false;
-    int fd = openat(dirfd, "latest", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return errno == ENOENT ? CKPT_OK : CKPT_ERR_IO;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
+    if (fstatat(dirfd, "latest", &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? CKPT_OK : CKPT_ERR_IO;
+    if (S_ISDIR(st.st_mode))
         return CKPT_OK; /* a folder named latest: not the tag file */
+    if (S_ISLNK(st.st_mode)) {
+        errno = ELOOP; /* as the O_NOFOLLOW open said before */
+        return CKPT_ERR_IO;
     }
     *present = true;
+    if (!S_ISREG(st.st_mode))
+        return CKPT_ERR_UNSUPPORTED; /* a FIFO would block DeepSpeed too: never read */
+    int fd = openat(dirfd, "latest", O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return CKPT_ERR_IO;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return CKPT_ERR_UNSUPPORTED;
+    }
     ssize_t n = read(fd, buf, cap - 1);
     close(fd);
     if (n < 0)
@@ -326,6 +336,11 @@ static int list_files(ckpt_file *f, ds_state *st, const char *where)
     CKPT_RETURN_IF(!st->noptim, &f->err, CKPT_ERR_FORMAT, "'%s' holds no *_optim_states.pt file",
                    where);
     return CKPT_OK;
+}
+
+int ckpt_deepspeed_latest(int dirfd, char *buf, size_t cap, bool *present)
+{
+    return read_latest(dirfd, buf, cap, present);
 }
 
 /* ---- one rank file's pickle ---------------------------------------------------------------- */
@@ -1257,6 +1272,8 @@ static int ds_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
     int rc = read_latest(f->dir_fd, tag, sizeof tag, &present);
     if (rc == CKPT_ERR_FORMAT)
         return ckpt_err(&f->err, rc, "latest: not a tag (%zu bytes or more)", sizeof tag - 1);
+    if (rc == CKPT_ERR_UNSUPPORTED)
+        return ckpt_err(&f->err, rc, "'latest' is not a regular file");
     if (rc)
         return ckpt_err(&f->err, rc, "cannot read 'latest': %s", strerror(errno));
     if (present)

@@ -238,6 +238,17 @@ const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, int fd,
  * empty file).  CKPT_ERR_IO when they cannot be read. */
 int ckpt_format_sniff_fd(int fd, uint64_t size, const char *path, uint8_t *head, size_t cap,
                          size_t *got, const ckpt_format_desc **out);
+/* The files DCP metadata file META (".metadata", "__R.metadata") of folder
+ * DIRFD names: storage_data's relative_path values, each once (malloc'd,
+ * sorted), as written (FileSystemReader opens the folder / each, so that
+ * an absolute one or one through ".." lies outside it).  An error when
+ * META cannot be read as DCP metadata (ckpt scan judges the file itself). */
+int ckpt_dcp_named_files(int dirfd, const char *meta, const uint64_t *limits, char ***names,
+                         size_t *n, ckpt_error *err);
+/* DeepSpeed's `latest` in folder DIRFD: its tag, stripped as str.strip()
+ * does, into BUF (CAP bytes); *PRESENT false when there is no such file. */
+int ckpt_deepspeed_latest(int dirfd, char *buf, size_t cap, bool *present);
+
 /* Whether PATH ends in SUFFIX. */
 bool ckpt_path_has_suffix(const char *path, const char *suffix);
 

@@ -123,15 +123,10 @@ static int open_file(ckpt_file *f, const char *path, const ckpt_format_desc *as)
     f->cur_src = &f->main;
     f->parts.read = read_part;
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot open: %s", strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return ckpt_err(&f->err, CKPT_ERR_IO, "cannot stat: %s", strerror(e));
-    }
+    /* a FIFO, socket or device is refused, never read: no input blocks */
+    CKPT_FORWARD(ckpt_open_input(AT_FDCWD, path, true, &fd, &st, &f->err));
     if (S_ISDIR(st.st_mode))
         return open_dir(f, fd, &st);
     f->main.fd = fd;

@@ -57,13 +57,15 @@ static int open_shard(ckpt_file *f, const char *dir, const char *name, ckpt_sour
     snprintf(path, n, "%s/%s", dir, name);
     src->path = path;
     *out = src; /* owned by the caller from here, even on failure */
-    src->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (src->fd < 0 || fstat(src->fd, &st) != 0) {
-        /* a shard the index names but that is not there: the set is broken */
+    ckpt_error oe = {0};
+    if (ckpt_open_input(AT_FDCWD, path, false, &src->fd, &st, &oe) != CKPT_OK) {
+        /* a shard the index names but that is not there: the set is broken;
+         * a FIFO or device in its place is refused, never read */
         int e = errno;
-        return ckpt_err(&f->err, e == ENOENT ? CKPT_ERR_FORMAT : CKPT_ERR_IO,
-                        "shard '%s' named by the index: %s", name, strerror(e));
+        return ckpt_err(&f->err, oe.code == CKPT_ERR_IO && e == ENOENT ? CKPT_ERR_FORMAT : oe.code,
+                        "shard '%s' named by the index: %s", name,
+                        oe.code == CKPT_ERR_IO ? strerror(e) : oe.msg);
     }
     src->file_size = (uint64_t)st.st_size;
     return CKPT_OK;

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -124,6 +125,66 @@ uint32_t ckpt_crc32_update(uint32_t crc, const uint8_t *p, size_t n)
         n -= 1u << 30;
     }
     return (uint32_t)crc32(crc, p, (uInt)n);
+}
+
+const char *ckpt_file_kind(unsigned mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a folder";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFLNK: return "a symbolic link";
+    default: return "of an unknown kind";
+    }
+}
+
+int ckpt_open_input(int dirfd, const char *path, bool dir_ok, int *fd, struct stat *st,
+                    ckpt_error *err)
+{
+    struct stat s0, s1;
+    *fd = -1;
+    /* stat first: a device is never opened (opening one may act) */
+    if (fstatat(dirfd, path, &s0, 0) != 0) {
+        int e = errno;
+        ckpt_err(err, CKPT_ERR_IO, "cannot open: %s", strerror(e));
+        errno = e; /* for callers that tell a missing file apart */
+        return CKPT_ERR_IO;
+    }
+    bool ok = S_ISREG(s0.st_mode) || (dir_ok && S_ISDIR(s0.st_mode));
+    if (!ok)
+        return ckpt_err(err, CKPT_ERR_UNSUPPORTED, "not a regular file (%s)",
+                        ckpt_file_kind(s0.st_mode));
+    /* O_NONBLOCK: a FIFO put in its place since never blocks the open */
+    int f = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (f < 0) {
+        int e = errno;
+        ckpt_err(err, CKPT_ERR_IO, "cannot open: %s", strerror(e));
+        errno = e;
+        return CKPT_ERR_IO;
+    }
+    if (fstat(f, &s1) != 0) {
+        int e = errno;
+        close(f);
+        return ckpt_err(err, CKPT_ERR_IO, "cannot stat: %s", strerror(e));
+    }
+    if (!(S_ISREG(s1.st_mode) || (dir_ok && S_ISDIR(s1.st_mode)))) {
+        close(f);
+        return ckpt_err(err, CKPT_ERR_UNSUPPORTED, "not a regular file (%s)",
+                        ckpt_file_kind(s1.st_mode));
+    }
+    int fl = fcntl(f, F_GETFL);
+    if (fl < 0 || fcntl(f, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int e = errno;
+        close(f);
+        return ckpt_err(err, CKPT_ERR_IO, "cannot open: %s", strerror(e));
+    }
+    *fd = f;
+    if (st)
+        *st = s1;
+    return CKPT_OK;
 }
 
 int ckpt_pread_all(int fd, void *buf, size_t n, uint64_t at)

@@ -8,12 +8,26 @@
 
 #include "core/core.h"
 
+#include <sys/stat.h>
+
 #define CKPT_IO_BUF (1u << 20) /* the bounded buffers of copies and CRCs */
 
 /* pread all N bytes at AT: CKPT_OK, CKPT_ERR_IO, or CKPT_ERR_FORMAT at end of file. */
 int ckpt_pread_all(int fd, void *buf, size_t n, uint64_t at);
 /* pwrite all N bytes at OFF. */
 int ckpt_write_all(int fd, const void *buf, size_t n, uint64_t off, ckpt_error *err);
+
+/* Open PATH (relative to DIRFD; AT_FDCWD for the current folder) as an
+ * input, read-only.  Anything but a regular file (or a folder, when DIR_OK)
+ * is refused without being read, so that no input can block: a FIFO, a
+ * socket or a device is CKPT_ERR_UNSUPPORTED, "not a regular file (a FIFO)".
+ * Links are followed.  *FD and *ST (may be NULL) are set on success; an
+ * error that open or stat gives is CKPT_ERR_IO, "cannot open: <why>", with
+ * errno left as they set it. */
+int ckpt_open_input(int dirfd, const char *path, bool dir_ok, int *fd, struct stat *st,
+                    ckpt_error *err);
+/* What a file of MODE is, in words: "a FIFO", "a socket", "a folder", ... */
+const char *ckpt_file_kind(unsigned mode);
 
 /* CRC-32 (zlib's) of N more bytes; start from 0. */
 uint32_t ckpt_crc32_update(uint32_t crc, const uint8_t *p, size_t n);

@@ -722,14 +722,12 @@ int ckpt_model_load(ckpt_model *m, const char *path)
 {
     if (!m || !path)
         return CKPT_ERR_USAGE;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ckpt_model_fail(m, CKPT_ERR_IO, "%s: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ckpt_model_fail(m, CKPT_ERR_IO, "%s: not a regular file", path);
-    }
+    ckpt_error oe = {0};
+    if (ckpt_open_input(AT_FDCWD, path, false, &fd, &st, &oe) != CKPT_OK)
+        return ckpt_model_fail(m, oe.code, "%s: %s", path, /* a FIFO: never read */
+                               oe.code == CKPT_ERR_IO ? strerror(errno) : oe.msg);
     if ((uint64_t)st.st_size > SPEC_MAX_BYTES) {
         close(fd);
         return ckpt_model_fail(m, CKPT_ERR_FORMAT, "%s: a model spec of %lld bytes is too big",

@@ -65,11 +65,12 @@ expect_exit 3 ckpt scan --quiet tests/bad/mark_bomb.pth
 expect_exit 4 ckpt scan "$tmp/nothing.pth"
 expect_stderr_line 'nothing.pth: No such file or directory$'
 
-say "several files: one verdict each, the worst status"
+say "several files: one verdict each, the worst status (1 when any is unsafe)"
 expect_exit 1 ckpt scan tests/data/mlp.pth tests/bad/scan/inst.pkl tests/data/bn.pth
 expect_exit 3 ckpt scan --quiet tests/data/mlp.pth tests/bad/empty.pth
-expect_exit 3 ckpt scan --quiet tests/bad/scan/inst.pkl tests/bad/empty.pth
-expect_exit 4 ckpt scan --quiet tests/bad/scan/inst.pkl "$tmp/nothing.pth"
+expect_exit 1 ckpt scan --quiet tests/bad/scan/inst.pkl tests/bad/empty.pth
+# anything unsafe is 1, whatever else failed (shared/DESIGN.md, exit status)
+expect_exit 1 ckpt scan --quiet tests/bad/scan/inst.pkl "$tmp/nothing.pth"
 
 say "--json"
 expect_exit 1 ckpt scan --json tests/data/mlp.pth tests/bad/scan/obj.pkl

@@ -1,11 +1,16 @@
 /* fuzz_folder.c - any bytes as a checkpoint folder: the input is a list of
  * files (u8 count, then for each: u16 name length, the name, u32 data
  * length, the data; little-endian; a name may hold one '/' for a
- * subfolder: "global_step3/mp_rank_00_model_states.pt"), written into a
- * fresh folder that ckpt_file_open then reads as a folder format would
- * (a DeepSpeed ZeRO folder: latest, the rank files' zips and pickles, the
- * runs every parameter is made of); then every tensor read and summarised
- * and every record CRC-checked, as `ckpt inspect --stats DIR` does.
+ * subfolder: "global_step3/mp_rank_00_model_states.pt"; a name starting
+ * with '@' is a symbolic link whose target is the data, one starting with
+ * '|' a FIFO), written into a fresh folder that ckpt_file_open then reads
+ * as a folder format would (a DeepSpeed ZeRO folder: latest, the rank
+ * files' zips and pickles, the runs every parameter is made of; a DCP
+ * folder); then every tensor read and summarised and every record
+ * CRC-checked, as `ckpt inspect --stats DIR` does; then ckpt_scan_paths
+ * scans the folder as `ckpt scan --json DIR` does (the folder dispatch:
+ * which files, links, FIFOs, the names a metadata gives).  No input may
+ * block: a FIFO is never opened for reading.
  * tests/fuzz/make_folder_corpus.py packs folders into this form. */
 #include "fuzz.h"
 
@@ -77,14 +82,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t dl = (size_t)take(&p, &left, 4, &ok);
         if (!ok || dl > left)
             break;
-        if (safe_name(name, nl)) {
-            char *slash = strchr(name, '/');
+        char kind = nl ? name[0] : 0;
+        char *nm = kind == '@' || kind == '|' ? name + 1 : name;
+        size_t nml = nm == name ? nl : nl - 1;
+        if (safe_name(nm, nml)) {
+            char *slash = strchr(nm, '/');
             if (slash) {
                 *slash = '\0';
-                mkdirat(dfd, name, 0700);
+                mkdirat(dfd, nm, 0700);
                 *slash = '/';
             }
-            int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            if (kind == '|') {
+                mkfifoat(dfd, nm, 0600);
+                p += dl;
+                left -= dl;
+                continue;
+            }
+            if (kind == '@') {
+                /* a link: to a name in the folder, "..", ".": never absolute */
+                char target[256];
+                size_t tl = dl < sizeof target - 1 ? dl : sizeof target - 1;
+                memcpy(target, p, tl);
+                target[tl] = '\0';
+                if (tl && target[0] != '/' && !memchr(p, 0, tl))
+                    symlinkat(target, dfd, nm);
+                p += dl;
+                left -= dl;
+                continue;
+            }
+            int fd = openat(dfd, nm, O_WRONLY | O_CREAT | O_TRUNC, 0600);
             if (fd >= 0) {
                 size_t done = 0;
                 while (done < dl) {
@@ -136,6 +162,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort(); /* keeps the reads */
     }
     ckpt_file_free(f);
+
+    ckpt_scan_paths *sp = ckpt_scan_paths_new();
+    if (sp) {
+        ckpt_scan_paths_set_limit(sp, CKPT_LIMIT_PICKLE_BYTES, 1 << 20);
+        ckpt_scan_paths_set_limit(sp, CKPT_LIMIT_ITEMS, 1 << 16);
+        ckpt_scan_paths_set_limit(sp, CKPT_LIMIT_MEMO, 1 << 16);
+        ckpt_scan_paths_set_limit(sp, CKPT_LIMIT_STACK, 1 << 16);
+        ckpt_scan_paths_set_torch_load(sp, 1);
+        if (ckpt_scan_paths_add(sp, dir) == CKPT_OK && ckpt_scan_paths_run(sp) == CKPT_OK) {
+            size_t sum = 0;
+            for (size_t i = 0; i < ckpt_scan_paths_count(sp); i++) {
+                const ckpt_scan_entry *e = ckpt_scan_paths_entry(sp, i);
+                sum += strlen(e->path) + (e->reason ? strlen(e->reason) : 0) +
+                       (e->error ? strlen(e->error) : 0) + (size_t)e->exit;
+                /* a folder's verdict is never safe when it could not be read */
+                if (e->kind == CKPT_SCAN_ENTRY_REFUSED && e->exit == 0)
+                    abort();
+            }
+            char *json = ckpt_scan_paths_to_json(sp);
+            sum += json ? strlen(json) : 0;
+            free(json);
+            if (sum == (size_t)-1)
+                abort();
+        }
+        ckpt_scan_paths_free(sp);
+    }
     remove_tree(dir);
     return 0;
 }

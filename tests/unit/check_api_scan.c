@@ -6,7 +6,9 @@
 #include "unit.h"
 
 #include <cjson/cJSON.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -216,6 +218,58 @@ START_TEST(test_entry_missing)
 }
 END_TEST
 
+/* a folder's paths that are not scanned: a text file left out with its
+ * reason (SKIPPED), a FIFO refused unread (REFUSED, 3), a protocol-0 pickle
+ * scanned whatever its name; an empty folder is a FOLDER entry (3) */
+START_TEST(test_entry_folder_kinds)
+{
+    char dir[] = "/tmp/ckpt-check-scan-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/README.md", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("# a model card\n", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/notes.txt", dir); /* a protocol-0 pickle, by another name */
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("cos\nsystem\n(S'true'\ntR.", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/rank1.pt", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    const char *paths[] = {dir};
+    ckpt_scan_paths *p = scan_paths(paths, 1, 0);
+    ck_assert_uint_eq(ckpt_scan_paths_count(p), 3);
+    const ckpt_scan_entry *e = ckpt_scan_paths_entry(p, 0);
+    ck_assert_int_eq(e->kind, CKPT_SCAN_ENTRY_SKIPPED);
+    ck_assert_ptr_nonnull(strstr(e->reason, "0x23 is no pickle opcode"));
+    ck_assert_int_eq(e->exit, CKPT_SCAN_EXIT_SAFE);
+    e = ckpt_scan_paths_entry(p, 1);
+    ck_assert_int_eq(e->kind, CKPT_SCAN_ENTRY_FILE);
+    ck_assert_str_eq(e->verdict, "unsafe");
+    e = ckpt_scan_paths_entry(p, 2);
+    ck_assert_int_eq(e->kind, CKPT_SCAN_ENTRY_REFUSED);
+    ck_assert_str_eq(e->reason, "not a regular file (a FIFO): refused, never read");
+    ck_assert_int_eq(e->exit, CKPT_SCAN_EXIT_UNREADABLE);
+    ck_assert_int_eq(ckpt_scan_paths_exit(p), CKPT_SCAN_EXIT_UNSAFE); /* 1 whatever else */
+    ckpt_scan_paths_free(p);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/README.md", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/notes.txt", dir);
+    unlink(path);
+    p = scan_paths(paths, 1, 0);
+    ck_assert_uint_eq(ckpt_scan_paths_count(p), 1);
+    e = ckpt_scan_paths_entry(p, 0);
+    ck_assert_int_eq(e->kind, CKPT_SCAN_ENTRY_FOLDER);
+    ck_assert_int_eq(e->exit, CKPT_SCAN_EXIT_UNREADABLE);
+    ck_assert_ptr_nonnull(strstr(e->reason, "no checkpoint in the folder"));
+    ckpt_scan_paths_free(p);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 /* a DCP folder: .metadata a pickle, each .distcp scanned item by item (no
  * torch.load verdicts: DCP's reader loads the items) */
 START_TEST(test_entry_dcp_folder)
@@ -331,6 +385,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_entry_safe);
     tcase_add_test(tc, test_entry_unsafe);
     tcase_add_test(tc, test_entry_missing);
+    tcase_add_test(tc, test_entry_folder_kinds);
     tcase_add_test(tc, test_entry_dcp_folder);
     tcase_add_test(tc, test_entry_deepspeed_folder);
     tcase_add_test(tc, test_no_torch_load);
