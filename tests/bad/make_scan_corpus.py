@@ -19,6 +19,7 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bypasses as bp  # noqa: E402
+import frames as fr  # noqa: E402
 OUT = os.path.join(HERE, 'scan')
 EXPECTED = {}
 
@@ -152,6 +153,15 @@ def main():
                            ('computed_str.pkl', bp.computed_str(), 'builtins.str')]:
         shown = '<%s(...)>.getcwd' % by
         put(name, data, [shown], [shown])
+    # 20. issue 26: the legacy chain as torch reads it (tests/bad/frames.py;
+    #     tests/interop/legacy_frames.py checks that torch runs the payload)
+    put('legacy_stop_in_frame.pth', fr.stop_in_frame(bp.PAYLOAD, 300), ['os.getcwd'],
+        ['os.getcwd'])
+    put('legacy_stop_in_small_frame.pth', fr.stop_in_small_frame(bp.PAYLOAD), ['os.getcwd'],
+        ['os.getcwd'])
+    put('legacy_magic_by_call.pth', fr.magic_by_call(bp.PAYLOAD), ['os.getcwd'], ['os.getcwd'])
+    put('legacy_protocol_float.pth', fr.protocol_float(bp.PAYLOAD), ['os.getcwd'],
+        ['os.getcwd'])
 
     with open(os.path.join(OUT, 'expected.json'), 'w') as f:
         json.dump(EXPECTED, f, indent=1, sort_keys=True)

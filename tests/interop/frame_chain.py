@@ -30,6 +30,7 @@ Usage: frame_chain.py [--cases N] [--seed K].  Needs only Python (no torch).
 """
 import argparse
 import io
+import json
 import os
 import pickle
 import pickletools
@@ -155,7 +156,7 @@ def ckpt(mode, path):
     if p.returncode != 0:
         raise RuntimeError('pickle_tool chain %s: exit %d: %s' % (mode, p.returncode,
                                                                  p.stderr.decode()[-300:]))
-    return [tuple(eval(line)['ends']) for line in p.stdout.decode().splitlines()]
+    return [tuple(json.loads(line)['ends']) for line in p.stdout.decode().splitlines()]
 
 
 # ---- the first opcodes ---------------------------------------------------------------------
@@ -198,7 +199,7 @@ def scan_starts():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--cases', type=int, default=400)
+    ap.add_argument('--cases', type=int, default=100)
     ap.add_argument('--seed', type=int, default=26)
     a = ap.parse_args()
     print('Python %s; %s' % (sys.version.split()[0], TOOL))
