@@ -636,7 +636,9 @@ static int scan_stream(ckpt_scan *s, int fd, const uint8_t *buf, size_t len, int
  * file system's st_blksize) and boundaries decide whether a frame is peeked
  * (read on after it, and after a STOP inside it) or read whole (the rest
  * dropped there).  Each point where that matters is a choice; the readings
- * are walked depth first, all peeked first, at most FRAME_READINGS of them.
+ * are walked depth first, all peeked first, then all read whole (an
+ * io.BytesIO's reading, which may come again in the search), at most
+ * FRAME_READINGS of them.
  * Any such point makes the file ambiguous: a reader other than torch's, or
  * torch on another file system, reads other pickles.
  */
@@ -656,14 +658,20 @@ static int scan_stream_frames(ckpt_scan *s, int fd, const uint8_t *buf, size_t l
     ckpt_error first = {0};
     ckpt_format seen = CKPT_FORMAT_UNKNOWN;
     int seen_pickle = 0;
+    bool all_dropped = false;
     while (ntodo > 0) {
         if (runs == FRAME_READINGS) {
             more = true;
             break;
         }
-        ntodo--;
-        frame_choice fc = {.drops = todo[ntodo].drops};
-        uint64_t fixed = todo[ntodo].fixed;
+        /* second, when there is a choice: every frame read whole, as from an
+         * io.BytesIO (torch.load(io.BytesIO(...))), which needs no search */
+        bool second = runs == 1 && !all_dropped;
+        if (!second)
+            ntodo--;
+        frame_choice fc = {.drops = second ? ~(uint64_t)0 : todo[ntodo].drops};
+        uint64_t fixed = second ? UINT64_MAX : todo[ntodo].fixed;
+        all_dropped |= second;
         char how[48] = "";
         if (runs > 0)
             snprintf(how, sizeof how, ", frames: reading %u", runs + 1);
@@ -685,7 +693,9 @@ static int scan_stream_frames(ckpt_scan *s, int fd, const uint8_t *buf, size_t l
         /* the points this reading met past FIXED, each read the other way */
         uint64_t n = fc.n < 64 ? fc.n : 64;
         more |= fc.n > 64;
-        for (uint64_t j = n; j-- > fixed;) {
+        if (runs == 1 && fc.n == 0)
+            break; /* the one reading there is */
+        for (uint64_t j = n; fixed != UINT64_MAX && j-- > fixed;) {
             if (ntodo == FRAME_TODO) {
                 more = true;
                 break;
