@@ -659,6 +659,7 @@ static int scan_stream_frames(ckpt_scan *s, int fd, const uint8_t *buf, size_t l
     ckpt_format seen = CKPT_FORMAT_UNKNOWN;
     int seen_pickle = 0;
     bool all_dropped = false;
+    uint64_t n_all = UINT64_MAX; /* the points the all-read-whole reading met */
     while (ntodo > 0) {
         if (runs == FRAME_READINGS) {
             more = true;
@@ -672,6 +673,9 @@ static int scan_stream_frames(ckpt_scan *s, int fd, const uint8_t *buf, size_t l
         frame_choice fc = {.drops = second ? ~(uint64_t)0 : todo[ntodo].drops};
         uint64_t fixed = second ? UINT64_MAX : todo[ntodo].fixed;
         all_dropped |= second;
+        uint64_t mask = fixed >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << fixed) - 1;
+        if (!second && fixed == n_all && (fc.drops & mask) == mask)
+            continue; /* that reading, made second */
         char how[48] = "";
         if (runs > 0)
             snprintf(how, sizeof how, ", frames: reading %u", runs + 1);
@@ -688,6 +692,8 @@ static int scan_stream_frames(ckpt_scan *s, int fd, const uint8_t *buf, size_t l
             seen_pickle = s->is_pickle;
         }
         runs++;
+        if (second)
+            n_all = fc.n;
         crossed |= fc.crossed;
         stop |= fc.stop;
         /* the points this reading met past FIXED, each read the other way */

@@ -67,3 +67,18 @@ def magic_by_call(payload):
 def protocol_float(payload):
     """The protocol version as the float 1001.0 (1001.0 != 1001 is False: torch goes on)."""
     return MAGIC + b'G' + struct.pack('>d', 1001.0) + b'.' + payload + DATA + KEYS
+
+
+def mixed_frames(payload):
+    """Two frames, one small (peeked from the file's first buffer) and one of 128 KiB (read
+    whole): torch reads the one chain that neither 'every frame peeked' nor 'every frame read
+    whole' gives.  The magic number's FRAME A holds its STOP and the protocol version's whole
+    pickle, whose FRAME B (128 KiB) holds its STOP and a decoy chain.  A peeked and B read: the
+    next pickle is after B, where PAYLOAD is.  Both peeked: the decoys inside B.  A read: the
+    decoys right after A's end (B's body)."""
+    b_body = PROTO[2:]                              # BININT2 1001, STOP
+    y = decoy_chain()
+    b_body += y + b'\x00' * (BIG - len(b_body) - len(y))
+    proto = b'\x80\x04' + frame(b_body)
+    a_body = MAGIC[2:] + proto[:2 + 9 + len(PROTO) - 2]   # A ends where the decoys start
+    return b'\x80\x04' + frame(a_body) + proto[2 + 9 + len(PROTO) - 2:] + payload + DATA + KEYS

@@ -13,6 +13,8 @@ as dangerous:
 - stop_in_small_frame: the same with a 400-byte frame across the file's first buffer
   boundary (placed by this file system's st_blksize, the buffer torch's open() gets): peek()
   holds part of it, so it is read() too;
+- mixed_frames: a small frame (peeked) then one of 128 KiB (read whole): torch reads the
+  chain that neither "every frame peeked" nor "every frame read whole" gives;
 - magic_by_call: the magic number is int('0x1950a86a20f9469cfc6c', 16), the protocol version
   a LONG1;
 - protocol_float: the protocol version is 1001.0.
@@ -51,6 +53,7 @@ def small_frame_file(marker, folder):
 CASES = [
     ('stop_in_frame', lambda m, d: frames.stop_in_frame(payload(m))),
     ('stop_in_small_frame', small_frame_file),
+    ('mixed_frames', lambda m, d: frames.mixed_frames(payload(m))),
     ('magic_by_call', lambda m, d: frames.magic_by_call(payload(m))),
     ('protocol_float', lambda m, d: frames.protocol_float(payload(m))),
 ]
