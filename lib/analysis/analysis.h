@@ -34,8 +34,8 @@ typedef struct ckpt_wo_result {
     const char *exception; /* the Python exception: "UnpicklingError", "RuntimeError", ... */
     char msg[512];         /* its text, before torch.load wraps it */
     size_t consumed;       /* reached STOP: the pickle's length */
-    int top_kind;          /* reached STOP: 1 when the value is an int: */
-    int64_t top_int;       /* its value (when it fits), */
+    int top_kind;          /* reached STOP: 1 when the value is an int, 2 a float: */
+    int64_t top_int;       /* its value (when it fits; a float's IEEE bits), */
     const uint8_t *top_long; /* its LONG1 bytes, if it came from LONG1 */
     size_t top_long_len;
 } ckpt_wo_result;

@@ -41,6 +41,7 @@ struct ckpt_scan {
     size_t ncode;
     const char *path;
     const char *item;         /* a DCP item being scanned: "item at byte N" */
+    struct frame_choice *frames; /* the legacy stream's reading of its frames */
 };
 
 ckpt_scan *ckpt_scan_new(void)
@@ -241,6 +242,27 @@ static ckpt_value *any_pid(void *user, ckpt_value *pid, uint64_t offset, ckpt_er
     return v;
 }
 
+/* One reading of a legacy stream's frames (CKPT_FEED_CHOOSE): the choice
+ * at each point where CPython's reading depends on the file's buffering,
+ * carried from pickle to pickle, and what was met. */
+typedef struct frame_choice {
+    uint64_t drops, n;
+    bool crossed, stop;
+} frame_choice;
+
+static void frames_enter(const frame_choice *fc, ckpt_pickle_ctx *ctx)
+{
+    ctx->drops = fc->drops;
+    ctx->ndiverge = fc->n;
+}
+
+static void frames_leave(frame_choice *fc, const ckpt_pickle_ctx *ctx)
+{
+    fc->n = ctx->ndiverge;
+    fc->crossed |= ctx->frame_crossed;
+    fc->stop |= ctx->frame_stop;
+}
+
 /* Scan the pickle at BUF[0..LEN) named NAME; *USED gets its length.  PID:
  * whether the unpickler has a persistent_load (torch's main pickles do; the
  * others are plain pickle.load calls, which stop at a persistent id).  With
@@ -280,8 +302,12 @@ static int scan_pickle_ex(ckpt_scan *s, const char *name, const uint8_t *buf, si
     ckpt_value *r = NULL;
     s->arena = arena;
     *used = 0;
+    if (feed == CKPT_FEED_CHOOSE && s->frames)
+        frames_enter(s->frames, &ctx);
     int rc = ckpt_pickle_load(&ctx, buf, len, &r, used, &s->err);
     s->arena = NULL;
+    if (feed == CKPT_FEED_CHOOSE && s->frames)
+        frames_leave(s->frames, &ctx);
     if (crossed)
         *crossed = ctx.frame_crossed;
     if (root)
@@ -305,6 +331,9 @@ static int ambiguity(ckpt_scan *s, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    for (size_t i = 0; i < s->nambiguities; i++)
+        if (strcmp(s->ambiguities[i], buf) == 0)
+            return CKPT_OK; /* found again by another reading of the frames */
     char **n = realloc(s->ambiguities, (s->nambiguities + 1) * sizeof *n);
     if (!n || !(n[s->nambiguities] = strdup(buf))) {
         if (n)
@@ -494,18 +523,26 @@ static int scan_tar(ckpt_scan *s, int fd, uint64_t size)
 static const uint8_t LEGACY_MAGIC[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
                                        0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e};
 
-/* Opcodes a pickle can start with (pickle.dumps at any protocol, or by hand). */
+/* Opcodes a pickle can start with: every one CPython's C unpickler runs
+ * first without failing at once (tests/interop/frame_chain.py checks the
+ * list against it), PERSID for a loader with a persistent_load, EXT1/2/4
+ * for one with registered extensions, and a few that fail there (scanned:
+ * the VM says why). */
 static int pickle_start(uint8_t b)
 {
     switch (b) {
-    case CKPT_OP_PROTO: case CKPT_OP_MARK: case CKPT_OP_EMPTY_TUPLE: case CKPT_OP_EMPTY_LIST:
-    case CKPT_OP_EMPTY_DICT: case CKPT_OP_NONE: case CKPT_OP_INT: case CKPT_OP_BININT:
-    case CKPT_OP_BININT1: case CKPT_OP_BININT2: case CKPT_OP_LONG: case CKPT_OP_FLOAT:
-    case CKPT_OP_BINFLOAT: case CKPT_OP_STRING: case CKPT_OP_BINSTRING:
-    case CKPT_OP_SHORT_BINSTRING: case CKPT_OP_UNICODE: case CKPT_OP_BINUNICODE:
-    case CKPT_OP_BINBYTES: case CKPT_OP_SHORT_BINBYTES: case CKPT_OP_GLOBAL: case CKPT_OP_DICT:
-    case CKPT_OP_LIST: case CKPT_OP_BINPUT: case CKPT_OP_PUT: case CKPT_OP_GET:
-    case CKPT_OP_BINGET: case CKPT_OP_LONG_BINGET: case CKPT_OP_STOP:
+    case CKPT_OP_PROTO: case CKPT_OP_FRAME: case CKPT_OP_MARK: case CKPT_OP_EMPTY_TUPLE:
+    case CKPT_OP_EMPTY_LIST: case CKPT_OP_EMPTY_DICT: case CKPT_OP_EMPTY_SET: case CKPT_OP_NONE:
+    case CKPT_OP_NEWTRUE: case CKPT_OP_NEWFALSE: case CKPT_OP_INT: case CKPT_OP_BININT:
+    case CKPT_OP_BININT1: case CKPT_OP_BININT2: case CKPT_OP_LONG: case CKPT_OP_LONG1:
+    case CKPT_OP_LONG4: case CKPT_OP_FLOAT: case CKPT_OP_BINFLOAT: case CKPT_OP_STRING:
+    case CKPT_OP_BINSTRING: case CKPT_OP_SHORT_BINSTRING: case CKPT_OP_UNICODE:
+    case CKPT_OP_BINUNICODE: case CKPT_OP_SHORT_BINUNICODE: case CKPT_OP_BINUNICODE8:
+    case CKPT_OP_BINBYTES: case CKPT_OP_SHORT_BINBYTES: case CKPT_OP_BINBYTES8:
+    case CKPT_OP_BYTEARRAY8: case CKPT_OP_GLOBAL: case CKPT_OP_PERSID: case CKPT_OP_EXT1:
+    case CKPT_OP_EXT2: case CKPT_OP_EXT4: case CKPT_OP_DICT: case CKPT_OP_LIST:
+    case CKPT_OP_BINPUT: case CKPT_OP_PUT: case CKPT_OP_GET: case CKPT_OP_BINGET:
+    case CKPT_OP_LONG_BINGET: case CKPT_OP_STOP:
         return 1;
     default:
         return 0;
@@ -578,11 +615,12 @@ static int stream_on_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *use
  * it mapped.
  */
 static int scan_stream(ckpt_scan *s, int fd, const uint8_t *buf, size_t len, int only_torch,
-                       ckpt_pickle_feed feed, bool *crossed)
+                       const char *how)
 {
-    /* FILE: the C unpickler peeking a buffered file; BYTESIO: frames read
-     * whole with read() (over 128 KiB, or past what a peek returns) */
-    const char *how = feed == CKPT_FEED_BYTESIO ? ", frames read whole" : "";
+    /* the C unpickler reading a buffered file, each frame's reading as
+     * s->frames chooses (HOW names the choice for the pickles' names) */
+    ckpt_pickle_feed feed = CKPT_FEED_CHOOSE;
+    bool *crossed = NULL;
     if (len == 0)
         return ckpt_err(&s->err, CKPT_ERR_FORMAT, "empty file");
     int legacy = len >= sizeof LEGACY_MAGIC && memcmp(buf, LEGACY_MAGIC, sizeof LEGACY_MAGIC) == 0;
@@ -592,12 +630,19 @@ static int scan_stream(ckpt_scan *s, int fd, const uint8_t *buf, size_t len, int
     stream_walk sw = {.s = s, .only_torch = only_torch, .legacy = legacy, .feed = feed,
                       .how = how, .crossed = crossed};
     ckpt_arena_init(&sw.arena);
-    ckpt_walk w = {.pickle = stream_on_pickle, .user = &sw};
+    ckpt_walk w = {.pickle = stream_on_pickle, .user = &sw, .follow_calls = true};
     ckpt_source src = {.fd = fd, .file_size = len, .path = (char *)s->path};
     ckpt_error werr = {0};
     int rc = ckpt_format_pth_legacy.walk(&w, &src, &werr);
     ckpt_arena_release(&sw.arena);
-    int torch_chain = 1; /* still on the pickles torch.load reads */
+    if (w.called >= 0 && w.called_data)
+        ambiguity(s, "pickle %d (%s): its value is made by a call (or is a global), which "
+                  "torch.load (weights_only=False) runs and compares with %s; ckpt does not "
+                  "run it, so the pickles after it are scanned as torch reads them if it "
+                  "passes", w.called + 1, w.called ? "protocol version" : "magic number",
+                  w.called ? "1001" : "its legacy magic number");
+    int torch_chain = w.called != 0; /* still on the pickles torch.load reads (a magic
+                                      * number made by a call: perhaps) */
     if (rc != CKPT_OK && rc != CKPT_WALK_STOP && !w.stop.exception) {
         if (werr.code) /* the walk's own error (a callback's is in s->err) */
             s->err = werr;
@@ -624,6 +669,98 @@ static int scan_stream(ckpt_scan *s, int fd, const uint8_t *buf, size_t len, int
     s->format = torch_chain ? CKPT_FORMAT_PTH_LEGACY : CKPT_FORMAT_UNKNOWN;
     s->is_pickle = !torch_chain;
     return CKPT_OK;
+}
+
+/*
+ * The legacy loader's reading, every way CPython's C unpickler may read the
+ * stream's frames: torch's file is a BufferedReader whose buffer size (the
+ * file system's st_blksize) and boundaries decide whether a frame is peeked
+ * (read on after it, and after a STOP inside it) or read whole (the rest
+ * dropped there).  Each point where that matters is a choice; the readings
+ * are walked depth first, all peeked first, then all read whole (an
+ * io.BytesIO's reading, which may come again in the search), at most
+ * FRAME_READINGS of them.
+ * Any such point makes the file ambiguous: a reader other than torch's, or
+ * torch on another file system, reads other pickles.
+ */
+enum { FRAME_READINGS = 16, FRAME_TODO = 256 };
+
+static int scan_stream_frames(ckpt_scan *s, int fd, const uint8_t *buf, size_t len,
+                              int only_torch)
+{
+    struct {
+        uint64_t drops, fixed;
+    } todo[FRAME_TODO];
+    size_t ntodo = 1;
+    todo[0].drops = todo[0].fixed = 0;
+    unsigned runs = 0;
+    bool more = false, crossed = false, stop = false;
+    int rc0 = CKPT_OK;
+    ckpt_error first = {0};
+    ckpt_format seen = CKPT_FORMAT_UNKNOWN;
+    int seen_pickle = 0;
+    bool all_dropped = false;
+    uint64_t n_all = UINT64_MAX; /* the points the all-read-whole reading met */
+    while (ntodo > 0) {
+        if (runs == FRAME_READINGS) {
+            more = true;
+            break;
+        }
+        /* second, when there is a choice: every frame read whole, as from an
+         * io.BytesIO (torch.load(io.BytesIO(...))), which needs no search */
+        bool second = runs == 1 && !all_dropped;
+        if (!second)
+            ntodo--;
+        frame_choice fc = {.drops = second ? ~(uint64_t)0 : todo[ntodo].drops};
+        uint64_t fixed = second ? UINT64_MAX : todo[ntodo].fixed;
+        all_dropped |= second;
+        uint64_t mask = fixed >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << fixed) - 1;
+        if (!second && fixed == n_all && (fc.drops & mask) == mask)
+            continue; /* that reading, made second */
+        char how[48] = "";
+        if (runs > 0)
+            snprintf(how, sizeof how, ", frames: reading %u", runs + 1);
+        ckpt_err_clear(&s->err);
+        s->frames = &fc;
+        int rc = scan_stream(s, fd, buf, len, only_torch, how);
+        s->frames = NULL;
+        if (runs == 0 || (rc != CKPT_OK && rc0 == CKPT_OK)) {
+            rc0 = rc; /* the first reading's, or the first error */
+            first = s->err;
+        }
+        if (runs == 0) {
+            seen = s->format;
+            seen_pickle = s->is_pickle;
+        }
+        runs++;
+        if (second)
+            n_all = fc.n;
+        crossed |= fc.crossed;
+        stop |= fc.stop;
+        /* the points this reading met past FIXED, each read the other way */
+        uint64_t n = fc.n < 64 ? fc.n : 64;
+        more |= fc.n > 64;
+        if (runs == 1 && fc.n == 0)
+            break; /* the one reading there is */
+        for (uint64_t j = n; fixed != UINT64_MAX && j-- > fixed;) {
+            if (ntodo == FRAME_TODO) {
+                more = true;
+                break;
+            }
+            todo[ntodo].drops = fc.drops | (uint64_t)1 << j;
+            todo[ntodo++].fixed = j + 1;
+        }
+    }
+    s->format = seen;
+    s->is_pickle = seen_pickle;
+    s->err = first;
+    if (crossed || stop)
+        ambiguity(s, "a FRAME's bytes are read differently by CPython's unpickler as torch's "
+                  "file is buffered (%s%s%s): %u readings scanned%s", crossed ?
+                  "a read past the frame's end" : "", crossed && stop ? ", " : "", stop ?
+                  "STOP with bytes of the frame after it, where the next pickle starts" : "",
+                  runs, more ? " (not every reading: the others are not scanned)" : "");
+    return rc0;
 }
 
 /* The safetensors reading: the header, validated as when reading (AS_ST:
@@ -760,27 +897,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
     }
     int tar = s->nreadings && strcmp(s->readings[0].reader, "tar") == 0;
     reading_begin(s, "pickle", WHO_STREAM, fmt != CKPT_FORMAT_SAFETENSORS && !tar);
-    bool crossed = false;
-    rc = scan_stream(s, fd, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_FILE, &crossed);
-    if (crossed) {
-        /* how the C unpickler reads a frame depends on the file object and its
-         * buffer: both ways are torch's, both are scanned */
-        ambiguity(s, "a FRAME ends inside an opcode's argument: CPython's unpickler reads "
-                  "other bytes when it reads the frame whole (io.BytesIO, or a frame of "
-                  "128 KiB or more from a file) than when it peeks a buffered file");
-        ckpt_error keep = s->err;
-        ckpt_err_clear(&s->err);
-        ckpt_format seen = s->format;
-        int seen_pickle = s->is_pickle;
-        if (scan_stream(s, fd, map, len, fmt == CKPT_FORMAT_SAFETENSORS, CKPT_FEED_BYTESIO,
-                        NULL) != CKPT_OK && rc == CKPT_OK) {
-            rc = s->err.code;
-            keep = s->err;
-        }
-        s->err = keep;
-        s->format = seen;
-        s->is_pickle = seen_pickle;
-    }
+    rc = scan_stream_frames(s, fd, map, len, fmt == CKPT_FORMAT_SAFETENSORS);
     reading_end(s, rc, &primary);
     munmap(map, len);
     close(fd);

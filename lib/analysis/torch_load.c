@@ -376,6 +376,13 @@ static int stream_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, 
         su->top.u.i.nbytes = r.top_long_len;
         su->top.u.i.big = r.top_long && r.top_long_len > 8;
         *root = &su->top;
+    } else if (r.top_kind == 2) {
+        /* 1001.0 passes the protocol check */
+        memset(&su->top, 0, sizeof su->top);
+        su->top.kind = CKPT_KIND_FLOAT;
+        uint64_t bits = (uint64_t)r.top_int;
+        memcpy(&su->top.u.f, &bits, sizeof bits);
+        *root = &su->top;
     }
     return CKPT_OK;
 }

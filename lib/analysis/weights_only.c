@@ -991,6 +991,8 @@ static int run(walk *w)
                 goto unsupported;
             TRUNC(8);
             v = mk(V_FLOAT);
+            for (int k = 0; k < 8; k++) /* its bits, big-endian: the legacy protocol check */
+                v.u.i = (int64_t)((uint64_t)v.u.i << 8 | b[p + k]);
             p += 8;
             break;
         case CKPT_OP_BINUNICODE: case CKPT_OP_SHORT_BINSTRING: {
@@ -1075,7 +1077,9 @@ static int run(walk *w)
         case CKPT_OP_STOP:
             if (!NEED(1))
                 return UNDERFLOW();
-            w->r->top_kind = w->stack[w->sp - 1].kind == V_INT ? 1 : 0;
+            w->r->top_kind = w->stack[w->sp - 1].kind == V_INT     ? 1
+                             : w->stack[w->sp - 1].kind == V_FLOAT ? 2
+                                                                   : 0;
             w->r->top_int = w->stack[w->sp - 1].u.i;
             w->r->top_long = w->stack[w->sp - 1].long_bytes;
             w->r->top_long_len = w->stack[w->sp - 1].long_bytes ? w->stack[w->sp - 1].n : 0;

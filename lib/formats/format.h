@@ -128,7 +128,18 @@ struct ckpt_walk {
      * limit, --max-pickle-bytes: CKPT_ERR_LIMIT past it; a DCP item's zstd
      * frame may decode to 4 times that); 0: no limit */
     uint64_t pickle_limit;
+    /* legacy: a magic number or protocol version that a call made which may
+     * compare equal to an int (a number's maker, numpy, torch, an unknown
+     * callable or global: torch compares what the pickle returns, which ckpt
+     * cannot know) is taken as passing torch's check, and W->called says so;
+     * else it fails as any other wrong value (ckpt scan follows, a reader
+     * refuses) */
+    bool follow_calls;
     /* the walk's */
+    int called;            /* legacy, FOLLOW_CALLS: the first such pickle
+                            * (0 magic number, 1 protocol version), or -1 */
+    bool called_data;      /* its maker is known data (builtins.int, numpy...):
+                            * nothing else there makes the file unsafe */
     ckpt_walk_stop stop;
     struct ckpt_zip *zip;  /* zip walks: the archive, while the callbacks run */
     const char *prefix;    /* its folder: PREFIX_LEN bytes (not NUL-terminated) */

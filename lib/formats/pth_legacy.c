@@ -45,6 +45,50 @@ static bool int_is(const ckpt_value *v, const uint8_t *le, size_t n)
     return k == n && memcmp(v->u.i.bytes, le, n) == 0;
 }
 
+/* Whether V may compare equal to an int though it is none (torch.load
+ * compares with !=): 1 for what a known maker of numbers or arrays made
+ * (builtins.int/float/complex/bool, numpy, torch's tensor rebuilds:
+ * int("0x1950...", 16) is the magic number), 2 for what an unknown callable made or an unknown
+ * global (anything); 0 for a value ckpt knows is not equal (a str, a
+ * Namespace...).  Tensors and storages: 1. */
+static int int_unknown(const ckpt_value *v)
+{
+    if (!v)
+        return 0;
+    if (v->kind == CKPT_KIND_TENSOR || v->kind == CKPT_KIND_STORAGE)
+        return 1;
+    const ckpt_value *c = v->kind == CKPT_KIND_OBJECT ? v->u.obj.callable : v;
+    if (v->kind != CKPT_KIND_OBJECT && v->kind != CKPT_KIND_GLOBAL)
+        return 0;
+    if (!c || c->kind != CKPT_KIND_GLOBAL)
+        return 2; /* a call of a call's result */
+    if (c->u.global.cls != CKPT_GLOBAL_INTERPRETED && c->u.global.cls != CKPT_GLOBAL_KNOWN_DATA)
+        return 2;
+    if (v->kind == CKPT_KIND_GLOBAL)
+        return 0; /* a known class or function: not equal to an int */
+    static const char *const number[] = {"builtins.int", "builtins.float", "builtins.complex",
+                                         "builtins.bool"};
+    const char *q = c->u.global.name;
+    for (size_t i = 0; i < sizeof number / sizeof *number; i++)
+        if (strcmp(q, number[i]) == 0)
+            return 1;
+    /* numpy's arrays and scalars; torch's tensor rebuild functions */
+    return strncmp(q, "numpy.", 6) == 0 || strncmp(q, "torch._utils.", 13) == 0 ||
+           strncmp(q, "torch._tensor.", 14) == 0;
+}
+
+/* Whether V is a float equal to the int LE[0..N), as Python compares them
+ * (1001.0 == 1001; the magic number is no float's value). */
+static bool float_is(const ckpt_value *v, const uint8_t *le, size_t n)
+{
+    if (!v || v->kind != CKPT_KIND_FLOAT || n > 7)
+        return false;
+    uint64_t want = 0;
+    for (size_t i = n; i-- > 0;)
+        want = want << 8 | le[i];
+    return v->u.f == (double)want;
+}
+
 /* torch stops after pickle K (its value is not EXPECTED): torch's RuntimeError
  * in W->stop, the reader's CODE and message in ERR. */
 static int walk_refuse(ckpt_walk *w, int k, uint64_t at, const char *expected, ckpt_error *err,
@@ -73,6 +117,16 @@ static int walk_stream(ckpt_walk *w, const uint8_t *map, size_t size, ckpt_error
         CKPT_RETURN_IF(used == 0 || used > p.len, err, CKPT_ERR_FORMAT,
                        "the %s pickle could not be read", walk_names[k]);
         pos += used;
+        int unknown = k <= 1 && w->follow_calls ? int_unknown(root) : 0;
+        if (unknown) {
+            if (w->called < 0) {
+                w->called = k;
+                w->called_data = unknown == 1;
+            }
+            continue; /* torch goes on when the object compares equal */
+        }
+        if (k == 1 && float_is(root, protocol_le, sizeof protocol_le))
+            continue; /* 1001.0 != 1001 is False: torch goes on */
         if (k == 0 && !int_is(root, magic_le, sizeof magic_le))
             return walk_refuse(w, k, pos, "the magic number of torch's legacy format", err,
                                CKPT_ERR_FORMAT, "Invalid magic number; corrupt file?",
@@ -109,6 +163,7 @@ static int pth_legacy_walk(ckpt_walk *w, ckpt_source *src, ckpt_error *err)
 {
     memset(&w->stop, 0, sizeof w->stop);
     w->stop.pickle = -1;
+    w->called = -1;
     size_t size = (size_t)src->file_size;
     void *map = NULL;
     if (size && (map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, src->fd, 0)) == MAP_FAILED)
@@ -140,6 +195,9 @@ static int read_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ck
     snprintf(name, sizeof(name), "%s pickle", what);
     ckpt_pickle_ctx ctx;
     ckpt_file_pickle_ctx(f, &ctx, name);
+    /* torch's file object: a pickle whose reading depends on its buffering
+     * (a frame torch may skip the rest of) is refused */
+    ctx.feed = CKPT_FEED_CHOOSE;
     if (p->len == 0)
         return ckpt_err(&f->err, CKPT_ERR_FORMAT, "truncated: the %s pickle is missing", what);
     /* each pickle is bounded by the pickle-size limit, not the file size */

@@ -231,19 +231,28 @@ const char *ckpt_storage_type_name(ckpt_dtype dtype);
  *   buffer (pickle.loads) or a real file whose frames it peeks.
  * - BYTESIO: drop-and-refill, as it reads an io.BytesIO, which is how
  *   torch.load feeds a zip's data.pkl.
- * A real file (torch's legacy loader: a BufferedReader, 8 KiB buffer) is
- * read both ways, frame by frame: a FRAME under 128 KiB (PREFETCH) that
- * fits what peek() returns is peeked, and read on contiguously (FILE); a
- * FRAME of 128 KiB or more, or one past what peek() holds, is read with
- * read() and is dropped at its end (BYTESIO).  Modelled: a file of at most
- * 8 KiB (FILE: peeked whole), a file whose frames all lie in its first 8 KiB
- * (FILE), a file whose crossed frames are all of 128 KiB or more (BYTESIO).
- * Not modelled: which smaller frames of a larger file peek() holds (that
- * depends on where the BufferedReader's buffer boundaries fall), so a
- * caller that cannot tell runs both feeds (ckpt scan does).
+ * A real file (torch's legacy loader: a BufferedReader whose buffer is the
+ * file system's st_blksize, 4 KiB to megabytes) is read both ways, frame by
+ * frame: a FRAME that lies in the buffer's rest changes nothing; one under
+ * 128 KiB (PREFETCH) that fits what peek() returns (the buffer's rest, or a
+ * whole buffer) is peeked, and read on contiguously (FILE); any other is
+ * read with read() and is dropped at its end (BYTESIO).  Which it is
+ * depends on the buffer's size and boundaries, which ckpt cannot know, so
+ * a file is read with CHOOSE.  A pickle.load after STOP starts where the
+ * last one left the file: after STOP (peeked) or at the frame's end (read).
+ * - CHOOSE: a real file as it is, its buffer's size and boundaries unknown:
+ *   each point where FILE and BYTESIO differ (a read crossing a frame's end,
+ *   or STOP inside a frame, with bytes of the frame left) goes the way bit
+ *   NDIVERGE of DROPS says (1: read whole, the rest dropped; bits past 63:
+ *   peeked).  A caller walks every choice (ckpt scan); a reader, which
+ *   cannot know which is torch's, refuses a pickle that has such a point.
  * BINBYTES/SHORT_BINBYTES/BINBYTES8/BYTEARRAY8 data is read with readinto,
- * which takes the buffer's rest first: contiguous in both feeds. */
-typedef enum ckpt_pickle_feed { CKPT_FEED_FILE = 0, CKPT_FEED_BYTESIO = 1 } ckpt_pickle_feed;
+ * which takes the buffer's rest first: contiguous in every feed. */
+typedef enum ckpt_pickle_feed {
+    CKPT_FEED_FILE = 0,
+    CKPT_FEED_BYTESIO = 1,
+    CKPT_FEED_CHOOSE = 2
+} ckpt_pickle_feed;
 
 typedef struct ckpt_pickle_ctx {
     const char *name;                 /* for messages: "archive/data.pkl" */
@@ -283,6 +292,13 @@ typedef struct ckpt_pickle_ctx {
      * left, the one case where FILE and BYTESIO read different bytes; set by
      * either feed, never cleared by the VM */
     bool frame_crossed;
+    /* out: STOP came with bytes of a FRAME's buffer left after it: the file
+     * position, and so the next pickle of a stream, depends on the feed */
+    bool frame_stop;
+    /* CHOOSE: the choice at each point where the feeds differ (see above) */
+    uint64_t drops;
+    /* in/out: such points met so far (a stream's pickles carry it on) */
+    uint64_t ndiverge;
 } ckpt_pickle_ctx;
 
 /*
@@ -290,7 +306,9 @@ typedef struct ckpt_pickle_ctx {
  * *CONSUMED gets where the file position ends (also on error): after STOP
  * for FILE; for BYTESIO, where the C unpickler leaves a BytesIO, which is
  * the end of the last frame read when STOP lies inside it (a legacy file is
- * several pickles back to back: the next one starts there).
+ * several pickles back to back: the next one starts there); for CHOOSE,
+ * either, as the choice at that STOP says.  Reading (not SCAN) with CHOOSE,
+ * a pickle with a point where the feeds differ is refused (CKPT_ERR_FORMAT).
  * Scanning, the VM stops exactly where the C unpickler does (an error or
  * STOP), with every object a call makes taken as a stand-in that accepts
  * any arguments, state, items and keys (it cannot know what the real

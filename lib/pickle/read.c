@@ -35,13 +35,26 @@ static int short_read(vm *m, uint64_t n, size_t left)
     return truncated(m, what);
 }
 
+/* A point where the feeds differ: bytes of a frame's buffer are left where
+ * the C unpickler goes to the file (a read crossing the frame's end) or
+ * stops (STOP inside the frame).  Whether they are dropped: the frame was
+ * read whole with read() (BYTESIO), peeked (FILE), or as CHOOSE's bit says. */
+static bool frame_dropped(vm *m)
+{
+    ckpt_pickle_ctx *c = m->ctx;
+    uint64_t k = c->ndiverge++;
+    if (c->feed == CKPT_FEED_CHOOSE)
+        return k < 64 && (c->drops >> k & 1);
+    return c->feed == CKPT_FEED_BYTESIO;
+}
+
 /* A read that the buffer cannot satisfy: where it starts in the file.  The
- * bytes left in a frame's buffer are dropped (BYTESIO) or read on (FILE). */
+ * bytes left in a frame's buffer are dropped or read on (frame_dropped). */
 static size_t refill(vm *m)
 {
     if (m->wend > m->pos) {
         m->ctx->frame_crossed = true;
-        if (m->ctx->feed == CKPT_FEED_BYTESIO)
+        if (frame_dropped(m))
             m->pos = m->wend;
     }
     return m->pos;
@@ -1367,6 +1380,13 @@ static int step(vm *m, bool *stop)
         CKPT_FORWARD(take_le(m, 8, &u));
         return rd_frame(m, u);
     case CKPT_OP_STOP:
+        /* inside a frame: the file position is after STOP (peeked) or at the
+         * frame's end (read whole), where the next pickle.load starts */
+        if (m->wend > m->pos) {
+            m->ctx->frame_stop = true;
+            if (frame_dropped(m))
+                m->pos = m->wend;
+        }
         *stop = true;
         return CKPT_OK;
     case CKPT_OP_MARK:
@@ -1742,6 +1762,10 @@ int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_
     free(m.pending);
     if (consumed) /* where the file position is: BYTESIO's at the buffer's end */
         *consumed = ctx->feed == CKPT_FEED_BYTESIO ? m.wend : m.pos;
+    if (rc == CKPT_OK && !ctx->scan && ctx->feed == CKPT_FEED_CHOOSE && ctx->ndiverge)
+        rc = ckpt_err(err, CKPT_ERR_FORMAT, "%s: a FRAME's bytes are read differently by "
+                      "CPython's unpickler as the file is buffered (a read past the frame's "
+                      "end, or STOP with bytes of the frame after it): refused", ctx->name);
     free(m.stack);
     free(m.marks);
     ckpt_map_release(&m.memo);

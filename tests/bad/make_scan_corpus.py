@@ -20,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bypasses as bp  # noqa: E402
 import torchscript_code as tsc  # noqa: E402
+import frames as fr  # noqa: E402
 OUT = os.path.join(HERE, 'scan')
 EXPECTED = {}
 
@@ -157,6 +158,15 @@ def main():
     #     runs its __setstate__), whatever its classes are named: no unknown global, unsafe
     #     all the same (tests/bad/torchscript_code.py; tests/interop/code_and_polyglots.py)
     put('torchscript_argparse.pth', tsc.archive(), [], [])
+    # 21. issue 26: the legacy chain as torch reads it (tests/bad/frames.py;
+    #     tests/interop/legacy_frames.py checks that torch runs the payload)
+    put('legacy_stop_in_frame.pth', fr.stop_in_frame(bp.PAYLOAD, 300), ['os.getcwd'],
+        ['os.getcwd'])
+    put('legacy_stop_in_small_frame.pth', fr.stop_in_small_frame(bp.PAYLOAD), ['os.getcwd'],
+        ['os.getcwd'])
+    put('legacy_magic_by_call.pth', fr.magic_by_call(bp.PAYLOAD), ['os.getcwd'], ['os.getcwd'])
+    put('legacy_protocol_float.pth', fr.protocol_float(bp.PAYLOAD), ['os.getcwd'],
+        ['os.getcwd'])
 
     with open(os.path.join(OUT, 'expected.json'), 'w') as f:
         json.dump(EXPECTED, f, indent=1, sort_keys=True)

@@ -1,7 +1,12 @@
 /* fuzz_pickle.c - any bytes as one pickle, through the VM three times: as the
  * reader runs it (allow-list, limits, persistent ids as storages) and as
  * `ckpt scan` runs it (every global reported, nothing refused) with each
- * feed (FILE, and BYTESIO: a frame's rest dropped as the C unpickler does). */
+ * feed (FILE, and BYTESIO: a frame's rest dropped as the C unpickler does);
+ * then as a stream of pickles read back to back with CKPT_FEED_CHOOSE, as
+ * pickle.load on one file reads them (the framing model: the choices taken
+ * from the input's last byte), each pickle's end checked to lie past its
+ * start and inside the bytes, and as the legacy reader reads it (CHOOSE,
+ * refusing a pickle whose reading depends on the file's buffering). */
 #include "fuzz.h"
 
 #include "analysis/analysis.h" /* the weights-only model */
@@ -70,5 +75,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ckpt_wo_result r;
         ckpt_wo_walk(&wctx, data, size, &r, &err);
     }
+    /* the stream: pickle.load again and again, each frame read as DROPS says */
+    uint64_t drops = size ? data[size - 1] * 0x0101010101010101ull : 0, n = 0;
+    size_t at = 0;
+    for (int k = 0; k < 64 && at < size; k++) {
+        ckpt_arena arena;
+        ckpt_arena_init(&arena);
+        ckpt_pickle_ctx ctx = {.name = "fuzz.pkl", .limits = limits, .classify = classify,
+                               .user = &arena, .arena = &arena, .on_global = on_global,
+                               .on_use = on_use, .scan = true, .feed = CKPT_FEED_CHOOSE,
+                               .drops = drops, .ndiverge = n};
+        ckpt_error err = {0};
+        ckpt_value *root;
+        size_t used = 0;
+        int rc = ckpt_pickle_load(&ctx, data + at, size - at, &root, &used, &err);
+        ckpt_arena_release(&arena);
+        if (ctx.ndiverge < n || (rc == CKPT_OK && (used == 0 || used > size - at)))
+            abort(); /* the model lost its place */
+        n = ctx.ndiverge;
+        if (rc != CKPT_OK)
+            break;
+        at += used;
+    }
+    /* the legacy reader: CHOOSE, not scanning */
+    ckpt_arena arena;
+    ckpt_arena_init(&arena);
+    ckpt_pickle_ctx ctx = {.name = "fuzz.pkl", .limits = limits, .classify = classify,
+                           .persistent_load = pid, .user = &arena, .arena = &arena,
+                           .feed = CKPT_FEED_CHOOSE};
+    ckpt_error err = {0};
+    ckpt_value *root;
+    size_t used;
+    if (ckpt_pickle_load(&ctx, data, size, &root, &used, &err) == CKPT_OK && ctx.ndiverge)
+        abort(); /* a reader must refuse what torch may read otherwise */
+    ckpt_arena_release(&arena);
     return 0;
 }

@@ -1,9 +1,10 @@
 /* fuzz_scan.c - any bytes as a file for ckpt scan: the dispatch over every
  * reading torch.load could make of it (zip as torch, zipfile and libzip read
  * it; the torch <= 0.1 tar; the safetensors header; the pickle stream from
- * byte 0 with both feeds of the VM when a FRAME crosses), the ambiguity
- * findings, and the public accessors a caller walks afterwards.  Half the
- * inputs are named .safetensors: the name must change nothing. */
+ * byte 0, every reading of its frames when one crosses or holds a STOP),
+ * the ambiguity findings, and the public accessors a caller walks
+ * afterwards.  Half the inputs are named .safetensors: the name must change
+ * nothing. */
 #include "fuzz.h"
 
 #include "ckpt.h"

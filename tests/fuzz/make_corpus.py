@@ -15,6 +15,9 @@ tar:         the tar checkpoints of tests/data and tests/bad (torch <= 0.1's
 scan:        the files ckpt scan judges in several readings: the evasions of
              tests/bad/scan, the hostile zips of tests/bad/zip, the tar checkpoints
              (`make_corpus.py scan`: this one only)
+pickle also: legacy pickle chains whose FRAMEs hold STOP, MARK and memo ops, cross
+             their ends or nest (tests/bad/frames.py and the streams of
+             tests/interop/frame_chain.py: `make_corpus.py frames`: these only)
 Needs torch (Debian's python3-torch).  Deterministic except the legacy
 file's storage keys, which torch takes from C pointers."""
 import collections
@@ -155,8 +158,32 @@ def main():
             put('spec', os.path.basename(path), data)
 
 
+def frames_corpus():
+    """Pickle streams for the framing model (fuzz_pickle reads them back to back)."""
+    import random
+    sys.path.insert(0, os.path.join(ROOT, 'tests', 'bad'))
+    sys.path.insert(0, os.path.join(ROOT, 'tests', 'interop'))
+    import bypasses
+    import frame_chain
+    import frames
+    put('pickle', 'frames_stop_in_small_frame.stream',
+        frames.stop_in_small_frame(bypasses.PAYLOAD, at=600, size=300))
+    put('pickle', 'frames_stop_in_frame_300.stream', frames.stop_in_frame(bypasses.PAYLOAD, 300))
+    put('pickle', 'frames_magic_by_call.stream', frames.magic_by_call(bypasses.PAYLOAD))
+    put('pickle', 'frames_protocol_float.stream', frames.protocol_float(bypasses.PAYLOAD))
+    r = random.Random(26)
+    n = 0
+    while n < 12:
+        data = frame_chain.stream(r)
+        if len(data) <= 4096:
+            put('pickle', 'frames_chain_%02d.stream' % n, data)
+            n += 1
+
+
 if __name__ == '__main__':
-    if sys.argv[1:] == ['tar']:
+    if sys.argv[1:] == ['frames']:
+        frames_corpus()
+    elif sys.argv[1:] == ['tar']:
         tar_corpus()
     elif sys.argv[1:] == ['scan']:
         scan_corpus()
@@ -164,3 +191,4 @@ if __name__ == '__main__':
         main()
         tar_corpus()
         scan_corpus()
+        frames_corpus()

@@ -1156,6 +1156,85 @@ START_TEST(frame_of_zero_bytes)
 }
 END_TEST
 
+/* Run P with CKPT_FEED_CHOOSE: DROPS from the point numbered FIRST on. */
+static fed choose(uint64_t drops, uint64_t first, bool scan, uint64_t *points)
+{
+    ckpt_pickle_ctx ctx;
+    ckpt_file_pickle_ctx(f, &ctx, "t.pkl");
+    ctx.feed = CKPT_FEED_CHOOSE;
+    ctx.drops = drops;
+    ctx.ndiverge = first;
+    static seen s;
+    if (scan) {
+        memset(&s, 0, sizeof s);
+        cur_seen = &s;
+        ctx.scan = true;
+        ctx.on_global = seen_global;
+        ctx.on_use = seen_use;
+        ctx.on_computed = seen_computed;
+    }
+    ckpt_err_clear(&f->err);
+    fed r = {.consumed = 0};
+    v = NULL;
+    r.rc = ckpt_pickle_load(&ctx, p.buf, p.n, &v, &r.consumed, &f->err);
+    r.crossed = ctx.frame_stop;
+    *points = ctx.ndiverge;
+    return r;
+}
+
+START_TEST(stop_inside_a_frame)
+{
+    /* FRAME(6) holds two pickles' bytes, "K\x01." and "K\x02.": STOP comes
+     * with 3 bytes of the frame after it.  Peeked (a file's buffer holds the
+     * frame), the next pickle.load starts after STOP (byte 14); read whole
+     * (a BytesIO, a frame of 128 KiB or more), after the frame (byte 17). */
+    pk_text(&p, "\x80\x04");
+    pk_frame(6);
+    pk_text(&p, "K\x01." "K\x02." "K\x03.");
+    seen s;
+    fed r = feed(CKPT_FEED_FILE, true, &s);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert_uint_eq(r.consumed, 14);
+    ck_assert(!r.crossed); /* no read crossed the frame's end */
+    r = feed(CKPT_FEED_BYTESIO, true, &s);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert_uint_eq(r.consumed, 17);
+    /* CHOOSE: one point, taken as its bit says; bits count on from NDIVERGE */
+    uint64_t points;
+    r = choose(0, 0, true, &points);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert_uint_eq(r.consumed, 14);
+    ck_assert(r.crossed); /* frame_stop */
+    ck_assert_uint_eq(points, 1);
+    r = choose(1, 0, true, &points);
+    ck_assert_uint_eq(r.consumed, 17);
+    r = choose((uint64_t)1 << 5, 5, true, &points);
+    ck_assert_uint_eq(r.consumed, 17);
+    ck_assert_uint_eq(points, 6);
+    r = choose((uint64_t)1 << 5, 4, true, &points);
+    ck_assert_uint_eq(r.consumed, 14);
+    r = choose(~(uint64_t)0, 64, true, &points); /* past 63: peeked */
+    ck_assert_uint_eq(r.consumed, 14);
+    /* a reader cannot know which is torch's: refused */
+    ck_assert_int_eq(choose(0, 0, false, &points).rc, CKPT_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(ckpt_file_error_message(f), "buffered"));
+}
+END_TEST
+
+START_TEST(stop_ending_a_frame)
+{
+    /* what pickle.dump writes: STOP is the frame's last byte, no choice */
+    pk_text(&p, "\x80\x04");
+    pk_frame(3);
+    pk_text(&p, "K\x01." "K\x02.");
+    uint64_t points;
+    fed r = choose(0, 0, false, &points);
+    ck_assert_int_eq(r.rc, CKPT_OK);
+    ck_assert_uint_eq(r.consumed, 14);
+    ck_assert_uint_eq(points, 0);
+}
+END_TEST
+
 START_TEST(binbytes_read_into_stays_contiguous)
 {
     /* SHORT_BINBYTES's data is read with readinto: the frame's rest ("a")
@@ -1474,6 +1553,8 @@ static Suite *suite(void)
     tcase_add_test(fd, readline_crossing_a_frame_end);
     tcase_add_test(fd, nested_frame_longer_than_what_is_left);
     tcase_add_test(fd, frame_of_zero_bytes);
+    tcase_add_test(fd, stop_inside_a_frame);
+    tcase_add_test(fd, stop_ending_a_frame);
     tcase_add_test(fd, binbytes_read_into_stays_contiguous);
     tcase_add_test(fd, stack_global_computed_by_a_call);
     tcase_add_test(fd, getattr_on_a_call_result);
