@@ -1409,14 +1409,20 @@ CKPT_API char *ckpt_torch_load_to_json(const ckpt_torch_load *t);
 
 /*
  * ckpt scan PATH...'s engine.  Each path added is scanned in turn: a file
- * with ckpt_scan_file(), a folder (a torch.distributed.checkpoint or
- * DeepSpeed checkpoint) as every regular file under it (symbolic links are
- * not followed), in strcmp() order of their paths "FOLDER/sub/name".  Of a
- * folder's files, a `*.distcp` one is scanned with ckpt_scan_items(), and
- * one whose first bytes no format claims (DeepSpeed's `latest`, a README,
- * an empty file) is skipped: no torch reader would load it.  Every file
+ * with ckpt_scan_file(), a folder (DCP, DeepSpeed, a Hugging Face snapshot,
+ * any folder) by its loaders' rules: every file under it, in strcmp() order
+ * of their paths "FOLDER/sub/name", scanned as torch.load would read it
+ * whatever its name or first bytes; links to files followed (as the hub,
+ * DCP and DeepSpeed follow them), links to folders only inside the folder
+ * or as DeepSpeed's tag.  A `*.distcp` file, and any file a DCP `.metadata`
+ * names, is scanned item by item with ckpt_scan_items().  A file is
+ * skipped (listed, with the reason) only when CPython's unpickler would
+ * stop in it before importing anything (text, JSON, DeepSpeed's `latest`).
+ * A name the folder's metadata gives that leads out of it is an unsafe,
+ * unread entry; a FIFO, socket or device is refused unread.  Every file
  * gets an entry with its scan, its verdict and its exit status; the run's
- * status is the worst.
+ * status is 1 when any entry is unsafe or ambiguous, else the worst; a
+ * folder with nothing scanned is 3.
  */
 typedef struct ckpt_scan_paths ckpt_scan_paths;
 

@@ -1,8 +1,10 @@
-/* scan_path.c - ckpt scan PATH...'s engine: files, folders (every regular
- * file under them, in the order of their paths; the .distcp files item by
- * item; those whose first bytes no format claims skipped), each file's
- * verdict and exit status and the run's, and the JSON document
- * `ckpt scan --json` prints (with its torch_load objects). */
+/* scan_path.c - ckpt scan PATH...'s engine: files, folders by their
+ * loaders' rules (every file under them, in the order of their paths, as
+ * torch.load would read it; links followed as the loaders follow them; the
+ * files a DCP .metadata names and the .distcp files item by item; a file
+ * skipped, and listed, only when the unpickler stops in it before importing
+ * anything), each file's verdict and exit status and the run's, and the
+ * JSON document `ckpt scan --json` prints (with its torch_load objects). */
 #include "analysis/analysis.h"
 
 #include "core/json.h"
