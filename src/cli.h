@@ -24,6 +24,7 @@ typedef struct cli_common {
     bool allow_unknown;      /* --allow-unknown */
     bool quiet;              /* --quiet */
     unsigned long long max_pickle_bytes; /* --max-pickle-bytes, 0 = library default */
+    unsigned long long max_depth;        /* --max-depth, 0 = library default */
 } cli_common;
 
 /* Long-option values from 256 up, shared so each command's table can list them. */
@@ -31,6 +32,7 @@ enum {
     CLI_OPT_ALLOW_GLOBAL = 256,
     CLI_OPT_ALLOW_UNKNOWN,
     CLI_OPT_MAX_PICKLE_BYTES,
+    CLI_OPT_MAX_DEPTH,
     CLI_OPT_QUIET,
     CLI_OPT_HELP,
     CLI_OPT_FIRST_COMMAND_OPTION = 300
@@ -40,6 +42,7 @@ enum {
     {"allow-global", required_argument, NULL, CLI_OPT_ALLOW_GLOBAL},         \
     {"allow-unknown", no_argument, NULL, CLI_OPT_ALLOW_UNKNOWN},             \
     {"max-pickle-bytes", required_argument, NULL, CLI_OPT_MAX_PICKLE_BYTES}, \
+    {"max-depth", required_argument, NULL, CLI_OPT_MAX_DEPTH},               \
     {"quiet", no_argument, NULL, CLI_OPT_QUIET},                             \
     {"help", no_argument, NULL, CLI_OPT_HELP}
 

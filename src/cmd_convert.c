@@ -29,7 +29,8 @@ static const char usage[] =
     "                  an OUT ending in .index.json without it keeps IN's shards\n"
     "  --dry-run       say what would be cast; write nothing\n"
     "  --in-place      allow OUT to be IN (replaced atomically)\n"
-    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
+    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --max-depth N,\n"
+    "  --quiet, --help\n"
     "                  as for every command (ckpt --help)\n";
 
 enum { OPT_TO = CLI_OPT_FIRST_COMMAND_OPTION, OPT_DTYPE, OPT_NO_DEDUPE, OPT_SHARD_SIZE };

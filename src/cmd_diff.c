@@ -34,6 +34,7 @@ static const char diff_usage[] =
     "  --allow-global M.NAME  admit this global as an opaque object (repeatable)\n"
     "  --allow-unknown        admit every unknown global as an opaque object\n"
     "  --max-pickle-bytes N   refuse pickles larger than N bytes (default 1G)\n"
+    "  --max-depth N          refuse values nested more than N levels (default 10000)\n"
     "  --quiet                print nothing but errors; the exit status tells\n"
     "  --help                 this text\n";
 

@@ -18,7 +18,8 @@ static const char usage[] =
     "  --select PATH   the mapping or module at PATH (keys joined by '/')\n"
     "  --to FORMAT     pth (default) or safetensors (also for OUT.safetensors)\n"
     "  --dry-run       say which state dict; write nothing\n"
-    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
+    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --max-depth N,\n"
+    "  --quiet, --help\n"
     "                  as for every command (ckpt --help)\n";
 
 enum { OPT_TO = CLI_OPT_FIRST_COMMAND_OPTION };

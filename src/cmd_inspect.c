@@ -27,6 +27,7 @@ static const char inspect_usage[] =
     "  --allow-global M.NAME  admit this global as an opaque object (repeatable)\n"
     "  --allow-unknown        admit every unknown global as an opaque object\n"
     "  --max-pickle-bytes N   refuse pickles larger than N bytes (default 1G)\n"
+    "  --max-depth N          refuse values nested more than N levels (default 10000)\n"
     "  --quiet                print nothing but errors on stderr\n"
     "  --help                 this text\n";
 

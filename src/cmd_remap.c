@@ -21,7 +21,8 @@ static const char usage[] =
     "                  pickle and zip directory are written; else replaced atomically)\n"
     "  --force         with --in-place: edit a file that has other links\n"
     "  --verbose       say how the output was written\n"
-    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
+    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --max-depth N,\n"
+    "  --quiet, --help\n"
     "                  as for every command (ckpt --help)\n";
 
 enum { OPT_TO = CLI_OPT_FIRST_COMMAND_OPTION, OPT_MAP };

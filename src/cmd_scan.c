@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 static const char usage[] =
-    "usage: ckpt scan [--json] [--max-pickle-bytes N] [--quiet] FILE...\n"
+    "usage: ckpt scan [--json] [--max-pickle-bytes N] [--max-depth N] [--quiet] FILE...\n"
     "\n"
     "List every global (module.name) the pickles of each FILE would import --\n"
     "through GLOBAL, STACK_GLOBAL (memoized strings resolved), INST and OBJ --\n"
@@ -27,6 +27,8 @@ static const char usage[] =
     "  --json                  one JSON document for all files (ckpt-scan(1))\n"
     "  --max-pickle-bytes N    refuse pickles larger than N bytes (default 1G;\n"
     "                          K, M, G suffixes)\n"
+    "  --max-depth N           refuse values nested more than N levels (default\n"
+    "                          10000)\n"
     "  --quiet                 print nothing; the exit status tells\n"
     "  --help                  this text\n";
 
@@ -143,6 +145,8 @@ int cmd_scan(int argc, char **argv)
     int rc = sp ? CKPT_OK : CKPT_ERR_NOMEM;
     if (sp && common.max_pickle_bytes)
         ckpt_scan_paths_set_limit(sp, CKPT_LIMIT_PICKLE_BYTES, common.max_pickle_bytes);
+    if (sp && common.max_depth)
+        ckpt_scan_paths_set_limit(sp, CKPT_LIMIT_DEPTH, common.max_depth);
     /* its verdicts are in the JSON document; the text prints its own */
     if (sp)
         ckpt_scan_paths_set_torch_load(sp, json && !common.quiet);

@@ -37,7 +37,8 @@ static const char usage[] =
     "  --rtol R         relative tolerance (default 1e-5 on the CPU, 1e-4 on CUDA);\n"
     "                   an element passes when |ours - ref| <= A + R * |ref|\n"
     "  --json           print a JSON document (ckpt-verify(1))\n"
-    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --quiet, --help\n"
+    "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N, --max-depth N,\n"
+    "  --quiet, --help\n"
     "                   as for every command (ckpt --help)\n";
 
 enum {
