@@ -183,7 +183,7 @@ CKPT_API ckpt_format ckpt_format_for_path(const char *path);
 
 typedef enum ckpt_limit {
     CKPT_LIMIT_PICKLE_BYTES = 0, /* size of one pickle (default 1 GiB) */
-    CKPT_LIMIT_DEPTH,            /* nesting of containers (default 1000) */
+    CKPT_LIMIT_DEPTH,            /* nesting of containers (default 10000) */
     CKPT_LIMIT_STACK,            /* pickle VM stack entries (default 16 Mi) */
     CKPT_LIMIT_MARKS,            /* open MARKs at once (default 100000) */
     CKPT_LIMIT_MEMO,             /* memo entries (default 16 Mi) */

@@ -366,6 +366,34 @@ int cli_exit_for(int status)
     }
 }
 
+/* A reading limit's value: a positive number, with a K, M or G suffix (powers
+ * of 1024) when SIZES.  1, or -1 after a usage error. */
+static int cli_limit_arg(const char *cmd, const char *name, const char *arg, bool sizes,
+                         unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(arg, &end, 10);
+    if (errno || end == arg || v == 0 || arg[0] == '-') {
+        cli_usage_error(cmd, "%s needs a positive number, got '%s'", name, arg);
+        return -1;
+    }
+    int shift = 0;
+    switch (sizes ? *end : 0) {
+    case 'K': shift = 10; end++; break;
+    case 'M': shift = 20; end++; break;
+    case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (*end || v > (ULLONG_MAX >> shift)) {
+        cli_usage_error(cmd, sizes ? "%s needs a number (K, M, G suffixes), got '%s'"
+                                   : "%s needs a whole number, got '%s'", name, arg);
+        return -1;
+    }
+    *out = v << shift;
+    return 1;
+}
+
 int cli_common_option(const char *cmd, int opt, const char *arg, cli_common *c)
 {
     switch (opt) {
@@ -390,33 +418,11 @@ int cli_common_option(const char *cmd, int opt, const char *arg, cli_common *c)
         c->quiet = true;
         return 1;
     case CLI_OPT_MAX_PICKLE_BYTES:
-    case CLI_OPT_MAX_HEADER_BYTES: {
-        const char *name =
-            opt == CLI_OPT_MAX_PICKLE_BYTES ? "--max-pickle-bytes" : "--max-header-bytes";
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(arg, &end, 10);
-        if (errno || end == arg || v == 0 || arg[0] == '-') {
-            cli_usage_error(cmd, "%s needs a positive number, got '%s'", name, arg);
-            return -1;
-        }
-        int shift = 0;
-        switch (*end) {
-        case 'K': shift = 10; end++; break;
-        case 'M': shift = 20; end++; break;
-        case 'G': shift = 30; end++; break;
-        default: break;
-        }
-        if (*end || v > (ULLONG_MAX >> shift)) {
-            cli_usage_error(cmd, "%s needs a number (K, M, G suffixes), got '%s'", name, arg);
-            return -1;
-        }
-        if (opt == CLI_OPT_MAX_PICKLE_BYTES)
-            c->max_pickle_bytes = v << shift;
-        else
-            c->max_header_bytes = v << shift;
-        return 1;
-    }
+        return cli_limit_arg(cmd, "--max-pickle-bytes", arg, true, &c->max_pickle_bytes);
+    case CLI_OPT_MAX_HEADER_BYTES:
+        return cli_limit_arg(cmd, "--max-header-bytes", arg, true, &c->max_header_bytes);
+    case CLI_OPT_MAX_DEPTH:
+        return cli_limit_arg(cmd, "--max-depth", arg, false, &c->max_depth);
     default:
         return 0;
     }
@@ -446,6 +452,8 @@ int cli_open(const char *cmd, const char *path, const cli_common *c, ckpt_file *
         rc = ckpt_file_set_limit(f, CKPT_LIMIT_PICKLE_BYTES, c->max_pickle_bytes);
     if (rc == CKPT_OK && c->max_header_bytes)
         rc = ckpt_file_set_limit(f, CKPT_LIMIT_HEADER_BYTES, c->max_header_bytes);
+    if (rc == CKPT_OK && c->max_depth)
+        rc = ckpt_file_set_limit(f, CKPT_LIMIT_DEPTH, c->max_depth);
     if (rc == CKPT_OK)
         rc = ckpt_file_open(f, path);
     if (rc != CKPT_OK) {

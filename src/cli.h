@@ -26,6 +26,7 @@ typedef struct cli_common {
     bool quiet;              /* --quiet */
     unsigned long long max_pickle_bytes; /* --max-pickle-bytes, 0 = library default */
     unsigned long long max_header_bytes; /* --max-header-bytes, 0 = library default */
+    unsigned long long max_depth;        /* --max-depth, 0 = library default */
 } cli_common;
 
 /* Long-option values from 256 up, shared so each command's table can list them. */
@@ -34,6 +35,7 @@ enum {
     CLI_OPT_ALLOW_UNKNOWN,
     CLI_OPT_MAX_PICKLE_BYTES,
     CLI_OPT_MAX_HEADER_BYTES,
+    CLI_OPT_MAX_DEPTH,
     CLI_OPT_QUIET,
     CLI_OPT_HELP,
     CLI_OPT_FIRST_COMMAND_OPTION = 300
@@ -44,6 +46,7 @@ enum {
     {"allow-unknown", no_argument, NULL, CLI_OPT_ALLOW_UNKNOWN},             \
     {"max-pickle-bytes", required_argument, NULL, CLI_OPT_MAX_PICKLE_BYTES}, \
     {"max-header-bytes", required_argument, NULL, CLI_OPT_MAX_HEADER_BYTES}, \
+    {"max-depth", required_argument, NULL, CLI_OPT_MAX_DEPTH},               \
     {"quiet", no_argument, NULL, CLI_OPT_QUIET},                             \
     {"help", no_argument, NULL, CLI_OPT_HELP}
 

@@ -36,6 +36,7 @@ static const char diff_usage[] =
     "  --max-pickle-bytes N   refuse pickles larger than N bytes (default 1G)\n"
     "  --max-header-bytes N   refuse safetensors headers larger than N bytes\n"
     "                         (default 100000000, as safetensors)\n"
+    "  --max-depth N          refuse values nested more than N levels (default 10000)\n"
     "  --quiet                print nothing but errors; the exit status tells\n"
     "  --help                 this text\n";
 

@@ -29,6 +29,7 @@ static const char inspect_usage[] =
     "  --max-pickle-bytes N   refuse pickles larger than N bytes (default 1G)\n"
     "  --max-header-bytes N   refuse safetensors headers larger than N bytes\n"
     "                         (default 100000000, as safetensors)\n"
+    "  --max-depth N          refuse values nested more than N levels (default 10000)\n"
     "  --quiet                print nothing but errors on stderr\n"
     "  --help                 this text\n";
 

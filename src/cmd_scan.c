@@ -8,8 +8,8 @@
 #include <stdlib.h>
 
 static const char usage[] =
-    "usage: ckpt scan [--json] [--max-pickle-bytes N] [--max-header-bytes N] [--quiet]\n"
-    "                 FILE...\n"
+    "usage: ckpt scan [--json] [--max-pickle-bytes N] [--max-header-bytes N]\n"
+    "                 [--max-depth N] [--quiet] FILE...\n"
     "\n"
     "List every global (module.name) the pickles of each FILE would import --\n"
     "through GLOBAL, STACK_GLOBAL (memoized strings resolved), INST and OBJ --\n"
@@ -30,6 +30,8 @@ static const char usage[] =
     "                          K, M, G suffixes)\n"
     "  --max-header-bytes N    refuse safetensors headers larger than N bytes\n"
     "                          (default 100000000, as safetensors)\n"
+    "  --max-depth N           refuse values nested more than N levels (default\n"
+    "                          10000)\n"
     "  --quiet                 print nothing; the exit status tells\n"
     "  --help                  this text\n";
 
@@ -156,6 +158,8 @@ int cmd_scan(int argc, char **argv)
         ckpt_scan_paths_set_limit(sp, CKPT_LIMIT_PICKLE_BYTES, common.max_pickle_bytes);
     if (sp && common.max_header_bytes)
         ckpt_scan_paths_set_limit(sp, CKPT_LIMIT_HEADER_BYTES, common.max_header_bytes);
+    if (sp && common.max_depth)
+        ckpt_scan_paths_set_limit(sp, CKPT_LIMIT_DEPTH, common.max_depth);
     /* its verdicts are in the JSON document; the text prints its own */
     if (sp)
         ckpt_scan_paths_set_torch_load(sp, json && !common.quiet);

@@ -38,7 +38,7 @@ static const char usage[] =
     "                   an element passes when |ours - ref| <= A + R * |ref|\n"
     "  --json           print a JSON document (ckpt-verify(1))\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N,\n"
-    "  --max-header-bytes N, --quiet, --help\n"
+    "  --max-header-bytes N, --max-depth N, --quiet, --help\n"
     "                   as for every command (ckpt --help)\n";
 
 enum {

@@ -774,6 +774,12 @@ static int make_tuple(walk *w, size_t first, size_t n, wv *out)
     *out = mk(V_TUPLE);
     out->n = (uint32_t)(n > UINT32_MAX ? UINT32_MAX : n);
     if (n <= TUPLE_KEPT && n) {
+        /* the reader's budget (pickle/read.c): the pickle and what it makes
+         * within max(--max-pickle-bytes, 1 GiB), so that 10^8 nested TUPLE1s stop */
+        uint64_t cap = w->ctx->limits[CKPT_LIMIT_PICKLE_BYTES];
+        cap = cap < (1ull << 30) ? 1ull << 30 : cap;
+        if (w->len > cap || w->arena.used_total > cap - w->len)
+            return -1;
         wv *items = ckpt_arena_alloc(&w->arena, n * sizeof *items);
         if (!items)
             return w->oom = -1;
@@ -1117,7 +1123,7 @@ int ckpt_wo_walk(const ckpt_wo_ctx *ctx, const uint8_t *buf, size_t len, ckpt_wo
         if (w.oom)
             return ckpt_oom(err);
         return ckpt_err(err, CKPT_ERR_LIMIT, "a pickle exceeds the limits on its stack, "
-                        "MARKs or memo");
+                        "MARKs, memo or memory (--max-pickle-bytes)");
     }
     return CKPT_OK;
 }

@@ -16,7 +16,7 @@
 
 static const uint64_t default_limits[CKPT_LIMIT_COUNT_] = {
     [CKPT_LIMIT_PICKLE_BYTES] = 1ull << 30,
-    [CKPT_LIMIT_DEPTH] = 1000,
+    [CKPT_LIMIT_DEPTH] = 10000,
     [CKPT_LIMIT_STACK] = 16ull << 20,
     [CKPT_LIMIT_MARKS] = 100000,
     [CKPT_LIMIT_MEMO] = 16ull << 20,

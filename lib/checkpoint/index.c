@@ -335,7 +335,7 @@ static int walk(walker *w, ckpt_value *v, size_t level, bool on_path)
     ckpt_file *f = w->f;
     if (level > f->limits[CKPT_LIMIT_DEPTH])
         return ckpt_err(&f->err, CKPT_ERR_LIMIT,
-                        "values nested more than %llu levels deep (pickle byte %llu)",
+                        "values nested more than %llu levels deep (pickle byte %llu; --max-depth)",
                         (unsigned long long)f->limits[CKPT_LIMIT_DEPTH],
                         (unsigned long long)v->offset);
     switch (v->kind) {

@@ -112,6 +112,8 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
     int rc = (!table || !shards || !dir || !root) ? ckpt_oom(&f->err)
                                                   : CKPT_OK;
     size_t nshards = 0;
+    ckpt_map shard_at; /* shard name -> its index in shards: n log n, not n x shards */
+    ckpt_map_init(&shard_at, CKPT_MAP_BYTES);
     const cJSON *e;
     cJSON_ArrayForEach(e, map)
     {
@@ -128,9 +130,11 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
             rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "shard index: '%s' appears twice", e->string);
             break;
         }
-        size_t k = 0;
-        while (k < nshards && strcmp(shards[k], e->valuestring) != 0)
-            k++;
+        size_t k = nshards;
+        if (ckpt_map_put(&shard_at, e->valuestring, strlen(e->valuestring), nshards, &k) < 0) {
+            rc = ckpt_oom(&f->err);
+            break;
+        }
         if (k == nshards)
             shards[nshards++] = e->valuestring;
         s->name = e->string;
@@ -197,6 +201,7 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
     }
     if (rc == CKPT_OK)
         *root_out = root;
+    ckpt_map_release(&shard_at);
     free(table);
     free(shards);
     free(dir);
@@ -228,14 +233,6 @@ static int sharded_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
  * NAME-00001-of-0000N.EXT, each written as its name says (f->parts.write).
  * Shards hold at most shard_size bytes, or follow the input's own shards.
  */
-static int same_src_index(const ckpt_source *const *srcs, size_t n, const ckpt_source *s)
-{
-    for (size_t i = 0; i < n; i++)
-        if (srcs[i] == s)
-            return (int)i;
-    return -1;
-}
-
 static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_options *opt)
 {
     size_t plen = strlen(path);
@@ -289,7 +286,9 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
     uint64_t limit = opt ? opt->shard_size : 0, fill = 0, total = 0;
     int nshards = 0;
     size_t nsrcs = 0;
-    for (size_t i = 0; i < n; i++) {
+    ckpt_map src_at; /* an input shard -> its output shard (linear, not n x shards) */
+    ckpt_map_init(&src_at, CKPT_MAP_U64);
+    for (size_t i = 0; i < n && trc == CKPT_OK; i++) {
         const ckpt_tensor *t = sd->u.dict.vals.items[i]->u.tensor;
         uint64_t bytes = ckpt_tensor_nbytes(t); /* float6 counts 6 bits an element */
         /* a tied tensor stays in its first name's shard, where it is written once */
@@ -306,17 +305,50 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
             fill += bytes;
             shard_of[i] = nshards - 1;
         } else { /* the input's shards */
-            int k = same_src_index(srcs, nsrcs, t->storage->src);
-            if (k < 0) {
-                srcs[nsrcs] = t->storage->src;
-                k = (int)nsrcs++;
+            size_t k = nsrcs;
+            if (ckpt_map_put_u64(&src_at, (uint64_t)(uintptr_t)t->storage->src, nsrcs, &k) < 0) {
+                trc = ckpt_oom(&f->err);
+                break;
             }
-            shard_of[i] = k;
+            if (k == nsrcs)
+                srcs[nsrcs++] = t->storage->src;
+            shard_of[i] = (int)k;
             nshards = (int)nsrcs;
         }
     }
+    ckpt_map_release(&src_at);
     if (nshards == 0)
         nshards = 1;
+    /* the tensors of each shard, in order: by_shard[first[k] .. first[k + 1]) */
+    size_t *first = trc == CKPT_OK ? calloc((size_t)nshards + 1, sizeof(*first)) : NULL;
+    size_t *by_shard = first ? calloc(n ? n : 1, sizeof(*by_shard)) : NULL;
+    if (trc == CKPT_OK && !by_shard)
+        trc = ckpt_oom(&f->err);
+    if (trc == CKPT_OK) {
+        for (size_t i = 0; i < n; i++)
+            first[shard_of[i] + 1]++;
+        for (int k = 0; k < nshards; k++)
+            first[k + 1] += first[k];
+        size_t *next = calloc((size_t)nshards ? (size_t)nshards : 1, sizeof(*next));
+        if (!next) {
+            trc = ckpt_oom(&f->err);
+        } else {
+            memcpy(next, first, (size_t)nshards * sizeof(*next));
+            for (size_t i = 0; i < n; i++)
+                by_shard[next[shard_of[i]]++] = i;
+            free(next);
+        }
+    }
+    if (trc != CKPT_OK) {
+        free(first);
+        free(by_shard);
+        free(base);
+        free(extcopy);
+        free(shard_of);
+        free(srcs);
+        free(tied);
+        return trc;
+    }
 
     char **names = calloc((size_t)nshards, sizeof(*names));
     cJSON *idx = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(idx, "metadata"),
@@ -344,9 +376,8 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
         part->flags |= CKPT_VF_ORDERED;
         const char *shard_base = strrchr(names[k], '/');
         shard_base = shard_base ? shard_base + 1 : names[k];
-        for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
-            if (shard_of[i] != k)
-                continue;
+        for (size_t j = first[k]; j < first[k + 1] && rc == CKPT_OK; j++) {
+            size_t i = by_shard[j];
             if (ckpt_vec_push(&f->arena, &part->u.dict.keys, sd->u.dict.keys.items[i]) ||
                 ckpt_vec_push(&f->arena, &part->u.dict.vals, sd->u.dict.vals.items[i]))
                 rc = ckpt_oom(&f->err);
@@ -396,6 +427,8 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
     free(shard_of);
     free(srcs);
     free(tied);
+    free(first);
+    free(by_shard);
     return rc;
 }
 

@@ -42,6 +42,7 @@ typedef struct ckpt_vec {
 struct ckpt_value {
     uint8_t kind;
     uint8_t flags;
+    uint32_t depth;  /* containers: levels of items below, as the VM built it (--max-depth) */
     uint64_t offset; /* byte offset of the creating opcode in its pickle */
     union {
         int b;

@@ -251,8 +251,46 @@ static int memo_put_top(vm *m, uint64_t key)
 
 /* ---- value construction ------------------------------------------------------ */
 
-static int add_item(vm *m, ckpt_vec *v, ckpt_value *item)
+/* ---- reading limits, checked as the values are made (issue 26) --------------
+ * Nesting: a container's depth is one more than its deepest item's, set as each
+ * item goes in, so that 10^8 nested TUPLE1s stop at --max-depth instead of
+ * building 10^8 tuples first.  An item that grows after it went in (a memoized
+ * list appended to later) does not raise its holders' depths: the tree walk
+ * (checkpoint/index.c) checks the limit again on the finished tree.
+ * Memory: a pickle and the values made from it take at most max(--max-pickle-
+ * bytes, 1 GiB) together (arena bytes since the load began), so that 1 GiB of
+ * NONE POP cannot make 70 GiB of values. */
+#define TREE_FLOOR (1ull << 30)
+
+static int nest(vm *m, ckpt_value *owner, const ckpt_value *item)
 {
+    if (!item || item->depth < owner->depth)
+        return CKPT_OK;
+    if ((uint64_t)item->depth + 1 > limit(m, CKPT_LIMIT_DEPTH))
+        return fail(m, CKPT_ERR_LIMIT, "values nested more than %llu levels (--max-depth)",
+                    (unsigned long long)limit(m, CKPT_LIMIT_DEPTH));
+    owner->depth = item->depth + 1;
+    return CKPT_OK;
+}
+
+/* MORE: bytes about to be taken (a BINBYTES8's copy), refused before they are. */
+static int within_budget(vm *m, uint64_t more)
+{
+    uint64_t cap = limit(m, CKPT_LIMIT_PICKLE_BYTES);
+    if (cap < TREE_FLOOR)
+        cap = TREE_FLOOR;
+    uint64_t used = m->a->used_total - m->arena_at_start;
+    if (m->len <= cap && more <= cap - m->len && used <= cap - m->len - more)
+        return CKPT_OK;
+    return fail(m, CKPT_ERR_LIMIT, "the pickle (%zu bytes) and the values made from it take "
+                "more than %llu bytes of memory (--max-pickle-bytes, at least 1 GiB)", m->len,
+                (unsigned long long)cap);
+}
+
+/* Put ITEM into OWNER's vector V. */
+static int add_item(vm *m, ckpt_value *owner, ckpt_vec *v, ckpt_value *item)
+{
+    CKPT_FORWARD(nest(m, owner, item));
     if (v->len >= limit(m, CKPT_LIMIT_ITEMS))
         return fail(m, CKPT_ERR_LIMIT, "a container holds more than %llu items",
                     (unsigned long long)limit(m, CKPT_LIMIT_ITEMS));
@@ -477,6 +515,7 @@ static int take_counted(vm *m, int lenbytes, ckpt_kind kind, uint8_t flags)
         (m->op == CKPT_OP_BINSTRING || m->op == CKPT_OP_SHORT_BINSTRING) &&
         !utf8_strict(p, (size_t)n))
         return fail(m, CKPT_ERR_FORMAT, "string is not valid UTF-8");
+    CKPT_FORWARD(within_budget(m, n)); /* the copy push_bytes makes */
     return push_bytes(m, kind, p, (size_t)n, flags);
 }
 
@@ -930,6 +969,8 @@ static int new_object(vm *m, ckpt_value *callable, ckpt_value *args, ckpt_value 
     v->u.obj.callable = callable;
     v->u.obj.args = args;
     v->u.obj.kwargs = kwargs;
+    CKPT_FORWARD(nest(m, v, args));
+    CKPT_FORWARD(nest(m, v, kwargs));
     v->u.obj.how = (uint8_t)how;
     return push(m, v);
 }
@@ -1093,8 +1134,8 @@ static int op_reduce(vm *m)
                     if ((pair->kind != CKPT_KIND_TUPLE && pair->kind != CKPT_KIND_LIST) ||
                         pair->u.seq.len != 2)
                         return fail(m, CKPT_ERR_FORMAT, "OrderedDict item is not a pair");
-                    CKPT_FORWARD(add_item(m, &d->u.dict.keys, pair->u.seq.items[0]));
-                    CKPT_FORWARD(add_item(m, &d->u.dict.vals, pair->u.seq.items[1]));
+                    CKPT_FORWARD(add_item(m, d, &d->u.dict.keys, pair->u.seq.items[0]));
+                    CKPT_FORWARD(add_item(m, d, &d->u.dict.vals, pair->u.seq.items[1]));
                 }
             }
             return push(m, d);
@@ -1166,6 +1207,7 @@ static int op_build(vm *m)
         state->kind != CKPT_KIND_NONE)
         return fail(m, CKPT_ERR_FORMAT, "BUILD on an OrderedDict with a %s as state",
                     ckpt_kind_name((ckpt_kind)state->kind));
+    CKPT_FORWARD(nest(m, obj, state));
     *slot = state;
     return CKPT_OK;
 }
@@ -1218,8 +1260,8 @@ static int scan_set_items(vm *m, ckpt_value *target, ckpt_value **kv, size_t n)
     if (target->kind == CKPT_KIND_DICT) {
         CKPT_FORWARD(need_hashable(m, kv, n, 2));
         for (size_t i = 0; i < n; i += 2) {
-            CKPT_FORWARD(add_item(m, &target->u.dict.keys, kv[i]));
-            CKPT_FORWARD(add_item(m, &target->u.dict.vals, kv[i + 1]));
+            CKPT_FORWARD(add_item(m, target, &target->u.dict.keys, kv[i]));
+            CKPT_FORWARD(add_item(m, target, &target->u.dict.vals, kv[i + 1]));
         }
         return CKPT_OK;
     }
@@ -1243,7 +1285,7 @@ static int scan_append(vm *m, ckpt_value *target, ckpt_value **items, size_t n)
         return CKPT_OK;
     if (target->kind == CKPT_KIND_LIST) {
         for (size_t i = 0; i < n; i++)
-            CKPT_FORWARD(add_item(m, &target->u.seq, items[i]));
+            CKPT_FORWARD(add_item(m, target, &target->u.seq, items[i]));
         return CKPT_OK;
     }
     if (target->kind == CKPT_KIND_BYTES && (target->flags & CKPT_VF_BYTEARRAY)) {
@@ -1291,8 +1333,8 @@ static int set_items(vm *m, ckpt_value *target, ckpt_value **kv, size_t n)
         return fail(m, CKPT_ERR_FORMAT, "SETITEM on a %s", ckpt_value_kind_name(target));
     }
     for (size_t i = 0; i < n; i += 2) {
-        CKPT_FORWARD(add_item(m, keys, kv[i]));
-        CKPT_FORWARD(add_item(m, vals, kv[i + 1]));
+        CKPT_FORWARD(add_item(m, target, keys, kv[i]));
+        CKPT_FORWARD(add_item(m, target, vals, kv[i + 1]));
     }
     return CKPT_OK;
 }
@@ -1309,7 +1351,7 @@ static int append_items(vm *m, ckpt_value *target, ckpt_value **items, size_t n)
     else
         return fail(m, CKPT_ERR_FORMAT, "APPEND on a %s", ckpt_value_kind_name(target));
     for (size_t i = 0; i < n; i++)
-        CKPT_FORWARD(add_item(m, vec, items[i]));
+        CKPT_FORWARD(add_item(m, target, vec, items[i]));
     return CKPT_OK;
 }
 
@@ -1319,7 +1361,7 @@ static int seq_from(vm *m, ckpt_kind kind, ckpt_value **items, size_t n)
     if (!v)
         return oom(m);
     for (size_t i = 0; i < n; i++)
-        CKPT_FORWARD(add_item(m, &v->u.seq, items[i]));
+        CKPT_FORWARD(add_item(m, v, &v->u.seq, items[i]));
     return push(m, v);
 }
 
@@ -1601,7 +1643,7 @@ static int step(vm *m, bool *stop)
         if (c->kind != CKPT_KIND_SET)
             return fail(m, CKPT_ERR_FORMAT, "ADDITEMS on a %s", ckpt_value_kind_name(c));
         for (size_t i = 0; i < n; i++)
-            CKPT_FORWARD(add_item(m, &c->u.seq, items[i]));
+            CKPT_FORWARD(add_item(m, c, &c->u.seq, items[i]));
         return CKPT_OK;
     case CKPT_OP_FROZENSET:
         CKPT_FORWARD(pop_mark(m, &items, &n));
@@ -1664,7 +1706,7 @@ static int step(vm *m, bool *stop)
         if (!args)
             return oom(m);
         for (size_t i = 0; i < n; i++)
-            CKPT_FORWARD(add_item(m, &args->u.seq, copy[i]));
+            CKPT_FORWARD(add_item(m, args, &args->u.seq, copy[i]));
         return new_object(m, cls, args, NULL, CKPT_OBJ_INST);
     }
     case CKPT_OP_OBJ: {
@@ -1676,7 +1718,7 @@ static int step(vm *m, bool *stop)
         if (!args)
             return oom(m);
         for (size_t i = 1; i < n; i++)
-            CKPT_FORWARD(add_item(m, &args->u.seq, items[i]));
+            CKPT_FORWARD(add_item(m, args, &args->u.seq, items[i]));
         return new_object(m, cls, args, NULL, CKPT_OBJ_OBJ);
     }
 
@@ -1745,8 +1787,10 @@ int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_
         return ckpt_err(err, CKPT_ERR_LIMIT,
                         "%s: pickle of %zu bytes is over the limit of %llu (--max-pickle-bytes)",
                         ctx->name, len, (unsigned long long)ctx->limits[CKPT_LIMIT_PICKLE_BYTES]);
+    m.arena_at_start = m.a->used_total;
     while (rc == CKPT_OK && !stop)
-        rc = step(&m, &stop);
+        if ((rc = step(&m, &stop)) == CKPT_OK)
+            rc = within_budget(&m, 0);
     if (rc == CKPT_OK) {
         if (m.sp <= floor_of(&m)) /* STOP pops, and a MARK fences the stack */
             rc = fail(&m, CKPT_ERR_FORMAT, "STOP with an empty stack");

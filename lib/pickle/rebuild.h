@@ -37,6 +37,7 @@ typedef struct vm {
     size_t npending, pending_cap;
     uint64_t unbuilt;
     int proto; /* the stream's PROTO (0 before one): Python 2 names map below 3 */
+    size_t arena_at_start; /* the arena's bytes when the load began (the memory budget) */
     /* scanning: builtins.getattr on the stack, and its uses that are data */
     uint64_t getattr_refs, getattr_data;
     const char *getattr_shown;

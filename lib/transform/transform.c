@@ -686,13 +686,29 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
     bool *keep = calloc(f->nstorages ? f->nstorages : 1, sizeof(*keep));
     if (!keep)
         return ckpt_oom(&f->err);
-    for (size_t i = 0; i < f->nstorages; i++)
-        for (size_t j = 0; j < f->tensors.len; j++) {
-            const ckpt_tensor *t = f->tensors.items[j].value->u.tensor;
-            if (t->q.scales && (t->q.scales->storage == f->storages[i] ||
-                                t->q.zero_points->storage == f->storages[i]))
-                keep[i] = true;
-        }
+    /* storage -> its index, so that this is one pass over the tensors, not
+     * one per storage (100,000 tensors: 352 s before, issue 26) */
+    ckpt_map at;
+    ckpt_map_init(&at, CKPT_MAP_U64);
+    int rc = ckpt_map_reserve(&at, f->nstorages) < 0 ? CKPT_ERR_NOMEM : CKPT_OK;
+    for (size_t i = 0; i < f->nstorages && rc == CKPT_OK; i++)
+        rc = ckpt_map_set_u64(&at, (uint64_t)(uintptr_t)f->storages[i], i) < 0 ? CKPT_ERR_NOMEM
+                                                                             : CKPT_OK;
+    for (size_t j = 0; j < f->tensors.len && rc == CKPT_OK; j++) {
+        const ckpt_tensor *t = f->tensors.items[j].value->u.tensor;
+        size_t i;
+        if (!t->q.scales)
+            continue;
+        if (ckpt_map_get_u64(&at, (uint64_t)(uintptr_t)t->q.scales->storage, &i))
+            keep[i] = true;
+        if (ckpt_map_get_u64(&at, (uint64_t)(uintptr_t)t->q.zero_points->storage, &i))
+            keep[i] = true;
+    }
+    ckpt_map_release(&at);
+    if (rc != CKPT_OK) {
+        free(keep);
+        return ckpt_oom(&f->err);
+    }
     /* count per source dtype, for the report */
     size_t counts[CKPT_DTYPE_COUNT_] = {0};
     for (size_t i = 0; i < f->nstorages; i++) {

@@ -114,6 +114,12 @@ def main():
         elif data[:1] == b'\x80':
             put('pickle', name + '.stream', data[:MAX])
 
+    # nesting checked as the VM builds (issue 26): TUPLE1s past the fuzzer's
+    # depth limit (200), and dicts filled by SETITEMs from the innermost out
+    put('pickle', 'nested_tuple1.pkl', b'\x80\x02)' + b'\x85' * 300 + b'.')
+    put('pickle', 'nested_dicts.pkl',
+        b'\x80\x02}' + b'X\x01\x00\x00\x00k}' * 250 + b's' * 250 + b'.')
+
     # safetensors headers, each after the 2-byte length of the data it covers
     # (fuzz_safetensors.c), tiling the data as safetensors wants
     def header(tensors, meta=None, text=None):

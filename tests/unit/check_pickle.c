@@ -955,6 +955,46 @@ START_TEST(pickle_size_limit)
 }
 END_TEST
 
+/* --max-depth is checked as each container is made (issue 26): 10^8 nested
+ * TUPLE1s stop at the limit, not after 10^8 tuples are built. */
+static void nested_tuples(int n)
+{
+    pk_free(&p);
+    pk_proto2(&p);
+    pk_op(&p, ')');
+    for (int i = 0; i < n; i++)
+        pk_op(&p, 0x85); /* TUPLE1: a tuple of the last one */
+    pk_op(&p, '.');
+}
+
+START_TEST(depth_limit_while_reading)
+{
+    ck_assert_int_eq(ckpt_file_set_limit(f, CKPT_LIMIT_DEPTH, 50), CKPT_OK);
+    nested_tuples(50);
+    load_ok();
+    nested_tuples(51);
+    load_fails(CKPT_ERR_LIMIT, "nested more than 50 levels (--max-depth)");
+    ck_assert_msg_has(f, "at byte 53"); /* the TUPLE1 that went past it: the VM's check */
+    /* dicts: {'k': {'k': ...}} made by SETITEMs from the innermost out */
+    for (int n = 50; n <= 51; n++) {
+        pk_free(&p);
+        pk_proto2(&p);
+        pk_op(&p, '}');
+        for (int i = 0; i < n; i++) {
+            pk_str(&p, "k");
+            pk_op(&p, '}');
+        }
+        for (int i = 0; i < n; i++)
+            pk_op(&p, 's');
+        pk_op(&p, '.');
+        if (n == 50)
+            load_ok();
+        else
+            load_fails(CKPT_ERR_LIMIT, "nested more than 50 levels (--max-depth)");
+    }
+}
+END_TEST
+
 START_TEST(big_memo_index_is_fine)
 {
     /* Python's memo is a dict: a sparse index is legal */
@@ -1545,6 +1585,7 @@ static Suite *suite(void)
     tcase_add_test(bad, stack_limit);
     tcase_add_test(bad, items_limit);
     tcase_add_test(bad, pickle_size_limit);
+    tcase_add_test(bad, depth_limit_while_reading);
     tcase_add_test(bad, decimal_digit_limit);
     suite_add_tcase(s, bad);
     TCase *fd = tcase_create("feeds");
