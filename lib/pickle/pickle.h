@@ -42,6 +42,8 @@ typedef struct ckpt_vec {
 struct ckpt_value {
     uint8_t kind;
     uint8_t flags;
+    uint8_t how;     /* OBJECT: ckpt_obj_how (here, in the padding, not in u.obj: a value
+                      * is 128 bytes, not 136; issue 26, a header of 1.7 M tensors) */
     uint64_t offset; /* byte offset of the creating opcode in its pickle */
     union {
         int b;
@@ -78,7 +80,6 @@ struct ckpt_value {
             ckpt_value *state;    /* BUILD state or NULL */
             ckpt_vec listitems;   /* APPEND(S) on the object */
             ckpt_vec dictkeys, dictvals; /* SETITEM(S) on the object */
-            uint8_t how;          /* ckpt_obj_how */
             struct ckpt_value *module_sd; /* MODULE: its state dict, once made */
         } obj;
         struct ckpt_tensor *tensor;
