@@ -100,6 +100,7 @@ struct ckpt_tensor {
     int64_t numel;
     bool requires_grad;
     bool parameter;
+    uint8_t kind;               /* ckpt_tensor_kind (beside the bools: 176 bytes, not 184) */
     struct ckpt_storage *storage;
     /* The call that built it, kept for writers: "_rebuild_tensor_v2", ... */
     const char *rebuild;
@@ -110,7 +111,6 @@ struct ckpt_tensor {
     /* _rebuild_from_type_v2(rebuild, torch.Tensor, rebuild_args, state):
      * the whole argument tuple, written back around the inner call */
     ckpt_value *type_args;
-    uint8_t kind;               /* ckpt_tensor_kind */
     const char *device;         /* NULL: the storage's (or meta's) tag */
     ckpt_qparams q;             /* QUANTIZED */
     const struct ckpt_tensor *values; /* SPARSE_*: the values part */
@@ -178,6 +178,8 @@ struct ckpt_storage {
 ckpt_value *ckpt_value_new(ckpt_arena *a, ckpt_kind kind, uint64_t offset);
 /* Append to a vector; grows inside the arena.  -1 on OOM. */
 int ckpt_vec_push(ckpt_arena *a, ckpt_vec *v, ckpt_value *item);
+/* Room for N items in all (no doubling left behind when the count is known).  -1 on OOM. */
+int ckpt_vec_reserve(ckpt_arena *a, ckpt_vec *v, size_t n);
 bool ckpt_value_is_str(const ckpt_value *v, const char *s);
 const char *ckpt_kind_name(ckpt_kind kind);
 
