@@ -561,7 +561,12 @@ static bool convert_fixes(ckpt_torch_load *t, ckpt_torch which, const char *path
     if (what) {
         ckpt_pickle_out out = {0};
         ckpt_error e = {0};
-        if (ckpt_pickle_write(&f->arena, f->nstorages, what, &out, &e) == CKPT_OK) {
+        int wrc = ckpt_pickle_write(&f->arena, f->nstorages, what, &out, &e);
+        /* the walk reads the pickle alone: the file's model goes first, so
+         * the two are never held at once (issue 26: a 100 MB header) */
+        ckpt_file_free(f);
+        f = NULL;
+        if (wrc == CKPT_OK) {
             ckpt_wo_ctx ctx = {.torch = which == CKPT_TORCH_1_13 ? CKPT_WO_1_13 : CKPT_WO_2_15,
                                .limits = t->limits, .pid_fields = 5};
             ckpt_wo_result r;
@@ -646,8 +651,11 @@ static void extract_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
         ckpt_wo_ctx ctx = {.torch = which == CKPT_TORCH_1_13 ? CKPT_WO_1_13 : CKPT_WO_2_15,
                            .limits = t->limits, .pid_fields = 5};
         ckpt_wo_result r;
-        ok = ckpt_pickle_write(&f->arena, f->nstorages, f->root, &out, &e) == CKPT_OK &&
-             ckpt_wo_walk(&ctx, out.buf, out.len, &r, &e) == CKPT_OK && r.stop == CKPT_WO_OK;
+        ok = ckpt_pickle_write(&f->arena, f->nstorages, f->root, &out, &e) == CKPT_OK;
+        ckpt_file_free(f); /* the walk reads the pickle alone: not both held at once */
+        f = NULL;
+        ok = ok && ckpt_wo_walk(&ctx, out.buf, out.len, &r, &e) == CKPT_OK &&
+             r.stop == CKPT_WO_OK;
         ckpt_pickle_out_free(&out);
     }
     ckpt_file_free(f);
@@ -890,7 +898,11 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
     }
     close(fd);
     /* what the model admits but ckpt's reader finds malformed (values) */
-    ckpt_file *f = rc == CKPT_OK ? ckpt_file_new() : NULL;
+    bool unpickled = false; /* only then is there a verdict to qualify: else no second read */
+    for (int i = 0; i < CKPT_TORCH_COUNT_; i++)
+        unpickled |= t->v[i].pub.accepted &&
+                     strcmp(t->v[i].pub.via, "weights-only unpickler") == 0;
+    ckpt_file *f = rc == CKPT_OK && unpickled ? ckpt_file_new() : NULL;
     if (f && ckpt_file_open(f, path) == CKPT_ERR_FORMAT)
         for (int i = 0; i < CKPT_TORCH_COUNT_; i++)
             if (t->v[i].pub.accepted && strcmp(t->v[i].pub.via, "weights-only unpickler") == 0)

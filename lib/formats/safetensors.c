@@ -875,6 +875,11 @@ static int safetensors_read(ckpt_file *f, ckpt_source *src, ckpt_value **root_ou
         goto out;
     }
     root->flags |= CKPT_VF_ORDERED;
+    if (ps.nrecs && (ckpt_vec_reserve(&f->arena, &root->u.dict.keys, ps.nrecs) ||
+                     ckpt_vec_reserve(&f->arena, &root->u.dict.vals, ps.nrecs))) {
+        rc = ckpt_oom(&f->err); /* sized once: 1.7 M names leave no doubled arrays behind */
+        goto out;
+    }
     size_t plen = f->key_prefix ? strlen(f->key_prefix) : 0;
     char *key = NULL;
     size_t key_cap = 0;

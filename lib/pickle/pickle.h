@@ -42,6 +42,8 @@ typedef struct ckpt_vec {
 struct ckpt_value {
     uint8_t kind;
     uint8_t flags;
+    uint8_t how;     /* OBJECT: ckpt_obj_how (here, in the padding, not in u.obj: a value
+                      * is 128 bytes, not 136; issue 26, a header of 1.7 M tensors) */
     uint32_t depth;  /* containers: levels of items below, as the VM built it (--max-depth) */
     uint64_t offset; /* byte offset of the creating opcode in its pickle */
     union {
@@ -79,7 +81,6 @@ struct ckpt_value {
             ckpt_value *state;    /* BUILD state or NULL */
             ckpt_vec listitems;   /* APPEND(S) on the object */
             ckpt_vec dictkeys, dictvals; /* SETITEM(S) on the object */
-            uint8_t how;          /* ckpt_obj_how */
             struct ckpt_value *module_sd; /* MODULE: its state dict, once made */
         } obj;
         struct ckpt_tensor *tensor;
@@ -100,6 +101,7 @@ struct ckpt_tensor {
     int64_t numel;
     bool requires_grad;
     bool parameter;
+    uint8_t kind;               /* ckpt_tensor_kind (beside the bools: 176 bytes, not 184) */
     struct ckpt_storage *storage;
     /* The call that built it, kept for writers: "_rebuild_tensor_v2", ... */
     const char *rebuild;
@@ -110,7 +112,6 @@ struct ckpt_tensor {
     /* _rebuild_from_type_v2(rebuild, torch.Tensor, rebuild_args, state):
      * the whole argument tuple, written back around the inner call */
     ckpt_value *type_args;
-    uint8_t kind;               /* ckpt_tensor_kind */
     const char *device;         /* NULL: the storage's (or meta's) tag */
     ckpt_qparams q;             /* QUANTIZED */
     const struct ckpt_tensor *values; /* SPARSE_*: the values part */
@@ -178,6 +179,8 @@ struct ckpt_storage {
 ckpt_value *ckpt_value_new(ckpt_arena *a, ckpt_kind kind, uint64_t offset);
 /* Append to a vector; grows inside the arena.  -1 on OOM. */
 int ckpt_vec_push(ckpt_arena *a, ckpt_vec *v, ckpt_value *item);
+/* Room for N items in all (no doubling left behind when the count is known).  -1 on OOM. */
+int ckpt_vec_reserve(ckpt_arena *a, ckpt_vec *v, size_t n);
 bool ckpt_value_is_str(const ckpt_value *v, const char *s);
 const char *ckpt_kind_name(ckpt_kind kind);
 

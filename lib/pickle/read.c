@@ -971,7 +971,7 @@ static int new_object(vm *m, ckpt_value *callable, ckpt_value *args, ckpt_value 
     v->u.obj.kwargs = kwargs;
     CKPT_FORWARD(nest(m, v, args));
     CKPT_FORWARD(nest(m, v, kwargs));
-    v->u.obj.how = (uint8_t)how;
+    v->how = (uint8_t)how;
     return push(m, v);
 }
 
@@ -1180,7 +1180,7 @@ static int op_build(vm *m)
         slot = &obj->u.dict.state;
     else if (obj->kind == CKPT_KIND_OBJECT)
         slot = &obj->u.obj.state;
-    if (obj->kind == CKPT_KIND_OBJECT && obj->u.obj.how == CKPT_OBJ_NEWOBJ &&
+    if (obj->kind == CKPT_KIND_OBJECT && obj->how == CKPT_OBJ_NEWOBJ &&
         !obj->u.obj.state && module_state(state)) {
         obj->flags |= CKPT_VF_MODULE;
         const ckpt_value *cls = obj->u.obj.callable;
@@ -1670,7 +1670,7 @@ static int step(vm *m, bool *stop)
         CKPT_FORWARD(pop(m, &a));
         /* getattr(ShardedTensor, 'ProcessGroupState')(): a nested class got
          * by an admitted getattr (refused at the getattr otherwise) */
-        if (a->kind == CKPT_KIND_OBJECT && a->u.obj.how == CKPT_OBJ_REDUCE &&
+        if (a->kind == CKPT_KIND_OBJECT && a->how == CKPT_OBJ_REDUCE &&
             strcmp(obj_class(a), "builtins.getattr") == 0 && b->kind == CKPT_KIND_TUPLE)
             return new_object(m, a, b, NULL, CKPT_OBJ_NEWOBJ);
         if (a->kind != CKPT_KIND_GLOBAL || b->kind != CKPT_KIND_TUPLE)

@@ -13,6 +13,22 @@ ckpt_value *ckpt_value_new(ckpt_arena *a, ckpt_kind kind, uint64_t offset)
     return v;
 }
 
+int ckpt_vec_reserve(ckpt_arena *a, ckpt_vec *v, size_t n)
+{
+    if (n <= v->cap)
+        return 0;
+    if (n > SIZE_MAX / sizeof(ckpt_value *))
+        return -1;
+    ckpt_value **items = ckpt_arena_alloc(a, n * sizeof(ckpt_value *));
+    if (!items)
+        return -1;
+    if (v->len)
+        memcpy(items, v->items, v->len * sizeof(ckpt_value *));
+    v->items = items;
+    v->cap = n;
+    return 0;
+}
+
 int ckpt_vec_push(ckpt_arena *a, ckpt_vec *v, ckpt_value *item)
 {
     if (v->len == v->cap) {
@@ -324,6 +340,8 @@ static ckpt_value *int_value(ckpt_arena *a, int64_t v)
 static ckpt_value *dims_tuple(ckpt_arena *a, int n, const int64_t *d)
 {
     ckpt_value *t = ckpt_value_new(a, CKPT_KIND_TUPLE, 0);
+    if (t && n > 0 && ckpt_vec_reserve(a, &t->u.seq, (size_t)n)) /* no array grown and left */
+        return NULL;
     for (int i = 0; t && i < n; i++) {
         ckpt_value *x = int_value(a, d[i]);
         if (!x || ckpt_vec_push(a, &t->u.seq, x))
@@ -367,6 +385,8 @@ ckpt_value *ckpt_tensor_value_new(ckpt_arena *a, struct ckpt_storage *s, ckpt_dt
     ref->u.st.dtype = v3 ? CKPT_DTYPE_UINT8 : dtype;
     ref->u.st.type_name = v3 ? "UntypedStorage" : type;
     hooks->flags |= CKPT_VF_ORDERED;
+    if (ckpt_vec_reserve(a, &args->u.seq, 7)) /* these six and v3's dtype */
+        return NULL;
     ckpt_value *items[] = {ref, off, sh, st, rg, hooks};
     for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++)
         if (ckpt_vec_push(a, &args->u.seq, items[i]))

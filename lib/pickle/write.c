@@ -443,7 +443,7 @@ static int emit_tensor(writer *w, const ckpt_value *v)
 static int emit_object(writer *w, const ckpt_value *v)
 {
     const ckpt_value *cls = v->u.obj.callable;
-    switch (v->u.obj.how) {
+    switch (v->how) {
     case CKPT_OBJ_NEWOBJ:
         CKPT_FORWARD(emit_global(w, cls));
         CKPT_FORWARD(emit_value(w, v->u.obj.args));
