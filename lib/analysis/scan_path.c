@@ -854,7 +854,7 @@ int ckpt_scan_paths_run(ckpt_scan_paths *p)
         }
     }
     /* the worst status, except that anything unsafe or ambiguous is 1
-     * whatever else failed (shared/DESIGN.md): a CI job must not take a
+     * whatever else failed (doc/design.md): a CI job must not take a
      * run's 4 for "some file was missing" when another would run code */
     bool unsafe = false;
     for (size_t i = 0; i < p->n; i++) {
