@@ -391,6 +391,28 @@ static bool is_metadata(const st_parser *ps)
     return ps->len == 12 && memcmp(ps->str, "__metadata__", 12) == 0;
 }
 
+/* Before an object's next member (whitespace after its '{' skipped):
+ * *MORE says whether one follows (its key next) or the '}' does (not
+ * consumed); commas between members, none trailing, as JSON wants.
+ * *FIRST: true before the first member. */
+static int next_member(st_parser *ps, bool *first, bool *more)
+{
+    if (*first) {
+        *first = false;
+        *more = peek(ps) != '}';
+        return CKPT_OK;
+    }
+    ws(ps);
+    *more = peek(ps) != '}';
+    if (!*more)
+        return CKPT_OK;
+    CKPT_FORWARD(expect(ps, ','));
+    ws(ps);
+    if (peek(ps) == '}')
+        return perr(ps, "%s (not JSON)", "a trailing comma");
+    return CKPT_OK;
+}
+
 /* The last string read, kept: in the arena, refused when it holds a NUL. */
 static const char *keep_string(st_parser *ps, const char *what)
 {
@@ -442,18 +464,10 @@ static int read_string_map(st_parser *ps, const char *what, int depth, ckpt_valu
         return ckpt_oom(&ps->f->err);
     d->flags |= CKPT_VF_ORDERED;
     ws(ps);
-    bool first = true;
-    while (peek(ps) != '}' || !first) {
-        if (!first) {
-            ws(ps);
-            if (peek(ps) == '}')
-                break;
-            CKPT_FORWARD(expect(ps, ','));
-            ws(ps);
-            if (peek(ps) == '}')
-                return perr(ps, "%s (not JSON)", "a trailing comma");
-        }
-        first = false;
+    for (bool first = true, more;;) {
+        CKPT_FORWARD(next_member(ps, &first, &more));
+        if (!more)
+            break;
         CKPT_FORWARD(read_string(ps));
         const char *k = keep_string(ps, "a metadata key");
         if (!k)
@@ -517,18 +531,10 @@ static int read_tensor(st_parser *ps, const char *name)
     r->dims = ps->ndims;
     unsigned seen = 0;
     ws(ps);
-    bool first = true;
-    while (peek(ps) != '}' || !first) {
-        if (!first) {
-            ws(ps);
-            if (peek(ps) == '}')
-                break;
-            CKPT_FORWARD(expect(ps, ','));
-            ws(ps);
-            if (peek(ps) == '}')
-                return perr(ps, "%s (not JSON)", "a trailing comma");
-        }
-        first = false;
+    for (bool first = true, more;;) {
+        CKPT_FORWARD(next_member(ps, &first, &more));
+        if (!more)
+            break;
         CKPT_FORWARD(read_string(ps));
         unsigned which = strcmp(ps->str, "dtype") == 0          ? F_DTYPE
                          : strcmp(ps->str, "shape") == 0        ? F_SHAPE
@@ -626,18 +632,10 @@ static int read_header(st_parser *ps, ckpt_value **md)
                     "no object");
     ps->p++;
     ws(ps);
-    bool first = true;
-    while (peek(ps) != '}' || !first) {
-        if (!first) {
-            ws(ps);
-            if (peek(ps) == '}')
-                break;
-            CKPT_FORWARD(expect(ps, ','));
-            ws(ps);
-            if (peek(ps) == '}')
-                return perr(ps, "%s (not JSON)", "a trailing comma");
-        }
-        first = false;
+    for (bool first = true, more;;) {
+        CKPT_FORWARD(next_member(ps, &first, &more));
+        if (!more)
+            break;
         CKPT_FORWARD(read_string(ps));
         if (is_metadata(ps)) {
             if (have_md)
