@@ -501,10 +501,18 @@ cJSON *cli_json_dims(const int64_t *d, int n)
     return a;
 }
 
-struct cJSON *cli_torch_load_json(const char *path)
+bool cli_reading_is_default(const cli_common *c)
+{
+    return !c->nallow && !c->allow_unknown && !c->max_pickle_bytes && !c->max_header_bytes &&
+           !c->max_depth;
+}
+
+struct cJSON *cli_torch_load_json(const char *path, const ckpt_file *f)
 {
     ckpt_torch_load *t = ckpt_torch_load_new();
     char *text = NULL;
+    if (t && f)
+        ckpt_torch_load_use_file(t, f);
     if (t) {
         ckpt_torch_load_check(t, path); /* a failed check is the object's "error" */
         text = ckpt_torch_load_to_json(t);
@@ -519,9 +527,11 @@ struct cJSON *cli_torch_load_json(const char *path)
     return o;
 }
 
-void cli_torch_load_print(const char *path, const char *indent)
+void cli_torch_load_print(const char *path, const ckpt_file *f, const char *indent)
 {
     ckpt_torch_load *t = ckpt_torch_load_new();
+    if (t && f)
+        ckpt_torch_load_use_file(t, f);
     if (!t || ckpt_torch_load_check(t, path) != CKPT_OK) {
         cli_printf("%storch.load: not modelled: %s\n", indent,
                    t ? ckpt_torch_load_error_message(t) : "out of memory");

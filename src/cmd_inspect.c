@@ -39,6 +39,7 @@ typedef struct inspect {
     ckpt_file *f;
     const char *file;
     bool json, stats, quiet;
+    bool default_reading; /* the torch_load verdict may use F (cli_reading_is_default) */
     pcre2_code *filter;
     pcre2_match_data *match;
     char *pathbuf;
@@ -403,7 +404,7 @@ static int print_json(inspect *in)
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "file", in->file);
     cJSON_AddStringToObject(root, "format", ckpt_format_name(ckpt_file_format(f)));
-    cJSON_AddItemToObject(root, "torch_load", cli_torch_load_json(in->file));
+    cJSON_AddItemToObject(root, "torch_load", cli_torch_load_json(in->file, in->default_reading ? f : NULL));
     if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP ||
         ckpt_file_format(f) == CKPT_FORMAT_TORCHSCRIPT) {
         cJSON *rec = cJSON_AddArrayToObject(root, "records");
@@ -582,7 +583,7 @@ static int print_text(inspect *in)
             cli_printf("dead bytes: %s (no record holds them: left by in-place rewrites)\n",
                        cli_human_bytes(dead, b1, sizeof(b1)));
     }
-    cli_torch_load_print(in->file, "");
+    cli_torch_load_print(in->file, in->default_reading ? f : NULL, "");
     print_layout(f);
 
     for (size_t i = 0; i < ckpt_file_state_dict_count(f); i++) {
@@ -786,6 +787,7 @@ int cmd_inspect(int argc, char **argv)
     }
     in.file = argv[optind];
     in.quiet = common.quiet;
+    in.default_reading = cli_reading_is_default(&common);
     if (filter) {
         int err;
         PCRE2_SIZE at;
