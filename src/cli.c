@@ -281,6 +281,11 @@ int cli_printf(const char *fmt, ...)
 
 int cli_json_puts(const char *json)
 {
+    return cli_json_write(json) == EOF ? EOF : putchar('\n');
+}
+
+int cli_json_write(const char *json)
+{
     /* C1 controls and DEL are written \u00NN, the same string to a JSON
      * reader; bytes that are not UTF-8 stay as they are (a name is exact) */
     const unsigned char *p = (const unsigned char *)json;
@@ -295,7 +300,7 @@ int cli_json_puts(const char *json)
         printf("\\u%04x", *q == 0x7f ? 0x7f : q[1]);
         p = q + (*q == 0x7f ? 1 : 2);
     }
-    return putchar('\n');
+    return 0;
 }
 
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)

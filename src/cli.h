@@ -75,6 +75,8 @@ bool cli_needs_escape(const char *s);
  * escapes only C0): the same document, safe on a terminal.  Bytes that are
  * not UTF-8 (a file or record name) are written as they are. */
 int cli_json_puts(const char *json);
+/* The same without the newline: a part of a document printed in pieces. */
+int cli_json_write(const char *json);
 
 /* "ckpt: <cmd>: <file>: <message>" on stderr (file may be NULL), escaped. */
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)
