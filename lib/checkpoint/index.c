@@ -425,6 +425,14 @@ static int others_value(others_walk *o, const ckpt_value *v, size_t level)
         for (size_t i = 0; i < 3 && rc == CKPT_OK; i++)
             if (parts[i])
                 rc = others_value(o, parts[i], level + 1);
+        const ckpt_vec *items[] = {&v->u.obj.listitems, &v->u.obj.dictvals};
+        for (size_t i = 0; i < 2; i++)
+            for (size_t j = 0; j < items[i]->len && rc == CKPT_OK; j++) {
+                rc = name_push(o, NULL, 0, (int64_t)j, true);
+                if (rc == CKPT_OK)
+                    rc = others_value(o, items[i]->items[j], level + 1);
+                o->len = at;
+            }
         break;
     }
     default:
