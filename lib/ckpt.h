@@ -405,6 +405,9 @@ CKPT_API size_t ckpt_storage_nbytes(const ckpt_storage *s);
 CKPT_API const char *ckpt_storage_device(const ckpt_storage *s);
 /* Index in ckpt_file_storage(). */
 CKPT_API size_t ckpt_storage_index(const ckpt_storage *s);
+/* A PyTorch 0.3 storage view (a legacy file's view_metadata): the storage
+ * whose elements from *OFFSET on it is, its bytes theirs.  NULL otherwise. */
+CKPT_API const ckpt_storage *ckpt_storage_view_of(const ckpt_storage *s, int64_t *offset);
 
 /* ---- reading tensor data --------------------------------------------------- */
 
@@ -520,6 +523,15 @@ typedef struct ckpt_path {
 /* Every tensor reachable from the root, in pickle order, with its path. */
 CKPT_API size_t ckpt_file_tensor_count(const ckpt_file *f);
 CKPT_API const ckpt_tensor *ckpt_file_tensor(const ckpt_file *f, size_t i, ckpt_path *path);
+/* Tensors a pickled module tree holds outside the state dict it is listed
+ * as (plain tensor attributes, tensors in attribute lists and dicts,
+ * non-persistent buffers), each once, in pickle order: PATH is the
+ * module's path, then the attribute names that reach the tensor from it,
+ * joined with '.' ("anchors", "0.stride", "extra.0"); *WHY is "attribute"
+ * or "non-persistent buffer".  Listed only: no command writes them. */
+CKPT_API size_t ckpt_file_other_tensor_count(const ckpt_file *f);
+CKPT_API const ckpt_tensor *ckpt_file_other_tensor(const ckpt_file *f, size_t i, ckpt_path *path,
+                                                   const char **why);
 
 /*
  * State dicts: every mapping with at least one entry whose keys are all

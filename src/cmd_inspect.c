@@ -45,6 +45,7 @@ typedef struct inspect {
     char *pathbuf;
     size_t pathcap;
     ckpt_tensor_stats *st; /* --stats: one per tensor, all read before printing */
+    ckpt_tensor_stats *ost; /* --stats: one per other tensor (outside the state dict) */
 } inspect;
 
 static const char *path_text(inspect *in, const ckpt_path *p)
@@ -138,6 +139,8 @@ static void compute_totals(inspect *in, totals *t)
     t->by_device = cJSON_CreateObject();
     for (size_t i = 0; i < ckpt_file_storage_count(f); i++) {
         const ckpt_storage *s = ckpt_file_storage(f, i);
+        if (ckpt_storage_view_of(s, NULL))
+            continue; /* its bytes are its root's */
         t->bytes += ckpt_storage_nbytes(s);
         add_to(t->by_dtype, ckpt_dtype_name(ckpt_storage_dtype(s)), ckpt_storage_nbytes(s));
         add_to(t->by_device, ckpt_storage_device(s), ckpt_storage_nbytes(s));
@@ -178,6 +181,18 @@ static int read_all_stats(inspect *in)
         if (ckpt_tensor_storage(t))
             checked[ckpt_storage_index(ckpt_tensor_storage(t))] = true;
         progress(in, i + 1, n, start);
+    }
+    size_t no = ckpt_file_other_tensor_count(f);
+    if (no && !(in->ost = calloc(no, sizeof(*in->ost)))) {
+        free(checked);
+        cli_error("inspect", in->file, "out of memory");
+        return CLI_EXIT_IO;
+    }
+    for (size_t i = 0; i < no && rc == CKPT_OK; i++) {
+        const ckpt_tensor *t = ckpt_file_other_tensor(f, i, NULL, NULL);
+        rc = ckpt_tensor_stats_compute(f, t, &in->ost[i]);
+        if (ckpt_tensor_storage(t))
+            checked[ckpt_storage_index(ckpt_tensor_storage(t))] = true;
     }
     /* storages no listed tensor uses (inside opaque objects): CRC only */
     for (size_t k = 0; k < ns && rc == CKPT_OK; k++) {
@@ -488,6 +503,13 @@ static int json_storages(inspect *in)
         cJSON_AddItemToObject(js, "numel", cli_json_int(ckpt_storage_numel(s)));
         cJSON_AddStringToObject(js, "device", ckpt_storage_device(s));
         cJSON_AddItemToObject(js, "nbytes", cli_json_int((long long)ckpt_storage_nbytes(s)));
+        int64_t voff;
+        const ckpt_storage *root = ckpt_storage_view_of(s, &voff);
+        if (root) {
+            cJSON *jv = cJSON_AddObjectToObject(js, "view_of");
+            cJSON_AddStringToObject(jv, "key", ckpt_storage_key(root));
+            cJSON_AddItemToObject(jv, "offset", cli_json_int(voff));
+        }
         if (json_element(js, i == 0) != CLI_EXIT_OK) {
             cli_error("inspect", in->file, "out of memory");
             return CLI_EXIT_IO;
@@ -525,6 +547,34 @@ static int print_json(inspect *in)
     /* the two long arrays are printed element by element where these marks
      * stand (a control byte: escaped in every string, so found only here) */
     cJSON_AddItemToObject(root, "tensors", cJSON_CreateRaw("\x01"));
+    cJSON *others = cJSON_AddArrayToObject(root, "other_tensors");
+    for (size_t i = 0; i < ckpt_file_other_tensor_count(f); i++) {
+        ckpt_path p;
+        const char *why;
+        const ckpt_tensor *t = ckpt_file_other_tensor(f, i, &p, &why);
+        if (!shown(in, path_text(in, &p)))
+            continue;
+        const ckpt_storage *s = ckpt_tensor_storage(t);
+        cJSON *jt = cJSON_CreateObject();
+        cJSON_AddItemToObject(jt, "path", json_path(&p));
+        cJSON_AddStringToObject(jt, "why", why);
+        cJSON_AddStringToObject(jt, "dtype", ckpt_dtype_name(ckpt_tensor_dtype(t)));
+        cJSON_AddItemToObject(jt, "shape", cli_json_dims(ckpt_tensor_shape(t), ckpt_tensor_ndim(t)));
+        cJSON_AddItemToObject(jt, "stride", cli_json_dims(ckpt_tensor_stride(t), ckpt_tensor_ndim(t)));
+        cJSON_AddItemToObject(jt, "offset", cli_json_int(ckpt_tensor_offset(t)));
+        cJSON_AddStringToObject(jt, "device", ckpt_tensor_device(t));
+        if (s)
+            cJSON_AddStringToObject(jt, "storage", ckpt_storage_key(s));
+        else
+            cJSON_AddNullToObject(jt, "storage");
+        cJSON_AddItemToObject(jt, "nbytes", cli_json_int((long long)ckpt_tensor_nbytes(t)));
+        cJSON_AddStringToObject(jt, "kind", ckpt_tensor_kind_name(ckpt_tensor_kind_of(t)));
+        cJSON_AddBoolToObject(jt, "parameter", ckpt_tensor_is_parameter(t));
+        cJSON_AddBoolToObject(jt, "requires_grad", ckpt_tensor_requires_grad(t));
+        if (in->stats)
+            json_stats(&in->ost[i], jt);
+        cJSON_AddItemToArray(others, jt);
+    }
     cJSON_AddItemToObject(root, "storages", cJSON_CreateRaw("\x02"));
     cJSON *sds = cJSON_AddArrayToObject(root, "state_dicts");
     for (size_t i = 0; i < ckpt_file_state_dict_count(f); i++) {
@@ -630,6 +680,62 @@ static void print_layout(ckpt_file *f)
                                     : "each parameter is a range of the ranks' flat fp32 "
                                       "partitions, joined");
     cJSON_Delete(l);
+}
+
+/* The tensors a pickled model holds outside its state dict: listed after
+ * it, never among its keys (no command writes them). */
+static void print_others(inspect *in)
+{
+    ckpt_file *f = in->f;
+    size_t n = ckpt_file_other_tensor_count(f), wkey = 3, wshape = 5, wdev = 6, wdt = 5, nshown = 0;
+    char b1[32], b2[64];
+    for (size_t i = 0; i < n; i++) {
+        ckpt_path p;
+        const ckpt_tensor *x = ckpt_file_other_tensor(f, i, &p, NULL);
+        const char *k = path_text(in, &p);
+        if (!shown(in, k))
+            continue;
+        nshown++;
+        size_t l = strlen(cli_text(k));
+        wkey = l > wkey ? l : wkey;
+        format_shape(x, b2, sizeof(b2));
+        wshape = strlen(b2) > wshape ? strlen(b2) : wshape;
+        l = strlen(ckpt_tensor_device(x));
+        wdev = l > wdev ? l : wdev;
+        l = strlen(ckpt_dtype_name(ckpt_tensor_dtype(x)));
+        wdt = l > wdt ? l : wdt;
+    }
+    if (!nshown)
+        return;
+    if (wkey > 60)
+        wkey = 60;
+    cli_printf("\nother tensors (not in the state dict; listed, never written): %zu\n", nshown);
+    cli_printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, "KEY", (int)wdt, "DTYPE", (int)wshape,
+               "SHAPE", (int)wdev, "DEVICE", "SIZE");
+    if (in->stats)
+        cli_printf("  %12s %12s %12s %12s %5s %5s", "MIN", "MAX", "MEAN", "STD", "NAN", "INF");
+    cli_printf("  NOTE\n");
+    for (size_t i = 0; i < n; i++) {
+        ckpt_path p;
+        const char *why;
+        const ckpt_tensor *x = ckpt_file_other_tensor(f, i, &p, &why);
+        const char *k = path_text(in, &p);
+        if (!shown(in, k))
+            continue;
+        format_shape(x, b2, sizeof(b2));
+        cli_printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, k, (int)wdt,
+                   ckpt_dtype_name(ckpt_tensor_dtype(x)), (int)wshape, b2, (int)wdev,
+                   ckpt_tensor_device(x), cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
+        if (in->stats) {
+            const ckpt_tensor_stats *st = &in->ost[i];
+            if (st->valid)
+                cli_printf("  %12.5g %12.5g %12.5g %12.5g %5lld %5lld", st->min, st->max, st->mean,
+                           st->std, (long long)st->nan, (long long)st->inf);
+            else
+                cli_printf("  %12s %12s %12s %12s %5s %5s", "-", "-", "-", "-", "-", "-");
+        }
+        cli_printf("  %s%s\n", why, ckpt_tensor_is_parameter(x) ? ", parameter" : "");
+    }
 }
 
 static int print_text(inspect *in)
@@ -797,6 +903,7 @@ static int print_text(inspect *in)
     cJSON_Delete(layout);
     if (in->filter)
         cli_printf("(%zu of %zu tensors match the filter)\n", nshown, n);
+    print_others(in);
 
     if (ckpt_file_object_count(f)) {
         cli_printf("\nobjects kept opaque:\n");
@@ -891,6 +998,7 @@ out:
     pcre2_code_free(in.filter);
     free(in.pathbuf);
     free(in.st);
+    free(in.ost);
     cli_common_free(&common);
     return rc;
 }

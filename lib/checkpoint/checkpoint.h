@@ -71,6 +71,7 @@ typedef struct ckpt_walk_entry {
     const ckpt_value *value;
     ckpt_path path;
     const char *module_class; /* state dicts of module trees: the root module's class */
+    const char *why;          /* other_tensors: why state_dict() leaves it out */
 } ckpt_walk_entry;
 
 typedef struct ckpt_walk_list {
@@ -112,6 +113,9 @@ struct ckpt_file {
     ckpt_map storage_index;  /* key -> index in storages (the latest of a key) */
 
     ckpt_walk_list tensors, state_dicts, objects;
+    /* tensors a module tree holds outside the state dict it is listed as
+     * (plain attributes, non-persistent buffers): listed, never written */
+    ckpt_walk_list other_tensors;
 
     ckpt_source main;      /* what was opened (a sharded set: its index; a folder:
                             * fd -1), read by the handle's format: main.ops are
@@ -207,9 +211,11 @@ ckpt_value *ckpt_module_state_dict(ckpt_file *f, ckpt_value *module);
  * from a module tree, so that extract takes it and key rewrites refuse it.
  * NULL with an error in F. */
 ckpt_value *ckpt_module_sd_new(ckpt_file *f, const ckpt_value *module);
-/* Add TENSOR to SD as PREFIX NAME, as state_dict() holds it (detached). */
+/* Add TENSOR to SD as PREFIX NAME, as state_dict() holds it (detached),
+ * listed as a Parameter when PARAMETER (the module's parameters), with the
+ * requires_grad it was saved with. */
 int ckpt_module_sd_add(ckpt_file *f, ckpt_value *sd, const char *prefix, const char *name,
-                       const ckpt_value *tensor);
+                       const ckpt_value *tensor, bool parameter);
 /* Whether F's root is a TorchScript archive's module (not extracted yet):
  * what the torch.save writers refuse to write. */
 bool ckpt_root_is_torchscript(const ckpt_file *f);

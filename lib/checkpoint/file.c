@@ -164,6 +164,7 @@ CKPT_API void ckpt_file_free(ckpt_file *f)
     free(f->tensors.items);
     free(f->state_dicts.items);
     free(f->objects.items);
+    free(f->other_tensors.items);
     free(f->path);
     ckpt_arena_release(&f->arena);
     f->magic = 0;

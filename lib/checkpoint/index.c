@@ -30,6 +30,7 @@ static int list_add(walker *w, ckpt_walk_list *l, const ckpt_value *v)
     l->items[l->len].module_class = ckpt_value_is_module_sd(v) ? v->u.dict.module_class : NULL;
     l->items[l->len].path.len = w->depth;
     l->items[l->len].path.elems = p;
+    l->items[l->len].why = NULL;
     l->len++;
     return CKPT_OK;
 }
@@ -111,7 +112,9 @@ static int sd_add(module_walk *mw, ckpt_value *dict, const char *prefix, const c
 }
 
 /* What state_dict() holds for a parameter or buffer: the tensor, detached
- * (not a Parameter, no grad), sharing the storage. */
+ * (written back as no Parameter, no grad), sharing the storage.  Its
+ * parameter and requires_grad stay as saved: what inspect lists is the
+ * model as pickled (ckpt-inspect(1)), what writers write is state_dict()'s. */
 static ckpt_value *plain_tensor(ckpt_file *f, const ckpt_value *v)
 {
     ckpt_value *c = ckpt_value_new(&f->arena, CKPT_KIND_TENSOR, v->offset);
@@ -119,8 +122,6 @@ static ckpt_value *plain_tensor(ckpt_file *f, const ckpt_value *v)
     if (!c || !t)
         return NULL;
     *t = *v->u.tensor;
-    t->parameter = false;
-    t->requires_grad = false;
     t->param_rebuild = NULL;
     t->param_args = NULL;
     t->state = NULL;
@@ -240,12 +241,13 @@ ckpt_value *ckpt_module_sd_new(ckpt_file *f, const ckpt_value *module)
 }
 
 int ckpt_module_sd_add(ckpt_file *f, ckpt_value *sd, const char *prefix, const char *name,
-                       const ckpt_value *tensor)
+                       const ckpt_value *tensor, bool parameter)
 {
     module_walk mw = {.f = f};
     ckpt_value *c = plain_tensor(f, tensor);
     if (!c)
         return ckpt_oom(&f->err);
+    c->u.tensor->parameter = parameter;
     return sd_add(&mw, sd, prefix, name, c);
 }
 
@@ -292,6 +294,220 @@ ckpt_value *ckpt_module_state_dict(ckpt_file *f, ckpt_value *module)
     }
     module->u.obj.module_sd = mw.sd;
     return mw.sd;
+}
+
+/* ---- tensors a module tree holds outside its state dict ---- */
+
+typedef struct others_walk {
+    walker *w;      /* the module's path from the root is on w->stack */
+    ckpt_map in_sd; /* the tensor values state_dict() takes */
+    ckpt_map seen;  /* tensors listed, containers entered */
+    char *name;     /* the dotted name from the module */
+    size_t len, cap;
+    const ckpt_value *mods[256]; /* the modules above (a cycle guard) */
+    size_t depth;
+} others_walk;
+
+static bool is_module(const ckpt_value *v)
+{
+    return v && v->kind == CKPT_KIND_OBJECT && (v->flags & CKPT_VF_MODULE) && v->u.obj.state;
+}
+
+/* Every parameter and persistent buffer of the tree (the state dict's
+ * tensors, before state_dict() detaches them). */
+static int others_mark_sd(others_walk *o, const ckpt_value *m, size_t depth)
+{
+    if (depth >= sizeof(o->mods) / sizeof(o->mods[0]))
+        return CKPT_OK; /* module_collect refused it already */
+    const ckpt_value *st = m->u.obj.state, *np = ckpt_value_dict_get(st, "_non_persistent_buffers_set");
+    const char *const kinds[] = {"_parameters", "_buffers", "_modules"};
+    for (int k = 0; k < 3; k++) {
+        const ckpt_value *d = state_get(st, kinds[k]);
+        for (size_t i = 0; d && i < d->u.dict.keys.len; i++) {
+            const ckpt_value *key = d->u.dict.keys.items[i], *v = d->u.dict.vals.items[i];
+            if (k < 2 && v->kind == CKPT_KIND_TENSOR && !(k == 1 && in_set(np, key)) &&
+                ckpt_map_put_u64(&o->in_sd, (uint64_t)(uintptr_t)v, 0, NULL) < 0)
+                return ckpt_oom(&o->w->f->err);
+            if (k == 2 && is_module(v) &&
+                ckpt_map_put_u64(&o->seen, (uint64_t)(uintptr_t)v, 0, NULL) == 0)
+                CKPT_FORWARD(others_mark_sd(o, v, depth + 1));
+        }
+    }
+    return CKPT_OK;
+}
+
+static int name_push(others_walk *o, const char *s, size_t n, int64_t index, bool is_int)
+{
+    char num[32];
+    if (is_int) {
+        n = (size_t)snprintf(num, sizeof num, "%lld", (long long)index);
+        s = num;
+    }
+    if (CKPT_GROW(o->name, o->cap, o->len + n + 2) < 0)
+        return ckpt_oom(&o->w->f->err);
+    if (o->len)
+        o->name[o->len++] = '.';
+    memcpy(o->name + o->len, s, n);
+    o->len += n;
+    o->name[o->len] = '\0';
+    return CKPT_OK;
+}
+
+static int others_add(others_walk *o, const ckpt_value *v, const char *why)
+{
+    ckpt_file *f = o->w->f;
+    size_t found;
+    int r = ckpt_map_put_u64(&o->seen, (uint64_t)(uintptr_t)v, 0, &found);
+    if (r < 0)
+        return ckpt_oom(&f->err);
+    if (r == 1 || ckpt_map_get_u64(&o->in_sd, (uint64_t)(uintptr_t)v, NULL))
+        return CKPT_OK; /* listed already, or in the state dict under its key */
+    char *name = ckpt_arena_strndup(&f->arena, o->name, o->len);
+    ckpt_path_elem e = {.key = name};
+    if (!name || enter(o->w, &e))
+        return ckpt_oom(&f->err);
+    int rc = list_add(o->w, &f->other_tensors, v);
+    o->w->depth--;
+    if (rc == CKPT_OK)
+        f->other_tensors.items[f->other_tensors.len - 1].why = why;
+    return rc;
+}
+
+/* The tensors inside V, an attribute's value: lists, tuples, dicts, sets
+ * and objects looked into, each container once. */
+static int others_value(others_walk *o, const ckpt_value *v, size_t level)
+{
+    ckpt_file *f = o->w->f;
+    if (level > f->limits[CKPT_LIMIT_DEPTH])
+        return CKPT_OK; /* the walk of the whole tree said so already */
+    if (v->kind == CKPT_KIND_TENSOR)
+        return others_add(o, v, "attribute");
+    switch (v->kind) {
+    case CKPT_KIND_DICT: case CKPT_KIND_LIST: case CKPT_KIND_TUPLE: case CKPT_KIND_SET:
+    case CKPT_KIND_FROZENSET: case CKPT_KIND_OBJECT:
+        break;
+    default:
+        return CKPT_OK;
+    }
+    int r = ckpt_map_put_u64(&o->seen, (uint64_t)(uintptr_t)v, 0, NULL);
+    if (r)
+        return r < 0 ? ckpt_oom(&f->err) : CKPT_OK;
+    size_t at = o->len;
+    int rc = CKPT_OK;
+    switch (v->kind) {
+    case CKPT_KIND_DICT:
+        for (size_t i = 0; i < v->u.dict.keys.len && rc == CKPT_OK; i++) {
+            const ckpt_value *k = v->u.dict.keys.items[i];
+            if (k->kind == CKPT_KIND_STR)
+                rc = name_push(o, k->u.s.s, k->u.s.len, 0, false);
+            else if (k->kind == CKPT_KIND_INT && !k->u.i.big)
+                rc = name_push(o, NULL, 0, k->u.i.v, true);
+            else
+                rc = name_push(o, "?", 1, 0, false);
+            if (rc == CKPT_OK)
+                rc = others_value(o, v->u.dict.vals.items[i], level + 1);
+            o->len = at;
+        }
+        break;
+    case CKPT_KIND_LIST:
+    case CKPT_KIND_TUPLE:
+    case CKPT_KIND_SET:
+    case CKPT_KIND_FROZENSET:
+        for (size_t i = 0; i < v->u.seq.len && rc == CKPT_OK; i++) {
+            rc = name_push(o, NULL, 0, (int64_t)i, true);
+            if (rc == CKPT_OK)
+                rc = others_value(o, v->u.seq.items[i], level + 1);
+            o->len = at;
+        }
+        break;
+    case CKPT_KIND_OBJECT: {
+        const ckpt_value *parts[] = {v->u.obj.args, v->u.obj.kwargs, v->u.obj.state};
+        for (size_t i = 0; i < 3 && rc == CKPT_OK; i++)
+            if (parts[i])
+                rc = others_value(o, parts[i], level + 1);
+        const ckpt_vec *items[] = {&ckpt_obj_items_of(v)->listitems, &ckpt_obj_items_of(v)->dictvals};
+        for (size_t i = 0; i < 2; i++)
+            for (size_t j = 0; j < items[i]->len && rc == CKPT_OK; j++) {
+                rc = name_push(o, NULL, 0, (int64_t)j, true);
+                if (rc == CKPT_OK)
+                    rc = others_value(o, items[i]->items[j], level + 1);
+                o->len = at;
+            }
+        break;
+    }
+    default:
+        break;
+    }
+    o->name[at] = '\0';
+    return rc;
+}
+
+/* Module M: its non-persistent buffers, its attributes other than the
+ * parameters, buffers and children, then its children's. */
+static int others_module(others_walk *o, const ckpt_value *m, size_t level)
+{
+    if (o->depth >= sizeof(o->mods) / sizeof(o->mods[0]))
+        return CKPT_OK;
+    for (size_t i = 0; i < o->depth; i++)
+        if (o->mods[i] == m)
+            return CKPT_OK;
+    o->mods[o->depth++] = m;
+    const ckpt_value *st = m->u.obj.state;
+    size_t at = o->len;
+    int rc = CKPT_OK;
+    for (size_t i = 0; st->kind == CKPT_KIND_DICT && i < st->u.dict.keys.len && !rc; i++) {
+        const ckpt_value *k = st->u.dict.keys.items[i], *v = st->u.dict.vals.items[i];
+        if (k->kind != CKPT_KIND_STR || ckpt_value_is_str(k, "_parameters") ||
+            ckpt_value_is_str(k, "_modules"))
+            continue;
+        if (ckpt_value_is_str(k, "_buffers")) {
+            for (size_t j = 0; v->kind == CKPT_KIND_DICT && j < v->u.dict.keys.len && !rc; j++) {
+                const ckpt_value *bk = v->u.dict.keys.items[j], *bv = v->u.dict.vals.items[j];
+                if (bk->kind != CKPT_KIND_STR || bv->kind != CKPT_KIND_TENSOR)
+                    continue;
+                if (!(rc = name_push(o, bk->u.s.s, bk->u.s.len, 0, false)))
+                    rc = others_add(o, bv, "non-persistent buffer");
+                o->len = at;
+            }
+            continue;
+        }
+        if (!(rc = name_push(o, k->u.s.s, k->u.s.len, 0, false)))
+            rc = others_value(o, v, level + 1);
+        o->len = at;
+    }
+    const ckpt_value *mods = state_get(st, "_modules");
+    for (size_t i = 0; mods && i < mods->u.dict.keys.len && !rc; i++) {
+        const ckpt_value *k = mods->u.dict.keys.items[i], *v = mods->u.dict.vals.items[i];
+        if (k->kind != CKPT_KIND_STR || !is_module(v))
+            continue;
+        if (!(rc = name_push(o, k->u.s.s, k->u.s.len, 0, false)))
+            rc = others_module(o, v, level + 1);
+        o->len = at;
+    }
+    if (o->name)
+        o->name[at] = '\0';
+    o->depth--;
+    return rc;
+}
+
+/* A module tree at the walker's path: the tensors it holds that its state
+ * dict leaves out, each once, named by the attributes that reach it from
+ * the module ("anchors", "0.stride", "extra.0"). */
+static int list_other_tensors(walker *w, const ckpt_value *module)
+{
+    others_walk o = {.w = w};
+    ckpt_map_init(&o.in_sd, CKPT_MAP_U64);
+    ckpt_map_init(&o.seen, CKPT_MAP_U64);
+    int rc = ckpt_map_put_u64(&o.seen, (uint64_t)(uintptr_t)module, 0, NULL) < 0
+                 ? ckpt_oom(&w->f->err) : others_mark_sd(&o, module, 0);
+    ckpt_map_release(&o.seen); /* the modules marked: the walk enters each again */
+    ckpt_map_init(&o.seen, CKPT_MAP_U64);
+    if (rc == CKPT_OK)
+        rc = others_module(&o, module, 0);
+    ckpt_map_release(&o.in_sd);
+    ckpt_map_release(&o.seen);
+    free(o.name);
+    return rc;
 }
 
 static bool is_state_dict(const ckpt_value *d)
@@ -407,6 +623,8 @@ static int walk(walker *w, ckpt_value *v, size_t level, bool on_path)
             /* a module tree: seen as the state dict model.state_dict() gives */
             ckpt_value *sd = ckpt_module_state_dict(f, v);
             rc = sd ? walk(w, sd, level + 1, true) : f->err.code;
+            if (rc == CKPT_OK && !(sd->flags & CKPT_VF_TORCHSCRIPT))
+                rc = list_other_tensors(w, v);
             break;
         }
         if (on_path)
@@ -468,7 +686,7 @@ static void unmark(ckpt_value *v)
 int ckpt_file_reindex(ckpt_file *f, ckpt_value *old_root)
 {
     unmark(old_root);
-    f->tensors.len = f->state_dicts.len = f->objects.len = 0;
+    f->tensors.len = f->state_dicts.len = f->objects.len = f->other_tensors.len = 0;
     return ckpt_file_index(f);
 }
 
@@ -613,6 +831,20 @@ CKPT_API size_t ckpt_file_tensor_count(const ckpt_file *f)
 CKPT_API const ckpt_tensor *ckpt_file_tensor(const ckpt_file *f, size_t i, ckpt_path *path)
 {
     const ckpt_value *v = list_get(f, &f->tensors, i, path);
+    return v ? v->u.tensor : NULL;
+}
+
+CKPT_API size_t ckpt_file_other_tensor_count(const ckpt_file *f)
+{
+    return f && f->magic == CKPT_FILE_MAGIC ? f->other_tensors.len : 0;
+}
+
+CKPT_API const ckpt_tensor *ckpt_file_other_tensor(const ckpt_file *f, size_t i, ckpt_path *path,
+                                                   const char **why)
+{
+    const ckpt_value *v = list_get(f, &f->other_tensors, i, path);
+    if (v && why)
+        *why = f->other_tensors.items[i].why;
     return v ? v->u.tensor : NULL;
 }
 

@@ -127,9 +127,77 @@ const char *ckpt_file_table_key(const ckpt_file *f, const char *key, char *buf, 
 }
 
 
+/* A key as the table holds it: a str (no NUL inside) or a small int, in
+ * the handle's key prefix.  NULL with ERR set otherwise. */
+static const char *table_key(ckpt_file *f, const ckpt_value *v, const char *what, char *buf,
+                             size_t cap, ckpt_error *err)
+{
+    char num[32];
+    const char *key;
+    if (v->kind == CKPT_KIND_STR) {
+        key = v->u.s.s;
+        if (ckpt_key_check(err, key, v->u.s.len)) /* "0\0x" is not record "0" */
+            return NULL;
+    } else if (v->kind == CKPT_KIND_INT && !v->u.i.big) {
+        snprintf(num, sizeof(num), "%lld", (long long)v->u.i.v);
+        key = num;
+    } else {
+        ckpt_err(err, CKPT_ERR_FORMAT, "%s is a %s", what, ckpt_kind_name((ckpt_kind)v->kind));
+        return NULL;
+    }
+    const char *k = ckpt_file_table_key(f, key, buf, cap);
+    if (k == num) /* no prefix: the number's text outlives this call in BUF */
+        k = strlen(num) < cap ? memcpy(buf, num, strlen(num) + 1) : NULL;
+    if (!k)
+        ckpt_err(err, CKPT_ERR_FORMAT, "%s of %zu bytes is too long", what, strlen(key));
+    return k;
+}
+
+/*
+ * PyTorch 0.3's storage view, the legacy persistent id's view_metadata
+ * (view_key, offset, size) in elements of the storage type: torch's
+ * legacy_load makes, the first time VIEW_KEY comes, the slice [offset,
+ * offset + size) of ROOT, and returns that same view for every later
+ * persistent id naming VIEW_KEY, whatever its offset and size.
+ */
+static ckpt_storage *storage_view(ckpt_file *f, ckpt_storage *root, const ckpt_value *meta,
+                                  ckpt_error *err)
+{
+    if (meta->kind != CKPT_KIND_TUPLE || meta->u.seq.len != 3) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "storage '%s': view_metadata is not a (view key, offset, "
+                                       "size) tuple", root->key);
+        return NULL;
+    }
+    ckpt_value **m = meta->u.seq.items;
+    char buf[600];
+    const char *key = table_key(f, m[0], "storage view key", buf, sizeof(buf), err);
+    if (!key)
+        return NULL;
+    ckpt_storage *v = ckpt_file_storage_find(f, key);
+    if (v)
+        return v;
+    int64_t off, n;
+    if (m[1]->kind != CKPT_KIND_INT || m[1]->u.i.big || (off = m[1]->u.i.v) < 0 ||
+        m[2]->kind != CKPT_KIND_INT || m[2]->u.i.big || (n = m[2]->u.i.v) < 0 ||
+        off > root->numel || n > root->numel - off) {
+        ckpt_err(err, CKPT_ERR_FORMAT, "storage view '%s' does not lie inside its storage '%s' "
+                 "of %lld elements", key, root->key, (long long)root->numel);
+        return NULL;
+    }
+    v = ckpt_file_storage_new(f, key, root->dtype, n, root->device, strlen(root->device), err);
+    if (!v)
+        return NULL;
+    v->type_name = root->type_name;
+    v->view_root = root;
+    v->view_offset = (uint64_t)off * ckpt_dtype_size(root->dtype);
+    return v;
+}
+
 /*
  * ('storage', torch.<X>Storage, key, location, numel)          pth-zip
  * ('storage', torch.<X>Storage, key, location, numel, None)    pth-legacy
+ * ('storage', torch.<X>Storage, key, location, numel, (view key, offset,
+ *  size))                                                      PyTorch 0.3
  */
 static ckpt_value *persistent_load(void *user, ckpt_value *pid, uint64_t offset,
                                       ckpt_error *err)
@@ -157,10 +225,6 @@ static ckpt_value *persistent_load(void *user, ckpt_value *pid, uint64_t offset,
                                        "location, numel) tuple");
         return NULL;
     }
-    if (n == 6 && a[5]->kind != CKPT_KIND_NONE) {
-        ckpt_err(err, CKPT_ERR_UNSUPPORTED, "legacy storage views (view_metadata) are not supported");
-        return NULL;
-    }
     const char *type_name = NULL;
     ckpt_dtype dt = a[1]->kind == CKPT_KIND_GLOBAL
                         ? ckpt_storage_type_dtype(a[1]->u.global.name, &type_name)
@@ -170,26 +234,10 @@ static ckpt_value *persistent_load(void *user, ckpt_value *pid, uint64_t offset,
                  a[1]->kind == CKPT_KIND_GLOBAL ? a[1]->u.global.name : "(not a global)");
         return NULL;
     }
-    char keybuf[32];
-    const char *key;
     char prefixed[600];
-    if (a[2]->kind == CKPT_KIND_STR) {
-        key = a[2]->u.s.s;
-        if (ckpt_key_check(err, key, a[2]->u.s.len)) /* "0\0x" is not record "0" */
-            return NULL;
-    } else if (a[2]->kind == CKPT_KIND_INT && !a[2]->u.i.big) {
-        snprintf(keybuf, sizeof(keybuf), "%lld", (long long)a[2]->u.i.v);
-        key = keybuf;
-    } else {
-        ckpt_err(err, CKPT_ERR_FORMAT, "storage key is a %s", ckpt_kind_name((ckpt_kind)a[2]->kind));
+    const char *key = table_key(f, a[2], "storage key", prefixed, sizeof(prefixed), err);
+    if (!key)
         return NULL;
-    }
-    const char *table_key = ckpt_file_table_key(f, key, prefixed, sizeof(prefixed));
-    if (!table_key) {
-        ckpt_err(err, CKPT_ERR_FORMAT, "storage key of %zu bytes is too long", strlen(key));
-        return NULL;
-    }
-    key = table_key;
     if (a[3]->kind != CKPT_KIND_STR || a[3]->u.s.len == 0 || a[3]->u.s.len > 64) {
         ckpt_err(err, CKPT_ERR_FORMAT, "storage '%s' has no valid location tag", key);
         return NULL;
@@ -216,6 +264,16 @@ static ckpt_value *persistent_load(void *user, ckpt_value *pid, uint64_t offset,
         if (!s)
             return NULL;
         s->type_name = type_name;
+    }
+    if (n == 6 && a[5]->kind != CKPT_KIND_NONE) {
+        if (s->view_root) {
+            ckpt_err(err, CKPT_ERR_FORMAT, "storage '%s' is a view, named as a storage's root", key);
+            return NULL;
+        }
+        if (!(s = storage_view(f, s, a[5], err)))
+            return NULL;
+        dt = s->dtype;
+        type_name = s->type_name;
     }
     return ckpt_file_storage_value(f, s, dt, type_name, offset, err);
 }

@@ -22,6 +22,12 @@ uint32_t ckpt_zip_crc(const ckpt_zip *z, int64_t i);
  * data has CRC 0, as torch's compute_crc32 off writes): reads then check
  * none.  One zero CRC among computed ones is checked, and fails. */
 bool ckpt_zip_has_crcs(const ckpt_zip *z);
+/* Record I's CRC-32 is not its data's: torch wrote 0 there on purpose (a
+ * storage record of torch.serialization.skip_data, whose bytes come later).
+ * Reads of it check no CRC from now on. */
+void ckpt_zip_crc_unrecorded(ckpt_zip *z, int64_t i);
+/* Whether reads of record I check its CRC-32. */
+bool ckpt_zip_crc_checked(const ckpt_zip *z, int64_t i);
 /* Read a whole record into a fresh malloc'd buffer (at most MAX bytes),
  * verifying its CRC-32. */
 int ckpt_zip_read_all(ckpt_zip *z, int64_t i, uint64_t max, uint8_t **out,

@@ -31,6 +31,8 @@ struct ckpt_zip {
     uint16_t *namelens;
     uint64_t cd_off;   /* where the central directory starts */
     bool no_crcs;      /* every record with data has CRC 0: written without them */
+    uint8_t *unrecorded; /* 1: this record's CRC 0 is torch's, not its data's
+                          * (ckpt_zip_crc_unrecorded) */
     ckpt_map index;  /* name -> index; torch (miniz) looks names up without
                       * regard to ASCII case */
 };
@@ -151,7 +153,8 @@ int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
     z->sizes = calloc(n, sizeof(*z->sizes));
     z->crcs = calloc(n, sizeof(*z->crcs));
     z->stored = calloc(n, 1);
-    if (!z->names || !z->sizes || !z->crcs || !z->stored) {
+    z->unrecorded = calloc(n, 1);
+    if (!z->names || !z->sizes || !z->crcs || !z->stored || !z->unrecorded) {
         ckpt_zip_close(z);
         return ckpt_oom(err);
     }
@@ -225,6 +228,7 @@ void ckpt_zip_close(ckpt_zip *z)
     free(z->sizes);
     free(z->crcs);
     free(z->stored);
+    free(z->unrecorded);
     ckpt_map_release(&z->index);
     free(z->offsets);
     free(z);
@@ -235,6 +239,8 @@ const char *ckpt_zip_name(const ckpt_zip *z, int64_t i) { return z->names[i]; }
 uint64_t ckpt_zip_size(const ckpt_zip *z, int64_t i) { return z->sizes[i]; }
 uint32_t ckpt_zip_crc(const ckpt_zip *z, int64_t i) { return z->crcs[i]; }
 bool ckpt_zip_has_crcs(const ckpt_zip *z) { return !z->no_crcs; }
+void ckpt_zip_crc_unrecorded(ckpt_zip *z, int64_t i) { z->unrecorded[i] = 1; }
+bool ckpt_zip_crc_checked(const ckpt_zip *z, int64_t i) { return !z->no_crcs && !z->unrecorded[i]; }
 
 int64_t ckpt_zip_find(const ckpt_zip *z, const char *name)
 {
@@ -320,7 +326,7 @@ int ckpt_zip_read(ckpt_zip *z, int64_t i, uint64_t offset, void *buf, size_t len
             goto done;
         }
     }
-    if (whole && !z->no_crcs && (uint32_t)crc != z->crcs[i])
+    if (whole && ckpt_zip_crc_checked(z, i) && (uint32_t)crc != z->crcs[i])
         rc = ckpt_err(err, CKPT_ERR_FORMAT,
                       "record '%s': CRC-32 mismatch (stored %08x, data %08x): the file is corrupt",
                       z->names[i], z->crcs[i], (uint32_t)crc);
@@ -503,7 +509,7 @@ int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_
     }
     if (rc == CKPT_OK && total != z->sizes[i])
         rc = ckpt_err(err, CKPT_ERR_FORMAT, "record '%s' is truncated", z->names[i]);
-    if (rc == CKPT_OK && !z->no_crcs && (uint32_t)crc != z->crcs[i])
+    if (rc == CKPT_OK && ckpt_zip_crc_checked(z, i) && (uint32_t)crc != z->crcs[i])
         rc = ckpt_err(err, CKPT_ERR_FORMAT,
                       "record '%s': CRC-32 mismatch (stored %08x, data %08x): the file is corrupt",
                       z->names[i], z->crcs[i], (uint32_t)crc);

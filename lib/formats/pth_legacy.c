@@ -242,9 +242,12 @@ static int read_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ck
         CKPT_RETURN_IF(v->kind != CKPT_KIND_LIST && v->kind != CKPT_KIND_TUPLE, &f->err,
                        CKPT_ERR_FORMAT, "storage key list is a %s",
                        ckpt_kind_name((ckpt_kind)v->kind));
-        CKPT_RETURN_IF(v->u.seq.len != f->nstorages - r->before, &f->err, CKPT_ERR_FORMAT,
+        size_t roots = 0; /* a 0.3 view's bytes are its root's: it is not listed */
+        for (size_t k = r->before; k < f->nstorages; k++)
+            roots += !f->storages[k]->view_root;
+        CKPT_RETURN_IF(v->u.seq.len != roots, &f->err, CKPT_ERR_FORMAT,
                        "storage key list names %zu storages, the pickle %zu", (size_t)v->u.seq.len,
-                       f->nstorages - r->before);
+                       roots);
     }
     return CKPT_OK;
 }
@@ -262,6 +265,9 @@ static int read_storage(ckpt_walk *w, const ckpt_walk_record *rec, uint64_t *nby
     ckpt_storage *s = ckpt_file_storage_find(f, key);
     CKPT_RETURN_IF(!s, &f->err, CKPT_ERR_FORMAT, "storage key list names unknown storage '%s'",
                    kv->u.s.s);
+    CKPT_RETURN_IF(s->view_root, &f->err, CKPT_ERR_FORMAT,
+                   "storage key list names '%s', a view of storage '%s'", kv->u.s.s,
+                   s->view_root->key);
     CKPT_RETURN_IF(s->loc != CKPT_LOC_NONE, &f->err, CKPT_ERR_FORMAT,
                    "storage '%s' listed twice", s->key);
     CKPT_RETURN_IF(!rec->has_count, &f->err, CKPT_ERR_FORMAT,
@@ -286,7 +292,19 @@ static int pth_legacy_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
     legacy_read r = {.f = f, .root = root};
     ckpt_walk w = {.pickle = read_pickle, .record = read_storage, .user = &r};
-    return pth_legacy_walk(&w, src, &f->err);
+    CKPT_FORWARD(pth_legacy_walk(&w, src, &f->err));
+    /* PyTorch 0.3's storage views: their bytes are a slice of their root's */
+    for (size_t k = r.before; k < f->nstorages; k++) {
+        ckpt_storage *s = f->storages[k];
+        if (!s->view_root)
+            continue;
+        CKPT_RETURN_IF(s->view_root->loc != CKPT_LOC_FILE_RANGE, &f->err, CKPT_ERR_FORMAT,
+                       "storage '%s' (viewed by '%s') has no bytes in the file",
+                       s->view_root->key, s->key);
+        s->loc = CKPT_LOC_FILE_RANGE;
+        s->file_offset = s->view_root->file_offset + s->view_offset;
+    }
+    return CKPT_OK;
 }
 
 /* A protocol-2+ pickle: PROTO 2..5 */

@@ -81,6 +81,48 @@ static int locate_storages(ckpt_file *f, size_t first)
     return CKPT_OK;
 }
 
+/* torch.serialization.skip_data (torch 2.4+) writes each storage record
+ * through write_record_metadata: its size kept, its bytes zeros until a
+ * later pass fills them in (through torch.load(mmap=True) with MAP_SHARED,
+ * or at the offsets), and its CRC-32 0 in the descriptor and the central
+ * directory, while data.pkl, version and the other records carry theirs
+ * (doc/torch2-format.md 1.4).  torch never checks a CRC, so it loads them.
+ * That is the mark: every storage record with bytes has CRC 0.  A zero CRC
+ * beside computed ones among the storage records is no torch writer's: it
+ * stays checked, and fails. */
+static int note_skip_data(ckpt_file *f, ckpt_source *src, size_t first)
+{
+    if (!ckpt_zip_has_crcs(src->zip))
+        return CKPT_OK; /* compute_crc32 off: every record unchecked, said already */
+    size_t zero = 0;
+    for (size_t k = first; k < f->nstorages; k++) {
+        const ckpt_storage *s = f->storages[k];
+        if (s->loc != CKPT_LOC_ZIP_RECORD || ckpt_zip_size(src->zip, s->zip_index) == 0)
+            continue;
+        if (ckpt_zip_crc(src->zip, s->zip_index) != 0)
+            return CKPT_OK;
+        zero++;
+    }
+    if (!zero)
+        return CKPT_OK;
+    for (size_t k = first; k < f->nstorages; k++) {
+        ckpt_storage *s = f->storages[k];
+        if (s->loc == CKPT_LOC_ZIP_RECORD) {
+            ckpt_zip_crc_unrecorded(src->zip, s->zip_index);
+            s->has_crc = false;
+        }
+    }
+    char who[300] = "";
+    if (src != &f->main)
+        snprintf(who, sizeof(who), "'%.280s' ", src->path);
+    if (ckpt_file_notice_add(f, "%s%s %zu storage record%s CRC-32 0, as "
+                                "torch.serialization.skip_data writes them: their bytes, filled "
+                                "in after the save or left zeros, are not checked", who,
+                             zero == 1 ? "its" : "all its", zero, zero == 1 ? " has" : "s have") < 0)
+        return ckpt_oom(&f->err);
+    return CKPT_OK;
+}
+
 /* torch.load of a zip: its reader's checks, then data.pkl (torch_zip.c). */
 static int pth_zip_walk(ckpt_walk *w, ckpt_source *src, ckpt_error *err)
 {
@@ -127,6 +169,7 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
             return ckpt_oom(&f->err);
     }
     CKPT_FORWARD(locate_storages(f, r.nbefore));
+    CKPT_FORWARD(note_skip_data(f, src, r.nbefore));
     return note_unswapped(f, r.nbefore);
 }
 

@@ -371,7 +371,7 @@ static int collect(ts_walk *w, const ckpt_value *o, const ts_class *c, const cha
             CKPT_RETURN_IF(w->sd->u.dict.keys.len >= f->limits[CKPT_LIMIT_ITEMS], &f->err,
                            CKPT_ERR_LIMIT, "the state dict has more than %llu keys",
                            (unsigned long long)f->limits[CKPT_LIMIT_ITEMS]);
-            CKPT_FORWARD(ckpt_module_sd_add(f, w->sd, prefix, names[i], v));
+            CKPT_FORWARD(ckpt_module_sd_add(f, w->sd, prefix, names[i], v, !list));
         }
     }
     w->path[w->depth++] = o;

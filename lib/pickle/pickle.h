@@ -183,6 +183,10 @@ struct ckpt_storage {
                             * in this machine's order, copied as stored */
     bool has_crc;          /* the container records a CRC-32 of the bytes: */
     uint32_t crc32;        /* checked whenever they are read whole */
+    /* a PyTorch 0.3 storage view (legacy view_metadata): nbytes at
+     * VIEW_OFFSET bytes into VIEW_ROOT, located once the root is */
+    struct ckpt_storage *view_root;
+    uint64_t view_offset;
 };
 
 /* ---- values: constructors and helpers used by the VM and walkers ---------- */

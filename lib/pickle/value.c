@@ -332,6 +332,13 @@ CKPT_API int64_t ckpt_storage_numel(const ckpt_storage *s) { return s->numel; }
 CKPT_API size_t ckpt_storage_nbytes(const ckpt_storage *s) { return (size_t)s->nbytes; }
 CKPT_API const char *ckpt_storage_device(const ckpt_storage *s) { return s->device; }
 CKPT_API size_t ckpt_storage_index(const ckpt_storage *s) { return s->index; }
+CKPT_API const ckpt_storage *ckpt_storage_view_of(const ckpt_storage *s, int64_t *offset)
+{
+    size_t es = ckpt_dtype_size(s->dtype);
+    if (offset)
+        *offset = s->view_root && es ? (int64_t)(s->view_offset / es) : 0;
+    return s->view_root;
+}
 
 /* ---- building tensors that did not come from a pickle (safetensors) ---- */
 

@@ -412,16 +412,19 @@ def build():
         twin=good_zip)
 
     # one zeroed CRC among computed ones: a torch file written without CRCs
-    # has every CRC 0, so this is tampering and must still be checked
-    recs = ckpt_recs([T('w', numel=6)])
+    # has every CRC 0, one written under skip_data every storage record's,
+    # so this is tampering and must still be checked
+    two = [T('w', numel=6), T('b', key='1', numel=3, size=(3,), stride=(1,))]
+    recs = ckpt_recs(two)
     recs[1].crc = 0
     bad('crc_one_zeroed.pth', raw_zip(recs),
-        'record `archive/data/0` declares CRC-32 0 while `data.pkl` and '
-        '`version` carry theirs (torch with compute_crc32 off zeroes every '
-        'CRC, not one): its data no longer matches',
+        'record `archive/data/0` declares CRC-32 0 while `archive/data/1`, '
+        '`data.pkl` and `version` carry theirs (torch with compute_crc32 off '
+        'zeroes every CRC, under skip_data every storage record\'s, never one '
+        'of them): its data no longer matches',
         expect='`inspect --stats` exits 3 (the data is read and its CRC '
         'checked). Plain `inspect` reads no data and MAY succeed (exit 0)',
-        twin=raw_zip(ckpt_recs([T('w', numel=6)])))
+        twin=raw_zip(ckpt_recs(two)))
 
     touch = 'touch ' + PWNED
     bad('os_system.pth',

@@ -53,7 +53,10 @@ static void pk_header(pk *p, bool good_magic, int64_t protocol)
 }
 
 /* {'w': tensor(float32 x N)} with a 6-tuple persistent id, VIEW as 6th item */
-static void pk_main(pk *p, const char *key, int64_t numel, bool view_metadata)
+/* VIEW: 0 no view_metadata (None); 1 a view named by the root's own key;
+ * 2 view "94824" of elements 1.. of the root, the tensor over it;
+ * 3 the same view one element too long */
+static void pk_main(pk *p, const char *key, int64_t numel, int view)
 {
     pk_proto2(p);
     pk_op(p, '}');
@@ -66,10 +69,10 @@ static void pk_main(pk *p, const char *key, int64_t numel, bool view_metadata)
     pk_str(p, key);
     pk_str(p, "cuda:1");
     pk_int(p, numel);
-    if (view_metadata) {
-        pk_str(p, key);
-        pk_int(p, 0);
-        pk_int(p, numel);
+    if (view) {
+        pk_str(p, view == 1 ? key : "94824");
+        pk_int(p, view == 1 ? 0 : 1);
+        pk_int(p, view == 2 ? numel - 1 : numel);
         pk_op(p, 0x87);
     } else {
         pk_op(p, 'N');
@@ -77,7 +80,7 @@ static void pk_main(pk *p, const char *key, int64_t numel, bool view_metadata)
     pk_op(p, 't');
     pk_op(p, 'Q');
     pk_int(p, 0);
-    pk_int(p, numel);
+    pk_int(p, view >= 2 ? numel - 1 : numel);
     pk_op(p, 0x85);
     pk_int(p, 1);
     pk_op(p, 0x85);
@@ -110,7 +113,7 @@ static void write_file(const pk *p)
 
 /* A whole file: header, main pickle, key list, count COUNT then DATA floats */
 static void make_legacy(bool good_magic, int64_t protocol, int64_t numel, uint64_t count,
-                        int ndata, bool view_metadata)
+                        int ndata, int view_metadata)
 {
     pk p = {0};
     pk_header(&p, good_magic, protocol);
@@ -208,11 +211,39 @@ START_TEST(key_list_names_unknown_storage)
 }
 END_TEST
 
-START_TEST(view_metadata_unsupported)
+/* PyTorch 0.3's view_metadata: a view named by its root's own key is the
+ * root (torch's legacy_load finds it made already) */
+START_TEST(view_metadata_of_the_root_itself)
 {
-    make_legacy(true, 1001, 3, 3, 3, true);
-    ck_assert_int_eq(ckpt_file_open(f, path), CKPT_ERR_UNSUPPORTED);
-    ck_assert_msg_has(f, "view_metadata");
+    make_legacy(true, 1001, 3, 3, 3, 1);
+    ck_assert_msg(ckpt_file_open(f, path) == CKPT_OK, "%s", ckpt_file_error_message(f));
+    ck_assert_uint_eq(ckpt_file_storage_count(f), 1);
+}
+END_TEST
+
+/* a view of elements 1..2: its own storage, whose bytes are the root's */
+START_TEST(view_metadata_slices_the_root)
+{
+    make_legacy(true, 1001, 3, 3, 3, 2);
+    ck_assert_msg(ckpt_file_open(f, path) == CKPT_OK, "%s", ckpt_file_error_message(f));
+    const ckpt_tensor *t = ckpt_file_tensor(f, 0, NULL);
+    int64_t off = -1;
+    const ckpt_storage *root = ckpt_storage_view_of(ckpt_tensor_storage(t), &off);
+    ck_assert_ptr_nonnull(root);
+    ck_assert_str_eq(ckpt_storage_key(root), "94823");
+    ck_assert_str_eq(ckpt_storage_key(ckpt_tensor_storage(t)), "94824");
+    ck_assert_int_eq(off, 1);
+    float out[2];
+    ck_assert_int_eq(ckpt_tensor_read(f, t, out, sizeof(out)), CKPT_OK);
+    ck_assert(out[0] == 1.5f && out[1] == 2.5f);
+}
+END_TEST
+
+START_TEST(view_metadata_past_the_root)
+{
+    make_legacy(true, 1001, 3, 3, 3, 3);
+    ck_assert_int_eq(ckpt_file_open(f, path), CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, "does not lie inside its storage '94823' of 3 elements");
 }
 END_TEST
 
@@ -411,7 +442,9 @@ static Suite *suite(void)
     tcase_add_test(t, truncated_data);
     tcase_add_test(t, missing_count);
     tcase_add_test(t, key_list_names_unknown_storage);
-    tcase_add_test(t, view_metadata_unsupported);
+    tcase_add_test(t, view_metadata_of_the_root_itself);
+    tcase_add_test(t, view_metadata_slices_the_root);
+    tcase_add_test(t, view_metadata_past_the_root);
     tcase_add_test(t, torch_fixture_legacy_mlp);
     tcase_add_test(t, torch_fixture_legacy_train);
     tcase_add_test(t, walk_hands_out_torchs_pickles_in_order);
