@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const char usage[] =
     "usage: ckpt scan [--json] [--max-pickle-bytes N] [--max-header-bytes N]\n"
@@ -22,8 +23,10 @@ static const char usage[] =
     "every file under it, each DCP data file (*.distcp) item by item.\n"
     "\n"
     "Exit status: 0 every file holds only interpreted and known-data globals,\n"
-    "1 a file holds anything else, 3 a file cannot be read as any of these\n"
-    "(nothing unsafe found first), 4 a file cannot be opened; the worst wins.\n"
+    "1 any file holds anything else, whatever else failed; else 4 a file cannot\n"
+    "be opened, 3 a file cannot be read as any of these.  With several files the\n"
+    "text ends with a count of each verdict (\"3 files: 1 unsafe, 1 unreadable,\n"
+    "1 safe\").\n"
     "\n"
     "  --json                  one JSON document for all files (ckpt-scan(1))\n"
     "  --max-pickle-bytes N    refuse pickles larger than N bytes (default 1G;\n"
@@ -112,6 +115,75 @@ static void print_text(const ckpt_scan_entry *e)
         cli_torch_load_print(path, "  ");
 }
 
+/* How many entries of each verdict: the text's last line and the JSON's
+ * "summary" (ckpt-scan(1)). */
+static const char *const tally_key[] = {"unsafe", "ambiguous", "unreadable", "not_read", "safe",
+                                        "skipped"};
+enum { N_TALLY = sizeof tally_key / sizeof *tally_key };
+
+static void tally(const ckpt_scan_paths *sp, size_t n[N_TALLY])
+{
+    for (size_t i = 0; i < ckpt_scan_paths_count(sp); i++) {
+        const ckpt_scan_entry *e = ckpt_scan_paths_entry(sp, i);
+        int k = e->kind == CKPT_SCAN_ENTRY_SKIPPED ? 5
+                : e->exit == CKPT_SCAN_EXIT_SAFE ? 4
+                : e->exit == CKPT_SCAN_EXIT_UNREADABLE ? 2
+                : e->exit == CKPT_SCAN_EXIT_IO ? 3
+                : e->verdict && strcmp(e->verdict, "ambiguous") == 0 ? 1 : 0;
+        n[k]++;
+    }
+}
+
+static void print_summary(const ckpt_scan_paths *sp)
+{
+    size_t n[N_TALLY] = {0}, total = ckpt_scan_paths_count(sp);
+    tally(sp, n);
+    cli_printf("%zu files:", total);
+    const char *sep = " ";
+    for (int k = 0; k < N_TALLY; k++)
+        if (n[k]) {
+            cli_printf("%s%zu %s", sep, n[k], k == 3 ? "not read" : tally_key[k]);
+            sep = ", ";
+        }
+    cli_printf("\n");
+}
+
+/* The run's document: the library's (the files left out with --quiet), its
+ * "summary", and under exit 2, 3 or 4 the "error" of every command's document,
+ * that of the first entry that failed with the run's exit status. */
+static char *scan_json(const ckpt_scan_paths *sp, bool quiet, int worst)
+{
+    char *text = quiet || !sp ? NULL : ckpt_scan_paths_to_json(sp);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!root && (quiet || !sp) && (root = cJSON_CreateObject())) {
+        cJSON_AddArrayToObject(root, "files");
+        cJSON_AddItemToObject(root, "exit", cli_json_int(worst));
+    }
+    if (!root)
+        return NULL;
+    size_t n[N_TALLY] = {0};
+    tally(sp, n);
+    cJSON *sum = cJSON_AddObjectToObject(root, "summary");
+    cJSON_AddItemToObject(sum, "files", cli_json_int((long long)ckpt_scan_paths_count(sp)));
+    for (int k = 0; k < N_TALLY; k++)
+        cJSON_AddItemToObject(sum, tally_key[k], cli_json_int((long long)n[k]));
+    if (worst >= CLI_EXIT_USAGE) {
+        const ckpt_scan_entry *failed = NULL;
+        for (size_t i = 0; !failed && i < ckpt_scan_paths_count(sp); i++) {
+            const ckpt_scan_entry *e = ckpt_scan_paths_entry(sp, i);
+            if (e->exit == worst && e->error)
+                failed = e;
+        }
+        cJSON_AddItemToObject(root, "error",
+                              failed ? cli_json_error(worst, "scan", failed->path, failed->error)
+                                     : cli_json_run_error(worst));
+    }
+    char *out = cJSON_Print(root);
+    cJSON_Delete(root);
+    return out;
+}
+
 int cmd_scan(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -133,6 +205,7 @@ int cmd_scan(int argc, char **argv)
         switch (opt) {
         case OPT_JSON:
             json = 1;
+            cli_json_on();
             break;
         case CLI_OPT_HELP:
             fputs(usage, stdout);
@@ -184,17 +257,10 @@ int cmd_scan(int argc, char **argv)
     if (rc != CKPT_OK)
         cli_error("scan", NULL, "%s", sp ? ckpt_scan_paths_error_message(sp) : "out of memory");
     int worst = sp ? ckpt_scan_paths_exit(sp) : CLI_EXIT_IO;
+    if (!json && !common.quiet && ckpt_scan_paths_count(sp) > 1)
+        print_summary(sp);
     if (json) {
-        char *text;
-        if (common.quiet) { /* the files' objects left out */
-            cJSON *root = cJSON_CreateObject();
-            cJSON_AddArrayToObject(root, "files");
-            cJSON_AddItemToObject(root, "exit", cli_json_int(worst));
-            text = cJSON_Print(root);
-            cJSON_Delete(root);
-        } else {
-            text = ckpt_scan_paths_to_json(sp);
-        }
+        char *text = scan_json(sp, common.quiet, worst);
         if (text) {
             cli_json_puts(text);
             free(text);

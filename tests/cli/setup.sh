@@ -317,6 +317,33 @@ json_true() {
     fi
 }
 
+# expect_json_error: the last run failed (exit 2, 3 or 4) and its stdout is
+# exactly one JSON document carrying "error": {"exit": its exit status,
+# "command", "file", "message"}, the message of the error line on stderr
+# (`ckpt: <command>: <file>: <message>`).
+expect_json_error() {
+    if python3 - "$out" "$err" "$status" >"$tmp/pyerr" 2>&1 <<'EOF'
+import json, sys
+out, err, status = sys.argv[1], sys.argv[2], int(sys.argv[3])
+text = open(out).read()
+d = json.loads(text)  # one document: anything after it is an error
+assert status in (2, 3, 4), "exit status %d is not a failure" % status
+e = d.get("error")
+assert isinstance(e, dict), "no error object in %r" % text[:200]
+assert e["exit"] == status, "error.exit %r, exit status %d" % (e["exit"], status)
+line = "ckpt: %s: %s%s" % (e["command"], e["file"] + ": " if e["file"] else "", e["message"])
+lines = open(err).read().splitlines()
+assert any(l.startswith(line) for l in lines), "no stderr line starts %r" % line
+print("error.exit %d, %r" % (status, e["message"]))
+EOF
+    then
+        ok "stdout is one JSON document, $(cat "$tmp/pyerr")"
+    else
+        fail "not one JSON document with error.exit $status: $last_cmd ($(tail -n 1 "$tmp/pyerr"))"
+        show_output
+    fi
+}
+
 # ---- rewriting commands (tests/cli/rewrite.sh, rewrite_hostile.sh) -----------
 
 # listing DIR: the names in DIR (dot files included), one a line, sorted.
