@@ -27,7 +27,6 @@ fails() {
 say "inspect --json"
 fails 4 inspect --json "$missing"
 fails 3 inspect --json "$malformed"
-fails 3 inspect --json tests/bad/empty.pth
 fails 2 inspect --json
 fails 2 inspect --json "$good" "$good"
 fails 2 inspect --json --filter '(' "$good"
@@ -36,6 +35,9 @@ fails 2 inspect --max-depth 0 --json "$good"
 fails 2 inspect --js "$good" "$good"
 note "--quiet silences the text, never the error"
 fails 3 inspect --json --quiet "$malformed"
+note "README.md's example, exactly"
+fails 3 inspect --json tests/bad/empty.pth
+json_expect d '{"error": {"exit": 3, "command": "inspect", "file": "tests/bad/empty.pth", "message": "empty file"}}'
 expect_exit 0 ckpt inspect --json "$good"
 json_true '"error" not in d' "no error object when inspect succeeds"
 
