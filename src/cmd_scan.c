@@ -115,73 +115,51 @@ static void print_text(const ckpt_scan_entry *e)
         cli_torch_load_print(path, "  ");
 }
 
-/* How many entries of each verdict: the text's last line and the JSON's
- * "summary" (ckpt-scan(1)). */
-static const char *const tally_key[] = {"unsafe", "ambiguous", "unreadable", "not_read", "safe",
-                                        "skipped"};
-enum { N_TALLY = sizeof tally_key / sizeof *tally_key };
-
-static void tally(const ckpt_scan_paths *sp, size_t n[N_TALLY])
-{
-    for (size_t i = 0; i < ckpt_scan_paths_count(sp); i++) {
-        const ckpt_scan_entry *e = ckpt_scan_paths_entry(sp, i);
-        int k = e->kind == CKPT_SCAN_ENTRY_SKIPPED ? 5
-                : e->exit == CKPT_SCAN_EXIT_SAFE ? 4
-                : e->exit == CKPT_SCAN_EXIT_UNREADABLE ? 2
-                : e->exit == CKPT_SCAN_EXIT_IO ? 3
-                : e->verdict && strcmp(e->verdict, "ambiguous") == 0 ? 1 : 0;
-        n[k]++;
-    }
-}
-
+/* The text's last line with several entries: how many of each outcome, those
+ * that are not 0 (ckpt-scan(1)); the JSON's "summary" is the library's. */
 static void print_summary(const ckpt_scan_paths *sp)
 {
-    size_t n[N_TALLY] = {0}, total = ckpt_scan_paths_count(sp);
-    tally(sp, n);
+    static const char *const outcome[] = {"unsafe", "ambiguous", "unreadable", "not_read",
+                                          "safe", "skipped"};
+    size_t total = ckpt_scan_paths_count(sp);
     cli_printf("%zu files:", total);
     const char *sep = " ";
-    for (int k = 0; k < N_TALLY; k++)
-        if (n[k]) {
-            cli_printf("%s%zu %s", sep, n[k], k == 3 ? "not read" : tally_key[k]);
+    for (size_t k = 0; k < sizeof outcome / sizeof *outcome; k++) {
+        size_t n = 0;
+        for (size_t i = 0; i < total; i++)
+            n += strcmp(ckpt_scan_entry_outcome(ckpt_scan_paths_entry(sp, i)), outcome[k]) == 0;
+        if (n) {
+            cli_printf("%s%zu %s", sep, n, strcmp(outcome[k], "not_read") ? outcome[k]
+                                                                          : "not read");
             sep = ", ";
         }
+    }
     cli_printf("\n");
 }
 
-/* The run's document: the library's (the files left out with --quiet), its
- * "summary", and under exit 2, 3 or 4 the "error" of every command's document,
- * that of the first entry that failed with the run's exit status. */
+/* The library's document; with --quiet, its files' objects left out. */
 static char *scan_json(const ckpt_scan_paths *sp, bool quiet, int worst)
 {
-    char *text = quiet || !sp ? NULL : ckpt_scan_paths_to_json(sp);
-    cJSON *root = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    if (!root && (quiet || !sp) && (root = cJSON_CreateObject())) {
-        cJSON_AddArrayToObject(root, "files");
-        cJSON_AddItemToObject(root, "exit", cli_json_int(worst));
+    char *text = sp ? ckpt_scan_paths_to_json(sp) : NULL;
+    if (!quiet || !text) {
+        if (text || sp)
+            return text;
+        /* no engine at all (out of memory): the error alone */
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddItemToObject(root, "error", cli_json_run_error(worst));
+        text = cJSON_Print(root);
+        cJSON_Delete(root);
+        return text;
     }
+    cJSON *root = cJSON_Parse(text);
+    free(text);
     if (!root)
         return NULL;
-    size_t n[N_TALLY] = {0};
-    tally(sp, n);
-    cJSON *sum = cJSON_AddObjectToObject(root, "summary");
-    cJSON_AddItemToObject(sum, "files", cli_json_int((long long)ckpt_scan_paths_count(sp)));
-    for (int k = 0; k < N_TALLY; k++)
-        cJSON_AddItemToObject(sum, tally_key[k], cli_json_int((long long)n[k]));
-    if (worst >= CLI_EXIT_USAGE) {
-        const ckpt_scan_entry *failed = NULL;
-        for (size_t i = 0; !failed && i < ckpt_scan_paths_count(sp); i++) {
-            const ckpt_scan_entry *e = ckpt_scan_paths_entry(sp, i);
-            if (e->exit == worst && e->error)
-                failed = e;
-        }
-        cJSON_AddItemToObject(root, "error",
-                              failed ? cli_json_error(worst, "scan", failed->path, failed->error)
-                                     : cli_json_run_error(worst));
-    }
-    char *out = cJSON_Print(root);
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "files", cJSON_CreateArray());
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "skipped");
+    text = cJSON_Print(root);
     cJSON_Delete(root);
-    return out;
+    return text;
 }
 
 int cmd_scan(int argc, char **argv)
