@@ -496,6 +496,23 @@ static bool why_read(int fd, uint64_t base, uint64_t size, void *buf, size_t n, 
 static const char *const z64_field[] = {"uncompressed size", "compressed size",
                                         "local header offset", "disk number"};
 
+/* Whether the N bytes at S are UTF-8 as libzip checks a name or comment whose
+ * flags say UTF-8 (lead bytes and their continuation bytes). */
+static bool utf8_ok(const uint8_t *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t more = s[i] < 0x80 ? 0 : (s[i] & 0xE0) == 0xC0 ? 1 : (s[i] & 0xF0) == 0xE0 ? 2
+                    : (s[i] & 0xF8) == 0xF0 ? 3 : 4;
+        if (more == 4 || n - i - 1 < more)
+            return false;
+        for (size_t k = 1; k <= more; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return false;
+        i += more + 1;
+    }
+    return true;
+}
+
 /* Check central directory entry K (the LEN bytes at E, its name quoted in
  * messages) against the zip64 rules and the layout: its local header before
  * the central directory at CD_OFF, where it says. */
@@ -506,10 +523,18 @@ static bool why_entry(int fd, uint64_t base, uint64_t size, const uint8_t *e, si
     const char *name = (const char *)e + 46;
     uint64_t v[4] = {rd(e + 24, 4), rd(e + 20, 4), rd(e + 42, 4), rd(e + 34, 2)};
     bool deferred[4] = {v[0] == U32_MAX, v[1] == U32_MAX, v[2] == U32_MAX, v[3] == 0xFFFF};
+    size_t cl = (size_t)rd(e + 32, 2);
+    if ((rd(e + 8, 2) & 0x0800) &&
+        (!utf8_ok(e + 46, (size_t)nl) || !utf8_ok(e + len - cl, cl))) {
+        snprintf(why, cap, "record '%.*s' (central directory entry %llu): its %s is not UTF-8, "
+                 "and its flags (bit 11) say it is", nl > 200 ? 200 : nl, name,
+                 (unsigned long long)k, utf8_ok(e + 46, (size_t)nl) ? "comment" : "name");
+        return true;
+    }
     size_t need = 0;
     for (int i = 0; i < 4; i++)
         need += deferred[i] ? (i == 3 ? 4 : 8) : 0;
-    const uint8_t *x = e + 46 + nl, *xe = e + len - rd(e + 32, 2), *z64 = NULL;
+    const uint8_t *x = e + 46 + nl, *xe = e + len - cl, *z64 = NULL;
     size_t z64_len = 0;
     while (xe - x >= 4) {
         size_t id = (size_t)rd(x, 2), l = (size_t)rd(x + 2, 2);
@@ -696,6 +721,12 @@ bool ckpt_zip_why(int fd, uint64_t base, uint64_t size, char *why, size_t cap)
         found = why_entry(fd, base, size, cd + p, len, k, cd_off, why, cap);
         p += len;
     }
+    if (!found && p != cd_size) {
+        snprintf(why, cap, "the %s's central directory is %llu bytes, and its %llu records "
+                 "end after %llu", end, (unsigned long long)cd_size, (unsigned long long)n,
+                 (unsigned long long)p);
+        found = true;
+    }
     free(cd);
     return found;
 }
@@ -713,6 +744,7 @@ static const char *zip_reason(int ze, zip_error_t *e)
     case ZIP_ER_MULTIDISK: return "it says it spans several disks";
     case ZIP_ER_COMPNOTSUPP: return "a compression method other than stored and deflate";
     case ZIP_ER_ENCRNOTSUPP: return "an encrypted record";
+    case ZIP_ER_INVAL: return "a header libzip cannot use (a length or offset out of range)";
     default: return zip_error_strerror(e);
     }
 }

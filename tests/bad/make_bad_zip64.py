@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Zips whose zip64 sizes, offsets or end records are wrong (issue 27).
+"""Zips whose zip64 sizes, offsets or end records, or other directory fields, are
+wrong (issue 27).
 
 usage: python3 tests/bad/make_bad_zip64.py OUTDIR
 
@@ -33,12 +34,15 @@ def zip64_extra(*values):
     return struct.pack('<HH', 1, len(body)) + body
 
 
-def build(bad=None, size=None, offset=None, extra=None, local_extra=None, end=None):
+def build(bad=None, size=None, offset=None, extra=None, local_extra=None, end=None,
+          cname=None, cd_pad=b''):
     """The archive; BAD (a record name) gets the zip64 fields given:
     SIZE (its compressed and uncompressed sizes in the central header),
     OFFSET (its local header offset there), EXTRA (its central extra field),
     LOCAL_EXTRA (its local one); END: 'no locator', 'locator past the end',
-    'count' (the zip64 end record counts one record more), or None."""
+    'count' (the zip64 end record counts one record more), or None; CNAME:
+    BAD's name in the central directory (flags: UTF-8); CD_PAD: bytes after
+    the last entry, counted in the central directory's size."""
     out, central = b'', b''
     for name, data in RECORDS:
         crc, at = zlib.crc32(data), len(out)
@@ -50,8 +54,10 @@ def build(bad=None, size=None, offset=None, extra=None, local_extra=None, end=No
         cs = size if mine and size is not None else len(data)
         off = offset if mine and offset is not None else at
         cx = extra if mine and extra is not None else b''
-        central += struct.pack('<IHHHHHHIIIHHHHHII', 0x02014b50, 45, 45, 0, 0, 0, 0x21, crc,
-                               cs, cs, len(name), len(cx), 0, 0, 0, 0o644 << 16, off) + name + cx
+        cn = cname if mine and cname is not None else name
+        central += struct.pack('<IHHHHHHIIIHHHHHII', 0x02014b50, 45, 45, 0x800, 0, 0, 0x21, crc,
+                               cs, cs, len(cn), len(cx), 0, 0, 0, 0o644 << 16, off) + cn + cx
+    central += cd_pad
     n, cd_at = len(RECORDS), len(out)
     out += central
     if end is None:
@@ -92,6 +98,11 @@ FILES = {
                              '1 TiB past the end of the file', 'zip64 end'),
     'count_disagrees.pth': (build(end='count'), 'the zip64 end record counts 4 records; the '
                             'central directory holds 3', 'zip64 end'),
+    'name_not_utf8.pth': (build(D0, cname=b'archive/data/\xff'), "record "
+                          "'archive/data/\\xff' says (flag bit 11) its name is UTF-8; it is not",
+                          'not UTF-8'),
+    'directory_padded.pth': (build(cd_pad=b'\0' * 11), 'the central directory is 11 bytes '
+                             'longer than its 3 entries', 'records end after'),
 }
 
 

@@ -1,6 +1,7 @@
 #!/bin/sh
-# zip64.sh - zips whose zip64 sizes, offsets or end records are wrong
-# (tests/bad/make_bad_zip64.py, written here at test time): `ckpt inspect`
+# zip64.sh - zips whose zip64 sizes, offsets or end records (or another
+# field libzip refuses: a name flagged UTF-8 that is not, a padded central
+# directory) are wrong (tests/bad/make_bad_zip64.py, written here at test time): `ckpt inspect`
 # refuses each with exit 3 and one message that names the field that is wrong,
 # never libzip's word for its error code ("No such file", "Zip archive
 # inconsistent"); scan's findings say the same.  The generator's good.pth,
