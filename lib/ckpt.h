@@ -1502,12 +1502,21 @@ CKPT_API const char *ckpt_scan_paths_error_message(const ckpt_scan_paths *p);
 CKPT_API size_t ckpt_scan_paths_count(const ckpt_scan_paths *p);
 /* Entry I, in the order ckpt scan prints them; NULL past the count. */
 CKPT_API const ckpt_scan_entry *ckpt_scan_paths_entry(const ckpt_scan_paths *p, size_t i);
-/* The run's CKPT_SCAN_EXIT_* status: the worst of its entries' (IO when it stopped). */
+/* The run's CKPT_SCAN_EXIT_* status: UNSAFE when any entry is unsafe or
+ * ambiguous, else the worst of its entries' (IO when it stopped); the rule
+ * of doc/design.md, "Exit status and messages". */
 CKPT_API int ckpt_scan_paths_exit(const ckpt_scan_paths *p);
+/* Entry E's outcome, as ckpt scan counts them: "unsafe", "ambiguous",
+ * "unreadable" (exit 3), "not_read" (exit 4: cannot be opened), "safe" or
+ * "skipped". */
+CKPT_API const char *ckpt_scan_entry_outcome(const ckpt_scan_entry *e);
 /*
  * The document ckpt scan --json prints (ckpt-scan(1)): {"files": [one
- * object per FILE entry], "exit": the run's status}.  malloc'd, for
- * free(); NULL when out of memory.
+ * object per FILE entry], "skipped": [...], "exit": the run's status,
+ * "summary": {"files": N, the count of each outcome}, and when the status
+ * is 3 or 4 "error": {"exit", "command": "scan", "file", "message"}, the
+ * first entry that failed with it}.  malloc'd, for free(); NULL when out of
+ * memory.
  */
 CKPT_API char *ckpt_scan_paths_to_json(const ckpt_scan_paths *p);
 

@@ -279,6 +279,14 @@ int cli_printf(const char *fmt, ...)
     return rc;
 }
 
+/* What the run printed and the first error it met (below, "the error of a run"). */
+static struct {
+    bool json;          /* the command parsed --json */
+    bool json_in_argv;  /* --json on the command line (for usage errors met before it) */
+    bool printed;       /* a JSON document went to stdout */
+    char *cmd, *file, *message; /* the first error */
+} run;
+
 int cli_json_puts(const char *json)
 {
     return cli_json_write(json) == EOF ? EOF : putchar('\n');
@@ -286,6 +294,7 @@ int cli_json_puts(const char *json)
 
 int cli_json_write(const char *json)
 {
+    run.printed = true;
     /* C1 controls and DEL are written \u00NN, the same string to a JSON
      * reader; bytes that are not UTF-8 stay as they are (a name is exact) */
     const unsigned char *p = (const unsigned char *)json;
@@ -303,6 +312,94 @@ int cli_json_write(const char *json)
     return 0;
 }
 
+/* ---- the error of a run, for --json ------------------------------------------------
+ * The first error message (notes and warnings are not errors) is kept exact,
+ * unescaped, so that under --json the command's one document can carry it
+ * (doc/design.md, "JSON"): cli_finish prints {"error": ...} when the command
+ * failed and printed no document of its own. */
+
+static void run_free(void)
+{
+    free(run.cmd);
+    free(run.file);
+    free(run.message);
+}
+
+static void record_error(const char *cmd, const char *file, const char *message)
+{
+    /* what a reader noticed without refusing the file, and safety warnings, are
+     * not the failure */
+    if (run.message || strncmp(message, "note: ", 6) == 0 || strncmp(message, "warning: ", 9) == 0)
+        return;
+    static bool registered;
+    if (!registered && atexit(run_free) == 0)
+        registered = true;
+    run.cmd = strdup(cmd);
+    run.file = file ? strdup(file) : NULL;
+    run.message = strdup(message);
+}
+
+void cli_json_on(void)
+{
+    run.json = true;
+}
+
+void cli_begin(const char *cmd, int argc, char **argv)
+{
+    static const char *const takes_json[] = {"inspect", "diff", "verify", "scan"};
+    bool takes = false;
+    for (size_t i = 0; i < sizeof takes_json / sizeof *takes_json; i++)
+        takes |= strcmp(cmd, takes_json[i]) == 0;
+    /* as getopt_long reads it: an unambiguous prefix, before "--" */
+    for (int i = 1; takes && i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strlen(argv[i]) >= 3 && strncmp(argv[i], "--json", strlen(argv[i])) == 0)
+            run.json_in_argv = true;
+}
+
+cJSON *cli_json_error(int exit, const char *cmd, const char *file, const char *message)
+{
+    cJSON *e = cJSON_CreateObject();
+    if (!e)
+        return NULL;
+    cJSON_AddItemToObject(e, "exit", cli_json_int(exit));
+    cJSON_AddStringToObject(e, "command", cmd);
+    if (file)
+        cJSON_AddStringToObject(e, "file", file);
+    else
+        cJSON_AddNullToObject(e, "file");
+    cJSON_AddStringToObject(e, "message", message ? message
+                                          : exit == CLI_EXIT_USAGE ? "usage error"
+                                          : exit == CLI_EXIT_IO ? "I/O or system error"
+                                                                : "malformed or refused input");
+    return e;
+}
+
+cJSON *cli_json_run_error(int exit)
+{
+    return cli_json_error(exit, run.cmd ? run.cmd : "ckpt", run.file, run.message);
+}
+
+int cli_finish(int rc)
+{
+    bool json = run.json || (rc == CLI_EXIT_USAGE && run.json_in_argv);
+    if (!json || run.printed || rc < CLI_EXIT_USAGE)
+        return rc;
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = cli_json_run_error(rc);
+    char *text = root && e && cJSON_AddItemToObject(root, "error", e) ? cJSON_Print(root) : NULL;
+    if (!root)
+        cJSON_Delete(e);
+    cJSON_Delete(root);
+    if (text)
+        cli_json_puts(text);
+    else /* not even that fits: the message on stderr stands */
+        fputs("{\"error\": {\"exit\": 4, \"message\": \"out of memory\"}}\n", stdout);
+    free(text);
+    if (fflush(stdout) != 0 || ferror(stdout))
+        return CLI_EXIT_IO;
+    return rc;
+}
+
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)
 {
     /* the whole message escaped: the library's messages quote the file */
@@ -318,10 +415,12 @@ void cli_error(const char *cmd, const char *file, const char *fmt, ...)
         char *raw = n >= 0 ? malloc((size_t)n + 1) : NULL;
         if (raw) {
             vsnprintf(raw, (size_t)n + 1, fmt, ap);
+            record_error(cmd, file, raw);
             escape_into(&m, raw, (size_t)n);
             free(raw);
         } else {
             tb_add(&m, "out of memory", 13);
+            record_error(cmd, file, "out of memory");
         }
     }
     va_end(ap);
@@ -337,8 +436,19 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     va_list ap;
     fprintf(stderr, "ckpt: %s: ", cmd);
     va_start(ap, fmt);
+    va_list aq;
+    va_copy(aq, ap);
     char *m = cli_vformat(fmt, ap); /* arguments may be file names */
     va_end(ap);
+    int n = vsnprintf(NULL, 0, fmt, aq);
+    va_end(aq);
+    va_start(ap, fmt); /* again, unescaped, for the JSON error */
+    char *raw = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (raw)
+        vsnprintf(raw, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    record_error(cmd, NULL, raw ? raw : "out of memory");
+    free(raw);
     fputs(m ? m : "out of memory", stderr);
     free(m);
     fprintf(stderr, " (see 'ckpt %s --help')\n", cmd);

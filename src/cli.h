@@ -81,6 +81,22 @@ int cli_json_write(const char *json);
 /* "ckpt: <cmd>: <file>: <message>" on stderr (file may be NULL), escaped. */
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* --json: stdout holds exactly one JSON document, also on failure (doc/design.md,
+ * "JSON").  cli_begin (main, before the command): notes whether ARGV names
+ * --json, so that a usage error met before getopt reaches it still answers in
+ * JSON; cli_json_on: the command parsed --json; cli_finish (main, after the
+ * command): under --json, when RC is 2, 3 or 4 and the command printed no
+ * document (cli_json_puts), prints {"error": cli_json_run_error(RC)}; returns
+ * the exit status.  cli_json_error: the error object {"exit", "command",
+ * "file" (or null), "message"}; cli_json_run_error: that of the first error
+ * cli_error or cli_usage_error reported (notes and warnings are not errors),
+ * for a command that prints its own document on failure (scan). */
+void cli_begin(const char *cmd, int argc, char **argv);
+void cli_json_on(void);
+int cli_finish(int rc);
+struct cJSON *cli_json_error(int exit, const char *cmd, const char *file, const char *message);
+struct cJSON *cli_json_run_error(int exit);
+
 /* Report a usage error and the hint to --help; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

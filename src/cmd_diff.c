@@ -272,7 +272,7 @@ int cmd_diff(int argc, char **argv)
             break;
         case OPT_KEYS_ONLY: keys_only = true; break;
         case OPT_NORMALIZE: normalize = true; break;
-        case OPT_JSON: json = true; break;
+        case OPT_JSON: json = true; cli_json_on(); break;
         case OPT_SELECT: select = optarg; break;
         case CLI_OPT_HELP:
             fputs(diff_usage, stdout);

@@ -946,7 +946,7 @@ int cmd_inspect(int argc, char **argv)
         if (c > 0)
             continue;
         switch (opt) {
-        case OPT_JSON: in.json = true; break;
+        case OPT_JSON: in.json = true; cli_json_on(); break;
         case OPT_STATS: in.stats = true; break;
         case OPT_FILTER: filter = optarg; break;
         case CLI_OPT_HELP:

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const char usage[] =
     "usage: ckpt scan [--json] [--max-pickle-bytes N] [--max-header-bytes N]\n"
@@ -22,8 +23,10 @@ static const char usage[] =
     "every file under it, each DCP data file (*.distcp) item by item.\n"
     "\n"
     "Exit status: 0 every file holds only interpreted and known-data globals,\n"
-    "1 a file holds anything else, 3 a file cannot be read as any of these\n"
-    "(nothing unsafe found first), 4 a file cannot be opened; the worst wins.\n"
+    "1 any file holds anything else, whatever else failed; else 4 a file cannot\n"
+    "be opened, 3 a file cannot be read as any of these.  With several files the\n"
+    "text ends with a count of each verdict (\"3 files: 1 unsafe, 1 unreadable,\n"
+    "1 safe\").\n"
     "\n"
     "  --json                  one JSON document for all files (ckpt-scan(1))\n"
     "  --max-pickle-bytes N    refuse pickles larger than N bytes (default 1G;\n"
@@ -112,6 +115,53 @@ static void print_text(const ckpt_scan_entry *e)
         cli_torch_load_print(path, NULL, "  ");
 }
 
+/* The text's last line with several entries: how many of each outcome, those
+ * that are not 0 (ckpt-scan(1)); the JSON's "summary" is the library's. */
+static void print_summary(const ckpt_scan_paths *sp)
+{
+    static const char *const outcome[] = {"unsafe", "ambiguous", "unreadable", "not_read",
+                                          "safe", "skipped"};
+    size_t total = ckpt_scan_paths_count(sp);
+    cli_printf("%zu files:", total);
+    const char *sep = " ";
+    for (size_t k = 0; k < sizeof outcome / sizeof *outcome; k++) {
+        size_t n = 0;
+        for (size_t i = 0; i < total; i++)
+            n += strcmp(ckpt_scan_entry_outcome(ckpt_scan_paths_entry(sp, i)), outcome[k]) == 0;
+        if (n) {
+            cli_printf("%s%zu %s", sep, n, strcmp(outcome[k], "not_read") ? outcome[k]
+                                                                          : "not read");
+            sep = ", ";
+        }
+    }
+    cli_printf("\n");
+}
+
+/* The library's document; with --quiet, its files' objects left out. */
+static char *scan_json(const ckpt_scan_paths *sp, bool quiet, int worst)
+{
+    char *text = sp ? ckpt_scan_paths_to_json(sp) : NULL;
+    if (!quiet || !text) {
+        if (text || sp)
+            return text;
+        /* no engine at all (out of memory): the error alone */
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddItemToObject(root, "error", cli_json_run_error(worst));
+        text = cJSON_Print(root);
+        cJSON_Delete(root);
+        return text;
+    }
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root)
+        return NULL;
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "files", cJSON_CreateArray());
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "skipped");
+    text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
 int cmd_scan(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -133,6 +183,7 @@ int cmd_scan(int argc, char **argv)
         switch (opt) {
         case OPT_JSON:
             json = 1;
+            cli_json_on();
             break;
         case CLI_OPT_HELP:
             fputs(usage, stdout);
@@ -184,17 +235,10 @@ int cmd_scan(int argc, char **argv)
     if (rc != CKPT_OK)
         cli_error("scan", NULL, "%s", sp ? ckpt_scan_paths_error_message(sp) : "out of memory");
     int worst = sp ? ckpt_scan_paths_exit(sp) : CLI_EXIT_IO;
+    if (!json && !common.quiet && ckpt_scan_paths_count(sp) > 1)
+        print_summary(sp);
     if (json) {
-        char *text;
-        if (common.quiet) { /* the files' objects left out */
-            cJSON *root = cJSON_CreateObject();
-            cJSON_AddArrayToObject(root, "files");
-            cJSON_AddItemToObject(root, "exit", cli_json_int(worst));
-            text = cJSON_Print(root);
-            cJSON_Delete(root);
-        } else {
-            text = ckpt_scan_paths_to_json(sp);
-        }
+        char *text = scan_json(sp, common.quiet, worst);
         if (text) {
             cli_json_puts(text);
             free(text);

@@ -320,7 +320,7 @@ int cmd_verify(int argc, char **argv)
         case OPT_AGAINST: o.against_path = optarg; break;
         case OPT_DEVICE: o.device = optarg; break;
         case OPT_SELECT: o.select = optarg; break;
-        case OPT_JSON: o.json = 1; break;
+        case OPT_JSON: o.json = 1; cli_json_on(); break;
         case OPT_REPLICAS: {
             char *end;
             long n = strtol(optarg, &end, 10);

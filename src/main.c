@@ -89,7 +89,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (strcmp(name, commands[i].name) == 0) {
             optind = 0; /* glibc: full reset for the command's own getopt loop */
-            return commands[i].run(argc - 1, argv + 1);
+            cli_begin(name, argc - 1, argv + 1);
+            return cli_finish(commands[i].run(argc - 1, argv + 1));
         }
     fprintf(stderr, "ckpt: '%s' is not a ckpt command (see 'ckpt --help')\n", cli_text(name));
     return CLI_EXIT_USAGE;

@@ -1073,6 +1073,63 @@ static bool note_json(cJSON *o, const entry *e)
     return ok;
 }
 
+const char *ckpt_scan_entry_outcome(const ckpt_scan_entry *e)
+{
+    if (!e)
+        return NULL;
+    if (e->kind == CKPT_SCAN_ENTRY_SKIPPED)
+        return "skipped";
+    switch (e->exit) {
+    case CKPT_SCAN_EXIT_SAFE: return "safe";
+    case CKPT_SCAN_EXIT_UNREADABLE: return "unreadable";
+    case CKPT_SCAN_EXIT_IO: return "not_read";
+    default: return e->verdict && strcmp(e->verdict, "ambiguous") == 0 ? "ambiguous" : "unsafe";
+    }
+}
+
+/* {"files": N, and the count of each outcome, 0 included}: the run's summary. */
+static cJSON *summary_json(const ckpt_scan_paths *p)
+{
+    static const char *const outcomes[] = {"unsafe", "ambiguous", "unreadable", "not_read",
+                                           "safe", "skipped"};
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && put(o, "files", ckpt_json_int((long long)p->n));
+    for (size_t k = 0; ok && k < sizeof outcomes / sizeof *outcomes; k++) {
+        long long n = 0;
+        for (size_t i = 0; i < p->n; i++)
+            n += strcmp(ckpt_scan_entry_outcome(&p->entries[i].pub), outcomes[k]) == 0;
+        ok = put(o, outcomes[k], ckpt_json_int(n));
+    }
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The error object of every ckpt command's --json document (doc/design.md,
+ * "JSON"), for a run that exits 3 or 4: the first entry that failed with the
+ * run's status, else the error that stopped the run. */
+static cJSON *error_json(const ckpt_scan_paths *p)
+{
+    const entry *failed = NULL;
+    for (size_t i = 0; !failed && i < p->n; i++)
+        if (p->entries[i].pub.exit == p->exit && p->entries[i].pub.error)
+            failed = &p->entries[i];
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && put(o, "exit", ckpt_json_int(p->exit));
+    ok = ok && put(o, "command", cJSON_CreateString("scan"));
+    ok = ok && put(o, "file", failed ? cJSON_CreateString(failed->path) : cJSON_CreateNull());
+    ok = ok && put(o, "message", cJSON_CreateString(failed ? failed->pub.error
+                                                    : p->err.msg[0] ? p->err.msg
+                                                    : "out of memory"));
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 char *ckpt_scan_paths_to_json(const ckpt_scan_paths *p)
 {
     if (!p)
@@ -1098,6 +1155,9 @@ char *ckpt_scan_paths_to_json(const ckpt_scan_paths *p)
         ok = append(files, o) && ok;
     }
     ok = ok && put(root, "exit", ckpt_json_int(p->exit));
+    ok = ok && put(root, "summary", summary_json(p));
+    if (ok && p->exit >= CKPT_SCAN_EXIT_UNREADABLE)
+        ok = put(root, "error", error_json(p));
     if (!ok) {
         cJSON_Delete(root);
         return NULL;

@@ -119,6 +119,15 @@ typedef struct ckpt_zip_replace_result {
 int ckpt_zip_replace(int fd, ckpt_zip_layout *l, size_t i, const uint8_t *data, size_t len,
                      uint64_t dead_max, ckpt_zip_replace_result *res, ckpt_error *err);
 
+/* Why a reader refuses the zip archive of the SIZE bytes from BASE of FD,
+ * naming the field that is wrong: the end record, the zip64 end record and
+ * its locator, each central directory entry's zip64 extra field, local
+ * header offset and size.  ckpt_zip_why: false when none of these is wrong;
+ * ckpt_zip_refusal: WHY holds its answer, else libzip's error code ZE in
+ * words (never libzip's string for it: "No such file" for a zip64 field). */
+bool ckpt_zip_why(int fd, uint64_t base, uint64_t size, char *why, size_t cap);
+void ckpt_zip_refusal(int fd, uint64_t base, uint64_t size, int ze, char *why, size_t cap);
+
 /* ---- the archive as each reader sees it (zip_dir.c) -------------------------
  * torch.load, Python's zipfile (scanners) and libzip (ckpt's other commands)
  * disagree on hostile zips: which end record, which of two equal names,

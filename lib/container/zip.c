@@ -55,6 +55,8 @@ static int zip_error_to_status(int ze)
 }
 
 static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err);
+static const char *zip_reason(int ze, zip_error_t *e);
+static uint64_t rd(const uint8_t *p, int n);
 
 static int by_offset(const void *a, const void *b, void *offsets);
 
@@ -130,10 +132,19 @@ int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
     zip_t *za = zip_fdopen(dfd, ZIP_RDONLY, &ze);
     if (!za) {
         close(dfd);
-        zip_error_t e;
+        /* a seek or read error may be libzip following an offset out of the
+         * file (EFBIG): a format problem when one of the fields is wrong */
+        char why[512];
+        int status = zip_error_to_status(ze);
+        if (status == CKPT_ERR_IO && ckpt_zip_why(fd, 0, (uint64_t)st.st_size, why, sizeof why))
+            status = CKPT_ERR_FORMAT;
+        else if (status == CKPT_ERR_FORMAT)
+            ckpt_zip_refusal(fd, 0, (uint64_t)st.st_size, ze, why, sizeof why);
+        if (status == CKPT_ERR_FORMAT)
+            return ckpt_err(err, status, "not a readable zip archive: %s", why);
+        zip_error_t e; /* the system's word */
         zip_error_init_with_code(&e, ze);
-        int rc = ckpt_err(err, zip_error_to_status(ze), "not a readable zip archive: %s",
-                          zip_error_strerror(&e));
+        int rc = ckpt_err(err, status, "cannot read the zip archive: %s", zip_error_strerror(&e));
         zip_error_fini(&e);
         return rc;
     }
@@ -255,8 +266,34 @@ static int read_error(ckpt_zip *z, zip_file_t *zf, int64_t i, ckpt_error *err)
     if (ze == ZIP_ER_CRC)
         return ckpt_err(err, CKPT_ERR_FORMAT, "record '%s': CRC-32 mismatch (corrupt data)",
                         z->names[i]);
+    zip_stat_t st;
+    if (ze == ZIP_ER_COMPNOTSUPP && zip_stat_index(z->za, (zip_uint64_t)i, 0, &st) == 0 &&
+        (st.valid & ZIP_STAT_COMP_METHOD))
+        return ckpt_err(err, CKPT_ERR_UNSUPPORTED, "record '%s': compression method %u (ckpt "
+                        "reads stored (0) and deflate (8))", z->names[i],
+                        (unsigned)st.comp_method);
+    /* libzip's INVAL here is a local header whose lengths lead out of the
+     * file: say which */
+    uint8_t h[30];
+    uint64_t at = z->offsets[i];
+    if (zip_error_to_status(ze) == CKPT_ERR_FORMAT && at < z->cd_off && z->cd_off - at >= 30 &&
+        ckpt_pread_all(z->fd, h, 30, at) == CKPT_OK && rd(h, 4) == 0x04034b50) {
+        uint64_t data = at + 30 + rd(h + 26, 2) + rd(h + 28, 2);
+        if (data > z->cd_off || z->cd_off - data < z->csizes[i])
+            return ckpt_err(err, CKPT_ERR_FORMAT, "record '%s': its local header's name and "
+                            "extra field lengths (%u and %u bytes) put its %llu bytes of data at "
+                            "byte %llu, past the central directory (byte %llu)", z->names[i],
+                            (unsigned)rd(h + 26, 2), (unsigned)rd(h + 28, 2),
+                            (unsigned long long)z->csizes[i], (unsigned long long)data,
+                            (unsigned long long)z->cd_off);
+    }
+    if (ze == ZIP_ER_INCONS || ze == ZIP_ER_NOENT)
+        return ckpt_err(err, CKPT_ERR_FORMAT, "record '%s': its local header disagrees with "
+                        "its central directory entry%s", z->names[i],
+                        ze == ZIP_ER_NOENT ? " (a zip64 extra field is missing)" : "");
     return ckpt_err(err, zip_error_to_status(ze), "record '%s': %s", z->names[i],
-                    zip_error_strerror(e));
+                    zip_error_to_status(ze) == CKPT_ERR_FORMAT ? zip_reason(ze, e)
+                                                               : zip_error_strerror(e));
 }
 
 /*
@@ -450,6 +487,282 @@ static int load_offsets(ckpt_zip *z, int fd, uint64_t size, ckpt_error *err)
     if (rc)
         return ckpt_err(err, rc, "unreadable zip central directory");
     return CKPT_OK;
+}
+
+/* ---- why an archive is refused, in words --------------------------------- */
+
+/* Read N bytes at AT of the SIZE bytes from BASE; false when they are not all there. */
+static bool why_read(int fd, uint64_t base, uint64_t size, void *buf, size_t n, uint64_t at)
+{
+    return at <= size && size - at >= n && ckpt_pread_all(fd, buf, n, base + at) == CKPT_OK;
+}
+
+/* The fields a central directory entry defers to its zip64 extra field
+ * (0xFFFFFFFF, 0xFFFF for the disk), in the order the field holds them. */
+static const char *const z64_field[] = {"uncompressed size", "compressed size",
+                                        "local header offset", "disk number"};
+
+/* Whether the N bytes at S are UTF-8 as libzip checks a name or comment whose
+ * flags say UTF-8 (lead bytes and their continuation bytes). */
+static bool utf8_ok(const uint8_t *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t more = s[i] < 0x80 ? 0 : (s[i] & 0xE0) == 0xC0 ? 1 : (s[i] & 0xF0) == 0xE0 ? 2
+                    : (s[i] & 0xF8) == 0xF0 ? 3 : 4;
+        if (more == 4 || n - i - 1 < more)
+            return false;
+        for (size_t k = 1; k <= more; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return false;
+        i += more + 1;
+    }
+    return true;
+}
+
+/* Check central directory entry K (the LEN bytes at E, its name quoted in
+ * messages) against the zip64 rules and the layout: its local header before
+ * the central directory at CD_OFF, where it says. */
+static bool why_entry(int fd, uint64_t base, uint64_t size, const uint8_t *e, size_t len,
+                      uint64_t k, uint64_t cd_off, char *why, size_t cap)
+{
+    int nl = (int)rd(e + 28, 2);
+    const char *name = (const char *)e + 46;
+    uint64_t v[4] = {rd(e + 24, 4), rd(e + 20, 4), rd(e + 42, 4), rd(e + 34, 2)};
+    bool deferred[4] = {v[0] == U32_MAX, v[1] == U32_MAX, v[2] == U32_MAX, v[3] == 0xFFFF};
+    size_t cl = (size_t)rd(e + 32, 2);
+    if ((rd(e + 8, 2) & 0x0800) &&
+        (!utf8_ok(e + 46, (size_t)nl) || !utf8_ok(e + len - cl, cl))) {
+        snprintf(why, cap, "record '%.*s' (central directory entry %llu): its %s is not UTF-8, "
+                 "and its flags (bit 11) say it is", nl > 200 ? 200 : nl, name,
+                 (unsigned long long)k, utf8_ok(e + 46, (size_t)nl) ? "comment" : "name");
+        return true;
+    }
+    size_t need = 0;
+    for (int i = 0; i < 4; i++)
+        need += deferred[i] ? (i == 3 ? 4 : 8) : 0;
+    const uint8_t *x = e + 46 + nl, *xe = e + len - cl, *z64 = NULL;
+    size_t z64_len = 0;
+    while (xe - x >= 4) {
+        size_t id = (size_t)rd(x, 2), l = (size_t)rd(x + 2, 2);
+        if ((size_t)(xe - x - 4) < l) {
+            snprintf(why, cap, "record '%.*s' (central directory entry %llu): its extra field "
+                     "0x%04zx says %zu bytes, more than the %zu left of its extra fields",
+                     nl > 200 ? 200 : nl, name, (unsigned long long)k, id, l,
+                     (size_t)(xe - x - 4));
+            return true;
+        }
+        if (id == 0x0001 && !z64) {
+            z64 = x + 4;
+            z64_len = l;
+        }
+        x += 4 + l;
+    }
+    if (need && !z64) {
+        int i = 0;
+        while (!deferred[i])
+            i++;
+        snprintf(why, cap, "record '%.*s' (central directory entry %llu): its %s is 0x%s, "
+                 "which says a zip64 extra field holds it, and it has no zip64 extra field",
+                 nl > 200 ? 200 : nl, name, (unsigned long long)k, z64_field[i],
+                 i == 3 ? "FFFF" : "FFFFFFFF");
+        return true;
+    }
+    if (need > z64_len) {
+        char list[96] = "";
+        for (int i = 0; i < 4; i++)
+            if (deferred[i])
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                         list[0] ? ", " : "", z64_field[i]);
+        snprintf(why, cap, "record '%.*s' (central directory entry %llu): its zip64 extra "
+                 "field holds %zu bytes, %zu too few for the fields it defers there (%s)",
+                 nl > 200 ? 200 : nl, name, (unsigned long long)k, z64_len, need - z64_len,
+                 list);
+        return true;
+    }
+    for (int i = 0; i < 3; i++)
+        if (deferred[i]) {
+            v[i] = rd(z64, 8);
+            z64 += 8;
+        }
+    uint8_t h[30];
+    if (v[2] >= cd_off || cd_off - v[2] < 30) {
+        snprintf(why, cap, "record '%.*s' (central directory entry %llu): its local header "
+                 "offset %llu is not before the central directory (byte %llu)",
+                 nl > 200 ? 200 : nl, name, (unsigned long long)k, (unsigned long long)v[2],
+                 (unsigned long long)cd_off);
+        return true;
+    }
+    if (!why_read(fd, base, size, h, 30, v[2]) || rd(h, 4) != 0x04034b50) {
+        snprintf(why, cap, "record '%.*s' (central directory entry %llu): no local header at "
+                 "byte %llu, its local header offset", nl > 200 ? 200 : nl, name,
+                 (unsigned long long)k, (unsigned long long)v[2]);
+        return true;
+    }
+    uint64_t data = v[2] + 30 + rd(h + 26, 2) + rd(h + 28, 2);
+    if (data > cd_off || cd_off - data < v[1]) {
+        snprintf(why, cap, "record '%.*s' (central directory entry %llu): its compressed size "
+                 "%llu runs past the central directory (byte %llu)", nl > 200 ? 200 : nl,
+                 name, (unsigned long long)k, (unsigned long long)v[1],
+                 (unsigned long long)cd_off);
+        return true;
+    }
+    return false;
+}
+
+bool ckpt_zip_why(int fd, uint64_t base, uint64_t size, char *why, size_t cap)
+{
+    uint8_t tail[65557];
+    size_t tn = size < sizeof tail ? (size_t)size : sizeof tail;
+    if (size < 22) {
+        snprintf(why, cap, "%llu bytes, too short for a zip end record (22 bytes)",
+                 (unsigned long long)size);
+        return true;
+    }
+    if (!why_read(fd, base, size, tail, tn, size - tn))
+        return false;
+    /* the end record: the last signature whose comment ends in the file */
+    size_t e = tn - 22 + 1;
+    while (e-- > 0)
+        if (rd(tail + e, 4) == 0x06054b50 && e + 22 + rd(tail + e + 20, 2) <= tn)
+            break;
+    if (e == (size_t)-1) {
+        snprintf(why, cap, "no end of central directory record (not a zip archive, or cut "
+                 "short)");
+        return true;
+    }
+    const uint8_t *r = tail + e;
+    uint64_t eocd_at = size - tn + e, limit = eocd_at;
+    /* records on this disk, in all, the central directory's size and offset,
+     * the disk numbers */
+    uint64_t ndisk = rd(r + 8, 2), n = rd(r + 10, 2), cd_size = rd(r + 12, 4),
+             cd_off = rd(r + 16, 4), disk = rd(r + 4, 2), cd_disk = rd(r + 6, 2);
+    const char *deferred = n == 0xFFFF || ndisk == 0xFFFF ? "record count"
+                           : cd_size == U32_MAX ? "central directory size"
+                           : cd_off == U32_MAX ? "central directory offset"
+                           : disk == 0xFFFF || cd_disk == 0xFFFF ? "disk number" : NULL;
+    uint8_t loc[20], r64[56];
+    bool has_loc = eocd_at >= 20 && why_read(fd, base, size, loc, 20, eocd_at - 20) &&
+                   rd(loc, 4) == 0x07064b50;
+    const char *end = "end record";
+    if (!has_loc && deferred) {
+        snprintf(why, cap, "the end record's %s is 0x%s, which defers it to a zip64 end "
+                 "record, and no zip64 end record locator precedes the end record",
+                 deferred, strcmp(deferred, "central directory size") &&
+                 strcmp(deferred, "central directory offset") ? "FFFF" : "FFFFFFFF");
+        return true;
+    }
+    if (has_loc) {
+        uint64_t at = rd(loc + 8, 8);
+        if (at >= size) {
+            snprintf(why, cap, "the zip64 end record locator points to byte %llu, past the "
+                     "end of the file (%llu bytes)", (unsigned long long)at,
+                     (unsigned long long)size);
+            return true;
+        }
+        if (at > eocd_at - 20 || eocd_at - 20 - at < 56) {
+            snprintf(why, cap, "the zip64 end record locator points to byte %llu, where no "
+                     "zip64 end record fits before the locator (byte %llu)",
+                     (unsigned long long)at, (unsigned long long)(eocd_at - 20));
+            return true;
+        }
+        if (!why_read(fd, base, size, r64, 56, at) || rd(r64, 4) != 0x06064b50) {
+            snprintf(why, cap, "no zip64 end record at byte %llu, where the zip64 end record "
+                     "locator points", (unsigned long long)at);
+            return true;
+        }
+        uint64_t v64[4] = {rd(r64 + 24, 8), rd(r64 + 32, 8), rd(r64 + 40, 8), rd(r64 + 48, 8)};
+        uint64_t v32[4] = {ndisk, n, cd_size, cd_off}, all[4] = {0xFFFF, 0xFFFF, U32_MAX, U32_MAX};
+        static const char *const what[4] = {"records on this disk", "records in all",
+                                            "central directory size", "central directory offset"};
+        for (int i = 0; i < 4; i++)
+            if (v32[i] != all[i] && v32[i] != v64[i]) {
+                snprintf(why, cap, "the end record's %s (%llu) and the zip64 end record's "
+                         "(%llu) disagree", what[i], (unsigned long long)v32[i],
+                         (unsigned long long)v64[i]);
+                return true;
+            }
+        ndisk = v64[0], n = v64[1], cd_size = v64[2], cd_off = v64[3];
+        limit = at;
+        end = "zip64 end record";
+    }
+    if (ndisk != n) {
+        snprintf(why, cap, "the %s counts %llu records on this disk and %llu in all (an archive "
+                 "split over several disks)", end, (unsigned long long)ndisk,
+                 (unsigned long long)n);
+        return true;
+    }
+    if (cd_off > limit || limit - cd_off < cd_size) {
+        snprintf(why, cap, "the %s's central directory (%llu bytes at byte %llu) runs past "
+                 "the %s (byte %llu)", end, (unsigned long long)cd_size,
+                 (unsigned long long)cd_off, end, (unsigned long long)limit);
+        return true;
+    }
+    uint8_t *cd = malloc(cd_size ? (size_t)cd_size : 1);
+    if (!cd || !why_read(fd, base, size, cd, (size_t)cd_size, cd_off)) {
+        free(cd);
+        return false;
+    }
+    bool found = false;
+    size_t p = 0;
+    uint64_t k = 0;
+    for (; k < n && !found; k++) {
+        if (cd_size - p < 46 || rd(cd + p, 4) != 0x02014b50) {
+            if (cd_size - p < 46)
+                snprintf(why, cap, "the %s counts %llu records; its central directory holds "
+                         "%llu", end, (unsigned long long)n, (unsigned long long)k);
+            else
+                snprintf(why, cap, "central directory entry %llu (byte %llu) has no entry "
+                         "signature", (unsigned long long)k, (unsigned long long)(cd_off + p));
+            found = true;
+            break;
+        }
+        size_t len = 46 + (size_t)rd(cd + p + 28, 2) + (size_t)rd(cd + p + 30, 2) +
+                     (size_t)rd(cd + p + 32, 2);
+        if (cd_size - p < len) {
+            snprintf(why, cap, "central directory entry %llu: its name, extra fields and "
+                     "comment run past the central directory", (unsigned long long)k);
+            found = true;
+            break;
+        }
+        found = why_entry(fd, base, size, cd + p, len, k, cd_off, why, cap);
+        p += len;
+    }
+    if (!found && p != cd_size) {
+        snprintf(why, cap, "the %s's central directory is %llu bytes, and its %llu records "
+                 "end after %llu", end, (unsigned long long)cd_size, (unsigned long long)n,
+                 (unsigned long long)p);
+        found = true;
+    }
+    free(cd);
+    return found;
+}
+
+/* libzip's error code in words: libzip's own strings are its codes' ("No
+ * such file" for a zip64 field that is missing), not what is wrong with the
+ * file. */
+static const char *zip_reason(int ze, zip_error_t *e)
+{
+    switch (ze) {
+    case ZIP_ER_NOZIP: return "no end of central directory record (not a zip archive)";
+    case ZIP_ER_INCONS:
+        return "its end record, central directory and local headers disagree";
+    case ZIP_ER_NOENT: return "a zip64 extra field that its headers refer to is missing";
+    case ZIP_ER_MULTIDISK: return "it says it spans several disks";
+    case ZIP_ER_COMPNOTSUPP: return "a compression method other than stored and deflate";
+    case ZIP_ER_ENCRNOTSUPP: return "an encrypted record";
+    case ZIP_ER_INVAL: return "a header libzip cannot use (a length or offset out of range)";
+    default: return zip_error_strerror(e);
+    }
+}
+
+void ckpt_zip_refusal(int fd, uint64_t base, uint64_t size, int ze, char *why, size_t cap)
+{
+    if (ze != ZIP_ER_MEMORY && ckpt_zip_why(fd, base, size, why, cap))
+        return;
+    zip_error_t e;
+    zip_error_init_with_code(&e, ze);
+    snprintf(why, cap, "%s", zip_reason(ze, &e));
+    zip_error_fini(&e);
 }
 
 int ckpt_zip_data_offset(ckpt_zip *z, int64_t i, uint64_t *offset, ckpt_error *err)

@@ -652,10 +652,9 @@ static int read_libzip(int fd, uint64_t size, ckpt_zip_dir *d, view *v)
     if (!za) {
         if (dfd >= 0)
             close(dfd);
-        zip_error_t e;
-        zip_error_init_with_code(&e, ze);
-        refuse(v, "%s", zip_error_strerror(&e));
-        zip_error_fini(&e);
+        char why[512];
+        ckpt_zip_refusal(fd, window_base, size, ze, why, sizeof why);
+        refuse(v, "%s", why);
         return CKPT_OK;
     }
     zip_int64_t n = zip_get_num_entries(za, 0);

@@ -20,7 +20,8 @@ if [ -e "$pwned" ]; then
 fi
 
 # refused FILE ARGS...: `ckpt inspect ARGS FILE` refuses FILE as it should:
-# exit 3, nothing on stdout, one line on stderr starting "ckpt: inspect:
+# exit 3, nothing on stdout (with --json: one JSON document, its error),
+# one line on stderr starting "ckpt: inspect:
 # FILE: " (no control characters: names taken from the file are escaped),
 # FILE unchanged, no $pwned.  One "ok" line, or a FAIL naming every
 # problem.
@@ -31,7 +32,10 @@ refused() {
     ckpt inspect "$@" "$_file"
     _p=
     [ "$status" -eq 3 ] || _p="$_p; exit $status, expected 3"
-    [ ! -s "$out" ] || _p="$_p; output on stdout"
+    case " $* " in
+    *" --json "*) json_error_ok || _p="$_p; stdout is not one error document ($(tail -n 1 "$tmp/pyerr"))" ;;
+    *) [ ! -s "$out" ] || _p="$_p; output on stdout" ;;
+    esac
     _n=$(wc -l <"$err" | tr -d ' ')
     [ "$_n" -eq 1 ] || _p="$_p; $_n lines on stderr, expected 1"
     case $(head -n 1 "$err") in

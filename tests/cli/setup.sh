@@ -317,6 +317,41 @@ json_true() {
     fi
 }
 
+# json_error_ok: true when the last run failed (exit 2, 3 or 4) and its
+# stdout is exactly one JSON document carrying "error": {"exit": its exit
+# status, "command", "file", "message"}, the message of the error line on
+# stderr (`ckpt: <command>: <file>: <message>`); what it found in $tmp/pyerr.
+json_error_ok() {
+    python3 - "$out" "$err" "$status" >"$tmp/pyerr" 2>&1 <<'EOF'
+import json, sys
+out, err, status = sys.argv[1], sys.argv[2], int(sys.argv[3])
+text = open(out).read()
+d = json.loads(text)  # one document: anything after it is an error
+assert status in (2, 3, 4), "exit status %d is not a failure" % status
+e = d.get("error")
+assert isinstance(e, dict), "no error object in %r" % text[:200]
+assert e["exit"] == status, "error.exit %r, exit status %d" % (e["exit"], status)
+# stderr's text escapes controls (C0 and DEL as \xNN, C1 as \u00NN); JSON keeps them
+esc = lambda t: "".join("\\x%02x" % ord(c) if ord(c) < 0x20 or ord(c) == 0x7f
+                        else "\\u%04x" % ord(c) if 0x80 <= ord(c) <= 0x9f else c for c in t)
+line = "ckpt: %s: %s%s" % (e["command"], esc(e["file"]) + ": " if e["file"] else "",
+                           esc(e["message"]))
+lines = open(err).read().splitlines()
+assert any(l.startswith(line) for l in lines), "no stderr line starts %r" % line
+print("error.exit %d, %r" % (status, e["message"]))
+EOF
+}
+
+# expect_json_error: json_error_ok, as a check.
+expect_json_error() {
+    if json_error_ok; then
+        ok "stdout is one JSON document, $(cat "$tmp/pyerr")"
+    else
+        fail "not one JSON document with error.exit $status: $last_cmd ($(tail -n 1 "$tmp/pyerr"))"
+        show_output
+    fi
+}
+
 # ---- rewriting commands (tests/cli/rewrite.sh, rewrite_hostile.sh) -----------
 
 # listing DIR: the names in DIR (dot files included), one a line, sorted.

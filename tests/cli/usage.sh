@@ -74,8 +74,11 @@ usage_error() {
 
 say "ckpt inspect: no FILE, two FILEs"
 usage_error
-usage_error --json
 usage_error "$f" tests/data/mlp.pth
+note "with --json, the usage error is also stdout's one JSON document (tests/cli/json_errors.sh)"
+expect_exit 2 ckpt inspect --json
+expect_stderr_prefix "ckpt: inspect: no FILE given"
+if have_python; then expect_json_error; fi
 
 say "ckpt inspect: unknown options, a missing option argument"
 usage_error --bogus "$f"
