@@ -1078,8 +1078,8 @@ static int st_layout(ckpt_file *f, st_entry *e, size_t n, size_t *order, size_t 
             order[next[(e[i].end - e[i].begin) % ST_ALIGN]++] = i;
     *nout = start[ST_ALIGN];
     size_t *rest = malloc((*nout ? *nout : 1) * sizeof(*rest));
-    uint8_t *rows = malloc((size_t)(ST_ALIGN - 1) * ST_ALIGN * ST_ALIGN), *item = malloc(
-        (size_t)(ST_ALIGN - 1) * ST_ALIGN);
+    size_t copies = (size_t)(ST_ALIGN - 1) * ST_ALIGN; /* st_zero_group's items, at most */
+    uint8_t *rows = malloc(copies * ST_ALIGN), *item = malloc(copies);
     if (!rest || !rows || !item) {
         free(rest);
         free(rows);
