@@ -677,8 +677,9 @@ static int pth_zip_write(ckpt_file *f, int out, const char *path, const ckpt_wri
  * record of this very file, of its own dtype and size, and keeps its key
  * (so its record keeps its name, its place and its 64-byte alignment, and
  * torch's mmap=True still maps it).  Anything else (a cast, a storage from
- * elsewhere, a zip laid out otherwise) is CKPT_ERR_UNSUPPORTED with the
- * reason in RES->why: the caller then writes a new file instead.  So is a
+ * elsewhere, a zip laid out otherwise, a record that another writer left
+ * off a 64-byte boundary) is CKPT_ERR_UNSUPPORTED with the reason in
+ * RES->why: the caller then writes a new file instead.  So is a
  * rewrite after which the dead bytes of earlier rewrites would pass the
  * bound (pth_zip_dead_max): the new file it writes instead is compact.
  */
@@ -753,6 +754,24 @@ static int pth_zip_write_in_place(ckpt_file *f, int fd, const char *path,
     if (pkl >= n) {
         ckpt_zip_layout_free(l);
         return not_here(res, err, "no single record '%s'", want);
+    }
+    /* what every new file guarantees, an edit keeps (another writer's zip
+     * may not have it) */
+    for (size_t i = 0; i < f->nstorages; i++) {
+        const ckpt_storage *s = f->storages[i];
+        int in_fd;
+        uint64_t at = 0;
+        rc = ckpt_storage_raw_range(f, s, true, &in_fd, &at);
+        if (rc == CKPT_OK && at % 64)
+            rc = not_here(res, err, "the record of storage '%s' starts at byte %llu, not on a "
+                                    "64-byte boundary: a new file aligns it",
+                          s->key, (unsigned long long)at);
+        else if (rc == CKPT_ERR_UNSUPPORTED)
+            rc = not_here(res, err, "the record of storage '%s' is compressed", s->key);
+        if (rc != CKPT_OK) {
+            ckpt_zip_layout_free(l);
+            return rc;
+        }
     }
     ckpt_pickle_out pk;
     rc = ckpt_pickle_write3(&f->arena, f->nstorages, f->root, CKPT_PICKLE_KEEP_KEYS, &pk, err);

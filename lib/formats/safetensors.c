@@ -941,17 +941,193 @@ static bool safetensors_sniff(const uint8_t *head, size_t n)
 
 /* ---- writing: one state dict as safetensors -------------------------------------
  *
- * The 8-byte header length, the JSON header (padded with spaces to a
- * multiple of 8, __metadata__ {"format": "pt"}), then each tensor's elements
- * packed in C order.  Views are gathered, casts applied, tied tensors
- * written once (the other names go to __metadata__ "ckpt.tied").
+ * The 8-byte header length, the JSON header (__metadata__ {"format": "pt"},
+ * then the tensors in the state dict's order), padded with spaces so that
+ * the data section starts on a 64-byte boundary, then each tensor's
+ * elements packed in C order.  Views are gathered, casts applied, tied
+ * tensors written once (the other names go to __metadata__ "ckpt.tied").
+ *
+ * The data is laid out for alignment, not in the header's order: torch's
+ * CPU kernels read a tensor mapped in place (safetensors' safe_open,
+ * transformers) and some give other last bits when its address is not
+ * 64-byte aligned (a batch-1 Linear's gemv).  The format allows no holes,
+ * so the order does it (st_layout); every reader sorts by offsets.
  */
+#define ST_ALIGN 64u
+
 typedef struct st_entry {
     const char *name;
     const ckpt_tensor *t;
     uint64_t begin, end;
     long alias_of; /* index of the entry holding the bytes, or -1 */
+    unsigned es;   /* its natural alignment: the element size (1 for sub-byte) */
 } st_entry;
+
+/* By offset in the data section. */
+static int cmp_begin(const void *a, const void *b, void *ctx)
+{
+    const st_entry *e = ctx;
+    uint64_t x = e[*(const size_t *)a].begin, y = e[*(const size_t *)b].begin;
+    return (x > y) - (x < y);
+}
+
+/* Larger elements first, then larger tensors, then the header's order. */
+static int cmp_es_size(const void *a, const void *b, void *ctx)
+{
+    const st_entry *e = ctx;
+    const st_entry *x = &e[*(const size_t *)a], *y = &e[*(const size_t *)b];
+    uint64_t nx = x->end - x->begin, ny = y->end - y->begin;
+    if (x->es != y->es)
+        return x->es > y->es ? -1 : 1;
+    if (nx != ny)
+        return nx > ny ? -1 : 1;
+    return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
+/* The fewest residues (at most ST_ALIGN) whose sum is 0 modulo ST_ALIGN,
+ * taking at most COUNT[r] of residue r, into GROUP; false when there are
+ * none.  A 0/1 knapsack over the copies, keeping every row to trace the
+ * choice back: at most 63 x 64 copies of 64 states. */
+static bool st_zero_group(const size_t count[ST_ALIGN], unsigned group[ST_ALIGN], uint8_t *rows,
+                          uint8_t *item)
+{
+    size_t m = 0;
+    for (unsigned r = 1; r < ST_ALIGN; r++)
+        for (size_t k = 0; k < count[r] && k < ST_ALIGN; k++)
+            item[m++] = (uint8_t)r;
+    /* rows[j][s]: the fewest of items 0..j (at least one) summing to s */
+    for (size_t j = 0; j < m; j++) {
+        uint8_t *cur = rows + j * ST_ALIGN;
+        const uint8_t *prev = j ? cur - ST_ALIGN : NULL;
+        unsigned r = item[j];
+        for (unsigned s = 0; s < ST_ALIGN; s++) {
+            unsigned best = prev ? prev[s] : 255;
+            unsigned via = prev ? prev[(s + ST_ALIGN - r) % ST_ALIGN] : 255;
+            if (s == r)
+                best = 1;
+            else if (via != 255 && via + 1 < best)
+                best = via + 1;
+            cur[s] = (uint8_t)best;
+        }
+    }
+    memset(group, 0, ST_ALIGN * sizeof(*group));
+    if (!m || rows[(m - 1) * ST_ALIGN] == 255)
+        return false;
+    unsigned s = 0; /* the sum still to make, from items 0..j */
+    for (size_t j = m; j-- > 0;) {
+        const uint8_t *cur = rows + j * ST_ALIGN, *prev = j ? cur - ST_ALIGN : NULL;
+        if (prev && cur[s] == prev[s])
+            continue; /* item j is not needed */
+        group[item[j]]++;
+        if (cur[s] == 1)
+            break; /* item j alone makes s */
+        s = (s + ST_ALIGN - item[j]) % ST_ALIGN;
+    }
+    return true;
+}
+
+/* The order of a run of entries that starts on a boundary: larger elements
+ * first keeps every tensor at a multiple of its element size; the tensor
+ * that starts the run (the aligned one) is then the largest that can,
+ * with the others after it in that order. */
+static void st_order_run(st_entry *e, size_t *run, size_t len)
+{
+    if (len < 2)
+        return;
+    qsort_r(run, len, sizeof(*run), cmp_es_size, e);
+    size_t lead = 0;
+    for (size_t j = 1; j < len; j++) {
+        uint64_t size = e[run[j]].end - e[run[j]].begin, off = size;
+        if (size <= e[run[lead]].end - e[run[lead]].begin)
+            continue;
+        bool fits = true;
+        for (size_t k = 0; k < len && fits; k++)
+            if (k != j) {
+                fits = off % e[run[k]].es == 0;
+                off += e[run[k]].end - e[run[k]].begin;
+            }
+        if (fits)
+            lead = j;
+    }
+    size_t x = run[lead];
+    memmove(run + 1, run, lead * sizeof(*run));
+    run[0] = x;
+}
+
+/*
+ * The data's order (ORDER, the entries that hold bytes) and offsets, for
+ * as many aligned starts as can be: first every tensor whose size is a
+ * multiple of 64 bytes (each then starts on a boundary), then groups whose
+ * sizes sum to a multiple of 64 (each group's first tensor starts on one;
+ * the smallest groups first, which gives the most of them), then the rest.
+ * Within a group and in the rest, larger elements come first, so that every
+ * tensor starts at a multiple of its element size; among equal ones the
+ * largest tensor first, which is the one that starts aligned.
+ */
+static int st_layout(ckpt_file *f, st_entry *e, size_t n, size_t *order, size_t *nout)
+{
+    size_t count[ST_ALIGN] = {0}, start[ST_ALIGN + 1] = {0}, m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (e[i].alias_of < 0)
+            count[(e[i].end - e[i].begin) % ST_ALIGN]++;
+    for (unsigned r = 0; r < ST_ALIGN; r++)
+        start[r + 1] = start[r] + count[r];
+    /* by residue, each class in header order: the multiples of 64 already
+     * in place at the front */
+    size_t next[ST_ALIGN];
+    memcpy(next, start, sizeof(next));
+    for (size_t i = 0; i < n; i++)
+        if (e[i].alias_of < 0)
+            order[next[(e[i].end - e[i].begin) % ST_ALIGN]++] = i;
+    *nout = start[ST_ALIGN];
+    size_t *rest = malloc((*nout ? *nout : 1) * sizeof(*rest));
+    size_t copies = (size_t)(ST_ALIGN - 1) * ST_ALIGN; /* st_zero_group's items, at most */
+    uint8_t *rows = malloc(copies * ST_ALIGN), *item = malloc(copies);
+    if (!rest || !rows || !item) {
+        free(rest);
+        free(rows);
+        free(item);
+        return ckpt_oom(&f->err);
+    }
+    memcpy(rest, order, *nout * sizeof(*rest));
+    memcpy(next, start, sizeof(next)); /* the next unplaced entry of each class */
+    m = count[0];
+    count[0] = 0;
+    unsigned group[ST_ALIGN];
+    while (st_zero_group(count, group, rows, item)) {
+        /* the same group as often as its classes allow: at most 63 searches */
+        size_t times = SIZE_MAX;
+        for (unsigned r = 1; r < ST_ALIGN; r++)
+            if (group[r] && count[r] / group[r] < times)
+                times = count[r] / group[r];
+        for (size_t t = 0; t < times; t++) {
+            size_t g0 = m;
+            for (unsigned r = 1; r < ST_ALIGN; r++)
+                for (unsigned k = 0; k < group[r]; k++)
+                    order[m++] = rest[next[r]++];
+            st_order_run(e, order + g0, m - g0);
+        }
+        for (unsigned r = 1; r < ST_ALIGN; r++)
+            count[r] -= group[r] * times;
+    }
+    size_t g0 = m;
+    for (unsigned r = 1; r < ST_ALIGN; r++)
+        while (next[r] < start[r + 1])
+            order[m++] = rest[next[r]++];
+    st_order_run(e, order + g0, m - g0);
+    free(rest);
+    free(rows);
+    free(item);
+    uint64_t at = 0;
+    for (size_t k = 0; k < m; k++) {
+        st_entry *x = &e[order[k]];
+        uint64_t nb = x->end - x->begin;
+        x->begin = at;
+        x->end = at + nb;
+        at += nb;
+    }
+    return CKPT_OK;
+}
 
 /* The __metadata__ of the input's first safetensors file that has one (a
  * set's shards in the order they were read), or NULL. */
@@ -1174,10 +1350,81 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
                 cJSON_AddStringToObject(md, k, in_md->u.dict.vals.items[i]->u.s.s);
         }
     uint64_t at = 0;
-    size_t ntied = 0;
-    for (size_t i = 0; i < n; i++) {
+    size_t ntied = 0, ndata = 0;
+    int r = CKPT_OK;
+    for (size_t i = 0; i < n && r == CKPT_OK; i++) {
         e[i].name = sd->u.dict.keys.items[i]->u.s.s;
         e[i].t = sd->u.dict.vals.items[i]->u.tensor;
+        if (e[i].alias_of >= 0)
+            continue;
+        const ckpt_tensor *t = e[i].t;
+        ckpt_dtype dt = t->storage->dtype;
+        uint64_t nb = 0;
+        if (!dtype_name(dt)) {
+            r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "safetensors has no dtype for %s ('%s')",
+                         ckpt_dtype_name(dt), e[i].name);
+        } else if ((r = ckpt_dtype_nbytes(dt, (uint64_t)t->numel, &nb)) != 0 ||
+                   (dt == CKPT_DTYPE_FLOAT4_E2M1FN_X2 && t->ndim == 0)) {
+            /* a 0-dim float4 pair has no F4 shape: safetensors refuses it too */
+            r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                         r ? "'%s' (%s) is not whole bytes" :
+                             "'%s' is a 0-dim %s tensor, which safetensors' F4 cannot shape",
+                         e[i].name, ckpt_dtype_name(dt));
+        }
+        size_t es = ckpt_dtype_size(dt);
+        e[i].es = es && es <= ST_ALIGN && ST_ALIGN % es == 0 ? (unsigned)es : 1;
+        e[i].begin = 0;
+        e[i].end = nb;
+        at += nb;
+        ndata++;
+        if (r == CKPT_OK && in_base) {
+            const ckpt_storage *st = t->storage;
+            if (st->src != &f->main || st->loc != CKPT_LOC_FILE_RANGE || st->dtype != st->src_dtype ||
+                t->offset != 0 || !ckpt_tensor_is_contiguous(t) || nb != st->nbytes ||
+                st->file_offset < *in_base)
+                r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                             "'%s' is not a whole tensor of the file, as it was", e[i].name);
+            e[i].begin = st->file_offset - *in_base;
+            e[i].end = e[i].begin + nb;
+        }
+    }
+    /* the data's order: chosen for alignment, or the input's where it is */
+    size_t *order = r == CKPT_OK ? malloc((ndata ? ndata : 1) * sizeof(*order)) : NULL;
+    if (r == CKPT_OK && !order)
+        r = ckpt_oom(&f->err);
+    if (r == CKPT_OK && !in_base) {
+        r = st_layout(f, e, n, order, &ndata);
+    } else if (r == CKPT_OK) {
+        /* the new header must describe the data section whole, as the
+         * reader checks it: not a part of it (a shard), nor bytes twice */
+        ndata = 0;
+        for (size_t i = 0; i < n; i++)
+            if (e[i].alias_of < 0)
+                order[ndata++] = i;
+        qsort_r(order, ndata, sizeof(*order), cmp_begin, e);
+        uint64_t end = 0;
+        for (size_t k = 0; k < ndata && r == CKPT_OK; k++) {
+            if (e[order[k]].begin != end)
+                r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                             "the tensors written do not cover the file's data as they were "
+                             "('%s' at byte %llu of its data section)", e[order[k]].name,
+                             (unsigned long long)e[order[k]].begin);
+            end = e[order[k]].end;
+        }
+        if (r == CKPT_OK && end != f->main.file_size - *in_base)
+            r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                         "the tensors written do not cover the file's data as they were "
+                         "(%llu of its %llu bytes)", (unsigned long long)end,
+                         (unsigned long long)(f->main.file_size - *in_base));
+    }
+    if (r != CKPT_OK) { /* a message naming e[i] is made before E is freed */
+        cJSON_Delete(hdr);
+        cJSON_Delete(tied);
+        free(order);
+        free(e);
+        return r;
+    }
+    for (size_t i = 0; i < n; i++) {
         if (e[i].alias_of >= 0) {
             cJSON_AddStringToObject(tied, e[i].name, e[e[i].alias_of].name);
             ntied++;
@@ -1185,50 +1432,9 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
         }
         const ckpt_tensor *t = e[i].t;
         ckpt_dtype dt = t->storage->dtype;
-        const char *name = dtype_name(dt);
-        if (!name) {
-            int r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "safetensors has no dtype for %s ('%s')",
-                             ckpt_dtype_name(dt), e[i].name);
-            cJSON_Delete(hdr);
-            cJSON_Delete(tied);
-            free(e);
-            return r;
-        }
-        uint64_t nb;
-        int r = ckpt_dtype_nbytes(dt, (uint64_t)t->numel, &nb);
         bool f4 = dt == CKPT_DTYPE_FLOAT4_E2M1FN_X2;
-        if (r || (f4 && t->ndim == 0)) {
-            /* a 0-dim float4 pair has no F4 shape: safetensors refuses it too */
-            r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
-                         r ? "'%s' (%s) is not whole bytes" :
-                             "'%s' is a 0-dim %s tensor, which safetensors' F4 cannot shape",
-                         e[i].name, ckpt_dtype_name(dt));
-            cJSON_Delete(hdr);
-            cJSON_Delete(tied);
-            free(e);
-            return r;
-        }
-        e[i].begin = at;
-        e[i].end = at + nb;
-        at += nb;
-        if (in_base) {
-            const ckpt_storage *st = t->storage;
-            if (st->src != &f->main || st->loc != CKPT_LOC_FILE_RANGE || st->dtype != st->src_dtype ||
-                t->offset != 0 || !ckpt_tensor_is_contiguous(t) || nb != st->nbytes ||
-                st->file_offset < *in_base) {
-                /* the message names e[i], so it is made before E is freed */
-                r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
-                             "'%s' is not a whole tensor of the file, as it was", e[i].name);
-                cJSON_Delete(hdr);
-                cJSON_Delete(tied);
-                free(e);
-                return r;
-            }
-            e[i].begin = st->file_offset - *in_base;
-            e[i].end = e[i].begin + nb;
-        }
         cJSON *je = cJSON_AddObjectToObject(hdr, e[i].name);
-        cJSON_AddStringToObject(je, "dtype", name);
+        cJSON_AddStringToObject(je, "dtype", dtype_name(dt));
         cJSON *sh = cJSON_AddArrayToObject(je, "shape");
         for (int d = 0; d < t->ndim; d++) /* F4 counts 4-bit values, torch pairs */
             cJSON_AddItemToArray(sh, json_raw_u64((uint64_t)t->shape[d] *
@@ -1247,15 +1453,19 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
     char *text = cJSON_PrintUnformatted(hdr);
     cJSON_Delete(hdr);
     if (!text) {
+        free(order);
         free(e);
         return ckpt_oom(&f->err);
     }
     if (in_base) {
+        free(order);
         free(e);
         *header = text;
         return CKPT_OK;
     }
-    size_t hn = strlen(text), padded = (hn + 7) & ~(size_t)7; /* data starts 8-aligned */
+    /* spaces to the boundary: a multiple of 8 bytes, as the format wants,
+     * and 8 + padded a multiple of ST_ALIGN */
+    size_t hn = strlen(text), padded = hn + (2 * ST_ALIGN - 8 - hn % ST_ALIGN) % ST_ALIGN;
     uint8_t *head = malloc(8 + padded);
     int rc = head ? CKPT_OK : ckpt_oom(&f->err);
     if (rc == CKPT_OK) {
@@ -1268,14 +1478,16 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
     free(head);
     free(text);
     uint64_t base = 8 + padded, done = 0;
-    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
-        if (e[i].alias_of >= 0 || e[i].end == e[i].begin)
+    for (size_t k = 0; k < ndata && rc == CKPT_OK; k++) { /* in the file's order */
+        const st_entry *x = &e[order[k]];
+        if (x->end == x->begin)
             continue;
-        rc = write_entry(f, &e[i], out, base);
-        done += e[i].end - e[i].begin;
+        rc = write_entry(f, x, out, base);
+        done += x->end - x->begin;
         if (rc == CKPT_OK && opt && opt->progress)
             opt->progress(opt->user, done, at);
     }
+    free(order);
     free(e);
     return rc;
 }
@@ -1298,7 +1510,10 @@ static int safetensors_write(ckpt_file *f, int out, const char *path,
  * all (however the kernel writes the page back, the other sectors of it
  * are written with the bytes they had), and a killed process has made a
  * write within one page whole or not at all.  A longer header takes a copy
- * (the ordinary atomic rewrite), and the reason says so.
+ * (the ordinary atomic rewrite), and the reason says so.  So does a file
+ * whose data section does not start on a 64-byte boundary (another
+ * writer's): the copy is laid out as every new file is.  The same edit
+ * serves a clone of the input (write.c), so a clone is aligned too.
  */
 #define SECTOR 512u
 
@@ -1317,7 +1532,13 @@ static int safetensors_write_in_place(ckpt_file *f, int fd, const char *path,
         old_len = (old_len << 8) | h8[i];
     uint64_t base = 8 + old_len;
     char *text = NULL;
-    int rc = st_write(f, fd, opt, &base, &text);
+    int rc = CKPT_OK;
+    if (base % ST_ALIGN) /* what a new file guarantees, an edit keeps */
+        rc = ckpt_err(err, CKPT_ERR_UNSUPPORTED,
+                      "its data section starts at byte %llu, not on a 64-byte boundary: a "
+                      "copy aligns it", (unsigned long long)base);
+    else
+        rc = st_write(f, fd, opt, &base, &text);
     size_t hn = rc == CKPT_OK ? strlen(text) : 0;
     if (rc == CKPT_OK && hn > old_len)
         rc = ckpt_err(err, CKPT_ERR_UNSUPPORTED,

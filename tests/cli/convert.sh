@@ -62,10 +62,13 @@ st_expect() {
     fi
 }
 
-# st_layout FILE: FILE is safetensors as the format has it: the header
-# length a multiple of 8, the header a JSON object padded with spaces,
-# entries {dtype, shape, data_offsets} packed back to back from 0 to the
-# end of the file, each as long as its shape and dtype say.
+# st_layout FILE: FILE is safetensors as the format has it and as
+# ckpt-convert(1) promises: the header length a multiple of 8, the header a
+# JSON object padded with spaces so that the data section starts on a
+# 64-byte boundary, entries {dtype, shape, data_offsets} packed back to back
+# (in offset order) from 0 to the end of the file, each as long as its shape
+# and dtype say and starting at a multiple of its element size, and every
+# tensor whose size is a multiple of 64 bytes starting on a 64-byte boundary.
 st_layout() {
     if _why=$(python3 - "$1" 2>&1 <<'PYEOF'
 import collections, json, math, struct, sys
@@ -76,6 +79,8 @@ size = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
         "I8": 1, "U8": 1, "BOOL": 1}
 if n % 8:
     sys.exit("header length %d is not a multiple of 8" % n)
+if (8 + n) % 64:
+    sys.exit("the data section starts at byte %d, %d past a 64-byte boundary" % (8 + n, (8 + n) % 64))
 if not raw.rstrip(b" ").endswith(b"}"):
     sys.exit("the header is not padded with spaces: %r" % raw[-8:])
 h = json.loads(raw.decode("utf-8"), object_pairs_hook=collections.OrderedDict)
@@ -83,20 +88,24 @@ md = h.pop("__metadata__", None)
 if not isinstance(md, dict) or md.get("format") != "pt":
     sys.exit("__metadata__ %r" % md)
 at = 0
-for k, e in h.items():
+for k, e in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
     if sorted(e) != ["data_offsets", "dtype", "shape"]:
         sys.exit("%s: %r" % (k, e))
     b, end = e["data_offsets"]
     if b != at:
-        sys.exit("%s starts at %d, not %d: not packed in order" % (k, b, at))
+        sys.exit("%s starts at %d, not %d: not packed" % (k, b, at))
     if end - b != math.prod(e["shape"]) * size[e["dtype"]]:
         sys.exit("%s: %d bytes for %s %s" % (k, end - b, e["dtype"], e["shape"]))
+    if b % size[e["dtype"]]:
+        sys.exit("%s (%s) starts at byte %d of the data" % (k, e["dtype"], b))
+    if (end - b) % 64 == 0 and b % 64:
+        sys.exit("%s, %d bytes, starts at %d mod 64" % (k, end - b, b % 64))
     at = end
 if at != len(blob) - 8 - n:
     sys.exit("the tensors end at %d of a %d-byte data section" % (at, len(blob) - 8 - n))
 PYEOF
     ); then
-        ok "$1: header length a multiple of 8, JSON padded with spaces, __metadata__ format pt, tensors packed"
+        ok "$1: header length a multiple of 8, JSON padded with spaces to a 64-byte boundary, __metadata__ format pt, tensors packed and aligned"
     else
         fail "$1 is not laid out as safetensors should be: $_why"
     fi

@@ -74,11 +74,36 @@ expect_exit 0 ckpt convert --quiet "$data/dp_mlp.pth" sd.safetensors
 before=$(ino sd.safetensors)
 expect_exit 0 ckpt strip-module --verbose --in-place sd.safetensors
 check "stderr: the header rewritten in place" grep -q \
-    "^ckpt: strip-module: sd\\.safetensors: in place: rewrote the header (360 bytes, padded with spaces" "$err"
+    "^ckpt: strip-module: sd\\.safetensors: in place: rewrote the header (376 bytes, padded with spaces" "$err"
 check "the same inode" test "$(ino sd.safetensors)" = "$before"
+check "its data section still starts at byte 384, on a 64-byte boundary" python3 -c '
+import struct, sys
+sys.exit(8 + struct.unpack("<Q", open(sys.argv[1], "rb").read(8))[0] != 384)' sd.safetensors
 expect_exit 0 ckpt diff sd.safetensors new.pth
 expect_exit 0 ckpt add-module --quiet --in-place sd.safetensors
 expect_exit 0 ckpt diff sd.safetensors "$data/dp_mlp.pth"
+say "safetensors: data that another writer left off a 64-byte boundary takes a copy, which aligns it"
+# unalign IN OUT: IN's header 8 bytes shorter, its data at byte 376, as
+# safetensors' own writer may leave it (it pads to 8 only)
+unalign() {
+    python3 - "$1" "$2" <<'PYEOF'
+import json, struct, sys
+blob = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", blob[:8])[0]
+text = json.dumps(json.loads(blob[8:8 + n]), separators=(",", ":")).encode()
+text += b" " * (n - 8 - len(text))
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + blob[8 + n:])
+PYEOF
+}
+unalign sd.safetensors odd.safetensors
+cp odd.safetensors odd_kept.safetensors
+before=$(ino odd.safetensors)
+expect_exit 0 ckpt strip-module --verbose --in-place odd.safetensors
+expect_stderr_line "^ckpt: strip-module: odd\\.safetensors: .*; not in place: its data section starts at byte 376, not on a 64-byte boundary: a copy aligns it\$"
+check "a new file" test "$(ino odd.safetensors)" != "$before"
+st_base() { python3 -c 'import struct, sys; print(8 + struct.unpack("<Q", open(sys.argv[1], "rb").read(8))[0])' "$1"; }
+check "its data section starts at byte 384" test "$(st_base odd.safetensors)" = 384
+expect_exit 0 ckpt diff odd.safetensors new.pth
 say "safetensors: a cast changes the tensors' bytes: a copy, and the reason names the tensor"
 cp sd.safetensors cast.safetensors
 expect_exit 0 ckpt convert --verbose --dtype float16 --in-place cast.safetensors cast.safetensors
@@ -127,6 +152,26 @@ EOF
     expect_exit 0 ckpt strip-module --verbose --in-place commented.pth
     expect_stderr_line "^ckpt: strip-module: commented\\.pth: streamed: .*; not in place: its zip layout: its end record is not its last 22 bytes\$"
     expect_exit 0 ckpt diff commented.pth new.pth
+    say "a zip whose records another writer left off 64-byte boundaries is replaced, aligned"
+    python3 - "$data/dp_mlp.pth" unaligned.pth <<'EOF'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as a, zipfile.ZipFile(sys.argv[2], 'w') as b:
+    for i in a.infolist():
+        b.writestr(i.filename, a.read(i))
+EOF
+    cp unaligned.pth unaligned_kept.pth
+    expect_exit 0 ckpt strip-module --verbose --in-place unaligned.pth
+    expect_stderr_line "^ckpt: strip-module: unaligned\\.pth: streamed: .*; not in place: the record of storage '[0-9]+' starts at byte [0-9]+, not on a 64-byte boundary: a new file aligns it\$"
+    check "every record of the new file starts on a 64-byte boundary" python3 - unaligned.pth <<'EOF'
+import struct, sys, zipfile
+f = open(sys.argv[1], "rb")
+for i in zipfile.ZipFile(sys.argv[1]).infolist():
+    f.seek(i.header_offset + 26)
+    n, x = struct.unpack("<HH", f.read(4))
+    if (i.header_offset + 30 + n + x) % 64:
+        sys.exit("%s starts at %d" % (i.filename, i.header_offset + 30 + n + x))
+EOF
+    expect_exit 0 ckpt diff unaligned.pth new.pth
 else
     skip "a zip with a comment" "no python"
 fi
@@ -143,6 +188,27 @@ if [ "$(id -u)" -eq 0 ] && command -v mkfs.xfs >/dev/null 2>&1 && truncate -s 32
     expect_stderr_line "^ckpt: strip-module: xfs/out\\.pth: cloned: a new file sharing the input's data \\(FICLONE\\), then edited in place: wrote "
     expect_exit 0 ckpt diff xfs/out.pth new.pth
     expect_exit 0 ckpt scan xfs/out.pth
+    # a clone is laid out as a new file: one whose data is off a 64-byte
+    # boundary is streamed instead, and a shard (a part of the input's data)
+    # is never a clone of the whole file
+    cp sd.safetensors xfs/sd.safetensors
+    expect_exit 0 ckpt strip-module --verbose xfs/sd.safetensors xfs/st.safetensors
+    expect_stderr_line "^ckpt: strip-module: xfs/st\\.safetensors: cloned: a new file sharing the input's data \\(FICLONE\\), then edited in place: wrote "
+    check "the clone's data starts at byte 384" test "$(st_base xfs/st.safetensors)" = 384
+    cp odd_kept.safetensors xfs/odd.safetensors
+    expect_exit 0 ckpt strip-module --verbose xfs/odd.safetensors xfs/odd2.safetensors
+    expect_stderr_line "^ckpt: strip-module: xfs/odd2\\.safetensors: streamed: .*; not cloned: its data section starts at byte 376, not on a 64-byte boundary: a copy aligns it\$"
+    check "its data starts at byte 384" test "$(st_base xfs/odd2.safetensors)" = 384
+    expect_exit 0 ckpt diff xfs/odd2.safetensors new.pth
+    expect_exit 0 ckpt convert --verbose --shard-size 200K xfs/sd.safetensors xfs/sh.safetensors.index.json
+    check "stderr: no shard cloned" sh -c '! grep -q "cloned: a new file" "$1"' sh "$err"
+    expect_exit 0 ckpt diff xfs/sh.safetensors.index.json xfs/sd.safetensors
+    if [ -f unaligned_kept.pth ]; then
+        cp unaligned_kept.pth xfs/unaligned.pth
+        expect_exit 0 ckpt strip-module --verbose xfs/unaligned.pth xfs/unaligned2.pth
+        expect_stderr_line "^ckpt: strip-module: xfs/unaligned2\\.pth: streamed: .*; not cloned: the record of storage '[0-9]+' starts at byte [0-9]+, not on a 64-byte boundary: a new file aligns it\$"
+        expect_exit 0 ckpt diff xfs/unaligned2.pth new.pth
+    fi
     run env CKPT_NO_CLONE=1 "$CKPT" remap --verbose --to cpu xfs/in.pth xfs/out2.pth
     last_cmd="CKPT_NO_CLONE=1 ckpt remap --verbose --to cpu xfs/in.pth xfs/out2.pth"
     expect_status 0

@@ -29,6 +29,7 @@ import os
 import platform
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -351,6 +352,62 @@ def loads_weights_only(path, **kw):
 def is_zip(path):
     with open(path, 'rb') as f:
         return f.read(4) == b'PK\x03\x04'
+
+
+# the element sizes of safetensors' dtypes (the sub-byte F4/F6: 1)
+ST_SIZES = {'F64': 8, 'F32': 4, 'F16': 2, 'BF16': 2, 'I64': 8, 'I32': 4,
+            'I16': 2, 'I8': 1, 'U8': 1, 'BOOL': 1, 'U16': 2, 'U32': 4,
+            'U64': 8, 'F8_E5M2': 1, 'F8_E4M3': 1, 'F8_E4M3FNUZ': 1,
+            'F8_E5M2FNUZ': 1, 'C64': 8, 'F8_E8M0': 1, 'F4': 1,
+            'F6_E2M3': 1, 'F6_E3M2': 1}
+
+
+def st_alignment(path):
+    """The layout ckpt-convert(1) promises for a safetensors file it writes,
+    read with struct and json only: (errors, aligned, tensors), where
+    ALIGNED counts the tensors of at least one byte whose data starts on a
+    64-byte boundary of the file, of TENSORS such.  Errors: the data
+    section not starting on a 64-byte boundary, a hole or overlap (in
+    offset order), a tensor off a multiple of its element size, a tensor
+    whose size is a multiple of 64 bytes off a 64-byte boundary."""
+    with open(path, 'rb') as f:
+        n = struct.unpack('<Q', f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        size = f.seek(0, 2)
+    base, errs, at, aligned, total = 8 + n, [], 0, 0, 0
+    if base % 64:
+        errs.append('data section at byte %d (%d mod 64)' % (base, base % 64))
+    hdr.pop('__metadata__', None)
+    for name, e in sorted(hdr.items(), key=lambda kv: kv[1]['data_offsets']):
+        b, end = e['data_offsets']
+        if b != at:
+            errs.append('%s at %d, after a tensor ending at %d' % (name, b, at))
+        if b % ST_SIZES.get(e['dtype'], 1):
+            errs.append('%s (%s) at byte %d of the data' % (name, e['dtype'], b))
+        if (end - b) % 64 == 0 and (base + b) % 64:
+            errs.append('%s, %d bytes, at %d mod 64' % (name, end - b, (base + b) % 64))
+        if end > b:
+            total += 1
+            aligned += (base + b) % 64 == 0
+        at = end
+    if base + at != size:
+        errs.append('the tensors end at byte %d of %d' % (base + at, size))
+    return errs, aligned, total
+
+
+def zip_unaligned(path):
+    """The records of the zip PATH whose data does not start on a 64-byte
+    boundary: [(name, offset)]."""
+    import zipfile
+    out = []
+    with open(path, 'rb') as f, zipfile.ZipFile(path) as z:
+        for i in z.infolist():
+            f.seek(i.header_offset + 26)
+            nl, xl = struct.unpack('<HH', f.read(4))
+            at = i.header_offset + 30 + nl + xl
+            if at % 64:
+                out.append((i.filename, at))
+    return out
 
 
 # --------------------------------------------------------------------------

@@ -763,6 +763,101 @@ START_TEST(safetensors_sub_byte_dtypes)
 }
 END_TEST
 
+/* safetensors out: the data section on a 64-byte boundary, every tensor at
+ * a multiple of its element size, and the data ordered for aligned starts
+ * (ckpt-convert(1)): first the multiple of 64 (a), then the smallest groups
+ * whose sizes sum to 64 (d+g: 44+20; b+c: 60+4), each led by its largest,
+ * then the rest (f, e, h: the int64 first, so that each stays at a multiple
+ * of its element size).  The header keeps the input's order. */
+START_TEST(safetensors_data_aligned_and_ordered)
+{
+    static const struct {
+        const char *name, *dtype;
+        unsigned bytes, es;
+    } t[] = {{"h", "U8", 3, 1},   {"b", "F32", 60, 4}, {"d", "F32", 44, 4},
+             {"a", "F32", 128, 4}, {"c", "F32", 4, 4},  {"e", "F16", 12, 2},
+             {"f", "I64", 8, 8},  {"g", "F32", 20, 4}};
+    enum { N = sizeof(t) / sizeof(t[0]) };
+    char hdr[2000] = "{", in[600], out[600];
+    unsigned at = 0;
+    for (size_t i = 0; i < N; i++) {
+        snprintf(hdr + strlen(hdr), sizeof(hdr) - strlen(hdr),
+                 "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%u],\"data_offsets\":[%u,%u]}",
+                 i ? "," : "", t[i].name, t[i].dtype, t[i].bytes / t[i].es, at, at + t[i].bytes);
+        at += t[i].bytes;
+    }
+    strcat(hdr, "}");
+    snprintf(in, sizeof(in), "%s/in.safetensors", dir);
+    snprintf(out, sizeof(out), "%s/out.safetensors", dir);
+    pk_le(&p, strlen(hdr), 8);
+    pk_text(&p, hdr);
+    for (unsigned i = 0; i < at; i++)
+        pk_op(&p, (int)(i * 7 % 251));
+    FILE *fp = fopen(in, "wb");
+    ck_assert_ptr_nonnull(fp);
+    ck_assert_uint_eq(fwrite(p.buf, 1, p.n, fp), p.n);
+    fclose(fp);
+    ck_assert_int_eq(ckpt_file_open(f, in), CKPT_OK);
+    ckpt_write_options opt = {.format = CKPT_FORMAT_SAFETENSORS};
+    ck_assert_int_eq(ckpt_file_write(f, out, &opt), CKPT_OK);
+
+    uint8_t len8[8];
+    int fd = open(out, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pread(fd, len8, 8, 0), 8);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | len8[i];
+    ck_assert_uint_eq(n % 8, 0);
+    ck_assert_uint_eq((8 + n) % 64, 0);
+    char *text = calloc(1, n + 1);
+    ck_assert_int_eq(pread(fd, text, n, 8), (ssize_t)n);
+    close(fd);
+    /* each entry's offsets, in the header's order (the input's) */
+    unsigned begin[N], aligned = 0;
+    const char *q = text;
+    for (size_t i = 0; i < N; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "\"%s\":", t[i].name);
+        const char *k = strstr(text, key);
+        ck_assert_ptr_nonnull(k);
+        ck_assert(k >= q); /* in the input's order */
+        q = k;
+        unsigned b, e;
+        ck_assert_int_eq(sscanf(strstr(k, "\"data_offsets\":["), "\"data_offsets\":[%u,%u]",
+                                &b, &e), 2);
+        ck_assert_uint_eq(e - b, t[i].bytes);
+        ck_assert_uint_eq(b % t[i].es, 0);
+        begin[i] = b;
+        aligned += b % 64 == 0;
+    }
+    free(text);
+    /* a; d (then g); b (then c); f (then e, h): 4 of 8, as many as any
+     * order gives (three residues 8, 12, 3 have no sub-sum of 64) */
+    ck_assert_uint_eq(aligned, 4);
+    ck_assert_uint_eq(begin[3], 0);   /* a */
+    ck_assert_uint_eq(begin[2], 128); /* d */
+    ck_assert_uint_eq(begin[7], 172); /* g */
+    ck_assert_uint_eq(begin[1], 192); /* b */
+    ck_assert_uint_eq(begin[4], 252); /* c */
+    ck_assert_uint_eq(begin[6], 256); /* f */
+    ck_assert_uint_eq(begin[5], 264); /* e */
+    ck_assert_uint_eq(begin[0], 276); /* h */
+    /* the values, under their names */
+    ckpt_file *g = ckpt_file_new();
+    ck_assert_int_eq(ckpt_file_open(g, out), CKPT_OK);
+    ckpt_compare_result r;
+    for (size_t i = 0; i < N; i++) {
+        const ckpt_tensor *a = ckpt_file_tensor(f, i, NULL), *b = ckpt_file_tensor(g, i, NULL);
+        ck_assert_int_eq(ckpt_tensor_compare(f, a, g, b, 0, 0, &r), CKPT_OK);
+        ck_assert_int_eq(r.mismatched, 0);
+    }
+    ckpt_file_free(g);
+    unlink(out);
+    unlink(in);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("write");
@@ -799,6 +894,7 @@ static Suite *suite(void)
     tcase_add_test(e, every_format_reports_progress_to_the_end);
     tcase_add_test(e, output_format_from_the_name);
     tcase_add_test(e, safetensors_sub_byte_dtypes);
+    tcase_add_test(e, safetensors_data_aligned_and_ordered);
     suite_add_tcase(s, e);
     return s;
 }
