@@ -75,16 +75,10 @@ static int option(void *st, int opt, const char *arg)
         s->no_dedupe = true;
         return 1;
     case OPT_SHARD_SIZE: {
-        char *end;
-        unsigned long long v = strtoull(arg, &end, 10);
-        int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
-        if (shift)
-            end++;
-        if (end == arg || *end || v == 0 || arg[0] == '-' || v > (ULLONG_MAX >> shift)) {
-            cli_usage_error("convert", "--shard-size needs a positive size (K, M, G), got '%s'", arg);
+        unsigned long long v;
+        if (cli_size_arg("convert", "--shard-size", arg, &v) < 0)
             return -1;
-        }
-        s->shard_size = v << shift;
+        s->shard_size = v;
         return 1;
     }
     default:
@@ -92,11 +86,31 @@ static int option(void *st, int opt, const char *arg)
     }
 }
 
+/* Whether OUT is a model folder: IN is one, and OUT's name is not a file's
+ * (.safetensors, .json, .pth, .pt, .bin, .ckpt: one file of IN's weights). */
+static bool names_folder(const rewrite *rw)
+{
+    static const char *const files[] = {".safetensors", ".json", ".pth", ".pt", ".bin", ".ckpt"};
+    if (!ckpt_path_is_model_folder(rw->in))
+        return false;
+    size_t n = strlen(rw->out);
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        if (n > strlen(files[i]) && strcmp(rw->out + n - strlen(files[i]), files[i]) == 0)
+            return false;
+    return true;
+}
+
 static int run(void *st, rewrite *rw)
 {
     state *s = st;
     ckpt_format to = s->to, by_name = ckpt_format_for_path(rw->out);
     bool index = by_name == CKPT_FORMAT_SHARDED;
+    if (names_folder(rw)) { /* a model folder to a model folder (safetensors unless --to) */
+        rw->out_format = s->to ? s->to : CKPT_FORMAT_SAFETENSORS;
+        rw->shard_size = s->shard_size;
+        rw->write_flags = CKPT_WRITE_MODEL_FOLDER | (s->no_dedupe ? CKPT_WRITE_NO_DEDUPE : 0);
+        return rewrite_convert(rw, s->dtype);
+    }
     if (s->shard_size && !index)
         return cli_usage_error(rw->cmd, "--shard-size writes NAME.index.json and its shards; "
                                         "OUT must end in .index.json");

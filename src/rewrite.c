@@ -301,6 +301,14 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
             seen[k] = true;
         }
         free(seen);
+        if (rw->write_flags & CKPT_WRITE_MODEL_FOLDER) {
+            /* a folder's size says nothing: its weights file (or index) instead */
+            const char *wp = reread ? ckpt_file_path(o) : NULL, *wb = wp ? strrchr(wp, '/') : NULL;
+            cli_printf("wrote %s: model folder, %s weights (%s), %zu tensors, %zu storages\n",
+                       rw->out, ckpt_format_name(rw->out_format), wb ? wb + 1 : "?", nt, used);
+            ckpt_file_free(o);
+            return CLI_EXIT_OK;
+        }
         ckpt_file_free(o);
         cli_printf("wrote %s: %s, %zu tensors, %zu storages, %s\n", rw->out,
                    ckpt_format_name(rw->out_format ? rw->out_format : CKPT_FORMAT_PTH_ZIP), nt, used,
