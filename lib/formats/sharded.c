@@ -89,6 +89,24 @@ static bool has_nul_escape(const uint8_t *text, size_t len)
     return false;
 }
 
+/* The views (ckpt_tensor_view_hash -> index in SD) of the tensors SD holds
+ * under a name the index puts in shard K: where a tied name finds its
+ * tensor (one lookup a name, not a scan). */
+static int listed_views(name_slot *table, size_t size, const ckpt_value *sd, int k, ckpt_map *m)
+{
+    for (size_t j = 0; j < sd->u.dict.keys.len; j++) {
+        const ckpt_value *key = sd->u.dict.keys.items[j], *w = sd->u.dict.vals.items[j];
+        if (key->kind != CKPT_KIND_STR || w->kind != CKPT_KIND_TENSOR)
+            continue;
+        name_slot *s = slot_for(table, size, key->u.s.s);
+        size_t first;
+        if (s->name && s->shard == k &&
+            ckpt_map_put_u64(m, ckpt_tensor_view_hash(w->u.tensor), j, &first) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int by_shard_name(const void *a, const void *b, void *names)
 {
     const char **n = names;
@@ -120,6 +138,8 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
     size_t nshards = 0;
     ckpt_map shard_at; /* shard name -> its index in shards: n log n, not n x shards */
     ckpt_map_init(&shard_at, CKPT_MAP_BYTES);
+    ckpt_map extra; /* the tied names taken beside the index's (once each) */
+    ckpt_map_init(&extra, CKPT_MAP_BYTES);
     const cJSON *e;
     cJSON_ArrayForEach(e, map)
     {
@@ -195,19 +215,48 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
                           shards[k], ckpt_value_kind_name(sd));
             break;
         }
+        ckpt_map views;
+        bool views_made = false;
+        ckpt_map_init(&views, CKPT_MAP_U64);
         for (size_t i = 0; i < sd->u.dict.keys.len && rc == CKPT_OK; i++) {
             ckpt_value *key = sd->u.dict.keys.items[i];
             if (key->kind != CKPT_KIND_STR)
                 continue;
             name_slot *s = slot_for(table, size, key->u.s.s);
-            if (!s->name || s->shard != (int)k || s->seen)
+            if (!s->name) {
+                /* a name the index lists nowhere: taken when it is a tied
+                 * name of a tensor the index puts here (a safetensors shard
+                 * keeps it in its __metadata__; transformers' index lists
+                 * only the name stored), once */
+                const ckpt_value *v = sd->u.dict.vals.items[i];
+                size_t j, first;
+                if (!views_made) {
+                    views_made = true;
+                    if (listed_views(table, size, sd, (int)k, &views) < 0) {
+                        rc = ckpt_oom(&f->err);
+                        break;
+                    }
+                }
+                if (v->kind != CKPT_KIND_TENSOR ||
+                    !ckpt_map_get_u64(&views, ckpt_tensor_view_hash(v->u.tensor), &j) ||
+                    !ckpt_tensor_same_view(v->u.tensor, sd->u.dict.vals.items[j]->u.tensor))
+                    continue;
+                int put = ckpt_map_put(&extra, key->u.s.s, strlen(key->u.s.s), 0, &first);
+                if (put < 0)
+                    rc = ckpt_oom(&f->err);
+                if (put != 0)
+                    continue;
+            } else if (s->shard != (int)k || s->seen) {
                 continue; /* the index decides where each tensor lives */
-            s->seen = true;
-            found++;
+            } else {
+                s->seen = true;
+                found++;
+            }
             if (ckpt_vec_push(&f->arena, &root->u.dict.keys, key) ||
                 ckpt_vec_push(&f->arena, &root->u.dict.vals, sd->u.dict.vals.items[i]))
                 rc = ckpt_oom(&f->err);
         }
+        ckpt_map_release(&views);
     }
     if (rc == CKPT_OK && found != n) {
         for (size_t i = 0; i < size; i++)
@@ -220,6 +269,7 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
     if (rc == CKPT_OK)
         *root_out = root;
     ckpt_map_release(&shard_at);
+    ckpt_map_release(&extra);
     free(order);
     free(table);
     free(shards);
