@@ -37,12 +37,16 @@ refused() {
 }
 
 say "a model folder is an input: inspect, diff, extract read its weights (the .bin index and shards)"
+expect_exit 0 ckpt inspect "$bin"
+expect_stdout_match "^torch.load: not modelled: a Hugging Face model folder: .*from_pretrained loads the folder, from pytorch_model.bin.index.json"
 inspect_json "$bin"
 json_expect 'd["format"]' '"sharded"'
 json_expect 'len(d["tensors"])' '29'
 expect_exit 0 ckpt extract "$bin" sd.pth
 expect_exit 0 ckpt diff "$bin" sd.pth
 expect_exit 0 ckpt diff "$hf/gpt2_bin" "$bin"
+expect_exit 0 ckpt convert "$bin" one.safetensors
+expect_stdout_match "^wrote one.safetensors: safetensors, 29 tensors, 28 storages, "
 
 say "convert MODEL_DIR OUT: a folder, model.safetensors (transformers' default), the other files copied"
 expect_exit 0 ckpt convert "$bin" model
