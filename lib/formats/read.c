@@ -133,7 +133,7 @@ bool ckpt_model_folder_weight_name(const char *name)
 
 CKPT_API int ckpt_path_is_model_folder(const char *path)
 {
-    int fd = path ? open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    int fd = path ? open(path, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC) : -1;
     if (fd < 0)
         return 0;
     int yes = ckpt_model_folder_weights(fd) != NULL;

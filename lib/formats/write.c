@@ -348,9 +348,15 @@ static int write_model_folder(ckpt_file *f, const char *path, const ckpt_write_o
     size_t count = 0;
     if (rc == CKPT_OK)
         rc = ckpt_dir_names(f->model_fd, &names, &count, &f->err);
+    struct stat tmp_st, st;
+    if (rc == CKPT_OK && fstat(od.fd, &tmp_st) != 0)
+        rc = ckpt_err(&f->err, CKPT_ERR_IO, "cannot stat '%s': %s", od.tmp, strerror(errno));
     for (size_t i = 0; rc == CKPT_OK && i < count; i++) {
         if (ckpt_model_folder_weight_name(names[i]) || input_weights(f, names[i]))
             continue; /* the weights written above replace them */
+        if (fstatat(f->model_fd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            st.st_dev == tmp_st.st_dev && st.st_ino == tmp_st.st_ino)
+            continue; /* OUT's temporary folder, when OUT is inside IN */
         rc = ckpt_out_dir_copy(&od, f->model_fd, names[i], &f->err);
         if (rc != CKPT_OK) {
             char inner[CKPT_ERRMSG_MAX];

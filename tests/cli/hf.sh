@@ -69,6 +69,13 @@ check "--force: OUT replaced whole (no stray file, pytorch_model.bin, no model.s
 check "no temporary folder is left beside OUT" test -z "$(ls -A | grep '^\.model\.ckpt-' || true)"
 refused 2 "ckpt: convert: " convert --force "$bin" "$bin"
 
+note "OUT inside IN: its temporary folder is not copied into itself"
+cp -r "$bin" inner
+expect_exit 0 ckpt convert inner inner/converted
+check "inner/converted holds the weights and the five other files, no folder" \
+    test "$(listing inner/converted | wc -l)" = 6 -a -f inner/converted/model.safetensors
+rm -rf inner
+
 say "--shard-size 3KB: shards and model.safetensors.index.json as save_pretrained writes them"
 expect_exit 0 ckpt convert --shard-size 3KB "$bin" sh
 check "four shards and the index" test "$(listing sh | grep -c '^model-0000[1-4]-of-00004.safetensors$')" = 4 -a \
