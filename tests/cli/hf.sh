@@ -116,6 +116,38 @@ mkfifo fifo_in/vocab.txt
 refused 3 "ckpt: convert: " convert fifo_in fifo_out
 err_has "vocab.txt"
 
+say "a signal during the write: the command dies of it, and leaves no OUT and no temporary folder"
+mkdir big
+cp "$bin/config.json" big/
+python3 - big/model.safetensors <<'PYEOF'
+import json, struct, sys
+n = 16 * 1024 * 1024  # 64 MiB of float32: long enough to be caught writing
+h = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+h += b" " * (-len(h) % 8)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    f.truncate(8 + len(h) + 4 * n)
+PYEOF
+mkdir sig
+if env --default-signal=TERM true 2>/dev/null; then ds="env --default-signal=TERM"; else ds=; fi
+$ds "$CKPT" convert --quiet --to pth big sig/bigout 2>"$err" &
+pid=$!
+n=0
+seen=no
+while [ $seen = no ] && [ $n -lt 300000 ] && kill -0 $pid 2>/dev/null; do
+    n=$((n + 1))
+    for f in sig/.bigout.ckpt-*; do [ -e "$f" ] && seen=yes; done
+done
+kill -s TERM $pid 2>/dev/null || :
+if wait $pid 2>/dev/null; then status=0; else status=$?; fi
+if [ $seen = yes ] && [ "$status" -eq 143 ]; then
+    ok "SIGTERM while the temporary folder was there: died of it (exit 143)"
+else
+    fail "SIGTERM: temporary folder seen: $seen, exit $status (the write ended first?)"
+fi
+check "nothing left in sig/: '$(ls -A sig | tr '\n' ' ')'" test -z "$(ls -A sig)"
+rm -rf big sig
+
 say "scan X.bin.index.json: the index (JSON, left out) and every shard it names"
 expect_exit 0 ckpt scan "$bin/pytorch_model.bin.index.json"
 check "five entries: the index and the four shards" test "$(grep -c '^[^ ]' "$out")" = 5
