@@ -404,7 +404,8 @@ int cli_size_arg(const char *cmd, const char *name, const char *arg, unsigned lo
 }
 
 /* A count limit's value: a positive whole number.  1, or -1 after a usage error. */
-static int cli_count_arg(const char *cmd, const char *name, const char *arg, unsigned long long *out)
+static int cli_count_arg(const char *cmd, const char *name, const char *arg,
+                         unsigned long long *out)
 {
     char *end;
     errno = 0;

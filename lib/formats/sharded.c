@@ -237,7 +237,8 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
                         break;
                     }
                 }
-                if (v->kind != CKPT_KIND_TENSOR || !v->u.tensor->storage /* (meta: no data to share) */ ||
+                if (v->kind != CKPT_KIND_TENSOR ||
+                    !v->u.tensor->storage || /* (meta: no data to share) */
                     !ckpt_map_get_u64(&views, ckpt_tensor_view_hash(v->u.tensor), &j) ||
                     !ckpt_tensor_same_view(v->u.tensor, sd->u.dict.vals.items[j]->u.tensor))
                     continue;

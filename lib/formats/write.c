@@ -314,7 +314,8 @@ static int write_model_folder(ckpt_file *f, const char *path, const ckpt_write_o
                         "only a model folder (config.json beside its weights) is written as a "
                         "folder");
     ckpt_format fmt = opt->format ? opt->format : CKPT_FORMAT_SAFETENSORS;
-    if (fmt != CKPT_FORMAT_SAFETENSORS && fmt != CKPT_FORMAT_PTH_ZIP && fmt != CKPT_FORMAT_PTH_LEGACY)
+    if (fmt != CKPT_FORMAT_SAFETENSORS && fmt != CKPT_FORMAT_PTH_ZIP &&
+        fmt != CKPT_FORMAT_PTH_LEGACY)
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "a model folder's weights are safetensors or pth, "
                         "not %s", ckpt_format_name(fmt));
     if (opt->flags & CKPT_WRITE_IN_PLACE)
@@ -337,7 +338,8 @@ static int write_model_folder(ckpt_file *f, const char *path, const ckpt_write_o
     if (rc == CKPT_OK) {
         snprintf(ipath, n, "%s/%s", od.tmp, index);
         ckpt_write_options w = *opt;
-        w.flags = (opt->flags & ~(CKPT_WRITE_MODEL_FOLDER | CKPT_WRITE_FORCE)) | CKPT_WRITE_SET_ONE_PLAIN;
+        w.flags = (opt->flags & ~(CKPT_WRITE_MODEL_FOLDER | CKPT_WRITE_FORCE)) |
+                  CKPT_WRITE_SET_ONE_PLAIN;
         w.format = fmt;
         w.shard_size = opt->shard_size ? opt->shard_size : MODEL_SHARD_SIZE;
         w.result = NULL;
