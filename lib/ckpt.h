@@ -222,7 +222,16 @@ CKPT_API const char *ckpt_file_error_message(const ckpt_file *f);
 CKPT_API size_t ckpt_file_notice_count(const ckpt_file *f);
 CKPT_API const char *ckpt_file_notice(const ckpt_file *f, size_t i);
 
+/* The file read: a Hugging Face model folder's weights file or index, when
+ * the folder was opened (ckpt_file_model_folder). */
 CKPT_API const char *ckpt_file_path(const ckpt_file *f);
+/* The Hugging Face model folder that was opened (config.json beside
+ * model.safetensors, model.safetensors.index.json, pytorch_model.bin or
+ * pytorch_model.bin.index.json, the first there in from_pretrained's
+ * order), or NULL when the input was not one. */
+CKPT_API const char *ckpt_file_model_folder(const ckpt_file *f);
+/* 1 when PATH is such a folder (what ckpt_file_open would read as one). */
+CKPT_API int ckpt_path_is_model_folder(const char *path);
 CKPT_API ckpt_format ckpt_file_format(const ckpt_file *f);
 /* Archive prefix of a pth-zip ("sd" for records "sd/data.pkl"); "" otherwise. */
 CKPT_API const char *ckpt_file_prefix(const ckpt_file *f);
@@ -859,8 +868,17 @@ enum {
     CKPT_WRITE_NO_DEDUPE = 1 << 1, /* safetensors: write tied tensors once per name */
     CKPT_WRITE_FORCE = 1 << 2,     /* in place: edit a file that has other hard links or is
                                       reached through a symbolic link (refused otherwise) */
-    CKPT_WRITE_DEFER_FREE = 1 << 3 /* with a result: a replaced PATH is left under a hidden
+    CKPT_WRITE_DEFER_FREE = 1 << 3, /* with a result: a replaced PATH is left under a hidden
                                       name (result->replaced) for the caller to remove */
+    /* the input is a model folder (ckpt_file_model_folder): PATH is written as
+     * one too, as transformers' save_pretrained lays it out: the weights in
+     * OPT->format (0: safetensors) as model.safetensors or pytorch_model.bin,
+     * in shards of OPT->shard_size (0: transformers' 50GB) with their index
+     * when they are more than one, and every other file of the input folder
+     * copied (its other weight files of those names left out).  PATH must
+     * not exist unless CKPT_WRITE_FORCE, which replaces it whole; it is
+     * written as a temporary folder beside it, renamed at the end. */
+    CKPT_WRITE_MODEL_FOLDER = 1 << 4
 };
 
 /* How ckpt_file_write wrote PATH (ckpt_write_options.result). */

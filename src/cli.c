@@ -481,31 +481,55 @@ int cli_exit_for(int status)
     }
 }
 
-/* A reading limit's value: a positive number, with a K, M or G suffix (powers
- * of 1024) when SIZES.  1, or -1 after a usage error. */
-static int cli_limit_arg(const char *cmd, const char *name, const char *arg, bool sizes,
+/* SIZE (doc/design.md, "Command line"): a whole number of bytes, or with a
+ * unit: K M G T (powers of 1024, as before), KB MB GB TB (powers of 1000, as
+ * transformers' max_shard_size="5GB" means 5e9), KiB MiB GiB TiB.  Units are
+ * case-sensitive: transformers reads a lower-case "b" as bits. */
+int cli_size_arg(const char *cmd, const char *name, const char *arg, unsigned long long *out)
+{
+    static const struct {
+        const char *unit;
+        unsigned long long mul;
+    } units[] = {
+        {"", 1},
+        {"K", 1ull << 10}, {"M", 1ull << 20}, {"G", 1ull << 30}, {"T", 1ull << 40},
+        {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40},
+        {"KB", 1000ull}, {"MB", 1000000ull}, {"GB", 1000000000ull}, {"TB", 1000000000000ull},
+    };
+    char *end;
+    errno = 0;
+    unsigned long long v = arg[0] >= '0' && arg[0] <= '9' ? strtoull(arg, &end, 10) : 0;
+    if (v == 0 || errno) {
+        cli_usage_error(cmd, "%s needs a positive size (bytes, or K M G T, KB MB GB TB, "
+                             "KiB MiB GiB TiB), got '%s'", name, arg);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (strcmp(end, units[i].unit) == 0) {
+            if (v > ULLONG_MAX / units[i].mul) {
+                cli_usage_error(cmd, "%s: '%s' is too large", name, arg);
+                return -1;
+            }
+            *out = v * units[i].mul;
+            return 1;
+        }
+    cli_usage_error(cmd, "%s: '%s' has no known unit (K M G T: powers of 1024; KB MB GB TB: "
+                         "powers of 1000; KiB MiB GiB TiB)", name, arg);
+    return -1;
+}
+
+/* A count limit's value: a positive whole number.  1, or -1 after a usage error. */
+static int cli_count_arg(const char *cmd, const char *name, const char *arg,
                          unsigned long long *out)
 {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(arg, &end, 10);
-    if (errno || end == arg || v == 0 || arg[0] == '-') {
-        cli_usage_error(cmd, "%s needs a positive number, got '%s'", name, arg);
+    if (errno || end == arg || v == 0 || arg[0] == '-' || *end) {
+        cli_usage_error(cmd, "%s needs a positive whole number, got '%s'", name, arg);
         return -1;
     }
-    int shift = 0;
-    switch (sizes ? *end : 0) {
-    case 'K': shift = 10; end++; break;
-    case 'M': shift = 20; end++; break;
-    case 'G': shift = 30; end++; break;
-    default: break;
-    }
-    if (*end || v > (ULLONG_MAX >> shift)) {
-        cli_usage_error(cmd, sizes ? "%s needs a number (K, M, G suffixes), got '%s'"
-                                   : "%s needs a whole number, got '%s'", name, arg);
-        return -1;
-    }
-    *out = v << shift;
+    *out = v;
     return 1;
 }
 
@@ -533,11 +557,11 @@ int cli_common_option(const char *cmd, int opt, const char *arg, cli_common *c)
         c->quiet = true;
         return 1;
     case CLI_OPT_MAX_PICKLE_BYTES:
-        return cli_limit_arg(cmd, "--max-pickle-bytes", arg, true, &c->max_pickle_bytes);
+        return cli_size_arg(cmd, "--max-pickle-bytes", arg, &c->max_pickle_bytes);
     case CLI_OPT_MAX_HEADER_BYTES:
-        return cli_limit_arg(cmd, "--max-header-bytes", arg, true, &c->max_header_bytes);
+        return cli_size_arg(cmd, "--max-header-bytes", arg, &c->max_header_bytes);
     case CLI_OPT_MAX_DEPTH:
-        return cli_limit_arg(cmd, "--max-depth", arg, false, &c->max_depth);
+        return cli_count_arg(cmd, "--max-depth", arg, &c->max_depth);
     default:
         return 0;
     }

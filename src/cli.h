@@ -56,6 +56,9 @@ enum {
  * error (already reported).
  */
 int cli_common_option(const char *cmd, int opt, const char *arg, cli_common *c);
+/* A SIZE option's value (doc/design.md, "Command line": K M G T, KB MB GB TB,
+ * KiB MiB GiB TiB) into *OUT: 1, or -1 after a usage error naming NAME. */
+int cli_size_arg(const char *cmd, const char *name, const char *arg, unsigned long long *out);
 void cli_common_free(cli_common *c);
 
 /* Text safe for a terminal (names read from a file must not put newlines or

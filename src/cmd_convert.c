@@ -9,11 +9,16 @@
 static const char usage[] =
     "usage: ckpt convert [--to pth|pth-legacy|safetensors]\n"
     "                    [--dtype float16|bfloat16|float32|float8_e4m3fn|float8_e5m2]\n"
-    "                    [--select PATH] [--no-dedupe] [--shard-size N] [--in-place] IN OUT\n"
+    "                    [--select PATH] [--no-dedupe] [--shard-size SIZE] [--in-place]\n"
+    "                    [--force] IN OUT\n"
     "\n"
     "Write IN (pth-zip, pth-legacy, safetensors, or a sharded *.index.json) to OUT\n"
     "in another format, without Python and without running its pickle.  The\n"
     "format is --to, else .safetensors for an OUT ending so, else pth-zip.\n"
+    "IN may be a Hugging Face model folder (config.json beside its weights): an\n"
+    "OUT not named as a file (.safetensors, .json, .pth, .pt, .bin, .ckpt) is then\n"
+    "written as a folder, as save_pretrained writes one (safetensors unless --to,\n"
+    "every other file copied); it must not exist (--force replaces it whole).\n"
     "\n"
     "  --to FORMAT     pth (torch >= 1.6 zip), pth-legacy (pre-1.6), safetensors\n"
     "  --dtype T       cast floating tensors (float64/32/16, bfloat16, float8_e4m3fn,\n"
@@ -24,9 +29,11 @@ static const char usage[] =
     "                  tensors only, so a file with more than one state dict needs it\n"
     "  --no-dedupe     safetensors: write tied tensors once per name (by default once,\n"
     "                  with the other names in __metadata__ \"ckpt.tied\")\n"
-    "  --shard-size N  write OUT (NAME.index.json, or NAME.safetensors.index.json) and\n"
-    "                  shards NAME-00001-of-0000K.EXT of at most N bytes (K, M, G);\n"
+    "  --shard-size SIZE  write OUT (NAME.index.json, or NAME.safetensors.index.json)\n"
+    "                  and shards NAME-00001-of-0000K.EXT of at most SIZE bytes (K M G T:\n"
+    "                  powers of 1024, KB MB GB TB: of 1000 as transformers' 5GB, KiB..TiB);\n"
     "                  an OUT ending in .index.json without it keeps IN's shards\n"
+    "  --force         a model folder's OUT: replace an existing one whole\n"
     "  --dry-run       say what would be cast; write nothing\n"
     "  --in-place      allow OUT to be IN (replaced atomically)\n"
     "  --keep-unsafe   with --allow-global M.NAME: keep that global in OUT,\n"
@@ -75,16 +82,10 @@ static int option(void *st, int opt, const char *arg)
         s->no_dedupe = true;
         return 1;
     case OPT_SHARD_SIZE: {
-        char *end;
-        unsigned long long v = strtoull(arg, &end, 10);
-        int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
-        if (shift)
-            end++;
-        if (end == arg || *end || v == 0 || arg[0] == '-' || v > (ULLONG_MAX >> shift)) {
-            cli_usage_error("convert", "--shard-size needs a positive size (K, M, G), got '%s'", arg);
+        unsigned long long v;
+        if (cli_size_arg("convert", "--shard-size", arg, &v) < 0)
             return -1;
-        }
-        s->shard_size = v << shift;
+        s->shard_size = v;
         return 1;
     }
     default:
@@ -92,11 +93,31 @@ static int option(void *st, int opt, const char *arg)
     }
 }
 
+/* Whether OUT is a model folder: IN is one, and OUT's name is not a file's
+ * (.safetensors, .json, .pth, .pt, .bin, .ckpt: one file of IN's weights). */
+static bool names_folder(const rewrite *rw)
+{
+    static const char *const files[] = {".safetensors", ".json", ".pth", ".pt", ".bin", ".ckpt"};
+    if (!ckpt_path_is_model_folder(rw->in))
+        return false;
+    size_t n = strlen(rw->out);
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        if (n > strlen(files[i]) && strcmp(rw->out + n - strlen(files[i]), files[i]) == 0)
+            return false;
+    return true;
+}
+
 static int run(void *st, rewrite *rw)
 {
     state *s = st;
     ckpt_format to = s->to, by_name = ckpt_format_for_path(rw->out);
     bool index = by_name == CKPT_FORMAT_SHARDED;
+    if (names_folder(rw)) { /* a model folder to a model folder (safetensors unless --to) */
+        rw->out_format = s->to ? s->to : CKPT_FORMAT_SAFETENSORS;
+        rw->shard_size = s->shard_size;
+        rw->write_flags = CKPT_WRITE_MODEL_FOLDER | (s->no_dedupe ? CKPT_WRITE_NO_DEDUPE : 0);
+        return rewrite_convert(rw, s->dtype);
+    }
     if (s->shard_size && !index)
         return cli_usage_error(rw->cmd, "--shard-size writes NAME.index.json and its shards; "
                                         "OUT must end in .index.json");

@@ -309,13 +309,24 @@ static int finish(rewrite *rw, ckpt_file **fp, const char *nothing_changed)
          * one state dict of IN: counting IN's would say more) */
         /* (a file edited in place holds what f holds: not read again) */
         size_t nt, used = used_storages(f, &nt);
+        char weights[256] = "?"; /* a model folder's weights file (or index) */
         if (res.method == CKPT_WROTE_NEW) {
             ckpt_file_free(f);
             *fp = NULL;
             ckpt_file *o = ckpt_file_new();
-            if (o && ckpt_file_open(o, rw->out) == CKPT_OK)
+            if (o && ckpt_file_open(o, rw->out) == CKPT_OK) {
                 used = used_storages(o, &nt);
+                const char *wp = ckpt_file_path(o), *wb = wp ? strrchr(wp, '/') : NULL;
+                if (wb)
+                    snprintf(weights, sizeof weights, "%s", wb + 1);
+            }
             ckpt_file_free(o);
+        }
+        if (rw->write_flags & CKPT_WRITE_MODEL_FOLDER) {
+            /* a folder's size says nothing: its weights file (or index) instead */
+            cli_printf("wrote %s: model folder, %s weights (%s), %zu tensors, %zu storages\n",
+                       rw->out, ckpt_format_name(rw->out_format), weights, nt, used);
+            return CLI_EXIT_OK;
         }
         cli_printf("wrote %s: %s, %zu tensors, %zu storages, %s\n", rw->out,
                    ckpt_format_name(rw->out_format ? rw->out_format : CKPT_FORMAT_PTH_ZIP), nt, used,

@@ -246,14 +246,17 @@ static char *outside_path(const char *dir, const char *name)
 /* The shard names of a Hugging Face index (*.index.json) in folder DFD:
  * transformers opens os.path.join(folder, name) for each weight_map value;
  * an unsafe entry for each that leads out.  An index it cannot parse is
- * left alone: transformers fails on it too. */
-static void named_by_index(const char *dir, int dfd, const char *name, file_list *fl)
+ * left alone: transformers fails on it too (false).  With PREFIX (the
+ * index named alone), each shard inside the folder is added as a file to
+ * scan, PREFIX + its name. */
+static bool named_by_index(const char *dir, int dfd, const char *name, file_list *fl,
+                           const char *prefix)
 {
     int fd;
     struct stat st;
     ckpt_error e = {0};
     if (ckpt_open_input(dfd, name, false, &fd, &st, &e) != CKPT_OK)
-        return;
+        return false;
     size_t len = (size_t)st.st_size;
     char *text = len <= INDEX_MAX_BYTES ? malloc(len + 1) : NULL;
     if (!text || ckpt_pread_all(fd, text, len, 0) != CKPT_OK) {
@@ -261,14 +264,15 @@ static void named_by_index(const char *dir, int dfd, const char *name, file_list
             fl->err = ENOMEM;
         free(text);
         close(fd);
-        return;
+        return false;
     }
     close(fd);
     cJSON *idx = cJSON_ParseWithLength(text, len);
     free(text);
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(idx, "weight_map"), *v;
     const char *last = NULL;
-    if (!cJSON_IsObject(map))
+    bool is_index = cJSON_IsObject(map);
+    if (!is_index)
         map = NULL;
     cJSON_ArrayForEach(v, map) {
         char *norm;
@@ -281,11 +285,19 @@ static void named_by_index(const char *dir, int dfd, const char *name, file_list
             add_found(fl, outside_path(dir, v->valuestring), CKPT_OK, CKPT_SCAN_EXIT_UNSAFE,
                       "named by %s/%s (weight_map), outside the folder: transformers would "
                       "load it there; not read", dir, name);
+        else if (prefix) {
+            size_t n = strlen(prefix) + strlen(norm) + 1;
+            char *path = malloc(n);
+            if (path)
+                snprintf(path, n, "%s%s", prefix, norm);
+            add_found(fl, path, CKPT_OK, CKPT_SCAN_EXIT_SAFE, NULL);
+        }
         free(norm);
         if (fl->err)
             break;
     }
     cJSON_Delete(idx);
+    return is_index;
 }
 
 /* The metadata files of a DCP folder: ".metadata", "__R.metadata". */
@@ -451,7 +463,7 @@ static void walk(ckpt_scan_paths *p, const char *dir, file_list *fl, const dir_i
             }
         } else if (S_ISREG(st.st_mode)) {
             if (ckpt_path_has_suffix(de->d_name, ".index.json"))
-                named_by_index(dir, dfd, de->d_name, fl);
+                named_by_index(dir, dfd, de->d_name, fl, NULL);
             if (dcp_metadata_name(de->d_name)) {
                 char *m = strdup(de->d_name);
                 if (!m || CKPT_GROW(metas, metas_cap, nmetas + 1) < 0) {
@@ -836,6 +848,52 @@ static int scan_folder(ckpt_scan_paths *p, const char *dir)
     return rc;
 }
 
+/* A shard index named alone (X.index.json): the set, as transformers
+ * loads it: the index (JSON: left out, with the reason), then each file
+ * its weight_map names, once, in name order, an unsafe entry for each that
+ * leads out of its folder.  False (nothing added) when PATH is no index
+ * transformers could read: then it is scanned as any file. */
+static int scan_index(ckpt_scan_paths *p, const char *path, bool *done)
+{
+    *done = false;
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    char *prefix = slash ? strndup(path, (size_t)(slash - path) + 1) : strdup("");
+    int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    file_list fl = {0};
+    bool is_index = dfd >= 0 && prefix &&
+                    named_by_index(dir, dfd, slash ? slash + 1 : path, &fl, prefix);
+    if (dfd >= 0)
+        close(dfd);
+    free(dir);
+    free(prefix);
+    int rc = CKPT_OK;
+    if (fl.err) {
+        rc = ckpt_oom(&p->err);
+    } else if (is_index) {
+        *done = true;
+        if (fl.n > 1)
+            qsort(fl.f, fl.n, sizeof *fl.f, found_cmp);
+        char *self = strdup(path);
+        rc = self ? scan_one(p, self, true, false) : ckpt_oom(&p->err);
+        for (size_t k = 0; k < fl.n && rc == CKPT_OK; k++) {
+            found *x = &fl.f[k];
+            if (k && strcmp(x->path, fl.f[k - 1].path) == 0)
+                continue; /* a shard holds many names */
+            char *one = strdup(x->path);
+            if (!one)
+                rc = ckpt_oom(&p->err);
+            else if (x->problem)
+                rc = entry_note(p, one, CKPT_SCAN_ENTRY_REFUSED, strdup(x->problem), x->code,
+                                x->exit);
+            else
+                rc = scan_one(p, one, false, false);
+        }
+    }
+    file_list_free(&fl);
+    return rc;
+}
+
 int ckpt_scan_paths_run(ckpt_scan_paths *p)
 {
     if (!p)
@@ -849,8 +907,12 @@ int ckpt_scan_paths_run(ckpt_scan_paths *p)
             /* a folder checkpoint (DCP, DeepSpeed, a snapshot): every file under it */
             rc = scan_folder(p, p->paths[i]);
         } else {
-            char *path = strdup(p->paths[i]);
-            rc = path ? scan_one(p, path, false, false) : ckpt_oom(&p->err);
+            bool done = false;
+            if (ckpt_path_has_suffix(p->paths[i], ".index.json"))
+                rc = scan_index(p, p->paths[i], &done); /* the set it names */
+            char *path = done || rc != CKPT_OK ? NULL : strdup(p->paths[i]);
+            if (!done && rc == CKPT_OK)
+                rc = path ? scan_one(p, path, false, false) : ckpt_oom(&p->err);
         }
     }
     /* the worst status, except that anything unsafe or ambiguous is 1

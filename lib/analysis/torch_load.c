@@ -844,7 +844,12 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
         return t->err.code; /* a FIFO or device: refused, never read */
     }
     if (S_ISDIR(st.st_mode)) { /* a folder checkpoint: its own library loads it */
+        const char *w = ckpt_model_folder_weights(fd);
         close(fd);
+        if (w)
+            return ckpt_err(&t->err, CKPT_ERR_IO, "a Hugging Face model folder: torch.load "
+                            "reads one file (transformers' from_pretrained loads the folder, "
+                            "from %s)", w);
         return ckpt_err(&t->err, CKPT_ERR_IO, "a folder: torch.load reads one file (a "
                         "torch.distributed.checkpoint folder loads with dcp.load; ckpt "
                         "convert makes a .pth of it)");

@@ -124,6 +124,11 @@ struct ckpt_file {
                             * its files (ckpt_file_source_add) */
     size_t nshards, shards_cap;
     int dir_fd;            /* a folder checkpoint: the folder (main.fd is -1), else -1 */
+    /* A Hugging Face model folder (config.json beside its weights): the
+     * folder, open, and its path; f->path is then its weights file (or
+     * index), read as any other; -1 and NULL otherwise. */
+    int model_fd;
+    char *model_dir;
     ckpt_source *open_lazy[CKPT_OPEN_SOURCES_MAX]; /* lazy sources now open */
     size_t open_lazy_next; /* the slot to reuse next (oldest first) */
     /* The read in progress, which every reader's storages follow (so not any

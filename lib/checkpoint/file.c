@@ -38,6 +38,7 @@ CKPT_API ckpt_file *ckpt_file_new(void)
     f->magic = CKPT_FILE_MAGIC;
     f->main.fd = -1;
     f->dir_fd = -1;
+    f->model_fd = -1;
     ckpt_arena_init(&f->arena);
     memcpy(f->limits, default_limits, sizeof(f->limits));
     return f;
@@ -153,6 +154,9 @@ CKPT_API void ckpt_file_free(ckpt_file *f)
     free(f->shards);
     if (f->dir_fd >= 0)
         close(f->dir_fd);
+    if (f->model_fd >= 0)
+        close(f->model_fd);
+    free(f->model_dir);
     for (size_t i = 0; i < f->nallowed; i++)
         free(f->allowed[i]);
     free(f->allowed);
@@ -223,6 +227,10 @@ CKPT_API const char *ckpt_file_error_message(const ckpt_file *f)
 }
 
 CKPT_API const char *ckpt_file_path(const ckpt_file *f) { return ckpt_file_valid(f) ? f->path : NULL; }
+CKPT_API const char *ckpt_file_model_folder(const ckpt_file *f)
+{
+    return ckpt_file_valid(f) ? f->model_dir : NULL;
+}
 CKPT_API ckpt_format ckpt_file_format(const ckpt_file *f) { return ckpt_file_valid(f) ? f->format : CKPT_FORMAT_UNKNOWN; }
 /* The records are the main file's when it is a torch zip (its prefix set):
  * what inspect lists. */

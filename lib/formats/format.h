@@ -260,6 +260,20 @@ int ckpt_dcp_named_files(int dirfd, const char *meta, const uint64_t *limits, ch
  * does, into BUF (CAP bytes); *PRESENT false when there is no such file. */
 int ckpt_deepspeed_latest(int dirfd, char *buf, size_t cap, bool *present);
 
+/* A Hugging Face model folder (formats/read.c): the weights file of folder
+ * DIRFD that from_pretrained loads (model.safetensors, its index,
+ * pytorch_model.bin, its index: the first that is a file) when config.json
+ * is there too, else NULL. */
+const char *ckpt_model_folder_weights(int dirfd);
+/* Whether NAME is one of those four names or a shard save_pretrained names
+ * (model-00001-of-00002.safetensors, pytorch_model-00001-of-00002.bin). */
+bool ckpt_model_folder_weight_name(const char *name);
+
+/* A set writer's flag (ckpt_write_options.flags, beside the public ones):
+ * a set that fits in one shard is written as NAME.EXT alone, without an
+ * index, as save_pretrained does. */
+#define CKPT_WRITE_SET_ONE_PLAIN (1u << 30)
+
 /* Whether PATH ends in SUFFIX. */
 bool ckpt_path_has_suffix(const char *path, const char *suffix);
 

@@ -85,6 +85,62 @@ static int open_dir(ckpt_file *f, int fd, const struct stat *st)
     return rc;
 }
 
+/* The weights transformers' from_pretrained loads from a local folder, in
+ * the order it looks for them (modeling_utils._get_resolved_checkpoint_files,
+ * 4.57 and 5.24 alike), each taken when it is a file (os.path.isfile). */
+static const char *const model_weights[] = {
+    "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+    "pytorch_model.bin.index.json", NULL,
+};
+
+static bool is_file_at(int dirfd, const char *name)
+{
+    struct stat st;
+    return fstatat(dirfd, name, &st, 0) == 0 && S_ISREG(st.st_mode);
+}
+
+const char *ckpt_model_folder_weights(int dirfd)
+{
+    if (!is_file_at(dirfd, "config.json"))
+        return NULL;
+    for (const char *const *w = model_weights; *w; w++)
+        if (is_file_at(dirfd, *w))
+            return *w;
+    return NULL;
+}
+
+static bool digits5(const char *s)
+{
+    for (int i = 0; i < 5; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return false; /* (a NUL ends the loop before the string does) */
+    return true;
+}
+
+bool ckpt_model_folder_weight_name(const char *name)
+{
+    for (const char *const *w = model_weights; *w; w++)
+        if (strcmp(name, *w) == 0)
+            return true;
+    /* shards as save_pretrained names them: model-00001-of-00002.safetensors,
+     * pytorch_model-00001-of-00002.bin */
+    const char *rest = strncmp(name, "model-", 6) == 0           ? name + 6
+                       : strncmp(name, "pytorch_model-", 14) == 0 ? name + 14
+                                                                   : NULL;
+    return rest && digits5(rest) && strncmp(rest + 5, "-of-", 4) == 0 && digits5(rest + 9) &&
+           strcmp(rest + 14, rest == name + 6 ? ".safetensors" : ".bin") == 0;
+}
+
+CKPT_API int ckpt_path_is_model_folder(const char *path)
+{
+    int fd = path ? open(path, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC) : -1;
+    if (fd < 0)
+        return 0;
+    int yes = ckpt_model_folder_weights(fd) != NULL;
+    close(fd);
+    return yes;
+}
+
 /* A zip that is also a valid safetensors file (its first 8 bytes a header
  * length, '{' after them): safetensors, and torch 2.x for a *.safetensors
  * name, read other tensors than torch.load under any other name.  Said in a
@@ -127,8 +183,22 @@ static int open_file(ckpt_file *f, const char *path, const ckpt_format_desc *as)
     struct stat st;
     /* a FIFO, socket or device is refused, never read: no input blocks */
     CKPT_FORWARD(ckpt_open_input(AT_FDCWD, path, true, &fd, &st, &f->err));
-    if (S_ISDIR(st.st_mode))
+    const char *weights = S_ISDIR(st.st_mode) && !as ? ckpt_model_folder_weights(fd) : NULL;
+    if (S_ISDIR(st.st_mode) && !weights)
         return open_dir(f, fd, &st);
+    if (weights) {
+        /* a Hugging Face model folder: its weights are the input, read as
+         * any file (an index as a sharded set) */
+        f->model_fd = fd;
+        f->model_dir = f->path;
+        size_t n = strlen(path) + strlen(weights) + 2;
+        if (!(f->path = malloc(n)))
+            return ckpt_oom(&f->err);
+        snprintf(f->path, n, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/", weights);
+        f->main.path = f->path;
+        path = f->path;
+        CKPT_FORWARD(ckpt_open_input(f->model_fd, weights, false, &fd, &st, &f->err));
+    }
     f->main.fd = fd;
     f->main.file_size = (uint64_t)st.st_size;
     f->dev = st.st_dev;

@@ -89,6 +89,30 @@ static bool has_nul_escape(const uint8_t *text, size_t len)
     return false;
 }
 
+/* The views (ckpt_tensor_view_hash -> index in SD) of the tensors SD holds
+ * under a name the index puts in shard K: where a tied name finds its
+ * tensor (one lookup a name, not a scan). */
+static int listed_views(name_slot *table, size_t size, const ckpt_value *sd, int k, ckpt_map *m)
+{
+    for (size_t j = 0; j < sd->u.dict.keys.len; j++) {
+        const ckpt_value *key = sd->u.dict.keys.items[j], *w = sd->u.dict.vals.items[j];
+        if (key->kind != CKPT_KIND_STR || w->kind != CKPT_KIND_TENSOR)
+            continue;
+        name_slot *s = slot_for(table, size, key->u.s.s);
+        size_t first;
+        if (s->name && s->shard == k &&
+            ckpt_map_put_u64(m, ckpt_tensor_view_hash(w->u.tensor), j, &first) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int by_shard_name(const void *a, const void *b, void *names)
+{
+    const char **n = names;
+    return strcmp(n[*(const size_t *)a], n[*(const size_t *)b]);
+}
+
 static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value **root_out)
 {
     if (has_nul_escape(text, len))
@@ -114,6 +138,8 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
     size_t nshards = 0;
     ckpt_map shard_at; /* shard name -> its index in shards: n log n, not n x shards */
     ckpt_map_init(&shard_at, CKPT_MAP_BYTES);
+    ckpt_map extra; /* the tied names taken beside the index's (once each) */
+    ckpt_map_init(&extra, CKPT_MAP_BYTES);
     const cJSON *e;
     cJSON_ArrayForEach(e, map)
     {
@@ -152,7 +178,19 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
             rc = ckpt_oom(&f->err);
     }
     size_t found = 0;
-    for (size_t k = 0; k < nshards && rc == CKPT_OK; k++) {
+    /* the shards in the order of their names (save_pretrained's -0000k-of-
+     * count up), not of the first name each holds in the weight_map, which
+     * transformers sorts by tensor name: the set reads in the order it was
+     * written */
+    size_t *order = rc == CKPT_OK ? calloc(nshards ? nshards : 1, sizeof(*order)) : NULL;
+    if (rc == CKPT_OK && !order)
+        rc = ckpt_oom(&f->err);
+    for (size_t k = 0; order && k < nshards; k++)
+        order[k] = k;
+    if (order)
+        qsort_r(order, nshards, sizeof(*order), by_shard_name, shards);
+    for (size_t r = 0; r < nshards && rc == CKPT_OK; r++) {
+        size_t k = order[r];
         ckpt_source *src = NULL;
         rc = open_shard(f, dir, shards[k], &src);
         if (src)
@@ -177,19 +215,49 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
                           shards[k], ckpt_value_kind_name(sd));
             break;
         }
+        ckpt_map views;
+        bool views_made = false;
+        ckpt_map_init(&views, CKPT_MAP_U64);
         for (size_t i = 0; i < sd->u.dict.keys.len && rc == CKPT_OK; i++) {
             ckpt_value *key = sd->u.dict.keys.items[i];
             if (key->kind != CKPT_KIND_STR)
                 continue;
             name_slot *s = slot_for(table, size, key->u.s.s);
-            if (!s->name || s->shard != (int)k || s->seen)
+            if (!s->name) {
+                /* a name the index lists nowhere: taken when it is a tied
+                 * name of a tensor the index puts here (a safetensors shard
+                 * keeps it in its __metadata__; transformers' index lists
+                 * only the name stored), once */
+                const ckpt_value *v = sd->u.dict.vals.items[i];
+                size_t j, first;
+                if (!views_made) {
+                    views_made = true;
+                    if (listed_views(table, size, sd, (int)k, &views) < 0) {
+                        rc = ckpt_oom(&f->err);
+                        break;
+                    }
+                }
+                if (v->kind != CKPT_KIND_TENSOR ||
+                    !v->u.tensor->storage || /* (meta: no data to share) */
+                    !ckpt_map_get_u64(&views, ckpt_tensor_view_hash(v->u.tensor), &j) ||
+                    !ckpt_tensor_same_view(v->u.tensor, sd->u.dict.vals.items[j]->u.tensor))
+                    continue;
+                int put = ckpt_map_put(&extra, key->u.s.s, strlen(key->u.s.s), 0, &first);
+                if (put < 0)
+                    rc = ckpt_oom(&f->err);
+                if (put != 0)
+                    continue;
+            } else if (s->shard != (int)k || s->seen) {
                 continue; /* the index decides where each tensor lives */
-            s->seen = true;
-            found++;
+            } else {
+                s->seen = true;
+                found++;
+            }
             if (ckpt_vec_push(&f->arena, &root->u.dict.keys, key) ||
                 ckpt_vec_push(&f->arena, &root->u.dict.vals, sd->u.dict.vals.items[i]))
                 rc = ckpt_oom(&f->err);
         }
+        ckpt_map_release(&views);
     }
     if (rc == CKPT_OK && found != n) {
         for (size_t i = 0; i < size; i++)
@@ -202,6 +270,8 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
     if (rc == CKPT_OK)
         *root_out = root;
     ckpt_map_release(&shard_at);
+    ckpt_map_release(&extra);
+    free(order);
     free(table);
     free(shards);
     free(dir);
@@ -226,6 +296,121 @@ static int sharded_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 }
 
 /* Known by its name (NAME.index.json): its JSON has no signature. */
+
+/* ---- the index as transformers writes it ------------------------------------------
+ *
+ * save_pretrained: json.dumps(index, indent=2, sort_keys=True) + "\n" of
+ * {"metadata": {"total_parameters", "total_size"}, "weight_map"}: keys
+ * sorted (by code point: strcmp on UTF-8), every non-ASCII character
+ * \uXXXX (ensure_ascii). */
+typedef struct index_text {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} index_text;
+
+static void put(index_text *t, const char *s, size_t n)
+{
+    if (t->failed)
+        return;
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 4096;
+        while (t->len + n + 1 > cap)
+            cap *= 2;
+        char *g = realloc(t->p, cap);
+        if (!g) {
+            t->failed = true;
+            return;
+        }
+        t->p = g;
+        t->cap = cap;
+    }
+    memcpy(t->p + t->len, s, n);
+    t->len += n;
+    t->p[t->len] = '\0';
+}
+
+static void put_s(index_text *t, const char *s)
+{
+    put(t, s, strlen(s));
+}
+
+/* S as Python's json.dumps writes a str (ensure_ascii) */
+static void put_json_string(index_text *t, const char *s)
+{
+    put(t, "\"", 1);
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        char e[16];
+        unsigned cp = *p;
+        size_t len = 1;
+        if (cp >= 0xc0 && cp < 0xf8) { /* a UTF-8 sequence (names are valid UTF-8: str keys) */
+            len = cp < 0xe0 ? 2 : cp < 0xf0 ? 3 : 4;
+            cp &= len == 2 ? 0x1f : len == 3 ? 0x0f : 0x07;
+            for (size_t k = 1; k < len; k++) {
+                if ((p[k] & 0xc0) != 0x80) {
+                    len = 1;
+                    cp = 0xfffd;
+                    break;
+                }
+                cp = (cp << 6) | (p[k] & 0x3f);
+            }
+        } else if (cp >= 0x80) {
+            cp = 0xfffd;
+        }
+        p += len;
+        if (cp == '"' || cp == '\\') {
+            e[0] = '\\';
+            e[1] = (char)cp;
+            put(t, e, 2);
+        } else if (cp == '\n' || cp == '\r' || cp == '\t' || cp == '\b' || cp == '\f') {
+            put_s(t, cp == '\n' ? "\\n" : cp == '\r' ? "\\r" : cp == '\t' ? "\\t"
+                     : cp == '\b' ? "\\b" : "\\f");
+        } else if (cp < 0x20 || (cp >= 0x7f && cp < 0x10000)) {
+            snprintf(e, sizeof(e), "\\u%04x", cp);
+            put_s(t, e);
+        } else if (cp >= 0x10000) { /* a surrogate pair */
+            cp -= 0x10000;
+            snprintf(e, sizeof(e), "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+            put_s(t, e);
+        } else {
+            e[0] = (char)cp;
+            put(t, e, 1);
+        }
+    }
+    put(t, "\"", 1);
+}
+
+static int by_name(const void *a, const void *b, void *sd)
+{
+    const ckpt_value *d = sd;
+    return strcmp(d->u.dict.keys.items[*(const size_t *)a]->u.s.s,
+                  d->u.dict.keys.items[*(const size_t *)b]->u.s.s);
+}
+
+static void write_index(index_text *t, const ckpt_value *sd, size_t *listed, size_t nlisted,
+                        const int *shard_of, char **names, uint64_t total, uint64_t params)
+{
+    qsort_r(listed, nlisted, sizeof(*listed), by_name, (void *)sd);
+    char num[160];
+    snprintf(num, sizeof(num), "{\n  \"metadata\": {\n    \"total_parameters\": %llu,\n"
+             "    \"total_size\": %llu\n  },\n  \"weight_map\": {",
+             (unsigned long long)params, (unsigned long long)total);
+    put_s(t, num);
+    for (size_t j = 0; j < nlisted; j++) {
+        size_t i = listed[j];
+        const char *shard = strrchr(names[shard_of[i]], '/');
+        put_s(t, j ? ",\n    " : "\n    ");
+        put_json_string(t, sd->u.dict.keys.items[i]->u.s.s);
+        put_s(t, ": ");
+        put_json_string(t, shard ? shard + 1 : names[shard_of[i]]);
+    }
+    put_s(t, nlisted ? "\n  }\n}\n" : "}\n}\n");
+    if (t->failed) {
+        free(t->p);
+        t->p = NULL;
+    }
+}
 
 /* ---- writing: shards plus a Hugging Face style index ----------------------------
  *
@@ -282,8 +467,13 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
     if (dot)
         *dot = '\0';
 
-    /* assign tensors to shards in order */
-    uint64_t limit = opt ? opt->shard_size : 0, fill = 0, total = 0;
+    /* assign tensors to shards in order: a new shard when the next tensor
+     * would pass the limit (a tensor over it has a shard of its own), as
+     * huggingface_hub's split does (save_pretrained's), except that the
+     * shards keep the tensors' order (the hub numbers a tensor over the
+     * limit before the shard being filled), so that the set reads back in
+     * its order */
+    uint64_t limit = opt ? opt->shard_size : 0, fill = 0, total = 0, params = 0;
     int nshards = 0;
     size_t nsrcs = 0;
     ckpt_map src_at; /* an input shard -> its output shard (linear, not n x shards) */
@@ -292,13 +482,10 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
         const ckpt_tensor *t = sd->u.dict.vals.items[i]->u.tensor;
         uint64_t bytes = ckpt_tensor_nbytes(t); /* float6 counts 6 bits an element */
         /* a tied tensor stays in its first name's shard, where it is written once */
-        if (tied[i] >= 0) {
-            shard_of[i] = shard_of[tied[i]];
+        if (tied[i] >= 0)
             continue;
-        }
-        total += bytes;
         if (limit) {
-            if (nshards == 0 || (fill && fill + bytes > limit)) {
+            if (nshards == 0 || fill + bytes > limit) {
                 nshards++;
                 fill = 0;
             }
@@ -317,6 +504,13 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
         }
     }
     ckpt_map_release(&src_at);
+    for (size_t i = 0; i < n; i++)
+        if (tied[i] >= 0) {
+            shard_of[i] = shard_of[tied[i]];
+        } else {
+            total += ckpt_tensor_nbytes(sd->u.dict.vals.items[i]->u.tensor);
+            params += (uint64_t)ckpt_tensor_numel(sd->u.dict.vals.items[i]->u.tensor);
+        }
     if (nshards == 0)
         nshards = 1;
     /* the tensors of each shard, in order: by_shard[first[k] .. first[k + 1]) */
@@ -351,12 +545,14 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
     }
 
     char **names = calloc((size_t)nshards, sizeof(*names));
-    cJSON *idx = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(idx, "metadata"),
-          *map = cJSON_AddObjectToObject(idx, "weight_map");
-    char num[32];
-    snprintf(num, sizeof(num), "%llu", (unsigned long long)total);
-    cJSON_AddItemToObject(md, "total_size", cJSON_CreateRaw(num));
-    int rc = names && extcopy ? CKPT_OK : ckpt_oom(&f->err);
+    /* the names the index lists: safetensors shards hold a tied tensor under
+     * its first name only (the others in their __metadata__), and the index
+     * lists what they hold, as transformers' does */
+    bool st_shards = strcmp(extcopy ? extcopy : "", ".safetensors") == 0 &&
+                     !(opt && (opt->flags & CKPT_WRITE_NO_DEDUPE));
+    bool plain = nshards == 1 && opt && (opt->flags & CKPT_WRITE_SET_ONE_PLAIN);
+    size_t *listed = calloc(n ? n : 1, sizeof(*listed)), nlisted = 0;
+    int rc = names && extcopy && listed ? CKPT_OK : ckpt_oom(&f->err);
     int written = 0;
     ckpt_value *saved_root = f->root;
     for (int k = 0; k < nshards && rc == CKPT_OK; k++) {
@@ -366,7 +562,10 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
             rc = ckpt_oom(&f->err);
             break;
         }
-        snprintf(names[k], need, "%s-%05d-of-%05d%s", base, k + 1, nshards, extcopy);
+        if (plain) /* save_pretrained's model.safetensors, pytorch_model.bin */
+            snprintf(names[k], need, "%s%s", base, extcopy);
+        else
+            snprintf(names[k], need, "%s-%05d-of-%05d%s", base, k + 1, nshards, extcopy);
         /* the shard's tensors, as a state dict of their own */
         ckpt_value *part = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0);
         if (!part) {
@@ -374,20 +573,20 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
             break;
         }
         part->flags |= CKPT_VF_ORDERED;
-        const char *shard_base = strrchr(names[k], '/');
-        shard_base = shard_base ? shard_base + 1 : names[k];
         for (size_t j = first[k]; j < first[k + 1] && rc == CKPT_OK; j++) {
             size_t i = by_shard[j];
             if (ckpt_vec_push(&f->arena, &part->u.dict.keys, sd->u.dict.keys.items[i]) ||
                 ckpt_vec_push(&f->arena, &part->u.dict.vals, sd->u.dict.vals.items[i]))
                 rc = ckpt_oom(&f->err);
-            else
-                cJSON_AddStringToObject(map, sd->u.dict.keys.items[i]->u.s.s, shard_base);
+            else if (!(st_shards && tied[i] >= 0))
+                listed[nlisted++] = i;
         }
         if (rc)
             break;
         ckpt_write_options one = opt ? *opt : (ckpt_write_options){0};
-        one.format = CKPT_FORMAT_UNKNOWN; /* as the shard's name says */
+        /* as the shard's name says (pth-legacy, which no name says, as asked) */
+        one.format = opt && opt->format == CKPT_FORMAT_PTH_LEGACY ? CKPT_FORMAT_PTH_LEGACY
+                                                                  : CKPT_FORMAT_UNKNOWN;
         one.select = NULL;
         one.shard_size = 0;
         f->root = part;
@@ -396,32 +595,30 @@ static int sharded_write(ckpt_file *f, const char *path, const ckpt_write_option
         if (rc == CKPT_OK)
             written++;
     }
-    if (rc == CKPT_OK) {
-        char *text = cJSON_Print(idx);
+    if (rc == CKPT_OK && !plain) {
+        index_text t = {0};
+        write_index(&t, sd, listed, nlisted, shard_of, names, total, params);
         ckpt_out out;
-        if (!text) {
+        if (!t.p) {
             rc = ckpt_oom(&f->err);
-        } else if ((rc = ckpt_out_open(&out, path, strlen(text) + 1, &f->err)) != CKPT_OK) {
+        } else if ((rc = ckpt_out_open(&out, path, t.len, &f->err)) != CKPT_OK) {
             ckpt_out_abort(&out);
         } else {
-            size_t len = strlen(text);
-            rc = ckpt_write_all(out.fd, text, len, 0, &f->err);
-            if (rc == CKPT_OK)
-                rc = ckpt_write_all(out.fd, "\n", 1, len, &f->err);
+            rc = ckpt_write_all(out.fd, t.p, t.len, 0, &f->err);
             if (rc == CKPT_OK)
                 rc = ckpt_out_commit(&out, &f->err);
             if (rc != CKPT_OK)
                 ckpt_out_abort(&out);
         }
-        free(text);
+        free(t.p);
     }
+    free(listed);
     if (rc != CKPT_OK) /* no index, and none of its shards */
         for (int k = 0; k < written; k++)
             unlink(names[k]);
     for (int k = 0; names && k < nshards; k++)
         free(names[k]);
     free(names);
-    cJSON_Delete(idx);
     free(base);
     free(extcopy);
     free(shard_of);

@@ -283,6 +283,99 @@ static int write_part(ckpt_file *f, const char *path, const ckpt_write_options *
     return write_one(f, d, path, opt);
 }
 
+/* transformers' save_pretrained default max_shard_size, "50GB" (5.x) */
+#define MODEL_SHARD_SIZE 50000000000ull
+
+/* Whether NAME is one of the input's weight files: the file read (a weights
+ * file or an index), its shards. */
+static bool input_weights(const ckpt_file *f, const char *name)
+{
+    const char *b = strrchr(f->path, '/');
+    if (strcmp(b ? b + 1 : f->path, name) == 0)
+        return true;
+    for (size_t i = 0; i < f->nshards; i++) {
+        b = strrchr(f->shards[i]->path, '/');
+        if (strcmp(b ? b + 1 : f->shards[i]->path, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * CKPT_WRITE_MODEL_FOLDER: PATH as a Hugging Face model folder, as
+ * save_pretrained writes one: the weights (a set through the sharded
+ * writer, one file when one shard holds them), then every other file of
+ * the input folder, in a temporary folder renamed to PATH at the end.
+ */
+static int write_model_folder(ckpt_file *f, const char *path, const ckpt_write_options *opt)
+{
+    if (f->model_fd < 0)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE,
+                        "only a model folder (config.json beside its weights) is written as a "
+                        "folder");
+    ckpt_format fmt = opt->format ? opt->format : CKPT_FORMAT_SAFETENSORS;
+    if (fmt != CKPT_FORMAT_SAFETENSORS && fmt != CKPT_FORMAT_PTH_ZIP &&
+        fmt != CKPT_FORMAT_PTH_LEGACY)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "a model folder's weights are safetensors or pth, "
+                        "not %s", ckpt_format_name(fmt));
+    if (opt->flags & CKPT_WRITE_IN_PLACE)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "a model folder is written as a new folder, "
+                        "never in place");
+    struct stat a, b;
+    if (stat(path, &a) == 0 && fstat(f->model_fd, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE, "'%s' is the input folder; write a new one",
+                        path);
+    const ckpt_format_desc *set = ckpt_format_find(CKPT_FORMAT_SHARDED);
+    ckpt_out_dir od;
+    int rc = ckpt_out_dir_open(&od, path, (opt->flags & CKPT_WRITE_FORCE) != 0, &f->err);
+    const char *index = fmt == CKPT_FORMAT_SAFETENSORS ? "model.safetensors.index.json"
+                                                       : "pytorch_model.bin.index.json";
+    size_t n = (od.tmp ? strlen(od.tmp) : 0) + strlen(index) + 2;
+    char *ipath = rc == CKPT_OK ? malloc(n) : NULL;
+    if (rc == CKPT_OK && !ipath)
+        rc = ckpt_oom(&f->err);
+    if (rc == CKPT_OK) {
+        snprintf(ipath, n, "%s/%s", od.tmp, index);
+        ckpt_write_options w = *opt;
+        w.flags = (opt->flags & ~(CKPT_WRITE_MODEL_FOLDER | CKPT_WRITE_FORCE)) |
+                  CKPT_WRITE_SET_ONE_PLAIN;
+        w.format = fmt;
+        w.shard_size = opt->shard_size ? opt->shard_size : MODEL_SHARD_SIZE;
+        w.result = NULL;
+        rc = set->write_set(f, ipath, &w);
+    }
+    free(ipath);
+    char **names = NULL;
+    size_t count = 0;
+    if (rc == CKPT_OK)
+        rc = ckpt_dir_names(f->model_fd, &names, &count, &f->err);
+    struct stat tmp_st, st;
+    if (rc == CKPT_OK && fstat(od.fd, &tmp_st) != 0)
+        rc = ckpt_err(&f->err, CKPT_ERR_IO, "cannot stat '%s': %s", od.tmp, strerror(errno));
+    for (size_t i = 0; rc == CKPT_OK && i < count; i++) {
+        if (ckpt_model_folder_weight_name(names[i]) || input_weights(f, names[i]))
+            continue; /* the weights written above replace them */
+        if (fstatat(f->model_fd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            st.st_dev == tmp_st.st_dev && st.st_ino == tmp_st.st_ino)
+            continue; /* OUT's temporary folder, when OUT is inside IN */
+        rc = ckpt_out_dir_copy(&od, f->model_fd, names[i], &f->err);
+        if (rc != CKPT_OK) {
+            char inner[CKPT_ERRMSG_MAX];
+            memcpy(inner, f->err.msg, sizeof(inner));
+            snprintf(f->err.msg, sizeof(f->err.msg), "copying '%.200s': %.280s", names[i], inner);
+        }
+    }
+    for (size_t i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+    if (rc == CKPT_OK)
+        rc = ckpt_out_dir_commit(&od, &f->err);
+    if (rc != CKPT_OK)
+        ckpt_out_dir_abort(&od); /* nothing of it is left */
+    return rc;
+}
+
 CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_options *opt)
 {
     if (!ckpt_file_valid(f) || !path || !f->root)
@@ -326,7 +419,9 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
         f->checking = &check;
     }
     int rc;
-    if (d->write_set) {
+    if (opt && (opt->flags & CKPT_WRITE_MODEL_FOLDER)) {
+        rc = write_model_folder(f, path, opt);
+    } else if (d->write_set) {
         rc = d->write_set(f, path, opt);
     } else if (opt && (opt->flags & CKPT_WRITE_IN_PLACE) && same_file(f, path) &&
                d->write_in_place && d->id == f->format) {

@@ -77,4 +77,30 @@ int ckpt_out_commit(ckpt_out *o, ckpt_error *err);
 /* Close and remove whatever was written. */
 void ckpt_out_abort(ckpt_out *o);
 
+/* ---- output folders (io/output.c) ------------------------------------------------
+ *
+ * A folder written whole or not at all: a temporary folder beside PATH
+ * (".NAME.ckpt-XXXXXX"), filled, fsynced, then renamed to PATH
+ * (RENAME_NOREPLACE; over an existing PATH with RENAME_EXCHANGE, after
+ * which the old one is removed).  ckpt_cleanup_temporaries() removes it
+ * too. */
+typedef struct ckpt_out_dir {
+    int fd;          /* the temporary folder, open */
+    char *path, *dir, *tmp;
+    int slot;        /* its entry in the registry of temporary folders + 1; 0: none */
+} ckpt_out_dir;
+
+/* Make the temporary folder for PATH; CKPT_ERR_USAGE when PATH exists and
+ * not REPLACE.  On failure the caller still calls ckpt_out_dir_abort(). */
+int ckpt_out_dir_open(ckpt_out_dir *o, const char *path, bool replace, ckpt_error *err);
+/* Copy NAME of folder SDIR (a file, or a folder with what it holds; links
+ * followed; a FIFO or device refused unread) into O's folder, fsynced. */
+int ckpt_out_dir_copy(ckpt_out_dir *o, int sdir, const char *name, ckpt_error *err);
+/* fsync, then name it PATH. */
+int ckpt_out_dir_commit(ckpt_out_dir *o, ckpt_error *err);
+/* Remove the temporary folder and what it holds. */
+void ckpt_out_dir_abort(ckpt_out_dir *o);
+/* The names in folder DIRFD but "." and "..", sorted (malloc'd each). */
+int ckpt_dir_names(int dirfd, char ***names, size_t *n, ckpt_error *err);
+
 #endif /* CKPT_IO_H */

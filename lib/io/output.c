@@ -36,6 +36,7 @@
  */
 #include "io/io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -47,6 +48,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ---- the registry of named temporary files ----------------------------------- */
@@ -89,12 +91,65 @@ static void temp_release(int *slot)
     *slot = 0;
 }
 
+/* Temporary folders (ckpt_out_dir) while they exist; a folder's files are
+ * removed with it.  A process writes one folder at a time. */
+#define DIR_SLOTS 4
+/* How deep a temporary folder is removed: a model folder's own subfolders
+ * are few levels deep (ckpt_out_dir_copy refuses deeper ones). */
+#define TREE_DEPTH 16
+
+static atomic_int dir_state[DIR_SLOTS];
+static char dir_name[DIR_SLOTS][PATH_MAX];
+
+/* Remove NAME in DIRFD, a file or a folder DEPTH levels deep, links not
+ * followed.  Async-signal-safe (openat, getdents64, unlinkat): a signal
+ * handler removes a temporary folder with it. */
+static void rm_tree_at(int dirfd, const char *name, int depth)
+{
+    if (unlinkat(dirfd, name, 0) == 0 || (errno != EISDIR && errno != EPERM) || depth <= 0) {
+        if (depth <= 0)
+            unlinkat(dirfd, name, AT_REMOVEDIR);
+        return;
+    }
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    /* entries removed while listing may hide others: list again until empty */
+    for (int pass = 0; pass < 8; pass++) {
+        char buf[4096] __attribute__((aligned(8)));
+        long n;
+        bool any = false;
+        while ((n = syscall(SYS_getdents64, fd, buf, sizeof(buf))) > 0)
+            for (long off = 0; off < n;) {
+                struct dirent_64 {
+                    uint64_t ino;
+                    int64_t off;
+                    unsigned short reclen;
+                    unsigned char type;
+                    char name[];
+                } *d = (struct dirent_64 *)(void *)(buf + off);
+                if (strcmp(d->name, ".") != 0 && strcmp(d->name, "..") != 0) {
+                    rm_tree_at(fd, d->name, depth - 1);
+                    any = true;
+                }
+                off += d->reclen;
+            }
+        if (!any || lseek(fd, 0, SEEK_SET) != 0)
+            break;
+    }
+    close(fd);
+    unlinkat(dirfd, name, AT_REMOVEDIR);
+}
+
 CKPT_API void ckpt_cleanup_temporaries(void)
 {
-    /* async-signal-safe: lock-free atomic loads and unlink() */
+    /* async-signal-safe: lock-free atomic loads, unlink() and rm_tree_at() */
     for (int i = 0; i < TEMP_SLOTS; i++)
         if (atomic_load(&temp_state[i]) == SLOT_LIVE)
             unlink(temp_name[i]);
+    for (int i = 0; i < DIR_SLOTS; i++)
+        if (atomic_load(&dir_state[i]) == SLOT_LIVE)
+            rm_tree_at(AT_FDCWD, dir_name[i], TREE_DEPTH);
 }
 
 /* Block every signal in this thread (restored by unblock_signals): a name
@@ -121,6 +176,11 @@ static char *dir_of(const char *path)
     char *d = strdup(dirname(copy));
     free(copy);
     return d;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 static mode_t creation_mode(void)
@@ -294,6 +354,217 @@ void ckpt_out_abort(ckpt_out *o)
         block_signals(&old);
         unlink(o->tmp);
         temp_release(&o->slot);
+        unblock_signals(&old);
+    }
+    free(o->tmp);
+    free(o->path);
+    free(o->dir);
+    memset(o, 0, sizeof(*o));
+    o->fd = -1;
+}
+
+/* ---- output folders ------------------------------------------------------------------ */
+
+int ckpt_out_dir_open(ckpt_out_dir *o, const char *path, bool replace, ckpt_error *err)
+{
+    memset(o, 0, sizeof(*o));
+    o->fd = -1;
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--; /* "OUT/" names OUT */
+    if (!(o->path = strndup(path, len)) || !(o->dir = dir_of(o->path)))
+        return ckpt_oom(err);
+    struct stat st;
+    if (lstat(o->path, &st) == 0 && !replace)
+        return ckpt_err(err, CKPT_ERR_USAGE, "'%s' exists (%s): a model folder is written "
+                        "as a new folder; remove it, or pass --force to replace it whole",
+                        o->path, ckpt_file_kind(st.st_mode));
+    const char *base = strrchr(o->path, '/');
+    base = base ? base + 1 : o->path;
+    size_t n = strlen(o->dir) + strlen(base) + 32;
+    if (!(o->tmp = malloc(n)))
+        return ckpt_oom(err);
+    snprintf(o->tmp, n, "%s/.%s.ckpt-XXXXXX", o->dir, base);
+    sigset_t old;
+    block_signals(&old);
+    bool made = mkdtemp(o->tmp) != NULL;
+    int e = errno;
+    for (int i = 0; made && n < PATH_MAX && i < DIR_SLOTS; i++) {
+        int expected = SLOT_FREE;
+        if (atomic_compare_exchange_strong(&dir_state[i], &expected, SLOT_FILLING)) {
+            memcpy(dir_name[i], o->tmp, strlen(o->tmp) + 1);
+            atomic_store(&dir_state[i], SLOT_LIVE);
+            o->slot = i + 1;
+            break;
+        }
+    }
+    unblock_signals(&old);
+    if (!made) {
+        free(o->tmp);
+        o->tmp = NULL;
+        return ckpt_err(err, CKPT_ERR_IO, "cannot create a folder in '%s': %s", o->dir,
+                        strerror(e));
+    }
+    /* mkdtemp makes it 0700: a folder as mkdir(path, 0777) would make it */
+    mode_t mask = umask(0);
+    umask(mask);
+    o->fd = open(o->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (o->fd < 0 || fchmod(o->fd, 0777 & ~mask) != 0)
+        return ckpt_err(err, CKPT_ERR_IO, "cannot open '%s': %s", o->tmp, strerror(errno));
+    return CKPT_OK;
+}
+
+/* Copy the regular file SFD (ST) as NAME into DFD. */
+static int copy_file(int sfd, const struct stat *st, int dfd, const char *name, ckpt_error *err)
+{
+    int out = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, creation_mode());
+    if (out < 0)
+        return ckpt_err(err, CKPT_ERR_IO, "cannot create '%s': %s", name, strerror(errno));
+    int rc = ckpt_copy_range(sfd, 0, out, 0, (uint64_t)st->st_size, err);
+    if (rc == CKPT_OK && fsync(out) != 0)
+        rc = ckpt_err(err, CKPT_ERR_IO, "cannot write '%s': %s", name, strerror(errno));
+    close(out);
+    return rc;
+}
+
+static int copy_tree(int sdir, const char *name, int ddir, int depth, ckpt_error *err)
+{
+    int fd;
+    struct stat st;
+    CKPT_FORWARD(ckpt_open_input(sdir, name, true, &fd, &st, err));
+    if (!S_ISDIR(st.st_mode)) {
+        int rc = copy_file(fd, &st, ddir, name, err);
+        close(fd);
+        return rc;
+    }
+    if (depth <= 0) {
+        close(fd);
+        return ckpt_err(err, CKPT_ERR_UNSUPPORTED, "'%s': folders nested more than %d deep",
+                        name, TREE_DEPTH - 1);
+    }
+    int rc = CKPT_OK, out = -1;
+    if (mkdirat(ddir, name, 0777) != 0 ||
+        (out = openat(ddir, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        rc = ckpt_err(err, CKPT_ERR_IO, "cannot create '%s': %s", name, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    char **names = NULL;
+    size_t n = 0;
+    rc = ckpt_dir_names(fd, &names, &n, err);
+    for (size_t i = 0; rc == CKPT_OK && i < n; i++)
+        rc = copy_tree(fd, names[i], out, depth - 1, err);
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    if (rc == CKPT_OK && fsync(out) != 0)
+        rc = ckpt_err(err, CKPT_ERR_IO, "cannot write '%s': %s", name, strerror(errno));
+    close(out);
+    close(fd);
+    return rc;
+}
+
+int ckpt_out_dir_copy(ckpt_out_dir *o, int sdir, const char *name, ckpt_error *err)
+{
+    return copy_tree(sdir, name, o->fd, TREE_DEPTH - 1, err);
+}
+
+int ckpt_dir_names(int dirfd, char ***out, size_t *count, ckpt_error *err)
+{
+    *out = NULL;
+    *count = 0;
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return ckpt_err(err, CKPT_ERR_IO, "cannot list a folder: %s", strerror(errno));
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = CKPT_OK;
+    struct dirent *e;
+    while (rc == CKPT_OK && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            char **g = realloc(names, nc * sizeof(*g));
+            if (!g) {
+                rc = ckpt_oom(err);
+                break;
+            }
+            names = g;
+            cap = nc;
+        }
+        if (!(names[n] = strdup(e->d_name)))
+            rc = ckpt_oom(err);
+        else
+            n++;
+    }
+    closedir(d);
+    if (rc == CKPT_OK && n)
+        qsort(names, n, sizeof(*names), cmp_names);
+    if (rc != CKPT_OK) {
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        return rc;
+    }
+    *out = names;
+    *count = n;
+    return CKPT_OK;
+}
+
+int ckpt_out_dir_commit(ckpt_out_dir *o, ckpt_error *err)
+{
+    if (fsync(o->fd) != 0)
+        return ckpt_err(err, CKPT_ERR_IO, "cannot write '%s': %s", o->path, strerror(errno));
+    close(o->fd);
+    o->fd = -1;
+    struct stat st;
+    bool exists = lstat(o->path, &st) == 0;
+    sigset_t old;
+    block_signals(&old);
+    /* NOREPLACE: a folder made at OUT since the check is not replaced
+     * (rename() would put the new one over an empty folder silently);
+     * EXCHANGE: OUT is the old folder or the new one at every instant */
+    int r = renameat2(AT_FDCWD, o->tmp, AT_FDCWD, o->path,
+                      exists ? RENAME_EXCHANGE : RENAME_NOREPLACE);
+    int e = errno;
+    unblock_signals(&old);
+    if (r != 0)
+        return ckpt_err(err, CKPT_ERR_IO, "cannot create '%s': %s", o->path, strerror(e));
+    /* what the temporary name holds now is the replaced OUT (or nothing):
+     * removed while still registered, so that a signal removes it too */
+    if (exists)
+        rm_tree_at(AT_FDCWD, o->tmp, TREE_DEPTH);
+    block_signals(&old);
+    if (o->slot)
+        atomic_store(&dir_state[o->slot - 1], SLOT_FREE);
+    o->slot = 0;
+    unblock_signals(&old);
+    int dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    free(o->tmp);
+    o->tmp = NULL;
+    ckpt_out_dir_abort(o);
+    return CKPT_OK;
+}
+
+void ckpt_out_dir_abort(ckpt_out_dir *o)
+{
+    if (o->fd >= 0)
+        close(o->fd);
+    if (o->tmp) {
+        rm_tree_at(AT_FDCWD, o->tmp, TREE_DEPTH);
+        sigset_t old;
+        block_signals(&old);
+        if (o->slot)
+            atomic_store(&dir_state[o->slot - 1], SLOT_FREE);
         unblock_signals(&old);
     }
     free(o->tmp);

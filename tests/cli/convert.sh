@@ -400,11 +400,12 @@ if python3 - shards/ae.safetensors.index.json <<'PYEOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 wm = d["weight_map"]
-sys.exit(d["metadata"]["total_size"] != 853252 or len(wm) != 12 or
-         sorted(set(wm.values())) != ["ae-%05d-of-00005.safetensors" % i for i in range(1, 6)])
+sys.exit(d["metadata"] != {"total_parameters": 213313, "total_size": 853252} or len(wm) != 12 or
+         sorted(set(wm.values())) != ["ae-%05d-of-00005.safetensors" % i for i in range(1, 6)] or
+         open(sys.argv[1]).read() != json.dumps(d, indent=2, sort_keys=True) + "\n")
 PYEOF
 then
-    ok "the index: total_size 853252, 12 names in weight_map over the 5 shards"
+    ok "the index as transformers writes it: total_parameters 213313, total_size 853252, 12 names, sorted, indent 2"
 else
     fail "the index is not as expected: $(cat shards/ae.safetensors.index.json)"
 fi

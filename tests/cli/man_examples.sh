@@ -44,7 +44,7 @@ builddir=$(cd "$(dirname "$CKPT")" && pwd)
 
 # what the examples write; removed before each page and at the end
 clean_examples() {
-    rm -f /tmp/ckpt-example-*
+    rm -rf /tmp/ckpt-example-* # (folders too: a model folder's OUT)
 }
 clean_examples
 trap 'rm -rf "$tmp"; clean_examples' EXIT

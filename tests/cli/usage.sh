@@ -94,8 +94,9 @@ say "--allow-global needs MODULE.NAME"
 usage_error --allow-global foo "$f"
 usage_error --allow-global '' "$f"
 
-say "--max-pickle-bytes: a positive number with an optional K, M or G"
-for n in 0 -1 1k 12X abc '' 1KB 18446744073709551616 18014398509481984K 17592186044416M 17179869184G; do
+say "--max-pickle-bytes: a positive SIZE (K M G T, KB MB GB TB, KiB MiB GiB TiB)"
+for n in 0 -1 1k 12X abc '' 1kb 1Kb 1KIB 1Ki '1 K' 1.5G 18446744073709551616 18014398509481984K \
+    17592186044416M 17179869184G 18446744073709552KB 16777216TiB; do
     usage_error --max-pickle-bytes "$n" "$f"
 done
 note "dp_mlp.pth's pickle is 614 bytes: 614 is enough, 613 is not (a refusal, exit 3)"

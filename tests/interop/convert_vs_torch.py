@@ -865,8 +865,12 @@ def run_shard_out(tmp):
         with open(idx) as f:
             doc = json.load(f, object_pairs_hook=OD)
         wm = doc.get('weight_map', {})
-        if list(wm) != list(sd):
+        # as transformers' save_pretrained writes it: names sorted
+        if list(wm) != sorted(sd):
             errs.append('%s: weight_map names %s' % (index, list(wm)[:4]))
+        if list(doc) != ['metadata', 'weight_map'] or \
+                doc['metadata'].get('total_parameters') != sum(t.numel() for t in sd.values()):
+            errs.append('%s: metadata %s' % (index, doc.get('metadata')))
         if doc.get('metadata', {}).get('total_size') != total:
             errs.append('%s: total_size %r, the tensors take %d'
                         % (index, doc.get('metadata'), total))
