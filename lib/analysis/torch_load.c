@@ -642,8 +642,13 @@ static void remap_args(const verdict *v, const char *all, const char *each, char
 }
 
 /* Why this machine lacks what v->missing names, and torch's own message for the first. */
-static char *missing_note(ckpt_torch_load *t, const verdict *v)
+static char *missing_note(ckpt_torch_load *t, const verdict *v, ckpt_torch which)
 {
+    /* 1.13's weights-only unpickler wraps what its persistent_load raises */
+    const char *raises = which == CKPT_TORCH_1_13
+                             ? "torch.load(f, weights_only=True) raises UnpicklingError: ... "
+                               "WeightsUnpickler error"
+                             : "plain torch.load raises RuntimeError";
     char tag[64];
     const char *p = v->missing;
     next_tag(&p, tag, sizeof tag);
@@ -651,17 +656,17 @@ static char *missing_note(ckpt_torch_load *t, const verdict *v)
     bool cuda = strncmp(tag, "cuda", 4) == 0;
     if (cuda && n == 0) /* serialization.py's _validate_device, 1.13 and 2.15 alike */
         return xprintf(t, "its storages need %s, which this machine lacks (no CUDA device: no "
-                       "driver, or it finds none): plain torch.load raises RuntimeError: "
+                       "driver, or it finds none): %s: "
                        "Attempting to deserialize object on a CUDA device but "
-                       "torch.cuda.is_available() is False", v->missing);
+                       "torch.cuda.is_available() is False", v->missing, raises);
     if (cuda)
         return xprintf(t, "its storages need %s, which this machine lacks (the CUDA driver finds "
-                       "%d device%s): plain torch.load raises RuntimeError: Attempting to "
+                       "%d device%s): %s: Attempting to "
                        "deserialize object on CUDA device %s but torch.cuda.device_count() is "
-                       "%d", v->missing, n, n == 1 ? "" : "s",
+                       "%d", v->missing, n, n == 1 ? "" : "s", raises,
                        tag[4] == ':' ? tag + 5 : "0", n);
-    return xprintf(t, "its storages need %s, which this machine lacks (%s): plain torch.load "
-                   "fails to restore them there", v->missing,
+    return xprintf(t, "its storages need %s, which this machine lacks (%s): torch.load fails "
+                   "to restore them there", v->missing,
                    strncmp(tag, "mps", 3) == 0 ? "mps is macOS's"
                                                : "a device of its own build of torch or plug-in");
 }
@@ -895,7 +900,7 @@ static void verdict_init(verdict *v, ckpt_torch which)
     v->pub.opcode = -1;
 }
 
-static void verdict_publish(ckpt_torch_load *t, verdict *v)
+static void verdict_publish(ckpt_torch_load *t, verdict *v, ckpt_torch which)
 {
     (void)t;
     v->pub.message = v->message;
@@ -908,7 +913,7 @@ static void verdict_publish(ckpt_torch_load *t, verdict *v)
             snprintf(placed + strlen(placed), sizeof placed - strlen(placed), "%s%s",
                      placed[0] ? ", " : "", tag);
     if (!v->note && v->missing[0])
-        v->note = missing_note(t, v);
+        v->note = missing_note(t, v, which);
     else if (!v->note && placed[0])
         v->note = xprintf(t, "storages tagged %s: plain torch.load puts them there, and this "
                           "machine has %s", placed, strchr(placed, ',') ? "them" : "it");
@@ -1023,7 +1028,7 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
     if (rc != CKPT_OK)
         return rc;
     for (int i = 0; i < CKPT_TORCH_COUNT_; i++)
-        verdict_publish(t, &t->v[i]);
+        verdict_publish(t, &t->v[i], (ckpt_torch)i);
     t->done = true;
     return CKPT_OK;
 }
