@@ -12,9 +12,10 @@
 
 PYTHON=${PYTHON:-false}
 PYTHON2=${PYTHON2:-}
-[ -n "$PYTHON2" ] && [ "$PYTHON2" != false ] || PYTHON2=$PYTHON
-[ "$PYTHON" != false ] && [ -n "$PYTHON" ] ||
+if [ -z "$PYTHON2" ] || [ "$PYTHON2" = false ]; then PYTHON2=$PYTHON; fi
+if [ -z "$PYTHON" ] || [ "$PYTHON" = false ]; then
     skip "no Python with torch: README's transcript is of a run with torch"
+fi
 
 CUDA_VISIBLE_DEVICES=
 export CUDA_VISIBLE_DEVICES
