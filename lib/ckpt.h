@@ -852,6 +852,28 @@ CKPT_API int ckpt_file_check_globals(ckpt_file *f, ckpt_format format, int keep,
 CKPT_API int ckpt_device_valid(const char *tag);
 /* 1 when TAG's device type is one torch restores without a plug-in */
 CKPT_API int ckpt_device_known(const char *tag);
+/*
+ * The CUDA devices torch would find here: the driver's count (libcuda.so.1,
+ * dlopen'ed and asked once), 0 without a driver; the environment variable
+ * CKPT_CUDA_DEVICES=N, meant for tests, sets it instead.
+ */
+CKPT_API int ckpt_cuda_driver_device_count(void);
+/* 1 when plain torch.load could put a storage tagged TAG on this machine:
+ * cpu and meta always, cuda:N when the driver has more than N devices, any
+ * other type (mps, xpu, ...) never (mps is macOS's; the others need a
+ * build or plug-in that ckpt cannot see). */
+CKPT_API int ckpt_device_present(const char *tag);
+/*
+ * The remap that makes storages tagged TAGS (", "-separated) load here, as
+ * ckpt's options spell it, into BUF: " ALL cpu" when every tag is cpu or
+ * absent here (as map_location='cpu' does), else " EACH TAG=TO" for each
+ * absent tag, TO being cuda:0 for a cuda tag where this machine has one,
+ * else cpu.  ALL and EACH are the options ("--to" and "--map" for remap,
+ * "--map-location" for the other rewrites).  1 when something is absent,
+ * else 0 and BUF "".
+ */
+CKPT_API int ckpt_device_remap_here(const char *tags, const char *all, const char *each,
+                                    char *buf, size_t cap);
 
 /* ---- writing -------------------------------------------------------------- */
 
@@ -1410,6 +1432,14 @@ typedef struct ckpt_torch_verdict {
      * whose value checks are not modelled, then most likely refuse it too.
      * ckpt's message, or NULL. */
     const char *malformed;
+    /* the location tags of the storages it read, ", "-separated in order of
+     * first appearance ("cpu", "cuda:0, cuda:1"); "" when none */
+    const char *devices;
+    /* those this machine lacks (ckpt_device_present()), so that plain
+     * torch.load fails here even when accepted ("Attempting to deserialize
+     * object on a CUDA device"); "" when none.  The note says why, and the
+     * fix (also for an accepted file then) remaps them. */
+    const char *missing_here;
 } ckpt_torch_verdict;
 
 typedef struct ckpt_torch_load ckpt_torch_load;

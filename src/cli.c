@@ -681,7 +681,13 @@ void cli_torch_load_print(const char *path, const ckpt_file *f, const char *inde
         const ckpt_torch_verdict *v = ckpt_torch_load_verdict(t, (ckpt_torch)i);
         cli_printf("%storch.load (%s, %s): ", indent, v->version,
                    strcmp(v->via, "weights-only unpickler") == 0 ? "weights-only" : v->via);
-        if (v->accepted) {
+        bool lacks = v->missing_here && v->missing_here[0];
+        if (v->accepted && lacks) {
+            /* torch reads it, then fails on the storages' devices */
+            cli_printf("accepted by the unpickler, but not on this machine: %s", v->note);
+            if (v->fix)
+                cli_printf("; fix: %s", v->fix);
+        } else if (v->accepted) {
             cli_printf("accepted");
         } else {
             cli_printf("refused");
@@ -700,7 +706,7 @@ void cli_torch_load_print(const char *path, const ckpt_file *f, const char *inde
         if (v->malformed)
             cli_printf(" by the unpickler, but ckpt finds it malformed (%s): torch most likely "
                        "refuses it", v->malformed);
-        if (v->note)
+        if (v->note && !(v->accepted && lacks))
             cli_printf(" (%s)", v->note);
         cli_printf("\n");
     }

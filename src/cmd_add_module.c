@@ -2,7 +2,8 @@
 #include "rewrite.h"
 
 static const char usage[] =
-    "usage: ckpt add-module [--prefix P] [--select PATH] [--dry-run] (IN OUT | --in-place FILE)\n"
+    "usage: ckpt add-module [--prefix P] [--select PATH] [--map-location M] [--dry-run]\n"
+    "                       (IN OUT | --in-place FILE)\n"
     "\n"
     "Add the prefix P (default 'module.') once in front of every key of every\n"
     "state dict of IN, rewrite their _metadata as DataParallel's would be, and\n"
@@ -11,6 +12,9 @@ static const char usage[] =
     "\n"
     "  --prefix P      the prefix to add (default 'module.')\n"
     "  --select PATH   only the mapping at PATH (keys joined by '/')\n"
+    "  --map-location M  remap the storages' device tags in the same write (torch's\n"
+    "                  word): M is a device (all to it: cpu, cuda:0) or FROM=TO as\n"
+    "                  remap's --map; repeatable, the first that matches applies\n"
     "  --dry-run       print 'old -> new' for each key that would change; write nothing\n"
     "  --in-place      FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
     "                  pickle and zip directory are written; else replaced atomically)\n"

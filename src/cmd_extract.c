@@ -6,7 +6,8 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: ckpt extract [--select PATH] [--to pth|safetensors] [--dry-run] IN OUT\n"
+    "usage: ckpt extract [--select PATH] [--to pth|safetensors]\n"
+    "                    [--map-location M] [--dry-run] IN OUT\n"
     "\n"
     "Write one state dict of IN to OUT as a plain file of tensors: the one at\n"
     "--select, else the model's (IN itself when it is a state dict, else the\n"
@@ -17,6 +18,9 @@ static const char usage[] =
     "\n"
     "  --select PATH   the mapping or module at PATH (keys joined by '/')\n"
     "  --to FORMAT     pth (default) or safetensors (also for OUT.safetensors)\n"
+    "  --map-location M  remap the storages' device tags in the same write (torch's\n"
+    "                  word): M is a device (all to it: cpu, cuda:0) or FROM=TO as\n"
+    "                  remap's --map; repeatable, the first that matches applies\n"
     "  --dry-run       say which state dict; write nothing\n"
     "  --keep-unsafe   with --allow-global M.NAME: keep that global in OUT,\n"
     "                  which torch.load(weights_only=False) would run (a\n"

@@ -90,6 +90,9 @@ static int option(void *st, int opt, const char *arg)
 static int run(void *st, rewrite *rw)
 {
     state *s = st;
+    if (rw->nmap) /* the key rewrites' option; remap spells it --to and --map */
+        return cli_usage_error(rw->cmd, "--map-location is for the other rewrites: use --to "
+                                        "DEVICE or --map FROM=TO");
     if (s->to_all && s->mapped)
         return cli_usage_error(rw->cmd, "--to and --map do not go together");
     if (s->to_all && s->n > 1)
@@ -98,6 +101,7 @@ static int run(void *st, rewrite *rw)
         return cli_usage_error(rw->cmd, "needs --to DEVICE or --map FROM=TO");
     if (rw->select)
         return cli_usage_error(rw->cmd, "--select does not apply: storages belong to the file");
+
     for (size_t i = 0; i < s->n; i++)
         if (!ckpt_device_known(s->to[i]) && !rw->common.quiet)
             cli_error(rw->cmd, NULL, "note: torch knows no device type '%.*s' without a plug-in",

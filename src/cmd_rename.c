@@ -4,7 +4,8 @@
 #include <stdlib.h>
 
 static const char usage[] =
-    "usage: ckpt rename -e 's/REGEX/REPLACEMENT/[gi]' [-e ...] [--select PATH] [--dry-run]\n"
+    "usage: ckpt rename -e 's/REGEX/REPLACEMENT/[gi]' [-e ...] [--select PATH]\n"
+    "                   [--map-location M] [--dry-run]\n"
     "                   (IN OUT | --in-place FILE)\n"
     "\n"
     "Rename the keys of every model state dict of IN with sed-style rules, applied\n"
@@ -15,6 +16,10 @@ static const char usage[] =
     "\n"
     "  -e, --expression RULE  a rule (repeatable, at least one)\n"
     "  --select PATH          only the mapping at PATH (keys joined by '/')\n"
+    "  --map-location M       remap the storages' device tags in the same write\n"
+    "                         (torch's word): M is a device (all to it: cpu, cuda:0)\n"
+    "                         or FROM=TO as remap's --map; repeatable, the first\n"
+    "                         that matches applies\n"
     "  --dry-run              print 'old -> new' for each key that would change\n"
     "  --in-place             FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
     "                         pickle and zip directory are written; else replaced atomically)\n"

@@ -9,6 +9,41 @@
 #include <time.h>
 #include <unistd.h>
 
+/* --map-location M: torch's word; M a device (every storage to it) or
+ * FROM=TO as remap's --map.  1, or -1 after a usage error. */
+static int map_location_option(rewrite *rw, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    char *from = eq ? strndup(arg, (size_t)(eq - arg)) : NULL;
+    const char *to = eq ? eq + 1 : arg;
+    if ((eq && (!from || !(strcmp(from, "*") == 0 || ckpt_device_valid(from)))) ||
+        !ckpt_device_valid(to)) {
+        free(from);
+        cli_usage_error(rw->cmd, "--map-location needs a device (cpu, cuda:0) or FROM=TO "
+                        "(cuda:1=cpu), got '%s'", arg);
+        return -1;
+    }
+    const char **f = realloc(rw->map_from, (rw->nmap + 1) * sizeof(*f));
+    if (f)
+        rw->map_from = f;
+    const char **t = realloc(rw->map_to, (rw->nmap + 1) * sizeof(*t));
+    if (t)
+        rw->map_to = t;
+    char **o = realloc(rw->map_owned, (rw->nmap + 1) * sizeof(*o));
+    if (o)
+        rw->map_owned = o;
+    if (!f || !t || !o) {
+        free(from);
+        cli_error(rw->cmd, NULL, "out of memory");
+        return -1;
+    }
+    rw->map_from[rw->nmap] = from ? from : "*";
+    rw->map_to[rw->nmap] = to;
+    rw->map_owned[rw->nmap] = from;
+    rw->nmap++;
+    return 1;
+}
+
 int rewrite_option(rewrite *rw, int opt, const char *arg)
 {
     switch (opt) {
@@ -30,6 +65,8 @@ int rewrite_option(rewrite *rw, int opt, const char *arg)
     case REWRITE_OPT_KEEP_UNSAFE:
         rw->keep_unsafe = true;
         return 1;
+    case REWRITE_OPT_MAP_LOCATION:
+        return map_location_option(rw, arg);
     default:
         return cli_common_option(rw->cmd, opt, arg, &rw->common);
     }
@@ -61,6 +98,14 @@ void rewrite_free(rewrite *rw)
     rw->pending = NULL;
     free(rw->kept);
     rw->kept = NULL;
+    for (size_t i = 0; i < rw->nmap; i++)
+        free(rw->map_owned[i]);
+    free(rw->map_owned);
+    free(rw->map_from);
+    free(rw->map_to);
+    rw->map_owned = NULL;
+    rw->map_from = rw->map_to = NULL;
+    rw->nmap = 0;
     cli_common_free(&rw->common);
 }
 
@@ -127,11 +172,45 @@ static void on_device(void *user, const char *old_tag, const char *new_tag, size
     rw->changed += storages;
     if (rw->common.quiet)
         return;
-    if (rw->dry_run)
+    if (rw->narrowed && rw->dry_run) /* IN's counts would say more than OUT holds */
+        cli_printf("%s -> %s\n", old_tag, new_tag);
+    else if (rw->narrowed)
+        report(rw, "storages: %s -> %s\n", old_tag, new_tag);
+    else if (rw->dry_run)
         cli_printf("%s -> %s (%zu storage%s)\n", old_tag, new_tag, storages, storages == 1 ? "" : "s");
     else
         report(rw, "storages: %zu of %zu remapped (%s -> %s)\n", storages, rw->storages, old_tag,
                new_tag);
+}
+
+/* --map-location: the storages' tags remapped in the same write (remap's
+ * library code and report).  Safetensors records no device: said once,
+ * and nothing is remapped.  NARROWED: OUT holds part of IN (extract,
+ * --select), whose storages all are remapped (those OUT does not hold are
+ * not written): the report then counts none.  CKPT_OK or the remap's status. */
+static int map_location(rewrite *rw, ckpt_file *f, bool narrowed)
+{
+    if (!rw->nmap)
+        return CKPT_OK;
+    ckpt_format out = rw->out_format ? rw->out_format : ckpt_format_for_path(rw->out);
+    size_t ol = strlen(rw->out);
+    if (out == CKPT_FORMAT_SAFETENSORS ||
+        (out == CKPT_FORMAT_SHARDED && ol >= 23 &&
+         strcmp(rw->out + ol - 23, ".safetensors.index.json") == 0)) {
+        if (!rw->common.quiet)
+            cli_error(rw->cmd, rw->out, "note: safetensors records no device, so --map-location "
+                                        "has nothing to change (it loads where load() is told)");
+        return CKPT_OK;
+    }
+    for (size_t i = 0; i < rw->nmap; i++)
+        if (!ckpt_device_known(rw->map_to[i]) && !rw->common.quiet)
+            cli_error(rw->cmd, NULL, "note: torch knows no device type '%.*s' without a plug-in",
+                      (int)strcspn(rw->map_to[i], ":"), rw->map_to[i]);
+    ckpt_edit_report rep = {.device = on_device, .user = rw};
+    rw->storages = ckpt_file_storage_count(f);
+    rw->narrowed = narrowed;
+    return ckpt_file_remap_devices(f, rw->map_from, rw->map_to, rw->nmap,
+                                   rw->dry_run ? CKPT_EDIT_DRY_RUN : 0, &rep);
 }
 
 typedef struct progress_state {
@@ -365,6 +444,9 @@ int rewrite_keys(rewrite *rw, const ckpt_rename *rules)
                   "no state dict found (no mapping whose values are all tensors); "
                   "name one with --select");
         rc = CLI_EXIT_BAD_INPUT;
+    } else if ((st = map_location(rw, f, false)) != CKPT_OK) {
+        cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
+        rc = cli_exit_for(st);
     } else {
         rc = finish(rw, &f, "no key changed");
     }
@@ -400,6 +482,8 @@ int rewrite_convert(rewrite *rw, ckpt_dtype dtype)
     }
     if (st == CKPT_OK && dtype)
         st = ckpt_file_cast(f, dtype, rw->dry_run ? CKPT_EDIT_DRY_RUN : 0, &rep);
+    if (st == CKPT_OK)
+        st = map_location(rw, f, rw->select != NULL);
     if (st != CKPT_OK) {
         cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
         rc = cli_exit_for(st);
@@ -442,9 +526,17 @@ int rewrite_extract(rewrite *rw)
                                                                     : "module tree",
                    n, cls ? " of " : "", cls ? cls : "");
         rw->changed += 1;
-        rc = rw->dry_run ? CLI_EXIT_OK : finish(rw, &f, "nothing to extract");
-        if (rw->dry_run && rw->pending && !rw->common.quiet)
+        if (rw->dry_run && rw->pending && !rw->common.quiet) { /* before the remap's lines */
             fputs(rw->pending, stdout);
+            rw->pending[0] = '\0';
+            rw->npending = 0;
+        }
+        if ((st = map_location(rw, f, true)) != CKPT_OK) {
+            cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
+            rc = cli_exit_for(st);
+        } else {
+            rc = rw->dry_run ? CLI_EXIT_OK : finish(rw, &f, "nothing to extract");
+        }
         if (rw->dry_run)
             warn_kept(rw);
     }

@@ -23,6 +23,12 @@ typedef struct rewrite {
     uint64_t shard_size;    /* convert --shard-size */
     char *pending;       /* report lines, printed once OUT is written */
     size_t npending;
+    /* --map-location M (repeatable): remap's rules, FROM ('*' for a bare
+     * device) and TO, applied in the same write */
+    const char **map_from, **map_to;
+    char **map_owned;
+    size_t nmap;
+    bool narrowed; /* OUT holds part of IN: the remap's report counts nothing */
 } rewrite;
 
 enum {
@@ -31,7 +37,8 @@ enum {
     REWRITE_OPT_IN_PLACE,
     REWRITE_OPT_FORCE,
     REWRITE_OPT_VERBOSE,
-    REWRITE_OPT_KEEP_UNSAFE
+    REWRITE_OPT_KEEP_UNSAFE,
+    REWRITE_OPT_MAP_LOCATION
 };
 
 #define REWRITE_LONG_OPTIONS                                          \
@@ -41,6 +48,7 @@ enum {
     {"force", no_argument, NULL, REWRITE_OPT_FORCE},                  \
     {"verbose", no_argument, NULL, REWRITE_OPT_VERBOSE},              \
     {"keep-unsafe", no_argument, NULL, REWRITE_OPT_KEEP_UNSAFE},      \
+    {"map-location", required_argument, NULL, REWRITE_OPT_MAP_LOCATION}, \
     CLI_COMMON_LONG_OPTIONS
 
 /* Options every rewrite takes: 1 handled, 0 not ours, -1 usage error. */

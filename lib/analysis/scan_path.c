@@ -967,6 +967,25 @@ static cJSON *str_or_null(const char *s)
     return s ? cJSON_CreateString(s) : cJSON_CreateNull();
 }
 
+/* ", "-separated tags as a JSON array (NULL: empty) */
+static cJSON *tag_array(const char *list)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (const char *p = list ? list : ""; a && *p;) {
+        size_t n = strcspn(p, ",");
+        char tag[64];
+        snprintf(tag, sizeof tag, "%.*s", (int)(n < 63 ? n : 63), p);
+        if (!append(a, cJSON_CreateString(tag))) {
+            cJSON_Delete(a);
+            return NULL;
+        }
+        p += n;
+        while (*p == ',' || *p == ' ')
+            p++;
+    }
+    return a;
+}
+
 static bool verdict_json(cJSON *o, const ckpt_torch_verdict *v)
 {
     bool ok = put(o, "model", cJSON_CreateString(v->model));
@@ -990,10 +1009,14 @@ static bool verdict_json(cJSON *o, const ckpt_torch_verdict *v)
         ok &= put(o, "reason", cJSON_CreateString(v->reason ? v->reason : ""));
         ok &= put(o, "fix", str_or_null(v->fix));
     }
+    if (v->accepted && v->fix) /* storages this machine lacks */
+        ok &= put(o, "fix", cJSON_CreateString(v->fix));
     if (v->note)
         ok &= put(o, "note", cJSON_CreateString(v->note));
     if (v->malformed)
         ok &= put(o, "malformed", cJSON_CreateString(v->malformed));
+    ok &= put(o, "devices", tag_array(v->devices));
+    ok &= put(o, "missing_here", tag_array(v->missing_here));
     return ok;
 }
 

@@ -27,7 +27,8 @@ typedef struct verdict {
     char **refused; /* every global it refuses, first one first (for the fix) */
     size_t nrefused;
     char blocked[256]; /* the first of them in a blocked module, or "" */
-    char devices[128]; /* storage locations other than cpu */
+    char devices[256]; /* every storage location tag, ", "-separated */
+    char missing[256]; /* those this machine lacks (ckpt_device_present) */
 } verdict;
 
 struct ckpt_torch_load {
@@ -196,7 +197,7 @@ static void on_location(void *user, const char *loc)
 {
     walk_user *u = user;
     char *d = u->v->devices;
-    if (strcmp(loc, "cpu") == 0 || strlen(d) + strlen(loc) + 3 >= sizeof u->v->devices)
+    if (strlen(d) + strlen(loc) + 3 >= sizeof u->v->devices)
         return;
     /* once each, comma-separated */
     for (const char *s = d; (s = strstr(s, loc)); s++)
@@ -506,7 +507,7 @@ static int tar_storage(ckpt_walk *w, const ckpt_walk_record *r, uint64_t *size)
     const char *s = r->location;
     size_t n = r->location_len;
     (void)size;
-    if (s && ((n >= 4 && memcmp(s, "cuda", 4) == 0) || (n >= 3 && memcmp(s, "mps", 3) == 0))) {
+    if (s && n) {
         char l[64];
         snprintf(l, sizeof l, "%.*s", (int)(n < 63 ? n : 63), s);
         walk_user u = {.t = tu->t, .v = tu->v};
@@ -614,6 +615,70 @@ static bool getattr_data_only(ckpt_torch_load *t, ckpt_torch which, const char *
     return safe && convert_fixes(t, which, path, false);
 }
 
+/* ---- devices: what the storages need and this machine lacks ---------------------------- */
+
+/* The next tag of a ", "-separated list into TAG; false at its end. */
+static bool next_tag(const char **p, char *tag, size_t cap)
+{
+    while (**p == ',' || **p == ' ')
+        (*p)++;
+    if (!**p)
+        return false;
+    size_t n = strcspn(*p, ",");
+    snprintf(tag, cap, "%.*s", (int)(n < cap - 1 ? n : cap - 1), *p);
+    *p += n;
+    return true;
+}
+
+/* v->missing: the tags of v->devices that ckpt_device_present() denies */
+static void find_missing(verdict *v)
+{
+    char tag[64];
+    v->missing[0] = '\0';
+    for (const char *p = v->devices; next_tag(&p, tag, sizeof tag);)
+        if (!ckpt_device_present(tag) && strlen(v->missing) + strlen(tag) + 3 < sizeof v->missing) {
+            if (v->missing[0])
+                strcat(v->missing, ", ");
+            strcat(v->missing, tag);
+        }
+}
+
+/* The remap that makes v's storages load here (ckpt_device_remap_here). */
+static void remap_args(const verdict *v, const char *all, const char *each, char *buf, size_t cap)
+{
+    ckpt_device_remap_here(v->devices, all, each, buf, cap);
+}
+
+/* Why this machine lacks what v->missing names, and torch's own message for the first. */
+static char *missing_note(ckpt_torch_load *t, const verdict *v, ckpt_torch which)
+{
+    /* 1.13's weights-only unpickler wraps what its persistent_load raises */
+    const char *raises = which == CKPT_TORCH_1_13
+                             ? "torch.load(f, weights_only=True) raises UnpicklingError: ... "
+                               "WeightsUnpickler error"
+                             : "plain torch.load raises RuntimeError";
+    char tag[64];
+    const char *p = v->missing;
+    next_tag(&p, tag, sizeof tag);
+    int n = ckpt_cuda_driver_device_count();
+    bool cuda = strncmp(tag, "cuda", 4) == 0;
+    if (cuda && n == 0) /* serialization.py's _validate_device, 1.13 and 2.15 alike */
+        return xprintf(t, "its storages need %s, which this machine lacks (no CUDA device: no "
+                       "driver, or it finds none): %s: "
+                       "Attempting to deserialize object on a CUDA device but "
+                       "torch.cuda.is_available() is False", v->missing, raises);
+    if (cuda)
+        return xprintf(t, "its storages need %s, which this machine lacks (the CUDA driver finds "
+                       "%d device%s): %s: Attempting to "
+                       "deserialize object on CUDA device %s but torch.cuda.device_count() is "
+                       "%d", v->missing, n, n == 1 ? "" : "s", raises,
+                       tag[4] == ':' ? tag + 5 : "0", n);
+    return xprintf(t, "its storages need %s, which this machine lacks (%s): torch.load fails "
+                   "to restore them there", v->missing,
+                   strncmp(tag, "mps", 3) == 0 ? "mps is macOS's"
+                                               : "a device of its own build of torch or plug-in");
+}
+
 /* A refused global outside the known-data classes runs code when torch
  * loads the file (a call; a class, whose __setstate__ or __reduce__ torch
  * runs once allow-listed): the fix is never to allow-list it, but
@@ -675,8 +740,10 @@ static void extract_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
         return;
     }
     /* a global inside the state dict itself (its _metadata): tensors only */
-    v->fix = xprintf(t, "ckpt extract %s%s%s %s (writes the %s only%s); %s run%s code when the "
-                     "file loads: never allow-list %s in torch", admit,
+    char ml[256]; /* storages this machine can load */
+    remap_args(v, "--map-location", "--map-location", ml, sizeof ml);
+    v->fix = xprintf(t, "ckpt extract%s %s%s%s %s (writes the %s only%s); %s run%s code when the "
+                     "file loads: never allow-list %s in torch", ml, admit,
                      ok ? "" : picked ? "--to safetensors " : "--select PATH ", path,
                      ok || !picked ? "OUT.pth" : "OUT.safetensors",
                      ok || !picked ? "weights" : "tensors",
@@ -684,24 +751,65 @@ static void extract_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
                      n == 1 ? "it" : "them");
 }
 
+/* The key rewrite a file's model state dicts want (their keys carry a
+ * wrapper: "strip-module" for module. alone, else "unwrap"), or NULL. */
+static const char *wrapper_rewrite(ckpt_torch_load *t, const char *path)
+{
+    /* the caller's reading when there is one, else a reading of our own */
+    ckpt_file *own = t->file ? NULL : ckpt_file_new();
+    const ckpt_file *f = t->file ? t->file : own;
+    const char *cmd = NULL;
+    if (f && (!own || ckpt_file_open(own, path) == CKPT_OK))
+        for (size_t i = 0; i < ckpt_file_state_dict_count(f); i++) {
+            const char *w[16];
+            if (!ckpt_file_state_dict_is_model(f, i))
+                continue;
+            size_t n = ckpt_state_dict_wrappers(ckpt_file_state_dict(f, i, NULL), w, 16);
+            for (size_t k = 0; k < n && k < 16; k++)
+                cmd = strcmp(w[k], "module.") == 0 && (!cmd || strcmp(cmd, "unwrap") != 0)
+                          ? "strip-module" : "unwrap";
+        }
+    ckpt_file_free(own);
+    return cmd;
+}
+
 static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
 {
     verdict *v = &t->v[which];
     const ckpt_torch_verdict *p = &v->pub;
+    char ml[256]; /* the fixes below write storages this machine can load */
+    find_missing(v);
+    remap_args(v, "--map-location", "--map-location", ml, sizeof ml);
+    if (p->accepted && v->missing[0]) {
+        char args[256];
+        remap_args(v, "--to", "--map", args, sizeof args);
+        const char *wrap = wrapper_rewrite(t, path);
+        if (wrap) /* the whole job: the keys the plain model wants too */
+            v->fix = xprintf(t, "ckpt %s%s %s OUT.pth (storages this machine has, and keys "
+                             "without the %s; ckpt remap%s changes the devices alone)", wrap, ml,
+                             path, strcmp(wrap, "strip-module") == 0
+                                       ? "module. prefix of DataParallel"
+                                       : "wrapper components (module., _orig_mod., ...)", args);
+        else
+            v->fix = xprintf(t, "ckpt remap%s %s OUT.pth%s", args, path,
+                             strcmp(args, " --to cpu") == 0
+                                 ? " (or torch.load(f, map_location='cpu'))" : "");
+        return;
+    }
     if (p->accepted)
         return;
     if (strcmp(p->stop, "container") == 0 && t->tar) {
         if (convert_fixes(t, which, path, false))
-            v->fix = xprintf(t, "ckpt convert %s OUT.pth (ckpt reads the tar checkpoint and "
-                             "writes a zip that this torch accepts)", path);
+            v->fix = xprintf(t, "ckpt convert%s %s OUT.pth (ckpt reads the tar checkpoint and "
+                             "writes a zip that this torch accepts)", ml, path);
         return;
     }
     if (strcmp(p->stop, "container") == 0) {
         /* a TorchScript archive: its state dict is what a weights-only load wants */
         if (convert_fixes(t, which, path, true))
-            v->fix = xprintf(t, "ckpt extract %s OUT.pth (ckpt reads the archive's state dict "
+            v->fix = xprintf(t, "ckpt extract%s %s OUT.pth (ckpt reads the archive's state dict "
                              "without running its code, and writes it as a file this torch "
-                             "accepts)", path);
+                             "accepts)", ml, path);
         return;
     }
     if (v->blocked[0]) {
@@ -713,11 +821,11 @@ static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
     for (size_t i = 0; i < v->nrefused; i++)
         if (ckpt_globals_dangerous(v->refused[i])) {
             if (getattr_data_only(t, which, path)) {
-                v->fix = xprintf(t, "ckpt convert %s OUT.pth (its builtins.getattr only fetches "
+                v->fix = xprintf(t, "ckpt convert%s %s OUT.pth (its builtins.getattr only fetches "
                                  "members of classes known as data, as ckpt scan checks; ckpt "
                                  "reads it without running code and writes plain tensors, a "
                                  "sharded tensor as this rank's shard, that this torch "
-                                 "accepts)", path);
+                                 "accepts)", ml, path);
                 return;
             }
             v->fix = xprintf(t, "none: it imports %s, which can run commands or code; do not "
@@ -725,19 +833,19 @@ static void set_fix(ckpt_torch_load *t, ckpt_torch which, const char *path)
             return;
         }
     if (t->tar && convert_fixes(t, which, path, false)) {
-        v->fix = xprintf(t, "ckpt convert %s OUT.pth (ckpt reads the tar checkpoint and writes "
-                         "a zip that this torch accepts)", path);
+        v->fix = xprintf(t, "ckpt convert%s %s OUT.pth (ckpt reads the tar checkpoint and writes "
+                         "a zip that this torch accepts)", ml, path);
         return;
     }
     if (convert_fixes(t, which, path, true)) {
-        v->fix = xprintf(t, "ckpt extract %s OUT.pth (ckpt reads the pickled model without "
+        v->fix = xprintf(t, "ckpt extract%s %s OUT.pth (ckpt reads the pickled model without "
                          "importing its classes, and writes its state dict, which this torch "
-                         "accepts)", path);
+                         "accepts)", ml, path);
         return;
     }
     if (convert_fixes(t, which, path, false)) {
-        v->fix = xprintf(t, "ckpt convert %s OUT.pth (ckpt reads it and writes a protocol-2 "
-                         "pickle that this torch accepts)", path);
+        v->fix = xprintf(t, "ckpt convert%s %s OUT.pth (ckpt reads it and writes a protocol-2 "
+                         "pickle that this torch accepts)", ml, path);
         return;
     }
     if (v->nrefused && code_refused(v)) {
@@ -802,17 +910,26 @@ static void verdict_init(verdict *v, ckpt_torch which)
     v->pub.opcode = -1;
 }
 
-static void verdict_publish(ckpt_torch_load *t, verdict *v)
+static void verdict_publish(ckpt_torch_load *t, verdict *v, ckpt_torch which)
 {
     (void)t;
     v->pub.message = v->message;
     v->pub.reason = v->reason;
     v->pub.fix = v->fix;
-    if (!v->note && v->devices[0])
-        v->note = xprintf(t, "storages tagged %s: plain torch.load puts them there, so it needs "
-                          "that device (else map_location='cpu', or ckpt remap --to cpu)",
-                          v->devices);
+    char placed[256] = ""; /* the tags torch.load puts somewhere other than the cpu */
+    char tag[64];
+    for (const char *p = v->devices; next_tag(&p, tag, sizeof tag);)
+        if (strcmp(tag, "cpu") != 0 && strlen(placed) + strlen(tag) + 3 < sizeof placed)
+            snprintf(placed + strlen(placed), sizeof placed - strlen(placed), "%s%s",
+                     placed[0] ? ", " : "", tag);
+    if (!v->note && v->missing[0])
+        v->note = missing_note(t, v, which);
+    else if (!v->note && placed[0])
+        v->note = xprintf(t, "storages tagged %s: plain torch.load puts them there, and this "
+                          "machine has %s", placed, strchr(placed, ',') ? "them" : "it");
     v->pub.note = v->note;
+    v->pub.devices = v->devices;
+    v->pub.missing_here = v->missing;
     v->pub.malformed = v->malformed;
 }
 
@@ -938,7 +1055,7 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
     if (rc != CKPT_OK)
         return rc;
     for (int i = 0; i < CKPT_TORCH_COUNT_; i++)
-        verdict_publish(t, &t->v[i]);
+        verdict_publish(t, &t->v[i], (ckpt_torch)i);
     t->done = true;
     return CKPT_OK;
 }

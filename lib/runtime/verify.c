@@ -41,7 +41,7 @@ struct ckpt_verify {
     int atol_set, rtol_set, replicas;
 
     side s[2];
-    char hint[1024], fix[1024];
+    char hint[1024], fix[1536];
 
     /* the run */
     ckpt_file *ref;
@@ -284,6 +284,24 @@ static void out_name(const char *in, const char *suffix, char *buf, size_t cap)
     snprintf(buf, cap, "%.*s%s.pth", (int)stem, in, suffix);
 }
 
+/* " --map-location M..." when F's storages need devices this machine lacks
+ * (the fix must give a file that loads here), else "". */
+static void map_here(const ckpt_file *f, char *buf, size_t cap)
+{
+    char tags[256] = "";
+    for (size_t i = 0; i < ckpt_file_storage_count(f); i++) {
+        const char *d = ckpt_storage_device(ckpt_file_storage(f, i));
+        char seen[80];
+        snprintf(seen, sizeof seen, ", %s,", d ? d : "");
+        char have[260];
+        snprintf(have, sizeof have, ", %s,", tags);
+        if (!d || strstr(have, seen) || strlen(tags) + strlen(d) + 3 >= sizeof tags)
+            continue;
+        snprintf(tags + strlen(tags), sizeof tags - strlen(tags), "%s%s", tags[0] ? ", " : "", d);
+    }
+    ckpt_device_remap_here(tags, "--map-location", "--map-location", buf, cap);
+}
+
 /* When the keys differ by a wrapper prefix, say so and give the command. */
 static void make_hint(ckpt_verify *v)
 {
@@ -291,7 +309,8 @@ static void make_hint(ckpt_verify *v)
     const ckpt_model *m = s->model;
     const ckpt_value *sd = s->choice.state_dict;
     const char *path = ckpt_file_path(s->file);
-    char out[512], sel[300] = "";
+    char out[512], sel[300] = "", ml[160];
+    map_here(s->file, ml, sizeof ml);
     if (v->select)
         snprintf(sel, sizeof sel, "--select '%s' ", v->select);
     else if (strcmp(s->where, "the root") != 0)
@@ -317,7 +336,7 @@ static void make_hint(ckpt_verify *v)
             snprintf(v->hint, sizeof v->hint,
                      "every key carries the \"%s\" prefix of DataParallel/"
                      "DistributedDataParallel (the wrapper was saved, not the model)", prefix);
-            snprintf(v->fix, sizeof v->fix, "ckpt strip-module %s%s %s", sel, path, out);
+            snprintf(v->fix, sizeof v->fix, "ckpt strip-module%s %s%s %s", ml, sel, path, out);
             return;
         }
         if (unwrap_fits(m, sd))
@@ -325,8 +344,8 @@ static void make_hint(ckpt_verify *v)
         if (keys_fit(m, sd, prefix, 1, 0)) {
             out_name(path, "_stripped", out, sizeof out);
             snprintf(v->hint, sizeof v->hint, "every key carries the prefix \"%s\"", prefix);
-            snprintf(v->fix, sizeof v->fix, "ckpt strip-module %s--prefix '%s' %s %s", sel,
-                     prefix, path, out);
+            snprintf(v->fix, sizeof v->fix, "ckpt strip-module%s %s--prefix '%s' %s %s", ml,
+                     sel, prefix, path, out);
             return;
         }
         break;
@@ -336,7 +355,7 @@ static void make_hint(ckpt_verify *v)
         snprintf(v->hint, sizeof v->hint,
                  "the keys carry wrapper components (module. of DataParallel, _orig_mod. of "
                  "torch.compile, _fsdp_wrapped_module. of FSDP, ...)");
-        snprintf(v->fix, sizeof v->fix, "ckpt unwrap %s%s %s", sel, path, out);
+        snprintf(v->fix, sizeof v->fix, "ckpt unwrap%s %s%s %s", ml, sel, path, out);
         return;
     }
     /* the model wants a prefix the checkpoint lacks */
@@ -355,10 +374,10 @@ static void make_hint(ckpt_verify *v)
             snprintf(v->hint, sizeof v->hint, "the model expects every key under \"%s\"%s",
                      prefix, module ? " (a DataParallel/DistributedDataParallel model)" : "");
             if (module)
-                snprintf(v->fix, sizeof v->fix, "ckpt add-module %s%s %s", sel, path, out);
+                snprintf(v->fix, sizeof v->fix, "ckpt add-module%s %s%s %s", ml, sel, path, out);
             else
-                snprintf(v->fix, sizeof v->fix, "ckpt add-module %s--prefix '%s' %s %s", sel,
-                         prefix, path, out);
+                snprintf(v->fix, sizeof v->fix, "ckpt add-module%s %s--prefix '%s' %s %s", ml,
+                         sel, prefix, path, out);
         }
         return;
     }

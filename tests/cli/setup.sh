@@ -16,6 +16,10 @@
 set -eu
 LC_ALL=C
 export LC_ALL
+# ckpt's view of this machine, as on one without CUDA, GPU or not (the
+# torch_load verdict's missing_here; ckpt(1), ENVIRONMENT)
+CKPT_CUDA_DEVICES=${CKPT_CUDA_DEVICES-0}
+export CKPT_CUDA_DEVICES
 unset LANG LANGUAGE 2>/dev/null || true
 
 CKPT=${CKPT:-./ckpt}

@@ -23,11 +23,17 @@ expect_stdout_line 'Error(s) in loading state_dict for MLP:'
 expect_stdout_line '	Missing key(s) in state_dict: "n.1.weight", "n.1.bias", "n.3.weight", "n.3.bias". '
 expect_stdout_line '	Unexpected key(s) in state_dict: "module.n.1.weight", "module.n.1.bias", "module.n.3.weight", "module.n.3.bias". '
 expect_stdout_match '^hint +every key carries the "module\." prefix of DataParallel'
-expect_stdout_line '            ckpt strip-module tests/data/fmnist_mlp_dp.pth tests/data/fmnist_mlp_dp_stripped.pth'
+note "the file's storages are on cuda:0, which this machine lacks (CKPT_CUDA_DEVICES=0): the fix remaps them"
+expect_stdout_line '            ckpt strip-module --map-location cpu tests/data/fmnist_mlp_dp.pth tests/data/fmnist_mlp_dp_stripped.pth'
 expect_stdout_line 'result      FAIL'
+note "on a machine with a CUDA device the keys alone need the fix"
+CKPT_CUDA_DEVICES=1
+expect_exit 1 ckpt verify --model $mlp --device cpu tests/data/fmnist_mlp_dp.pth
+expect_stdout_line '            ckpt strip-module tests/data/fmnist_mlp_dp.pth tests/data/fmnist_mlp_dp_stripped.pth'
+CKPT_CUDA_DEVICES=0
 
 say "the fix it names works; the result passes against PyTorch's outputs"
-expect_exit 0 ckpt strip-module tests/data/fmnist_mlp_dp.pth "$w/mlp.pth"
+expect_exit 0 ckpt strip-module --map-location cpu tests/data/fmnist_mlp_dp.pth "$w/mlp.pth"
 expect_exit 0 ckpt verify --model $mlp --device cpu --reference tests/data/fmnist_mlp.ref.pth "$w/mlp.pth"
 expect_stderr_empty
 expect_stdout_line 'load        strict: all 4 keys matched'
@@ -59,7 +65,7 @@ expect_stdout_line 'output      logits [4, 10]'
 say "a training checkpoint: the state dict that fits is found, or named with --select"
 expect_exit 1 ckpt verify --model $mlp tests/data/train_ckpt.pth
 expect_stdout_match '^checkpoint +tests/data/train_ckpt.pth: state dict at model_state_dict$'
-expect_stdout_match "ckpt strip-module --select 'model_state_dict' tests/data/train_ckpt.pth"
+expect_stdout_match "ckpt strip-module --map-location cpu --select 'model_state_dict' tests/data/train_ckpt.pth"
 expect_exit 1 ckpt verify --model $mlp --select optimizer_state_dict tests/data/train_ckpt.pth
 expect_stdout_match '^	Missing key\(s\) in state_dict: "n.1.weight"'
 

@@ -52,6 +52,9 @@ DATA = os.path.join(SRCDIR, 'tests', 'data')          # good fixtures
 BAD = os.path.join(SRCDIR, 'tests', 'bad')            # hostile files
 SPECS = os.path.join(SRCDIR, 'models')                # model specs (JSON)
 TIMEOUT = 120                                         # seconds per ckpt run
+# ckpt's view of this machine, as on one without CUDA, GPU or not (the
+# torch_load verdict's missing_here); a test of the probe itself unsets it
+os.environ.setdefault('CKPT_CUDA_DEVICES', '0')
 
 # tests/fixtures/models.py: the torch modules the fixtures were made from
 sys.path.insert(0, os.path.join(SRCDIR, 'tests', 'fixtures'))
