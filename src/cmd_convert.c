@@ -50,17 +50,7 @@ static int option(void *st, int opt, const char *arg)
     state *s = st;
     switch (opt) {
     case OPT_TO:
-        if (strcmp(arg, "pth") == 0 || strcmp(arg, "pth-zip") == 0)
-            s->to = CKPT_FORMAT_PTH_ZIP;
-        else if (strcmp(arg, "pth-legacy") == 0)
-            s->to = CKPT_FORMAT_PTH_LEGACY;
-        else if (strcmp(arg, "safetensors") == 0)
-            s->to = CKPT_FORMAT_SAFETENSORS;
-        else {
-            cli_usage_error("convert", "--to: '%s' is not pth, pth-legacy or safetensors", arg);
-            return -1;
-        }
-        return 1;
+        return rewrite_format_option("convert", arg, true, &s->to);
     case OPT_DTYPE:
         s->dtype = ckpt_dtype_from_name(arg);
         if (s->dtype != CKPT_DTYPE_FLOAT16 && s->dtype != CKPT_DTYPE_BFLOAT16 &&

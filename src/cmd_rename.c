@@ -57,6 +57,7 @@ int cmd_rename(int argc, char **argv)
 {
     static const struct option options[] = {
         {"expression", required_argument, NULL, 'e'},
+        REWRITE_TO_OPTION,
         {NULL, 0, NULL, 0},
     };
     state st = {.rules = ckpt_rename_new()};

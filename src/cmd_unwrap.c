@@ -39,6 +39,7 @@ static int run(void *st, rewrite *rw)
 
 int cmd_unwrap(int argc, char **argv)
 {
-    rewrite_command c = {"unwrap", usage, ":", NULL, NULL, run, NULL};
+    static const struct option options[] = {REWRITE_TO_OPTION, {NULL, 0, NULL, 0}};
+    rewrite_command c = {"unwrap", usage, ":", options, NULL, run, NULL};
     return rewrite_main(argc, argv, &c);
 }

@@ -766,35 +766,9 @@ CKPT_API int ckpt_file_extract(ckpt_file *f, const char *select)
         CKPT_FORWARD(ckpt_file_select(f, select));
         return note_versions(f);
     }
-    const ckpt_walk_entry *pick = NULL;
-    for (size_t i = 0; i < f->state_dicts.len && !pick; i++)
-        if (f->state_dicts.items[i].value == f->root ||
-            ckpt_value_is_module_sd(f->state_dicts.items[i].value))
-            pick = &f->state_dicts.items[i];
-    /* else the only state dict, or the only model's (not an optimizer's) */
-    size_t nmodel = 0;
-    for (size_t i = 0; !pick && i < f->state_dicts.len; i++)
-        nmodel += ckpt_file_state_dict_is_model(f, i) == 1;
-    for (size_t i = 0; !pick && i < f->state_dicts.len; i++)
-        if (f->state_dicts.len == 1 || (nmodel == 1 && ckpt_file_state_dict_is_model(f, i)))
-            pick = &f->state_dicts.items[i];
-    if (!pick) {
-        char names[400] = "";
-        size_t shown = 0;
-        for (size_t i = 0; i < f->state_dicts.len && shown < 8; i++, shown++) {
-            char p[128];
-            ckpt_path_format(&f->state_dicts.items[i].path, p, sizeof(p));
-            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s'%s'",
-                     i ? ", " : "", f->state_dicts.items[i].path.len ? p : "(root)");
-        }
-        if (f->state_dicts.len > shown)
-            snprintf(names + strlen(names), sizeof(names) - strlen(names), " and %zu more",
-                     f->state_dicts.len - shown);
-        return ckpt_err(&f->err, CKPT_ERR_USAGE,
-                        f->state_dicts.len ? "which state dict? name it with --select (%s)"
-                                           : "no state dict or module tree to extract%s",
-                        names);
-    }
+    size_t i;
+    CKPT_FORWARD(ckpt_file_pick_state_dict(f, &i));
+    const ckpt_walk_entry *pick = &f->state_dicts.items[i];
     ckpt_value *old = f->root;
     if (!f->file_root)
         f->file_root = old;
