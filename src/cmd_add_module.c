@@ -2,7 +2,8 @@
 #include "rewrite.h"
 
 static const char usage[] =
-    "usage: ckpt add-module [--prefix P] [--select PATH] [--dry-run] (IN OUT | --in-place FILE)\n"
+    "usage: ckpt add-module [--prefix P] [--select PATH] [--to FORMAT] [--dry-run]\n"
+    "                       (IN OUT | --in-place FILE)\n"
     "\n"
     "Add the prefix P (default 'module.') once in front of every key of every\n"
     "state dict of IN, rewrite their _metadata as DataParallel's would be, and\n"
@@ -11,6 +12,8 @@ static const char usage[] =
     "\n"
     "  --prefix P      the prefix to add (default 'module.')\n"
     "  --select PATH   only the mapping at PATH (keys joined by '/')\n"
+    "  --to FORMAT     pth (default), pth-legacy or safetensors (also for OUT.safetensors):\n"
+    "                  safetensors holds one state dict, --select's or the model's\n"
     "  --dry-run       print 'old -> new' for each key that would change; write nothing\n"
     "  --in-place      FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
     "                  pickle and zip directory are written; else replaced atomically)\n"

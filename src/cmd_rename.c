@@ -4,8 +4,8 @@
 #include <stdlib.h>
 
 static const char usage[] =
-    "usage: ckpt rename -e 's/REGEX/REPLACEMENT/[gi]' [-e ...] [--select PATH] [--dry-run]\n"
-    "                   (IN OUT | --in-place FILE)\n"
+    "usage: ckpt rename -e 's/REGEX/REPLACEMENT/[gi]' [-e ...] [--select PATH] [--to FORMAT]\n"
+    "                   [--dry-run] (IN OUT | --in-place FILE)\n"
     "\n"
     "Rename the keys of every model state dict of IN with sed-style rules, applied\n"
     "in order, each to the result of the one before; rewrite their _metadata to\n"
@@ -15,6 +15,9 @@ static const char usage[] =
     "\n"
     "  -e, --expression RULE  a rule (repeatable, at least one)\n"
     "  --select PATH          only the mapping at PATH (keys joined by '/')\n"
+    "  --to FORMAT            pth (default), pth-legacy or safetensors (also for\n"
+    "                         OUT.safetensors): safetensors holds one state dict,\n"
+    "                         --select's or the model's\n"
     "  --dry-run              print 'old -> new' for each key that would change\n"
     "  --in-place             FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
     "                         pickle and zip directory are written; else replaced atomically)\n"

@@ -2,7 +2,8 @@
 #include "rewrite.h"
 
 static const char usage[] =
-    "usage: ckpt strip-module [--prefix P] [--select PATH] [--dry-run] (IN OUT | --in-place FILE)\n"
+    "usage: ckpt strip-module [--prefix P] [--select PATH] [--to FORMAT] [--dry-run]\n"
+    "                         (IN OUT | --in-place FILE)\n"
     "\n"
     "Remove the prefix P (default 'module.', as DataParallel and\n"
     "DistributedDataParallel add it) from the keys of every model state dict of IN,\n"
@@ -12,6 +13,8 @@ static const char usage[] =
     "\n"
     "  --prefix P      the prefix to remove (default 'module.')\n"
     "  --select PATH   only the mapping at PATH (keys joined by '/')\n"
+    "  --to FORMAT     pth (default), pth-legacy or safetensors (also for OUT.safetensors):\n"
+    "                  safetensors holds one state dict, --select's or the model's\n"
     "  --dry-run       print 'old -> new' for each key that would change; write nothing\n"
     "  --in-place      FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
     "                  pickle and zip directory are written; else replaced atomically)\n"

@@ -2,7 +2,7 @@
 #include "rewrite.h"
 
 static const char usage[] =
-    "usage: ckpt unwrap [--select PATH] [--dry-run] (IN OUT | --in-place FILE)\n"
+    "usage: ckpt unwrap [--select PATH] [--to FORMAT] [--dry-run] (IN OUT | --in-place FILE)\n"
     "\n"
     "Remove every wrapper component from the keys of every model state dict of IN,\n"
     "wherever it stands in a key: module. (DataParallel, DistributedDataParallel),\n"
@@ -11,6 +11,8 @@ static const char usage[] =
     "rewrite their _metadata to match and write OUT.  Everything else is kept.\n"
     "\n"
     "  --select PATH   only the mapping at PATH (keys joined by '/')\n"
+    "  --to FORMAT     pth (default), pth-legacy or safetensors (also for OUT.safetensors):\n"
+    "                  safetensors holds one state dict, --select's or the model's\n"
     "  --dry-run       print 'old -> new' for each key that would change; write nothing\n"
     "  --in-place      FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
     "                  pickle and zip directory are written; else replaced atomically)\n"
