@@ -197,6 +197,15 @@ for f in train_ckpt legacy_train lightning gan; do
 done
 
 # ===========================================================================
+say "a sharded set holds tensors only too: the model's state dict, said so"
+expect_exit 0 ckpt strip-module "$data/train_ckpt.pth" set.safetensors.index.json
+expect_stderr_line "^ckpt: strip-module: .*/train_ckpt.pth: a sharded set holds tensors only: wrote the model's state dict 'model_state_dict' \\(4 tensors\\), not the rest of the file \\(name another with --select\\)\$"
+expect_holds set.safetensors.index.json only "$data/train_ckpt.pth" model_state_dict strip-module sharded
+expect_exit 0 ckpt convert --shard-size 200K "$data/lightning.pth" lit.safetensors.index.json
+err_has "a sharded set holds tensors only: wrote the model's state dict 'state_dict' (4 tensors)"
+expect_holds lit.safetensors.index.json only "$data/lightning.pth" state_dict none sharded
+refused 2 "ckpt: convert: $gan: " convert --shard-size 1K "$gan" gan.safetensors.index.json
+
 say "--quiet: the line that says which state dict goes too"
 expect_exit 0 ckpt strip-module --quiet "$data/train_ckpt.pth" q.safetensors
 expect_stdout_empty
