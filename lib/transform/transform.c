@@ -684,8 +684,14 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
     /* a quantizer's per-channel scales keep their dtype, as torch's .to()
      * of a state dict leaves quantized tensors alone */
     bool *keep = calloc(f->nstorages ? f->nstorages : 1, sizeof(*keep));
-    if (!keep)
+    /* after a selection (ckpt_file_select, _extract) the report counts the
+     * storages the selected tensors use, not the whole file's */
+    bool *used = f->file_root ? calloc(f->nstorages ? f->nstorages : 1, sizeof(*used)) : NULL;
+    if (!keep || (f->file_root && !used)) {
+        free(keep);
+        free(used);
         return ckpt_oom(&f->err);
+    }
     /* storage -> its index, so that this is one pass over the tensors, not
      * one per storage (100,000 tensors: 352 s before, issue 26) */
     ckpt_map at;
@@ -697,6 +703,9 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
     for (size_t j = 0; j < f->tensors.len && rc == CKPT_OK; j++) {
         const ckpt_tensor *t = f->tensors.items[j].value->u.tensor;
         size_t i;
+        const ckpt_storage *ts = t->values ? t->values->storage : t->storage;
+        if (used && ts && ckpt_map_get_u64(&at, (uint64_t)(uintptr_t)ts, &i))
+            used[i] = true;
         if (!t->q.scales)
             continue;
         if (ckpt_map_get_u64(&at, (uint64_t)(uintptr_t)t->q.scales->storage, &i))
@@ -707,15 +716,17 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
     ckpt_map_release(&at);
     if (rc != CKPT_OK) {
         free(keep);
+        free(used);
         return ckpt_oom(&f->err);
     }
     /* count per source dtype, for the report */
     size_t counts[CKPT_DTYPE_COUNT_] = {0};
     for (size_t i = 0; i < f->nstorages; i++) {
         ckpt_storage *s = f->storages[i];
-        if (s->dtype != to && ckpt_cast_supported(s->dtype, to) && !keep[i])
+        if (s->dtype != to && ckpt_cast_supported(s->dtype, to) && !keep[i] && (!used || used[i]))
             counts[s->dtype]++;
     }
+    free(used);
     if (report && report->device) /* reuses the "old -> new (N storages)" form */
         for (int d = 0; d < CKPT_DTYPE_COUNT_; d++)
             if (counts[d])

@@ -206,6 +206,14 @@ err_has "a sharded set holds tensors only: wrote the model's state dict 'state_d
 expect_holds lit.safetensors.index.json only "$data/lightning.pth" state_dict none sharded
 refused 2 "ckpt: convert: $gan: " convert --shard-size 1K "$gan" gan.safetensors.index.json
 
+say "--dtype with it: the cast counts the storages written (4 of the model's), not the file's 8"
+expect_exit 0 ckpt convert --dtype float16 "$data/train_ckpt.pth" half.safetensors
+expect_stdout_line "cast: 4 storages float32 -> float16"
+expect_exit 0 ckpt convert --dtype float16 --select model_state_dict "$data/train_ckpt.pth" half.pth
+expect_stdout_line "cast: 4 storages float32 -> float16"
+expect_exit 0 ckpt convert --dtype float16 --allow-global argparse.Namespace "$data/train_ckpt.pth" all-half.pth
+expect_stdout_line "cast: 8 storages float32 -> float16"
+
 say "--quiet: the line that says which state dict goes too"
 expect_exit 0 ckpt strip-module --quiet "$data/train_ckpt.pth" q.safetensors
 expect_stdout_empty
