@@ -571,9 +571,9 @@ CKPT_API int ckpt_file_state_dict_is_model(const ckpt_file *f, size_t i);
  * write of a training checkpoint): the root when it is a state dict, else
  * the first module tree, else the file's only state dict, else its only
  * model state dict (ckpt_file_state_dict_is_model).  *INDEX is its index
- * for ckpt_file_state_dict().  CKPT_ERR_USAGE when that leaves several or
- * none, the message naming the candidates (the models' state dicts, else
- * all of them) and --select.
+ * for ckpt_file_state_dict().  CKPT_ERR_USAGE when that leaves several,
+ * the message naming the candidates (the models' state dicts, else all of
+ * them) and --select; CKPT_ERR_UNSUPPORTED when the file has none.
  */
 CKPT_API int ckpt_file_pick_state_dict(ckpt_file *f, size_t *index);
 

@@ -282,8 +282,9 @@ static int pick_model(rewrite *rw, ckpt_file *f, size_t *i, bool *nested)
 {
     int st = ckpt_file_pick_state_dict(f, i);
     if (st != CKPT_OK) {
-        cli_error(rw->cmd, rw->in, "%s holds tensors only and this file holds more: %s",
-                  holder(rw->out_format), ckpt_file_error_message(f));
+        cli_error(rw->cmd, rw->in, "%s holds tensors only%s: %s", holder(rw->out_format),
+                  ckpt_file_state_dict_count(f) ? " and this file holds more" : "",
+                  ckpt_file_error_message(f));
         return cli_exit_for(st);
     }
     ckpt_path p;
@@ -428,7 +429,9 @@ int rewrite_keys(rewrite *rw, const ckpt_rename *rules)
      * printed (check_globals set out_format) */
     bool one = st == CKPT_OK && tensors_only(rw->out_format), nested = rw->select != NULL;
     size_t pick = 0;
-    if (one && !rw->select && (rc = pick_model(rw, f, &pick, &nested)) != CLI_EXIT_OK) {
+    /* (no state dict at all: the rename's own refusal below) */
+    if (one && !rw->select && ckpt_file_state_dict_count(f) &&
+        (rc = pick_model(rw, f, &pick, &nested)) != CLI_EXIT_OK) {
         ckpt_file_free(f);
         return rc;
     }

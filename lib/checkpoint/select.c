@@ -146,8 +146,8 @@ CKPT_API int ckpt_file_pick_state_dict(ckpt_file *f, size_t *index)
     /* the candidates: the models' state dicts, else every one */
     candidate_names(f, nmodel ? model : NULL, names, sizeof(names));
     free(model);
-    if (!f->state_dicts.len)
-        return ckpt_err(&f->err, CKPT_ERR_USAGE,
+    if (!f->state_dicts.len) /* nothing to name: the file, not the command line */
+        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
                         "no state dict or module tree in this file (no mapping whose values are "
                         "all tensors)");
     if (nmodel)

@@ -214,6 +214,12 @@ expect_stdout_line "cast: 4 storages float32 -> float16"
 expect_exit 0 ckpt convert --dtype float16 --allow-global argparse.Namespace "$data/train_ckpt.pth" all-half.pth
 expect_stdout_line "cast: 8 storages float32 -> float16"
 
+say "a file with no state dict at all: refused as input (3), by each command in its words"
+none=$data/ops/maxpool_k2.pth # {params: {}, input: tensor, output.y: tensor}
+refused 3 "ckpt: convert: $none: safetensors holds tensors only: no state dict" convert "$none" n.safetensors
+refused 3 "ckpt: extract: $none: no state dict or module tree" extract "$none" n.pth
+refused 3 "ckpt: strip-module: $none: no state dict found" strip-module "$none" n.safetensors
+
 say "--quiet: the line that says which state dict goes too"
 expect_exit 0 ckpt strip-module --quiet "$data/train_ckpt.pth" q.safetensors
 expect_stdout_empty
