@@ -1404,6 +1404,13 @@ CKPT_API void ckpt_torch_load_free(ckpt_torch_load *t);
  * (not a zip libzip opens, an I/O error): ckpt_torch_load_error_message().
  */
 CKPT_API int ckpt_torch_load_check(ckpt_torch_load *t, const char *path);
+/*
+ * Let the next checks use F, PATH as the caller already read it with
+ * ckpt_file_open and no option changed (no allow-list, default limits),
+ * instead of reading the file again: one model in memory, not three (a
+ * 100 MB safetensors header).  F must outlive the checks; NULL stops it.
+ */
+CKPT_API int ckpt_torch_load_use_file(ckpt_torch_load *t, const ckpt_file *f);
 /* The verdict for WHICH after a successful check, else NULL; valid until the next check. */
 CKPT_API const ckpt_torch_verdict *ckpt_torch_load_verdict(const ckpt_torch_load *t,
                                                            ckpt_torch which);

@@ -281,6 +281,11 @@ int cli_printf(const char *fmt, ...)
 
 int cli_json_puts(const char *json)
 {
+    return cli_json_write(json) == EOF ? EOF : putchar('\n');
+}
+
+int cli_json_write(const char *json)
+{
     /* C1 controls and DEL are written \u00NN, the same string to a JSON
      * reader; bytes that are not UTF-8 stay as they are (a name is exact) */
     const unsigned char *p = (const unsigned char *)json;
@@ -295,7 +300,7 @@ int cli_json_puts(const char *json)
         printf("\\u%04x", *q == 0x7f ? 0x7f : q[1]);
         p = q + (*q == 0x7f ? 1 : 2);
     }
-    return putchar('\n');
+    return 0;
 }
 
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)
@@ -501,10 +506,18 @@ cJSON *cli_json_dims(const int64_t *d, int n)
     return a;
 }
 
-struct cJSON *cli_torch_load_json(const char *path)
+bool cli_reading_is_default(const cli_common *c)
+{
+    return !c->nallow && !c->allow_unknown && !c->max_pickle_bytes && !c->max_header_bytes &&
+           !c->max_depth;
+}
+
+struct cJSON *cli_torch_load_json(const char *path, const ckpt_file *f)
 {
     ckpt_torch_load *t = ckpt_torch_load_new();
     char *text = NULL;
+    if (t && f)
+        ckpt_torch_load_use_file(t, f);
     if (t) {
         ckpt_torch_load_check(t, path); /* a failed check is the object's "error" */
         text = ckpt_torch_load_to_json(t);
@@ -519,9 +532,11 @@ struct cJSON *cli_torch_load_json(const char *path)
     return o;
 }
 
-void cli_torch_load_print(const char *path, const char *indent)
+void cli_torch_load_print(const char *path, const ckpt_file *f, const char *indent)
 {
     ckpt_torch_load *t = ckpt_torch_load_new();
+    if (t && f)
+        ckpt_torch_load_use_file(t, f);
     if (!t || ckpt_torch_load_check(t, path) != CKPT_OK) {
         cli_printf("%storch.load: not modelled: %s\n", indent,
                    t ? ckpt_torch_load_error_message(t) : "out of memory");

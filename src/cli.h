@@ -75,6 +75,8 @@ bool cli_needs_escape(const char *s);
  * escapes only C0): the same document, safe on a terminal.  Bytes that are
  * not UTF-8 (a file or record name) are written as they are. */
 int cli_json_puts(const char *json);
+/* The same without the newline: a part of a document printed in pieces. */
+int cli_json_write(const char *json);
 
 /* "ckpt: <cmd>: <file>: <message>" on stderr (file may be NULL), escaped. */
 void cli_error(const char *cmd, const char *file, const char *fmt, ...)
@@ -100,9 +102,14 @@ struct cJSON *cli_json_dims(const int64_t *d, int n);
 
 /* The torch.load verdicts of PATH (ckpt_torch_load): as the JSON object
  * "torch_load" ({"2.6+": {...}, "1.13": {...}}, or {"error": ...} when the
- * model cannot read the file), and as one text line per version. */
-struct cJSON *cli_torch_load_json(const char *path);
-void cli_torch_load_print(const char *path, const char *indent);
+ * model cannot read the file), and as one text line per version.  F: PATH
+ * as the command read it, when cli_reading_is_default(); else NULL (the
+ * model reads the file itself). */
+struct cJSON *cli_torch_load_json(const char *path, const ckpt_file *f);
+void cli_torch_load_print(const char *path, const ckpt_file *f, const char *indent);
+/* Whether C leaves the reading as ckpt_file_open's defaults (no allow-list,
+ * no limit changed): then the command's reading is the verdict's too. */
+bool cli_reading_is_default(const cli_common *c);
 
 /* "392.0 KiB" */
 const char *cli_human_bytes(unsigned long long n, char *buf, size_t cap);

@@ -39,6 +39,7 @@ typedef struct inspect {
     ckpt_file *f;
     const char *file;
     bool json, stats, quiet;
+    bool default_reading; /* the torch_load verdict may use F (cli_reading_is_default) */
     pcre2_code *filter;
     pcre2_match_data *match;
     char *pathbuf;
@@ -396,33 +397,48 @@ static void print_shard(const ckpt_tensor *t, const char *sep)
         cli_printf(", rank %d", si.rank);
 }
 
-static int print_json(inspect *in)
+/* One element of a long array, as cJSON_Print prints it inside the
+ * document (two levels down: two more tabs after each newline; no string
+ * holds a raw newline), after ", " unless it is the first. */
+static int json_element(cJSON *e, bool first)
+{
+    char *t = cJSON_Print(e);
+    cJSON_Delete(e);
+    size_t nl = 0, len = t ? strlen(t) : 0;
+    for (size_t i = 0; i < len; i++)
+        nl += t[i] == '\n';
+    char *out = t ? malloc(len + 2 * nl + 3) : NULL;
+    if (!out) {
+        free(t);
+        return CLI_EXIT_IO;
+    }
+    char *o = out;
+    if (!first) {
+        *o++ = ',';
+        *o++ = ' ';
+    }
+    for (size_t i = 0; i < len; i++) {
+        *o++ = t[i];
+        if (t[i] == '\n') {
+            *o++ = '\t';
+            *o++ = '\t';
+        }
+    }
+    *o = '\0';
+    cli_json_write(out);
+    free(out);
+    free(t);
+    return CLI_EXIT_OK;
+}
+
+/* "tensors": one object at a time, so that 1.7 M tensors never stand as a
+ * cJSON tree (issue 26: 6 GiB) */
+static int json_tensors(inspect *in, const cJSON *layout)
 {
     ckpt_file *f = in->f;
-    int rc = CLI_EXIT_OK;
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "file", in->file);
-    cJSON_AddStringToObject(root, "format", ckpt_format_name(ckpt_file_format(f)));
-    cJSON_AddItemToObject(root, "torch_load", cli_torch_load_json(in->file));
-    if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP ||
-        ckpt_file_format(f) == CKPT_FORMAT_TORCHSCRIPT) {
-        cJSON *rec = cJSON_AddArrayToObject(root, "records");
-        for (size_t i = 0; i < ckpt_file_record_count(f); i++)
-            cJSON_AddItemToArray(rec, cJSON_CreateString(ckpt_file_record_name(f, i)));
-        uint64_t dead;
-        if (ckpt_file_dead_bytes(f, &dead) == CKPT_OK) /* left by in-place rewrites */
-            cJSON_AddItemToObject(root, "dead_bytes", cli_json_int((long long)dead));
-    }
-    cJSON *layout = ckpt_file_layout(f) ? cJSON_Parse(ckpt_file_layout(f)) : NULL;
-    if (layout)
-        cJSON_AddItemToObject(root, "layout", layout);
-    if (ckpt_file_notice_count(f)) {
-        cJSON *notes = cJSON_AddArrayToObject(root, "notices");
-        for (size_t i = 0; i < ckpt_file_notice_count(f); i++)
-            cJSON_AddItemToArray(notes, cJSON_CreateString(ckpt_file_notice(f, i)));
-    }
-    cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
     size_t n = ckpt_file_tensor_count(f);
+    bool first = true;
+    cli_json_write("[");
     for (size_t i = 0; i < n; i++) {
         ckpt_path p;
         const ckpt_tensor *t = ckpt_file_tensor(f, i, &p);
@@ -448,11 +464,22 @@ static int print_json(inspect *in)
             json_runs(s, layout, jt);
         json_chunks(t, jt);
         json_shard(t, jt);
-        cJSON_AddItemToArray(tensors, jt);
         if (in->stats)
             json_stats(&in->st[i], jt);
+        if (json_element(jt, first) != CLI_EXIT_OK) {
+            cli_error("inspect", in->file, "out of memory");
+            return CLI_EXIT_IO;
+        }
+        first = false;
     }
-    cJSON *storages = cJSON_AddArrayToObject(root, "storages");
+    cli_json_write("]");
+    return CLI_EXIT_OK;
+}
+
+static int json_storages(inspect *in)
+{
+    ckpt_file *f = in->f;
+    cli_json_write("[");
     for (size_t i = 0; i < ckpt_file_storage_count(f); i++) {
         const ckpt_storage *s = ckpt_file_storage(f, i);
         cJSON *js = cJSON_CreateObject();
@@ -461,8 +488,44 @@ static int print_json(inspect *in)
         cJSON_AddItemToObject(js, "numel", cli_json_int(ckpt_storage_numel(s)));
         cJSON_AddStringToObject(js, "device", ckpt_storage_device(s));
         cJSON_AddItemToObject(js, "nbytes", cli_json_int((long long)ckpt_storage_nbytes(s)));
-        cJSON_AddItemToArray(storages, js);
+        if (json_element(js, i == 0) != CLI_EXIT_OK) {
+            cli_error("inspect", in->file, "out of memory");
+            return CLI_EXIT_IO;
+        }
     }
+    cli_json_write("]");
+    return CLI_EXIT_OK;
+}
+
+static int print_json(inspect *in)
+{
+    ckpt_file *f = in->f;
+    int rc = CLI_EXIT_OK;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "file", in->file);
+    cJSON_AddStringToObject(root, "format", ckpt_format_name(ckpt_file_format(f)));
+    cJSON_AddItemToObject(root, "torch_load", cli_torch_load_json(in->file, in->default_reading ? f : NULL));
+    if (ckpt_file_format(f) == CKPT_FORMAT_PTH_ZIP ||
+        ckpt_file_format(f) == CKPT_FORMAT_TORCHSCRIPT) {
+        cJSON *rec = cJSON_AddArrayToObject(root, "records");
+        for (size_t i = 0; i < ckpt_file_record_count(f); i++)
+            cJSON_AddItemToArray(rec, cJSON_CreateString(ckpt_file_record_name(f, i)));
+        uint64_t dead;
+        if (ckpt_file_dead_bytes(f, &dead) == CKPT_OK) /* left by in-place rewrites */
+            cJSON_AddItemToObject(root, "dead_bytes", cli_json_int((long long)dead));
+    }
+    cJSON *layout = ckpt_file_layout(f) ? cJSON_Parse(ckpt_file_layout(f)) : NULL;
+    if (layout)
+        cJSON_AddItemToObject(root, "layout", layout);
+    if (ckpt_file_notice_count(f)) {
+        cJSON *notes = cJSON_AddArrayToObject(root, "notices");
+        for (size_t i = 0; i < ckpt_file_notice_count(f); i++)
+            cJSON_AddItemToArray(notes, cJSON_CreateString(ckpt_file_notice(f, i)));
+    }
+    /* the two long arrays are printed element by element where these marks
+     * stand (a control byte: escaped in every string, so found only here) */
+    cJSON_AddItemToObject(root, "tensors", cJSON_CreateRaw("\x01"));
+    cJSON_AddItemToObject(root, "storages", cJSON_CreateRaw("\x02"));
     cJSON *sds = cJSON_AddArrayToObject(root, "state_dicts");
     for (size_t i = 0; i < ckpt_file_state_dict_count(f); i++) {
         ckpt_path p;
@@ -493,20 +556,28 @@ static int print_json(inspect *in)
     totals t;
     compute_totals(in, &t);
     cJSON *sum = cJSON_AddObjectToObject(root, "summary");
-    cJSON_AddItemToObject(sum, "tensors", cli_json_int((long long)n));
+    cJSON_AddItemToObject(sum, "tensors", cli_json_int((long long)ckpt_file_tensor_count(f)));
     cJSON_AddItemToObject(sum, "parameters", cli_json_int((long long)t.elements));
     cJSON_AddItemToObject(sum, "bytes", cli_json_int((long long)t.bytes));
     cJSON_AddItemToObject(sum, "by_dtype", t.by_dtype);
     cJSON_AddItemToObject(sum, "by_device", t.by_device);
 
     char *text = cJSON_Print(root);
-    if (!text) {
+    char *at_t = text ? strchr(text, '\x01') : NULL, *at_s = at_t ? strchr(at_t, '\x02') : NULL;
+    if (!at_s) {
         cli_error("inspect", in->file, "out of memory");
         rc = CLI_EXIT_IO;
     } else {
-        cli_json_puts(text);
-        free(text);
+        *at_t = *at_s = '\0';
+        cli_json_write(text);
+        if ((rc = json_tensors(in, layout)) == CLI_EXIT_OK) {
+            cli_json_write(at_t + 1);
+            rc = json_storages(in);
+        }
+        if (rc == CLI_EXIT_OK)
+            cli_json_puts(at_s + 1);
     }
+    free(text);
     cJSON_Delete(root);
     return rc;
 }
@@ -582,7 +653,7 @@ static int print_text(inspect *in)
             cli_printf("dead bytes: %s (no record holds them: left by in-place rewrites)\n",
                        cli_human_bytes(dead, b1, sizeof(b1)));
     }
-    cli_torch_load_print(in->file, "");
+    cli_torch_load_print(in->file, in->default_reading ? f : NULL, "");
     print_layout(f);
 
     for (size_t i = 0; i < ckpt_file_state_dict_count(f); i++) {
@@ -786,6 +857,7 @@ int cmd_inspect(int argc, char **argv)
     }
     in.file = argv[optind];
     in.quiet = common.quiet;
+    in.default_reading = cli_reading_is_default(&common);
     if (filter) {
         int err;
         PCRE2_SIZE at;

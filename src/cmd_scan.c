@@ -109,7 +109,7 @@ static void print_text(const ckpt_scan_entry *e)
     else
         cli_printf("  verdict: safe: only state-dict (interpreted) and known-data globals\n");
     if (ckpt_scan_format(s) != CKPT_FORMAT_DCP) /* items: DCP's reader loads them, not torch.load */
-        cli_torch_load_print(path, "  ");
+        cli_torch_load_print(path, NULL, "  ");
 }
 
 int cmd_scan(int argc, char **argv)

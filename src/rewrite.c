@@ -342,8 +342,29 @@ static void say_took(const rewrite *rw)
                   rw->took_model ? " (name another with --select)" : "");
 }
 
-static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
+/* The storages F's tensors use, and in *NT its tensors. */
+static size_t used_storages(const ckpt_file *f, size_t *nt)
 {
+    size_t ns = ckpt_file_storage_count(f), used = 0;
+    *nt = ckpt_file_tensor_count(f);
+    bool *seen = calloc(ns ? ns : 1, 1);
+    for (size_t i = 0; seen && i < *nt; i++) {
+        const ckpt_storage *s = ckpt_tensor_storage(ckpt_file_tensor(f, i, NULL));
+        if (!s)
+            continue; /* sparse, meta: counted through their parts, or none */
+        size_t k = ckpt_storage_index(s);
+        used += !seen[k];
+        seen[k] = true;
+    }
+    free(seen);
+    return used;
+}
+
+/* Write *FP to OUT and report; *FP is freed (and NULL) once written, so
+ * that reading OUT back never holds two models (issue 26). */
+static int finish(rewrite *rw, ckpt_file **fp, const char *nothing_changed)
+{
+    ckpt_file *f = *fp;
     if (rw->dry_run) {
         say_took(rw);
         warn_kept(rw);
@@ -390,21 +411,15 @@ static int finish(rewrite *rw, ckpt_file *f, const char *nothing_changed)
         /* what OUT holds, as a reader finds it (a tensors-only format holds
          * one state dict of IN: counting IN's would say more) */
         /* (a file edited in place holds what f holds: not read again) */
-        ckpt_file *o = res.method == CKPT_WROTE_NEW ? ckpt_file_new() : NULL;
-        bool reread = o && ckpt_file_open(o, rw->out) == CKPT_OK;
-        ckpt_file *w = reread ? o : f;
-        size_t ns = ckpt_file_storage_count(w), used = 0, nt = ckpt_file_tensor_count(w);
-        bool *seen = calloc(ns ? ns : 1, 1);
-        for (size_t i = 0; seen && i < nt; i++) {
-            const ckpt_storage *s = ckpt_tensor_storage(ckpt_file_tensor(w, i, NULL));
-            if (!s)
-                continue; /* sparse, meta: counted through their parts, or none */
-            size_t k = ckpt_storage_index(s);
-            used += !seen[k];
-            seen[k] = true;
+        size_t nt, used = used_storages(f, &nt);
+        if (res.method == CKPT_WROTE_NEW) {
+            ckpt_file_free(f);
+            *fp = NULL;
+            ckpt_file *o = ckpt_file_new();
+            if (o && ckpt_file_open(o, rw->out) == CKPT_OK)
+                used = used_storages(o, &nt);
+            ckpt_file_free(o);
         }
-        free(seen);
-        ckpt_file_free(o);
         cli_printf("wrote %s: %s, %zu tensors, %zu storages, %s\n", rw->out,
                    ckpt_format_name(rw->out_format ? rw->out_format : CKPT_FORMAT_PTH_ZIP), nt, used,
                    size);
@@ -457,7 +472,7 @@ int rewrite_keys(rewrite *rw, const ckpt_rename *rules)
                   "name one with --select");
         rc = CLI_EXIT_BAD_INPUT;
     } else if (!one || (rc = take_state_dict(rw, f, rw->select, pick, nested)) == CLI_EXIT_OK) {
-        rc = finish(rw, f, "no key changed");
+        rc = finish(rw, &f, "no key changed");
     }
     ckpt_file_free(f);
     return rc;
@@ -508,7 +523,7 @@ int rewrite_convert(rewrite *rw, ckpt_dtype dtype)
         rc = cli_exit_for(st);
     } else {
         rw->changed += 1; /* a conversion always writes something new */
-        rc = finish(rw, f, "nothing to convert");
+        rc = finish(rw, &f, "nothing to convert");
     }
     ckpt_file_free(f);
     return rc;
@@ -554,7 +569,7 @@ int rewrite_extract(rewrite *rw)
                    where[0] ? " '" : "", where, where[0] ? "'" : "", n, cls ? " of " : "",
                    cls ? cls : "");
         rw->changed += 1;
-        rc = rw->dry_run ? CLI_EXIT_OK : finish(rw, f, "nothing to extract");
+        rc = rw->dry_run ? CLI_EXIT_OK : finish(rw, &f, "nothing to extract");
         if (rw->dry_run && rw->pending && !rw->common.quiet)
             fputs(rw->pending, stdout);
         if (rw->dry_run)
@@ -581,7 +596,7 @@ int rewrite_devices(rewrite *rw, const char *const *from, const char *const *to,
         cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
         rc = cli_exit_for(st);
     } else {
-        rc = finish(rw, f, "no storage changed its device");
+        rc = finish(rw, &f, "no storage changed its device");
     }
     ckpt_file_free(f);
     return rc;

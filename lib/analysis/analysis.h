@@ -59,6 +59,11 @@ typedef struct ckpt_wo_ctx {
      * storage, 2 a tensor.  NULL: any other loader. */
     int (*tar_key)(void *user, const char *key);
     void *user;
+    /* The memo indices the pickle fetches (BINGET), sorted, when the caller
+     * knows them (ckpt's own writer: ckpt_pickle_out.fetched): only those are
+     * kept.  NULL: every BINPUT is kept. */
+    const uint32_t *memo_fetched;
+    size_t nmemo_fetched;
 } ckpt_wo_ctx;
 
 /* Walk BUF[0..LEN) as CTX->torch's weights-only unpickler would, into *R;

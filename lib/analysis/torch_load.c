@@ -37,6 +37,7 @@ struct ckpt_torch_load {
     bool done;
     bool tar; /* the file is torch 0.1's tar (tarfile.open accepts it) */
     int oom;
+    const ckpt_file *file; /* the caller's reading of the file, or NULL */
 };
 
 static const char UNSAFE_2_15[] =
@@ -547,12 +548,14 @@ static int tar_verdict(ckpt_torch_load *t, int fd, uint64_t size, bool *fallback
  * and the pickle it would write passes the same model. */
 static bool convert_fixes(ckpt_torch_load *t, ckpt_torch which, const char *path, bool extract)
 {
-    ckpt_file *f = ckpt_file_new();
+    /* the caller's reading when there is one, else a reading of our own */
+    ckpt_file *own = t->file ? NULL : ckpt_file_new();
+    const ckpt_file *f = t->file ? t->file : own;
     if (!f)
         return false;
     bool ok = false;
     const ckpt_value *what = NULL; /* extract: a pickled model's state dict, as it writes it */
-    if (ckpt_file_open(f, path) == CKPT_OK && f->root) {
+    if ((!own || ckpt_file_open(own, path) == CKPT_OK) && f->root) {
         what = extract ? NULL : f->root;
         for (size_t i = 0; extract && !what && i < ckpt_file_state_dict_count(f); i++)
             if (strcmp(ckpt_file_state_dict_source(f, i), "mapping") != 0)
@@ -561,20 +564,25 @@ static bool convert_fixes(ckpt_torch_load *t, ckpt_torch which, const char *path
     if (what) {
         ckpt_pickle_out out = {0};
         ckpt_error e = {0};
-        int wrc = ckpt_pickle_write(&f->arena, f->nstorages, what, &out, &e);
-        /* the walk reads the pickle alone: the file's model goes first, so
+        ckpt_arena memo; /* the writer's memo texts: the file is only read */
+        ckpt_arena_init(&memo);
+        int wrc = ckpt_pickle_write(&memo, f->nstorages, what, &out, &e);
+        ckpt_arena_release(&memo);
+        /* the walk reads the pickle alone: our own model goes first, so
          * the two are never held at once (issue 26: a 100 MB header) */
-        ckpt_file_free(f);
-        f = NULL;
+        ckpt_file_free(own);
+        own = NULL;
         if (wrc == CKPT_OK) {
+            /* only the memo entries the pickle reads back are kept */
             ckpt_wo_ctx ctx = {.torch = which == CKPT_TORCH_1_13 ? CKPT_WO_1_13 : CKPT_WO_2_15,
-                               .limits = t->limits, .pid_fields = 5};
+                               .limits = t->limits, .pid_fields = 5,
+                               .memo_fetched = out.fetched, .nmemo_fetched = out.nfetched};
             ckpt_wo_result r;
             ok = ckpt_wo_walk(&ctx, out.buf, out.len, &r, &e) == CKPT_OK && r.stop == CKPT_WO_OK;
         }
         ckpt_pickle_out_free(&out);
     }
-    ckpt_file_free(f);
+    ckpt_file_free(own);
     return ok;
 }
 
@@ -808,6 +816,14 @@ static void verdict_publish(ckpt_torch_load *t, verdict *v)
     v->pub.malformed = v->malformed;
 }
 
+int ckpt_torch_load_use_file(ckpt_torch_load *t, const ckpt_file *f)
+{
+    if (!t || (f && !f->root))
+        return CKPT_ERR_USAGE;
+    t->file = f;
+    return CKPT_OK;
+}
+
 int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
 {
     if (!t || !path)
@@ -855,8 +871,11 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
                 break;
             }
             /* safetensors reads the file as safetensors whatever else it is (a zip
-             * whose first bytes are also a header length: a polyglot) */
-            int r = ckpt_file_open_as(f, path, &ckpt_format_safetensors);
+             * whose first bytes are also a header length: a polyglot); the
+             * caller's reading says it when it was read so */
+            int r = t->file && t->file->format == CKPT_FORMAT_SAFETENSORS
+                        ? CKPT_OK
+                        : ckpt_file_open_as(f, path, &ckpt_format_safetensors);
             if (r == CKPT_OK) {
                 v->pub.accepted = 1;
             } else if (r == CKPT_ERR_UNSUPPORTED &&
@@ -902,7 +921,8 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
     for (int i = 0; i < CKPT_TORCH_COUNT_; i++)
         unpickled |= t->v[i].pub.accepted &&
                      strcmp(t->v[i].pub.via, "weights-only unpickler") == 0;
-    ckpt_file *f = rc == CKPT_OK && unpickled ? ckpt_file_new() : NULL;
+    /* the caller's reading succeeded: nothing malformed to find */
+    ckpt_file *f = rc == CKPT_OK && unpickled && !t->file ? ckpt_file_new() : NULL;
     if (f && ckpt_file_open(f, path) == CKPT_ERR_FORMAT)
         for (int i = 0; i < CKPT_TORCH_COUNT_; i++)
             if (t->v[i].pub.accepted && strcmp(t->v[i].pub.via, "weights-only unpickler") == 0)

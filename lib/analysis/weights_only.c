@@ -292,6 +292,13 @@ typedef struct walk {
     size_t nmarks, mcap;
     size_t base;   /* where the current frame starts */
     wmap memo, seen;
+    size_t memo_dropped; /* BINPUTs not kept (ctx->memo_fetched): counted for the limit */
+    /* Tuple items live here, released whenever nothing reachable holds any
+     * (no tuple with items on the stack, none kept in the memo): a pickle of
+     * 1.7 M tensors holds one batch of them, not all (issue 26). */
+    ckpt_arena scratch;
+    bool scratch_pinned;  /* the memo keeps a tuple with items: never released */
+    size_t scratch_retry; /* release tried again once scratch holds this much */
     int oom;
     wv pid_value; /* what persistent_load gave, when not a storage (tar loader) */
     bool has_pid_value;
@@ -778,15 +785,50 @@ static int make_tuple(walk *w, size_t first, size_t n, wv *out)
          * within max(--max-pickle-bytes, 1 GiB), so that 10^8 nested TUPLE1s stop */
         uint64_t cap = w->ctx->limits[CKPT_LIMIT_PICKLE_BYTES];
         cap = cap < (1ull << 30) ? 1ull << 30 : cap;
-        if (w->len > cap || w->arena.used_total > cap - w->len)
+        if (w->len > cap || w->arena.used_total + w->scratch.used_total > cap - w->len)
             return -1;
-        wv *items = ckpt_arena_alloc(&w->arena, n * sizeof *items);
+        wv *items = ckpt_arena_alloc(&w->scratch, n * sizeof *items);
         if (!items)
             return w->oom = -1;
         memcpy(items, &w->stack[first], n * sizeof *items);
         out->u.items = items;
     }
     return 0;
+}
+
+/* After a SETITEM(S) or APPEND(S): drop every tuple's items when nothing
+ * reachable holds one.  Tried when scratch has grown past a threshold that
+ * doubles after each failed try, so the stack is scanned O(log) times. */
+static void scratch_release(walk *w)
+{
+    if (w->scratch_pinned || w->has_pid_value || w->scratch.used_total < w->scratch_retry)
+        return;
+    for (size_t i = 0; i < w->sp; i++)
+        if (w->stack[i].kind == V_TUPLE && w->stack[i].u.items) {
+            w->scratch_retry = w->scratch.used_total * 2;
+            return;
+        }
+    ckpt_arena_release(&w->scratch);
+    ckpt_arena_init(&w->scratch);
+    w->scratch_retry = 1u << 20;
+}
+
+static bool memo_wanted(const walk *w, uint32_t idx)
+{
+    const uint32_t *k = w->ctx->memo_fetched;
+    if (!k)
+        return true;
+    size_t lo = 0, hi = w->ctx->nmemo_fetched;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (k[mid] == idx)
+            return true;
+        if (k[mid] < idx)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return false;
 }
 
 /* The walk proper: 0 when it reached STOP (r->stop stays OK), 1 when torch
@@ -905,6 +947,7 @@ static int run(walk *w)
                 tail_scan(w, p);
                 return 1;
             }
+            scratch_release(w);
             continue;
         }
         case CKPT_OP_SETITEM: case CKPT_OP_SETITEMS: {
@@ -946,6 +989,7 @@ static int run(walk *w)
                         return 1;
                     }
             }
+            scratch_release(w);
             continue;
         }
         case CKPT_OP_MARK:
@@ -1073,8 +1117,15 @@ static int run(walk *w)
             p += op == CKPT_OP_BINPUT ? 1 : 4;
             if (!NEED(1))
                 return stop(w, CKPT_WO_OPCODE, op, at, "IndexError", "list index out of range");
-            if (!map_find(&w->memo, idx) && w->memo.len >= w->ctx->limits[CKPT_LIMIT_MEMO])
+            if (!map_find(&w->memo, idx) &&
+                w->memo.len + w->memo_dropped >= w->ctx->limits[CKPT_LIMIT_MEMO])
                 return -1;
+            if (!memo_wanted(w, idx)) {
+                w->memo_dropped++;
+                continue;
+            }
+            if (w->stack[w->sp - 1].kind == V_TUPLE && w->stack[w->sp - 1].u.items)
+                w->scratch_pinned = true;
             if (map_put(&w->memo, idx, &w->stack[w->sp - 1]) < 0)
                 return w->oom = -1;
             continue;
@@ -1108,10 +1159,12 @@ int ckpt_wo_walk(const ckpt_wo_ctx *ctx, const uint8_t *buf, size_t len, ckpt_wo
 {
     memset(r, 0, sizeof *r);
     r->opcode = -1;
-    walk w = {.ctx = ctx, .r = r, .buf = buf, .len = len};
+    walk w = {.ctx = ctx, .r = r, .buf = buf, .len = len, .scratch_retry = 1u << 20};
     ckpt_arena_init(&w.arena);
+    ckpt_arena_init(&w.scratch);
     int rc = run(&w);
     ckpt_arena_release(&w.arena);
+    ckpt_arena_release(&w.scratch);
     free(w.stack);
     free(w.marks);
     free(w.memo.keys);

@@ -181,6 +181,10 @@ const char *ckpt_file_table_key(const ckpt_file *f, const char *key, char *buf, 
 struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_dtype dt,
                                            int64_t numel, const char *device, size_t devlen,
                                            ckpt_error *err);
+/* The same for a KEY already in F's arena, kept as it is (not copied). */
+struct ckpt_storage *ckpt_file_storage_new_kept(ckpt_file *f, const char *key, ckpt_dtype dt,
+                                                int64_t numel, const char *device, size_t devlen,
+                                                ckpt_error *err);
 /* The pickle value (at OFFSET) of storage S of DT, persistent_load's
  * result; NULL + err when out of memory. */
 ckpt_value *ckpt_file_storage_value(ckpt_file *f, struct ckpt_storage *s, ckpt_dtype dt,

@@ -321,7 +321,7 @@ static int walk_child(walker *w, ckpt_value *child, const ckpt_path_elem *e, siz
     return walk(w, child, level + 1, false);
 }
 
-static int walk_vec(walker *w, ckpt_vec *vec, size_t level, bool on_path)
+static int walk_vec(walker *w, const ckpt_vec *vec, size_t level, bool on_path)
 {
     for (size_t i = 0; i < vec->len; i++) {
         ckpt_path_elem e = {.is_int = 1, .index = (int64_t)i};
@@ -418,9 +418,9 @@ static int walk(walker *w, ckpt_value *v, size_t level, bool on_path)
         if (!rc && v->u.obj.state)
             rc = walk_child(w, v->u.obj.state, NULL, level, false);
         if (!rc)
-            rc = walk_vec(w, &v->u.obj.listitems, level, false);
+            rc = walk_vec(w, &ckpt_obj_items_of(v)->listitems, level, false);
         if (!rc)
-            rc = walk_vec(w, &v->u.obj.dictvals, level, false);
+            rc = walk_vec(w, &ckpt_obj_items_of(v)->dictvals, level, false);
         break;
     default:
         break;
@@ -455,10 +455,10 @@ static void unmark(ckpt_value *v)
         unmark(v->u.obj.args);
         unmark(v->u.obj.kwargs);
         unmark(v->u.obj.state);
-        for (size_t i = 0; i < v->u.obj.listitems.len; i++)
-            unmark(v->u.obj.listitems.items[i]);
-        for (size_t i = 0; i < v->u.obj.dictvals.len; i++)
-            unmark(v->u.obj.dictvals.items[i]);
+        for (size_t i = 0; i < ckpt_obj_items_of(v)->listitems.len; i++)
+            unmark(ckpt_obj_items_of(v)->listitems.items[i]);
+        for (size_t i = 0; i < ckpt_obj_items_of(v)->dictvals.len; i++)
+            unmark(ckpt_obj_items_of(v)->dictvals.items[i]);
         break;
     default:
         break;

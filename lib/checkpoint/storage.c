@@ -34,9 +34,9 @@ static ckpt_global_class classify(void *user, const char *q)
     return ckpt_file_classify_global(user, q);
 }
 
-struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_dtype dt,
-                                           int64_t numel, const char *device, size_t devlen,
-                                           ckpt_error *err)
+static struct ckpt_storage *storage_new(ckpt_file *f, const char *key, bool copy_key,
+                                        ckpt_dtype dt, int64_t numel, const char *device,
+                                        size_t devlen, ckpt_error *err)
 {
     uint64_t nbytes;
     int r = numel < 0 ? -1 : ckpt_dtype_nbytes(dt, (uint64_t)numel, &nbytes);
@@ -46,8 +46,11 @@ struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_d
         return NULL;
     }
     ckpt_storage *s = ckpt_arena_alloc(&f->arena, sizeof(*s));
-    if (!s || !(s->key = ckpt_arena_strndup(&f->arena, key, strlen(key))) ||
-        !(s->device = ckpt_arena_strndup(&f->arena, device, devlen))) {
+    /* "cpu", the tag of most storages, is not copied: a remap replaces the
+     * pointer, never the text */
+    bool cpu = devlen == 3 && memcmp(device, "cpu", 3) == 0;
+    if (!s || !(s->key = copy_key ? ckpt_arena_strndup(&f->arena, key, strlen(key)) : (char *)key) ||
+        !(s->device = cpu ? (char *)"cpu" : ckpt_arena_strndup(&f->arena, device, devlen))) {
         ckpt_oom(err);
         return NULL;
     }
@@ -60,6 +63,20 @@ struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_d
     if (ckpt_file_storage_add(f, s, err))
         return NULL;
     return s;
+}
+
+struct ckpt_storage *ckpt_file_storage_new(ckpt_file *f, const char *key, ckpt_dtype dt,
+                                           int64_t numel, const char *device, size_t devlen,
+                                           ckpt_error *err)
+{
+    return storage_new(f, key, true, dt, numel, device, devlen, err);
+}
+
+struct ckpt_storage *ckpt_file_storage_new_kept(ckpt_file *f, const char *key, ckpt_dtype dt,
+                                                int64_t numel, const char *device, size_t devlen,
+                                                ckpt_error *err)
+{
+    return storage_new(f, key, false, dt, numel, device, devlen, err);
 }
 
 static int piece_cmp(const void *a, const void *b)

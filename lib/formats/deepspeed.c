@@ -800,7 +800,7 @@ static int rank_groups_in(ckpt_file *f, ds_state *st, const char *key, size_t *n
             if (!(*runs = calloc(st->noptim * G, sizeof(**runs))))
                 return oom(f);
         } else if (groups->u.seq.len != G) {
-            return bad(f, file, "'%s' has %zu groups, rank 0 has %zu", key, groups->u.seq.len, G);
+            return bad(f, file, "'%s' has %zu groups, rank 0 has %zu", key, (size_t)groups->u.seq.len, G);
         }
         for (size_t g = 0; g < G; g++) {
             char what[128];
@@ -827,7 +827,7 @@ static int trainable_12(ds_out *o, const ckpt_value *shapes, const char *mfile)
     CKPT_FORWARD(rank_groups(f, st, "single_partition_of_fp32_groups", &G, &runs));
     int rc = CKPT_OK;
     if (shapes->u.seq.len != G)
-        rc = bad(f, mfile, "param_shapes has %zu groups, the optim files %zu", shapes->u.seq.len, G);
+        rc = bad(f, mfile, "param_shapes has %zu groups, the optim files %zu", (size_t)shapes->u.seq.len, G);
     const ckpt_value *pads = get(get(st->optim[0].root, "optimizer_state_dict"), "param_alignment_paddings");
     if (pads && pads->kind == CKPT_KIND_NONE)
         pads = NULL;
@@ -847,7 +847,7 @@ static int trainable_12(ds_out *o, const ckpt_value *shapes, const char *mfile)
         const ckpt_value *gp = pads ? pads->u.seq.items[g] : NULL;
         if (gp && (!is_seq(gp) || gp->u.seq.len != sh->u.dict.keys.len)) {
             rc = bad(f, ofile, "param_alignment_paddings[%zu] does not hold one padding per "
-                     "parameter (%zu)", g, sh->u.dict.keys.len);
+                     "parameter (%zu)", g, (size_t)sh->u.dict.keys.len);
             break;
         }
         int64_t avail = 0;

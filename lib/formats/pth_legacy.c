@@ -243,7 +243,7 @@ static int read_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ck
                        CKPT_ERR_FORMAT, "storage key list is a %s",
                        ckpt_kind_name((ckpt_kind)v->kind));
         CKPT_RETURN_IF(v->u.seq.len != f->nstorages - r->before, &f->err, CKPT_ERR_FORMAT,
-                       "storage key list names %zu storages, the pickle %zu", v->u.seq.len,
+                       "storage key list names %zu storages, the pickle %zu", (size_t)v->u.seq.len,
                        f->nstorages - r->before);
     }
     return CKPT_OK;

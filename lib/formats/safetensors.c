@@ -893,7 +893,10 @@ static int safetensors_read(ckpt_file *f, ckpt_source *src, ckpt_value **root_ou
         memcpy(key, f->key_prefix ? f->key_prefix : "", plen);
         memcpy(key + plen, r->name, nl + 1);
         ckpt_dtype dt = (ckpt_dtype)r->dtype;
-        ckpt_storage *s = ckpt_file_storage_new(f, key, dt, (int64_t)numel, "cpu", 3, &f->err);
+        /* the storage's key is the tensor's name (in the arena) unless a shard's prefix is added */
+        ckpt_storage *s =
+            plen ? ckpt_file_storage_new(f, key, dt, (int64_t)numel, "cpu", 3, &f->err)
+                 : ckpt_file_storage_new_kept(f, r->name, dt, (int64_t)numel, "cpu", 3, &f->err);
         if (!s) {
             rc = f->err.code;
             break;

@@ -34,10 +34,17 @@ typedef enum ckpt_obj_how {
     CKPT_OBJ_OBJ
 } ckpt_obj_how;
 
+/* 32-bit counts (ckpt_vec_push refuses more): a value is 80 bytes, not 128 */
 typedef struct ckpt_vec {
     ckpt_value **items;
-    size_t len, cap;
+    uint32_t len, cap;
 } ckpt_vec;
+
+/* APPEND(S) and SETITEM(S) on an OBJECT: apart, since most objects have none */
+typedef struct ckpt_obj_items {
+    ckpt_vec listitems;
+    ckpt_vec dictkeys, dictvals;
+} ckpt_obj_items;
 
 struct ckpt_value {
     uint8_t kind;
@@ -79,8 +86,7 @@ struct ckpt_value {
             ckpt_value *args;     /* TUPLE or NULL */
             ckpt_value *kwargs;   /* NEWOBJ_EX kwargs or NULL */
             ckpt_value *state;    /* BUILD state or NULL */
-            ckpt_vec listitems;   /* APPEND(S) on the object */
-            ckpt_vec dictkeys, dictvals; /* SETITEM(S) on the object */
+            ckpt_obj_items *items; /* NULL until an APPEND or SETITEM: ckpt_obj_items_of() */
             struct ckpt_value *module_sd; /* MODULE: its state dict, once made */
         } obj;
         struct ckpt_tensor *tensor;
@@ -102,10 +108,15 @@ struct ckpt_tensor {
     bool requires_grad;
     bool parameter;
     uint8_t kind;               /* ckpt_tensor_kind (beside the bools: 176 bytes, not 184) */
+    uint8_t made_dtype;         /* REBUILD_ARGS NULL: the dtype it was made with (the writer's
+                                 * storage reference names it, as torch.save would have) */
     struct ckpt_storage *storage;
     /* The call that built it, kept for writers: "_rebuild_tensor_v2", ... */
     const char *rebuild;
-    ckpt_value *rebuild_args;   /* the tensor call's argument tuple */
+    /* the tensor call's argument tuple; NULL for a tensor made outside a
+     * pickle (ckpt_tensor_value_new), whose tuple the writer makes from the
+     * fields above: ten values a tensor fewer (issue 26: 1.7 M tensors) */
+    ckpt_value *rebuild_args;
     ckpt_value *param_args;     /* _rebuild_parameter's arguments, or NULL */
     const char *param_rebuild;
     ckpt_value *state;          /* BUILD on the tensor, or NULL */
@@ -177,6 +188,8 @@ struct ckpt_storage {
 /* ---- values: constructors and helpers used by the VM and walkers ---------- */
 
 ckpt_value *ckpt_value_new(ckpt_arena *a, ckpt_kind kind, uint64_t offset);
+/* An OBJECT's APPEND/SETITEM items; empty ones when it has none. */
+const ckpt_obj_items *ckpt_obj_items_of(const ckpt_value *obj);
 /* Append to a vector; grows inside the arena.  -1 on OOM. */
 int ckpt_vec_push(ckpt_arena *a, ckpt_vec *v, ckpt_value *item);
 /* Room for N items in all (no doubling left behind when the count is known).  -1 on OOM. */
@@ -216,7 +229,8 @@ bool ckpt_tensor_type_known(const char *q);
 bool ckpt_utf8_valid(const uint8_t *s, size_t n);
 
 /* A tensor value as torch.save would pickle it: _rebuild_tensor_v2 (or _v3
- * for dtypes without a typed storage) over STORAGE. */
+ * for dtypes without a typed storage) over STORAGE.  Its argument tuple is
+ * not built (rebuild_args NULL): the writer writes it from the fields. */
 ckpt_value *ckpt_tensor_value_new(ckpt_arena *a, struct ckpt_storage *storage, ckpt_dtype dtype,
                                   int ndim, const int64_t *shape, const int64_t *stride,
                                   int64_t offset);
@@ -328,6 +342,8 @@ typedef struct ckpt_pickle_out {
     size_t len, cap;
     size_t *order;  /* input storage indices in output key order ("0", "1", ...) */
     size_t norder;
+    uint32_t *fetched; /* the memo indices a BINGET reads, sorted, each once (ckpt_wo_ctx) */
+    size_t nfetched;
 } ckpt_pickle_out;
 
 /* Protocol-2 pickle of ROOT; storages are renumbered in first-reference order. */

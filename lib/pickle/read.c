@@ -1123,7 +1123,7 @@ static int op_reduce(vm *m)
             d->flags |= CKPT_VF_ORDERED;
             if (args->u.seq.len > 1)
                 return fail(m, CKPT_ERR_FORMAT, "OrderedDict called with %zu arguments",
-                            args->u.seq.len);
+                            (size_t)args->u.seq.len);
             if (args->u.seq.len == 1) {
                 ckpt_value *items = args->u.seq.items[0];
                 if (items->kind != CKPT_KIND_LIST && items->kind != CKPT_KIND_TUPLE)
@@ -1316,6 +1316,14 @@ static int scan_build(vm *m, ckpt_value *obj, ckpt_value *state)
     return CKPT_OK;
 }
 
+/* OBJECT's items, made at its first APPEND or SETITEM */
+static int obj_items(vm *m, ckpt_value *obj)
+{
+    if (!obj->u.obj.items && !(obj->u.obj.items = ckpt_arena_alloc(m->a, sizeof(ckpt_obj_items))))
+        return oom(m);
+    return CKPT_OK;
+}
+
 static int set_items(vm *m, ckpt_value *target, ckpt_value **kv, size_t n)
 {
     if (m->ctx->scan)
@@ -1327,8 +1335,9 @@ static int set_items(vm *m, ckpt_value *target, ckpt_value **kv, size_t n)
         keys = &target->u.dict.keys;
         vals = &target->u.dict.vals;
     } else if (target->kind == CKPT_KIND_OBJECT) {
-        keys = &target->u.obj.dictkeys;
-        vals = &target->u.obj.dictvals;
+        CKPT_FORWARD(obj_items(m, target));
+        keys = &target->u.obj.items->dictkeys;
+        vals = &target->u.obj.items->dictvals;
     } else {
         return fail(m, CKPT_ERR_FORMAT, "SETITEM on a %s", ckpt_value_kind_name(target));
     }
@@ -1346,8 +1355,10 @@ static int append_items(vm *m, ckpt_value *target, ckpt_value **items, size_t n)
     ckpt_vec *vec;
     if (target->kind == CKPT_KIND_LIST)
         vec = &target->u.seq;
+    else if (target->kind == CKPT_KIND_OBJECT && !obj_items(m, target))
+        vec = &target->u.obj.items->listitems;
     else if (target->kind == CKPT_KIND_OBJECT)
-        vec = &target->u.obj.listitems;
+        return oom(m);
     else
         return fail(m, CKPT_ERR_FORMAT, "APPEND on a %s", ckpt_value_kind_name(target));
     for (size_t i = 0; i < n; i++)

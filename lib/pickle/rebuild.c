@@ -45,7 +45,7 @@ static int int_tuple(vm *m, const ckpt_value *v, const char *what, int64_t **out
         return fail(m, CKPT_ERR_FORMAT, "tensor %s is not a tuple", what);
     if (v->u.seq.len > MAX_NDIM)
         return fail(m, CKPT_ERR_UNSUPPORTED, "tensor has %zu dimensions (at most %d)",
-                    v->u.seq.len, MAX_NDIM);
+                    (size_t)v->u.seq.len, MAX_NDIM);
     *n = (int)v->u.seq.len;
     *out = ckpt_arena_alloc(m->a, (v->u.seq.len + 1) * sizeof(int64_t));
     if (!*out)
@@ -242,7 +242,7 @@ static int rebuild_qtensor(vm *m, const char *fn, ckpt_value *args)
 {
     ckpt_value **a = args->u.seq.items;
     if (args->u.seq.len != 7)
-        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, args->u.seq.len);
+        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, (size_t)args->u.seq.len);
     ckpt_tensor *t = ckpt_arena_alloc(m->a, sizeof(*t));
     if (!t)
         return oom(m);
@@ -329,7 +329,7 @@ static int rebuild_sparse(vm *m, const char *fn, ckpt_value *args)
 {
     ckpt_value **a = args->u.seq.items;
     if (args->u.seq.len != 2)
-        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, args->u.seq.len);
+        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, (size_t)args->u.seq.len);
     ckpt_tensor_kind kind = layout_kind(a[0]);
     if (kind == CKPT_TENSOR_DENSE)
         return fail(m, CKPT_ERR_FORMAT, "%s: the layout is not a sparse one", fn);
@@ -376,7 +376,7 @@ static int rebuild_meta(vm *m, const char *fn, ckpt_value *args)
 {
     ckpt_value **a = args->u.seq.items;
     if (args->u.seq.len != 4)
-        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, args->u.seq.len);
+        return fail(m, CKPT_ERR_FORMAT, "%s called with %zu arguments", fn, (size_t)args->u.seq.len);
     ckpt_tensor *t = ckpt_arena_alloc(m->a, sizeof(*t));
     if (!t)
         return oom(m);
@@ -445,7 +445,7 @@ static int sharded_local(vm *m, const char *fn, const ckpt_value *state, ckpt_sh
         si->rank = (int)gr->u.i.v;
     if (shards->len > 1) /* torch's FSDP1 gives a rank one shard a tensor */
         return fail(m, CKPT_ERR_UNSUPPORTED, "%s: a ShardedTensor with %zu local shards", fn,
-                    shards->len);
+                    (size_t)shards->len);
     if (shards->len == 0)
         return CKPT_OK;
     const ckpt_value *sd = obj_dict(shards->items[0]);
@@ -556,7 +556,7 @@ static int rebuild_sharded(vm *m, const char *fn, ckpt_value *args)
     const ckpt_value *wa = a[2];
     if (wa->u.seq.len != 8 && wa->u.seq.len != 7)
         return fail(m, CKPT_ERR_FORMAT, "%s: _rebuild_wrapper_subclass with %zu arguments", fn,
-                    wa->u.seq.len);
+                    (size_t)wa->u.seq.len);
     ckpt_shard_info *si = ckpt_arena_alloc(m->a, sizeof(*si));
     if (!si)
         return oom(m);

@@ -13,11 +13,17 @@ ckpt_value *ckpt_value_new(ckpt_arena *a, ckpt_kind kind, uint64_t offset)
     return v;
 }
 
+const ckpt_obj_items *ckpt_obj_items_of(const ckpt_value *obj)
+{
+    static const ckpt_obj_items none;
+    return obj->u.obj.items ? obj->u.obj.items : &none;
+}
+
 int ckpt_vec_reserve(ckpt_arena *a, ckpt_vec *v, size_t n)
 {
     if (n <= v->cap)
         return 0;
-    if (n > SIZE_MAX / sizeof(ckpt_value *))
+    if (n > UINT32_MAX)
         return -1;
     ckpt_value **items = ckpt_arena_alloc(a, n * sizeof(ckpt_value *));
     if (!items)
@@ -25,7 +31,7 @@ int ckpt_vec_reserve(ckpt_arena *a, ckpt_vec *v, size_t n)
     if (v->len)
         memcpy(items, v->items, v->len * sizeof(ckpt_value *));
     v->items = items;
-    v->cap = n;
+    v->cap = (uint32_t)n;
     return 0;
 }
 
@@ -34,8 +40,8 @@ int ckpt_vec_push(ckpt_arena *a, ckpt_vec *v, ckpt_value *item)
     if (v->len == v->cap) {
         /* Doubling inside the arena: the abandoned arrays add at most as
          * much again, so memory stays linear in the pickle size. */
-        size_t cap = v->cap ? v->cap * 2 : 4;
-        if (cap > SIZE_MAX / sizeof(ckpt_value *))
+        size_t cap = v->cap ? (size_t)v->cap * 2 : 4;
+        if (cap > UINT32_MAX)
             return -1;
         ckpt_value **items = ckpt_arena_alloc(a, cap * sizeof(ckpt_value *));
         if (!items)
@@ -43,7 +49,7 @@ int ckpt_vec_push(ckpt_arena *a, ckpt_vec *v, ckpt_value *item)
         if (v->len)
             memcpy(items, v->items, v->len * sizeof(ckpt_value *));
         v->items = items;
-        v->cap = cap;
+        v->cap = (uint32_t)cap;
     }
     v->items[v->len++] = item;
     return 0;
@@ -329,46 +335,19 @@ CKPT_API size_t ckpt_storage_index(const ckpt_storage *s) { return s->index; }
 
 /* ---- building tensors that did not come from a pickle (safetensors) ---- */
 
-static ckpt_value *int_value(ckpt_arena *a, int64_t v)
-{
-    ckpt_value *x = ckpt_value_new(a, CKPT_KIND_INT, 0);
-    if (x)
-        x->u.i.v = v;
-    return x;
-}
-
-static ckpt_value *dims_tuple(ckpt_arena *a, int n, const int64_t *d)
-{
-    ckpt_value *t = ckpt_value_new(a, CKPT_KIND_TUPLE, 0);
-    if (t && n > 0 && ckpt_vec_reserve(a, &t->u.seq, (size_t)n)) /* no array grown and left */
-        return NULL;
-    for (int i = 0; t && i < n; i++) {
-        ckpt_value *x = int_value(a, d[i]);
-        if (!x || ckpt_vec_push(a, &t->u.seq, x))
-            return NULL;
-    }
-    return t;
-}
-
 ckpt_value *ckpt_tensor_value_new(ckpt_arena *a, struct ckpt_storage *s, ckpt_dtype dtype, int ndim,
                                   const int64_t *shape, const int64_t *stride, int64_t offset)
 {
-    const char *type = ckpt_storage_type_name(dtype);
-    bool v3 = type == NULL; /* new dtypes: UntypedStorage + an explicit dtype */
     ckpt_tensor *t = ckpt_arena_alloc(a, sizeof(*t));
-    ckpt_value *ref = ckpt_value_new(a, CKPT_KIND_STORAGE, 0);
-    ckpt_value *args = ckpt_value_new(a, CKPT_KIND_TUPLE, 0);
-    ckpt_value *hooks = ckpt_value_new(a, CKPT_KIND_DICT, 0);
-    ckpt_value *rg = ckpt_value_new(a, CKPT_KIND_BOOL, 0);
     ckpt_value *v = ckpt_value_new(a, CKPT_KIND_TENSOR, 0);
-    ckpt_value *sh = dims_tuple(a, ndim, shape), *st = dims_tuple(a, ndim, stride);
-    ckpt_value *off = int_value(a, offset);
-    if (!t || !ref || !args || !hooks || !rg || !v || !sh || !st || !off)
+    if (!t || !v)
         return NULL;
-    t->shape = ckpt_arena_alloc(a, (size_t)(ndim + 1) * sizeof(int64_t));
-    t->stride = ckpt_arena_alloc(a, (size_t)(ndim + 1) * sizeof(int64_t));
-    if (!t->shape || !t->stride)
+    /* one array for both, never NULL (a scalar's too): stride at shape + ndim */
+    int64_t *dims = ckpt_arena_alloc(a, (2 * (size_t)ndim + 1) * sizeof(int64_t));
+    if (!dims)
         return NULL;
+    t->shape = dims;
+    t->stride = dims + ndim;
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         t->shape[d] = shape[d];
@@ -376,32 +355,13 @@ ckpt_value *ckpt_tensor_value_new(ckpt_arena *a, struct ckpt_storage *s, ckpt_dt
         numel *= shape[d];
     }
     t->dtype = dtype;
+    t->made_dtype = (uint8_t)dtype;
     t->ndim = ndim;
     t->offset = offset;
     t->numel = numel;
     t->storage = s;
-    t->rebuild = v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2";
-    ref->u.st.ptr = s;
-    ref->u.st.dtype = v3 ? CKPT_DTYPE_UINT8 : dtype;
-    ref->u.st.type_name = v3 ? "UntypedStorage" : type;
-    hooks->flags |= CKPT_VF_ORDERED;
-    if (ckpt_vec_reserve(a, &args->u.seq, 7)) /* these six and v3's dtype */
-        return NULL;
-    ckpt_value *items[] = {ref, off, sh, st, rg, hooks};
-    for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++)
-        if (ckpt_vec_push(a, &args->u.seq, items[i]))
-            return NULL;
-    if (v3) {
-        char name[64];
-        snprintf(name, sizeof(name), "torch.%s", ckpt_dtype_name(dtype));
-        ckpt_value *g = ckpt_value_new(a, CKPT_KIND_GLOBAL, 0);
-        if (!g || !(g->u.global.name = ckpt_arena_strndup(a, name, strlen(name))) ||
-            ckpt_vec_push(a, &args->u.seq, g))
-            return NULL;
-        g->u.global.modlen = 5;
-        g->u.global.cls = CKPT_GLOBAL_INTERPRETED;
-    }
-    t->rebuild_args = args;
+    /* new dtypes: UntypedStorage + an explicit dtype */
+    t->rebuild = ckpt_storage_type_name(dtype) ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3";
     v->u.tensor = t;
     return v;
 }

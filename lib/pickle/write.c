@@ -13,19 +13,30 @@
 
 #define BATCH 1000
 
-/* What is memoized: a node (by pointer), a string or a global (by text). */
+/* What is memoized: a node (by pointer; the map memo), or a string or a
+ * global (by text: the maps texts[], each entry a memo_text). */
 typedef struct memo_entry {
-    const void *key; /* node pointer, or NULL for a string entry */
-    const char *s;   /* string content (strings and globals are memoized by value) */
-    size_t len;
-    uint8_t tag;     /* 0 node, 1 str, 2 global: the memo map it is in */
+    const void *key; /* node pointer */
+    uint8_t tag;     /* always 0: a node */
 } memo_entry;
+
+/* A memoized text: no copy when it outlives the writer (a value's string,
+ * a literal), and no name slots in its map (issue 26: 1.7 M keys). */
+typedef struct memo_text {
+    const char *s;
+    uint32_t len, index;
+} memo_text;
 
 typedef struct writer {
     ckpt_arena *arena; /* where memo keys are kept */
     ckpt_error *err;
     ckpt_pickle_out *out;
-    ckpt_map memo[3];  /* per tag: -> memo index */
+    ckpt_map memo[1];  /* node -> memo index */
+    ckpt_map texts[2]; /* 0 strings, 1 globals: text -> position in text[] */
+    memo_text *text[2];
+    size_t ntext[2], text_cap[2];
+    ckpt_map fetched;  /* memo index -> position in out->fetched */
+    size_t fetched_cap;
     uint32_t next_index;
     int64_t *new_key; /* per input storage: output key number, or -1 */
     bool legacy;      /* pre-1.6 persistent ids: a sixth item, None */
@@ -65,16 +76,47 @@ static int op_le(writer *w, uint8_t code, uint64_t v, int n)
 /* PROBE's memo index in *INDEX, when it was memoized. */
 static bool memo_find(writer *w, const memo_entry *probe, uint32_t *index)
 {
-    const ckpt_map *m = &w->memo[probe->tag];
     size_t i;
-    bool found = probe->tag == 0 ? ckpt_map_get_u64(m, (uintptr_t)probe->key, &i)
-                                 : ckpt_map_get(m, probe->s, probe->len, &i);
+    bool found = ckpt_map_get_u64(&w->memo[0], (uintptr_t)probe->key, &i);
     *index = (uint32_t)i;
     return found;
 }
 
+typedef struct text_probe {
+    const writer *w;
+    int t;
+    const char *s;
+    size_t len;
+} text_probe;
+
+static bool same_text(const void *arg, size_t val)
+{
+    const text_probe *p = arg;
+    const memo_text *e = &p->w->text[p->t][val];
+    return e->len == p->len && memcmp(e->s, p->s, p->len) == 0;
+}
+
+/* The memo index of text S of table T (0 strings, 1 globals), if memoized. */
+static bool text_find(writer *w, int t, const char *s, size_t n, uint32_t *index)
+{
+    text_probe p = {w, t, s, n};
+    size_t v;
+    if (!ckpt_map_get_hashed(&w->texts[t], ckpt_fnv1a(s, n), same_text, &p, &v))
+        return false;
+    *index = w->text[t][v].index;
+    return true;
+}
+
 static int emit_get(writer *w, uint32_t index)
 {
+    ckpt_pickle_out *o = w->out;
+    size_t at;
+    if (!ckpt_map_get_u64(&w->fetched, index, &at)) {
+        if (CKPT_GROW(o->fetched, w->fetched_cap, o->nfetched + 1) < 0 ||
+            ckpt_map_set_u64(&w->fetched, index, o->nfetched) < 0)
+            return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
+        o->fetched[o->nfetched++] = index;
+    }
     return index < 256 ? op_le(w, CKPT_OP_BINGET, index, 1)
                        : op_le(w, CKPT_OP_LONG_BINGET, index, 4);
 }
@@ -83,12 +125,33 @@ static int emit_get(writer *w, uint32_t index)
  * index) and emit BINPUT / LONG_BINPUT. */
 static int memoize(writer *w, const memo_entry *probe)
 {
-    ckpt_map *m = &w->memo[probe->tag];
     uint32_t index = w->next_index;
-    if ((probe->tag == 0 ? ckpt_map_set_u64(m, (uintptr_t)probe->key, index)
-                         : ckpt_map_set(m, probe->s, probe->len, index)) < 0)
+    if (ckpt_map_set_u64(&w->memo[0], (uintptr_t)probe->key, index) < 0)
         return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
     w->next_index++;
+    return index < 256 ? op_le(w, CKPT_OP_BINPUT, index, 1)
+                       : op_le(w, CKPT_OP_LONG_BINPUT, index, 4);
+}
+
+/* Record text S (which must outlive the writer) of table T under the next
+ * memo index and emit its BINPUT. */
+static int text_memoize(writer *w, int t, const char *s, size_t n)
+{
+    text_probe p = {w, t, s, n};
+    if (CKPT_GROW(w->text[t], w->text_cap[t], w->ntext[t] + 1) < 0 ||
+        ckpt_map_put_hashed(&w->texts[t], ckpt_fnv1a(s, n), same_text, &p, w->ntext[t], NULL) < 0)
+        return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
+    w->text[t][w->ntext[t]++] = (memo_text){s, (uint32_t)n, w->next_index};
+    uint32_t index = w->next_index++;
+    return index < 256 ? op_le(w, CKPT_OP_BINPUT, index, 1)
+                       : op_le(w, CKPT_OP_LONG_BINPUT, index, 4);
+}
+
+/* BINPUT for an object nothing else refers to (the parts of a tensor made
+ * outside a pickle): the index Python's pickler would give it, no entry kept. */
+static int memo_skip(writer *w)
+{
+    uint32_t index = w->next_index++;
     return index < 256 ? op_le(w, CKPT_OP_BINPUT, index, 1)
                        : op_le(w, CKPT_OP_LONG_BINPUT, index, 4);
 }
@@ -141,21 +204,26 @@ static int emit_float(writer *w, double d)
     return put(w, b, sizeof(b));
 }
 
-/* BINUNICODE, memoized by content: repeated keys and tags become BINGET */
-static int emit_str(writer *w, const char *s, size_t n)
+/* BINUNICODE, memoized by content: repeated keys and tags become BINGET.
+ * STABLE: S outlives the writer (a value's text, a literal); else it is
+ * copied for the memo. */
+static int emit_str2(writer *w, const char *s, size_t n, bool stable)
 {
-    memo_entry probe = {.s = s, .len = n, .tag = 1};
     uint32_t at;
-    if (memo_find(w, &probe, &at))
+    if (text_find(w, 0, s, n, &at))
         return emit_get(w, at);
     if (n > UINT32_MAX)
         return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "a string of %zu bytes", n);
     CKPT_FORWARD(op_le(w, CKPT_OP_BINUNICODE, n, 4));
     CKPT_FORWARD(put(w, s, n));
-    /* the memo keeps the text: S may be a caller's temporary buffer */
-    if (!(probe.s = ckpt_arena_strndup(w->arena, s, n)))
+    if (!stable && !(s = ckpt_arena_strndup(w->arena, s, n)))
         return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
-    return memoize(w, &probe);
+    return text_memoize(w, 0, s, n);
+}
+
+static int emit_str(writer *w, const char *s, size_t n)
+{
+    return emit_str2(w, s, n, true);
 }
 
 static int emit_cstr(writer *w, const char *s)
@@ -171,9 +239,8 @@ static int emit_global2(writer *w, const char *mod, size_t modlen, const char *n
     int qn = snprintf(q, sizeof(q), "%.*s\n%s\n", (int)modlen, mod, name);
     if (qn < 0 || (size_t)qn >= sizeof(q))
         return ckpt_err(w->err, CKPT_ERR_UNSUPPORTED, "global name too long");
-    memo_entry probe = {.s = q, .len = (size_t)qn, .tag = 2};
     uint32_t at;
-    if (memo_find(w, &probe, &at))
+    if (text_find(w, 1, q, (size_t)qn, &at))
         return emit_get(w, at);
     /* spelled as Python 3's protocol-2 pickler spells it (fix_imports:
      * builtins.range -> __builtin__.xrange), so that it reads back as itself */
@@ -198,8 +265,7 @@ static int emit_global2(writer *w, const char *mod, size_t modlen, const char *n
     char *keep = ckpt_arena_strndup(w->arena, q, (size_t)qn);
     if (!keep)
         return ckpt_err(w->err, CKPT_ERR_NOMEM, "out of memory writing the pickle");
-    probe.s = keep;
-    return memoize(w, &probe);
+    return text_memoize(w, 1, keep, (size_t)qn);
 }
 
 static int emit_global(writer *w, const ckpt_value *g)
@@ -324,10 +390,11 @@ static int emit_bytes(writer *w, const ckpt_value *v)
 
 /* ---- storages and tensors ---- */
 
-/* ('storage', torch.<Type>Storage, key, location, numel) BINPERSID */
-static int emit_storage(writer *w, const ckpt_value *ref)
+/* ('storage', torch.<Type>Storage, key, location, numel) BINPERSID; REF the
+ * reference's node (NULL: a tensor made outside a pickle) */
+static int emit_storage_id(writer *w, const ckpt_storage *s, const char *ref_type,
+                           ckpt_dtype ref_dtype, const ckpt_value *ref)
 {
-    const ckpt_storage *s = ref->u.st.ptr;
     int64_t *nk = &w->new_key[s->index];
     if (*nk < 0) {
         ckpt_pickle_out *o = w->out;
@@ -339,9 +406,9 @@ static int emit_storage(writer *w, const ckpt_value *ref)
     const char *kp = w->keep_keys && s->src_key ? s->src_key : key;
     /* a cast storage takes its new type; otherwise the reference's own */
     bool cast = s->dtype != s->src_dtype;
-    const char *type = cast ? s->type_name : ref->u.st.type_name;
+    const char *type = cast ? s->type_name : ref_type;
     bool untyped = strcmp(type, "UntypedStorage") == 0; /* its size counts bytes */
-    size_t es = untyped ? 1 : ckpt_dtype_size(cast ? s->dtype : ref->u.st.dtype);
+    size_t es = untyped ? 1 : ckpt_dtype_size(cast ? s->dtype : ref_dtype);
     CKPT_FORWARD(op(w, CKPT_OP_MARK));
     CKPT_FORWARD(emit_cstr(w, "storage"));
     /* torch 2.x writes (and its weights-only loader admits) the untyped
@@ -350,15 +417,69 @@ static int emit_storage(writer *w, const ckpt_value *ref)
         CKPT_FORWARD(emit_global2(w, "torch.storage", 13, type));
     else
         CKPT_FORWARD(emit_global2(w, "torch", 5, type));
-    CKPT_FORWARD(emit_cstr(w, kp));
+    CKPT_FORWARD(emit_str2(w, kp, strlen(kp), kp != key)); /* KEY is this frame's */
     CKPT_FORWARD(emit_cstr(w, s->device));
     CKPT_FORWARD(emit_int64(w, (int64_t)(s->nbytes / (es ? es : 1))));
     if (w->legacy)
         CKPT_FORWARD(op(w, CKPT_OP_NONE)); /* view_metadata, always None */
     CKPT_FORWARD(op(w, CKPT_OP_TUPLE));
-    memo_entry k = node_key(ref); /* the id tuple, as Python memoizes it */
-    CKPT_FORWARD(memoize(w, &k));
+    if (ref) {
+        memo_entry k = node_key(ref); /* the id tuple, as Python memoizes it */
+        CKPT_FORWARD(memoize(w, &k));
+    } else {
+        CKPT_FORWARD(memo_skip(w));
+    }
     return op(w, CKPT_OP_BINPERSID);
+}
+
+static int emit_storage(writer *w, const ckpt_value *ref)
+{
+    return emit_storage_id(w, ref->u.st.ptr, ref->u.st.type_name, ref->u.st.dtype, ref);
+}
+
+/* A shape or stride tuple of a tensor made outside a pickle, memoized as
+ * Python's pickler memoizes a fresh tuple. */
+static int emit_dims(writer *w, int n, const int64_t *d)
+{
+    if (n == 0)
+        return op(w, CKPT_OP_EMPTY_TUPLE);
+    if (n > 3)
+        CKPT_FORWARD(op(w, CKPT_OP_MARK));
+    for (int i = 0; i < n; i++)
+        CKPT_FORWARD(emit_int64(w, d[i]));
+    CKPT_FORWARD(op(w, n > 3 ? CKPT_OP_TUPLE : (uint8_t)(CKPT_OP_TUPLE1 + n - 1)));
+    return memo_skip(w);
+}
+
+/* The first six arguments of a tensor made outside a pickle (rebuild_args
+ * NULL), as torch.save writes them: storage, offset, size, stride,
+ * requires_grad False, an empty OrderedDict of hooks.  The same bytes the
+ * tuple ckpt_tensor_value_new once built gave, none of it in the memo maps. */
+static int emit_plain_items(writer *w, const ckpt_tensor *t)
+{
+    bool v3 = strcmp(t->rebuild, "_rebuild_tensor_v3") == 0;
+    ckpt_dtype made = (ckpt_dtype)t->made_dtype;
+    CKPT_FORWARD(emit_storage_id(w, t->storage, v3 ? "UntypedStorage" : ckpt_storage_type_name(made),
+                                 v3 ? CKPT_DTYPE_UINT8 : made, NULL));
+    CKPT_FORWARD(emit_int64(w, t->offset));
+    CKPT_FORWARD(emit_dims(w, t->ndim, t->shape));
+    CKPT_FORWARD(emit_dims(w, t->ndim, t->stride));
+    CKPT_FORWARD(op(w, CKPT_OP_NEWFALSE));
+    CKPT_FORWARD(emit_global2(w, "collections", 11, "OrderedDict"));
+    CKPT_FORWARD(op(w, CKPT_OP_EMPTY_TUPLE));
+    CKPT_FORWARD(op(w, CKPT_OP_REDUCE));
+    return memo_skip(w);
+}
+
+/* Its whole argument tuple: the six, v3's dtype, memoized. */
+static int emit_plain_args(writer *w, const ckpt_tensor *t)
+{
+    CKPT_FORWARD(op(w, CKPT_OP_MARK));
+    CKPT_FORWARD(emit_plain_items(w, t));
+    if (strcmp(t->rebuild, "_rebuild_tensor_v3") == 0)
+        CKPT_FORWARD(emit_global2(w, "torch", 5, ckpt_dtype_name((ckpt_dtype)t->made_dtype)));
+    CKPT_FORWARD(op(w, CKPT_OP_TUPLE));
+    return memo_skip(w);
 }
 
 /*
@@ -379,19 +500,21 @@ static int emit_recast(writer *w, const ckpt_tensor *t, const ckpt_value *type)
         return 0;
     bool to_v3 = ckpt_storage_type_name(s->dtype) == NULL;
     /* v2 -> v2 keeps its call: the typed storage names the new dtype */
-    if (s->dtype == s->src_dtype || !(v2 || v3) || (!to_v3 && !v3) || !args ||
-        args->kind != CKPT_KIND_TUPLE || args->u.seq.len < (v3 ? 7u : 6u))
+    if (s->dtype == s->src_dtype || !(v2 || v3) || (!to_v3 && !v3) ||
+        (args && (args->kind != CKPT_KIND_TUPLE || args->u.seq.len < (v3 ? 7u : 6u))))
         return 0;
     CKPT_FORWARD(emit_global2(w, "torch._utils", 12,
                               to_v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2"));
     if (type)
         CKPT_FORWARD(emit_value(w, type));
     CKPT_FORWARD(op(w, CKPT_OP_MARK));
-    for (size_t i = 0; i < 6; i++) /* storage, offset, size, stride, requires_grad, hooks */
+    if (!args)
+        CKPT_FORWARD(emit_plain_items(w, t));
+    for (size_t i = 0; args && i < 6; i++) /* storage, offset, size, stride, requires_grad, hooks */
         CKPT_FORWARD(emit_value(w, args->u.seq.items[i]));
     if (to_v3)
         CKPT_FORWARD(emit_global2(w, "torch", 5, ckpt_dtype_name(s->dtype)));
-    for (size_t i = v3 ? 7 : 6; i < args->u.seq.len; i++) /* metadata */
+    for (size_t i = v3 ? 7 : 6; args && i < args->u.seq.len; i++) /* metadata */
         CKPT_FORWARD(emit_value(w, args->u.seq.items[i]));
     CKPT_FORWARD(op(w, CKPT_OP_TUPLE));
     return 1;
@@ -421,7 +544,7 @@ static int emit_tensor(writer *w, const ckpt_value *v)
             CKPT_FORWARD(emit_global2(w, "torch._utils", 12, t->rebuild));
             if (ta)
                 CKPT_FORWARD(emit_value(w, ta->u.seq.items[1]));
-            CKPT_FORWARD(emit_value(w, t->rebuild_args));
+            CKPT_FORWARD(t->rebuild_args ? emit_value(w, t->rebuild_args) : emit_plain_args(w, t));
         }
         if (ta) {
             CKPT_FORWARD(emit_value(w, ta->u.seq.items[3]));
@@ -471,8 +594,9 @@ static int emit_object(writer *w, const ckpt_value *v)
     }
     memo_entry k = node_key(v);
     CKPT_FORWARD(memoize(w, &k));
-    CKPT_FORWARD(emit_appends(w, &v->u.obj.listitems));
-    CKPT_FORWARD(emit_setitems(w, &v->u.obj.dictkeys, &v->u.obj.dictvals));
+    const ckpt_obj_items *it = ckpt_obj_items_of(v);
+    CKPT_FORWARD(emit_appends(w, &it->listitems));
+    CKPT_FORWARD(emit_setitems(w, &it->dictkeys, &it->dictvals));
     if (v->u.obj.state) {
         CKPT_FORWARD(emit_value(w, v->u.obj.state));
         CKPT_FORWARD(op(w, CKPT_OP_BUILD));
@@ -550,6 +674,12 @@ static int emit_value(writer *w, const ckpt_value *v)
     }
 }
 
+static int u32_cmp(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 int ckpt_pickle_write(ckpt_arena *a, size_t nstorages, const ckpt_value *root,
                       ckpt_pickle_out *out, ckpt_error *err)
 {
@@ -572,8 +702,9 @@ int ckpt_pickle_write3(ckpt_arena *a, size_t nstorages, const ckpt_value *root, 
                 .legacy = (flags & CKPT_PICKLE_LEGACY) != 0,
                 .keep_keys = (flags & CKPT_PICKLE_KEEP_KEYS) != 0};
     ckpt_map_init(&w.memo[0], CKPT_MAP_U64);
-    ckpt_map_init(&w.memo[1], CKPT_MAP_BYTES);
-    ckpt_map_init(&w.memo[2], CKPT_MAP_BYTES);
+    ckpt_map_init(&w.texts[0], CKPT_MAP_HASHED);
+    ckpt_map_init(&w.texts[1], CKPT_MAP_HASHED);
+    ckpt_map_init(&w.fetched, CKPT_MAP_U64);
     size_t ns = nstorages;
     w.new_key = malloc((ns ? ns : 1) * sizeof(*w.new_key));
     out->order = malloc((ns ? ns : 1) * sizeof(*out->order));
@@ -590,8 +721,14 @@ int ckpt_pickle_write3(ckpt_arena *a, size_t nstorages, const ckpt_value *root, 
             rc = op(&w, CKPT_OP_STOP);
     }
     free(w.new_key);
-    for (int i = 0; i < 3; i++)
-        ckpt_map_release(&w.memo[i]);
+    ckpt_map_release(&w.memo[0]);
+    for (int t = 0; t < 2; t++) {
+        ckpt_map_release(&w.texts[t]);
+        free(w.text[t]);
+    }
+    ckpt_map_release(&w.fetched);
+    if (!rc && out->nfetched)
+        qsort(out->fetched, out->nfetched, sizeof *out->fetched, u32_cmp);
     if (rc)
         ckpt_pickle_out_free(out);
     return rc;
@@ -599,6 +736,7 @@ int ckpt_pickle_write3(ckpt_arena *a, size_t nstorages, const ckpt_value *root, 
 
 void ckpt_pickle_out_free(ckpt_pickle_out *out)
 {
+    free(out->fetched);
     free(out->buf);
     free(out->order);
     memset(out, 0, sizeof(*out));

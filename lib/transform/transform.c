@@ -977,9 +977,10 @@ static int look_into(code_walk *w, size_t i, const ckpt_value **code, bool *modu
         CKPT_FORWARD(reach(w, v->u.obj.args, i, NULL));
         CKPT_FORWARD(reach(w, v->u.obj.kwargs, i, NULL));
         CKPT_FORWARD(reach(w, v->u.obj.state, i, NULL));
-        CKPT_FORWARD(reach_vec(w, &v->u.obj.listitems, i, false));
-        CKPT_FORWARD(reach_vec(w, &v->u.obj.dictkeys, i, false));
-        return reach_vec(w, &v->u.obj.dictvals, i, false);
+        const ckpt_obj_items *it = ckpt_obj_items_of(v);
+        CKPT_FORWARD(reach_vec(w, &it->listitems, i, false));
+        CKPT_FORWARD(reach_vec(w, &it->dictkeys, i, false));
+        return reach_vec(w, &it->dictvals, i, false);
     }
     case CKPT_KIND_TENSOR: {
         const ckpt_tensor *t = v->u.tensor;
