@@ -586,6 +586,18 @@ CKPT_API const char *ckpt_file_state_dict_class(const ckpt_file *f, size_t i);
  * or best_k_models.  Key rewrites without a selection touch these only. */
 CKPT_API int ckpt_file_state_dict_is_model(const ckpt_file *f, size_t i);
 
+/*
+ * The state dict a file is taken for when one is written alone and nothing
+ * names it (ckpt_file_extract without a selection; a safetensors or sharded
+ * write of a training checkpoint): the root when it is a state dict, else
+ * the first module tree, else the file's only state dict, else its only
+ * model state dict (ckpt_file_state_dict_is_model).  *INDEX is its index
+ * for ckpt_file_state_dict().  CKPT_ERR_USAGE when that leaves several,
+ * the message naming the candidates (the models' state dicts, else all of
+ * them) and --select; CKPT_ERR_UNSUPPORTED when the file has none.
+ */
+CKPT_API int ckpt_file_pick_state_dict(ckpt_file *f, size_t *index);
+
 /* Opaque objects and globals (known data and admitted unknowns), with paths. */
 CKPT_API size_t ckpt_file_object_count(const ckpt_file *f);
 CKPT_API const ckpt_value *ckpt_file_object(const ckpt_file *f, size_t i, ckpt_path *path);

@@ -25,8 +25,9 @@ static const char usage[] =
     "                  float8_e5m2) to T, bit for bit as torch 2.x's .to(T) does;\n"
     "                  integers and bool untouched\n"
     "  --select PATH   write only the mapping at PATH (keys joined by '/'), e.g.\n"
-    "                  model_state_dict of a training checkpoint; safetensors holds\n"
-    "                  tensors only, so a file with more than one state dict needs it\n"
+    "                  model_state_dict of a training checkpoint; without it,\n"
+    "                  safetensors (tensors only) gets the model's state dict, as\n"
+    "                  extract takes it, and a file of several models needs it\n"
     "  --no-dedupe     safetensors: write tied tensors once per name (by default once,\n"
     "                  with the other names in __metadata__ \"ckpt.tied\")\n"
     "  --shard-size SIZE  write OUT (NAME.index.json, or NAME.safetensors.index.json)\n"
@@ -60,17 +61,7 @@ static int option(void *st, int opt, const char *arg)
     state *s = st;
     switch (opt) {
     case OPT_TO:
-        if (strcmp(arg, "pth") == 0 || strcmp(arg, "pth-zip") == 0)
-            s->to = CKPT_FORMAT_PTH_ZIP;
-        else if (strcmp(arg, "pth-legacy") == 0)
-            s->to = CKPT_FORMAT_PTH_LEGACY;
-        else if (strcmp(arg, "safetensors") == 0)
-            s->to = CKPT_FORMAT_SAFETENSORS;
-        else {
-            cli_usage_error("convert", "--to: '%s' is not pth, pth-legacy or safetensors", arg);
-            return -1;
-        }
-        return 1;
+        return rewrite_format_option("convert", arg, true, &s->to);
     case OPT_DTYPE:
         s->dtype = ckpt_dtype_from_name(arg);
         if (s->dtype != CKPT_DTYPE_FLOAT16 && s->dtype != CKPT_DTYPE_BFLOAT16 &&

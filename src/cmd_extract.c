@@ -40,15 +40,7 @@ static int option(void *st, int opt, const char *arg)
     state *s = st;
     if (opt != OPT_TO)
         return 0;
-    if (strcmp(arg, "pth") == 0 || strcmp(arg, "pth-zip") == 0)
-        s->to = CKPT_FORMAT_PTH_ZIP;
-    else if (strcmp(arg, "safetensors") == 0)
-        s->to = CKPT_FORMAT_SAFETENSORS;
-    else {
-        cli_usage_error("extract", "--to: '%s' is not pth or safetensors", arg);
-        return -1;
-    }
-    return 1;
+    return rewrite_format_option("extract", arg, false, &s->to);
 }
 
 static int run(void *st, rewrite *rw)

@@ -5,7 +5,7 @@
 
 static const char usage[] =
     "usage: ckpt rename -e 's/REGEX/REPLACEMENT/[gi]' [-e ...] [--select PATH]\n"
-    "                   [--map-location M] [--dry-run]\n"
+    "                   [--map-location M] [--to FORMAT] [--dry-run]\n"
     "                   (IN OUT | --in-place FILE)\n"
     "\n"
     "Rename the keys of every model state dict of IN with sed-style rules, applied\n"
@@ -20,6 +20,9 @@ static const char usage[] =
     "                         (torch's word): M is a device (all to it: cpu, cuda:0)\n"
     "                         or FROM=TO as remap's --map; repeatable, the first\n"
     "                         that matches applies\n"
+    "  --to FORMAT            pth (default), pth-legacy or safetensors (also for\n"
+    "                         OUT.safetensors): safetensors holds one state dict,\n"
+    "                         --select's or the model's\n"
     "  --dry-run              print 'old -> new' for each key that would change\n"
     "  --in-place             FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
     "                         pickle and zip directory are written; else replaced atomically)\n"
@@ -62,6 +65,7 @@ int cmd_rename(int argc, char **argv)
 {
     static const struct option options[] = {
         {"expression", required_argument, NULL, 'e'},
+        REWRITE_TO_OPTION,
         {NULL, 0, NULL, 0},
     };
     state st = {.rules = ckpt_rename_new()};

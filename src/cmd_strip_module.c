@@ -2,8 +2,8 @@
 #include "rewrite.h"
 
 static const char usage[] =
-    "usage: ckpt strip-module [--prefix P] [--select PATH] [--map-location M] [--dry-run]\n"
-    "                         (IN OUT | --in-place FILE)\n"
+    "usage: ckpt strip-module [--prefix P] [--select PATH] [--map-location M] [--to FORMAT]\n"
+    "                         [--dry-run] (IN OUT | --in-place FILE)\n"
     "\n"
     "Remove the prefix P (default 'module.', as DataParallel and\n"
     "DistributedDataParallel add it) from the keys of every model state dict of IN,\n"
@@ -16,6 +16,8 @@ static const char usage[] =
     "  --map-location M  remap the storages' device tags in the same write (torch's\n"
     "                  word): M is a device (all to it: cpu, cuda:0) or FROM=TO as\n"
     "                  remap's --map; repeatable, the first that matches applies\n"
+    "  --to FORMAT     pth (default), pth-legacy or safetensors (also for OUT.safetensors):\n"
+    "                  safetensors holds one state dict, --select's or the model's\n"
     "  --dry-run       print 'old -> new' for each key that would change; write nothing\n"
     "  --in-place      FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
     "                  pickle and zip directory are written; else replaced atomically)\n"

@@ -2,7 +2,7 @@
 #include "rewrite.h"
 
 static const char usage[] =
-    "usage: ckpt unwrap [--select PATH] [--map-location M] [--dry-run]\n"
+    "usage: ckpt unwrap [--select PATH] [--map-location M] [--to FORMAT] [--dry-run]\n"
     "                   (IN OUT | --in-place FILE)\n"
     "\n"
     "Remove every wrapper component from the keys of every model state dict of IN,\n"
@@ -15,6 +15,8 @@ static const char usage[] =
     "  --map-location M  remap the storages' device tags in the same write (torch's\n"
     "                  word): M is a device (all to it: cpu, cuda:0) or FROM=TO as\n"
     "                  remap's --map; repeatable, the first that matches applies\n"
+    "  --to FORMAT     pth (default), pth-legacy or safetensors (also for OUT.safetensors):\n"
+    "                  safetensors holds one state dict, --select's or the model's\n"
     "  --dry-run       print 'old -> new' for each key that would change; write nothing\n"
     "  --in-place      FILE, or OUT that is IN: rewrite it in place (pth-zip: only the\n"
     "                  pickle and zip directory are written; else replaced atomically)\n"
@@ -43,6 +45,7 @@ static int run(void *st, rewrite *rw)
 
 int cmd_unwrap(int argc, char **argv)
 {
-    rewrite_command c = {"unwrap", usage, ":", NULL, NULL, run, NULL};
+    static const struct option options[] = {REWRITE_TO_OPTION, {NULL, 0, NULL, 0}};
+    rewrite_command c = {"unwrap", usage, ":", options, NULL, run, NULL};
     return rewrite_main(argc, argv, &c);
 }

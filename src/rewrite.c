@@ -67,9 +67,27 @@ int rewrite_option(rewrite *rw, int opt, const char *arg)
         return 1;
     case REWRITE_OPT_MAP_LOCATION:
         return map_location_option(rw, arg);
+    case REWRITE_OPT_TO:
+        return rewrite_format_option(rw->cmd, arg, true, &rw->out_format);
     default:
         return cli_common_option(rw->cmd, opt, arg, &rw->common);
     }
+}
+
+int rewrite_format_option(const char *cmd, const char *arg, bool legacy, ckpt_format *out)
+{
+    if (strcmp(arg, "pth") == 0 || strcmp(arg, "pth-zip") == 0)
+        *out = CKPT_FORMAT_PTH_ZIP;
+    else if (legacy && strcmp(arg, "pth-legacy") == 0)
+        *out = CKPT_FORMAT_PTH_LEGACY;
+    else if (strcmp(arg, "safetensors") == 0)
+        *out = CKPT_FORMAT_SAFETENSORS;
+    else {
+        cli_usage_error(cmd, "--to: '%s' is not pth%s safetensors", arg,
+                        legacy ? ", pth-legacy or" : " or");
+        return -1;
+    }
+    return 1;
 }
 
 int rewrite_positional(rewrite *rw, int argc, char **argv)
@@ -96,6 +114,8 @@ void rewrite_free(rewrite *rw)
 {
     free(rw->pending);
     rw->pending = NULL;
+    free(rw->took);
+    rw->took = NULL;
     free(rw->kept);
     rw->kept = NULL;
     for (size_t i = 0; i < rw->nmap; i++)
@@ -321,6 +341,86 @@ static void warn_kept(const rewrite *rw)
               rw->dry_run ? "it would be" : "it is");
 }
 
+/* ---- formats that hold tensors only: one state dict of IN ---- */
+
+static bool tensors_only(ckpt_format format)
+{
+    return format == CKPT_FORMAT_SAFETENSORS || format == CKPT_FORMAT_SHARDED;
+}
+
+static const char *holder(ckpt_format format)
+{
+    return format == CKPT_FORMAT_SAFETENSORS ? "safetensors" : "a sharded set";
+}
+
+/* The state dict a tensors-only OUT takes when --select names none: the
+ * model's, as extract takes it (doc/design.md, "Common rules"): its index,
+ * and whether it lies inside IN (then the rest of IN is left out).  Refused,
+ * naming the candidates and --select, when there are several. */
+static int pick_model(rewrite *rw, ckpt_file *f, size_t *i, bool *nested)
+{
+    int st = ckpt_file_pick_state_dict(f, i);
+    if (st != CKPT_OK) {
+        cli_error(rw->cmd, rw->in, "%s holds tensors only%s: %s", holder(rw->out_format),
+                  ckpt_file_state_dict_count(f) ? " and this file holds more" : "",
+                  ckpt_file_error_message(f));
+        return cli_exit_for(st);
+    }
+    ckpt_path p;
+    ckpt_file_state_dict(f, *i, &p);
+    *nested = p.len > 0;
+    return CLI_EXIT_OK;
+}
+
+/* IN replaced by one of its state dicts: the rest of it would be lost. */
+static int lossy_in_place(rewrite *rw)
+{
+    if (!rw->in_place || strcmp(rw->in, rw->out) != 0)
+        return CLI_EXIT_OK;
+    return cli_usage_error(rw->cmd, "--in-place: %s holds tensors only, so %s would keep one "
+                                    "state dict and lose the rest; write a new OUT",
+                           holder(rw->out_format), rw->in);
+}
+
+/* Make the state dict SELECT names, else (NESTED) state dict I, the whole
+ * of F, and keep the line that says so (finish prints it). */
+static int take_state_dict(rewrite *rw, ckpt_file *f, const char *select, size_t i, bool nested)
+{
+    char name[1024];
+    if (select) {
+        snprintf(name, sizeof(name), "%s", select);
+    } else {
+        ckpt_path p;
+        ckpt_file_state_dict(f, i, &p);
+        ckpt_path_format(&p, name, sizeof(name));
+    }
+    int st = select ? ckpt_file_select(f, select) : nested ? ckpt_file_extract(f, NULL) : CKPT_OK;
+    if (st != CKPT_OK) {
+        cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
+        return cli_exit_for(st);
+    }
+    if (!select && !nested)
+        return CLI_EXIT_OK; /* IN is that state dict: nothing is left out */
+    free(rw->took);
+    rw->took = strdup(name);
+    rw->took_tensors = ckpt_file_tensor_count(f);
+    rw->took_model = !select;
+    return CLI_EXIT_OK;
+}
+
+/* The line take_state_dict kept, on stderr: "wrote", or "would write". */
+static void say_took(const rewrite *rw)
+{
+    if (rw->took && !rw->common.quiet)
+        cli_error(rw->cmd, rw->in,
+                  "%s holds tensors only: %s the %sstate dict '%s' (%zu tensor%s), not the rest "
+                  "of the file%s",
+                  holder(rw->out_format), rw->dry_run ? "would write" : "wrote",
+                  rw->took_model ? "model's " : "", rw->took, rw->took_tensors,
+                  rw->took_tensors == 1 ? "" : "s",
+                  rw->took_model ? " (name another with --select)" : "");
+}
+
 /* The storages F's tensors use, and in *NT its tensors. */
 static size_t used_storages(const ckpt_file *f, size_t *nt)
 {
@@ -345,6 +445,7 @@ static int finish(rewrite *rw, ckpt_file **fp, const char *nothing_changed)
 {
     ckpt_file *f = *fp;
     if (rw->dry_run) {
+        say_took(rw);
         warn_kept(rw);
         return CLI_EXIT_OK;
     }
@@ -374,8 +475,10 @@ static int finish(rewrite *rw, ckpt_file **fp, const char *nothing_changed)
         return cli_exit_for(rc);
     }
     warn_kept(rw);
-    if (rw->changed == 0 && !rw->common.quiet)
-        cli_error(rw->cmd, rw->in, "%s; wrote an unchanged copy", nothing_changed);
+    say_took(rw);
+    if (rw->changed == 0 && !rw->common.quiet) /* (one state dict of IN is no copy of it) */
+        cli_error(rw->cmd, rw->in, "%s%s", nothing_changed,
+                  rw->took ? "" : "; wrote an unchanged copy");
     report_method(rw, &res);
     if (!rw->common.quiet) {
         if (rw->pending)
@@ -427,6 +530,20 @@ int rewrite_keys(rewrite *rw, const ckpt_rename *rules)
         ckpt_file_free(f);
         return rc;
     }
+    /* a tensors-only OUT holds one state dict: which, before any key is
+     * printed (check_globals set out_format) */
+    bool one = st == CKPT_OK && tensors_only(rw->out_format), nested = rw->select != NULL;
+    size_t pick = 0;
+    /* (no state dict at all: the rename's own refusal below) */
+    if (one && !rw->select && ckpt_file_state_dict_count(f) &&
+        (rc = pick_model(rw, f, &pick, &nested)) != CLI_EXIT_OK) {
+        ckpt_file_free(f);
+        return rc;
+    }
+    if (one && nested && (rc = lossy_in_place(rw)) != CLI_EXIT_OK) {
+        ckpt_file_free(f);
+        return rc;
+    }
     if (st == CKPT_OK)
         st = ckpt_file_rename_keys(f, rules, rw->select, rw->dry_run ? CKPT_EDIT_DRY_RUN : 0, &rep);
     if (st != CKPT_OK) {
@@ -447,7 +564,7 @@ int rewrite_keys(rewrite *rw, const ckpt_rename *rules)
     } else if ((st = map_location(rw, f, false)) != CKPT_OK) {
         cli_error(rw->cmd, rw->in, "%s", ckpt_file_error_message(f));
         rc = cli_exit_for(st);
-    } else {
+    } else if (!one || (rc = take_state_dict(rw, f, rw->select, pick, nested)) == CLI_EXIT_OK) {
         rc = finish(rw, &f, "no key changed");
     }
     ckpt_file_free(f);
@@ -476,6 +593,18 @@ int rewrite_convert(rewrite *rw, ckpt_dtype dtype)
     int st = CKPT_OK;
     if (rw->select)
         st = ckpt_file_select(f, rw->select);
+    /* no --select, a tensors-only OUT: the model's state dict, as extract
+     * takes it (--select writes what it names in every format, silently) */
+    if (st == CKPT_OK && !rw->select && tensors_only(rw->out_format)) {
+        size_t pick;
+        bool nested;
+        if ((rc = pick_model(rw, f, &pick, &nested)) != CLI_EXIT_OK ||
+            (nested && (rc = lossy_in_place(rw)) != CLI_EXIT_OK) ||
+            (rc = take_state_dict(rw, f, NULL, pick, nested)) != CLI_EXIT_OK) {
+            ckpt_file_free(f);
+            return rc;
+        }
+    }
     if (st == CKPT_OK && (rc = check_globals(rw, f)) != CLI_EXIT_OK) {
         ckpt_file_free(f);
         return rc;
@@ -502,6 +631,14 @@ int rewrite_extract(rewrite *rw)
     if (rc != CLI_EXIT_OK)
         return rc;
     size_t notes = ckpt_file_notice_count(f);
+    /* the one taken without --select, by its path (extract refuses as the
+     * pick does when there is none) */
+    char where[1024] = "";
+    size_t pick;
+    ckpt_path p;
+    if (!rw->select && ckpt_file_pick_state_dict(f, &pick) == CKPT_OK &&
+        ckpt_file_state_dict(f, pick, &p) && p.len)
+        ckpt_path_format(&p, where, sizeof(where));
     int st = ckpt_file_extract(f, rw->select);
     if (st == CKPT_OK && (rc = check_globals(rw, f)) != CLI_EXIT_OK) {
         ckpt_file_free(f);
@@ -520,11 +657,12 @@ int rewrite_extract(rewrite *rw)
             report(rw, "extracted '%s': %zu tensors%s%s\n", rw->select, n, cls ? ", module tree of " : "",
                    cls ? cls : "");
         else
-            report(rw, "extracted the %s: %zu tensors%s%s\n",
+            report(rw, "extracted the %s%s%s%s: %zu tensors%s%s\n",
                    !cls ? "state dict"
                    : ckpt_file_format(f) == CKPT_FORMAT_TORCHSCRIPT ? "TorchScript module"
                                                                     : "module tree",
-                   n, cls ? " of " : "", cls ? cls : "");
+                   where[0] ? " '" : "", where, where[0] ? "'" : "", n, cls ? " of " : "",
+                   cls ? cls : "");
         rw->changed += 1;
         if (rw->dry_run && rw->pending && !rw->common.quiet) { /* before the remap's lines */
             fputs(rw->pending, stdout);
@@ -650,6 +788,7 @@ int rewrite_prefix_main(int argc, char **argv, const char *name, const char *usa
 {
     static const struct option options[] = {
         {"prefix", required_argument, NULL, OPT_PREFIX},
+        REWRITE_TO_OPTION,
         {NULL, 0, NULL, 0},
     };
     prefix_state st = {.prefix = "module.", .rule = rule};

@@ -21,6 +21,9 @@ typedef struct rewrite {
     ckpt_format out_format; /* what to write (0: pth-zip) */
     unsigned write_flags;   /* CKPT_WRITE_NO_DEDUPE */
     uint64_t shard_size;    /* convert --shard-size */
+    char *took;          /* a tensors-only OUT: the state dict of IN it holds (its path), */
+    size_t took_tensors; /* its tensors, and whether it is the one IN was taken for without */
+    bool took_model;     /* --select (the model's): said once OUT is written */
     char *pending;       /* report lines, printed once OUT is written */
     size_t npending;
     /* --map-location M (repeatable): remap's rules, FROM ('*' for a bare
@@ -38,8 +41,16 @@ enum {
     REWRITE_OPT_FORCE,
     REWRITE_OPT_VERBOSE,
     REWRITE_OPT_KEEP_UNSAFE,
-    REWRITE_OPT_MAP_LOCATION
+    REWRITE_OPT_MAP_LOCATION,
+    REWRITE_OPT_TO /* the key rewrites' --to FORMAT (REWRITE_TO_OPTION) */
 };
+
+/* --to pth|pth-legacy|safetensors, for the commands that list it */
+#define REWRITE_TO_OPTION {"to", required_argument, NULL, REWRITE_OPT_TO}
+
+/* FORMAT named by --to ARG (pth-legacy only when LEGACY) into *OUT; 1, or
+ * -1 after a usage error. */
+int rewrite_format_option(const char *cmd, const char *arg, bool legacy, ckpt_format *out);
 
 #define REWRITE_LONG_OPTIONS                                          \
     {"select", required_argument, NULL, REWRITE_OPT_SELECT},          \

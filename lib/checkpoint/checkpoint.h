@@ -290,7 +290,8 @@ bool ckpt_state_dict_is_model(const ckpt_file *f, const ckpt_path *path);
 /* The mapping at SELECT ("a/b/0"); errors name what is missing. */
 int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, ckpt_path *path);
 /* The mapping a tensors-only format writes: SELECT, the root when it is all
- * tensors, or the file's one state dict. */
+ * tensors, or the one ckpt_file_pick_state_dict takes (an error naming the
+ * candidates when there are several). */
 int ckpt_pick_state_dict(ckpt_file *f, const char *select, const ckpt_value **out);
 /* Two names for one thing: the same storage, offset, shape, stride, dtype. */
 bool ckpt_tensor_same_view(const ckpt_tensor *a, const ckpt_tensor *b);

@@ -82,8 +82,85 @@ int ckpt_file_find_mapping(ckpt_file *f, const char *select, ckpt_value **out, c
     return CKPT_OK;
 }
 
-/* The mapping to write: --select, the root when it is a state dict, or the
- * one state dict of the file. */
+/* "'a', 'b/c', ... (and N more)": the paths of the state dicts WHICH marks
+ * (all when WHICH is NULL), each cut at 120 bytes with a mark, the list at
+ * about 300 bytes with a count of those left out. */
+static void candidate_names(const ckpt_file *f, const bool *which, char *names, size_t cap)
+{
+    size_t shown = 0, total = 0;
+    bool full = false;
+    names[0] = '\0';
+    for (size_t i = 0; i < f->state_dicts.len; i++) {
+        if (which && !which[i])
+            continue;
+        total++;
+        char p[128];
+        size_t need = ckpt_path_format(&f->state_dicts.items[i].path, p, sizeof(p));
+        if (need >= 120) {
+            size_t cut = 117;
+            while (cut && ((unsigned char)p[cut] & 0xC0) == 0x80)
+                cut--; /* never inside a UTF-8 sequence */
+            memcpy(p + cut, "\xe2\x80\xa6", 4); /* "…" and the NUL */
+        }
+        size_t len = strlen(names);
+        if (full || (full = len + strlen(p) + 4 > 300))
+            continue; /* counted below */
+        snprintf(names + len, cap - len, "%s'%s'", shown ? ", " : "",
+                 f->state_dicts.items[i].path.len ? p : "(root)");
+        shown++;
+    }
+    if (shown < total) {
+        size_t len = strlen(names);
+        snprintf(names + len, cap - len, " (and %zu more)", total - shown);
+    }
+}
+
+CKPT_API int ckpt_file_pick_state_dict(ckpt_file *f, size_t *index)
+{
+    if (!ckpt_file_valid(f) || !index)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    /* the root, or a module tree: the model whatever else the file holds */
+    for (size_t i = 0; i < f->state_dicts.len; i++)
+        if (f->state_dicts.items[i].value == f->root ||
+            ckpt_value_is_module_sd(f->state_dicts.items[i].value)) {
+            *index = i;
+            return CKPT_OK;
+        }
+    /* else the only state dict, or the only model's (not an optimizer's) */
+    bool *model = calloc(f->state_dicts.len ? f->state_dicts.len : 1, sizeof(*model));
+    if (!model)
+        return ckpt_oom(&f->err);
+    size_t nmodel = 0, last = 0;
+    for (size_t i = 0; i < f->state_dicts.len; i++)
+        if ((model[i] = ckpt_state_dict_is_model(f, &f->state_dicts.items[i].path))) {
+            nmodel++;
+            last = i;
+        }
+    if (f->state_dicts.len == 1 || nmodel == 1) {
+        free(model);
+        *index = f->state_dicts.len == 1 ? 0 : last;
+        return CKPT_OK;
+    }
+    char names[400];
+    /* the candidates: the models' state dicts, else every one */
+    candidate_names(f, nmodel ? model : NULL, names, sizeof(names));
+    free(model);
+    if (!f->state_dicts.len) /* nothing to name: the file, not the command line */
+        return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
+                        "no state dict or module tree in this file (no mapping whose values are "
+                        "all tensors)");
+    if (nmodel)
+        return ckpt_err(&f->err, CKPT_ERR_USAGE,
+                        "which state dict? %zu are a model's: %s; name one with --select", nmodel,
+                        names);
+    return ckpt_err(&f->err, CKPT_ERR_USAGE,
+                    "which state dict? none is a model's (optimizer state, training-loop "
+                    "bookkeeping): %s; name one with --select", names);
+}
+
+/* The mapping to write: --select, the root when it was selected or is all
+ * tensors, or the one ckpt_file_pick_state_dict takes. */
 int ckpt_pick_state_dict(ckpt_file *f, const char *select, const ckpt_value **out)
 {
     if (select && *select) {
@@ -91,6 +168,10 @@ int ckpt_pick_state_dict(ckpt_file *f, const char *select, const ckpt_value **ou
         ckpt_path p;
         CKPT_FORWARD(ckpt_file_find_mapping(f, select, &v, &p));
         *out = v;
+        return CKPT_OK;
+    }
+    if (f->root->kind == CKPT_KIND_DICT && f->file_root) {
+        *out = f->root; /* already selected (ckpt_file_select): that mapping, whatever it holds */
         return CKPT_OK;
     }
     if (f->root->kind == CKPT_KIND_DICT) {
@@ -102,38 +183,10 @@ int ckpt_pick_state_dict(ckpt_file *f, const char *select, const ckpt_value **ou
             return CKPT_OK;
         }
     }
-    if (f->state_dicts.len == 1) {
-        *out = f->state_dicts.items[0].value;
-        return CKPT_OK;
-    }
-    /* the names, each cut at 120 bytes with a mark, the list cut with a
-     * count of those left out */
-    char names[400] = "";
-    size_t shown = 0;
-    for (size_t i = 0; i < f->state_dicts.len; i++) {
-        char p[128];
-        size_t need = ckpt_path_format(&f->state_dicts.items[i].path, p, sizeof(p));
-        if (need >= 120) {
-            size_t cut = 117;
-            while (cut && ((unsigned char)p[cut] & 0xC0) == 0x80)
-                cut--; /* never inside a UTF-8 sequence */
-            memcpy(p + cut, "\xe2\x80\xa6", 4); /* "…" and the NUL */
-        }
-        size_t len = strlen(names);
-        if (len + strlen(p) + 4 > 300)
-            break;
-        snprintf(names + len, sizeof(names) - len, "%s'%s'", i ? ", " : "",
-                 f->state_dicts.items[i].path.len ? p : "(root)");
-        shown++;
-    }
-    if (shown < f->state_dicts.len) {
-        size_t len = strlen(names);
-        snprintf(names + len, sizeof(names) - len, " (and %zu more)", f->state_dicts.len - shown);
-    }
-    return ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED,
-                    "safetensors holds tensors only and this file holds more (epoch, optimizer "
-                    "state, ...); name the state dict to write with --select (state dicts: %s)",
-                    f->state_dicts.len ? names : "none");
+    size_t i;
+    CKPT_FORWARD(ckpt_file_pick_state_dict(f, &i));
+    *out = f->state_dicts.items[i].value;
+    return CKPT_OK;
 }
 
 /* An optimizer's state_dict(): a mapping holding `state` (a mapping) and

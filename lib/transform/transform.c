@@ -684,8 +684,14 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
     /* a quantizer's per-channel scales keep their dtype, as torch's .to()
      * of a state dict leaves quantized tensors alone */
     bool *keep = calloc(f->nstorages ? f->nstorages : 1, sizeof(*keep));
-    if (!keep)
+    /* after a selection (ckpt_file_select, _extract) the report counts the
+     * storages the selected tensors use, not the whole file's */
+    bool *used = f->file_root ? calloc(f->nstorages ? f->nstorages : 1, sizeof(*used)) : NULL;
+    if (!keep || (f->file_root && !used)) {
+        free(keep);
+        free(used);
         return ckpt_oom(&f->err);
+    }
     /* storage -> its index, so that this is one pass over the tensors, not
      * one per storage (100,000 tensors: 352 s before, issue 26) */
     ckpt_map at;
@@ -697,6 +703,9 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
     for (size_t j = 0; j < f->tensors.len && rc == CKPT_OK; j++) {
         const ckpt_tensor *t = f->tensors.items[j].value->u.tensor;
         size_t i;
+        const ckpt_storage *ts = t->values ? t->values->storage : t->storage;
+        if (used && ts && ckpt_map_get_u64(&at, (uint64_t)(uintptr_t)ts, &i))
+            used[i] = true;
         if (!t->q.scales)
             continue;
         if (ckpt_map_get_u64(&at, (uint64_t)(uintptr_t)t->q.scales->storage, &i))
@@ -707,15 +716,17 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
     ckpt_map_release(&at);
     if (rc != CKPT_OK) {
         free(keep);
+        free(used);
         return ckpt_oom(&f->err);
     }
     /* count per source dtype, for the report */
     size_t counts[CKPT_DTYPE_COUNT_] = {0};
     for (size_t i = 0; i < f->nstorages; i++) {
         ckpt_storage *s = f->storages[i];
-        if (s->dtype != to && ckpt_cast_supported(s->dtype, to) && !keep[i])
+        if (s->dtype != to && ckpt_cast_supported(s->dtype, to) && !keep[i] && (!used || used[i]))
             counts[s->dtype]++;
     }
+    free(used);
     if (report && report->device) /* reuses the "old -> new (N storages)" form */
         for (int d = 0; d < CKPT_DTYPE_COUNT_; d++)
             if (counts[d])
@@ -766,35 +777,9 @@ CKPT_API int ckpt_file_extract(ckpt_file *f, const char *select)
         CKPT_FORWARD(ckpt_file_select(f, select));
         return note_versions(f);
     }
-    const ckpt_walk_entry *pick = NULL;
-    for (size_t i = 0; i < f->state_dicts.len && !pick; i++)
-        if (f->state_dicts.items[i].value == f->root ||
-            ckpt_value_is_module_sd(f->state_dicts.items[i].value))
-            pick = &f->state_dicts.items[i];
-    /* else the only state dict, or the only model's (not an optimizer's) */
-    size_t nmodel = 0;
-    for (size_t i = 0; !pick && i < f->state_dicts.len; i++)
-        nmodel += ckpt_file_state_dict_is_model(f, i) == 1;
-    for (size_t i = 0; !pick && i < f->state_dicts.len; i++)
-        if (f->state_dicts.len == 1 || (nmodel == 1 && ckpt_file_state_dict_is_model(f, i)))
-            pick = &f->state_dicts.items[i];
-    if (!pick) {
-        char names[400] = "";
-        size_t shown = 0;
-        for (size_t i = 0; i < f->state_dicts.len && shown < 8; i++, shown++) {
-            char p[128];
-            ckpt_path_format(&f->state_dicts.items[i].path, p, sizeof(p));
-            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s'%s'",
-                     i ? ", " : "", f->state_dicts.items[i].path.len ? p : "(root)");
-        }
-        if (f->state_dicts.len > shown)
-            snprintf(names + strlen(names), sizeof(names) - strlen(names), " and %zu more",
-                     f->state_dicts.len - shown);
-        return ckpt_err(&f->err, CKPT_ERR_USAGE,
-                        f->state_dicts.len ? "which state dict? name it with --select (%s)"
-                                           : "no state dict or module tree to extract%s",
-                        names);
-    }
+    size_t i;
+    CKPT_FORWARD(ckpt_file_pick_state_dict(f, &i));
+    const ckpt_walk_entry *pick = &f->state_dicts.items[i];
     ckpt_value *old = f->root;
     if (!f->file_root)
         f->file_root = old;

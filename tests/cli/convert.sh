@@ -3,8 +3,8 @@
 # output format from OUT's extension or --to; pth-zip, pth-legacy,
 # safetensors and sharded sets in; --select, --dtype (with --dry-run),
 # --no-dedupe, --shard-size; the safetensors header as the format has it;
-# and the refusals: a training checkpoint to safetensors without --select
-# (3, with the list of state dicts), complex tensors (3), bad --to / --dtype (2),
+# and the refusals: a training checkpoint with two models to safetensors
+# without --select (2, naming them), complex tensors (3), bad --to / --dtype (2),
 # OUT that is IN (2), a corrupt input (3, no partial OUT), hostile
 # safetensors and shard indexes (3), a header over the 100,000,000-byte
 # limit (3).  The values are checked against torch and the safetensors
@@ -429,13 +429,16 @@ for n in 0 -1 1X K ''; do
 done
 
 # ===========================================================================
-say "a training checkpoint to safetensors without --select: refused, naming the state dicts (3)"
-refused 3 "ckpt: convert: $data/train_ckpt.pth: " convert "$data/train_ckpt.pth" train2.safetensors
+say "a training checkpoint with two models to safetensors without --select: refused, naming both (2)"
+refused 2 "ckpt: convert: $data/train/gan.pth: " convert "$data/train/gan.pth" gan.safetensors
 err_has "--select"
-err_has "'model_state_dict'"
-err_has "'optimizer_state_dict/state/0'"
+err_has "'generator', 'discriminator'"
 note "$(cat "$err")"
-refused 3 "ckpt: convert: $data/train_ckpt.pth: " convert --to safetensors "$data/train_ckpt.pth" train2.bin
+refused 2 "ckpt: convert: $data/train/gan.pth: " convert --to safetensors "$data/train/gan.pth" gan.bin
+note "with one model, that one is taken, as ckpt extract takes it (tests/cli/train_select.sh)"
+expect_exit 0 ckpt convert "$data/train_ckpt.pth" train2.safetensors
+expect_stderr_line "^ckpt: convert: $data/train_ckpt.pth: safetensors holds tensors only: wrote the model's state dict 'model_state_dict' \\(4 tensors\\), not the rest of the file \\(name another with --select\\)\$"
+same_data train.safetensors train2.safetensors
 refused 3 "ckpt: convert: $data/train_ckpt.pth: " convert --select nope "$data/train_ckpt.pth" x.safetensors
 err_has "nope"
 refused 3 "ckpt: convert: $data/train_ckpt.pth: " convert --select epoch "$data/train_ckpt.pth" x.safetensors

@@ -113,8 +113,8 @@ expect_exit 0 ckpt extract --map-location cpu "$data/train_ckpt.pth" ex.pth
 expect_stdout_line 'storages: cuda:0 -> cpu'
 expect_devices ex.pth "$cpu4"
 expect_exit 0 ckpt extract --dry-run --map-location cpu "$data/train_ckpt.pth" exd.pth
-expect_stdout_is 'extracted the state dict: 4 tensors
-cuda:0 -> cpu'
+expect_stdout_is "extracted the state dict 'model_state_dict': 4 tensors
+cuda:0 -> cpu"
 check "no exd.pth" test ! -e exd.pth
 
 say "convert: to pth-zip and to pth-legacy, both record the tags"

@@ -607,6 +607,56 @@ START_TEST(select_a_nested_mapping)
 }
 END_TEST
 
+/* The state dict a file is taken for when written alone (extract, a
+ * safetensors OUT): the model's, or a refusal naming the models. */
+START_TEST(pick_the_model_state_dict)
+{
+    static const struct {
+        const char *file, *path; /* path "" : the root */
+    } one[] = {{"tests/data/train_ckpt.pth", "model_state_dict"},
+               {"tests/data/legacy_train.pth", "model_state_dict"},
+               {"tests/data/lightning.pth", "state_dict"},
+               {"tests/data/mlp.pth", ""},
+               {"tests/data/torch2/whole_mlp.pt", ""}};
+    for (size_t k = 0; k < sizeof(one) / sizeof(one[0]); k++) {
+        ckpt_file *g = ckpt_file_new();
+        size_t i = 99;
+        ckpt_path at;
+        char name[128];
+        ck_assert_int_eq(ckpt_file_open(g, src_path(one[k].file)), CKPT_OK);
+        ck_assert_int_eq(ckpt_file_pick_state_dict(g, &i), CKPT_OK);
+        ck_assert_ptr_nonnull(ckpt_file_state_dict(g, i, &at));
+        ckpt_path_format(&at, name, sizeof(name));
+        ck_assert_msg(strcmp(name, one[k].path) == 0, "%s: took '%s', not '%s'", one[k].file, name,
+                      one[k].path);
+        ckpt_file_free(g);
+    }
+    /* two models: neither is taken; both are named, and --select */
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/train/gan.pth")), CKPT_OK);
+    size_t i;
+    ck_assert_int_eq(ckpt_file_pick_state_dict(f, &i), CKPT_ERR_USAGE);
+    ck_assert_msg_has(f, "2 are a model's: 'generator', 'discriminator'; name one with --select");
+    ck_assert_int_eq(ckpt_file_extract(f, NULL), CKPT_ERR_USAGE);
+    ckpt_write_options wo = {.format = CKPT_FORMAT_SAFETENSORS};
+    ck_assert_int_eq(ckpt_file_write(f, path, &wo), CKPT_ERR_USAGE);
+    ck_assert_int_eq(access(path, F_OK), -1);
+    wo.select = "discriminator";
+    ck_assert_int_eq(ckpt_file_write(f, path, &wo), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_pick_state_dict(NULL, &i), CKPT_ERR_USAGE);
+    ck_assert_int_eq(ckpt_file_pick_state_dict(f, NULL), CKPT_ERR_USAGE);
+    /* one model: a safetensors write without a selection holds it */
+    ckpt_file *g = ckpt_file_new(), *o = ckpt_file_new();
+    ck_assert_int_eq(ckpt_file_open(g, src_path("tests/data/train_ckpt.pth")), CKPT_OK);
+    wo.select = NULL;
+    ck_assert_int_eq(ckpt_file_write(g, path, &wo), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_open(o, path), CKPT_OK);
+    ck_assert_uint_eq(ckpt_file_tensor_count(o), 4);
+    ck_assert_str_eq(dict_key(ckpt_file_root(o), 0), "module.n.1.weight");
+    ckpt_file_free(o);
+    ckpt_file_free(g);
+}
+END_TEST
+
 START_TEST(remap_rules)
 {
     ck_assert(ckpt_device_valid("cpu") && ckpt_device_valid("cuda:12") && ckpt_device_valid("cuda"));
@@ -887,6 +937,7 @@ static Suite *suite(void)
     tcase_add_test(e, empty_key_refused);
     tcase_add_test(e, a_name_twice_is_never_written);
     tcase_add_test(e, select_a_nested_mapping);
+    tcase_add_test(e, pick_the_model_state_dict);
     tcase_add_test(e, rewrite_refuses_code_running_globals);
     tcase_add_test(e, remap_rules);
     tcase_add_test(e, write_refuses_input_and_stdout);
