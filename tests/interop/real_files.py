@@ -239,7 +239,15 @@ def main():
                     errs.append('state dicts %s, manifest %s' % (
                         [sd['path'] for sd in j['state_dicts']], exp['state_dicts']))
                 return errs
-            errs = c.refusal_errors(r, exp['exit'])
+            # --json: the one document on stdout is the error object
+            errs = c.refusal_errors(r, exp['exit'], quiet=False)
+            try:
+                doc = json.loads(r.stdout)
+                if doc.get('error', {}).get('exit') != exp['exit']:
+                    errs.append('--json document %r has no error.exit %d'
+                                % (r.stdout[:200], exp['exit']))
+            except ValueError:
+                errs.append('--json: stdout is not one JSON document: %r' % r.stdout[:200])
             if not errs:
                 msg = r.err.strip().split(path + ': ', 1)[-1]
                 if msg != exp['message']:
@@ -274,6 +282,13 @@ def main():
                 want = exp['safetensors']
                 sel = []
                 errs = []
+                if want != 'writes' and want.get('takes'):
+                    # no --select: the model's state dict, as extract picks it, named
+                    r = c.ckpt('convert', *flags, path, out)
+                    if r.rc != 0 or "state dict '%s'" % want['takes'] not in r.err:
+                        return ['`%s` exited %d, stderr %r: want 0 and the state dict %r named'
+                                % (r.cmd, r.rc, r.err.strip()[:300], want['takes'])]
+                    os.unlink(out)
                 if want != 'writes':
                     sel = ['--select', want['select']]
                     if want.get('refusal'):

@@ -14,6 +14,7 @@ the diff before committing it), and, for pickled nn.Modules, the keys
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -211,15 +212,20 @@ def main(argv):
             # safetensors: written as it is, or with --select (the model's)
             st = os.path.join(tmp, 'probe.safetensors')
             rc3, o3, err3 = ckpt('convert', *exp.get('read_flags', []), out, st)
-            if rc3 == 0 and not exp.get('read_flags'):
+            took = re.search(r"wrote the model's state dict '([^']*)'", err3)
+            if rc3 == 0 and not exp.get('read_flags') and not took:
                 exp['safetensors'] = 'writes'
             else:
                 sel = [p for p in exp['state_dicts']
                        if not any(str(x) in NOT_MODEL for x in p)][0]
                 exp['safetensors'] = {
-                    'refusal': ('name the state dict to write with --select'
-                                if rc3 == 3 and '--select' in err3 else None),
                     'select': '/'.join(str(x) for x in sel)}
+                if rc3 == 0 and took:  # convert takes the model's, as extract does
+                    exp['safetensors']['takes'] = took.group(1)
+                else:
+                    exp['safetensors']['refusal'] = (
+                        'name the state dict to write with --select'
+                        if rc3 == 3 and '--select' in err3 else None)
             if os.path.exists(st):
                 os.unlink(st)
         e['expect'] = exp
