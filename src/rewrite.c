@@ -492,7 +492,13 @@ static int finish(rewrite *rw, ckpt_file **fp, const char *nothing_changed)
         /* (a file edited in place holds what f holds: not read again) */
         size_t nt, used = used_storages(f, &nt);
         char weights[256] = "?"; /* a model folder's weights file (or index) */
-        if (res.method == CKPT_WROTE_NEW) {
+        /* read back where OUT holds less than F (a tensors-only format, a
+         * model folder): a pth holds what F holds, and reading back a pickle
+         * of millions of tensors costs more than the rewrite (issue 26) */
+        bool narrower = rw->out_format == CKPT_FORMAT_SAFETENSORS ||
+                        rw->out_format == CKPT_FORMAT_SHARDED ||
+                        (rw->write_flags & CKPT_WRITE_MODEL_FOLDER);
+        if (res.method == CKPT_WROTE_NEW && narrower) {
             ckpt_file_free(f);
             *fp = NULL;
             ckpt_file *o = ckpt_file_new();

@@ -160,7 +160,8 @@ static int compare_kinds(ckpt_file *fa, const ckpt_tensor *a, ckpt_file *fb, con
         return CKPT_OK;
     }
     CKPT_FORWARD(compare_values(fa, a, fb, b, 0, 0, out));
-    const ckpt_qparams *qa = &a->q, *qb = &b->q;
+    static const ckpt_qparams none = {.qscheme = ""};
+    const ckpt_qparams *qa = a->q ? a->q : &none, *qb = b->q ? b->q : &none;
     ckpt_compare_result q;
     memset(&q, 0, sizeof(q));
     bool differ = strcmp(qa->qscheme, qb->qscheme) != 0 || !qa->scales != !qb->scales;

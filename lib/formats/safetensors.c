@@ -1147,11 +1147,80 @@ static bool is_scalar(const ckpt_value *v)
            v->kind == CKPT_KIND_BOOL;
 }
 
-static cJSON *json_raw_u64(uint64_t v)
+/* The dtype T is written as: the storage's after a cast, else T's own (an
+ * untyped storage of torch 2.x may be viewed as several dtypes: its own
+ * dtype is only its first tensor's). */
+static ckpt_dtype st_out_dtype(const ckpt_tensor *t)
 {
-    char b[32];
-    snprintf(b, sizeof(b), "%llu", (unsigned long long)v);
-    return cJSON_CreateRaw(b);
+    const ckpt_storage *s = t->storage;
+    return s->dtype != s->src_dtype ? s->dtype : t->dtype;
+}
+
+/* The header's text, grown as it is written. */
+typedef struct st_text {
+    char *buf;
+    size_t len, cap;
+} st_text;
+
+static int st_text_add(st_text *h, const char *s, size_t n)
+{
+    if (n > SIZE_MAX - h->len || CKPT_GROW(h->buf, h->cap, h->len + n) < 0)
+        return CKPT_ERR_NOMEM;
+    memcpy(h->buf + h->len, s, n);
+    h->len += n;
+    return CKPT_OK;
+}
+
+/* S as a JSON string, escaped as cJSON escapes it (the same header bytes as
+ * before: '"', '\\' and C0 controls; everything else as it is). */
+static int st_text_str(st_text *h, const char *s)
+{
+    CKPT_FORWARD(st_text_add(h, "\"", 1));
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        const char *short_form = *p == '"' ? "\\\"" : *p == '\\' ? "\\\\" : *p == '\b' ? "\\b"
+                               : *p == '\f' ? "\\f" : *p == '\n' ? "\\n" : *p == '\r' ? "\\r"
+                               : *p == '\t' ? "\\t" : NULL;
+        if (short_form) {
+            CKPT_FORWARD(st_text_add(h, short_form, 2));
+        } else if (*p < 32) {
+            snprintf(esc, sizeof esc, "\\u%04x", *p);
+            CKPT_FORWARD(st_text_add(h, esc, 6));
+        } else {
+            CKPT_FORWARD(st_text_add(h, (const char *)p, 1));
+        }
+    }
+    return st_text_add(h, "\"", 1);
+}
+
+static int st_text_u64(st_text *h, uint64_t v)
+{
+    char b[24];
+    int n = snprintf(b, sizeof b, "%llu", (unsigned long long)v);
+    return st_text_add(h, b, (size_t)n);
+}
+
+/* ,"name":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]} */
+static int st_text_entry(st_text *h, const st_entry *x)
+{
+    const ckpt_tensor *t = x->t;
+    ckpt_dtype dt = st_out_dtype(t);
+    bool f4 = dt == CKPT_DTYPE_FLOAT4_E2M1FN_X2;
+    CKPT_FORWARD(st_text_add(h, ",", 1));
+    CKPT_FORWARD(st_text_str(h, x->name));
+    CKPT_FORWARD(st_text_add(h, ":{\"dtype\":", 10));
+    CKPT_FORWARD(st_text_str(h, dtype_name(dt)));
+    CKPT_FORWARD(st_text_add(h, ",\"shape\":[", 10));
+    for (int d = 0; d < t->ndim; d++) { /* F4 counts 4-bit values, torch pairs */
+        if (d)
+            CKPT_FORWARD(st_text_add(h, ",", 1));
+        CKPT_FORWARD(st_text_u64(h, (uint64_t)t->shape[d] * (f4 && d == t->ndim - 1 ? 2 : 1)));
+    }
+    CKPT_FORWARD(st_text_add(h, "],\"data_offsets\":[", 18));
+    CKPT_FORWARD(st_text_u64(h, x->begin));
+    CKPT_FORWARD(st_text_add(h, ",", 1));
+    CKPT_FORWARD(st_text_u64(h, x->end));
+    return st_text_add(h, "]}", 2);
 }
 
 /* The bytes of T in C order and its output dtype: a slice of its storage
@@ -1164,7 +1233,7 @@ static int tensor_out_bytes(ckpt_file *f, const ckpt_tensor *t, const uint8_t **
     CKPT_FORWARD(ckpt_storage_load(f, t->storage, &all));
     *own = all;
     ckpt_tensor view = *t;
-    view.dtype = t->storage->dtype; /* after a cast, the storage's new type */
+    view.dtype = st_out_dtype(t); /* after a cast, the storage's new type */
     size_t es = ckpt_dtype_size(view.dtype);
     if (ckpt_tensor_is_contiguous(&view)) {
         *bytes = all + (view.numel ? (size_t)view.offset * es : 0);
@@ -1358,7 +1427,7 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
         if (e[i].alias_of >= 0)
             continue;
         const ckpt_tensor *t = e[i].t;
-        ckpt_dtype dt = t->storage->dtype;
+        ckpt_dtype dt = st_out_dtype(t);
         uint64_t nb = 0;
         if (!dtype_name(dt)) {
             r = ckpt_err(&f->err, CKPT_ERR_UNSUPPORTED, "safetensors has no dtype for %s ('%s')",
@@ -1424,25 +1493,11 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
         free(e);
         return r;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         if (e[i].alias_of >= 0) {
             cJSON_AddStringToObject(tied, e[i].name, e[e[i].alias_of].name);
             ntied++;
-            continue;
         }
-        const ckpt_tensor *t = e[i].t;
-        ckpt_dtype dt = t->storage->dtype;
-        bool f4 = dt == CKPT_DTYPE_FLOAT4_E2M1FN_X2;
-        cJSON *je = cJSON_AddObjectToObject(hdr, e[i].name);
-        cJSON_AddStringToObject(je, "dtype", dtype_name(dt));
-        cJSON *sh = cJSON_AddArrayToObject(je, "shape");
-        for (int d = 0; d < t->ndim; d++) /* F4 counts 4-bit values, torch pairs */
-            cJSON_AddItemToArray(sh, json_raw_u64((uint64_t)t->shape[d] *
-                                                  (f4 && d == t->ndim - 1 ? 2 : 1)));
-        cJSON *off = cJSON_AddArrayToObject(je, "data_offsets");
-        cJSON_AddItemToArray(off, json_raw_u64(e[i].begin));
-        cJSON_AddItemToArray(off, json_raw_u64(e[i].end));
-    }
     if (ntied) {
         char *t = cJSON_PrintUnformatted(tied);
         if (t)
@@ -1450,9 +1505,24 @@ static int st_write(ckpt_file *f, int out, const ckpt_write_options *opt, const 
         free(t);
     }
     cJSON_Delete(tied);
-    char *text = cJSON_PrintUnformatted(hdr);
+    /* "__metadata__" by cJSON, the tensors written straight after it: a
+     * cJSON tree of 1.7 M entries is gigabytes (issue 26) */
+    char *meta = cJSON_PrintUnformatted(hdr);
     cJSON_Delete(hdr);
-    if (!text) {
+    st_text h = {0};
+    int hrc = meta ? CKPT_OK : CKPT_ERR_NOMEM;
+    if (meta) {
+        hrc = st_text_add(&h, meta, strlen(meta) - 1); /* without its closing brace */
+        for (size_t i = 0; i < n && hrc == CKPT_OK; i++)
+            if (e[i].alias_of < 0)
+                hrc = st_text_entry(&h, &e[i]);
+        if (hrc == CKPT_OK)
+            hrc = st_text_add(&h, "}", 2); /* and the NUL */
+    }
+    free(meta);
+    char *text = h.buf;
+    if (hrc != CKPT_OK) {
+        free(text);
         free(order);
         free(e);
         return ckpt_oom(&f->err);

@@ -260,17 +260,19 @@ static int rebuild_qtensor(vm *m, const char *fn, ckpt_value *args)
         return fail(m, CKPT_ERR_FORMAT, "%s: quantizer parameters are not (qscheme, ...)", fn);
     ckpt_value **p = qp->u.seq.items;
     const char *scheme = p[0]->u.global.name;
-    for (size_t i = 0; i < sizeof(qschemes) / sizeof(qschemes[0]) && !t->q.qscheme; i++)
+    if (!(t->q = ckpt_arena_alloc(m->a, sizeof(*t->q))))
+        return oom(m);
+    for (size_t i = 0; i < sizeof(qschemes) / sizeof(qschemes[0]) && !t->q->qscheme; i++)
         if (strcmp(scheme, qschemes[i]) == 0)
-            t->q.qscheme = qschemes[i] + 6;
-    if (!t->q.qscheme)
+            t->q->qscheme = qschemes[i] + 6;
+    if (!t->q->qscheme)
         return fail(m, CKPT_ERR_FORMAT, "%s: '%s' is not a qscheme", fn, scheme);
-    if (strncmp(t->q.qscheme, "per_tensor", 10) == 0) {
+    if (strncmp(t->q->qscheme, "per_tensor", 10) == 0) {
         if (qp->u.seq.len != 3 || (p[1]->kind != CKPT_KIND_FLOAT && p[1]->kind != CKPT_KIND_INT))
             return fail(m, CKPT_ERR_FORMAT, "%s: per-tensor parameters are not (scale, zero_point)",
                         fn);
-        t->q.scale = p[1]->kind == CKPT_KIND_FLOAT ? p[1]->u.f : (double)p[1]->u.i.v;
-        CKPT_FORWARD(as_int(m, p[2], "zero point", &t->q.zero_point));
+        t->q->scale = p[1]->kind == CKPT_KIND_FLOAT ? p[1]->u.f : (double)p[1]->u.i.v;
+        CKPT_FORWARD(as_int(m, p[2], "zero point", &t->q->zero_point));
         return push_tensor(m, t);
     }
     int64_t axis;
@@ -281,12 +283,12 @@ static int rebuild_qtensor(vm *m, const char *fn, ckpt_value *args)
     if (axis < 0 || axis >= t->ndim)
         return fail(m, CKPT_ERR_FORMAT, "quantized tensor: axis %lld of a %d-dimensional tensor",
                     (long long)axis, t->ndim);
-    t->q.axis = (int)axis;
+    t->q->axis = (int)axis;
     int64_t c = t->shape[axis];
     CKPT_FORWARD(channel_param(m, p[1], "scales", CKPT_DTYPE_FLOAT64, CKPT_DTYPE_FLOAT32, c,
-                               &t->q.scales));
+                               &t->q->scales));
     CKPT_FORWARD(channel_param(m, p[2], "zero points", CKPT_DTYPE_INT64, CKPT_DTYPE_FLOAT32, c,
-                               &t->q.zero_points));
+                               &t->q->zero_points));
     return push_tensor(m, t);
 }
 

@@ -308,7 +308,10 @@ CKPT_API int ckpt_tensor_qparams(const ckpt_tensor *t, ckpt_qparams *out)
 {
     if (t->kind != CKPT_TENSOR_QUANTIZED)
         return CKPT_ERR_USAGE;
-    *out = t->q;
+    if (t->q)
+        *out = *t->q;
+    else
+        memset(out, 0, sizeof(*out));
     return CKPT_OK;
 }
 

@@ -706,11 +706,11 @@ CKPT_API int ckpt_file_cast(ckpt_file *f, ckpt_dtype to, unsigned flags,
         const ckpt_storage *ts = t->values ? t->values->storage : t->storage;
         if (used && ts && ckpt_map_get_u64(&at, (uint64_t)(uintptr_t)ts, &i))
             used[i] = true;
-        if (!t->q.scales)
+        if (!t->q || !t->q->scales)
             continue;
-        if (ckpt_map_get_u64(&at, (uint64_t)(uintptr_t)t->q.scales->storage, &i))
+        if (ckpt_map_get_u64(&at, (uint64_t)(uintptr_t)t->q->scales->storage, &i))
             keep[i] = true;
-        if (ckpt_map_get_u64(&at, (uint64_t)(uintptr_t)t->q.zero_points->storage, &i))
+        if (ckpt_map_get_u64(&at, (uint64_t)(uintptr_t)t->q->zero_points->storage, &i))
             keep[i] = true;
     }
     ckpt_map_release(&at);

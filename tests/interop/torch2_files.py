@@ -303,6 +303,27 @@ def to_safetensors(tmp):
     return errs
 
 
+def shared_views_to_safetensors(tmp):
+    """shared_v3.pth: one untyped storage seen as uint16, float8_e5m2 and a
+    strided float8_e4m3fn view; each tensor is written in its own dtype
+    (the storage's first dtype once named them all, and the strided view
+    read past the storage's end)."""
+    import safetensors.torch
+    src = os.path.join(DIR, 'shared_v3.pth')
+    orig = torch.load(src)
+    out = os.path.join(tmp, 'shared.safetensors')
+    c.ckpt_expect(0, 'convert', '--quiet', src, out)
+    got = safetensors.torch.load_file(out)
+    errs = []
+    for k, a in orig.items():
+        b = got.get(k)
+        if b is None or b.dtype != a.dtype or b.shape != a.shape or \
+                c.raw_bytes(b) != c.raw_bytes(a.contiguous()):
+            errs.append('%s (%s %s): load_file gives %s' % (k, a.dtype, tuple(a.shape),
+                        None if b is None else (b.dtype, tuple(b.shape))))
+    return errs
+
+
 if TORCH2:
     t.run('convert to pth: plain torch.load and mmap=True read every tensor bit for bit',
           convert_pth, tmp=True)
@@ -315,6 +336,8 @@ if TORCH2:
           'cast and safetensors give the true values', big_endian_back, tmp=True)
     t.run('safetensors: the dtypes the format has, both ways; the others refused by name',
           to_safetensors, tmp=True)
+    t.run('safetensors: tensors of several dtypes over one untyped storage, each in its own',
+          shared_views_to_safetensors, tmp=True)
 else:
     print('note torch %s cannot load these dtypes: the torch.load checks run under 2.x'
           % torch.__version__)

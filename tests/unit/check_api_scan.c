@@ -356,6 +356,41 @@ START_TEST(test_torch_load_json)
 }
 END_TEST
 
+/* The verdicts given the caller's own reading (ckpt_torch_load_use_file, as
+ * inspect does: one model in memory) are the verdicts of a reading of its own. */
+START_TEST(test_torch_load_use_file)
+{
+    const char *rel[] = {"tests/data/hf/gpt2_st_sharded/model-00001-of-00004.safetensors",
+                         "tests/data/mlp.pth", "tests/data/legacy_mlp.pth",
+                         "tests/data/torch2/whole_mlp.pt", "tests/data/tar/tar_state_dict.pth",
+                         "tests/data/train_ckpt.pth"};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+        const char *path = src_path(rel[i]);
+        ckpt_torch_load *own = ckpt_torch_load_new(), *lent = ckpt_torch_load_new();
+        ckpt_file *f = ckpt_file_new();
+        ck_assert_int_eq(ckpt_file_open(f, path), CKPT_OK);
+        ck_assert_int_eq(ckpt_torch_load_check(own, path), CKPT_OK);
+        ck_assert_int_eq(ckpt_torch_load_use_file(lent, f), CKPT_OK);
+        ck_assert_int_eq(ckpt_torch_load_check(lent, path), CKPT_OK);
+        char *a = ckpt_torch_load_to_json(own), *b = ckpt_torch_load_to_json(lent);
+        ck_assert_ptr_nonnull(a);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_msg(strcmp(a, b) == 0, "%s: own reading %s, lent reading %s", rel[i], a, b);
+        free(a);
+        free(b);
+        ckpt_file_free(f);
+        ckpt_torch_load_free(own);
+        ckpt_torch_load_free(lent);
+    }
+    ckpt_torch_load *t = ckpt_torch_load_new();
+    ckpt_file *unopened = ckpt_file_new();
+    ck_assert_int_eq(ckpt_torch_load_use_file(t, unopened), CKPT_ERR_USAGE);
+    ck_assert_int_eq(ckpt_torch_load_use_file(NULL, NULL), CKPT_ERR_USAGE);
+    ckpt_file_free(unopened);
+    ckpt_torch_load_free(t);
+}
+END_TEST
+
 START_TEST(test_usage)
 {
     ckpt_scan_paths_free(NULL);
@@ -390,6 +425,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_entry_deepspeed_folder);
     tcase_add_test(tc, test_no_torch_load);
     tcase_add_test(tc, test_torch_load_json);
+    tcase_add_test(tc, test_torch_load_use_file);
     tcase_add_test(tc, test_usage);
     suite_add_tcase(s, tc);
     return s;
