@@ -83,11 +83,61 @@ static bool append(cJSON *a, cJSON *item)
     return false;
 }
 
+/* The length of the UTF-8 sequence at S (well formed: no overlong form,
+ * surrogate or code point past U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *s)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+    if (!n || c > 0xf4)
+        return 0;
+    unsigned long cp = c & (0x3f >> (n - 1));
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+/* S as a JSON string a SARIF reader takes: a log must be UTF-8, so a byte
+ * that is not (names are the file's bytes) becomes the text \xHH; the
+ * JSON document (--json) keeps them exact. */
+static cJSON *text_json(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), bad = 0;
+    for (size_t i = 0, k; i < n; i += k ? k : 1)
+        bad += (k = utf8_len(p + i)) == 0;
+    if (!bad)
+        return cJSON_CreateString(s);
+    char *t = malloc(n + 3 * bad + 1), *w = t;
+    if (!t)
+        return NULL;
+    for (size_t i = 0, k; i < n; i += k ? k : 1) {
+        if ((k = utf8_len(p + i)) == 0) {
+            w += sprintf(w, "\\x%02X", p[i]);
+        } else {
+            memcpy(w, p + i, k);
+            w += k;
+        }
+    }
+    *w = '\0';
+    cJSON *j = cJSON_CreateString(t);
+    free(t);
+    return j;
+}
+
 /* {"text": TEXT} */
 static cJSON *message(const char *text)
 {
     cJSON *m = cJSON_CreateObject();
-    if (m && !put(m, "text", cJSON_CreateString(text))) {
+    if (m && !put(m, "text", text_json(text))) {
         cJSON_Delete(m);
         return NULL;
     }
@@ -201,9 +251,9 @@ static void hit_text(char *buf, size_t cap, const ckpt_scan_hit *h)
 static cJSON *hit_props(const ckpt_scan_hit *h, const char *format)
 {
     cJSON *o = cJSON_CreateObject();
-    bool ok = o && put(o, "global", cJSON_CreateString(h->global));
+    bool ok = o && put(o, "global", text_json(h->global));
     ok = ok && put(o, "dangerous", cJSON_CreateBool(h->dangerous));
-    ok = ok && put(o, "pickle", cJSON_CreateString(h->pickle));
+    ok = ok && put(o, "pickle", text_json(h->pickle));
     ok = ok && put(o, "offset", ckpt_json_int((long long)h->offset));
     if (ok && h->file_offset != UINT64_MAX)
         ok = put(o, "file_offset", ckpt_json_int((long long)h->file_offset));
@@ -215,7 +265,7 @@ static cJSON *hit_props(const ckpt_scan_hit *h, const char *format)
     if (ok && h->reading)
         ok = put(o, "reading", cJSON_CreateString(h->reading));
     if (ok && h->computed_by)
-        ok = put(o, "computed_by", cJSON_CreateString(h->computed_by));
+        ok = put(o, "computed_by", text_json(h->computed_by));
     ok = ok && put(o, "format", cJSON_CreateString(format));
     if (!ok) {
         cJSON_Delete(o);
@@ -230,7 +280,7 @@ static cJSON *small_props(const char *format, const char *key, const char *value
     cJSON *o = cJSON_CreateObject();
     bool ok = o && put(o, "format", cJSON_CreateString(format));
     if (ok && key)
-        ok = put(o, key, cJSON_CreateString(value));
+        ok = put(o, key, text_json(value));
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
