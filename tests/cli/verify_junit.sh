@@ -87,7 +87,7 @@ expect_exit 4 ckpt verify --model $mlp --device cpu --junit "$w/missing.xml" "$w
 check "no report after a missing checkpoint" test ! -e "$w/missing.xml"
 cp "$w/mlp.pth" "$w/keep.pth"
 expect_exit 2 ckpt verify --model $mlp --device cpu --junit "$w/mlp.pth" "$w/mlp.pth"
-expect_stderr_line '^ckpt: verify: --junit .*/mlp.pth names an input: it would be replaced
+expect_stderr_line '^ckpt: verify: --junit .*/mlp.pth names an input: it would be replaced'
 check "the checkpoint is untouched" cmp -s "$w/mlp.pth" "$w/keep.pth"
 note "a report that cannot be written is an I/O error (4), with nothing left behind"
 expect_exit 4 ckpt verify --model $mlp --device cpu --junit "$w/no/such/dir/r.xml" "$w/mlp.pth"
