@@ -94,8 +94,12 @@ expect_exit 4 ckpt verify --model $mlp --device cpu --junit "$w/no/such/dir/r.xm
 expect_stderr_line '^ckpt: verify: .*no/such/dir/r.xml: '
 note "an existing report is replaced whole"
 echo stale >"$w/replace.xml"
+note "(with the named temporary file, as where there is no O_TMPFILE)"
+CKPT_NO_O_TMPFILE=1
+export CKPT_NO_O_TMPFILE
 expect_exit 0 ckpt verify --model $mlp --device cpu --junit "$w/replace.xml" "$w/mlp.pth"
 junit_eval "$w/replace.xml" 'props["result"] == "PASS"'
-check "no temporary file is left in the folder" test "$(find "$w" -name '*.tmp*' -o -name '.ckpt*' | wc -l)" -eq 0
+check "no temporary file is left in the folder (.NAME.ckpt-XXXXXX)" \
+    test "$(find "$w" -name '.*.ckpt-*' | wc -l)" -eq 0
 
 finish
