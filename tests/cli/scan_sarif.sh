@@ -59,6 +59,12 @@ if ! have_python; then
     finish
 fi
 
+say "--format json answers a usage error in JSON, as --json does"
+expect_exit 2 ckpt scan --format json --bogus "$unsafe"
+json_expect '[d["error"]["exit"], d["error"]["command"]]' '[2, "scan"]'
+expect_exit 2 ckpt scan --bogus --format=json "$unsafe"
+json_expect 'd["error"]["exit"]' '2'
+
 say "one unsafe file: a result at the GLOBAL opcode's byte, the record and its offset in the message"
 expect_exit 1 ckpt scan --format sarif "$unsafe"
 expect_stderr_empty
