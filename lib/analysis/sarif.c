@@ -3,15 +3,19 @@
  * GitLab, Azure DevOps) read.  One run; a rule per kind of finding; one
  * result per unsafe global, TorchScript archive, ambiguity and name leading
  * out of a folder; the files that could not be read, and those skipped, as
- * tool execution notifications.  A checkpoint is binary: a location is a
- * byte offset (region.byteOffset), never a line. */
+ * tool execution notifications.  A global is located by the byte of its
+ * opcode in the file (region.byteOffset) and, since code-scanning systems
+ * show lines (GitHub requires region.startLine), by the same byte as a
+ * line and a column counted in bytes: the file's newline bytes before it. */
 #include "analysis/analysis.h"
 
 #include "core/json.h"
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SARIF_SCHEMA "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/" \
                      "sarif-schema-2.1.0.json"
@@ -173,18 +177,31 @@ static char *path_uri(const char *path)
     return u;
 }
 
-/* [{"physicalLocation": {"artifactLocation": {"uri"}, "region": {"byteOffset"}}}]:
- * the region only when AT is a byte of the file (not UINT64_MAX). */
-static cJSON *locations(const char *path, uint64_t at)
+/* Where a byte of a file is: its offset, and its line and column (from 1;
+ * 0: not known). */
+typedef struct place {
+    uint64_t at, line, col;
+} place;
+
+/* [{"physicalLocation": {"artifactLocation": {"uri"}, "region": {...}}}]: the
+ * region only when AT->at is a byte of the file (AT NULL or UINT64_MAX: none),
+ * the one-byte text region there when its line is known. */
+static cJSON *locations(const char *path, const place *at)
 {
     char *uri = path_uri(path);
     cJSON *a = cJSON_CreateArray(), *loc = cJSON_CreateObject(), *phys = cJSON_CreateObject();
     cJSON *art = cJSON_CreateObject();
     bool ok = uri && a && loc && phys && art && put(art, "uri", cJSON_CreateString(uri));
     free(uri);
-    if (ok && at != UINT64_MAX) {
+    if (ok && at && at->at != UINT64_MAX) {
         cJSON *region = cJSON_CreateObject();
-        ok = region && put(region, "byteOffset", ckpt_json_int((long long)at)) &&
+        ok = region != NULL;
+        if (ok && at->line)
+            ok = put(region, "startLine", ckpt_json_int((long long)at->line)) &&
+                 put(region, "startColumn", ckpt_json_int((long long)at->col)) &&
+                 put(region, "endLine", ckpt_json_int((long long)at->line)) &&
+                 put(region, "endColumn", ckpt_json_int((long long)at->col + 1));
+        ok = ok && put(region, "byteOffset", ckpt_json_int((long long)at->at)) &&
              put(region, "byteLength", ckpt_json_int(1));
         ok = put(phys, "region", region) && ok;
     }
@@ -204,8 +221,9 @@ static cJSON *locations(const char *path, uint64_t at)
     return a;
 }
 
-/* A result of rule RULE at PATH (byte AT, or UINT64_MAX) saying TEXT, with PROPS. */
-static cJSON *result(int rule, const char *path, uint64_t at, const char *text, cJSON *props)
+/* A result of rule RULE at PATH (AT: the byte, or NULL) saying TEXT, with PROPS. */
+static cJSON *result(int rule, const char *path, const place *at, const char *text,
+                     cJSON *props)
 {
     cJSON *r = cJSON_CreateObject();
     bool ok = r && put(r, "ruleId", cJSON_CreateString(RULES[rule].id));
@@ -288,25 +306,89 @@ static cJSON *small_props(const char *format, const char *key, const char *value
     return o;
 }
 
+static bool unsafe_hit(const ckpt_scan_hit *h)
+{
+    return h->cls != CKPT_GLOBAL_INTERPRETED && h->cls != CKPT_GLOBAL_KNOWN_DATA;
+}
+
+static int place_cmp(const void *a, const void *b)
+{
+    const place *x = *(place *const *)a, *y = *(place *const *)b;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* The line and column of each of the N places of PATH, in one reading of
+ * the file up to the last; left 0 where the file cannot be read (or no
+ * longer has that byte). */
+static void find_lines(const char *path, place *pl, size_t n)
+{
+    place **order = n ? malloc(n * sizeof *order) : NULL;
+    uint8_t *buf = order ? malloc(1 << 16) : NULL;
+    int fd = -1;
+    struct stat st;
+    ckpt_error err = {0};
+    if (!buf || ckpt_open_input(AT_FDCWD, path, false, &fd, &st, &err) != CKPT_OK) {
+        free(order);
+        free(buf);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        order[i] = &pl[i];
+    qsort(order, n, sizeof *order, place_cmp);
+    uint64_t line = 1, line_start = 0, pos = 0, size = (uint64_t)st.st_size;
+    size_t k = 0;
+    while (k < n && order[k]->at < size) { /* UINT64_MAX, not in the file, sorts last */
+        size_t len = size - pos < (1 << 16) ? (size_t)(size - pos) : (size_t)1 << 16;
+        if (ckpt_pread_all(fd, buf, len, pos) != CKPT_OK)
+            break;
+        for (size_t i = 0; i < len && k < n; i++) {
+            while (k < n && order[k]->at == pos + i) {
+                order[k]->line = line;
+                order[k]->col = pos + i - line_start + 1;
+                k++;
+            }
+            if (buf[i] == '\n') {
+                line++;
+                line_start = pos + i + 1;
+            }
+        }
+        pos += len;
+    }
+    close(fd);
+    free(order);
+    free(buf);
+}
+
 /* A scanned file's results, appended to RESULTS. */
 static bool file_results(cJSON *results, const ckpt_scan_entry *e)
 {
     const ckpt_scan *s = e->scan;
     char text[2 * CKPT_ERRMSG_MAX];
+    size_t n = 0, nh = ckpt_scan_hit_count(s);
+    for (size_t i = 0; i < nh; i++)
+        n += unsafe_hit(ckpt_scan_hit_at(s, i));
+    place *pl = n ? calloc(n, sizeof *pl) : NULL;
+    if (n && !pl)
+        return false;
+    for (size_t i = 0, k = 0; i < nh; i++)
+        if (unsafe_hit(ckpt_scan_hit_at(s, i)))
+            pl[k++].at = ckpt_scan_hit_at(s, i)->file_offset;
+    find_lines(e->path, pl, n);
     bool ok = true;
-    for (size_t i = 0; ok && i < ckpt_scan_hit_count(s); i++) {
+    for (size_t i = 0, k = 0; ok && i < nh; i++) {
         const ckpt_scan_hit *h = ckpt_scan_hit_at(s, i);
-        if (h->cls == CKPT_GLOBAL_INTERPRETED || h->cls == CKPT_GLOBAL_KNOWN_DATA)
+        if (!unsafe_hit(h))
             continue;
         hit_text(text, sizeof text, h);
         ok = append(results, result(h->dangerous ? RULE_DANGEROUS : RULE_UNKNOWN, e->path,
-                                    h->file_offset, text, hit_props(h, e->format)));
+                                    &pl[k++], text, hit_props(h, e->format)));
     }
+    free(pl);
     for (size_t i = 0; ok && i < ckpt_scan_code_count(s); i++)
-        ok = append(results, result(RULE_CODE, e->path, UINT64_MAX, ckpt_scan_code_at(s, i),
+        ok = append(results, result(RULE_CODE, e->path, NULL, ckpt_scan_code_at(s, i),
                                     small_props(e->format, NULL, NULL)));
     for (size_t i = 0; ok && i < ckpt_scan_ambiguity_count(s); i++)
-        ok = append(results, result(RULE_AMBIGUOUS, e->path, UINT64_MAX,
+        ok = append(results, result(RULE_AMBIGUOUS, e->path, NULL,
                                     ckpt_scan_ambiguity_at(s, i),
                                     small_props(e->format, NULL, NULL)));
     return ok;
@@ -321,7 +403,7 @@ static cJSON *notification(int note, const char *path, const char *text)
     ok = put(n, "descriptor", d) && ok;
     ok = ok && put(n, "level", cJSON_CreateString(NOTES[note].level));
     ok = ok && put(n, "message", message(text));
-    ok = ok && put(n, "locations", locations(path, UINT64_MAX));
+    ok = ok && put(n, "locations", locations(path, NULL));
     if (!ok) {
         cJSON_Delete(n);
         return NULL;
@@ -388,7 +470,7 @@ char *ckpt_scan_paths_to_sarif(const ckpt_scan_paths *p)
         if (e->kind == CKPT_SCAN_ENTRY_FILE)
             ok = file_results(results, e);
         else if (e->exit == CKPT_SCAN_EXIT_UNSAFE) /* a name leading out of its folder */
-            ok = append(results, result(RULE_OUTSIDE, e->path, UINT64_MAX, e->reason,
+            ok = append(results, result(RULE_OUTSIDE, e->path, NULL, e->reason,
                                         small_props("unknown", "reason", e->reason)));
         if (ok && e->exit >= CKPT_SCAN_EXIT_UNREADABLE) {
             /* the results found before the error stand (a malformed tail) */

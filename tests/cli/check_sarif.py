@@ -10,7 +10,8 @@ exits 1 when a check failed.
   ambiguity (warning), each unread name outside a folder (error); the same
   globals, pickles and offsets;
 - where a result gives a byte in the file, the file holds the opcode that
-  names the global there;
+  names the global there, and its line and column are that byte's (lines
+  counted by the newline bytes before it, columns in bytes);
 - one notification per file that could not be read (exit 3 or 4) and per
   skipped file, and executionSuccessful false exactly then;
 - each location's URI is the path, percent-encoded.
@@ -127,17 +128,23 @@ for r in results:
         continue
     placed += 1
     p = r["properties"]
+    at = region["byteOffset"]
     with open(uri_path(r), "rb") as fh:
-        fh.seek(region["byteOffset"])
-        b = fh.read(1)
-    if p["file_offset"] != region["byteOffset"] or \
-            (p["opcode"] in opcodes and b != opcodes[p["opcode"]]):
-        check("%s: byte %d is %s's opcode (%r)" % (uri_path(r), region["byteOffset"],
-                                                   p["opcode"], b), False)
+        data = fh.read(at + 1)
+    b = data[at:at + 1]
+    line = data.count(b"\n", 0, at) + 1
+    col = at - (data.rfind(b"\n", 0, at) + 1) + 1
+    if p["file_offset"] != at or (p["opcode"] in opcodes and b != opcodes[p["opcode"]]):
+        check("%s: byte %d is %s's opcode (%r)" % (uri_path(r), at, p["opcode"], b), False)
+        break
+    if [region.get(k) for k in ("startLine", "startColumn", "endLine", "endColumn")] != \
+            [line, col, line, col + 1]:
+        check("%s: byte %d is line %d, column %d: %r" % (uri_path(r), at, line, col, region),
+              False)
         break
 else:
-    check("each of the %d byte offsets given is the naming opcode's byte in the file" % placed,
-          True)
+    check("each of the %d byte offsets given is the naming opcode's byte in the file, "
+          "at the line and column given" % placed, True)
 
 # the files not read: notifications, and an execution that failed
 inv = run["invocations"][0]
