@@ -1305,6 +1305,20 @@ CKPT_API int ckpt_verify_passed(const ckpt_verify *v);
 /* `ckpt verify --json`'s document (malloc'd, for free()); NULL when out of
  * memory or before a successful ckpt_verify_load(). */
 CKPT_API char *ckpt_verify_to_json(const ckpt_verify *v);
+/*
+ * `ckpt verify --junit FILE`'s report (ckpt-verify(1)): JUnit XML, one
+ * testsuite (properties: the checkpoint, SPEC as given, the state dict, the
+ * device, the result) with a testcase for each strict load and for each
+ * output compared (with the reference, the checkpoint compared against,
+ * the DataParallel replay), a failure element with the error and the
+ * tolerance where one fails.  Names are escaped; what XML cannot hold (C0
+ * controls, bytes that are not UTF-8) is written \xHH.  malloc'd, for
+ * free(); NULL when out of memory or before a ckpt_verify_load().
+ */
+CKPT_API char *ckpt_verify_to_junit(const ckpt_verify *v, const char *spec);
+/* That report written to PATH atomically (complete or not at all); the
+ * error, with PATH, in ckpt_verify_error_*(). */
+CKPT_API int ckpt_verify_write_junit(ckpt_verify *v, const char *path, const char *spec);
 
 /* ---- scanning: what a file's pickles would import, without running them ---- */
 
@@ -1337,6 +1351,9 @@ typedef struct ckpt_scan_hit {
     const char *reading;     /* the reading it was found in (ckpt_scan_reading.reader) */
     const char *computed_by; /* a name computed at run time: the global whose call made it
                               * (the name is then shown as "<by(...)>.name"); else NULL */
+    uint64_t file_offset;    /* OFFSET's byte in the file: where the pickle starts in it
+                              * plus OFFSET; UINT64_MAX where the pickle is not in the
+                              * file as is (a compressed record, a zstd frame's item) */
 } ckpt_scan_hit;
 
 /*
@@ -1579,6 +1596,20 @@ CKPT_API const char *ckpt_scan_entry_outcome(const ckpt_scan_entry *e);
  * memory.
  */
 CKPT_API char *ckpt_scan_paths_to_json(const ckpt_scan_paths *p);
+/*
+ * The SARIF 2.1.0 log ckpt scan --format sarif prints (ckpt-scan(1)), for
+ * code-scanning systems: one run, its tool ckpt with a rule per kind of
+ * finding; one result per global neither interpreted nor known data (level
+ * error), per TorchScript archive (error), per ambiguity (warning) and per
+ * name a folder's metadata gives outside it (error), each located at the
+ * entry's path (a relative URI as given, or a file: URI) with the byte in
+ * the file where it is known, and the pickle and the offset in it in the
+ * message and the properties; a file that cannot be read or was skipped is
+ * a tool execution notification, and the invocation's executionSuccessful
+ * is false when any file could not be read.  malloc'd, for free(); NULL
+ * when out of memory.
+ */
+CKPT_API char *ckpt_scan_paths_to_sarif(const ckpt_scan_paths *p);
 
 #ifdef __cplusplus
 }

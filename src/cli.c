@@ -352,7 +352,9 @@ void cli_begin(const char *cmd, int argc, char **argv)
         takes |= strcmp(cmd, takes_json[i]) == 0;
     /* as getopt_long reads it: an unambiguous prefix, before "--" */
     for (int i = 1; takes && i < argc && strcmp(argv[i], "--") != 0; i++)
-        if (strlen(argv[i]) >= 3 && strncmp(argv[i], "--json", strlen(argv[i])) == 0)
+        if ((strlen(argv[i]) >= 3 && strncmp(argv[i], "--json", strlen(argv[i])) == 0) ||
+            strcmp(argv[i], "--format=json") == 0 || /* scan's, the same as --json */
+            (strcmp(argv[i], "--format") == 0 && i + 1 < argc && strcmp(argv[i + 1], "json") == 0))
             run.json_in_argv = true;
 }
 

@@ -9,8 +9,8 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: ckpt scan [--json] [--max-pickle-bytes N] [--max-header-bytes N]\n"
-    "                 [--max-depth N] [--quiet] FILE...\n"
+    "usage: ckpt scan [--json | --format text|json|sarif] [--max-pickle-bytes N]\n"
+    "                 [--max-header-bytes N] [--max-depth N] [--quiet] FILE...\n"
     "\n"
     "List every global (module.name) the pickles of each FILE would import --\n"
     "through GLOBAL, STACK_GLOBAL (memoized strings resolved), INST and OBJ --\n"
@@ -29,6 +29,8 @@ static const char usage[] =
     "1 safe\").\n"
     "\n"
     "  --json                  one JSON document for all files (ckpt-scan(1))\n"
+    "  --format F              text (the default), json (as --json) or sarif (a\n"
+    "                          SARIF 2.1.0 log for code-scanning systems)\n"
     "  --max-pickle-bytes SIZE refuse pickles larger than SIZE bytes (default 1G;\n"
     "                          K M G T: powers of 1024, KB MB GB TB: of 1000)\n"
     "  --max-header-bytes N    refuse safetensors headers larger than N bytes\n"
@@ -38,7 +40,9 @@ static const char usage[] =
     "  --quiet                 print nothing; the exit status tells\n"
     "  --help                  this text\n";
 
-enum { OPT_JSON = CLI_OPT_FIRST_COMMAND_OPTION };
+enum { OPT_JSON = CLI_OPT_FIRST_COMMAND_OPTION, OPT_FORMAT };
+
+enum { FORMAT_TEXT, FORMAT_JSON, FORMAT_SARIF };
 
 static const char *class_name(const ckpt_scan_hit *h)
 {
@@ -166,11 +170,12 @@ int cmd_scan(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"json", no_argument, NULL, OPT_JSON},
+        {"format", required_argument, NULL, OPT_FORMAT},
         CLI_COMMON_LONG_OPTIONS,
         {NULL, 0, NULL, 0},
     };
     cli_common common = {0};
-    int json = 0, opt;
+    int json = 0, format = -1, opt; /* format: -1 until --format */
     opterr = 0;
     while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
         int c = cli_common_option("scan", opt, optarg, &common);
@@ -185,6 +190,24 @@ int cmd_scan(int argc, char **argv)
             json = 1;
             cli_json_on();
             break;
+        case OPT_FORMAT: {
+            int f = strcmp(optarg, "text") == 0    ? FORMAT_TEXT
+                    : strcmp(optarg, "json") == 0  ? FORMAT_JSON
+                    : strcmp(optarg, "sarif") == 0 ? FORMAT_SARIF
+                                                   : -1;
+            if (f < 0 || (format >= 0 && f != format)) {
+                cli_common_free(&common);
+                return f < 0 ? cli_usage_error("scan", "--format: '%s' is not text, json or "
+                                               "sarif", optarg)
+                             : cli_usage_error("scan", "--format given twice, differently");
+            }
+            format = f;
+            if (f == FORMAT_JSON) {
+                json = 1;
+                cli_json_on();
+            }
+            break;
+        }
         case CLI_OPT_HELP:
             fputs(usage, stdout);
             cli_common_free(&common);
@@ -194,6 +217,12 @@ int cmd_scan(int argc, char **argv)
             return cli_bad_option("scan", opt, argv);
         }
     }
+    if (json && format >= 0 && format != FORMAT_JSON) {
+        cli_common_free(&common);
+        return cli_usage_error("scan", "--json and --format %s disagree",
+                               format == FORMAT_SARIF ? "sarif" : "text");
+    }
+    bool sarif = format == FORMAT_SARIF;
     if (common.nallow || common.allow_unknown) {
         cli_common_free(&common);
         return cli_usage_error("scan", "--allow-global and --allow-unknown do not apply: scan "
@@ -222,7 +251,7 @@ int cmd_scan(int argc, char **argv)
         const ckpt_scan_entry *e = ckpt_scan_paths_entry(sp, i);
         if (e->code != CKPT_OK) /* errors even with --quiet, as for every command */
             cli_error("scan", e->path, "%s", e->error);
-        if (common.quiet || json)
+        if (common.quiet || json || sarif)
             continue;
         if (e->kind == CKPT_SCAN_ENTRY_SKIPPED)
             cli_printf("%s: skipped: %s\n", e->path, e->reason);
@@ -235,12 +264,23 @@ int cmd_scan(int argc, char **argv)
     if (rc != CKPT_OK)
         cli_error("scan", NULL, "%s", sp ? ckpt_scan_paths_error_message(sp) : "out of memory");
     int worst = sp ? ckpt_scan_paths_exit(sp) : CLI_EXIT_IO;
-    if (!json && !common.quiet && ckpt_scan_paths_count(sp) > 1)
+    if (!json && !sarif && !common.quiet && ckpt_scan_paths_count(sp) > 1)
         print_summary(sp);
     if (json) {
         char *text = scan_json(sp, common.quiet, worst);
         if (text) {
             cli_json_puts(text);
+            free(text);
+        } else {
+            cli_error("scan", NULL, "out of memory");
+            worst = CLI_EXIT_IO;
+        }
+    }
+    if (sarif) { /* the log, whole, also with --quiet: a CI step uploads it */
+        char *text = sp ? ckpt_scan_paths_to_sarif(sp) : NULL;
+        if (text) {
+            fputs(text, stdout);
+            putchar('\n');
             free(text);
         } else {
             cli_error("scan", NULL, "out of memory");

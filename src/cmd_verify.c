@@ -10,11 +10,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char usage[] =
     "usage: ckpt verify --model SPEC [--reference REF] [--against CKPT2]\n"
     "                   [--device auto|cpu|cuda[:N]] [--replicas N] [--select PATH]\n"
-    "                   [--atol A] [--rtol R] [--json] CKPT\n"
+    "                   [--atol A] [--rtol R] [--json] [--junit FILE] CKPT\n"
     "\n"
     "Load CKPT's state dict into the model SPEC describes (models/*.json) the way\n"
     "torch's load_state_dict(strict=True) does, run the model, and check its\n"
@@ -37,18 +38,21 @@ static const char usage[] =
     "  --rtol R         relative tolerance (default 1e-5 on the CPU, 1e-4 on CUDA);\n"
     "                   an element passes when |ours - ref| <= A + R * |ref|\n"
     "  --json           print a JSON document (ckpt-verify(1))\n"
+    "  --junit FILE     also write a JUnit XML report to FILE (a testcase per load\n"
+    "                   and per output compared), for CI systems\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N,\n"
     "  --max-header-bytes N, --max-depth N, --quiet, --help\n"
     "                   as for every command (ckpt --help)\n";
 
 enum {
     OPT_MODEL = CLI_OPT_FIRST_COMMAND_OPTION, OPT_REFERENCE, OPT_AGAINST, OPT_DEVICE,
-    OPT_SELECT, OPT_ATOL, OPT_RTOL, OPT_JSON, OPT_REPLICAS
+    OPT_SELECT, OPT_ATOL, OPT_RTOL, OPT_JSON, OPT_REPLICAS, OPT_JUNIT
 };
 
 /* The command line. */
 typedef struct opts {
     const char *spec_path, *ckpt_path, *ref_path, *against_path, *device, *select;
+    const char *junit;        /* --junit FILE, or NULL */
     double atol, rtol;
     int atol_set, rtol_set, json;
     int replicas;             /* --replicas N, 0 without */
@@ -287,6 +291,19 @@ static int print_json(const ckpt_verify *v)
     return CLI_EXIT_OK;
 }
 
+/* Whether --junit names one of the files read (the report replaces FILE). */
+static bool junit_names_input(const opts *o)
+{
+    struct stat j, st;
+    if (stat(o->junit, &j) != 0)
+        return false;
+    const char *in[] = {o->ckpt_path, o->ref_path, o->against_path, o->spec_path};
+    for (size_t i = 0; i < sizeof in / sizeof *in; i++)
+        if (in[i] && stat(in[i], &st) == 0 && st.st_dev == j.st_dev && st.st_ino == j.st_ino)
+            return true;
+    return false;
+}
+
 int cmd_verify(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -299,6 +316,7 @@ int cmd_verify(int argc, char **argv)
         {"rtol", required_argument, NULL, OPT_RTOL},
         {"json", no_argument, NULL, OPT_JSON},
         {"replicas", required_argument, NULL, OPT_REPLICAS},
+        {"junit", required_argument, NULL, OPT_JUNIT},
         CLI_COMMON_LONG_OPTIONS,
         {NULL, 0, NULL, 0},
     };
@@ -320,6 +338,7 @@ int cmd_verify(int argc, char **argv)
         case OPT_AGAINST: o.against_path = optarg; break;
         case OPT_DEVICE: o.device = optarg; break;
         case OPT_SELECT: o.select = optarg; break;
+        case OPT_JUNIT: o.junit = optarg; break;
         case OPT_JSON: o.json = 1; cli_json_on(); break;
         case OPT_REPLICAS: {
             char *end;
@@ -369,8 +388,18 @@ int cmd_verify(int argc, char **argv)
         rc = cli_usage_error("verify", "--device: '%s' is not auto, cpu, cuda or cuda:N", o.device);
         goto out;
     }
+    if (o.junit && junit_names_input(&o)) {
+        rc = cli_usage_error("verify", "--junit %s names an input: it would be replaced",
+                             o.junit);
+        goto out;
+    }
     if ((rc = verify_run(&o, &h)) != CLI_EXIT_OK)
         goto out;
+    /* before the text: a report that cannot be written is the run's error (4) */
+    if (o.junit && ckpt_verify_write_junit(h.v, o.junit, o.spec_path) != CKPT_OK) {
+        rc = engine_error(h.v);
+        goto out;
+    }
     if (!o.common.quiet) {
         if (o.json)
             rc = print_json(h.v);

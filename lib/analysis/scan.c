@@ -29,6 +29,7 @@ struct ckpt_scan {
     size_t nhits, cap;
     int unsafe;               /* something neither interpreted nor known data */
     const char *cur;          /* pickle being scanned (an entry of pickles) */
+    uint64_t cur_at;          /* its first byte in the file; UINT64_MAX: not there as is */
     int oom;                  /* a hit could not be recorded */
     ckpt_arena *arena;        /* its VM's arena */
     ckpt_scan_reading readings[SCAN_MAX_READINGS];
@@ -41,6 +42,8 @@ struct ckpt_scan {
     size_t ncode;
     const char *path;
     const char *item;         /* a DCP item being scanned: "item at byte N" */
+    int file_fd;              /* a DCP data file's descriptor */
+    bool item_elsewhere;      /* the item is a zstd frame's bytes, not the file's */
     struct frame_choice *frames; /* the legacy stream's reading of its frames */
 };
 
@@ -157,6 +160,7 @@ static void on_global(void *user, const char *q, ckpt_global_class cls, int op, 
     h->cls = cls;
     h->dangerous = cls == CKPT_GLOBAL_REFUSED && ckpt_globals_dangerous(q);
     h->count = 1;
+    h->file_offset = s->cur_at == UINT64_MAX ? UINT64_MAX : s->cur_at + at;
     h->reading = s->reading ? s->reading->reader : NULL;
     if (cls != CKPT_GLOBAL_INTERPRETED && cls != CKPT_GLOBAL_KNOWN_DATA) {
         s->unsafe = 1;
@@ -263,12 +267,13 @@ static void frames_leave(frame_choice *fc, const ckpt_pickle_ctx *ctx)
     fc->stop |= ctx->frame_stop;
 }
 
-/* Scan the pickle at BUF[0..LEN) named NAME; *USED gets its length.  PID:
+/* Scan the pickle at BUF[0..LEN) named NAME, at byte AT of the file
+ * (UINT64_MAX: not in it as is); *USED gets its length.  PID:
  * whether the unpickler has a persistent_load (torch's main pickles do; the
  * others are plain pickle.load calls, which stop at a persistent id).  With
  * KEEP, the VM's values live in that arena and *ROOT gets the result. */
-static int scan_pickle_ex(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len,
-                          size_t *used, bool pid, ckpt_arena *keep, ckpt_value **root,
+static int scan_pickle_ex(ckpt_scan *s, const char *name, uint64_t at, const uint8_t *buf,
+                          size_t len, size_t *used, bool pid, ckpt_arena *keep, ckpt_value **root,
                           ckpt_pickle_feed feed, bool *crossed)
 {
     char **n = realloc(s->pickles, (s->npickles + 1) * sizeof *n);
@@ -278,6 +283,7 @@ static int scan_pickle_ex(ckpt_scan *s, const char *name, const uint8_t *buf, si
     if (!(n[s->npickles] = strdup(name)))
         return ckpt_oom(&s->err);
     s->cur = n[s->npickles++];
+    s->cur_at = at;
     if (s->reading)
         s->reading->pickles++;
 
@@ -410,11 +416,12 @@ static void reading_end(ckpt_scan *s, int rc, ckpt_error *primary_err)
  * ends inside an opcode's argument makes CPython's C unpickler read other
  * bytes than a contiguous reader (pickletools, the weights-only unpickler,
  * other scanners): the file is ambiguous, and both readings are scanned. */
-static int scan_record_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len)
+static int scan_record_pickle(ckpt_scan *s, const char *name, uint64_t at, const uint8_t *buf,
+                              size_t len)
 {
     size_t used;
     bool crossed = false;
-    int rc = scan_pickle_ex(s, name, buf, len, &used, true, NULL, NULL, CKPT_FEED_BYTESIO,
+    int rc = scan_pickle_ex(s, name, at, buf, len, &used, true, NULL, NULL, CKPT_FEED_BYTESIO,
                             &crossed);
     if (!crossed)
         return rc;
@@ -425,7 +432,7 @@ static int scan_record_pickle(ckpt_scan *s, const char *name, const uint8_t *buf
     snprintf(alt, sizeof alt, "%s (read contiguously)", name);
     ckpt_error keep = s->err;
     ckpt_err_clear(&s->err);
-    if (scan_pickle_ex(s, alt, buf, len, &used, true, NULL, NULL, CKPT_FEED_FILE, NULL) !=
+    if (scan_pickle_ex(s, alt, at, buf, len, &used, true, NULL, NULL, CKPT_FEED_FILE, NULL) !=
         CKPT_OK)
         ckpt_err_clear(&s->err); /* torch's reading decides the error */
     s->err = keep;
@@ -437,7 +444,9 @@ static int scan_record_pickle(ckpt_scan *s, const char *name, const uint8_t *buf
 static int zip_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckpt_value **root)
 {
     (void)used, (void)root;
-    return scan_record_pickle(w->user, p->name, p->buf, p->len);
+    ckpt_scan *s = w->user;
+    return scan_record_pickle(s, p->name, s->item_elsewhere ? UINT64_MAX : p->offset, p->buf,
+                              p->len);
 }
 
 static void zip_finding(ckpt_walk *w, const char *text)
@@ -488,7 +497,7 @@ static int tar_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *used, ckp
      * peek: frames are read whole) and the pickle member through tarfile's
      * buffered reader; only the main pickle has a persistent_load */
     bool main_pickle = p->pid_fields != 0, cr = false;
-    int rc = scan_pickle_ex(ts->s, p->name, p->buf, p->len, used, main_pickle, &ts->arena, root,
+    int rc = scan_pickle_ex(ts->s, p->name, p->offset, p->buf, p->len, used, main_pickle, &ts->arena, root,
                             main_pickle ? CKPT_FEED_FILE : CKPT_FEED_BYTESIO, &cr);
     if (cr && !ts->crossed) {
         ts->crossed = true;
@@ -551,7 +560,8 @@ static int pickle_start(uint8_t b)
 
 /* One pickle of the stream, NAME, at BUF[0..LEN): scanned, bounded by the
  * pickle limit (not by the rest of the file). */
-static int stream_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, size_t len, bool pid,
+static int stream_pickle(ckpt_scan *s, const char *name, uint64_t at, const uint8_t *buf,
+                         size_t len, bool pid,
                          ckpt_arena *keep, ckpt_value **root, ckpt_pickle_feed feed,
                          bool *crossed, size_t *used)
 {
@@ -561,7 +571,7 @@ static int stream_pickle(ckpt_scan *s, const char *name, const uint8_t *buf, siz
     if (capped)
         avail = (size_t)cap;
     bool cr = false;
-    int rc = scan_pickle_ex(s, name, buf, avail, used, pid, keep, root, feed, &cr);
+    int rc = scan_pickle_ex(s, name, at, buf, avail, used, pid, keep, root, feed, &cr);
     if (cr && crossed)
         *crossed = true;
     if (rc == CKPT_OK)
@@ -600,7 +610,7 @@ static int stream_on_pickle(ckpt_walk *w, const ckpt_walk_pickle *p, size_t *use
     /* a persistent id stops torch's plain pickle.load calls (all but the data pickle),
      * but a pickle file may be read by a loader that has one: scanned past it, except
      * in another format's bytes, which only torch's exact reading may see */
-    return stream_pickle(sw->s, sw->name, p->buf, p->len, !sw->only_torch || p->pid_fields,
+    return stream_pickle(sw->s, sw->name, p->offset, p->buf, p->len, !sw->only_torch || p->pid_fields,
                          &sw->arena, root, sw->feed, sw->crossed, used);
 }
 
@@ -661,7 +671,7 @@ static int scan_stream(ckpt_scan *s, int fd, const uint8_t *buf, size_t len, int
             if (!pickle_start(buf[at]))
                 break; /* trailing bytes, which pickle.load never reads */
             size_t used = 0;
-            CKPT_FORWARD(stream_pickle(s, name, buf + at, len - at, true, NULL, NULL, feed,
+            CKPT_FORWARD(stream_pickle(s, name, at, buf + at, len - at, true, NULL, NULL, feed,
                                        crossed, &used));
             at += used;
         }
@@ -930,7 +940,11 @@ static int scan_item_zip(ckpt_scan *s, int fd, uint64_t at, uint64_t len, const 
 static int scan_item(ckpt_walk *w, const ckpt_walk_record *r, uint64_t *size)
 {
     (void)size;
-    return scan_item_zip(w->user, r->fd, r->base, r->size, r->label);
+    ckpt_scan *s = w->user;
+    s->item_elsewhere = r->fd != s->file_fd;
+    int rc = scan_item_zip(s, r->fd, r->base, r->size, r->label);
+    s->item_elsewhere = false;
+    return rc;
 }
 
 int ckpt_scan_items(ckpt_scan *s, const char *path)
@@ -951,6 +965,7 @@ int ckpt_scan_items(ckpt_scan *s, const char *path)
     ckpt_error primary = {0};
     reading_begin(s, "items", WHO_ITEMS, 1);
     /* DCP's walk of the data file: each item, a zstd frame's decoded */
+    s->file_fd = fd;
     ckpt_walk w = {.record = scan_item, .user = s,
                    .pickle_limit = s->limits[CKPT_LIMIT_PICKLE_BYTES]};
     ckpt_source src = {.fd = fd, .file_size = n, .path = (char *)path};

@@ -189,7 +189,8 @@ static bool same_record(const ckpt_zip_entry *a, const ckpt_zip_entry *b)
     return a->data_at == b->data_at && a->csize == b->csize && a->method == b->method;
 }
 
-static int readings(ckpt_walk *w, int fd, ckpt_zip_dir *d, const char *label, ckpt_error *err)
+static int readings(ckpt_walk *w, int fd, uint64_t base, ckpt_zip_dir *d, const char *label,
+                    ckpt_error *err)
 {
     for (size_t i = 0; i < ckpt_zip_dir_finding_count(d); i++)
         if (w->finding)
@@ -254,7 +255,10 @@ static int readings(ckpt_walk *w, int fd, ckpt_zip_dir *d, const char *label, ck
                                        &len, &crc_ok, &rerr);
             int sr = CKPT_OK;
             if (buf && len) {
-                ckpt_walk_pickle p = {.index = (int)ndone - 1, .name = name, .offset = e->data_at,
+                /* in the file as is only when stored (entries count from BASE) */
+                uint64_t at = e->method == 0 && e->data_at != UINT64_MAX ? base + e->data_at
+                                                                          : UINT64_MAX;
+                ckpt_walk_pickle p = {.index = (int)ndone - 1, .name = name, .offset = at,
                                       .buf = buf, .len = len, .pid_fields = 5};
                 size_t used = 0;
                 ckpt_value *root = NULL;
@@ -320,7 +324,7 @@ int ckpt_pth_zip_readings(ckpt_walk *w, int fd, uint64_t base, uint64_t size, co
                             : ckpt_zip_dir_open_at(fd, base, size, &d, err));
     w->opened = true;
     w->stop.torchscript = torch_sees_constants(d);
-    int rc = readings(w, fd, d, label, err);
+    int rc = readings(w, fd, base, d, label, err);
     ckpt_zip_dir_free(d);
     return rc;
 }

@@ -197,4 +197,12 @@ int64_t rt_prior_boxes(const rt_prior *p, float *boxes);
 int rt_check_inputs(ckpt_model *m, const ckpt_array *inputs, rt_shape *shape);
 int rt_model_shapes(ckpt_model *m, rt_shape *shape);
 
+/* ---- verify (verify.c), for its JUnit report (verify_junit.c) ---- */
+
+/* SIDE's file path once its state dict was loaded (or its load failed:
+ * the report says so), else NULL. */
+const char *rt_verify_loaded(const ckpt_verify *v, ckpt_verify_side side);
+/* Keep CODE and MSG as V's error about PATH (borrowed), unless one is kept. */
+int rt_verify_fail(ckpt_verify *v, int code, const char *path, const char *msg);
+
 #endif

@@ -927,6 +927,17 @@ CKPT_API const char *ckpt_verify_fix(const ckpt_verify *v)
 
 CKPT_API int ckpt_verify_ran(const ckpt_verify *v) { return v && v->ran; }
 
+const char *rt_verify_loaded(const ckpt_verify *v, ckpt_verify_side which)
+{
+    const side *s = &v->s[which == CKPT_VERIFY_AGAINST];
+    return s->loaded && s->file ? ckpt_file_path(s->file) : NULL;
+}
+
+int rt_verify_fail(ckpt_verify *v, int code, const char *path, const char *msg)
+{
+    return vfail(v, code, path, "%s", msg);
+}
+
 CKPT_API const ckpt_backend *ckpt_verify_backend(const ckpt_verify *v)
 {
     return v && v->ran ? v->backend : NULL;

@@ -183,6 +183,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             char *json = ckpt_scan_paths_to_json(sp);
             sum += json ? strlen(json) : 0;
             free(json);
+            char *sarif = ckpt_scan_paths_to_sarif(sp); /* names as they come, in a UTF-8 log */
+            sum += sarif ? strlen(sarif) : 0;
+            free(sarif);
             if (sum == (size_t)-1)
                 abort();
         }

@@ -12,9 +12,11 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-/* What `ckpt scan --json OPTS PATHS...` prints to stdout, malloc'd; *STATUS
- * its exit status.  Paths from src_path() hold no quote. */
-static char *cli_json(const char *opts, const char *const *paths, size_t n, int *status)
+/* What `ckpt scan FORMAT OPTS PATHS...` prints to stdout (FORMAT: "--json",
+ * "--format sarif"), malloc'd; *STATUS its exit status.  Paths from
+ * src_path() hold no quote. */
+static char *cli_doc(const char *format, const char *opts, const char *const *paths, size_t n,
+                     int *status)
 {
     const char *ckpt = getenv("CKPT");
     size_t cap = 256 + strlen(opts);
@@ -22,7 +24,8 @@ static char *cli_json(const char *opts, const char *const *paths, size_t n, int 
         cap += strlen(paths[i]) + 3;
     char *cmd = malloc(cap);
     ck_assert_ptr_nonnull(cmd);
-    int len = snprintf(cmd, cap, "'%s' scan --json %s", ckpt ? ckpt : TOP_BUILDDIR "/ckpt", opts);
+    int len = snprintf(cmd, cap, "'%s' scan %s %s", ckpt ? ckpt : TOP_BUILDDIR "/ckpt", format,
+                       opts);
     for (size_t i = 0; i < n; i++)
         len += snprintf(cmd + len, cap - (size_t)len, " '%s'", paths[i]);
     snprintf(cmd + len, cap - (size_t)len, " 2>/dev/null");
@@ -75,28 +78,36 @@ static ckpt_scan_paths *scan_paths(const char *const *paths, size_t n, uint64_t 
     return p;
 }
 
-/* The engine's document and exit status are the CLI's for the same paths
- * (OPTS: the CLI's options for the same LIMIT). */
-static void same_as_cli(const char *const *rel, size_t n, uint64_t limit, const char *opts)
+/* The engine's document (SARIF: its SARIF log) and exit status are the
+ * CLI's for the same paths (OPTS: the CLI's options for the same LIMIT). */
+static void same_doc(const char *const *rel, size_t n, uint64_t limit, const char *opts,
+                     bool sarif)
 {
     const char *const *paths = src_paths(rel, n);
     int status;
-    char *want = cli_json(opts, paths, n, &status);
+    char *want = cli_doc(sarif ? "--format sarif" : "--json", opts, paths, n, &status);
     ckpt_scan_paths *p = scan_paths(paths, n, limit);
-    char *got = ckpt_scan_paths_to_json(p);
+    char *got = sarif ? ckpt_scan_paths_to_sarif(p) : ckpt_scan_paths_to_json(p);
     ck_assert_ptr_nonnull(got);
     /* the CLI puts() the document: one newline more */
     size_t at = 0;
     while (got[at] && got[at] == want[at])
         at++;
     ck_assert_msg(!got[at] && want[at] == '\n' && !want[at + 1],
-                  "ckpt scan --json %s %s...: the engine's document differs at byte %zu: "
-                  "\"%.80s\" where the CLI's has \"%.80s\"", opts, paths[0], at,
+                  "ckpt scan %s %s %s...: the engine's document differs at byte %zu: "
+                  "\"%.80s\" where the CLI's has \"%.80s\"", sarif ? "--format sarif" : "--json",
+                  opts, paths[0], at,
                   got + at, want + at);
     ck_assert_int_eq(ckpt_scan_paths_exit(p), status);
     free(got);
     free(want);
     ckpt_scan_paths_free(p);
+}
+
+static void same_as_cli(const char *const *rel, size_t n, uint64_t limit, const char *opts)
+{
+    same_doc(rel, n, limit, opts, false);
+    same_doc(rel, n, limit, opts, true);
 }
 
 /* ---- the same answers as the CLI --------------------------------------------- */
@@ -391,6 +402,55 @@ START_TEST(test_torch_load_use_file)
 }
 END_TEST
 
+/* A hit's file_offset: the byte of the opcode that names the global, in the
+ * file (a zip's stored record, a legacy stream, a DCP item); UINT64_MAX
+ * where the pickle is not in the file as is (an item in a zstd frame). */
+static void offsets_in_file(const char *rel, bool known)
+{
+    const char *const *paths = src_paths(&rel, 1);
+    ckpt_scan_paths *p = scan_paths(paths, 1, 0);
+    size_t hits = 0;
+    for (size_t i = 0; i < ckpt_scan_paths_count(p); i++) {
+        const ckpt_scan_entry *e = ckpt_scan_paths_entry(p, i);
+        size_t len = strlen(e->path);
+        if (e->kind != CKPT_SCAN_ENTRY_FILE ||
+            (!known && (len < 7 || strcmp(e->path + len - 7, ".distcp") != 0)))
+            continue; /* zstd frames: the data files' items, not the .metadata */
+        FILE *fp = fopen(e->path, "rb");
+        ck_assert_ptr_nonnull(fp);
+        for (size_t k = 0; k < ckpt_scan_hit_count(e->scan); k++, hits++) {
+            const ckpt_scan_hit *h = ckpt_scan_hit_at(e->scan, k);
+            if (!known) {
+                ck_assert_msg(h->file_offset == UINT64_MAX, "%s: %s at %llu of the file",
+                              e->path, h->global, (unsigned long long)h->file_offset);
+                continue;
+            }
+            ck_assert_msg(h->file_offset != UINT64_MAX && h->file_offset >= h->offset,
+                          "%s: %s has no offset in the file", e->path, h->global);
+            ck_assert_int_eq(fseek(fp, (long)h->file_offset, SEEK_SET), 0);
+            int op = fgetc(fp);
+            ck_assert_msg(strcmp(h->opcode, "GLOBAL") == 0 ? op == 'c'
+                          : strcmp(h->opcode, "STACK_GLOBAL") == 0 ? op == 0x93 : op == 'i',
+                          "%s: %s: byte %llu is 0x%02x, not %s", e->path, h->global,
+                          (unsigned long long)h->file_offset, op, h->opcode);
+        }
+        fclose(fp);
+    }
+    ck_assert_uint_gt(hits, 0);
+    ckpt_scan_paths_free(p);
+}
+
+START_TEST(test_hit_file_offset)
+{
+    offsets_in_file("tests/data/mlp.pth", true);
+    offsets_in_file("tests/data/legacy_mlp.pth", true);
+    offsets_in_file("tests/bad/scan/stack_global_memo.pkl", true);
+    offsets_in_file("tests/bad/scan/legacy_tar_polyglot.pth", true);
+    offsets_in_file("tests/fixtures/distributed/dcp/plain1", true);
+    offsets_in_file("tests/fixtures/distributed/dcp/zstd", false);
+}
+END_TEST
+
 START_TEST(test_usage)
 {
     ckpt_scan_paths_free(NULL);
@@ -426,6 +486,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_no_torch_load);
     tcase_add_test(tc, test_torch_load_json);
     tcase_add_test(tc, test_torch_load_use_file);
+    tcase_add_test(tc, test_hit_file_offset);
     tcase_add_test(tc, test_usage);
     suite_add_tcase(s, tc);
     return s;
