@@ -350,10 +350,16 @@ void cli_begin(const char *cmd, int argc, char **argv)
     bool takes = false;
     for (size_t i = 0; i < sizeof takes_json / sizeof *takes_json; i++)
         takes |= strcmp(cmd, takes_json[i]) == 0;
-    /* as getopt_long reads it: an unambiguous prefix, before "--" */
-    for (int i = 1; takes && i < argc && strcmp(argv[i], "--") != 0; i++)
-        if (strlen(argv[i]) >= 3 && strncmp(argv[i], "--json", strlen(argv[i])) == 0)
-            run.json_in_argv = true;
+    /* as getopt_long reads it, before "--": --json or an unambiguous prefix
+     * (--js), or -j alone or bundled with other short options (-qj: those of
+     * these commands take no argument, so every letter is an option) */
+    for (int i = 1; takes && i < argc && strcmp(argv[i], "--") != 0; i++) {
+        const char *a = argv[i];
+        if (a[0] == '-' && a[1] == '-')
+            run.json_in_argv |= strlen(a) >= 3 && strncmp(a, "--json", strlen(a)) == 0;
+        else if (a[0] == '-')
+            run.json_in_argv |= strchr(a + 1, 'j') != NULL;
+    }
 }
 
 cJSON *cli_json_error(int exit, const char *cmd, const char *file, const char *message)

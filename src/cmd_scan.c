@@ -28,17 +28,15 @@ static const char usage[] =
     "text ends with a count of each verdict (\"3 files: 1 unsafe, 1 unreadable,\n"
     "1 safe\").\n"
     "\n"
-    "  --json                  one JSON document for all files (ckpt-scan(1))\n"
+    "  -j, --json              one JSON document for all files (ckpt-scan(1))\n"
     "  --max-pickle-bytes SIZE refuse pickles larger than SIZE bytes (default 1G;\n"
     "                          K M G T: powers of 1024, KB MB GB TB: of 1000)\n"
     "  --max-header-bytes N    refuse safetensors headers larger than N bytes\n"
     "                          (default 100000000, as safetensors)\n"
     "  --max-depth N           refuse values nested more than N levels (default\n"
     "                          10000)\n"
-    "  --quiet                 print nothing; the exit status tells\n"
-    "  --help                  this text\n";
-
-enum { OPT_JSON = CLI_OPT_FIRST_COMMAND_OPTION };
+    "  -q, --quiet             print nothing; the exit status tells\n"
+    "  -h, --help              this text\n";
 
 static const char *class_name(const ckpt_scan_hit *h)
 {
@@ -165,14 +163,14 @@ static char *scan_json(const ckpt_scan_paths *sp, bool quiet, int worst)
 int cmd_scan(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, OPT_JSON},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         CLI_COMMON_LONG_OPTIONS,
         {NULL, 0, NULL, 0},
     };
     cli_common common = {0};
     int json = 0, opt;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, CLI_SHORT_OPTIONS_JSON, longopts, NULL)) != -1) {
         int c = cli_common_option("scan", opt, optarg, &common);
         if (c < 0) {
             cli_common_free(&common);
@@ -181,7 +179,7 @@ int cmd_scan(int argc, char **argv)
         if (c > 0)
             continue;
         switch (opt) {
-        case OPT_JSON:
+        case CLI_OPT_JSON:
             json = 1;
             cli_json_on();
             break;
