@@ -57,6 +57,16 @@ same_run top
 expect_exit 0 ckpt -h
 same_run top
 
+say "README.md's examples, exactly"
+expect_exit 0 ckpt help inspect
+expect_stdout_match '^usage: ckpt inspect '
+expect_exit 1 ckpt scan -q tests/bad/scan/builtins.exec.pkl
+expect_stdout_empty
+expect_exit 3 ckpt inspect -qj tests/bad/empty.pth
+if have_python; then
+    json_expect d '{"error": {"exit": 3, "command": "inspect", "file": "tests/bad/empty.pth", "message": "empty file"}}'
+fi
+
 say "ckpt help: an unknown command, or more than one, is a usage error"
 expect_exit 2 ckpt help nosuch
 expect_stdout_empty

@@ -60,7 +60,7 @@ block_options() {
 # what is in one and not the other.
 same_set() {
     if [ "$2" = "$3" ]; then
-        ok "$1: $(echo "$2" | tr '\n' ' ')"
+        ok "$1: $(printf '%s\n' "$2" | tr '\n' ' ')"
         return
     fi
     printf '%s\n' "$2" >"$tmp/a"
@@ -73,13 +73,13 @@ say "the commands: those of 'ckpt --help', each with a man page"
 ckpt --help
 cp "$out" "$tmp/top-help"
 commands=$(sed -n '/^commands:$/,/^$/s/^  \([a-z][a-z-]*\) .*/\1/p' "$tmp/top-help")
-check "ckpt --help lists commands: $(echo "$commands" | tr '\n' ' ')" test -n "$commands"
+check "ckpt --help lists commands: $(printf '%s\n' "$commands" | tr '\n' ' ')" test -n "$commands"
 for c in $commands; do
     check "man/ckpt-$c.1 exists" test -f "man/ckpt-$c.1"
 done
 syn_commands=$(synopsis_options man/ckpt.1 | awk '$1 != "-" && $1 != "common-options" { print $1 }' | sort -u)
 same_set "the commands of ckpt --help (and help) vs those of ckpt(1)'s SYNOPSIS" \
-    "$( (echo "$commands"; echo help) | sort -u)" "$syn_commands"
+    "$(printf '%s\n' "$commands" help | sort -u)" "$syn_commands"
 
 say "ckpt(1)'s SYNOPSIS: ckpt's own options, and the common options of 'ckpt --help'"
 same_set "ckpt(1): ckpt's own options" "$(printf '%s\n' --help --version -V -h | sort)" \
@@ -88,6 +88,7 @@ same_set "common options: 'ckpt --help' vs ckpt(1)'s common-options" \
     "$(help_options <"$tmp/top-help")" "$(block_options man/ckpt.1 common-options)"
 
 # ---------------------------------------------------------------------------
+# (printf, not echo: bash's echo takes -e and -n for its own options)
 # Options a command parses only to refuse, with the message; each is checked
 # to be refused still (so that this list cannot hide a real option).
 refused() {
@@ -111,7 +112,7 @@ check "nothing written" test ! -e "$tmp/o.pth"
 candidates=$( (sed -n 's/.*{"\([a-z][a-z0-9-]*\)", *[a-z]*_argument.*/--\1/p' \
     src/*.c src/*.h
     for l in a b c d e f g h i j k l m n o p q r s t u v w x y z \
-        A B C D E F G H I J K L M N O P Q R S T U V W X Y Z; do echo "-$l"; done) | sort -u)
+        A B C D E F G H I J K L M N O P Q R S T U V W X Y Z; do printf -- '-%s\n' "$l"; done) | sort -u)
 
 # accepted CMD HELP: the candidates that CMD accepts: all but those it calls
 # unknown (alone, with no file, no option reaches the work) and those it
@@ -122,12 +123,12 @@ accepted() {
     for o in $candidates; do
         case " $(refused "$1") " in *" $o "*) continue ;; esac
         "$CKPT" "$1" "$o" >/dev/null 2>"$tmp/probe" || true
-        grep -q "unknown option" "$tmp/probe" || echo "$o"
+        grep -q "unknown option" "$tmp/probe" || printf '%s\n' "$o"
     done | sort -u >"$tmp/accepted"
     # shellcheck disable=SC2094 # (it is only read here)
     while read -r o; do
-        if echo "$2" | grep -qx -- "$o" || ! grep -q -- "^$o." "$tmp/accepted"; then
-            echo "$o"
+        if printf '%s\n' "$2" | grep -qx -- "$o" || ! grep -q -- "^$o." "$tmp/accepted"; then
+            printf '%s\n' "$o"
         fi
     done <"$tmp/accepted"
 }
@@ -140,7 +141,7 @@ for c in $commands; do
     same_set "'ckpt $c --help' vs ckpt-$c.1" "$h" "$(block_options "man/ckpt-$c.1" "$c")"
     same_set "'ckpt $c --help' vs ckpt(1)" "$h" "$(EXPAND=yes block_options man/ckpt.1 "$c")"
     for o in $(refused "$c"); do
-        check "$o (refused) is in no list" sh -c "! echo '$h' | grep -qx -- '$o'"
+        check "$o (refused) is in no list" sh -c "! printf '%s\n' '$h' | grep -qx -- '$o'"
     done
 done
 
