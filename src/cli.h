@@ -95,13 +95,14 @@ void cli_error(const char *cmd, const char *file, const char *fmt, ...)
 /* --json: stdout holds exactly one JSON document, also on failure (doc/design.md,
  * "JSON").  cli_begin (main, before the command): notes whether ARGV names
  * --json (or -j, alone or bundled: -qj), so that a usage error met before
- * getopt reaches it still answers in JSON; cli_json_on: the command parsed --json; cli_finish (main, after the
- * command): under --json, when RC is 2, 3 or 4 and the command printed no
- * document (cli_json_puts), prints {"error": cli_json_run_error(RC)}; returns
- * the exit status.  cli_json_error: the error object {"exit", "command",
- * "file" (or null), "message"}; cli_json_run_error: that of the first error
- * cli_error or cli_usage_error reported (notes and warnings are not errors),
- * for a command that prints its own document on failure (scan). */
+ * getopt reaches it still answers in JSON; cli_json_on: the command parsed
+ * --json; cli_finish (main, after the command): under --json, when RC is 2, 3
+ * or 4 and the command printed no document (cli_json_puts), prints
+ * {"error": cli_json_run_error(RC)}; returns the exit status.
+ * cli_json_error: the error object {"exit", "command", "file" (or null),
+ * "message"}; cli_json_run_error: that of the first error cli_error or
+ * cli_usage_error reported (notes and warnings are not errors), for a command
+ * that prints its own document on failure (scan). */
 void cli_begin(const char *cmd, int argc, char **argv);
 void cli_json_on(void);
 int cli_finish(int rc);

@@ -40,7 +40,8 @@ static const char diff_usage[] =
     "  -q, --quiet            print nothing but errors; the exit status tells\n"
     "  -h, --help             this text\n";
 
-enum { OPT_ATOL = CLI_OPT_FIRST_COMMAND_OPTION, OPT_RTOL, OPT_KEYS_ONLY, OPT_NORMALIZE, OPT_SELECT };
+enum { OPT_ATOL = CLI_OPT_FIRST_COMMAND_OPTION, OPT_RTOL, OPT_KEYS_ONLY, OPT_NORMALIZE,
+       OPT_SELECT };
 
 /* Progress on a terminal, once the values have taken a second: "N/M tensors". */
 typedef struct progress {
