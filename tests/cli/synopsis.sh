@@ -109,7 +109,9 @@ expect_stderr_prefix "ckpt: remap: --map-location is for the other rewrites"
 check "nothing written" test ! -e "$tmp/o.pth"
 
 # Every long option named in a getopt table of src/, and every letter.
-candidates=$( (sed -n 's/.*{"\([a-z][a-z0-9-]*\)", *[a-z]*_argument.*/--\1/p' \
+candidates=
+ls src/*.c >/dev/null 2>&1 &&
+    candidates=$( (sed -n 's/.*{"\([a-z][a-z0-9-]*\)", *[a-z]*_argument.*/--\1/p' \
     src/*.c src/*.h
     for l in a b c d e f g h i j k l m n o p q r s t u v w x y z \
         A B C D E F G H I J K L M N O P Q R S T U V W X Y Z; do printf -- '-%s\n' "$l"; done) | sort -u)
@@ -137,7 +139,11 @@ for c in $commands; do
     say "ckpt $c: what it accepts = its --help = ckpt-$c.1's SYNOPSIS = its entry in ckpt(1)"
     expect_exit 0 ckpt "$c" --help
     h=$(help_options <"$out")
-    same_set "accepted vs 'ckpt $c --help'" "$(accepted "$c" "$h")" "$h"
+    if [ -n "$candidates" ]; then
+        same_set "accepted vs 'ckpt $c --help'" "$(accepted "$c" "$h")" "$h"
+    else
+        note "no src/ here: what ckpt $c accepts is not probed"
+    fi
     same_set "'ckpt $c --help' vs ckpt-$c.1" "$h" "$(block_options "man/ckpt-$c.1" "$c")"
     same_set "'ckpt $c --help' vs ckpt(1)" "$h" "$(EXPAND=yes block_options man/ckpt.1 "$c")"
     for o in $(refused "$c"); do
