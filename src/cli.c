@@ -350,12 +350,20 @@ void cli_begin(const char *cmd, int argc, char **argv)
     bool takes = false;
     for (size_t i = 0; i < sizeof takes_json / sizeof *takes_json; i++)
         takes |= strcmp(cmd, takes_json[i]) == 0;
-    /* as getopt_long reads it: an unambiguous prefix, before "--" */
-    for (int i = 1; takes && i < argc && strcmp(argv[i], "--") != 0; i++)
-        if ((strlen(argv[i]) >= 3 && strncmp(argv[i], "--json", strlen(argv[i])) == 0) ||
-            strcmp(argv[i], "--format=json") == 0 || /* scan's, the same as --json */
-            (strcmp(argv[i], "--format") == 0 && i + 1 < argc && strcmp(argv[i + 1], "json") == 0))
+    /* as getopt_long reads it, before "--": --json or an unambiguous prefix
+     * (--js), scan's --format json, or -j alone or bundled with other short
+     * options (-qj: those of these commands take no argument, so every
+     * letter is an option) */
+    for (int i = 1; takes && i < argc && strcmp(argv[i], "--") != 0; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--format=json") == 0 || /* scan's, the same as --json */
+            (strcmp(a, "--format") == 0 && i + 1 < argc && strcmp(argv[i + 1], "json") == 0))
             run.json_in_argv = true;
+        else if (a[0] == '-' && a[1] == '-')
+            run.json_in_argv |= strlen(a) >= 3 && strncmp(a, "--json", strlen(a)) == 0;
+        else if (a[0] == '-')
+            run.json_in_argv |= strchr(a + 1, 'j') != NULL;
+    }
 }
 
 cJSON *cli_json_error(int exit, const char *cmd, const char *file, const char *message)

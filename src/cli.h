@@ -29,17 +29,25 @@ typedef struct cli_common {
     unsigned long long max_depth;        /* --max-depth, 0 = library default */
 } cli_common;
 
-/* Long-option values from 256 up, shared so each command's table can list them. */
+/* Long-option values from 256 up, shared so each command's table can list them;
+ * those with a short form (doc/design.md, "Command line": -q, -h, -j) are
+ * their letter, so that getopt returns the same for both spellings. */
 enum {
     CLI_OPT_ALLOW_GLOBAL = 256,
     CLI_OPT_ALLOW_UNKNOWN,
     CLI_OPT_MAX_PICKLE_BYTES,
     CLI_OPT_MAX_HEADER_BYTES,
     CLI_OPT_MAX_DEPTH,
-    CLI_OPT_QUIET,
-    CLI_OPT_HELP,
+    CLI_OPT_QUIET = 'q',
+    CLI_OPT_HELP = 'h',
+    CLI_OPT_JSON = 'j', /* the commands that print JSON list it themselves */
     CLI_OPT_FIRST_COMMAND_OPTION = 300
 };
+
+/* getopt strings: the common short options, and those of a command that
+ * takes --json (each starts with ':' for cli_bad_option). */
+#define CLI_SHORT_OPTIONS ":qh"
+#define CLI_SHORT_OPTIONS_JSON ":qhj"
 
 #define CLI_COMMON_LONG_OPTIONS                                              \
     {"allow-global", required_argument, NULL, CLI_OPT_ALLOW_GLOBAL},         \
@@ -86,14 +94,15 @@ void cli_error(const char *cmd, const char *file, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* --json: stdout holds exactly one JSON document, also on failure (doc/design.md,
  * "JSON").  cli_begin (main, before the command): notes whether ARGV names
- * --json, so that a usage error met before getopt reaches it still answers in
- * JSON; cli_json_on: the command parsed --json; cli_finish (main, after the
- * command): under --json, when RC is 2, 3 or 4 and the command printed no
- * document (cli_json_puts), prints {"error": cli_json_run_error(RC)}; returns
- * the exit status.  cli_json_error: the error object {"exit", "command",
- * "file" (or null), "message"}; cli_json_run_error: that of the first error
- * cli_error or cli_usage_error reported (notes and warnings are not errors),
- * for a command that prints its own document on failure (scan). */
+ * --json (or -j, alone or bundled: -qj), so that a usage error met before
+ * getopt reaches it still answers in JSON; cli_json_on: the command parsed
+ * --json; cli_finish (main, after the command): under --json, when RC is 2, 3
+ * or 4 and the command printed no document (cli_json_puts), prints
+ * {"error": cli_json_run_error(RC)}; returns the exit status.
+ * cli_json_error: the error object {"exit", "command", "file" (or null),
+ * "message"}; cli_json_run_error: that of the first error cli_error or
+ * cli_usage_error reported (notes and warnings are not errors), for a command
+ * that prints its own document on failure (scan). */
 void cli_begin(const char *cmd, int argc, char **argv);
 void cli_json_on(void);
 int cli_finish(int rc);

@@ -40,11 +40,12 @@ static const char usage[] =
     "                  remap's --map; repeatable, the first that matches applies\n"
     "  --dry-run       say what would be cast; write nothing\n"
     "  --in-place      allow OUT to be IN (replaced atomically)\n"
+    "  --verbose       say how the output was written\n"
     "  --keep-unsafe   with --allow-global M.NAME: keep that global in OUT,\n"
     "                  which torch.load(weights_only=False) would run (a\n"
     "                  warning says so); without it such a file is refused\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N,\n"
-    "  --max-header-bytes N, --max-depth N, --quiet, --help\n"
+    "  --max-header-bytes N, --max-depth N, -q, --quiet, -h, --help\n"
     "                  as for every command (ckpt --help)\n";
 
 enum { OPT_TO = CLI_OPT_FIRST_COMMAND_OPTION, OPT_DTYPE, OPT_NO_DEDUPE, OPT_SHARD_SIZE };

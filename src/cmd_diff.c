@@ -30,17 +30,17 @@ static const char diff_usage[] =
     "                         first (as ckpt unwrap does)\n"
     "  --select PATH          compare the state dict at PATH of each file (keys\n"
     "                         joined by '/')\n"
-    "  --json                 print a JSON document (ckpt-diff(1))\n"
+    "  -j, --json             print a JSON document (ckpt-diff(1))\n"
     "  --allow-global M.NAME  admit this global as an opaque object (repeatable)\n"
     "  --allow-unknown        admit every unknown global as an opaque object\n"
     "  --max-pickle-bytes N   refuse pickles larger than N bytes (default 1G)\n"
     "  --max-header-bytes N   refuse safetensors headers larger than N bytes\n"
     "                         (default 100000000, as safetensors)\n"
     "  --max-depth N          refuse values nested more than N levels (default 10000)\n"
-    "  --quiet                print nothing but errors; the exit status tells\n"
-    "  --help                 this text\n";
+    "  -q, --quiet            print nothing but errors; the exit status tells\n"
+    "  -h, --help             this text\n";
 
-enum { OPT_ATOL = CLI_OPT_FIRST_COMMAND_OPTION, OPT_RTOL, OPT_KEYS_ONLY, OPT_NORMALIZE, OPT_JSON,
+enum { OPT_ATOL = CLI_OPT_FIRST_COMMAND_OPTION, OPT_RTOL, OPT_KEYS_ONLY, OPT_NORMALIZE,
        OPT_SELECT };
 
 /* Progress on a terminal, once the values have taken a second: "N/M tensors". */
@@ -239,7 +239,7 @@ int cmd_diff(int argc, char **argv)
         {"rtol", required_argument, NULL, OPT_RTOL},
         {"keys-only", no_argument, NULL, OPT_KEYS_ONLY},
         {"normalize", no_argument, NULL, OPT_NORMALIZE},
-        {"json", no_argument, NULL, OPT_JSON},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         {"select", required_argument, NULL, OPT_SELECT},
         CLI_COMMON_LONG_OPTIONS,
         {NULL, 0, NULL, 0},
@@ -253,7 +253,7 @@ int cmd_diff(int argc, char **argv)
     int rc = CLI_EXIT_OK, opt;
 
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, CLI_SHORT_OPTIONS_JSON, longopts, NULL)) != -1) {
         int c = cli_common_option("diff", opt, optarg, &common);
         if (c < 0) {
             rc = CLI_EXIT_USAGE;
@@ -272,7 +272,7 @@ int cmd_diff(int argc, char **argv)
             break;
         case OPT_KEYS_ONLY: keys_only = true; break;
         case OPT_NORMALIZE: normalize = true; break;
-        case OPT_JSON: json = true; cli_json_on(); break;
+        case CLI_OPT_JSON: json = true; cli_json_on(); break;
         case OPT_SELECT: select = optarg; break;
         case CLI_OPT_HELP:
             fputs(diff_usage, stdout);

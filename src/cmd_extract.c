@@ -7,7 +7,7 @@
 
 static const char usage[] =
     "usage: ckpt extract [--select PATH] [--to pth|safetensors]\n"
-    "                    [--map-location M] [--dry-run] IN OUT\n"
+    "                    [--map-location M] [--dry-run] (IN OUT | --in-place FILE)\n"
     "\n"
     "Write one state dict of IN to OUT as a plain file of tensors: the one at\n"
     "--select, else the model's (IN itself when it is a state dict, else the\n"
@@ -22,11 +22,15 @@ static const char usage[] =
     "                  word): M is a device (all to it: cpu, cuda:0) or FROM=TO as\n"
     "                  remap's --map; repeatable, the first that matches applies\n"
     "  --dry-run       say which state dict; write nothing\n"
+    "  --in-place      FILE, or OUT that is IN: write the state dict over it (pth-zip:\n"
+    "                  edited in place; else replaced atomically)\n"
+    "  --force         with --in-place: edit a file that has other links\n"
+    "  --verbose       say how the output was written\n"
     "  --keep-unsafe   with --allow-global M.NAME: keep that global in OUT,\n"
     "                  which torch.load(weights_only=False) would run (a\n"
     "                  warning says so); without it such a file is refused\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N,\n"
-    "  --max-header-bytes N, --max-depth N, --quiet, --help\n"
+    "  --max-header-bytes N, --max-depth N, -q, --quiet, -h, --help\n"
     "                  as for every command (ckpt --help)\n";
 
 enum { OPT_TO = CLI_OPT_FIRST_COMMAND_OPTION };

@@ -20,7 +20,7 @@ static const char inspect_usage[] =
     "opaque objects, and totals by dtype and device.  Only the container index\n"
     "and the pickle are read, unless --stats asks for the data.\n"
     "\n"
-    "  --json                 print the JSON document of ckpt-inspect(1)\n"
+    "  -j, --json             print the JSON document of ckpt-inspect(1)\n"
     "  --stats                read the data: min, max, mean, std, NaN and Inf counts\n"
     "                         and CRC-32 per tensor (CRC of every record is checked)\n"
     "  --filter REGEX         show only tensors whose path matches (PCRE2)\n"
@@ -30,10 +30,10 @@ static const char inspect_usage[] =
     "  --max-header-bytes N   refuse safetensors headers larger than N bytes\n"
     "                         (default 100000000, as safetensors)\n"
     "  --max-depth N          refuse values nested more than N levels (default 10000)\n"
-    "  --quiet                print nothing but errors on stderr\n"
-    "  --help                 this text\n";
+    "  -q, --quiet            print nothing but errors on stderr\n"
+    "  -h, --help             this text\n";
 
-enum { OPT_JSON = CLI_OPT_FIRST_COMMAND_OPTION, OPT_STATS, OPT_FILTER };
+enum { OPT_STATS = CLI_OPT_FIRST_COMMAND_OPTION, OPT_FILTER };
 
 typedef struct inspect {
     ckpt_file *f;
@@ -925,7 +925,7 @@ static int print_text(inspect *in)
 int cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, OPT_JSON},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         {"stats", no_argument, NULL, OPT_STATS},
         {"filter", required_argument, NULL, OPT_FILTER},
         CLI_COMMON_LONG_OPTIONS,
@@ -937,7 +937,7 @@ int cmd_inspect(int argc, char **argv)
     int rc = CLI_EXIT_OK, opt;
 
     opterr = 0; /* our own one-line messages */
-    while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, CLI_SHORT_OPTIONS_JSON, longopts, NULL)) != -1) {
         int c = cli_common_option("inspect", opt, optarg, &common);
         if (c < 0) {
             rc = CLI_EXIT_USAGE;
@@ -946,7 +946,7 @@ int cmd_inspect(int argc, char **argv)
         if (c > 0)
             continue;
         switch (opt) {
-        case OPT_JSON: in.json = true; cli_json_on(); break;
+        case CLI_OPT_JSON: in.json = true; cli_json_on(); break;
         case OPT_STATS: in.stats = true; break;
         case OPT_FILTER: filter = optarg; break;
         case CLI_OPT_HELP:

@@ -28,7 +28,7 @@ static const char usage[] =
     "text ends with a count of each verdict (\"3 files: 1 unsafe, 1 unreadable,\n"
     "1 safe\").\n"
     "\n"
-    "  --json                  one JSON document for all files (ckpt-scan(1))\n"
+    "  -j, --json              one JSON document for all files (ckpt-scan(1))\n"
     "  --format F              text (the default), json (as --json) or sarif (a\n"
     "                          SARIF 2.1.0 log for code-scanning systems)\n"
     "  --max-pickle-bytes SIZE refuse pickles larger than SIZE bytes (default 1G;\n"
@@ -37,10 +37,10 @@ static const char usage[] =
     "                          (default 100000000, as safetensors)\n"
     "  --max-depth N           refuse values nested more than N levels (default\n"
     "                          10000)\n"
-    "  --quiet                 print nothing; the exit status tells\n"
-    "  --help                  this text\n";
+    "  -q, --quiet             print nothing; the exit status tells\n"
+    "  -h, --help              this text\n";
 
-enum { OPT_JSON = CLI_OPT_FIRST_COMMAND_OPTION, OPT_FORMAT };
+enum { OPT_FORMAT = CLI_OPT_FIRST_COMMAND_OPTION };
 
 enum { FORMAT_TEXT, FORMAT_JSON, FORMAT_SARIF };
 
@@ -169,7 +169,7 @@ static char *scan_json(const ckpt_scan_paths *sp, bool quiet, int worst)
 int cmd_scan(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, OPT_JSON},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         {"format", required_argument, NULL, OPT_FORMAT},
         CLI_COMMON_LONG_OPTIONS,
         {NULL, 0, NULL, 0},
@@ -177,7 +177,7 @@ int cmd_scan(int argc, char **argv)
     cli_common common = {0};
     int json = 0, format = -1, opt; /* format: -1 until --format */
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, CLI_SHORT_OPTIONS_JSON, longopts, NULL)) != -1) {
         int c = cli_common_option("scan", opt, optarg, &common);
         if (c < 0) {
             cli_common_free(&common);
@@ -186,7 +186,7 @@ int cmd_scan(int argc, char **argv)
         if (c > 0)
             continue;
         switch (opt) {
-        case OPT_JSON:
+        case CLI_OPT_JSON:
             json = 1;
             cli_json_on();
             break;

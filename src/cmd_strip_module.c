@@ -27,7 +27,7 @@ static const char usage[] =
     "                  which torch.load(weights_only=False) would run (a\n"
     "                  warning says so); without it such a file is refused\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N,\n"
-    "  --max-header-bytes N, --max-depth N, --quiet, --help\n"
+    "  --max-header-bytes N, --max-depth N, -q, --quiet, -h, --help\n"
     "                  as for every command (ckpt --help)\n";
 
 int cmd_strip_module(int argc, char **argv)

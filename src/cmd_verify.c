@@ -37,16 +37,16 @@ static const char usage[] =
     "  --atol A         absolute tolerance (default: 1e-5 x the largest |reference|)\n"
     "  --rtol R         relative tolerance (default 1e-5 on the CPU, 1e-4 on CUDA);\n"
     "                   an element passes when |ours - ref| <= A + R * |ref|\n"
-    "  --json           print a JSON document (ckpt-verify(1))\n"
+    "  -j, --json       print a JSON document (ckpt-verify(1))\n"
     "  --junit FILE     also write a JUnit XML report to FILE (a testcase per load\n"
     "                   and per output compared), for CI systems\n"
     "  --allow-global M.NAME, --allow-unknown, --max-pickle-bytes N,\n"
-    "  --max-header-bytes N, --max-depth N, --quiet, --help\n"
+    "  --max-header-bytes N, --max-depth N, -q, --quiet, -h, --help\n"
     "                   as for every command (ckpt --help)\n";
 
 enum {
     OPT_MODEL = CLI_OPT_FIRST_COMMAND_OPTION, OPT_REFERENCE, OPT_AGAINST, OPT_DEVICE,
-    OPT_SELECT, OPT_ATOL, OPT_RTOL, OPT_JSON, OPT_REPLICAS, OPT_JUNIT
+    OPT_SELECT, OPT_ATOL, OPT_RTOL, OPT_REPLICAS, OPT_JUNIT
 };
 
 /* The command line. */
@@ -314,7 +314,7 @@ int cmd_verify(int argc, char **argv)
         {"select", required_argument, NULL, OPT_SELECT},
         {"atol", required_argument, NULL, OPT_ATOL},
         {"rtol", required_argument, NULL, OPT_RTOL},
-        {"json", no_argument, NULL, OPT_JSON},
+        {"json", no_argument, NULL, CLI_OPT_JSON},
         {"replicas", required_argument, NULL, OPT_REPLICAS},
         {"junit", required_argument, NULL, OPT_JUNIT},
         CLI_COMMON_LONG_OPTIONS,
@@ -324,7 +324,7 @@ int cmd_verify(int argc, char **argv)
     handles h = {0};
     int rc = CLI_EXIT_OK, opt;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, CLI_SHORT_OPTIONS_JSON, longopts, NULL)) != -1) {
         int c = cli_common_option("verify", opt, optarg, &o.common);
         if (c < 0) {
             rc = CLI_EXIT_USAGE;
@@ -339,7 +339,7 @@ int cmd_verify(int argc, char **argv)
         case OPT_DEVICE: o.device = optarg; break;
         case OPT_SELECT: o.select = optarg; break;
         case OPT_JUNIT: o.junit = optarg; break;
-        case OPT_JSON: o.json = 1; cli_json_on(); break;
+        case CLI_OPT_JSON: o.json = 1; cli_json_on(); break;
         case OPT_REPLICAS: {
             char *end;
             long n = strtol(optarg, &end, 10);

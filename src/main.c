@@ -51,14 +51,60 @@ static void catch_fatal_signals(void)
 static void usage(FILE *out)
 {
     fprintf(out, "usage: ckpt <command> [options] ...\n"
-                 "       ckpt --version | --help | <command> --help\n\n"
+                 "       ckpt --version | -V | --help | -h | help [COMMAND]\n"
+                 "       ckpt <command> --help | -h\n\n"
                  "Read PyTorch checkpoints safely, without Python: nothing in the file is run.\n\n"
                  "commands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(out, "  %-14s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\nexit status: 0 ok, 1 difference or unsafe content found, 2 usage error,\n"
+    fprintf(out, "\ncommon options (every command; scan admits no global, so no --allow-*):\n"
+                 "  --allow-global M.NAME    admit this global as an opaque object (repeatable)\n"
+                 "  --allow-unknown          admit every unknown global as an opaque object\n"
+                 "  --max-pickle-bytes SIZE  refuse pickles larger than SIZE (default 1G)\n"
+                 "  --max-header-bytes SIZE  refuse safetensors headers larger than SIZE\n"
+                 "                           (default 100000000, as safetensors)\n"
+                 "  --max-depth N            refuse values nested more than N levels (default 10000)\n"
+                 "  -q, --quiet              print nothing but errors; the exit status tells\n"
+                 "  -h, --help               the command's help (as 'ckpt help COMMAND')\n"
+                 "inspect, diff, verify and scan also take -j, --json: one JSON document.\n"
+                 "\nexit status: 0 ok, 1 difference or unsafe content found, 2 usage error,\n"
                  "3 malformed, unsupported or refused input, 4 I/O or system error.\n"
                  "See ckpt(1) and ckpt-<command>(1).\n");
+}
+
+static const struct command *find_command(const char *name)
+{
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(name, commands[i].name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+static int not_a_command(const char *name)
+{
+    fprintf(stderr, "ckpt: '%s' is not a ckpt command (see 'ckpt --help')\n", cli_text(name));
+    return CLI_EXIT_USAGE;
+}
+
+/* ckpt help [COMMAND]: the list of commands, or COMMAND's own --help text
+ * (printed by the command itself, so the two never differ). */
+static int help(int argc, char **argv)
+{
+    if (argc < 3) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (argc > 3) {
+        fprintf(stderr, "ckpt: help: takes one COMMAND (see 'ckpt --help')\n");
+        return CLI_EXIT_USAGE;
+    }
+    const struct command *c = find_command(argv[2]);
+    if (!c)
+        return not_a_command(argv[2]);
+    static char help_option[] = "--help";
+    char *args[] = {argv[2], help_option, NULL};
+    optind = 0; /* glibc: full reset for the command's own getopt loop */
+    return c->run(2, args);
 }
 
 int main(int argc, char **argv)
@@ -78,20 +124,20 @@ int main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     const char *name = argv[1];
-    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
         usage(stdout);
         return CLI_EXIT_OK;
     }
+    if (strcmp(name, "help") == 0)
+        return help(argc, argv);
     if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
         printf("%s\n", ckpt_version_details());
         return CLI_EXIT_OK;
     }
-    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (strcmp(name, commands[i].name) == 0) {
-            optind = 0; /* glibc: full reset for the command's own getopt loop */
-            cli_begin(name, argc - 1, argv + 1);
-            return cli_finish(commands[i].run(argc - 1, argv + 1));
-        }
-    fprintf(stderr, "ckpt: '%s' is not a ckpt command (see 'ckpt --help')\n", cli_text(name));
-    return CLI_EXIT_USAGE;
+    const struct command *c = find_command(name);
+    if (!c)
+        return not_a_command(name);
+    optind = 0; /* glibc: full reset for the command's own getopt loop */
+    cli_begin(name, argc - 1, argv + 1);
+    return cli_finish(c->run(argc - 1, argv + 1));
 }

@@ -727,9 +727,12 @@ int rewrite_main(int argc, char **argv, const rewrite_command *c)
     if (nown)
         memcpy(all, c->options, nown * sizeof(*all));
     memcpy(all + nown, shared, sizeof(shared));
+    /* the command's short options (rename's -e) and the common ones, -q and -h */
+    char shorts[32];
+    snprintf(shorts, sizeof shorts, "%s%s", c->short_options ? c->short_options : ":",
+             CLI_SHORT_OPTIONS + 1);
     opterr = 0; /* our own one-line messages */
-    while ((opt = getopt_long(argc, argv, c->short_options ? c->short_options : ":", all, NULL)) !=
-           -1) {
+    while ((opt = getopt_long(argc, argv, shorts, all, NULL)) != -1) {
         int h = rewrite_option(&rw, opt, optarg);
         if (h == 0 && c->option)
             h = c->option(c->state, opt, optarg);

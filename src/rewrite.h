@@ -83,7 +83,7 @@ int rewrite_convert(rewrite *rw, ckpt_dtype dtype);
 typedef struct rewrite_command {
     const char *name;
     const char *usage;
-    const char *short_options;     /* getopt string, starting with ':' */
+    const char *short_options;     /* its getopt string, starting with ':' (-q, -h added) */
     const struct option *options;  /* its own long options, NULL-terminated */
     int (*option)(void *state, int opt, const char *arg); /* 1 ok, 0 not ours, -1 usage */
     int (*run)(void *state, rewrite *rw);
