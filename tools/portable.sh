@@ -215,7 +215,7 @@ check() {
     exec 9>&-
     start=$(date +%s)
     work=$(mktemp -d /var/tmp/ckpt-portable-check.XXXXXX)
-    trap 'umount "$work/root/proc" 2>/dev/null; rm -rf "$work"' EXIT
+    trap 'umount "$work/root/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
     failed=0
     total=0
     bare=
