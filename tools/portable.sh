@@ -163,10 +163,10 @@ EOF
 # binary loads beyond glibc's comes from the folder, then run each test from
 # the release tarball's source tree against the unpacked bin/ckpt
 in_copy() {
-    r=$1
+    from=$1
     shift
     rm -rf "$work/root"
-    cp -a "$r" "$work/root"
+    cp -a "$from" "$work/root"
     mkdir -p "$work/root/tmp/dl" "$work/root/opt"
     cp "$outdir"/ckpt-*-x86_64-linux.tar.gz "$outdir/SHA256SUMS" "$work/root/tmp/dl/"
     tar xzf "$dist" -C "$work/root/tmp"
@@ -174,7 +174,7 @@ in_copy() {
         tar xzf ckpt-*-x86_64-linux.tar.gz -C /opt && /opt/ckpt-*/bin/ckpt --version &&
         ! ldd /opt/ckpt-*/bin/ckpt | grep -v -e "=> /opt/ckpt-" -e "^[[:space:]]*linux-vdso" \
             -e "/ld-linux" -e "/lib\(c\|m\|dl\|pthread\|rt\)\.so"' ||
-        die "the portable tarball did not unpack or start in $r, or a library came from outside it"
+        die "the portable tarball did not unpack or start in a copy of $from, or a library came from outside it"
     for t in "$@"; do
         if in_root "$work/root" sh -c "cd /tmp/$name && CKPT=\$(echo /opt/ckpt-*/bin/ckpt) srcdir=. sh $t" \
             >"$work/log" 2>&1; then
