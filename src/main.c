@@ -131,7 +131,10 @@ int main(int argc, char **argv)
     if (strcmp(name, "help") == 0)
         return help(argc, argv);
     if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
-        printf("%s\n", ckpt_version_details());
+        /* the backends this run can use: one portable binary serves CPU-only
+         * and GPU runners, so a CI log shows which one it got */
+        printf("%s; backends: cpu%s\n", ckpt_version_details(),
+               ckpt_cuda_device_count_usable() > 0 ? ", cuda" : "");
         return CLI_EXIT_OK;
     }
     const struct command *c = find_command(name);

@@ -32,6 +32,8 @@ for v in --version -V; do
     for lib in libzip zlib PCRE2 cJSON; do
         expect_stdout_match "[(,] *$lib [0-9]"
     done
+    # the backends found: cpu always, cuda with the CUDA backend and a GPU
+    expect_stdout_match '; backends: cpu(, cuda)?$'
 done
 note "$(cat "$out")"
 

@@ -1,0 +1,245 @@
+#!/bin/sh
+# portable.sh - the portable ckpt for x86-64 Linux, built and checked in
+# Debian 11 (bullseye, glibc 2.31) roots made with debootstrap.
+#
+#   tools/portable.sh build DIST_TARBALL OUTDIR
+#       build ckpt from `make dist`'s tarball in a bullseye root with the
+#       distribution's -dev packages, gather the binary and every non-glibc
+#       library it needs into one relocatable folder (bin/ckpt with rpath
+#       $ORIGIN/../lib), and write OUTDIR/ckpt-VERSION-x86_64-linux.tar.gz
+#       and OUTDIR/SHA256SUMS.
+#   tools/portable.sh check OUTDIR DIST_TARBALL TEST... [-- TEST...]
+#       in a copy of a bare bullseye root (debootstrap --variant=minbase,
+#       nothing else installed), check OUTDIR's SHA256SUMS and unpack the
+#       tarball as a CI job would, check that the binary's libraries come
+#       from the folder, then run the first TESTs (CLI tests from
+#       DIST_TARBALL's tree) against the unpacked binary; then the same in a
+#       copy with python3 added, for the TESTs after "--" (tests that
+#       read ckpt's JSON or write their inputs with Python's standard library).
+#
+# Needs root, debootstrap and deb.debian.org.  The roots are kept under
+# $CKPT_ROOTS (default /var/cache/ckpt) and reused: bullseye-base (pristine,
+# never changed once made), bullseye (the build root made from it) and
+# bullseye-python3 (the base and python3, for the tests).
+set -eu
+
+roots=${CKPT_ROOTS:-/var/cache/ckpt}
+mirror=${CKPT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+suite=bullseye
+base=$roots/$suite-base
+buildroot=$roots/$suite
+# what the build needs, from the distribution (check: configure requires it
+# for the unit tests; patchelf sets the rpath)
+build_packages="gcc make pkg-config libc6-dev libzip-dev zlib1g-dev libcjson-dev \
+libpcre2-dev libzstd-dev check patchelf"
+
+die() {
+    echo "portable.sh: $*" >&2
+    exit 1
+}
+
+[ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, chroot)"
+
+# in_root ROOT CMD...: run CMD in ROOT with /proc mounted for its duration
+in_root() {
+    r=$1
+    shift
+    mount -t proc proc "$r/proc"
+    set +e
+    chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C "$@"
+    rc=$?
+    set -e
+    umount "$r/proc"
+    return $rc
+}
+
+# the pristine base, made once; a lock keeps two runs from making it at once
+ensure_base() {
+    mkdir -p "$roots"
+    exec 9>"$roots/.lock"
+    flock 9
+    if [ ! -e "$base/etc/debian_version" ]; then
+        command -v debootstrap >/dev/null || die "debootstrap not found (apt-get install debootstrap)"
+        rm -rf "$base.tmp"
+        debootstrap --variant=minbase "$suite" "$base.tmp" "$mirror" >"$roots/debootstrap.log" 2>&1 ||
+            die "debootstrap failed; see $roots/debootstrap.log"
+        mv "$base.tmp" "$base"
+    fi
+}
+
+ensure_buildroot() {
+    ensure_base
+    if [ ! -e "$buildroot/.ckpt-build-root" ]; then
+        rm -rf "$buildroot.tmp"
+        cp -a "$base" "$buildroot.tmp"
+        cp /etc/resolv.conf "$buildroot.tmp/etc/resolv.conf"
+        in_root "$buildroot.tmp" sh -c "apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -q --no-install-recommends $build_packages && apt-get clean" \
+            >"$roots/build-root.log" 2>&1 || die "apt-get in the build root failed; see $roots/build-root.log"
+        touch "$buildroot.tmp/.ckpt-build-root"
+        mv "$buildroot.tmp" "$buildroot"
+    fi
+    exec 9>&-
+}
+
+build() {
+    dist=$1
+    outdir=$2
+    [ -f "$dist" ] || die "$dist: no such tarball (make dist)"
+    name=$(basename "$dist" .tar.gz)      # ckpt-VERSION
+    version=${name#ckpt-}
+    pname=ckpt-$version-x86_64-linux
+    ensure_buildroot
+
+    rm -rf "$buildroot/build"
+    mkdir -p "$buildroot/build"
+    cp "$dist" "$buildroot/build/"
+    # CPU only: nvcc is not in the root, and the CUDA backend links libcudart
+    # (not a run-time load yet); OpenBLAS is left out so that the folder has
+    # no Fortran run time (the CPU backend's plain-C loops)
+    in_root "$buildroot" sh -c "cd /build && tar xzf $name.tar.gz && cd $name &&
+        ./configure -q --with-cuda=no --with-blas=no && make -j2 ckpt" ||
+        die "the build in $buildroot/build/$name failed"
+
+    # the folder: bin/ckpt, lib/ with every library ldd names that glibc does
+    # not provide, each library's copyright, ckpt's man pages
+    stage=$buildroot/build/stage
+    p=$stage/$pname
+    mkdir -p "$p/bin" "$p/lib" "$p/share/doc/ckpt/libraries" "$p/share/man/man1" "$p/share/man/man3" "$p/share/man/man7"
+    cp "$buildroot/build/$name/ckpt" "$p/bin/ckpt"
+    src=$buildroot/build/$name
+    cp "$src"/man/*.1 "$p/share/man/man1/"
+    cp "$src"/man/*.3 "$p/share/man/man3/"
+    cp "$src"/man/*.7 "$p/share/man/man7/"
+    libs=$(in_root "$buildroot" ldd "/build/$name/ckpt" |
+        awk '$2 == "=>" && $3 ~ /^\// { print $3 }')
+    for l in $libs; do
+        case ${l##*/} in
+        libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | \
+            libutil.so.* | ld-linux*) continue ;; # glibc: the target system's own
+        esac
+        cp -L "$buildroot$l" "$p/lib/${l##*/}"
+        real=$(readlink -f "$buildroot$l")
+        pkg=$(in_root "$buildroot" dpkg -S "$l" "${real#"$buildroot"}" 2>/dev/null | head -n1 | cut -d: -f1)
+        if [ -n "$pkg" ] && [ -f "$buildroot/usr/share/doc/$pkg/copyright" ]; then
+            cp "$buildroot/usr/share/doc/$pkg/copyright" "$p/share/doc/ckpt/libraries/$pkg.copyright"
+        fi
+    done
+    # the libraries find each other beside themselves; the binary finds them
+    # in ../lib wherever the folder is unpacked
+    for l in "$p"/lib/*; do
+        in_root "$buildroot" patchelf --set-rpath '$ORIGIN' "${l#"$buildroot"}"
+    done
+    in_root "$buildroot" patchelf --set-rpath '$ORIGIN/../lib' "${p#"$buildroot"}/bin/ckpt"
+    cp "$src/README.md" "$p/share/doc/ckpt/README.md"
+    cat >"$p/README" <<EOF
+ckpt $version for x86-64 Linux (glibc 2.31 or newer)
+
+bin/ckpt runs from wherever this folder is unpacked: it finds its libraries
+in lib/ (rpath \$ORIGIN/../lib).  Put bin/ on PATH, or call it by its path;
+'ckpt --version' names the libraries and the backends found.
+
+Built from the release tarball in a Debian 11 (bullseye) root with Debian's
+packages of libzip, zlib, cJSON, PCRE2 and libzstd (and what they need),
+which lib/ holds.  This build has the CPU backend only: no CUDA backend and
+no OpenBLAS (the CPU backend's plain-C loops).
+
+Tested: the CLI tests in a bare Debian 11 root (nothing but
+debootstrap --variant=minbase) and on Debian 12.  Other systems are untested.
+
+Licences: each bundled library's
+Debian copyright file is in share/doc/ckpt/libraries/.  Man pages: share/man.
+EOF
+    mkdir -p "$outdir"
+    tar czf "$outdir/$pname.tar.gz" --owner=0 --group=0 -C "$stage" "$pname"
+    (cd "$outdir" && sha256sum "$pname.tar.gz" >SHA256SUMS)
+    rm -rf "$stage"
+    echo "portable.sh: $outdir/$pname.tar.gz"
+    ls "$p/lib" 2>/dev/null || true
+}
+
+# in_copy ROOT TESTS...: in a fresh copy of ROOT, check OUTDIR's SHA256SUMS
+# and unpack the tarball as a CI job would, check that every library the
+# binary loads beyond glibc's comes from the folder, then run each test from
+# the release tarball's source tree against the unpacked bin/ckpt
+in_copy() {
+    from=$1
+    shift
+    rm -rf "$work/root"
+    cp -a "$from" "$work/root"
+    mkdir -p "$work/root/tmp/dl" "$work/root/opt"
+    cp "$outdir"/ckpt-*-x86_64-linux.tar.gz "$outdir/SHA256SUMS" "$work/root/tmp/dl/"
+    tar xzf "$dist" -C "$work/root/tmp"
+    in_root "$work/root" sh -c 'cd /tmp/dl && sha256sum -c SHA256SUMS &&
+        tar xzf ckpt-*-x86_64-linux.tar.gz -C /opt && /opt/ckpt-*/bin/ckpt --version &&
+        ! ldd /opt/ckpt-*/bin/ckpt | grep -v -e "=> /opt/ckpt-" -e "^[[:space:]]*linux-vdso" \
+            -e "/ld-linux" -e "/lib\(c\|m\|dl\|pthread\|rt\)\.so"' ||
+        die "the portable tarball did not unpack or start in a copy of $from, or a library came from outside it"
+    for t in "$@"; do
+        if in_root "$work/root" sh -c "cd /tmp/$name && CKPT=\$(echo /opt/ckpt-*/bin/ckpt) srcdir=. sh $t" \
+            >"$work/log" 2>&1; then
+            echo "PASS: $t"
+        else
+            rc=$?
+            if [ "$rc" -eq 77 ]; then
+                echo "SKIP: $t ($(grep -m1 -i skip "$work/log"))"
+                continue
+            fi
+            echo "FAIL: $t (exit $rc)"
+            grep -E '^(FAIL|ERROR)' "$work/log" | head -n 20
+            failed=$((failed + 1))
+        fi
+        total=$((total + 1))
+    done
+}
+
+check() {
+    outdir=$(cd "$1" && pwd)
+    dist=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+    name=$(basename "$dist" .tar.gz)
+    shift 2
+    ensure_base
+    # most CLI tests read ckpt's JSON and write their inputs with python3
+    # (the standard library only): a second root, the base and python3
+    pyroot=$roots/$suite-python3
+    if [ ! -e "$pyroot/.ckpt-python3-root" ]; then
+        rm -rf "$pyroot.tmp"
+        cp -a "$base" "$pyroot.tmp"
+        cp /etc/resolv.conf "$pyroot.tmp/etc/resolv.conf"
+        in_root "$pyroot.tmp" sh -c "apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -q --no-install-recommends python3 && apt-get clean" \
+            >"$roots/python3-root.log" 2>&1 || die "apt-get in the python3 root failed; see $roots/python3-root.log"
+        touch "$pyroot.tmp/.ckpt-python3-root"
+        mv "$pyroot.tmp" "$pyroot"
+    fi
+    exec 9>&-
+    start=$(date +%s)
+    work=$(mktemp -d /var/tmp/ckpt-portable-check.XXXXXX)
+    trap 'umount "$work/root/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
+    failed=0
+    total=0
+    bare=
+    py=
+    after=no
+    for t in "$@"; do
+        if [ "$t" = -- ]; then
+            after=yes
+        elif [ $after = yes ]; then
+            py="$py $t"
+        else
+            bare="$bare $t"
+        fi
+    done
+    echo "portable.sh: in a bare $suite root (debootstrap --variant=minbase):"
+    in_copy "$base" $bare
+    echo "portable.sh: in a bare $suite root with python3 (the tests' tool):"
+    in_copy "$pyroot" $py
+    echo "portable.sh: $total tests in $suite roots, $failed failed, $(($(date +%s) - start)) s"
+    [ "$failed" -eq 0 ]
+}
+
+case ${1-} in
+build) [ $# -eq 3 ] || die "usage: portable.sh build DIST_TARBALL OUTDIR"; build "$2" "$3" ;;
+check) [ $# -ge 4 ] || die "usage: portable.sh check OUTDIR DIST_TARBALL TEST... [-- TEST...]"; shift; check "$@" ;;
+*) die "usage: portable.sh build DIST_TARBALL OUTDIR | check OUTDIR DIST_TARBALL TEST... [-- TEST...]" ;;
+esac
