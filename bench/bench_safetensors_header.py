@@ -133,7 +133,7 @@ def main():
              '| safe_open s | MiB | inspect / safe_open RSS |',
              '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
     for n, hl, ins, conv, st in rows:
-        lines.append('| %d | %d | %.2f | %.0f | %.1f | %.2f | %.0f | %.2f | %.0f | %.1fx |' % (
+        lines.append('| %d | %d | %.2f | %.0f | %.1f | %.2f | %.0f | %.2f | %.0f | %.2fx |' % (
             n, hl, ins[0], ins[1], ins[0] / n * 1e6, conv[0], conv[1], st[0], st[1],
             ins[1] / st[1]))
     lines.append('')
