@@ -56,7 +56,7 @@ typedef struct ckpt_arena {
 
 void ckpt_arena_init(ckpt_arena *a);
 void ckpt_arena_release(ckpt_arena *a);
-/* Zeroed, 16-byte aligned; NULL when out of memory. */
+/* Zeroed, 8-byte aligned; NULL when out of memory. */
 void *ckpt_arena_alloc(ckpt_arena *a, size_t n);
 char *ckpt_arena_strndup(ckpt_arena *a, const char *s, size_t n);
 
