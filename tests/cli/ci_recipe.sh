@@ -119,6 +119,7 @@ github() {
     done
 }
 
+# shellcheck disable=SC2317 # (called as "$ci")
 # gitlab DIR: run GitLab's script in DIR (one shell, stops at the first
 # failure); its exit status in DIR.status
 gitlab() {
