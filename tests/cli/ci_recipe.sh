@@ -1,0 +1,229 @@
+#!/bin/sh
+# ci_recipe.sh - README.md's CI recipes ("CI recipes: scan and verify
+# checkpoints in your repository"), run as a user's CI job would run them:
+# the shell commands of the GitHub Actions and GitLab CI blocks, read from
+# README.md (the ```yaml block after `<!-- ci recipe: github -->` and after
+# `<!-- ci recipe: gitlab -->`), in a fresh git repository outside the source
+# tree, with the portable binary only.  The download comes from a local
+# RELEASE folder: make portable's release/ckpt-*-x86_64-linux.tar.gz and
+# SHA256SUMS when they exist, else a stand-in of the same layout
+# (ckpt-VERSION-x86_64-linux/bin/ckpt, the build's binary, and its sum).
+# GitHub's steps each run in their own `bash -e` with the folders written to
+# $GITHUB_PATH put on PATH, as the runner does; GitLab's script lines run in
+# one shell, stopping at the first failure.  The `uses:` steps are not run.
+# shellcheck source=tests/cli/setup.sh
+. "${srcdir:-.}/tests/cli/setup.sh"
+
+if ! have_python || ! python3 -c 'import yaml' 2>/dev/null; then
+    skip "no python3 with PyYAML to read the recipes' YAML"
+fi
+command -v curl >/dev/null 2>&1 || skip "no curl, which the recipes download with"
+command -v git >/dev/null 2>&1 || skip "no git to make the scratch repository"
+command -v bash >/dev/null 2>&1 || skip "no bash, GitHub's shell for run steps"
+
+# ---- the release the job downloads ------------------------------------------
+
+rel=$tmp/release
+mkdir "$rel"
+set -- "$srcdir"/release/ckpt-*-x86_64-linux.tar.gz
+if [ -f "$1" ] && [ -f "$srcdir/release/SHA256SUMS" ]; then
+    tarball=$1
+    cp "$tarball" "$srcdir/release/SHA256SUMS" "$rel/"
+    note "release: make portable's $(basename "$tarball")"
+else
+    version=$("$CKPT" --version | sed -n '1s/^ckpt \([^ ]*\) .*/\1/p')
+    pname=ckpt-$version-x86_64-linux
+    mkdir -p "$tmp/stage/$pname/bin"
+    cp "$CKPT" "$tmp/stage/$pname/bin/ckpt"
+    (cd "$tmp/stage" && tar czf "$rel/$pname.tar.gz" "$pname")
+    (cd "$rel" && sha256sum "$pname.tar.gz" >SHA256SUMS)
+    note "release: a stand-in $pname.tar.gz around $CKPT (no release/ from make portable)"
+fi
+set -- "$rel"/ckpt-*-x86_64-linux.tar.gz
+version=$(basename "$1" | sed 's/^ckpt-\(.*\)-x86_64-linux\.tar\.gz$/\1/')
+
+# ---- the recipes, from README.md -----------------------------------------------
+
+# recipe NAME: the ```yaml block after README's `<!-- ci recipe: NAME -->`
+recipe() {
+    sed -n "/^<!-- ci recipe: $1 -->\$/,/^\`\`\`\$/p" "$srcdir/README.md" |
+        sed -e '1,2d' -e '$d'
+}
+say "README.md's recipes are YAML with the steps this test runs"
+recipe github >"$tmp/github.yml"
+recipe gitlab >"$tmp/gitlab.yml"
+# the commands, one file per GitHub run step / one for GitLab's script
+python3 - "$tmp" <<'PYEOF'
+import os, sys, yaml
+tmp = sys.argv[1]
+gh = yaml.safe_load(open(os.path.join(tmp, "github.yml")))
+steps = [s for s in gh["jobs"]["ckpt"]["steps"] if "run" in s]
+for i, s in enumerate(steps):
+    open(os.path.join(tmp, "gh-step%d.sh" % i), "w").write(s["run"])
+uses = [s["uses"].split("@")[0] for s in gh["jobs"]["ckpt"]["steps"] if "uses" in s]
+assert "github/codeql-action/upload-sarif" in uses, uses
+gl = yaml.safe_load(open(os.path.join(tmp, "gitlab.yml")))["ckpt"]
+open(os.path.join(tmp, "gl-script.sh"), "w").write("".join(l + "\n" for l in gl["script"]))
+assert gl["artifacts"]["reports"]["junit"] == "report.xml", gl["artifacts"]
+assert gl["artifacts"]["when"] == "always"
+PYEOF
+set -- "$tmp"/gh-step*.sh
+nsteps=$#
+check "GitHub's job has 3 run steps (get ckpt, scan, verify), upload-sarif after them" test "$nsteps" -eq 3
+check "GitLab's script downloads, checks the sum and unpacks" grep -q '^sha256sum -c SHA256SUMS$' "$tmp/gl-script.sh"
+for f in "$tmp"/gh-step*.sh "$tmp/gl-script.sh"; do
+    note "$(basename "$f"):"
+    note "$(sed 's/^/  /' "$f")"
+done
+
+# ---- a user's repository ---------------------------------------------------------
+
+# userrepo DIR: a fresh git repository, outside the source tree, with the
+# spec of its model and a checkpoint that loads into it
+userrepo() {
+    mkdir -p "$1/checkpoints"
+    git -C "$1" init -q
+    cp "$srcdir/models/mnist_mlp.json" "$1/model.json"
+    cp "$data/fmnist_mlp.pth" "$1/checkpoints/model.pth"
+    git -C "$1" add -A
+    git -C "$1" -c user.name=ci -c user.email=ci@example.org commit -qm checkpoints
+}
+
+# a scratch folder outside the tree, whatever TMPDIR is
+scratch=$(mktemp -d /tmp/ckpt-ci-recipe.XXXXXX)
+trap 'rm -rf "$tmp" "$scratch"' EXIT
+case $scratch in "$srcdir"/*) fail "the scratch folder $scratch is inside the source tree" ;; esac
+
+# the job's environment: only the system's PATH, no build tree on it
+jobpath=/usr/local/bin:/usr/bin:/bin
+command -v ckpt >/dev/null 2>&1 && note "(a ckpt on this PATH is ignored: the job's PATH is $jobpath)"
+
+# github DIR: run GitHub's steps in DIR, in order, until one fails; the
+# status of each step in DIR.status (one a line)
+github() {
+    : >"$1.status"
+    : >"$1/.github_path"
+    _i=0
+    while [ "$_i" -lt "$nsteps" ]; do
+        _p=$jobpath
+        while IFS= read -r _d; do _p=$_d:$_p; done <"$1/.github_path"
+        if (cd "$1" && env -i PATH="$_p" HOME="$HOME" LC_ALL=C RELEASE="file://$rel" \
+            CKPT_VERSION="$version" GITHUB_PATH="$1/.github_path" \
+            bash -e "$tmp/gh-step$_i.sh") >"$1.out$_i" 2>&1; then
+            echo 0 >>"$1.status"
+        else
+            echo $? >>"$1.status"
+            return 0
+        fi
+        _i=$((_i + 1))
+    done
+}
+
+# shellcheck disable=SC2317 # (called as "$ci")
+# gitlab DIR: run GitLab's script in DIR (one shell, stops at the first
+# failure); its exit status in DIR.status
+gitlab() {
+    if (cd "$1" && env -i PATH="$jobpath" HOME="$HOME" LC_ALL=C RELEASE="file://$rel" \
+        CKPT_VERSION="$version" sh -e "$tmp/gl-script.sh") >"$1.out" 2>&1; then
+        echo 0 >"$1.status"
+    else
+        echo $? >"$1.status"
+    fi
+}
+
+# sarif_eval FILE EXPR: EXPR (Python, over the log `d` and its `results`) is true
+sarif_eval() {
+    if python3 - "$1" "$2" >"$tmp/pyerr" 2>&1 <<'PYEOF'; then
+import json, sys
+d = json.load(open(sys.argv[1]))
+results = [r for run in d["runs"] for r in run.get("results", [])]
+files = {l["physicalLocation"]["artifactLocation"]["uri"] for r in results for l in r["locations"]}
+sys.exit(0 if eval(sys.argv[2]) else 1)
+PYEOF
+        ok "$(basename "$1"): $2"
+    else
+        fail "$1: $2 ($(tail -n 1 "$tmp/pyerr"))"
+    fi
+}
+
+# junit_eval FILE EXPR: EXPR over the report's one testsuite `s` is true
+junit_eval() {
+    if python3 - "$1" "$2" >"$tmp/pyerr" 2>&1 <<'PYEOF'; then
+import sys
+import xml.etree.ElementTree as ET
+r = ET.parse(sys.argv[1]).getroot()
+s = r.find("testsuite")
+cases = [c.get("name") for c in s.findall("testcase")]
+sys.exit(0 if eval(sys.argv[2]) else 1)
+PYEOF
+        ok "$(basename "$1"): $2"
+    else
+        fail "$1: $2 ($(tail -n 1 "$tmp/pyerr"))"
+    fi
+}
+
+for ci in github gitlab; do
+    say "$ci: a repository whose checkpoint is safe and loads: the job passes"
+    repo=$scratch/$ci-safe
+    userrepo "$repo"
+    $ci "$repo"
+    if [ "$ci" = github ]; then want='0 0 0'; else want=0; fi
+    got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
+    if [ "$got" = "$want" ]; then
+        ok "exit statuses of the steps: $got"
+    else
+        fail "exit statuses of the steps: $got, expected $want"
+        cat "$repo".out* | sed 's/^/   | /'
+    fi
+    check "sha256sum -c checked the download" grep -q "ckpt-$version-x86_64-linux.tar.gz: OK" "$repo".out*
+    check "the binary was unpacked in the repository" test -x "$repo/ckpt-$version-x86_64-linux/bin/ckpt"
+    sarif_eval "$repo/ckpt.sarif" 'd["version"] == "2.1.0" and results == []'
+    junit_eval "$repo/report.xml" 's.get("failures") == "0" and s.get("errors") == "0" and "load checkpoint" in cases'
+
+    say "$ci: an unsafe checkpoint committed beside it: the scan step fails and the log names it"
+    repo=$scratch/$ci-unsafe
+    userrepo "$repo"
+    cp "$bad/os_system.pth" "$repo/checkpoints/"
+    git -C "$repo" add -A
+    git -C "$repo" -c user.name=ci -c user.email=ci@example.org commit -qm 'an unsafe one'
+    $ci "$repo"
+    if [ "$ci" = github ]; then want='0 1'; else want=1; fi
+    got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
+    if [ "$got" = "$want" ]; then
+        ok "exit statuses of the steps: $got (scan's 1: a file is unsafe)"
+    else
+        fail "exit statuses of the steps: $got, expected $want"
+        cat "$repo".out* | sed 's/^/   | /'
+    fi
+    sarif_eval "$repo/ckpt.sarif" 'd["version"] == "2.1.0" and len(results) >= 1 and all(f.endswith("checkpoints/os_system.pth") for f in files)'
+    sarif_eval "$repo/ckpt.sarif" 'any("os.system" in r["message"]["text"] for r in results)'
+    check "verify did not run after the failed scan (no report.xml)" test ! -e "$repo/report.xml"
+
+    say "$ci: a DataParallel checkpoint as the model's: verify fails, the JUnit report says why"
+    repo=$scratch/$ci-dp
+    userrepo "$repo"
+    cp "$data/fmnist_mlp_dp.pth" "$repo/checkpoints/model.pth"
+    $ci "$repo"
+    if [ "$ci" = github ]; then want='0 0 1'; else want=1; fi
+    got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
+    if [ "$got" = "$want" ]; then
+        ok "exit statuses of the steps: $got (verify's 1: the strict load fails)"
+    else
+        fail "exit statuses of the steps: $got, expected $want"
+        cat "$repo".out* | sed 's/^/   | /'
+    fi
+    junit_eval "$repo/report.xml" 's.get("failures") == "1" and cases == ["load checkpoint"]'
+done
+
+say "a tampered download fails sha256sum -c, before anything is unpacked"
+repo=$scratch/tampered
+userrepo "$repo"
+cp -R "$rel" "$tmp/good-release"
+printf 'x' >>"$rel/ckpt-$version-x86_64-linux.tar.gz"
+github "$repo"
+check "the first step fails" test "$(cat "$repo.status")" = 1
+check "nothing was unpacked" test ! -e "$repo/ckpt-$version-x86_64-linux"
+rm -rf "$rel"
+mv "$tmp/good-release" "$rel"
+
+finish
