@@ -2,20 +2,25 @@
 # container.sh - the Containerfile's runtime stage, checked without a
 # container engine: its root file system made the same way in a chroot.
 #
-#   tools/container.sh check OUTDIR SRCDIR
-#       copy the bare Debian 11 root that tools/portable.sh keeps
-#       ($CKPT_ROOTS/bullseye-base, debootstrap --variant=minbase, the
+#   tools/container.sh check OUTDIR DIST_TARBALL SRCDIR
+#       The build stage: in a copy of tools/portable.sh's build root
+#       ($CKPT_ROOTS/bullseye: debian:bullseye's package set and the stage's
+#       apt-get install, which tests/containerfile.sh keeps equal), run the
+#       Containerfile's own COPY, WORKDIR and RUN lines after its apt-get
+#       one on DIST_TARBALL, and check that the /opt/ckpt they make holds the
+#       files of OUTDIR's portable folder (`make portable`).
+#       The runtime stage: copy the bare Debian 11 root that portable.sh
+#       keeps ($CKPT_ROOTS/bullseye-base, debootstrap --variant=minbase, the
 #       package set of debian:bullseye-slim), strip what the slim image's
 #       dpkg excludes drop (docs but copyrights, man pages, info, locales),
-#       put OUTDIR's portable folder (`make portable`) where the
-#       Containerfile's COPY puts it, then run ckpt as its ENTRYPOINT would,
-#       with its ENV PATH and in its WORKDIR, on a fixture of SRCDIR's
-#       tests/data and one of tests/bad, checking each exit status.
+#       put the build stage's /opt/ckpt where the Containerfile's COPY puts
+#       it, then run ckpt as its ENTRYPOINT would, with its ENV PATH and in
+#       its WORKDIR, on a fixture of SRCDIR's tests/data and one of
+#       tests/bad, checking each exit status.
 #
 # Needs root and the roots of tools/portable.sh (make portable makes them).
-# The folder in the image is built by the Containerfile's own build stage;
-# tests/containerfile.sh keeps that stage in step with portable.sh, whose
-# folder this check uses.
+# What it does not run: FROM (the roots stand in for the two base images)
+# and the apt-get line (the build root has those packages).
 set -eu
 
 roots=${CKPT_ROOTS:-/var/cache/ckpt}
@@ -27,9 +32,15 @@ die() {
 }
 
 [ "$(id -u)" -eq 0 ] || die "needs root (chroot)"
-[ "${1-}" = check ] && [ $# -eq 3 ] || die "usage: container.sh check OUTDIR SRCDIR"
+[ "${1-}" = check ] && [ $# -eq 4 ] || die "usage: container.sh check OUTDIR DIST_TARBALL SRCDIR"
 outdir=$2
-srcdir=$3
+dist=$3
+srcdir=$4
+buildroot=$roots/bullseye
+[ -e "$buildroot/.ckpt-build-root" ] || die "$buildroot: no build root (make portable makes it)"
+[ -f "$dist" ] || die "$dist: no such tarball (make dist)"
+version=$(basename "$dist" .tar.gz)
+version=${version#ckpt-}
 cf=$srcdir/Containerfile
 [ -e "$base/etc/debian_version" ] || die "$base: no Debian 11 root (make portable makes it)"
 set -- "$outdir"/ckpt-*-x86_64-linux.tar.gz
@@ -49,16 +60,54 @@ entry=$(printf '%s\n' "$runtime" | sed -n 's/^ENTRYPOINT \["\([^"]*\)"\]$/\1/p')
 start=$(date +%s)
 work=$(mktemp -d /var/tmp/ckpt-container-check.XXXXXX)
 root=$work/root
-trap 'umount "$root/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
+broot=$work/build
+trap 'umount "$root/proc" 2>/dev/null || true; umount "$broot/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
+
+# ---- the build stage: its instructions, continuation lines joined
+echo "container.sh: the build stage's COPY, WORKDIR and RUN lines in a copy of $buildroot:"
+cp -a "$buildroot" "$broot"
+rm -rf "$broot/build" "$broot/opt/ckpt"
+sed -n '/^FROM debian:bullseye AS build/,/^FROM /p' "$cf" | grep -v '^FROM ' | grep -v '^#' |
+    awk '/\\$/ { sub(/\\$/, ""); line = line $0; next } { print line $0; line = "" }' |
+    grep . >"$work/stage"
+bdir=/
+while IFS= read -r ins; do
+    case $ins in
+    "ARG "*) ;;
+    "WORKDIR "*) bdir=${ins#WORKDIR } && mkdir -p "$broot$bdir" ;;
+    "COPY ckpt-\${VERSION}.tar.gz "*) cp "$dist" "$broot${ins##* }" ;;
+    "RUN apt-get update"*) ;; # the build root has the packages
+    "RUN "*)
+        mount -t proc proc "$broot/proc"
+        set +e
+        chroot "$broot" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C \
+            VERSION="$version" sh -c 'cd "$1" && sh -c "$2"' sh "$bdir" "${ins#RUN }" </dev/null >"$work/out" 2>&1
+        rc=$?
+        set -e
+        umount "$broot/proc"
+        [ "$rc" -eq 0 ] || { tail -n 20 "$work/out"; die "the build stage's RUN failed (exit $rc): $ins"; } ;;
+    *) die "$cf: the build stage has an instruction this check cannot run: $ins" ;;
+    esac
+done <"$work/stage"
+# the same files as the portable folder (whose README is portable.sh's own text)
+tar xzf "$tarball" -C "$work"
+(cd "$work"/ckpt-*-x86_64-linux && find . ! -path ./README | sort) >"$work/portable.list"
+(cd "$broot/opt/ckpt" && find . | sort) >"$work/stage.list"
+if diff "$work/portable.list" "$work/stage.list" >"$work/diff"; then
+    echo "ok: the build stage's /opt/ckpt holds the portable folder's $(wc -l <"$work/stage.list") files and folders"
+else
+    cat "$work/diff"
+    die "the build stage's /opt/ckpt differs from the portable folder (< portable, > stage)"
+fi
+
+# ---- the runtime stage
 cp -a "$base" "$root"
 # debian:bullseye-slim's /etc/dpkg/dpkg.cfg.d/docker drops these at install
 find "$root/usr/share/doc" -type f ! -name copyright -delete
 rm -rf "$root/usr/share/man"/* "$root/usr/share/info"/* "$root/usr/share/locale"/*
-# COPY --from=build /opt/ckpt DEST: the folder alone, under the name the
-# Containerfile gives it
-tar xzf "$tarball" -C "$work"
+# COPY --from=build /opt/ckpt DEST
 mkdir -p "$root$(dirname "$dest")" "$root$wdir"
-mv "$work"/ckpt-*-x86_64-linux "$root$dest"
+cp -a "$broot/opt/ckpt" "$root$dest"
 cp "$srcdir/tests/data/dp_mlp.pth" "$srcdir/tests/bad/builtins_eval.pth" "$root$wdir/"
 
 failed=0
@@ -84,7 +133,7 @@ expect() {
     fi
 }
 
-echo "container.sh: the runtime stage's root (bare bullseye, slim's excludes, the folder in $dest):"
+echo "container.sh: the runtime stage's root (bare bullseye, slim's excludes, the stage's folder in $dest):"
 expect 0 --version
 expect 0 inspect dp_mlp.pth
 expect 0 scan dp_mlp.pth
