@@ -446,6 +446,22 @@ static int json_element(cJSON *e, bool first)
     return CLI_EXIT_OK;
 }
 
+/* What every tensor's object says, after its path: dtype to nbytes. */
+static void json_tensor_fields(const ckpt_tensor *t, cJSON *jt)
+{
+    const ckpt_storage *s = ckpt_tensor_storage(t);
+    cJSON_AddStringToObject(jt, "dtype", ckpt_dtype_name(ckpt_tensor_dtype(t)));
+    cJSON_AddItemToObject(jt, "shape", cli_json_dims(ckpt_tensor_shape(t), ckpt_tensor_ndim(t)));
+    cJSON_AddItemToObject(jt, "stride", cli_json_dims(ckpt_tensor_stride(t), ckpt_tensor_ndim(t)));
+    cJSON_AddItemToObject(jt, "offset", cli_json_int(ckpt_tensor_offset(t)));
+    cJSON_AddStringToObject(jt, "device", ckpt_tensor_device(t));
+    if (s)
+        cJSON_AddStringToObject(jt, "storage", ckpt_storage_key(s));
+    else
+        cJSON_AddNullToObject(jt, "storage");
+    cJSON_AddItemToObject(jt, "nbytes", cli_json_int((long long)ckpt_tensor_nbytes(t)));
+}
+
 /* "tensors": one object at a time, so that 1.7 M tensors never stand as a
  * cJSON tree (issue 26: 6 GiB) */
 static int json_tensors(inspect *in, const cJSON *layout)
@@ -462,16 +478,7 @@ static int json_tensors(inspect *in, const cJSON *layout)
         const ckpt_storage *s = ckpt_tensor_storage(t);
         cJSON *jt = cJSON_CreateObject();
         cJSON_AddItemToObject(jt, "path", json_path(&p));
-        cJSON_AddStringToObject(jt, "dtype", ckpt_dtype_name(ckpt_tensor_dtype(t)));
-        cJSON_AddItemToObject(jt, "shape", cli_json_dims(ckpt_tensor_shape(t), ckpt_tensor_ndim(t)));
-        cJSON_AddItemToObject(jt, "stride", cli_json_dims(ckpt_tensor_stride(t), ckpt_tensor_ndim(t)));
-        cJSON_AddItemToObject(jt, "offset", cli_json_int(ckpt_tensor_offset(t)));
-        cJSON_AddStringToObject(jt, "device", ckpt_tensor_device(t));
-        if (s)
-            cJSON_AddStringToObject(jt, "storage", ckpt_storage_key(s));
-        else
-            cJSON_AddNullToObject(jt, "storage");
-        cJSON_AddItemToObject(jt, "nbytes", cli_json_int((long long)ckpt_tensor_nbytes(t)));
+        json_tensor_fields(t, jt);
         json_kind(in, t, jt);
         cJSON_AddBoolToObject(jt, "parameter", ckpt_tensor_is_parameter(t));
         cJSON_AddBoolToObject(jt, "requires_grad", ckpt_tensor_requires_grad(t));
@@ -554,20 +561,10 @@ static int print_json(inspect *in)
         const ckpt_tensor *t = ckpt_file_other_tensor(f, i, &p, &why);
         if (!shown(in, path_text(in, &p)))
             continue;
-        const ckpt_storage *s = ckpt_tensor_storage(t);
         cJSON *jt = cJSON_CreateObject();
         cJSON_AddItemToObject(jt, "path", json_path(&p));
         cJSON_AddStringToObject(jt, "why", why);
-        cJSON_AddStringToObject(jt, "dtype", ckpt_dtype_name(ckpt_tensor_dtype(t)));
-        cJSON_AddItemToObject(jt, "shape", cli_json_dims(ckpt_tensor_shape(t), ckpt_tensor_ndim(t)));
-        cJSON_AddItemToObject(jt, "stride", cli_json_dims(ckpt_tensor_stride(t), ckpt_tensor_ndim(t)));
-        cJSON_AddItemToObject(jt, "offset", cli_json_int(ckpt_tensor_offset(t)));
-        cJSON_AddStringToObject(jt, "device", ckpt_tensor_device(t));
-        if (s)
-            cJSON_AddStringToObject(jt, "storage", ckpt_storage_key(s));
-        else
-            cJSON_AddNullToObject(jt, "storage");
-        cJSON_AddItemToObject(jt, "nbytes", cli_json_int((long long)ckpt_tensor_nbytes(t)));
+        json_tensor_fields(t, jt);
         cJSON_AddStringToObject(jt, "kind", ckpt_tensor_kind_name(ckpt_tensor_kind_of(t)));
         cJSON_AddBoolToObject(jt, "parameter", ckpt_tensor_is_parameter(t));
         cJSON_AddBoolToObject(jt, "requires_grad", ckpt_tensor_requires_grad(t));
