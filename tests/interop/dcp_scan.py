@@ -51,12 +51,17 @@ def worker(out):
     opt.step()
     msd, osd = get_state_dict(model, opt)
     dcp.save({'model': msd, 'optim': osd}, checkpoint_id=out)
+    dist.barrier()
     dist.destroy_process_group()
 
 
 if len(sys.argv) == 3 and sys.argv[1] == '--worker':
     worker(sys.argv[2])
-    sys.exit(0)
+    # past the C++ destructors run at interpreter exit: gloo's threads sometimes
+    # end the process there with "terminate called without an active exception"
+    # (1 run in 3 here), after the folder is whole
+    sys.stdout.flush()
+    os._exit(0)
 
 sys.path.insert(0, HERE)
 import _common as c  # noqa: E402  (exits 77 without torch)
