@@ -679,13 +679,29 @@ static void print_layout(ckpt_file *f)
     cJSON_Delete(l);
 }
 
+/* A table row's columns, KEY to SIZE, and with --stats (ST) the statistics. */
+static void print_row(const ckpt_tensor *x, const char *k, int wkey, int wdt, int wshape,
+                      int wdev, const ckpt_tensor_stats *st)
+{
+    char b1[32], b2[64];
+    format_shape(x, b2, sizeof(b2));
+    cli_printf("%-*s  %-*s  %-*s  %-*s  %10s", wkey, k, wdt, ckpt_dtype_name(ckpt_tensor_dtype(x)),
+               wshape, b2, wdev, ckpt_tensor_device(x),
+               cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
+    if (st && st->valid)
+        cli_printf("  %12.5g %12.5g %12.5g %12.5g %5lld %5lld", st->min, st->max, st->mean,
+                   st->std, (long long)st->nan, (long long)st->inf);
+    else if (st)
+        cli_printf("  %12s %12s %12s %12s %5s %5s", "-", "-", "-", "-", "-", "-");
+}
+
 /* The tensors a pickled model holds outside its state dict: listed after
  * it, never among its keys (no command writes them). */
 static void print_others(inspect *in)
 {
     ckpt_file *f = in->f;
     size_t n = ckpt_file_other_tensor_count(f), wkey = 3, wshape = 5, wdev = 6, wdt = 5, nshown = 0;
-    char b1[32], b2[64];
+    char b2[64];
     for (size_t i = 0; i < n; i++) {
         ckpt_path p;
         const ckpt_tensor *x = ckpt_file_other_tensor(f, i, &p, NULL);
@@ -719,18 +735,8 @@ static void print_others(inspect *in)
         const char *k = path_text(in, &p);
         if (!shown(in, k))
             continue;
-        format_shape(x, b2, sizeof(b2));
-        cli_printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, k, (int)wdt,
-                   ckpt_dtype_name(ckpt_tensor_dtype(x)), (int)wshape, b2, (int)wdev,
-                   ckpt_tensor_device(x), cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
-        if (in->stats) {
-            const ckpt_tensor_stats *st = &in->ost[i];
-            if (st->valid)
-                cli_printf("  %12.5g %12.5g %12.5g %12.5g %5lld %5lld", st->min, st->max, st->mean,
-                           st->std, (long long)st->nan, (long long)st->inf);
-            else
-                cli_printf("  %12s %12s %12s %12s %5s %5s", "-", "-", "-", "-", "-", "-");
-        }
+        print_row(x, k, (int)wkey, (int)wdt, (int)wshape, (int)wdev,
+                  in->stats ? &in->ost[i] : NULL);
         cli_printf("  %s%s\n", why, ckpt_tensor_is_parameter(x) ? ", parameter" : "");
     }
 }
@@ -824,19 +830,8 @@ static int print_text(inspect *in)
             continue;
         nshown++;
         const ckpt_storage *s = ckpt_tensor_storage(x);
-        format_shape(x, b2, sizeof(b2));
-        cli_printf("%-*s  %-*s  %-*s  %-*s  %10s", (int)wkey, k,
-                   (int)wdt,
-                   ckpt_dtype_name(ckpt_tensor_dtype(x)), (int)wshape, b2, (int)wdev,
-                   ckpt_tensor_device(x), cli_human_bytes(ckpt_tensor_nbytes(x), b1, sizeof(b1)));
-        if (in->stats) {
-            const ckpt_tensor_stats *st = &in->st[i];
-            if (st->valid)
-                cli_printf("  %12.5g %12.5g %12.5g %12.5g %5lld %5lld", st->min, st->max, st->mean,
-                           st->std, (long long)st->nan, (long long)st->inf);
-            else
-                cli_printf("  %12s %12s %12s %12s %5s %5s", "-", "-", "-", "-", "-", "-");
-        }
+        print_row(x, k, (int)wkey, (int)wdt, (int)wshape, (int)wdev,
+                  in->stats ? &in->st[i] : NULL);
         const char *sep = "  ";
         if (ckpt_tensor_is_parameter(x)) {
             cli_printf("%sparameter", sep);

@@ -70,22 +70,6 @@ static const struct rule NOTES[NOTE_COUNT] = {
      "imports anything (text, JSON, an empty file): listed, not scanned."},
 };
 
-/* Add ITEM to O as KEY; false (ITEM freed) when it or the adding failed. */
-static bool put(cJSON *o, const char *key, cJSON *item)
-{
-    if (item && cJSON_AddItemToObject(o, key, item))
-        return true;
-    cJSON_Delete(item);
-    return false;
-}
-
-static bool append(cJSON *a, cJSON *item)
-{
-    if (item && cJSON_AddItemToArray(a, item))
-        return true;
-    cJSON_Delete(item);
-    return false;
-}
 
 /* The length of the UTF-8 sequence at S (well formed: no overlong form,
  * surrogate or code point past U+10FFFF), or 0. */
@@ -141,7 +125,7 @@ static cJSON *text_json(const char *s)
 static cJSON *message(const char *text)
 {
     cJSON *m = cJSON_CreateObject();
-    if (m && !put(m, "text", text_json(text))) {
+    if (m && !ckpt_json_put(m, "text", text_json(text))) {
         cJSON_Delete(m);
         return NULL;
     }
@@ -191,25 +175,25 @@ static cJSON *locations(const char *path, const place *at)
     char *uri = path_uri(path);
     cJSON *a = cJSON_CreateArray(), *loc = cJSON_CreateObject(), *phys = cJSON_CreateObject();
     cJSON *art = cJSON_CreateObject();
-    bool ok = uri && a && loc && phys && art && put(art, "uri", cJSON_CreateString(uri));
+    bool ok = uri && a && loc && phys && art && ckpt_json_put(art, "uri", cJSON_CreateString(uri));
     free(uri);
     if (ok && at && at->at != UINT64_MAX) {
         cJSON *region = cJSON_CreateObject();
         ok = region != NULL;
         if (ok && at->line)
-            ok = put(region, "startLine", ckpt_json_int((long long)at->line)) &&
-                 put(region, "startColumn", ckpt_json_int((long long)at->col)) &&
-                 put(region, "endLine", ckpt_json_int((long long)at->line)) &&
-                 put(region, "endColumn", ckpt_json_int((long long)at->col + 1));
-        ok = ok && put(region, "byteOffset", ckpt_json_int((long long)at->at)) &&
-             put(region, "byteLength", ckpt_json_int(1));
-        ok = put(phys, "region", region) && ok;
+            ok = ckpt_json_put(region, "startLine", ckpt_json_int((long long)at->line)) &&
+                 ckpt_json_put(region, "startColumn", ckpt_json_int((long long)at->col)) &&
+                 ckpt_json_put(region, "endLine", ckpt_json_int((long long)at->line)) &&
+                 ckpt_json_put(region, "endColumn", ckpt_json_int((long long)at->col + 1));
+        ok = ok && ckpt_json_put(region, "byteOffset", ckpt_json_int((long long)at->at)) &&
+             ckpt_json_put(region, "byteLength", ckpt_json_int(1));
+        ok = ckpt_json_put(phys, "region", region) && ok;
     }
-    ok = put(phys, "artifactLocation", art) && ok;
+    ok = ckpt_json_put(phys, "artifactLocation", art) && ok;
     art = NULL;
-    ok = put(loc, "physicalLocation", phys) && ok;
+    ok = ckpt_json_put(loc, "physicalLocation", phys) && ok;
     phys = NULL;
-    ok = append(a, loc) && ok;
+    ok = ckpt_json_append(a, loc) && ok;
     loc = NULL;
     cJSON_Delete(art);
     cJSON_Delete(phys);
@@ -226,13 +210,13 @@ static cJSON *result(int rule, const char *path, const place *at, const char *te
                      cJSON *props)
 {
     cJSON *r = cJSON_CreateObject();
-    bool ok = r && put(r, "ruleId", cJSON_CreateString(RULES[rule].id));
-    ok = ok && put(r, "ruleIndex", ckpt_json_int(rule));
-    ok = ok && put(r, "level", cJSON_CreateString(RULES[rule].level));
-    ok = ok && put(r, "message", message(text));
-    ok = ok && put(r, "locations", locations(path, at));
+    bool ok = r && ckpt_json_put(r, "ruleId", cJSON_CreateString(RULES[rule].id));
+    ok = ok && ckpt_json_put(r, "ruleIndex", ckpt_json_int(rule));
+    ok = ok && ckpt_json_put(r, "level", cJSON_CreateString(RULES[rule].level));
+    ok = ok && ckpt_json_put(r, "message", message(text));
+    ok = ok && ckpt_json_put(r, "locations", locations(path, at));
     if (ok) {
-        ok = put(r, "properties", props);
+        ok = ckpt_json_put(r, "properties", props);
         props = NULL;
     }
     cJSON_Delete(props);
@@ -269,22 +253,22 @@ static void hit_text(char *buf, size_t cap, const ckpt_scan_hit *h)
 static cJSON *hit_props(const ckpt_scan_hit *h, const char *format)
 {
     cJSON *o = cJSON_CreateObject();
-    bool ok = o && put(o, "global", text_json(h->global));
-    ok = ok && put(o, "dangerous", cJSON_CreateBool(h->dangerous));
-    ok = ok && put(o, "pickle", text_json(h->pickle));
-    ok = ok && put(o, "offset", ckpt_json_int((long long)h->offset));
+    bool ok = o && ckpt_json_put(o, "global", text_json(h->global));
+    ok = ok && ckpt_json_put(o, "dangerous", cJSON_CreateBool(h->dangerous));
+    ok = ok && ckpt_json_put(o, "pickle", text_json(h->pickle));
+    ok = ok && ckpt_json_put(o, "offset", ckpt_json_int((long long)h->offset));
     if (ok && h->file_offset != UINT64_MAX)
-        ok = put(o, "file_offset", ckpt_json_int((long long)h->file_offset));
-    ok = ok && put(o, "opcode", cJSON_CreateString(h->opcode));
+        ok = ckpt_json_put(o, "file_offset", ckpt_json_int((long long)h->file_offset));
+    ok = ok && ckpt_json_put(o, "opcode", cJSON_CreateString(h->opcode));
     if (ok && h->used_by)
-        ok = put(o, "used_by", cJSON_CreateString(h->used_by)) &&
-             put(o, "use_offset", ckpt_json_int((long long)h->use_offset));
-    ok = ok && put(o, "count", ckpt_json_int((long long)h->count));
+        ok = ckpt_json_put(o, "used_by", cJSON_CreateString(h->used_by)) &&
+             ckpt_json_put(o, "use_offset", ckpt_json_int((long long)h->use_offset));
+    ok = ok && ckpt_json_put(o, "count", ckpt_json_int((long long)h->count));
     if (ok && h->reading)
-        ok = put(o, "reading", cJSON_CreateString(h->reading));
+        ok = ckpt_json_put(o, "reading", cJSON_CreateString(h->reading));
     if (ok && h->computed_by)
-        ok = put(o, "computed_by", text_json(h->computed_by));
-    ok = ok && put(o, "format", cJSON_CreateString(format));
+        ok = ckpt_json_put(o, "computed_by", text_json(h->computed_by));
+    ok = ok && ckpt_json_put(o, "format", cJSON_CreateString(format));
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -296,9 +280,9 @@ static cJSON *hit_props(const ckpt_scan_hit *h, const char *format)
 static cJSON *small_props(const char *format, const char *key, const char *value)
 {
     cJSON *o = cJSON_CreateObject();
-    bool ok = o && put(o, "format", cJSON_CreateString(format));
+    bool ok = o && ckpt_json_put(o, "format", cJSON_CreateString(format));
     if (ok && key)
-        ok = put(o, key, text_json(value));
+        ok = ckpt_json_put(o, key, text_json(value));
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -380,15 +364,15 @@ static bool file_results(cJSON *results, const ckpt_scan_entry *e)
         if (!unsafe_hit(h))
             continue;
         hit_text(text, sizeof text, h);
-        ok = append(results, result(h->dangerous ? RULE_DANGEROUS : RULE_UNKNOWN, e->path,
+        ok = ckpt_json_append(results, result(h->dangerous ? RULE_DANGEROUS : RULE_UNKNOWN, e->path,
                                     &pl[k++], text, hit_props(h, e->format)));
     }
     free(pl);
     for (size_t i = 0; ok && i < ckpt_scan_code_count(s); i++)
-        ok = append(results, result(RULE_CODE, e->path, NULL, ckpt_scan_code_at(s, i),
+        ok = ckpt_json_append(results, result(RULE_CODE, e->path, NULL, ckpt_scan_code_at(s, i),
                                     small_props(e->format, NULL, NULL)));
     for (size_t i = 0; ok && i < ckpt_scan_ambiguity_count(s); i++)
-        ok = append(results, result(RULE_AMBIGUOUS, e->path, NULL,
+        ok = ckpt_json_append(results, result(RULE_AMBIGUOUS, e->path, NULL,
                                     ckpt_scan_ambiguity_at(s, i),
                                     small_props(e->format, NULL, NULL)));
     return ok;
@@ -398,12 +382,12 @@ static bool file_results(cJSON *results, const ckpt_scan_entry *e)
 static cJSON *notification(int note, const char *path, const char *text)
 {
     cJSON *n = cJSON_CreateObject(), *d = cJSON_CreateObject();
-    bool ok = n && d && put(d, "id", cJSON_CreateString(NOTES[note].id)) &&
-              put(d, "index", ckpt_json_int(note));
-    ok = put(n, "descriptor", d) && ok;
-    ok = ok && put(n, "level", cJSON_CreateString(NOTES[note].level));
-    ok = ok && put(n, "message", message(text));
-    ok = ok && put(n, "locations", locations(path, NULL));
+    bool ok = n && d && ckpt_json_put(d, "id", cJSON_CreateString(NOTES[note].id)) &&
+              ckpt_json_put(d, "index", ckpt_json_int(note));
+    ok = ckpt_json_put(n, "descriptor", d) && ok;
+    ok = ok && ckpt_json_put(n, "level", cJSON_CreateString(NOTES[note].level));
+    ok = ok && ckpt_json_put(n, "message", message(text));
+    ok = ok && ckpt_json_put(n, "locations", locations(path, NULL));
     if (!ok) {
         cJSON_Delete(n);
         return NULL;
@@ -415,12 +399,12 @@ static cJSON *notification(int note, const char *path, const char *text)
 static cJSON *descriptor(const struct rule *r)
 {
     cJSON *o = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
-    bool ok = o && cfg && put(o, "id", cJSON_CreateString(r->id));
-    ok = ok && put(o, "name", cJSON_CreateString(r->name));
-    ok = ok && put(o, "shortDescription", message(r->short_text));
-    ok = ok && put(o, "fullDescription", message(r->full_text));
-    ok = ok && put(cfg, "level", cJSON_CreateString(r->level));
-    ok = put(o, "defaultConfiguration", cfg) && ok;
+    bool ok = o && cfg && ckpt_json_put(o, "id", cJSON_CreateString(r->id));
+    ok = ok && ckpt_json_put(o, "name", cJSON_CreateString(r->name));
+    ok = ok && ckpt_json_put(o, "shortDescription", message(r->short_text));
+    ok = ok && ckpt_json_put(o, "fullDescription", message(r->full_text));
+    ok = ok && ckpt_json_put(cfg, "level", cJSON_CreateString(r->level));
+    ok = ckpt_json_put(o, "defaultConfiguration", cfg) && ok;
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -434,15 +418,15 @@ static cJSON *driver(void)
     snprintf(version, sizeof version, "%d.%d.%d", CKPT_VERSION_MAJOR, CKPT_VERSION_MINOR,
              CKPT_VERSION_PATCH);
     cJSON *d = cJSON_CreateObject(), *rules = cJSON_CreateArray(), *notes = cJSON_CreateArray();
-    bool ok = d && rules && notes && put(d, "name", cJSON_CreateString("ckpt"));
-    ok = ok && put(d, "version", cJSON_CreateString(version));
-    ok = ok && put(d, "semanticVersion", cJSON_CreateString(version));
+    bool ok = d && rules && notes && ckpt_json_put(d, "name", cJSON_CreateString("ckpt"));
+    ok = ok && ckpt_json_put(d, "version", cJSON_CreateString(version));
+    ok = ok && ckpt_json_put(d, "semanticVersion", cJSON_CreateString(version));
     for (int i = 0; ok && i < RULE_COUNT; i++)
-        ok = append(rules, descriptor(&RULES[i]));
+        ok = ckpt_json_append(rules, descriptor(&RULES[i]));
     for (int i = 0; ok && i < NOTE_COUNT; i++)
-        ok = append(notes, descriptor(&NOTES[i]));
-    ok = put(d, "rules", rules) && ok;
-    ok = put(d, "notifications", notes) && ok;
+        ok = ckpt_json_append(notes, descriptor(&NOTES[i]));
+    ok = ckpt_json_put(d, "rules", rules) && ok;
+    ok = ckpt_json_put(d, "notifications", notes) && ok;
     if (!ok) {
         cJSON_Delete(d);
         return NULL;
@@ -464,51 +448,51 @@ char *ckpt_scan_paths_to_sarif(const ckpt_scan_paths *p)
         const ckpt_scan_entry *e = ckpt_scan_paths_entry(p, i);
         if (e->kind == CKPT_SCAN_ENTRY_SKIPPED) {
             snprintf(text, sizeof text, "%s: skipped: %s", e->path, e->reason);
-            ok = append(notes, notification(NOTE_SKIPPED, e->path, text));
+            ok = ckpt_json_append(notes, notification(NOTE_SKIPPED, e->path, text));
             continue;
         }
         if (e->kind == CKPT_SCAN_ENTRY_FILE)
             ok = file_results(results, e);
         else if (e->exit == CKPT_SCAN_EXIT_UNSAFE) /* a name leading out of its folder */
-            ok = append(results, result(RULE_OUTSIDE, e->path, NULL, e->reason,
+            ok = ckpt_json_append(results, result(RULE_OUTSIDE, e->path, NULL, e->reason,
                                         small_props("unknown", "reason", e->reason)));
         if (ok && e->exit >= CKPT_SCAN_EXIT_UNREADABLE) {
             /* the results found before the error stand (a malformed tail) */
             failed = true;
             snprintf(text, sizeof text, "%s: %s", e->path,
                      e->error ? e->error : e->reason ? e->reason : "cannot be read");
-            ok = append(notes, notification(e->exit == CKPT_SCAN_EXIT_IO ? NOTE_NOT_READ
+            ok = ckpt_json_append(notes, notification(e->exit == CKPT_SCAN_EXIT_IO ? NOTE_NOT_READ
                                                                          : NOTE_UNREADABLE,
                                             e->path, text));
         }
     }
     if (ok && ckpt_scan_paths_error_code(p) != CKPT_OK) { /* the run stopped */
         cJSON *n = cJSON_CreateObject();
-        ok = n && put(n, "level", cJSON_CreateString("error")) &&
-             put(n, "message", message(ckpt_scan_paths_error_message(p)));
-        ok = append(notes, n) && ok;
+        ok = n && ckpt_json_put(n, "level", cJSON_CreateString("error")) &&
+             ckpt_json_put(n, "message", message(ckpt_scan_paths_error_message(p)));
+        ok = ckpt_json_append(notes, n) && ok;
     }
-    ok = ok && put(inv, "executionSuccessful", cJSON_CreateBool(!failed));
-    ok = ok && put(inv, "exitCode", ckpt_json_int(ckpt_scan_paths_exit(p)));
+    ok = ok && ckpt_json_put(inv, "executionSuccessful", cJSON_CreateBool(!failed));
+    ok = ok && ckpt_json_put(inv, "exitCode", ckpt_json_int(ckpt_scan_paths_exit(p)));
     if (ok) {
-        ok = put(inv, "toolExecutionNotifications", notes);
+        ok = ckpt_json_put(inv, "toolExecutionNotifications", notes);
         notes = NULL;
     }
     cJSON *invs = ok ? cJSON_CreateArray() : NULL;
-    ok = append(invs, inv) && ok;
+    ok = ckpt_json_append(invs, inv) && ok;
     inv = NULL;
-    ok = ok && put(tool, "driver", driver());
-    ok = put(run, "tool", tool) && ok;
+    ok = ok && ckpt_json_put(tool, "driver", driver());
+    ok = ckpt_json_put(run, "tool", tool) && ok;
     tool = NULL;
-    ok = put(run, "invocations", invs) && ok;
-    ok = put(run, "results", results) && ok;
+    ok = ckpt_json_put(run, "invocations", invs) && ok;
+    ok = ckpt_json_put(run, "results", results) && ok;
     results = NULL;
     cJSON *runs = cJSON_CreateArray();
-    ok = append(runs, run) && ok;
+    ok = ckpt_json_append(runs, run) && ok;
     run = NULL;
-    ok = ok && put(root, "$schema", cJSON_CreateString(SARIF_SCHEMA));
-    ok = ok && put(root, "version", cJSON_CreateString("2.1.0"));
-    ok = put(root, "runs", runs) && ok;
+    ok = ok && ckpt_json_put(root, "$schema", cJSON_CreateString(SARIF_SCHEMA));
+    ok = ok && ckpt_json_put(root, "version", cJSON_CreateString("2.1.0"));
+    ok = ckpt_json_put(root, "runs", runs) && ok;
     cJSON_Delete(tool);
     cJSON_Delete(run);
     cJSON_Delete(results);

@@ -945,22 +945,6 @@ int ckpt_scan_paths_exit(const ckpt_scan_paths *p) { return p ? p->exit : CKPT_S
 
 /* ---- JSON ------------------------------------------------------------------------ */
 
-/* Add ITEM to O as KEY; false (ITEM freed) when it or the adding failed. */
-static bool put(cJSON *o, const char *key, cJSON *item)
-{
-    if (item && cJSON_AddItemToObject(o, key, item))
-        return true;
-    cJSON_Delete(item);
-    return false;
-}
-
-static bool append(cJSON *a, cJSON *item)
-{
-    if (item && cJSON_AddItemToArray(a, item))
-        return true;
-    cJSON_Delete(item);
-    return false;
-}
 
 static cJSON *str_or_null(const char *s)
 {
@@ -975,7 +959,7 @@ static cJSON *tag_array(const char *list)
         size_t n = strcspn(p, ",");
         char tag[64];
         snprintf(tag, sizeof tag, "%.*s", (int)(n < 63 ? n : 63), p);
-        if (!append(a, cJSON_CreateString(tag))) {
+        if (!ckpt_json_append(a, cJSON_CreateString(tag))) {
             cJSON_Delete(a);
             return NULL;
         }
@@ -988,35 +972,35 @@ static cJSON *tag_array(const char *list)
 
 static bool verdict_json(cJSON *o, const ckpt_torch_verdict *v)
 {
-    bool ok = put(o, "model", cJSON_CreateString(v->model));
-    ok &= put(o, "accepted", cJSON_CreateBool(v->accepted));
-    ok &= put(o, "via", cJSON_CreateString(v->via));
+    bool ok = ckpt_json_put(o, "model", cJSON_CreateString(v->model));
+    ok &= ckpt_json_put(o, "accepted", cJSON_CreateBool(v->accepted));
+    ok &= ckpt_json_put(o, "via", cJSON_CreateString(v->via));
     if (!v->accepted) {
-        ok &= put(o, "stop", cJSON_CreateString(v->stop));
-        ok &= put(o, "global", str_or_null(v->global));
+        ok &= ckpt_json_put(o, "stop", cJSON_CreateString(v->stop));
+        ok &= ckpt_json_put(o, "global", str_or_null(v->global));
         if (v->opcode >= 0) {
-            ok &= put(o, "opcode", ckpt_json_int(v->opcode));
-            ok &= put(o, "opcode_name", cJSON_CreateString(v->opcode_name));
+            ok &= ckpt_json_put(o, "opcode", ckpt_json_int(v->opcode));
+            ok &= ckpt_json_put(o, "opcode_name", cJSON_CreateString(v->opcode_name));
         } else {
-            ok &= put(o, "opcode", cJSON_CreateNull());
+            ok &= ckpt_json_put(o, "opcode", cJSON_CreateNull());
         }
         if (v->pickle) {
-            ok &= put(o, "pickle", cJSON_CreateString(v->pickle));
-            ok &= put(o, "offset", ckpt_json_int((long long)v->offset));
+            ok &= ckpt_json_put(o, "pickle", cJSON_CreateString(v->pickle));
+            ok &= ckpt_json_put(o, "offset", ckpt_json_int((long long)v->offset));
         }
-        ok &= put(o, "exception", cJSON_CreateString(v->exception));
-        ok &= put(o, "message", cJSON_CreateString(v->message ? v->message : ""));
-        ok &= put(o, "reason", cJSON_CreateString(v->reason ? v->reason : ""));
-        ok &= put(o, "fix", str_or_null(v->fix));
+        ok &= ckpt_json_put(o, "exception", cJSON_CreateString(v->exception));
+        ok &= ckpt_json_put(o, "message", cJSON_CreateString(v->message ? v->message : ""));
+        ok &= ckpt_json_put(o, "reason", cJSON_CreateString(v->reason ? v->reason : ""));
+        ok &= ckpt_json_put(o, "fix", str_or_null(v->fix));
     }
     if (v->accepted && v->fix) /* storages this machine lacks */
-        ok &= put(o, "fix", cJSON_CreateString(v->fix));
+        ok &= ckpt_json_put(o, "fix", cJSON_CreateString(v->fix));
     if (v->note)
-        ok &= put(o, "note", cJSON_CreateString(v->note));
+        ok &= ckpt_json_put(o, "note", cJSON_CreateString(v->note));
     if (v->malformed)
-        ok &= put(o, "malformed", cJSON_CreateString(v->malformed));
-    ok &= put(o, "devices", tag_array(v->devices));
-    ok &= put(o, "missing_here", tag_array(v->missing_here));
+        ok &= ckpt_json_put(o, "malformed", cJSON_CreateString(v->malformed));
+    ok &= ckpt_json_put(o, "devices", tag_array(v->devices));
+    ok &= ckpt_json_put(o, "missing_here", tag_array(v->missing_here));
     return ok;
 }
 
@@ -1026,13 +1010,13 @@ static cJSON *torch_load_json(const ckpt_torch_load *t)
     cJSON *o = cJSON_CreateObject();
     bool ok = o != NULL;
     if (ok && !ckpt_torch_load_verdict(t, CKPT_TORCH_2_6)) {
-        ok = put(o, "error", cJSON_CreateString(ckpt_torch_load_error_message(t)));
+        ok = ckpt_json_put(o, "error", cJSON_CreateString(ckpt_torch_load_error_message(t)));
     } else {
         for (int i = 0; ok && i < CKPT_TORCH_COUNT_; i++) {
             const ckpt_torch_verdict *v = ckpt_torch_load_verdict(t, (ckpt_torch)i);
             cJSON *vo = cJSON_CreateObject();
             ok = vo && verdict_json(vo, v);
-            ok = put(o, v->version, vo) && ok;
+            ok = ckpt_json_put(o, v->version, vo) && ok;
         }
     }
     if (!ok) {
@@ -1062,40 +1046,40 @@ static const char TORCHSCRIPT_NOTE[] =
 
 static bool hit_json(cJSON *g, const ckpt_scan_hit *h)
 {
-    bool ok = put(g, "global", cJSON_CreateString(h->global));
-    ok &= put(g, "class", cJSON_CreateString(h->cls == CKPT_GLOBAL_INTERPRETED ? "interpreted"
+    bool ok = ckpt_json_put(g, "global", cJSON_CreateString(h->global));
+    ok &= ckpt_json_put(g, "class", cJSON_CreateString(h->cls == CKPT_GLOBAL_INTERPRETED ? "interpreted"
                                              : h->cls == CKPT_GLOBAL_KNOWN_DATA ? "known data"
                                                                                 : "unknown"));
-    ok &= put(g, "dangerous", cJSON_CreateBool(h->dangerous));
-    ok &= put(g, "pickle", cJSON_CreateString(h->pickle));
-    ok &= put(g, "offset", ckpt_json_int((long long)h->offset));
-    ok &= put(g, "opcode", cJSON_CreateString(h->opcode));
+    ok &= ckpt_json_put(g, "dangerous", cJSON_CreateBool(h->dangerous));
+    ok &= ckpt_json_put(g, "pickle", cJSON_CreateString(h->pickle));
+    ok &= ckpt_json_put(g, "offset", ckpt_json_int((long long)h->offset));
+    ok &= ckpt_json_put(g, "opcode", cJSON_CreateString(h->opcode));
     cJSON *uses = cJSON_CreateArray();
     if (uses && (h->uses & CKPT_SCAN_CALLED))
-        ok &= append(uses, cJSON_CreateString("call"));
+        ok &= ckpt_json_append(uses, cJSON_CreateString("call"));
     if (uses && (h->uses & CKPT_SCAN_BUILT))
-        ok &= append(uses, cJSON_CreateString("build"));
-    ok &= put(g, "uses", uses);
+        ok &= ckpt_json_append(uses, cJSON_CreateString("build"));
+    ok &= ckpt_json_put(g, "uses", uses);
     if (h->used_by) {
-        ok &= put(g, "used_by", cJSON_CreateString(h->used_by));
-        ok &= put(g, "use_offset", ckpt_json_int((long long)h->use_offset));
+        ok &= ckpt_json_put(g, "used_by", cJSON_CreateString(h->used_by));
+        ok &= ckpt_json_put(g, "use_offset", ckpt_json_int((long long)h->use_offset));
     }
-    ok &= put(g, "count", ckpt_json_int((long long)h->count));
+    ok &= ckpt_json_put(g, "count", ckpt_json_int((long long)h->count));
     if (h->reading)
-        ok &= put(g, "reading", cJSON_CreateString(h->reading));
-    ok &= put(g, "computed_by", str_or_null(h->computed_by));
+        ok &= ckpt_json_put(g, "reading", cJSON_CreateString(h->reading));
+    ok &= ckpt_json_put(g, "computed_by", str_or_null(h->computed_by));
     return ok;
 }
 
 static bool reading_json(cJSON *o, const ckpt_scan_reading *r)
 {
-    bool ok = put(o, "reader", cJSON_CreateString(r->reader));
-    ok &= put(o, "who", cJSON_CreateString(r->who));
-    ok &= put(o, "primary", cJSON_CreateBool(r->primary));
-    ok &= put(o, "result", cJSON_CreateString(r->code == CKPT_OK ? "read" : "stops"));
-    ok &= put(o, "error", str_or_null(r->error));
-    ok &= put(o, "pickles", ckpt_json_int((long long)r->pickles));
-    ok &= put(o, "unsafe", cJSON_CreateBool(r->unsafe));
+    bool ok = ckpt_json_put(o, "reader", cJSON_CreateString(r->reader));
+    ok &= ckpt_json_put(o, "who", cJSON_CreateString(r->who));
+    ok &= ckpt_json_put(o, "primary", cJSON_CreateBool(r->primary));
+    ok &= ckpt_json_put(o, "result", cJSON_CreateString(r->code == CKPT_OK ? "read" : "stops"));
+    ok &= ckpt_json_put(o, "error", str_or_null(r->error));
+    ok &= ckpt_json_put(o, "pickles", ckpt_json_int((long long)r->pickles));
+    ok &= ckpt_json_put(o, "unsafe", cJSON_CreateBool(r->unsafe));
     return ok;
 }
 
@@ -1103,58 +1087,58 @@ static bool reading_json(cJSON *o, const ckpt_scan_reading *r)
 static bool entry_json(cJSON *o, const entry *e)
 {
     const ckpt_scan *s = e->scan;
-    bool ok = put(o, "file", cJSON_CreateString(e->path));
-    ok &= put(o, "format", cJSON_CreateString(e->pub.format));
+    bool ok = ckpt_json_put(o, "file", cJSON_CreateString(e->path));
+    ok &= ckpt_json_put(o, "format", cJSON_CreateString(e->pub.format));
     if (ckpt_scan_format(s) == CKPT_FORMAT_TORCHSCRIPT)
-        ok &= put(o, "note", cJSON_CreateString(TORCHSCRIPT_NOTE));
+        ok &= ckpt_json_put(o, "note", cJSON_CreateString(TORCHSCRIPT_NOTE));
     /* extra information: the verdict and the exit status do not depend on it */
     if (e->torch_load)
-        ok &= put(o, "torch_load", torch_load_json(e->torch_load));
+        ok &= ckpt_json_put(o, "torch_load", torch_load_json(e->torch_load));
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; a && i < ckpt_scan_pickle_count(s); i++)
-        ok &= append(a, cJSON_CreateString(ckpt_scan_pickle_name(s, i)));
-    ok &= put(o, "pickles", a);
+        ok &= ckpt_json_append(a, cJSON_CreateString(ckpt_scan_pickle_name(s, i)));
+    ok &= ckpt_json_put(o, "pickles", a);
     a = cJSON_CreateArray();
     for (size_t i = 0; a && i < ckpt_scan_hit_count(s); i++) {
         cJSON *g = cJSON_CreateObject();
         ok &= g && hit_json(g, ckpt_scan_hit_at(s, i));
-        ok &= append(a, g);
+        ok &= ckpt_json_append(a, g);
     }
-    ok &= put(o, "globals", a);
+    ok &= ckpt_json_put(o, "globals", a);
     a = cJSON_CreateArray();
     for (size_t i = 0; a && i < ckpt_scan_reading_count(s); i++) {
         cJSON *r = cJSON_CreateObject();
         ok &= r && reading_json(r, ckpt_scan_reading_at(s, i));
-        ok &= append(a, r);
+        ok &= ckpt_json_append(a, r);
     }
-    ok &= put(o, "readings", a);
+    ok &= ckpt_json_put(o, "readings", a);
     a = cJSON_CreateArray();
     for (size_t i = 0; a && i < ckpt_scan_ambiguity_count(s); i++)
-        ok &= append(a, cJSON_CreateString(ckpt_scan_ambiguity_at(s, i)));
-    ok &= put(o, "ambiguities", a);
+        ok &= ckpt_json_append(a, cJSON_CreateString(ckpt_scan_ambiguity_at(s, i)));
+    ok &= ckpt_json_put(o, "ambiguities", a);
     a = cJSON_CreateArray(); /* code a loader runs besides the pickles (TorchScript) */
     for (size_t i = 0; a && i < ckpt_scan_code_count(s); i++)
-        ok &= append(a, cJSON_CreateString(ckpt_scan_code_at(s, i)));
-    ok &= put(o, "code", a);
-    ok &= put(o, "verdict", cJSON_CreateString(e->pub.verdict));
-    ok &= put(o, "error", str_or_null(e->pub.error));
-    ok &= put(o, "exit", ckpt_json_int(e->pub.exit));
+        ok &= ckpt_json_append(a, cJSON_CreateString(ckpt_scan_code_at(s, i)));
+    ok &= ckpt_json_put(o, "code", a);
+    ok &= ckpt_json_put(o, "verdict", cJSON_CreateString(e->pub.verdict));
+    ok &= ckpt_json_put(o, "error", str_or_null(e->pub.error));
+    ok &= ckpt_json_put(o, "exit", ckpt_json_int(e->pub.exit));
     return ok;
 }
 
 /* A FOLDER or REFUSED entry's object: the shape of a file's, empty. */
 static bool note_json(cJSON *o, const entry *e)
 {
-    bool ok = put(o, "file", cJSON_CreateString(e->path));
-    ok &= put(o, "format", cJSON_CreateString("unknown"));
-    ok &= put(o, "pickles", cJSON_CreateArray());
-    ok &= put(o, "globals", cJSON_CreateArray());
-    ok &= put(o, "readings", cJSON_CreateArray());
-    ok &= put(o, "ambiguities", cJSON_CreateArray());
-    ok &= put(o, "verdict", cJSON_CreateString(e->pub.verdict));
-    ok &= put(o, "reason", cJSON_CreateString(e->pub.reason));
-    ok &= put(o, "error", str_or_null(e->pub.error));
-    ok &= put(o, "exit", ckpt_json_int(e->pub.exit));
+    bool ok = ckpt_json_put(o, "file", cJSON_CreateString(e->path));
+    ok &= ckpt_json_put(o, "format", cJSON_CreateString("unknown"));
+    ok &= ckpt_json_put(o, "pickles", cJSON_CreateArray());
+    ok &= ckpt_json_put(o, "globals", cJSON_CreateArray());
+    ok &= ckpt_json_put(o, "readings", cJSON_CreateArray());
+    ok &= ckpt_json_put(o, "ambiguities", cJSON_CreateArray());
+    ok &= ckpt_json_put(o, "verdict", cJSON_CreateString(e->pub.verdict));
+    ok &= ckpt_json_put(o, "reason", cJSON_CreateString(e->pub.reason));
+    ok &= ckpt_json_put(o, "error", str_or_null(e->pub.error));
+    ok &= ckpt_json_put(o, "exit", ckpt_json_int(e->pub.exit));
     return ok;
 }
 
@@ -1178,12 +1162,12 @@ static cJSON *summary_json(const ckpt_scan_paths *p)
     static const char *const outcomes[] = {"unsafe", "ambiguous", "unreadable", "not_read",
                                            "safe", "skipped"};
     cJSON *o = cJSON_CreateObject();
-    bool ok = o && put(o, "files", ckpt_json_int((long long)p->n));
+    bool ok = o && ckpt_json_put(o, "files", ckpt_json_int((long long)p->n));
     for (size_t k = 0; ok && k < sizeof outcomes / sizeof *outcomes; k++) {
         long long n = 0;
         for (size_t i = 0; i < p->n; i++)
             n += strcmp(ckpt_scan_entry_outcome(&p->entries[i].pub), outcomes[k]) == 0;
-        ok = put(o, outcomes[k], ckpt_json_int(n));
+        ok = ckpt_json_put(o, outcomes[k], ckpt_json_int(n));
     }
     if (!ok) {
         cJSON_Delete(o);
@@ -1202,10 +1186,10 @@ static cJSON *error_json(const ckpt_scan_paths *p)
         if (p->entries[i].pub.exit == p->exit && p->entries[i].pub.error)
             failed = &p->entries[i];
     cJSON *o = cJSON_CreateObject();
-    bool ok = o && put(o, "exit", ckpt_json_int(p->exit));
-    ok = ok && put(o, "command", cJSON_CreateString("scan"));
-    ok = ok && put(o, "file", failed ? cJSON_CreateString(failed->path) : cJSON_CreateNull());
-    ok = ok && put(o, "message", cJSON_CreateString(failed ? failed->pub.error
+    bool ok = o && ckpt_json_put(o, "exit", ckpt_json_int(p->exit));
+    ok = ok && ckpt_json_put(o, "command", cJSON_CreateString("scan"));
+    ok = ok && ckpt_json_put(o, "file", failed ? cJSON_CreateString(failed->path) : cJSON_CreateNull());
+    ok = ok && ckpt_json_put(o, "message", cJSON_CreateString(failed ? failed->pub.error
                                                     : p->err.msg[0] ? p->err.msg
                                                     : "out of memory"));
     if (!ok) {
@@ -1220,29 +1204,29 @@ char *ckpt_scan_paths_to_json(const ckpt_scan_paths *p)
     if (!p)
         return NULL;
     cJSON *root = cJSON_CreateObject();
-    bool ok = root && put(root, "files", cJSON_CreateArray());
+    bool ok = root && ckpt_json_put(root, "files", cJSON_CreateArray());
     cJSON *files = ok ? cJSON_GetObjectItemCaseSensitive(root, "files") : NULL;
-    cJSON *skipped = ok && put(root, "skipped", cJSON_CreateArray())
+    cJSON *skipped = ok && ckpt_json_put(root, "skipped", cJSON_CreateArray())
                          ? cJSON_GetObjectItemCaseSensitive(root, "skipped") : NULL;
     ok = ok && skipped;
     for (size_t i = 0; ok && i < p->n; i++) {
         const entry *e = &p->entries[i];
         cJSON *o = cJSON_CreateObject();
         if (e->pub.kind == CKPT_SCAN_ENTRY_SKIPPED) { /* listed with the reason, no verdict */
-            ok = o && put(o, "file", cJSON_CreateString(e->path));
-            ok = ok && put(o, "reason", cJSON_CreateString(e->pub.reason));
-            ok = append(skipped, o) && ok;
+            ok = o && ckpt_json_put(o, "file", cJSON_CreateString(e->path));
+            ok = ok && ckpt_json_put(o, "reason", cJSON_CreateString(e->pub.reason));
+            ok = ckpt_json_append(skipped, o) && ok;
             continue;
         }
         /* a path not read (a folder's error, a FIFO, a name leading out):
          * a file object of its own, with nothing found in it */
         ok = o && (e->pub.kind == CKPT_SCAN_ENTRY_FILE ? entry_json(o, e) : note_json(o, e));
-        ok = append(files, o) && ok;
+        ok = ckpt_json_append(files, o) && ok;
     }
-    ok = ok && put(root, "exit", ckpt_json_int(p->exit));
-    ok = ok && put(root, "summary", summary_json(p));
+    ok = ok && ckpt_json_put(root, "exit", ckpt_json_int(p->exit));
+    ok = ok && ckpt_json_put(root, "summary", summary_json(p));
     if (ok && p->exit >= CKPT_SCAN_EXIT_UNREADABLE)
-        ok = put(root, "error", error_json(p));
+        ok = ckpt_json_put(root, "error", error_json(p));
     if (!ok) {
         cJSON_Delete(root);
         return NULL;

@@ -32,3 +32,19 @@ cJSON *ckpt_json_real(double v, int digits, bool point)
         strcat(buf, ".0");
     return cJSON_CreateRaw(buf);
 }
+
+bool ckpt_json_put(cJSON *o, const char *key, cJSON *item)
+{
+    if (item && cJSON_AddItemToObject(o, key, item))
+        return true;
+    cJSON_Delete(item);
+    return false;
+}
+
+bool ckpt_json_append(cJSON *a, cJSON *item)
+{
+    if (item && cJSON_AddItemToArray(a, item))
+        return true;
+    cJSON_Delete(item);
+    return false;
+}

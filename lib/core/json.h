@@ -21,4 +21,9 @@ cJSON *ckpt_json_dims(const int64_t *d, int n);
  * POINT: an integral value keeps a ".0" (a reader sees a float). */
 cJSON *ckpt_json_real(double v, int digits, bool point);
 
+/* Add ITEM to O as KEY (to array A): false, ITEM freed, when it or the
+ * adding failed, so that a document is built without checking each step. */
+bool ckpt_json_put(cJSON *o, const char *key, cJSON *item);
+bool ckpt_json_append(cJSON *a, cJSON *item);
+
 #endif /* CKPT_CORE_JSON_H */
