@@ -495,7 +495,7 @@ def test_readme_examples():
     blocks = readme_python_blocks()
     assert len(blocks) >= 3
     parser = doctest.DocTestParser()
-    globs = {}
+    globs = {"ck": ck}  # the first block imports it, and needs torch
     for i, code in enumerate(blocks):
         if torch is None and ("torch" in code.replace("torch_load", "")
                               or "torch_load" in code):
