@@ -178,7 +178,8 @@ def test_get_slice(path):
 
 def test_metadata():
     """metadata(): a safetensors file's __metadata__; for the rest, what was read."""
-    with ck.safe_open(f"{DATA}/hf/gpt2_st_sharded/model-00001-of-00004.safetensors") as f:
+    with ck.safe_open(f"{DATA}/hf/gpt2_st_sharded/model-00001-of-00004.safetensors",
+                      framework="np") as f:
         assert f.metadata() == {"format": "pt"}
     with ck.safe_open(f"{DATA}/train_ckpt.pth", framework="np") as f:
         assert f.metadata() == {"format": "pth-zip", "state_dict": "model_state_dict",
@@ -224,6 +225,16 @@ def test_unsafe_file_is_refused_unread():
     with pytest.raises(CheckpointError) as e:
         ck.load("tests/bad/builtins_eval.pth", framework="np")
     assert e.value.exit_status == 3 and "builtins.eval" in e.value.message
+
+
+@pytest.mark.skipif(torch is not None, reason="torch is importable here")
+def test_without_torch():
+    """framework='pt' and torch_load need torch: without it, an error that says so."""
+    with pytest.raises(CheckpointError, match="framework='np'") as e:
+        ck.load(f"{DATA}/mlp.pth")
+    assert e.value.exit_status == 2
+    with pytest.raises(CheckpointError, match="needs torch"):
+        ck.torch_load(f"{DATA}/mlp.pth")
 
 
 def test_bfloat16_without_or_with_ml_dtypes():
