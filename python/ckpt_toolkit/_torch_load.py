@@ -374,32 +374,52 @@ class _Builder:
         return t
 
     def quantized(self, info: TensorInfo) -> Any:
+        """As torch's _rebuild_qtensor: an empty quantized tensor of the quantizer,
+        set_ on the storage (one buffer with every other tensor on it)."""
         torch = self.torch
         q = QParams()
         self.f.check(self.L.ckpt_tensor_qparams(info.t, byref(q)))
         qdt = _dtypes.torch_quantized_dtype(info.dtype)
         scheme = text(q.qscheme) or ""
-        if qdt is None or qdt not in (torch.qint8, torch.quint8, torch.qint32):
+        if qdt is None:
             raise CheckpointError(EXIT_BAD_INPUT, f"a quantized tensor of dtype "
-                                  f"{_dtypes.name(info.dtype)}: not built", self.f.path)
-        rep = torch_view(self.base(info.storage), info, _dtypes.torch_dtype(info.dtype))
+                                  f"{_dtypes.name(info.dtype)}: not a dtype of torch "
+                                  f"{torch.__version__}", self.f.path)
+        b = self.base(info.storage)
+        if b is None:
+            raise CheckpointError(EXIT_BAD_INPUT, "a quantized tensor on a cast storage: "
+                                  "not built", self.f.path)
+        dev = b.device
         if scheme in ("per_tensor_affine", "per_tensor_symmetric"):
-            return torch._make_per_tensor_quantized_tensor(rep, q.scale, q.zero_point)
-        if scheme in ("per_channel_affine", "per_channel_symmetric",
-                      "per_channel_affine_float_qparams") and q.scales and q.zero_points:
+            t = torch._empty_affine_quantized(list(info.shape), scale=q.scale,
+                                              zero_point=q.zero_point, dtype=qdt, device=dev)
+        elif scheme in ("per_channel_affine", "per_channel_symmetric",
+                        "per_channel_affine_float_qparams") and q.scales and q.zero_points:
             scales = self.tensor(TensorInfo(q.scales))
             zps = self.tensor(TensorInfo(q.zero_points))
-            return torch._make_per_channel_quantized_tensor(rep, scales, zps, q.axis)
-        raise CheckpointError(EXIT_BAD_INPUT, f"a quantized tensor with qscheme {scheme}: "
-                              "not built", self.f.path)
+            t = torch._empty_per_channel_affine_quantized(
+                list(info.shape), scales=scales, zero_points=zps, axis=q.axis, dtype=qdt,
+                device=dev)
+        else:
+            raise CheckpointError(EXIT_BAD_INPUT, f"a quantized tensor with qscheme {scheme}: "
+                                  "not built", self.f.path)
+        t.set_(self._typed(b, qdt), info.offset, list(info.shape), list(info.stride))
+        return t
+
+    def _typed(self, b: Any, dtype: Any) -> Any:
+        """A TypedStorage of DTYPE over the uint8 tensor B's memory (what set_ takes)."""
+        torch = self.torch
+        un = b.untyped_storage() if hasattr(b, "untyped_storage") else b.storage()._untyped()
+        kw = {"_internal": True} if _typed_internal(torch) else {}
+        return torch.storage.TypedStorage(wrap_storage=un, dtype=dtype, **kw)
 
     def storage(self, s: int) -> Any:
-        torch = self.torch
+        """A bare storage (torch.load gives a TypedStorage of the saved dtype)."""
         b = self.base(s)
-        dt = _dtypes.torch_dtype(self.L.ckpt_storage_dtype(s))
-        un = b.untyped_storage() if hasattr(b, "untyped_storage") else b.storage()._untyped()
-        return torch.storage.TypedStorage(wrap_storage=un, dtype=dt, _internal=True) \
-            if _typed_internal(torch) else torch.storage.TypedStorage(wrap_storage=un, dtype=dt)
+        if b is None:
+            raise CheckpointError(EXIT_BAD_INPUT, "a bare storage cast on read: not built",
+                                  self.f.path)
+        return self._typed(b, _dtypes.torch_dtype(self.L.ckpt_storage_dtype(s)))
 
 
 class _Contiguous:
