@@ -263,8 +263,7 @@ def _first_rows(index: Tuple[Any, ...], info: TensorInfo) -> Optional[Tuple[int,
 def _array_dtype(info: TensorInfo, np_: bool) -> Any:
     if info.kind not in (T_DENSE, T_META):
         raise CheckpointError(EXIT_BAD_INPUT, f"a {info.kind_name()} tensor: not read "
-                              + ("as numpy (framework='pt' builds it)" if np_ and
-                                 info.kind == T_QUANTIZED else "by ckpt_toolkit"))
+                              "as numpy (framework='pt' builds it)")
     return _dtypes.numpy_dtype(info.dtype) if np_ else _dtypes.torch_dtype(info.dtype)
 
 
@@ -274,6 +273,9 @@ def tensor_of(f: File, info: TensorInfo, np_: bool, whole_storage: bool = False)
     if info.kind == T_QUANTIZED and not np_:  # torch has the kind: built as torch_load does
         from ._torch_load import quantized_tensor
         return quantized_tensor(f, info)
+    if info.kind not in (T_DENSE, T_QUANTIZED, T_META) and not np_:  # sparse
+        from ._torch_load import sparse_tensor
+        return sparse_tensor(f, info)
     dt = _array_dtype(info, np_)
     if info.kind == T_META:
         if np_:

@@ -362,6 +362,8 @@ class _Builder:
                 info.dtype), device="meta")
         elif info.kind == T_QUANTIZED:
             t = self.quantized(info)
+        elif info.kind in _SPARSE_LAYOUTS:
+            t = self.sparse(info)
         else:
             raise CheckpointError(EXIT_BAD_INPUT, f"a {info.kind_name()} tensor: torch_load "
                                   "does not build this kind", self.f.path)
@@ -406,12 +408,44 @@ class _Builder:
         t.set_(self._typed(b, qdt), info.offset, list(info.shape), list(info.stride))
         return t
 
+    def sparse(self, info: TensorInfo) -> Any:
+        """As torch's _rebuild_sparse_tensor, from the parts as saved, its invariants
+        checked (indices in bounds) where torch checks them after the load."""
+        torch = self.torch
+        data = self.L.ckpt_tensor_sparse_data(info.t)
+        parts = self.value(data) if data else None
+        layout = getattr(torch, _SPARSE_LAYOUTS[info.kind])
+        if not isinstance(parts, tuple):
+            raise CheckpointError(EXIT_BAD_INPUT, f"a {info.kind_name()} tensor without its "
+                                  "parts", self.f.path)
+        if layout == torch.sparse_coo:
+            indices, values, size = parts[0], parts[1], parts[2]
+            kw = {"check_invariants": True}
+            if len(parts) > 3 and parts[3] is not None:
+                kw["is_coalesced"] = parts[3]
+            try:
+                return torch.sparse_coo_tensor(indices, values, size, **kw)
+            except TypeError:  # torch 1.13: no such arguments; it checks anyway
+                return torch.sparse_coo_tensor(indices, values, size)
+        compressed, plain, values, size = parts[:4]
+        if hasattr(torch, "sparse_compressed_tensor"):
+            try:
+                return torch.sparse_compressed_tensor(compressed, plain, values, size,
+                                                      layout=layout, check_invariants=True)
+            except TypeError:
+                return torch.sparse_compressed_tensor(compressed, plain, values, size,
+                                                      layout=layout)
+        return torch.sparse_csr_tensor(compressed, plain, values, size)
+
     def _typed(self, b: Any, dtype: Any) -> Any:
         """A TypedStorage of DTYPE over the uint8 tensor B's memory (what set_ takes)."""
         torch = self.torch
-        un = b.untyped_storage() if hasattr(b, "untyped_storage") else b.storage()._untyped()
+        un = b.untyped_storage() if hasattr(b, "untyped_storage") else b.storage().untyped()
         kw = {"_internal": True} if _typed_internal(torch) else {}
-        return torch.storage.TypedStorage(wrap_storage=un, dtype=dtype, **kw)
+        import warnings
+        with warnings.catch_warnings():  # "TypedStorage is deprecated": torch makes one too
+            warnings.simplefilter("ignore")
+            return torch.storage.TypedStorage(wrap_storage=un, dtype=dtype, **kw)
 
     def storage(self, s: int) -> Any:
         """A bare storage (torch.load gives a TypedStorage of the saved dtype)."""
@@ -432,6 +466,16 @@ class _Contiguous:
             st.append(acc)
             acc *= d
         self.stride = tuple(reversed(st))
+
+
+_SPARSE_LAYOUTS = {2: "sparse_coo", 3: "sparse_csr", 4: "sparse_csc", 5: "sparse_bsr",
+                   6: "sparse_bsc"}
+
+
+def sparse_tensor(f: File, info: TensorInfo) -> Any:
+    """A sparse tensor on the CPU, as torch_load builds it (for safe_open)."""
+    import torch
+    return _Builder(f, "cpu", torch, module_trees=False).sparse(info)
 
 
 def quantized_tensor(f: File, info: TensorInfo) -> Any:
