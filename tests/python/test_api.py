@@ -536,3 +536,35 @@ def test_readme_examples():
         runner.run(test, out=out.write, clear_globs=False)
         assert runner.failures == 0, out.getvalue()
         globs = test.globs
+
+
+@needs_torch
+def test_torch_load_table_of_types(tmp_path):
+    """Every type of torch_load's table, in a file this test saves with torch:
+    numpy arrays, scalars and dtypes, big ints, bytes, sets, torch.Size, dtypes,
+    devices, a Namespace, an OrderedDict with _metadata, a Parameter, a tensor
+    that requires grad, shared and viewed storages; the same object as torch.load."""
+    base = torch.arange(12, dtype=torch.float32)
+    od = collections.OrderedDict(w=base.view(3, 4))
+    od._metadata = collections.OrderedDict([("", {"version": 2})])
+    obj = {
+        "array": np.arange(6, dtype=np.int16).reshape(2, 3),
+        "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+        "scalar": np.float64(1.5), "int32": np.int32(-7), "dtype": np.dtype(">u4"),
+        "big": 2 ** 100, "neg": -(2 ** 70), "bytes": b"\x00\xff", "set": {1, 2},
+        "frozen": frozenset({"a"}), "tuple": (1, "x", None, True, 2.5),
+        "size": torch.Size([2, 3]), "torch_dtype": torch.bfloat16,
+        "device": torch.device("cpu"), "args": argparse.Namespace(lr=0.1, tags=["a"]),
+        "sd": od, "view": base[2:8:2], "param": torch.nn.Parameter(torch.ones(2)),
+        "grad": torch.zeros(2, requires_grad=True), "list": [base, base[1:]],
+    }
+    path = tmp_path / "types.pth"
+    torch.save(obj, path)
+    want = torch.load(path, weights_only=False)  # this test's own file
+    got = ck.torch_load(path)
+    same_object(got, want)
+    assert storages_shared(got) == storages_shared(want)
+    assert got["args"].tags == ["a"] and got["dtype"].byteorder == ">"
+    assert got["fortran"].flags.f_contiguous and np.array_equal(got["fortran"], obj["fortran"])
+    got["sd"]["w"][0, 0] = 100.0            # one buffer: the views see it
+    assert got["view"][0] == 2.0 and got["list"][0][0] == 100.0
