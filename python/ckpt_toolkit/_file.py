@@ -16,11 +16,10 @@ import ctypes
 import mmap
 import os
 from ctypes import byref, c_char_p, c_int64, c_size_t, c_uint64
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 
-from . import _dtypes
 from ._errors import CheckpointError
 from ._native import CkptPath, lib, text
 
@@ -92,7 +91,7 @@ class File:
         return [text(self._lib.ckpt_file_notice(self.h, i)) or "" for i in range(n)]
 
     def root(self) -> int:
-        return self._lib.ckpt_file_root(self.h)
+        return int(self._lib.ckpt_file_root(self.h))
 
     def state_dicts(self) -> List[Tuple[str, int, str]]:
         """Every state dict: (its path "a/b", its value, its source)."""
@@ -134,7 +133,7 @@ class File:
         """Fewer bytes stored than S's dtype needs: a storage cast on read (the one
         cast a file opened here has: DeepSpeed's upcast to float32)."""
         L = self._lib
-        return L.ckpt_storage_read(self.h, s, L.ckpt_storage_nbytes(s), None, 0) != 0
+        return bool(L.ckpt_storage_read(self.h, s, L.ckpt_storage_nbytes(s), None, 0) != 0)
 
     def storage_bytes(self, s: int) -> Optional[np.ndarray]:
         """Storage S's bytes (this machine's byte order) as a uint8 array, once per
@@ -227,14 +226,35 @@ def value_int(v: int) -> int:
     return int.from_bytes(ctypes.string_at(p, n.value), "little", signed=True)
 
 
-def numpy_view(buf: np.ndarray, info: TensorInfo, dt: "np.dtype[Any]") -> np.ndarray:
+class Layout(Protocol):
+    """A strided view of a storage, in elements: TensorInfo, or Strided."""
+
+    shape: Tuple[int, ...]
+    stride: Tuple[int, ...]
+    offset: int
+
+
+class Strided:
+    """A C-contiguous view of SHAPE from element OFFSET."""
+
+    def __init__(self, shape: Tuple[int, ...], offset: int = 0) -> None:
+        self.shape, self.offset = tuple(shape), offset
+        st: List[int] = []
+        acc = 1
+        for d in reversed(self.shape):
+            st.append(acc)
+            acc *= d
+        self.stride = tuple(reversed(st))
+
+
+def numpy_view(buf: np.ndarray, info: Layout, dt: "np.dtype[Any]") -> np.ndarray:
     """INFO's elements as a numpy view of the storage bytes BUF."""
     item = dt.itemsize
     return np.ndarray(info.shape, dtype=dt, buffer=buf, offset=info.offset * item,
                       strides=tuple(s * item for s in info.stride))
 
 
-def torch_view(base: Any, info: TensorInfo, dtype: Any) -> Any:
+def torch_view(base: Any, info: Layout, dtype: Any) -> Any:
     """INFO as a torch view of BASE (a uint8 tensor over the storage's bytes)."""
     import torch
     item = _element_size(torch, dtype)

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import struct
 from ctypes import byref, c_size_t
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
 from . import _dtypes
 from ._errors import EXIT_BAD_INPUT, EXIT_USAGE, CheckpointError
-from ._file import K_TENSOR, T_DENSE, T_META, T_QUANTIZED, File, TensorInfo, numpy_view, \
+from ._file import T_DENSE, T_META, T_QUANTIZED, File, Layout, Strided, TensorInfo, numpy_view, \
     torch_view, value_str
 from ._native import text
 
@@ -38,7 +39,7 @@ def _check_framework(framework: str, device: str) -> None:
 
 def _need_torch() -> None:
     try:
-        import torch  # noqa: F401
+        importlib.import_module("torch")
     except ImportError:
         raise CheckpointError(EXIT_USAGE, "framework='pt' needs torch, which is not "
                               "importable here: install it, or use framework='np'") from None
@@ -103,10 +104,10 @@ class safe_open:
             key = value_str(L.ckpt_value_dict_key(root, k)).decode("utf-8", "surrogateescape")
             self._tensors[key] = t
         self._infos: Dict[str, TensorInfo] = {}
-        self._shared_set: Optional[set] = None
+        self._shared_set: Optional[Set[int]] = None
 
     @property
-    def _shared(self) -> set:
+    def _shared(self) -> Set[int]:
         """The storages more than one tensor of the state dict is on (read whole once,
         so that those tensors share memory)."""
         if self._shared_set is None:
@@ -281,35 +282,19 @@ def tensor_of(f: File, info: TensorInfo, np_: bool, whole_storage: bool = False)
         if np_:
             raise CheckpointError(EXIT_BAD_INPUT, "a meta tensor has no data")
         import torch
-        return torch.empty(info.shape, dtype=dt, device="meta")
+        return torch.empty_strided(info.shape, info.stride, dtype=dt, device="meta")
     s = info.storage
     L = f._lib
-    buf = None
+    buf: Optional[np.ndarray] = None
+    view: Layout = info
     if whole_storage or L.ckpt_storage_nbytes(s) == info.nbytes or f._range(s) is not None:
-        buf, view = f.storage_bytes(s), info
+        buf = f.storage_bytes(s)
     if buf is None:  # a view of part of a storage nothing else uses, or a cast one
-        buf, view = f.tensor_bytes(info.t), _contiguous(info)
+        buf, view = f.tensor_bytes(info.t), Strided(info.shape)
     if np_:
         return numpy_view(buf, view, dt)
     import torch
     return torch_view(torch.from_numpy(buf), view, dt)
-
-
-class _View:
-    __slots__ = ("shape", "stride", "offset")
-
-    def __init__(self, shape: Tuple[int, ...], offset: int = 0) -> None:
-        self.shape = shape
-        st, acc = [], 1
-        for d in reversed(shape):
-            st.append(acc)
-            acc *= d
-        self.stride = tuple(reversed(st))
-        self.offset = offset
-
-
-def _contiguous(info: TensorInfo) -> Any:
-    return _View(info.shape)
 
 
 def rows_of(f: File, info: TensorInfo, start: int, stop: int, np_: bool) -> Any:
@@ -329,7 +314,7 @@ def rows_of(f: File, info: TensorInfo, start: int, stop: int, np_: bool) -> Any:
     if n:
         f.check(L.ckpt_storage_read(f.h, s, (info.offset + start * row) * item,
                                     buf.ctypes.data, n))
-    view = _View(shape)
+    view = Strided(shape)
     if np_:
         return numpy_view(buf, view, dt)
     import torch

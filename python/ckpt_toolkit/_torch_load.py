@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 from ctypes import byref
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -29,8 +29,9 @@ from . import _dtypes
 from ._errors import EXIT_BAD_INPUT, EXIT_USAGE, CheckpointError
 from ._file import (K_BOOL, K_BYTES, K_DICT, K_FLOAT, K_FROZENSET, K_GLOBAL, K_INT, K_LIST,
                     K_NONE, K_OBJECT, K_SET, K_STORAGE, K_STR, K_TENSOR, K_TUPLE, T_DENSE,
-                    T_META, T_QUANTIZED, File, TensorInfo, torch_view, value_int, value_str)
-from ._native import CkptPath, QParams, lib, text
+                    T_META, T_QUANTIZED, File, Strided, TensorInfo, torch_view, value_int,
+                    value_str)
+from ._native import CkptPath, QParams, text
 
 
 class DeviceMissingError(CheckpointError, RuntimeError):
@@ -98,7 +99,7 @@ def _path_of(f: Any) -> "tuple[str, Optional[str]]":
 
 def _at_start(f: Any) -> bool:
     try:
-        return f.tell() == 0
+        return bool(f.tell() == 0)
     except (OSError, io.UnsupportedOperation, AttributeError):
         return False
 
@@ -181,7 +182,7 @@ class _Builder:
         if kind == K_BYTES:
             return value_str(v)
         if kind == K_LIST:
-            out_l: list = []
+            out_l: List[Any] = []
             self.memo[v] = out_l
             out_l.extend(self.value(L.ckpt_value_item(v, i)) for i in range(L.ckpt_value_len(v)))
             return out_l
@@ -237,7 +238,7 @@ class _Builder:
         return CheckpointError(EXIT_BAD_INPUT, f"global '{name}' is not in torch_load's table "
                                "of types (doc/design.md, \"Python\"): not built", self.f.path)
 
-    def _args(self, v: int) -> tuple:
+    def _args(self, v: int) -> Tuple[Any, ...]:
         a = self.L.ckpt_value_object_args(v)
         return tuple(self.value(a)) if a else ()
 
@@ -354,7 +355,7 @@ class _Builder:
             if b is None:  # cast on read: this tensor's elements alone
                 b = self._to_device(torch.from_numpy(self.f.tensor_bytes(info.t)),
                                     info.storage)
-                t = torch_view(b, _Contiguous(info.shape), _dtypes.torch_dtype(info.dtype))
+                t = torch_view(b, Strided(info.shape), _dtypes.torch_dtype(info.dtype))
             else:
                 t = torch_view(b, info, _dtypes.torch_dtype(info.dtype))
         elif info.kind == T_META:
@@ -456,18 +457,6 @@ class _Builder:
         return self._typed(b, _dtypes.torch_dtype(self.L.ckpt_storage_dtype(s)))
 
 
-class _Contiguous:
-    """A C-contiguous view of SHAPE from element 0."""
-
-    def __init__(self, shape: "tuple[int, ...]") -> None:
-        self.shape, self.offset = shape, 0
-        st, acc = [], 1
-        for d in reversed(shape):
-            st.append(acc)
-            acc *= d
-        self.stride = tuple(reversed(st))
-
-
 _SPARSE_LAYOUTS = {2: "sparse_coo", 3: "sparse_csr", 4: "sparse_csc", 5: "sparse_bsr",
                    6: "sparse_bsc"}
 
@@ -487,7 +476,8 @@ def quantized_tensor(f: File, info: TensorInfo) -> Any:
 def _typed_internal(torch: Any) -> bool:
     import inspect
     try:
-        return "_internal" in inspect.signature(torch.storage.TypedStorage.__init__).parameters
+        params = inspect.signature(torch.storage.TypedStorage.__init__).parameters
+        return "_internal" in params
     except (TypeError, ValueError):
         return False
 

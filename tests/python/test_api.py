@@ -11,7 +11,6 @@ import argparse
 import collections
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
