@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -179,8 +180,9 @@ class safe_open:
     def get_tensor(self, name: str) -> Any:
         """The tensor NAME (a torch tensor, or a numpy array with framework='np')."""
         info = self._info(name)
-        return self._finish(tensor_of(self._file, info, self._np,
-                                      whole_storage=info.storage in self._shared))
+        with _as_checkpoint_error(self._file.path, name):
+            return self._finish(tensor_of(self._file, info, self._np,
+                                          whole_storage=info.storage in self._shared))
 
     def get_slice(self, name: str) -> "TensorSlice":
         """A handle on NAME that reads only what ``[...]`` asks for (the rows of
@@ -216,12 +218,25 @@ class TensorSlice:
         if not isinstance(index, tuple):
             index = (index,)
         rows = _first_rows(index, info)
-        if rows is None or info.storage in o._shared:
-            t = tensor_of(o._file, info, o._np, whole_storage=info.storage in o._shared)
-            return o._finish(_copy(t[index], o._np))
-        start, stop, rest = rows
-        t = rows_of(o._file, info, start, stop, o._np)
+        with _as_checkpoint_error(o._file.path, self._name):
+            if rows is None or info.storage in o._shared:
+                t = tensor_of(o._file, info, o._np, whole_storage=info.storage in o._shared)
+                return o._finish(_copy(t[index], o._np))
+            start, stop, rest = rows
+            t = rows_of(o._file, info, start, stop, o._np)
         return o._finish(_copy(t[rest], o._np))
+
+
+@contextlib.contextmanager
+def _as_checkpoint_error(path: str, key: str) -> Iterator[None]:
+    """numpy's or torch's refusal of a view (one the library let through) as the
+    package's error: the file is bad input."""
+    try:
+        yield
+    except (ValueError, RuntimeError, OverflowError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(EXIT_BAD_INPUT, f"tensor {key!r}: {e}", path) from None
 
 
 def _copy(t: Any, np_: bool) -> Any:

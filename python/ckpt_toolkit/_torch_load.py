@@ -195,7 +195,13 @@ class _Builder:
         if kind == K_DICT:
             return self.dict(v)
         if kind == K_TENSOR:
-            out = self.tensor(TensorInfo(L.ckpt_value_tensor(v)))
+            try:
+                out = self.tensor(TensorInfo(L.ckpt_value_tensor(v)))
+            except (ValueError, RuntimeError, OverflowError) as e:
+                if isinstance(e, CheckpointError):
+                    raise
+                raise CheckpointError(EXIT_BAD_INPUT, f"a tensor torch refuses to build: {e}",
+                                      self.f.path) from None
             self.memo[v] = out
             return out
         if kind == K_STORAGE:

@@ -567,3 +567,21 @@ def test_torch_load_table_of_types(tmp_path):
     assert got["fortran"].flags.f_contiguous and np.array_equal(got["fortran"], obj["fortran"])
     got["sd"]["w"][0, 0] = 100.0            # one buffer: the views see it
     assert got["view"][0] == 2.0 and got["list"][0][0] == 100.0
+
+
+@needs_torch
+def test_torchscript_archive(tmp_path):
+    """A torch.jit.save archive: its module's state dict, named as
+    torch.jit.load(f).state_dict() names it; nothing compiled or run by ckpt."""
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    path = tmp_path / "net.pt"
+    torch.jit.save(torch.jit.script(net), str(path))
+    want = torch.jit.load(str(path), map_location="cpu").state_dict()
+    got = ck.load(path)
+    assert list(got) == list(want)
+    for k in want:
+        assert raw_bytes(got[k]) == raw_bytes(want[k]) and got[k].dtype == want[k].dtype, k
+    with ck.safe_open(path, framework="np") as f:
+        assert f.metadata()["source"] == "torchscript"
+    sd = ck.torch_load(path)  # torch.load would hand it to torch.jit.load: its state dict
+    assert list(sd) == list(want)
