@@ -41,10 +41,12 @@ class File:
             raise MemoryError("ckpt_file_new")
         self._maps: Dict[str, Optional[mmap.mmap]] = {}
         self._storages: Dict[int, np.ndarray] = {}
+        self._cwd = os.getcwd()
         if self._lib.ckpt_file_open(self._h, os.fsencode(self.path)) != 0:
             err = self.error()
             self.close()
             raise err
+        self._folder = self.format_name() in ("dcp", "deepspeed")
 
     # ---- the handle ----
 
@@ -125,8 +127,10 @@ class File:
         if self._lib.ckpt_storage_file_range(self.h, s, byref(name), byref(off)) != 0:
             return None
         file = os.fsdecode(name.value or b"")
-        if not os.path.isabs(file) and self.format_name() in ("dcp", "deepspeed"):
-            file = os.path.join(self.path, file)  # relative to the folder
+        if not os.path.isabs(file):
+            if self._folder:
+                file = os.path.join(self.path, file)  # relative to the folder
+            file = os.path.join(self._cwd, file)  # the paths as opened, whatever chdir since
         return file, off.value
 
     def is_cast(self, s: int) -> bool:
@@ -135,20 +139,19 @@ class File:
         L = self._lib
         return bool(L.ckpt_storage_read(self.h, s, L.ckpt_storage_nbytes(s), None, 0) != 0)
 
-    def storage_bytes(self, s: int) -> Optional[np.ndarray]:
+    def storage_bytes(self, s: int, mapped_only: bool = False) -> Optional[np.ndarray]:
         """Storage S's bytes (this machine's byte order) as a uint8 array, once per
         handle: a view of the mapped file where possible, else read.  None for a
         storage whose dtype is not the one stored (a DeepSpeed folder's frozen
         parameters, upcast to float32 as zero_to_fp32 does): its tensors are read
-        one by one (ckpt_tensor_read casts them)."""
+        one by one (ckpt_tensor_read casts them).  MAPPED_ONLY: None rather than
+        read a storage that cannot be mapped (a caller that reads one tensor of it)."""
         idx = self._lib.ckpt_storage_index(s)
         arr = self._storages.get(idx)
         if arr is not None:
             return arr
         L = self._lib
         nbytes = L.ckpt_storage_nbytes(s)
-        if self.is_cast(s):
-            return None
         size = L.ckpt_dtype_size(L.ckpt_storage_dtype(s)) or 1
         arr = None
         rng = self._range(s) if nbytes else None
@@ -158,6 +161,8 @@ class File:
             if m is not None and off + nbytes <= len(m) and off % size == 0:
                 arr = np.frombuffer(m, dtype=np.uint8, count=nbytes, offset=off)
         if arr is None:
+            if mapped_only or self.is_cast(s):  # a cast one is never a range
+                return None
             arr = np.empty(nbytes, dtype=np.uint8)
             if nbytes:
                 self.check(L.ckpt_storage_read(self.h, s, 0, arr.ctypes.data, nbytes))

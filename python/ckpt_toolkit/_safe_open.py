@@ -300,10 +300,9 @@ def tensor_of(f: File, info: TensorInfo, np_: bool, whole_storage: bool = False)
         return torch.empty_strided(info.shape, info.stride, dtype=dt, device="meta")
     s = info.storage
     L = f._lib
-    buf: Optional[np.ndarray] = None
     view: Layout = info
-    if whole_storage or L.ckpt_storage_nbytes(s) == info.nbytes or f._range(s) is not None:
-        buf = f.storage_bytes(s)
+    buf = f.storage_bytes(s, mapped_only=not (whole_storage or
+                                               L.ckpt_storage_nbytes(s) == info.nbytes))
     if buf is None:  # a view of part of a storage nothing else uses, or a cast one
         buf, view = f.tensor_bytes(info.t), Strided(info.shape)
     if np_:
