@@ -85,13 +85,19 @@ class safe_open:
         f = self._file
         L = f._lib
         self._sd_path, self._sd_source, self._sd_class = select or "", "mapping", None
+        sds = f.state_dicts()
+        index: Optional[int] = None
         if select is None:
             i = c_size_t()
             f.check(L.ckpt_file_pick_state_dict(f.h, byref(i)))
-            p = f.state_dicts()[i.value]
-            self._sd_path, self._sd_source = p[0], p[2]
-            self._sd_class = text(L.ckpt_file_state_dict_class(f.h, i.value))
-        f.check(L.ckpt_file_extract(f.h, select.encode() if select is not None else None))
+            index = i.value
+        else:
+            index = next((n for n, sd in enumerate(sds) if sd[0] == select), None)
+        if index is not None:
+            self._sd_path, self._sd_source = sds[index][0], sds[index][2]
+            self._sd_class = text(L.ckpt_file_state_dict_class(f.h, index))
+        f.check(L.ckpt_file_extract(f.h, None if select is None
+                                    else select.encode("utf-8", "surrogateescape")))
         root = f.root()
         # keys and tensor handles only: what the pickle says of each tensor is asked
         # for when the tensor is (opening 10,000 tensors stays cheap)
