@@ -290,6 +290,9 @@ class _Builder:
             return getattr(builtins, name[9:])(*self._args(v))
         if name == "collections.OrderedDict":
             return collections.OrderedDict(*self._args(v))
+        if name == "collections.Counter":  # torch's weights-only loader builds it too
+            c: "collections.Counter[Any]" = collections.Counter(*self._args(v))
+            return c
         raise self._refuse(name)
 
     def ndarray(self, state: Any) -> np.ndarray:

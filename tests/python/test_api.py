@@ -556,6 +556,8 @@ def test_torch_load_table_of_types(tmp_path):
         "device": torch.device("cpu"), "args": argparse.Namespace(lr=0.1, tags=["a"]),
         "sd": od, "view": base[2:8:2], "param": torch.nn.Parameter(torch.ones(2)),
         "grad": torch.zeros(2, requires_grad=True), "list": [base, base[1:]],
+        "counter": collections.Counter(a=2, b=1), "bytearray": bytearray(b"ab"),
+        "complex": 1 + 2j,
     }
     path = tmp_path / "types.pth"
     torch.save(obj, path)
@@ -585,3 +587,14 @@ def test_torchscript_archive(tmp_path):
         assert f.metadata()["source"] == "torchscript"
     sd = ck.torch_load(path)  # torch.load would hand it to torch.jit.load: its state dict
     assert list(sd) == list(want)
+
+
+@needs_torch
+def test_torch_load_refuses_other_globals(tmp_path):
+    """A global outside the table (here collections.deque, which ckpt reads as
+    plain data but torch's weights-only loader does not build) raises, naming it."""
+    path = tmp_path / "deque.pth"
+    torch.save({"d": collections.deque([1, 2])}, path)
+    with pytest.raises(CheckpointError, match="collections.deque") as e:
+        ck.torch_load(path)
+    assert e.value.exit_status == 3
