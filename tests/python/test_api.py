@@ -598,3 +598,18 @@ def test_torch_load_refuses_other_globals(tmp_path):
     with pytest.raises(CheckpointError, match="collections.deque") as e:
         ck.torch_load(path)
     assert e.value.exit_status == 3
+
+
+@needs_torch
+def test_get_slice_pt():
+    """get_slice with framework='pt': torch tensors of every dtype torch has
+    (bfloat16 too), equal to the whole tensor's slice."""
+    with ck.safe_open(f"{DATA}/dtypes.pth") as f:
+        for key in ("bfloat16", "float16", "int64", "bool", "complex64", "transposed",
+                    "offset_view", "permuted"):
+            full = f.get_tensor(key)
+            s = f.get_slice(key)
+            assert s.get_shape() == list(full.shape)
+            for index in [(slice(None),), (slice(1, 3),), (0,), (-1,)]:
+                assert raw_bytes(s[index]) == raw_bytes(full[index]), (key, index)
+        assert f.get_slice("bfloat16").get_dtype() == "BF16"
