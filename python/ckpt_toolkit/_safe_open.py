@@ -76,6 +76,10 @@ class safe_open:
         try:
             if not self._np:
                 _need_torch()
+                if self._device != "cpu":
+                    import torch
+                    from ._torch_load import check_device
+                    check_device(torch, str(torch.device(self._device)), self._file.path)
             self._open_state_dict(select)
         except BaseException:
             self._file.close()

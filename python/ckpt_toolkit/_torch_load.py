@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from . import _dtypes
-from ._errors import EXIT_BAD_INPUT, EXIT_USAGE, CheckpointError
+from ._errors import EXIT_BAD_INPUT, EXIT_IO, EXIT_USAGE, CheckpointError
 from ._file import (K_BOOL, K_BYTES, K_DICT, K_FLOAT, K_FROZENSET, K_GLOBAL, K_INT, K_LIST,
                     K_NONE, K_OBJECT, K_SET, K_STORAGE, K_STR, K_TENSOR, K_TUPLE, T_DENSE,
                     T_META, T_QUANTIZED, File, Strided, TensorInfo, torch_view, value_int,
@@ -36,7 +36,28 @@ from ._native import CkptPath, QParams, text
 
 class DeviceMissingError(CheckpointError, RuntimeError):
     """A tensor was saved on a device this machine lacks and map_location keeps it
-    there (torch.load raises RuntimeError then; this is both)."""
+    there, or safe_open was asked for one (torch.load raises RuntimeError then;
+    this is both).  Exit status 4, as ckpt gives a device it cannot use."""
+
+
+def check_device(torch: Any, dev: str, path: str) -> None:
+    """DeviceMissingError, in torch.load's words, when DEV is a CUDA device this
+    machine lacks."""
+    if not dev.startswith("cuda"):
+        return
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    idx = int(dev.split(":", 1)[1]) if ":" in dev else 0
+    if n == 0:
+        raise DeviceMissingError(
+            EXIT_IO, "Attempting to deserialize object on a CUDA device but "
+            "torch.cuda.is_available() is False. If you are running on a CPU-only "
+            "machine, please use torch.load with map_location=torch.device('cpu') to "
+            "map your storages to the CPU.", path)
+    if idx >= n:
+        raise DeviceMissingError(
+            EXIT_IO, f"Attempting to deserialize object on CUDA device {idx} "
+            f"but torch.cuda.device_count() is {n}. Please use torch.load with "
+            "map_location to map your storages to an existing device.", path)
 
 
 MapLocation = Union[None, str, Any, Dict[str, str], Callable[..., Any]]
@@ -325,20 +346,7 @@ class _Builder:
         else:
             raise CheckpointError(EXIT_USAGE, "map_location must be None, a device or a dict "
                                   f"{{saved: device}}, not {type(ml).__name__}")
-        if dev.startswith("cuda"):
-            n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            idx = int(dev.split(":", 1)[1]) if ":" in dev else 0
-            if n == 0:
-                raise DeviceMissingError(
-                    EXIT_BAD_INPUT, "Attempting to deserialize object on a CUDA device but "
-                    "torch.cuda.is_available() is False. If you are running on a CPU-only "
-                    "machine, please use torch.load with map_location=torch.device('cpu') to "
-                    "map your storages to the CPU.", self.f.path)
-            if idx >= n:
-                raise DeviceMissingError(
-                    EXIT_BAD_INPUT, f"Attempting to deserialize object on CUDA device {idx} "
-                    f"but torch.cuda.device_count() is {n}. Please use torch.load with "
-                    "map_location to map your storages to an existing device.", self.f.path)
+        check_device(torch, dev, self.f.path)
         return dev
 
     def base(self, s: int) -> Any:

@@ -217,6 +217,11 @@ def test_errors():
     assert e.value.exit_status == 2
     with pytest.raises(CheckpointError):
         ck.safe_open(f"{DATA}/mlp.pth", framework="np", device="cuda:0")
+    f = ck.safe_open(f"{DATA}/mlp.pth", framework="np")
+    assert len(f) == 4 and "n.1.bias" in f and list(f) == f.keys()
+    f.close()
+    with pytest.raises(CheckpointError, match="closed"):
+        f.get_tensor("n.1.bias")
 
 
 def test_unsafe_file_is_refused_unread():
@@ -401,8 +406,15 @@ def test_torch_load_map_location_and_file_objects(tmp_path):
     """map_location as torch takes it; file objects, with a name or in memory."""
     path = f"{DATA}/mlp.pth"                 # saved on cuda:0
     if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="CUDA"):
+        with pytest.raises(RuntimeError, match="CUDA") as e:
             ck.torch_load(path)              # as torch.load raises
+        assert isinstance(e.value, CheckpointError) and e.value.exit_status == 4
+        with pytest.raises(CheckpointError, match="CUDA"):
+            ck.safe_open(path, device="cuda:0")
+    else:
+        t = ck.load(path, device="cuda:0")["n.1.weight"]
+        assert t.device == torch.device("cuda:0")
+        assert ck.torch_load(path)["n.1.weight"].device == torch.device("cuda:0")
     for ml in ("cpu", torch.device("cpu"), {"cuda:0": "cpu"}):
         sd = ck.torch_load(path, map_location=ml)
         assert all(t.device.type == "cpu" for t in sd.values())
