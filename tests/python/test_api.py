@@ -9,7 +9,9 @@ Run by tests/python/run.sh (under each Python make check knows).
 
 import argparse
 import collections
+import glob
 import io
+import os
 import json
 import re
 import shutil
@@ -547,6 +549,8 @@ def test_readme_examples():
         runner.run(test, out=out.write, clear_globs=False)
         assert runner.failures == 0, out.getvalue()
         globs = test.globs
+    for left in glob.glob("/tmp/ckpt-example-*"):  # what the examples wrote
+        os.remove(left)
 
 
 @needs_torch
