@@ -32,10 +32,30 @@ for v in --version -V; do
     for lib in libzip zlib PCRE2 cJSON; do
         expect_stdout_match "[(,] *$lib [0-9]"
     done
-    # the backends found: cpu always, cuda with the CUDA backend and a GPU
-    expect_stdout_match '; backends: cpu(, cuda)?$'
+    # the backends found: cpu always; cuda with the module, its CUDA runtime
+    # and a GPU, else why not
+    expect_stdout_match '; backends: cpu(, cuda \(.*libckpt_cuda\.so, CUDA runtime [0-9.]+, [0-9]+ GPUs?\)|; cuda not available: .+)$'
 done
 note "$(cat "$out")"
+
+say "ckpt --version without the CUDA module: cuda not available, and why"
+CKPT_CUDA_MODULE=$tmp/no-such-module.so
+export CKPT_CUDA_MODULE
+expect_exit 0 ckpt --version
+expect_stderr_empty
+expect_stdout_match '; backends: cpu; cuda not available: CKPT_CUDA_MODULE=.*/no-such-module\.so: No such file or directory$'
+say "--device cuda without it: exit 4 naming what is missing; auto runs on the CPU"
+expect_exit 4 ckpt verify --device cuda --model models/mnist_mlp.json tests/data/fmnist_mlp.pth
+expect_stdout_empty
+expect_stderr_line 'ckpt: verify: --device cuda: cuda:0: the CUDA backend cannot be loaded: CKPT_CUDA_MODULE=.*/no-such-module\.so: No such file or directory'
+expect_exit 0 ckpt verify --device auto --model models/mnist_mlp.json tests/data/fmnist_mlp.pth
+expect_stdout_match '^device +cpu '
+say "a file that is not the module: refused at load, and why"
+printf 'not a library\n' >"$tmp/not-a-module.so"
+CKPT_CUDA_MODULE=$tmp/not-a-module.so
+expect_exit 0 ckpt --version
+expect_stdout_match '; backends: cpu; cuda not available: .*not-a-module\.so.*$'
+unset CKPT_CUDA_MODULE
 
 say "an unknown command: exit 2"
 expect_exit 2 ckpt x
