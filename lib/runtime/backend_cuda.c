@@ -125,7 +125,9 @@ static void find_module(void)
             char path[PATH_MAX + 32];
             snprintf(path, sizeof path, "%s%s/%s", dir, subs[i], CKPT_CUDA_MODULE_FILE);
             if (access(path, F_OK) == 0) {
-                load(path);
+                /* named without "bin/.." in messages */
+                char real[PATH_MAX];
+                load(realpath(path, real) ? real : path);
                 return;
             }
             if (at < sizeof tried)
