@@ -38,6 +38,14 @@ for v in --version -V; do
 done
 note "$(cat "$out")"
 
+say "ckpt links no CUDA library: the CUDA backend is a module, loaded at run time"
+if command -v ldd >/dev/null 2>&1 && ldd "$CKPT" >"$tmp/ldd" 2>&1; then
+    check "ldd names no libcudart, libcublas or libcuda" \
+        sh -c '! grep -E "libcu(dart|blas|da)[.]" "$1"' - "$tmp/ldd"
+else
+    note "ldd cannot read $CKPT: not checked"
+fi
+
 say "ckpt --version without the CUDA module: cuda not available, and why"
 CKPT_CUDA_MODULE=$tmp/no-such-module.so
 export CKPT_CUDA_MODULE
