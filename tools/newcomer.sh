@@ -15,12 +15,14 @@
 #             build_packages, patchelf aside), ./configure, make, ./ckpt
 #             inspect;
 #   wheel     (when WHEEL is given) apt-get python3-venv, a venv, pip
-#             install WHEEL (--no-index: the file itself), then the
+#             install WHEEL (its dependencies, numpy, from PyPI; from the
+#             folder WHEELHOUSE names instead, offline, when set), then the
 #             package's `ckpt inspect` (python -m ckpt_toolkit when the
 #             wheel installs no ckpt script).
 # The file inspected is tests/data/dp_mlp.pth of this repository.  Copying
 # the root and the files in is not timed (a download's time depends on the
-# network); apt-get's is, from deb.debian.org (CKPT_DEBIAN_MIRROR).
+# network); apt-get's is, from deb.debian.org (CKPT_DEBIAN_MIRROR), and
+# pip's, from PyPI.
 #
 # Roots: $CKPT_ROOTS/SUITE-base (default /var/cache/ckpt, as
 # tools/portable.sh), made with debootstrap when missing; SUITES (default
@@ -103,8 +105,8 @@ step() {
         tail -n 20 "$log" >&2
         exit 1
     fi
-    s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
-    total=$(awk -v a="$total" -v b="$s" 'BEGIN { printf "%.1f", a + b }')
+    s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { d = b - a; printf(d < 1 ? "%.2f" : "%.1f", d) }')
+    total=$(awk -v a="$total" -v b="$s" 'BEGIN { d = a + b; printf(d < 1 ? "%.2f" : "%.1f", d) }')
     steps="$steps${steps:+, }$label $s s"
 }
 
@@ -154,9 +156,15 @@ for suite in $suites; do
         fresh wheel
         cp "$wheel" "$work/root/root/dl/"
         whl=/root/dl/$(basename "$wheel")
+        pipfrom=
+        if [ -n "${WHEELHOUSE-}" ]; then
+            mkdir -p "$work/root/root/dl/wheels"
+            cp "$WHEELHOUSE"/*.whl "$work/root/root/dl/wheels/"
+            pipfrom="--no-index --find-links /root/dl/wheels"
+        fi
         step "apt-get" "apt-get update -q && apt-get install -y -q --no-install-recommends python3-venv"
         step "venv" "python3 -m venv /root/venv"
-        step "pip install" "/root/venv/bin/pip install -q --no-index $whl"
+        step "pip install" "/root/venv/bin/pip install -q $pipfrom $whl"
         step "inspect" 'if [ -x /root/venv/bin/ckpt ]; then /root/venv/bin/ckpt inspect /root/dp_mlp.pth;
             else /root/venv/bin/python -m ckpt_toolkit inspect /root/dp_mlp.pth; fi'
         report
