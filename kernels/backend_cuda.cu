@@ -1,8 +1,9 @@
 // backend_cuda.cu - the CUDA backend of the model runtime ("cuda:N";
 // float32, NCHW): cuBLAS for the matrix products, small kernels for
-// everything else, one stream per backend.  Its descriptor, ckpt_backend_cuda
-// (declared in lib/runtime/backends.h), is its only export; lib/runtime/backends.c
-// registers it.
+// everything else, one stream per backend.  It is built as the module
+// libckpt_cuda.so, whose only export is the table ckpt_cuda_module_entry
+// (ckpt_cuda.h: this backend's descriptor and the device calls);
+// lib/runtime/backend_cuda.c loads it with dlopen and checks its ABI.
 //
 // cuBLAS is dlopen'ed when the first backend is opened, never linked:
 // linking it costs every ckpt process about 0.5 s and 200 MB at start,
@@ -22,6 +23,7 @@
 #include "config.h"
 #include "ckpt.h"
 #include "ckpt_cuda.h"
+#include "cuda_device.h"
 #include "runtime/backend.h"
 
 #include <cuda_runtime_api.h>
@@ -1370,12 +1372,31 @@ static int cuda_probe(char *why, size_t cap)
 // In runtime/backend.h's order (no designated initializers in C++17).
 static_assert(sizeof(ckpt_backend_desc) == 2 * sizeof(const char *) + 2 * sizeof(int) +
                                                2 * sizeof(void (*)(void)),
-              "ckpt_backend_desc changed: update ckpt_backend_cuda");
-extern "C" const ckpt_backend_desc ckpt_backend_cuda = {
+              "ckpt_backend_desc changed: update cuda_desc");
+static const ckpt_backend_desc cuda_desc = {
     "cuda",     // name
     "CUDA",     // title
     1,          // indexed: cuda:N
     0,          // fallback
     cuda_probe, // probe
     cuda_open,  // open
+};
+
+// The module's one export (the build hides every other symbol): what
+// lib/runtime/backend_cuda.c checks before it calls anything here.
+static_assert(sizeof(ckpt_cuda_module) == 5 * sizeof(uint32_t) + 4 /* padding */ +
+                                              sizeof(const char *) + 5 * sizeof(void (*)(void)),
+              "ckpt_cuda_module changed: update ckpt_cuda_module_entry");
+extern "C" const ckpt_cuda_module ckpt_cuda_module_entry = {
+    CKPT_CUDA_MODULE_ABI,
+    (uint32_t)sizeof(ckpt_cuda_module),
+    (uint32_t)sizeof(ckpt_backend),
+    (uint32_t)sizeof(ckpt_backend_ops),
+    (uint32_t)sizeof(ckpt_backend_desc),
+    PACKAGE_VERSION,
+    ckpt_cuda_runtime_version,
+    ckpt_cuda_device_count,
+    ckpt_cuda_device_name,
+    ckpt_cuda_strerror,
+    &cuda_desc,
 };

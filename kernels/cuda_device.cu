@@ -1,6 +1,6 @@
 // cuda_device.cu - device discovery for the CUDA backend.  No GPU or no
 // driver is not an error here: it is a count of zero.
-#include "ckpt_cuda.h"
+#include "cuda_device.h"
 
 #include <cuda_runtime_api.h>
 #include <string.h>

@@ -87,7 +87,8 @@ extern "C" {
 
 /* Version of the library linked at run time (CKPT_VERSION_NUMBER format). */
 CKPT_API int ckpt_version_number(void);
-/* "ckpt 0.1.0 (libzip 1.7.3, zlib 1.2.13, PCRE2 10.42, cJSON 1.7.15, CUDA ...)" */
+/* "ckpt 0.1.0 (libzip 1.7.3, zlib 1.2.13, PCRE2 10.42, cJSON 1.7.15)"; the
+ * CUDA backend's own line: ckpt_cuda_module_describe(). */
 CKPT_API const char *ckpt_version_details(void);
 
 typedef enum ckpt_status {
@@ -1039,7 +1040,8 @@ CKPT_API void ckpt_array_clear(ckpt_array *a);
 
 /*
  * Open a backend: "cpu", "cuda" (= "cuda:0"), "cuda:N", or "auto" (CUDA
- * when this build has it and a GPU is present, else the CPU).  On failure
+ * when a GPU, the CUDA backend module and its CUDA runtime are present,
+ * else the CPU).  On failure
  * returns a negative status (CKPT_ERR_DEVICE when CUDA cannot be used,
  * CKPT_ERR_USAGE for a bad name) and writes a message into ERR (CAP bytes).
  */
@@ -1049,8 +1051,19 @@ CKPT_API void ckpt_backend_free(ckpt_backend *b);
 CKPT_API const char *ckpt_backend_device(const ckpt_backend *b);
 /* One line: "cpu (OpenBLAS 0.3.21)", "cuda:0 (NVIDIA H100 80GB HBM3, CUDA 13.0)". */
 CKPT_API const char *ckpt_backend_description(const ckpt_backend *b);
-/* Usable CUDA devices: 0 without a GPU, a driver, or CUDA in this build. */
+/* Usable CUDA devices: 0 without a GPU, a driver, the CUDA backend module
+ * (libckpt_cuda.so, loaded at run time) or the CUDA runtime it needs. */
 CKPT_API int ckpt_cuda_device_count_usable(void);
+/*
+ * The CUDA backend module as this process finds it (loading it if not yet
+ * loaded; $CKPT_CUDA_MODULE, then beside libckpt, then the install folder).
+ * Returns the usable GPUs, with "MODULE, CUDA runtime 13.0, 2 GPUs" in BUF
+ * (CAP bytes); or 0, with why CUDA cannot be used in BUF: the module not
+ * found (and where it was looked for), the CUDA runtime it needs missing
+ * (the loader's message), a module of another build (ABI), or "no GPU
+ * found (MODULE, CUDA runtime 13.0)".
+ */
+CKPT_API int ckpt_cuda_module_describe(char *buf, size_t cap);
 
 CKPT_API ckpt_model *ckpt_model_new(void);
 CKPT_API void ckpt_model_free(ckpt_model *m);

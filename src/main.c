@@ -132,9 +132,12 @@ int main(int argc, char **argv)
         return help(argc, argv);
     if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
         /* the backends this run can use: one portable binary serves CPU-only
-         * and GPU runners, so a CI log shows which one it got */
-        printf("%s; backends: cpu%s\n", ckpt_version_details(),
-               ckpt_cuda_device_count_usable() > 0 ? ", cuda" : "");
+         * and GPU runners, so a CI log shows which one it got, and why not
+         * CUDA */
+        char cuda[700];
+        int gpus = ckpt_cuda_module_describe(cuda, sizeof cuda);
+        cli_printf("%s; backends: cpu%s%s%s\n", ckpt_version_details(),
+                   gpus > 0 ? ", cuda (" : "; cuda not available: ", cuda, gpus > 0 ? ")" : "");
         return CLI_EXIT_OK;
     }
     const struct command *c = find_command(name);

@@ -25,7 +25,10 @@
 #      and line of every edge.
 #  (c) no reference (call or data) goes from an object to an object of a
 #      higher or side-by-side layer (same graph, mapped to folders);
-#      kernels/ objects reference no lib/ object.
+#      kernels/ objects reference no lib/ object, and no lib/ object
+#      references a kernels/ one: kernels/ is the CUDA module
+#      (libckpt_cuda.so), which lib/runtime alone reaches, by dlopen and the
+#      table of kernels/ckpt_cuda.h, the only kernels/ file it includes.
 #  (d) in lib/formats/, a format module (each of FORMAT_STEMS: pth_zip*,
 #      pth_legacy*, pth_tar*, safetensors*, sharded*, torchscript*, dcp*,
 #      deepspeed*; another file: its stem before an optional _write) never
@@ -122,6 +125,13 @@ def judge(a, b, kind):
         if kind == 'include':
             return 'kernels/ may include only lib/ckpt.h, lib/runtime/backend.h and config.h'
         return 'kernels/ (below lib/) may not use %s: goes up' % shown(fb)
+    if fb == 'kernels':
+        # the CUDA module, loaded with dlopen by lib/runtime/backend_cuda.c
+        if kind != 'include':
+            return 'kernels/ is the CUDA module, loaded at run time: no object links it'
+        if fa != 'runtime':
+            return 'only lib/runtime includes kernels/ (the CUDA module\'s table)'
+        return None
     if fb == 'public':
         return None
     ra, rb = RANK[fa], RANK[fb]

@@ -7,7 +7,10 @@
 #       distribution's -dev packages, gather the binary and every non-glibc
 #       library it needs into one relocatable folder (bin/ckpt with rpath
 #       $ORIGIN/../lib), and write OUTDIR/ckpt-VERSION-x86_64-linux.tar.gz
-#       and OUTDIR/SHA256SUMS.
+#       and OUTDIR/SHA256SUMS.  When this host has nvcc, the CUDA backend
+#       module (lib/libckpt_cuda.so) is compiled here, linked in the root
+#       against its glibc, and put in lib/ if it needs no glibc symbol newer
+#       than 2.31 (else left out, and the folder's README says so).
 #   tools/portable.sh check OUTDIR DIST_TARBALL TEST... [-- TEST...]
 #       in a copy of a bare bullseye root (debootstrap --variant=minbase,
 #       nothing else installed), check OUTDIR's SHA256SUMS and unpack the
@@ -82,6 +85,69 @@ ensure_buildroot() {
     exec 9>&-
 }
 
+# cuda_module SRC FOLDER: the CUDA backend module for FOLDER's lib/, when
+# this host has nvcc (the bullseye root has none): kernels/*.cu compiled here
+# with SRC's config.h (the root's build), linked in the root by its gcc
+# against its glibc 2.31 and this host's libcudart, then checked with
+# objdump -T to need no glibc symbol newer than 2.31.  ckpt loads it at run
+# time when libcudart and cuBLAS are found (runpath: beside it, then
+# /usr/local/cuda/lib64, where NVIDIA's packages put them), so one folder
+# serves CPU-only and GPU runners.  Sets cuda_note for the README.
+cuda_module() {
+    msrc=$1
+    mdest=$2
+    nvcc=$(command -v nvcc || true)
+    [ -n "$nvcc" ] || [ ! -x /usr/local/cuda/bin/nvcc ] || nvcc=/usr/local/cuda/bin/nvcc
+    if [ -z "$nvcc" ]; then
+        cuda_note="No CUDA backend: nvcc was not found where this folder was built
+(lib/libckpt_cuda.so is absent); 'ckpt --version' says so."
+        echo "portable.sh: no nvcc here: the folder has no CUDA module"
+        return 0
+    fi
+    croot=$(cd "$(dirname "$nvcc")/.." && pwd)
+    clib=
+    for d in "$croot/lib64" "$croot/lib" "$croot/targets/x86_64-linux/lib"; do
+        if [ -e "$d/libcudart.so" ]; then
+            clib=$d
+            break
+        fi
+    done
+    [ -n "$clib" ] || die "nvcc is $nvcc but libcudart.so is not beside it"
+    cw=$buildroot/build/cuda
+    rm -rf "$cw"
+    mkdir -p "$cw/lib"
+    # as Makefile.am's NVCCFLAGS (CUDA_ARCH_FLAGS: Turing, Ampere, Hopper,
+    # PTX for newer GPUs)
+    for f in cuda_device backend_cuda; do
+        "$nvcc" -O2 -std=c++17 -I"$msrc/kernels" -I"$msrc/lib" -I"$msrc" \
+            -gencode arch=compute_75,code=sm_75 -gencode arch=compute_80,code=sm_80 \
+            -gencode arch=compute_90,code=[sm_90,compute_90] \
+            -Xcompiler -fno-exceptions,-fno-threadsafe-statics,-fvisibility=hidden,-fPIC \
+            -c "$msrc/kernels/$f.cu" -o "$cw/$f.o" || die "nvcc failed on kernels/$f.cu"
+    done
+    cp -L "$clib/libcudart.so" "$cw/lib/libcudart.so"
+    cudart=$(objdump -p "$cw/lib/libcudart.so" | awk '$1 == "SONAME" { print $2 }')
+    in_root "$buildroot" gcc -shared -o /build/cuda/libckpt_cuda.so /build/cuda/cuda_device.o \
+        /build/cuda/backend_cuda.o -L/build/cuda/lib -lcudart -ldl -lpthread -Wl,--no-undefined \
+        -Wl,-rpath,'$ORIGIN:/usr/local/cuda/lib64' || die "linking the CUDA module in $buildroot failed"
+    newest=$(objdump -T "$cw/libckpt_cuda.so" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' |
+        sort -u -V | tail -n1)
+    cver=$("$nvcc" --version | sed -n 's/.*release \([0-9][0-9.]*\).*/\1/p')
+    if [ -n "$newest" ] && [ "$(printf '%s\n2.31\n' "$newest" | sort -V | tail -n1)" != 2.31 ]; then
+        cuda_note="No CUDA backend: the module built here (nvcc $cver) needs glibc $newest,
+newer than 2.31, so it was left out; 'ckpt --version' says so."
+        echo "portable.sh: the CUDA module needs glibc $newest (> 2.31): left out of the folder"
+        return 0
+    fi
+    cp "$cw/libckpt_cuda.so" "$mdest/lib/libckpt_cuda.so"
+    cuda_note="lib/libckpt_cuda.so is the CUDA backend (nvcc $cver; glibc ${newest:-?} at most),
+loaded when a CUDA device is asked for or --device auto finds a driver.  It
+needs NVIDIA's CUDA runtime ($cudart) and cuBLAS of CUDA ${cver%%.*},
+found by the system's loader path or in /usr/local/cuda/lib64; without them
+'ckpt --version' says why CUDA is not available and ckpt runs on the CPU."
+    echo "portable.sh: the CUDA module (nvcc $cver, needs $cudart, glibc ${newest:-?}) is in lib/"
+}
+
 build() {
     dist=$1
     outdir=$2
@@ -94,9 +160,9 @@ build() {
     rm -rf "$buildroot/build"
     mkdir -p "$buildroot/build"
     cp "$dist" "$buildroot/build/"
-    # CPU only: nvcc is not in the root, and the CUDA backend links libcudart
-    # (not a run-time load yet); OpenBLAS is left out so that the folder has
-    # no Fortran run time (the CPU backend's plain-C loops)
+    # ckpt itself links no CUDA library (the CUDA backend is a module,
+    # cuda_module below: nvcc is not in the root); OpenBLAS is left out so
+    # that the folder has no Fortran run time (the CPU backend's plain-C loops)
     in_root "$buildroot" sh -c "cd /build && tar xzf $name.tar.gz && cd $name &&
         ./configure -q --with-cuda=no --with-blas=no && make -j2 ckpt" ||
         die "the build in $buildroot/build/$name failed"
@@ -131,6 +197,7 @@ build() {
         in_root "$buildroot" patchelf --set-rpath '$ORIGIN' "${l#"$buildroot"}"
     done
     in_root "$buildroot" patchelf --set-rpath '$ORIGIN/../lib' "${p#"$buildroot"}/bin/ckpt"
+    cuda_module "$src" "$p"
     cp "$src/README.md" "$p/share/doc/ckpt/README.md"
     cat >"$p/README" <<EOF
 ckpt $version for x86-64 Linux (glibc 2.31 or newer)
@@ -141,8 +208,8 @@ in lib/ (rpath \$ORIGIN/../lib).  Put bin/ on PATH, or call it by its path;
 
 Built from the release tarball in a Debian 11 (bullseye) root with Debian's
 packages of libzip, zlib, cJSON, PCRE2 and libzstd (and what they need),
-which lib/ holds.  This build has the CPU backend only: no CUDA backend and
-no OpenBLAS (the CPU backend's plain-C loops).
+which lib/ holds.  No OpenBLAS: the CPU backend runs its plain-C loops.
+$cuda_note
 
 Tested: the CLI tests in a bare Debian 11 root (nothing but
 debootstrap --variant=minbase) and on Debian 12.  Other systems are untested.
@@ -170,11 +237,17 @@ in_copy() {
     mkdir -p "$work/root/tmp/dl" "$work/root/opt"
     cp "$outdir"/ckpt-*-x86_64-linux.tar.gz "$outdir/SHA256SUMS" "$work/root/tmp/dl/"
     tar xzf "$dist" -C "$work/root/tmp"
+    # --version: exit 0, and with no CUDA runtime here "cuda not available"
+    # and why (the module's loader message, naming libcudart, when the
+    # folder has the module)
     in_root "$work/root" sh -c 'cd /tmp/dl && sha256sum -c SHA256SUMS &&
-        tar xzf ckpt-*-x86_64-linux.tar.gz -C /opt && /opt/ckpt-*/bin/ckpt --version &&
+        tar xzf ckpt-*-x86_64-linux.tar.gz -C /opt && v=$(/opt/ckpt-*/bin/ckpt --version) &&
+        echo "$v" && echo "$v" | grep -q "; backends: cpu; cuda not available: ." &&
+        { ! [ -e /opt/ckpt-*/lib/libckpt_cuda.so ] ||
+            echo "$v" | grep -q "cuda not available: libcudart[^ ]*: cannot open"; } &&
         ! ldd /opt/ckpt-*/bin/ckpt | grep -v -e "=> /opt/ckpt-" -e "^[[:space:]]*linux-vdso" \
             -e "/ld-linux" -e "/lib\(c\|m\|dl\|pthread\|rt\)\.so"' ||
-        die "the portable tarball did not unpack or start in a copy of $from, or a library came from outside it"
+        die "the portable tarball did not unpack or start in a copy of $from, its --version did not say why CUDA is not available, or a library came from outside it"
     for t in "$@"; do
         if in_root "$work/root" sh -c "cd /tmp/$name && CKPT=\$(echo /opt/ckpt-*/bin/ckpt) srcdir=. sh $t" \
             >"$work/log" 2>&1; then

@@ -8,10 +8,6 @@
 #include <zip.h>
 #include <zlib.h>
 
-#if CKPT_HAVE_CUDA
-#include "../kernels/ckpt_cuda.h"
-#endif
-
 CKPT_API int ckpt_version_number(void)
 {
     return CKPT_VERSION_NUMBER;
@@ -20,16 +16,10 @@ CKPT_API int ckpt_version_number(void)
 CKPT_API const char *ckpt_version_details(void)
 {
     static char buf[256];
-    char cuda[64] = "CUDA not built";
-#if CKPT_HAVE_CUDA
-    int rt = 0;
-    if (ckpt_cuda_runtime_version(&rt) == 0)
-        snprintf(cuda, sizeof(cuda), "CUDA runtime %d.%d", rt / 1000, (rt % 1000) / 10);
-    else
-        snprintf(cuda, sizeof(cuda), "CUDA runtime unavailable");
-#endif
-    snprintf(buf, sizeof(buf), "ckpt %d.%d.%d (libzip %s, zlib %s, PCRE2 %d.%d, cJSON %s, %s)",
+    /* no CUDA here: the CUDA runtime is the module's, loaded by lib/runtime
+     * (ckpt_cuda_module_describe) */
+    snprintf(buf, sizeof(buf), "ckpt %d.%d.%d (libzip %s, zlib %s, PCRE2 %d.%d, cJSON %s)",
              CKPT_VERSION_MAJOR, CKPT_VERSION_MINOR, CKPT_VERSION_PATCH, zip_libzip_version(),
-             zlibVersion(), PCRE2_MAJOR, PCRE2_MINOR, cJSON_Version(), cuda);
+             zlibVersion(), PCRE2_MAJOR, PCRE2_MINOR, cJSON_Version());
     return buf;
 }

@@ -15,8 +15,9 @@ extern "C" {
 
 /* The CPU reference (runtime/cpu.c): "cpu", with OpenBLAS when it loads. */
 extern const ckpt_backend_desc ckpt_backend_cpu;
-/* The CUDA backend (kernels/backend_cuda.cu): "cuda:N"; in a build without
- * CUDA, runtime/backends.c's stand-in that says so. */
+/* The CUDA backend: "cuda:N", runtime/backend_cuda.c's descriptor, which
+ * loads kernels/' module (libckpt_cuda.so) at run time and forwards to it,
+ * or says why it cannot. */
 extern const ckpt_backend_desc ckpt_backend_cuda;
 
 /* The CPU reference always with its plain-C loops, never OpenBLAS (for

@@ -32,10 +32,38 @@ for v in --version -V; do
     for lib in libzip zlib PCRE2 cJSON; do
         expect_stdout_match "[(,] *$lib [0-9]"
     done
-    # the backends found: cpu always, cuda with the CUDA backend and a GPU
-    expect_stdout_match '; backends: cpu(, cuda)?$'
+    # the backends found: cpu always; cuda with the module, its CUDA runtime
+    # and a GPU, else why not
+    expect_stdout_match '; backends: cpu(, cuda \(.*libckpt_cuda\.so, CUDA runtime [0-9.]+, [0-9]+ GPUs?\)|; cuda not available: .+)$'
 done
 note "$(cat "$out")"
+
+say "ckpt links no CUDA library: the CUDA backend is a module, loaded at run time"
+if command -v ldd >/dev/null 2>&1 && ldd "$CKPT" >"$tmp/ldd" 2>&1; then
+    check "ldd names no libcudart, libcublas or libcuda" \
+        sh -c '! grep -E "libcu(dart|blas|da)[.]" "$1"' - "$tmp/ldd"
+else
+    note "ldd cannot read $CKPT: not checked"
+fi
+
+say "ckpt --version without the CUDA module: cuda not available, and why"
+CKPT_CUDA_MODULE=$tmp/no-such-module.so
+export CKPT_CUDA_MODULE
+expect_exit 0 ckpt --version
+expect_stderr_empty
+expect_stdout_match '; backends: cpu; cuda not available: CKPT_CUDA_MODULE=.*/no-such-module\.so: No such file or directory$'
+say "--device cuda without it: exit 4 naming what is missing; auto runs on the CPU"
+expect_exit 4 ckpt verify --device cuda --model models/mnist_mlp.json tests/data/fmnist_mlp.pth
+expect_stdout_empty
+expect_stderr_line 'ckpt: verify: --device cuda: cuda:0: the CUDA backend cannot be loaded: CKPT_CUDA_MODULE=.*/no-such-module\.so: No such file or directory'
+expect_exit 0 ckpt verify --device auto --model models/mnist_mlp.json tests/data/fmnist_mlp.pth
+expect_stdout_match '^device +cpu '
+say "a file that is not the module: refused at load, and why"
+printf 'not a library\n' >"$tmp/not-a-module.so"
+CKPT_CUDA_MODULE=$tmp/not-a-module.so
+expect_exit 0 ckpt --version
+expect_stdout_match '; backends: cpu; cuda not available: .*not-a-module\.so.*$'
+unset CKPT_CUDA_MODULE
 
 say "an unknown command: exit 2"
 expect_exit 2 ckpt x

@@ -138,7 +138,7 @@ expect_stderr_line 'nothing.json: No such file or directory'
 expect_exit 4 ckpt verify --model $mlp "$w/nothing.pth"
 
 say "a GPU that is not there is an error, not a silent CPU run"
-if "$CKPT" --version | grep -q 'CUDA runtime' && [ "$("$CKPT" verify --json --model $mlp tests/data/fmnist_mlp.pth | python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])' 2>/dev/null)" != cpu ]; then
+if "$CKPT" --version | grep -q '; backends: cpu, cuda (' && [ "$("$CKPT" verify --json --model $mlp tests/data/fmnist_mlp.pth | python3 -c 'import json,sys; print(json.load(sys.stdin)["device"])' 2>/dev/null)" != cpu ]; then
     note "a GPU is present: cuda:0 runs, a GPU that is not there is still exit 4"
     expect_exit 0 ckpt verify --device cuda:0 --model $mlp --reference tests/data/fmnist_mlp.ref.pth tests/data/fmnist_mlp.pth
     expect_exit 4 ckpt verify --device cuda:99 --model $mlp tests/data/fmnist_mlp.pth

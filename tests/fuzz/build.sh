@@ -3,7 +3,9 @@
 #   tests/fuzz/build.sh [OUTDIR]       (from the top of a configured tree)
 # Each target is lib/*/*.c + tests/fuzz/fuzz_NAME.c, compiled with
 # -fsanitize=fuzzer,address,undefined into OUTDIR (default tests/fuzz/bin).
-# The CUDA backend is left out: fuzzing needs no GPU.
+# The CUDA backend (kernels/, a module loaded at run time) is left out:
+# fuzzing needs no GPU.  -I.: lib/runtime/backend_cuda.c reads the module's
+# table from kernels/ckpt_cuda.h.
 set -eu
 out=${1:-tests/fuzz/bin}
 CC=${FUZZ_CC:-clang}
@@ -16,9 +18,9 @@ objs=""
 mkdir -p "$out/obj"
 for src in lib/*/*.c; do
     o="$out/obj/$(echo "${src#lib/}" | tr / _ | sed 's/\.c$//').o" # pickle/read.c: pickle_read.o
-    $CC $flags -fsanitize=fuzzer-no-link -std=gnu11 -DCKPT_BUILDING -I"$out/include" -Ilib \
+    $CC $flags -fsanitize=fuzzer-no-link -std=gnu11 -DCKPT_BUILDING -I"$out/include" -Ilib -I. \
         $(pkg-config --cflags $deps) -c "$src" -o "$o" 2>/dev/null ||
-        $CC $flags -std=gnu11 -DCKPT_BUILDING -I"$out/include" -Ilib \
+        $CC $flags -std=gnu11 -DCKPT_BUILDING -I"$out/include" -Ilib -I. \
             $(pkg-config --cflags $deps) -c "$src" -o "$o"
     objs="$objs $o"
 done

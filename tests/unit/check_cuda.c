@@ -1,23 +1,43 @@
-/* check_cuda.c - the CUDA runtime that libckpt links: version and devices.
- * Exits 77 (skipped) where there is no GPU, as on build machines. */
+/* check_cuda.c - the CUDA backend module (libckpt_cuda.so) as libckpt's
+ * loader sees it: its one table, whose ABI and struct sizes match this
+ * build's, then the CUDA runtime's version and the devices through it.
+ * Links the module itself.  Exits 77 (skipped) where there is no GPU, as on
+ * build machines. */
 #include "ckpt_cuda.h"
+#include "config.h"
 
 #include <stdio.h>
 #include <string.h>
 
 int main(void)
 {
+    const ckpt_cuda_module *m = &ckpt_cuda_module_entry;
+    if (m->abi != CKPT_CUDA_MODULE_ABI || m->size != sizeof *m ||
+        m->backend_size != sizeof(ckpt_backend) || m->ops_size != sizeof(ckpt_backend_ops) ||
+        m->desc_size != sizeof(ckpt_backend_desc)) {
+        fprintf(stderr, "FAIL: the module's table (ABI %u, sizes %u %u %u %u) is not this "
+                "build's (ABI %d)\n", m->abi, m->size, m->backend_size, m->ops_size,
+                m->desc_size, CKPT_CUDA_MODULE_ABI);
+        return 1;
+    }
+    if (strcmp(m->version, PACKAGE_VERSION) != 0 || strcmp(m->backend->name, "cuda") != 0 ||
+        !m->backend->indexed || m->backend->fallback || !m->backend->open) {
+        fprintf(stderr, "FAIL: module of ckpt %s, backend \"%s\"\n", m->version,
+                m->backend->name);
+        return 1;
+    }
+    printf("module ABI %u, ckpt %s\n", m->abi, m->version);
     int version = 0, count = -1;
-    int rc = ckpt_cuda_runtime_version(&version);
+    int rc = m->runtime_version(&version);
     if (rc != 0 || version < 1000) {
         fprintf(stderr, "FAIL: cudaRuntimeGetVersion: status %d, version %d\n", rc, version);
         return 1;
     }
     printf("CUDA runtime %d.%d\n", version / 1000, (version % 1000) / 10);
-    rc = ckpt_cuda_device_count(&count);
+    rc = m->device_count(&count);
     if (rc != 0) {
         /* no driver at all is reported as a status by some runtimes: skip */
-        printf("no usable CUDA driver (%s): skipped\n", ckpt_cuda_strerror(rc));
+        printf("no usable CUDA driver (%s): skipped\n", m->strerror(rc));
         return 77;
     }
     if (count == 0) {
@@ -26,9 +46,9 @@ int main(void)
     }
     for (int d = 0; d < count; d++) {
         char name[256] = "";
-        rc = ckpt_cuda_device_name(d, name, sizeof(name));
+        rc = m->device_name(d, name, sizeof(name));
         if (rc != 0 || !name[0]) {
-            fprintf(stderr, "FAIL: device %d: %s\n", d, ckpt_cuda_strerror(rc));
+            fprintf(stderr, "FAIL: device %d: %s\n", d, m->strerror(rc));
             return 1;
         }
         printf("device %d: %s\n", d, name);

@@ -5,6 +5,8 @@
  * batch norm with and without affine, adaptive average pools, LSTM
  * steps), and
  * the CUDA results bitwise equal across two runs.
+ * Links the module (libckpt_cuda.so) and reaches the backend through its
+ * table, as lib/runtime/backend_cuda.c does.
  * Exits 77 (skipped) where there is no GPU. */
 #include "ckpt.h"
 #include "ckpt_cuda.h"
@@ -647,7 +649,8 @@ static void test_backend_basics(void)
 int main(void)
 {
     int count = 0;
-    int rc = ckpt_cuda_device_count(&count);
+    const ckpt_cuda_module *m = &ckpt_cuda_module_entry;
+    int rc = m->device_count(&count);
     if (rc != 0 || count == 0) {
         printf("no usable GPU: skipped\n");
         return 77;
@@ -657,7 +660,7 @@ int main(void)
         fprintf(stderr, "FAIL: cpu backend: %s\n", err);
         return 1;
     }
-    if ((rc = ckpt_backend_cuda.open(0, &gpu, err, sizeof err)) != CKPT_OK) {
+    if ((rc = m->backend->open(0, &gpu, err, sizeof err)) != CKPT_OK) {
         fprintf(stderr, "FAIL: cuda backend: %s\n", err);
         return 1;
     }
