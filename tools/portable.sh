@@ -4,9 +4,10 @@
 #
 #   tools/portable.sh build DIST_TARBALL OUTDIR
 #       build ckpt from `make dist`'s tarball in a bullseye root with the
-#       distribution's -dev packages, gather the binary and every non-glibc
-#       library it needs into one relocatable folder (bin/ckpt with rpath
-#       $ORIGIN/../lib), and write OUTDIR/ckpt-VERSION-x86_64-linux.tar.gz
+#       distribution's -dev packages, gather the binary, libckpt.so.0 (with
+#       include/ckpt.h: the library the Python package loads, and C
+#       programs link) and every non-glibc library they need into one
+#       relocatable folder (bin/ckpt with rpath $ORIGIN/../lib), and write OUTDIR/ckpt-VERSION-x86_64-linux.tar.gz
 #       and OUTDIR/SHA256SUMS.
 #   tools/portable.sh check OUTDIR DIST_TARBALL TEST... [-- TEST...]
 #       in a copy of a bare bullseye root (debootstrap --variant=minbase,
@@ -96,23 +97,27 @@ build() {
     cp "$dist" "$buildroot/build/"
     # CPU only: nvcc is not in the root, and the CUDA backend links libcudart
     # (not a run-time load yet); OpenBLAS is left out so that the folder has
-    # no Fortran run time (the CPU backend's plain-C loops)
+    # no Fortran run time (the CPU backend's plain-C loops).  `make ckpt`
+    # builds libckpt.la too, shared library included (ckpt links it)
     in_root "$buildroot" sh -c "cd /build && tar xzf $name.tar.gz && cd $name &&
         ./configure -q --with-cuda=no --with-blas=no && make -j2 ckpt" ||
         die "the build in $buildroot/build/$name failed"
 
-    # the folder: bin/ckpt, lib/ with every library ldd names that glibc does
-    # not provide, each library's copyright, ckpt's man pages
+    # the folder: bin/ckpt, lib/ with libckpt.so.0 and every library ldd
+    # names for either that glibc does not provide, include/ckpt.h, each
+    # library's copyright, ckpt's man pages
     stage=$buildroot/build/stage
     p=$stage/$pname
-    mkdir -p "$p/bin" "$p/lib" "$p/share/doc/ckpt/libraries" "$p/share/man/man1" "$p/share/man/man3" "$p/share/man/man7"
+    mkdir -p "$p/bin" "$p/lib" "$p/include" "$p/share/doc/ckpt/libraries" "$p/share/man/man1" "$p/share/man/man3" "$p/share/man/man7"
     cp "$buildroot/build/$name/ckpt" "$p/bin/ckpt"
     src=$buildroot/build/$name
+    cp -L "$src/.libs/libckpt.so.0" "$p/lib/libckpt.so.0"
+    cp "$src/lib/ckpt.h" "$p/include/ckpt.h"
     cp "$src"/man/*.1 "$p/share/man/man1/"
     cp "$src"/man/*.3 "$p/share/man/man3/"
     cp "$src"/man/*.7 "$p/share/man/man7/"
-    libs=$(in_root "$buildroot" ldd "/build/$name/ckpt" |
-        awk '$2 == "=>" && $3 ~ /^\// { print $3 }')
+    libs=$(in_root "$buildroot" ldd "/build/$name/ckpt" "/build/$name/.libs/libckpt.so.0" |
+        awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u)
     for l in $libs; do
         case ${l##*/} in
         libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | \
@@ -137,7 +142,10 @@ ckpt $version for x86-64 Linux (glibc 2.31 or newer)
 
 bin/ckpt runs from wherever this folder is unpacked: it finds its libraries
 in lib/ (rpath \$ORIGIN/../lib).  Put bin/ on PATH, or call it by its path;
-'ckpt --version' names the libraries and the backends found.
+'ckpt --version' names the libraries and the backends found.  libckpt
+(lib/libckpt.so.0, header include/ckpt.h) finds its libraries beside it;
+the Python package ckpt_toolkit uses this folder when CKPT_TOOLKIT_NATIVE
+names it.
 
 Built from the release tarball in a Debian 11 (bullseye) root with Debian's
 packages of libzip, zlib, cJSON, PCRE2 and libzstd (and what they need),
