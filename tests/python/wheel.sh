@@ -10,7 +10,8 @@
 #     on PYTHONPATH so that the shared venv is not changed,
 #   - a numpy-only venv (no torch) for every other CPython >= 3.9 here
 #     (/root/.pyenv/versions/3.*, python3.X on PATH), numpy from
-#     ./bootstrap --deps's wheels in /opt/ckpt/wheels.
+#     ./bootstrap --deps's wheels in /opt/ckpt/wheels;
+# and once `pip install SRCDIR`, pip's own route through the backend.
 # In each: `ckpt --version` from the venv's bin and `python -m ckpt_toolkit
 # --version` say what the build tree's ckpt says.  And the libraries: every
 # one the installed binary and libckpt.so.0 need beyond glibc's loads from
@@ -190,8 +191,8 @@ say "Debian's python3 (torch 1.13): pip install of the wheel into a fresh venv"
 if [ -x "$py_debian" ] && "$py_debian" -c 'import numpy, venv' 2>/dev/null; then
     t0=$(date +%s)
     v=$tmp/venv-debian
-    if "$py_debian" -m venv --system-site-packages "$v" &&
-        "$v/bin/python" -m pip install -q --no-index --no-deps "$whl" >"$tmp/pip.log" 2>&1; then
+    if "$py_debian" -m venv --without-pip --system-site-packages "$v" &&
+        "$py_debian" -m pip --python "$v/bin/python" install -q --no-index --no-deps "$whl" >"$tmp/pip.log" 2>&1; then
         ok "installed in $(elapsed "$t0") s ($("$v/bin/python" -c 'import sys, numpy; print("Python", sys.version.split()[0], "numpy", numpy.__version__)'))"
         site=$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         from_venv "Debian's python3" "$v" "$v/bin/python"
@@ -204,6 +205,25 @@ if [ -x "$py_debian" ] && "$py_debian" -c 'import numpy, venv' 2>/dev/null; then
     fi
 else
     note "no $py_debian with numpy: skipped"
+fi
+
+say "pip install of the source tree (README's 'pip install .' in a clone): pip's PEP 517 route, build isolation, offline"
+# the native files from this build tree (CKPT_TOOLKIT_NATIVE_DIR), so that
+# nothing is compiled; the backend's own build from source is tried by hand
+# (README.md, "Install": 32 s)
+if [ -x "$py_debian" ] && "$py_debian" -c 'import numpy, venv' 2>/dev/null; then
+    t0=$(date +%s)
+    v=$tmp/venv-src
+    if "$py_debian" -m venv --without-pip --system-site-packages "$v" &&
+        CKPT_TOOLKIT_NATIVE_DIR=$tmp/native PYTHONDONTWRITEBYTECODE=1 \
+            "$py_debian" -m pip --python "$v/bin/python" install -q --no-index --no-deps "$srcdir" >"$tmp/pip.log" 2>&1; then
+        ok "pip install $srcdir: $(elapsed "$t0") s"
+        check "the installed distribution is ckpt-toolkit $version" \
+            test "$("$v/bin/python" -c 'import importlib.metadata as m; print(m.version("ckpt-toolkit"))')" = "$version"
+        same_version "the venv's bin/ckpt --version" "$v/bin/ckpt" --version
+    else
+        fail "pip install $srcdir failed: $(tail -n 5 "$tmp/pip.log" 2>/dev/null)"
+    fi
 fi
 
 say "torch 2.x's python ($py_torch2): the wheel installed with pip --target, on PYTHONPATH"
@@ -223,7 +243,9 @@ else
     note "no $py_torch2: skipped"
 fi
 
-# the other CPythons >= 3.9 of this machine, each once (by its real path)
+# the other CPythons >= 3.9 of this machine, each once (by its real path).
+# The venvs are made without pip and filled by the interpreter's own pip
+# (pip --python, pip 22.3 or newer): ensurepip would triple the time
 seen=" $(readlink -f "$py_debian") "
 others=
 for p in /root/.pyenv/versions/3.*/bin/python3 $(IFS=:; for d in $PATH; do ls "$d"/python3.[0-9]* 2>/dev/null; done); do
@@ -241,13 +263,13 @@ for p in $others; do
     say "Python $pv ($p): a numpy-only venv (no torch), pip install of the wheel and numpy"
     t0=$(date +%s)
     v=$tmp/venv-$pv
-    if ! "$p" -m venv "$v" >"$tmp/pip.log" 2>&1; then
+    if ! "$p" -m venv --without-pip "$v" >"$tmp/pip.log" 2>&1; then
         note "no venv for $p: skipped ($(tail -n 1 "$tmp/pip.log"))"
         continue
     fi
     # numpy from ./bootstrap --deps's wheels, else an index if one answers
-    if ! "$v/bin/python" -m pip install -q --no-index --find-links "$wheels" "$whl" >"$tmp/pip.log" 2>&1 &&
-        ! "$v/bin/python" -m pip install -q --find-links "$wheels" "$whl" >>"$tmp/pip.log" 2>&1; then
+    if ! "$p" -m pip --python "$v/bin/python" install -q --no-index --find-links "$wheels" "$whl" >"$tmp/pip.log" 2>&1 &&
+        ! "$p" -m pip --python "$v/bin/python" install -q --find-links "$wheels" "$whl" >>"$tmp/pip.log" 2>&1; then
         note "pip found no numpy for Python $pv (./bootstrap --deps puts one in $wheels): skipped"
         continue
     fi
