@@ -9,8 +9,8 @@
 #   - torch 2.x's python ($PYTHON2), the wheel installed with pip --target
 #     on PYTHONPATH so that the shared venv is not changed,
 #   - a numpy-only venv (no torch) for every other CPython >= 3.9 here
-#     (/root/.pyenv/versions/3.*, python3.X on PATH), numpy from
-#     ./bootstrap --deps's wheels in /opt/ckpt/wheels;
+#     (/root/.pyenv/versions/3.*, python3.X on PATH), numpy and pytest
+#     from ./bootstrap --deps's wheels in /opt/ckpt/wheels;
 # and once `pip install SRCDIR`, pip's own route through the backend.
 # In each: `ckpt --version` from the venv's bin and `python -m ckpt_toolkit
 # --version` say what the build tree's ckpt says.  And the libraries: every
@@ -260,7 +260,7 @@ done
 [ -n "$others" ] || note "no other CPython >= 3.9 on this machine"
 for p in $others; do
     pv=$("$p" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
-    say "Python $pv ($p): a numpy-only venv (no torch), pip install of the wheel and numpy"
+    say "Python $pv ($p): a numpy-only venv (no torch), pip install of the wheel (numpy) and pytest"
     t0=$(date +%s)
     v=$tmp/venv-$pv
     if ! "$p" -m venv --without-pip "$v" >"$tmp/pip.log" 2>&1; then
@@ -268,9 +268,9 @@ for p in $others; do
         continue
     fi
     # numpy from ./bootstrap --deps's wheels, else an index if one answers
-    if ! "$p" -m pip --python "$v/bin/python" install -q --no-index --find-links "$wheels" "$whl" >"$tmp/pip.log" 2>&1 &&
-        ! "$p" -m pip --python "$v/bin/python" install -q --find-links "$wheels" "$whl" >>"$tmp/pip.log" 2>&1; then
-        note "pip found no numpy for Python $pv (./bootstrap --deps puts one in $wheels): skipped"
+    if ! "$p" -m pip --python "$v/bin/python" install -q --no-index --find-links "$wheels" "$whl" pytest >"$tmp/pip.log" 2>&1 &&
+        ! "$p" -m pip --python "$v/bin/python" install -q --find-links "$wheels" "$whl" pytest >>"$tmp/pip.log" 2>&1; then
+        note "pip found no numpy or pytest for Python $pv (./bootstrap --deps puts them in $wheels): skipped"
         continue
     fi
     ok "installed with numpy $("$v/bin/python" -c 'import numpy; print(numpy.__version__)') in $(elapsed "$t0") s"
