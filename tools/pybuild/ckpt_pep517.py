@@ -290,6 +290,11 @@ def stage_native(native, out):
     rpaths; returns the highest glibc version any of them needs."""
     ckpt = os.path.join(native, "bin", "ckpt")
     lib0 = os.path.join(native, "lib", "libckpt.so.0")
+    if os.path.isfile(ckpt) and not _is_elf(ckpt):
+        # libtool's wrapper script in a build tree: the program is in .libs/
+        real = os.path.join(os.path.dirname(os.path.realpath(ckpt)), ".libs", "ckpt")
+        if os.path.isfile(real) and _is_elf(real):
+            ckpt = real
     for f in (ckpt, lib0):
         if not os.path.isfile(f):
             raise BuildError("%s: no such file (the native folder needs bin/ckpt and lib/libckpt.so.0)" % f)
