@@ -246,13 +246,13 @@ fi
 # the other CPythons >= 3.9 of this machine, each once (by its real path).
 # The venvs are made without pip and filled by the interpreter's own pip
 # (pip --python, pip 22.3 or newer): ensurepip would triple the time
-seen=" $(readlink -f "$py_debian") "
+seen=" $("$py_debian" -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null) "
 others=
 for p in /root/.pyenv/versions/3.*/bin/python3 $(IFS=:; for d in $PATH; do ls "$d"/python3.[0-9]* 2>/dev/null; done); do
     case $p in *-config | *m) continue ;; esac
     [ -x "$p" ] || continue
-    "$p" -c 'import sys; sys.exit(not (sys.implementation.name == "cpython" and sys.version_info >= (3, 9)))' 2>/dev/null || continue
-    r=$(readlink -f "$p")
+    # by the interpreter's own path: pyenv's shims are scripts that run one
+    r=$("$p" -c 'import os, sys; assert sys.implementation.name == "cpython" and sys.version_info >= (3, 9); print(os.path.realpath(sys.executable))' 2>/dev/null) || continue
     case $seen in *" $r "*) continue ;; esac
     seen="$seen$r "
     others="$others $p"
