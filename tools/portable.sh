@@ -18,6 +18,11 @@
 #       copy with python3 added, for the TESTs after "--" (tests that
 #       read ckpt's JSON or write their inputs with Python's standard library).
 #
+#   tools/portable.sh check-wheel OUTDIR DATAFILE
+#       in a copy of the bare root with python3 (no pip), the release's
+#       wheel (make wheel-portable) unpacked as pip installs it, with
+#       numpy's: its libraries its own, ckpt --version, DATAFILE loaded.
+#
 # Needs root, debootstrap and deb.debian.org.  The roots are kept under
 # $CKPT_ROOTS (default /var/cache/ckpt) and reused: bullseye-base (pristine,
 # never changed once made), bullseye (the build root made from it) and
@@ -201,14 +206,9 @@ in_copy() {
     done
 }
 
-check() {
-    outdir=$(cd "$1" && pwd)
-    dist=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
-    name=$(basename "$dist" .tar.gz)
-    shift 2
-    ensure_base
-    # most CLI tests read ckpt's JSON and write their inputs with python3
-    # (the standard library only): a second root, the base and python3
+# the base and python3 (the tests' tool: most CLI tests read ckpt's JSON and
+# write their inputs with Python's standard library), made once
+ensure_pyroot() {
     pyroot=$roots/$suite-python3
     if [ ! -e "$pyroot/.ckpt-python3-root" ]; then
         rm -rf "$pyroot.tmp"
@@ -220,6 +220,15 @@ check() {
         touch "$pyroot.tmp/.ckpt-python3-root"
         mv "$pyroot.tmp" "$pyroot"
     fi
+}
+
+check() {
+    outdir=$(cd "$1" && pwd)
+    dist=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+    name=$(basename "$dist" .tar.gz)
+    shift 2
+    ensure_base
+    ensure_pyroot
     exec 9>&-
     start=$(date +%s)
     work=$(mktemp -d /var/tmp/ckpt-portable-check.XXXXXX)
@@ -246,8 +255,48 @@ check() {
     [ "$failed" -eq 0 ]
 }
 
+# check_wheel OUTDIR DATAFILE: the release's wheel in a copy of the bare root
+# with python3 (Debian 11's 3.9, no pip there: the wheel unpacked where pip
+# would put it, with numpy's cp39 wheel from $CKPT_WHEELS beside it): every
+# library its ckpt and libckpt.so.0 load beyond glibc's is the wheel's own,
+# ckpt runs, and the module loads DATAFILE's tensors through libckpt
+check_wheel() {
+    outdir=$(cd "$1" && pwd)
+    set -- "$outdir"/ckpt_toolkit-*.whl "$2"
+    whl=$1
+    data=$2
+    [ -f "$whl" ] || die "no ckpt_toolkit-*.whl in $outdir (make wheel-portable)"
+    set -- "${CKPT_WHEELS:-/opt/ckpt/wheels}"/numpy-*-cp39-cp39-*.whl
+    numpy=$1
+    [ -f "$numpy" ] || die "no numpy wheel for Python 3.9 in ${CKPT_WHEELS:-/opt/ckpt/wheels} (./bootstrap --deps)"
+    ensure_base
+    ensure_pyroot
+    exec 9>&-
+    work=$(mktemp -d /var/tmp/ckpt-portable-check.XXXXXX)
+    trap 'umount "$work/root/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
+    cp -a "$pyroot" "$work/root"
+    site=$work/root/usr/local/lib/python3.9/dist-packages
+    mkdir -p "$site" "$work/root/tmp/data"
+    # zipfile keeps no modes: the programs made executable as pip does
+    python3 -m zipfile -e "$whl" "$site"
+    python3 -m zipfile -e "$numpy" "$site"
+    chmod +x "$site"/ckpt_toolkit/_native/bin/ckpt "$site"/ckpt_toolkit/_native/lib/* "$site"/numpy.libs/* 2>/dev/null || true
+    cp "$data" "$work/root/tmp/data/"
+    n=/usr/local/lib/python3.9/dist-packages/ckpt_toolkit/_native
+    in_root "$work/root" sh -c "python3 --version && $n/bin/ckpt --version &&
+        ! ldd $n/bin/ckpt $n/lib/libckpt.so.0 | awk '\$2 == \"=>\"' |
+            grep -v -e '=> $n/' -e '/lib\(c\|m\|dl\|pthread\|rt\)\.so' &&
+        python3 -c 'import sys, ckpt_toolkit as ck
+d = ck.load(sys.argv[1], framework=\"np\")
+assert d, d
+print(\"ckpt_toolkit\", ck.__version__, \"loaded\", len(d), \"tensors of\", sys.argv[1], \"with numpy\", __import__(\"numpy\").__version__)' /tmp/data/$(basename "$data")" ||
+        die "the wheel did not run in a copy of $pyroot, or a library came from outside it"
+    echo "portable.sh: $(basename "$whl") runs in a bare $suite root with python3 (unpacked, numpy $(basename "$numpy" | cut -d- -f2)): its libraries the wheel's own"
+}
+
 case ${1-} in
 build) [ $# -eq 3 ] || die "usage: portable.sh build DIST_TARBALL OUTDIR"; build "$2" "$3" ;;
 check) [ $# -ge 4 ] || die "usage: portable.sh check OUTDIR DIST_TARBALL TEST... [-- TEST...]"; shift; check "$@" ;;
-*) die "usage: portable.sh build DIST_TARBALL OUTDIR | check OUTDIR DIST_TARBALL TEST... [-- TEST...]" ;;
+check-wheel) [ $# -eq 3 ] || die "usage: portable.sh check-wheel OUTDIR DATAFILE"; check_wheel "$2" "$3" ;;
+*) die "usage: portable.sh build DIST_TARBALL OUTDIR | check OUTDIR DIST_TARBALL TEST... [-- TEST...] | check-wheel OUTDIR DATAFILE" ;;
 esac
