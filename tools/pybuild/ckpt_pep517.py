@@ -14,7 +14,8 @@ The native files come from, in order:
     --with-cuda=no --with-blas=no, make ckpt libckpt.la.
 Then every library they need that glibc does not provide (ldd, as
 tools/portable.sh does) is gathered beside libckpt.so.0 in
-ckpt_toolkit/_native/lib, rpaths are set to $ORIGIN (libraries) and
+ckpt_toolkit/_native/lib under a name of its own (NAME-HASH.so.N, as
+auditwheel repair names them), rpaths are set to $ORIGIN (libraries) and
 $ORIGIN/../lib (bin/ckpt) with patchelf, and the wheel is tagged
 py3-none-manylinux_2_X_x86_64 where 2.X is the highest GLIBC_2.X symbol
 version any bundled file needs (readelf -V): right by construction, and
