@@ -4,13 +4,15 @@
 #
 #   tools/portable.sh build DIST_TARBALL OUTDIR
 #       build ckpt from `make dist`'s tarball in a bullseye root with the
-#       distribution's -dev packages, gather the binary and every non-glibc
-#       library it needs into one relocatable folder (bin/ckpt with rpath
-#       $ORIGIN/../lib), and write OUTDIR/ckpt-VERSION-x86_64-linux.tar.gz
-#       and OUTDIR/SHA256SUMS.  When this host has nvcc, the CUDA backend
-#       module (lib/libckpt_cuda.so) is compiled here, linked in the root
-#       against its glibc, and put in lib/ if it needs no glibc symbol newer
-#       than 2.31 (else left out, and the folder's README says so).
+#       distribution's -dev packages, gather the binary, libckpt.so.0 (with
+#       include/ckpt.h: the library the Python package loads, and C
+#       programs link) and every non-glibc library they need into one
+#       relocatable folder (bin/ckpt with rpath $ORIGIN/../lib), and write
+#       OUTDIR/ckpt-VERSION-x86_64-linux.tar.gz and OUTDIR/SHA256SUMS.  When
+#       this host has nvcc, the CUDA backend module (lib/libckpt_cuda.so) is
+#       compiled here, linked in the root against its glibc, and put in lib/
+#       if it needs no glibc symbol newer than 2.31 (else left out, and the
+#       folder's README says so).
 #   tools/portable.sh check OUTDIR DIST_TARBALL TEST... [-- TEST...]
 #       in a copy of a bare bullseye root (debootstrap --variant=minbase,
 #       nothing else installed), check OUTDIR's SHA256SUMS and unpack the
@@ -19,6 +21,11 @@
 #       DIST_TARBALL's tree) against the unpacked binary; then the same in a
 #       copy with python3 added, for the TESTs after "--" (tests that
 #       read ckpt's JSON or write their inputs with Python's standard library).
+#
+#   tools/portable.sh check-wheel OUTDIR DATAFILE
+#       in a copy of the bare root with python3 (no pip), the release's
+#       wheel (make wheel-portable) unpacked as pip installs it, with
+#       numpy's: its libraries its own, ckpt --version, DATAFILE loaded.
 #
 # Needs root, debootstrap and deb.debian.org.  The roots are kept under
 # $CKPT_ROOTS (default /var/cache/ckpt) and reused: bullseye-base (pristine,
@@ -162,23 +169,27 @@ build() {
     cp "$dist" "$buildroot/build/"
     # ckpt itself links no CUDA library (the CUDA backend is a module,
     # cuda_module below: nvcc is not in the root); OpenBLAS is left out so
-    # that the folder has no Fortran run time (the CPU backend's plain-C loops)
+    # that the folder has no Fortran run time (the CPU backend's plain-C
+    # loops).  `make ckpt` builds libckpt.la too, shared library included
     in_root "$buildroot" sh -c "cd /build && tar xzf $name.tar.gz && cd $name &&
         ./configure -q --with-cuda=no --with-blas=no && make -j2 ckpt" ||
         die "the build in $buildroot/build/$name failed"
 
-    # the folder: bin/ckpt, lib/ with every library ldd names that glibc does
-    # not provide, each library's copyright, ckpt's man pages
+    # the folder: bin/ckpt, lib/ with libckpt.so.0 and every library ldd
+    # names for either that glibc does not provide, include/ckpt.h, each
+    # library's copyright, ckpt's man pages
     stage=$buildroot/build/stage
     p=$stage/$pname
-    mkdir -p "$p/bin" "$p/lib" "$p/share/doc/ckpt/libraries" "$p/share/man/man1" "$p/share/man/man3" "$p/share/man/man7"
+    mkdir -p "$p/bin" "$p/lib" "$p/include" "$p/share/doc/ckpt/libraries" "$p/share/man/man1" "$p/share/man/man3" "$p/share/man/man7"
     cp "$buildroot/build/$name/ckpt" "$p/bin/ckpt"
     src=$buildroot/build/$name
+    cp -L "$src/.libs/libckpt.so.0" "$p/lib/libckpt.so.0"
+    cp "$src/lib/ckpt.h" "$p/include/ckpt.h"
     cp "$src"/man/*.1 "$p/share/man/man1/"
     cp "$src"/man/*.3 "$p/share/man/man3/"
     cp "$src"/man/*.7 "$p/share/man/man7/"
-    libs=$(in_root "$buildroot" ldd "/build/$name/ckpt" |
-        awk '$2 == "=>" && $3 ~ /^\// { print $3 }')
+    libs=$(in_root "$buildroot" ldd "/build/$name/ckpt" "/build/$name/.libs/libckpt.so.0" |
+        awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u)
     for l in $libs; do
         case ${l##*/} in
         libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | \
@@ -204,7 +215,10 @@ ckpt $version for x86-64 Linux (glibc 2.31 or newer)
 
 bin/ckpt runs from wherever this folder is unpacked: it finds its libraries
 in lib/ (rpath \$ORIGIN/../lib).  Put bin/ on PATH, or call it by its path;
-'ckpt --version' names the libraries and the backends found.
+'ckpt --version' names the libraries and the backends found.  libckpt
+(lib/libckpt.so.0, header include/ckpt.h) finds its libraries beside it;
+the Python package ckpt_toolkit uses this folder when CKPT_TOOLKIT_NATIVE
+names it.
 
 Built from the release tarball in a Debian 11 (bullseye) root with Debian's
 packages of libzip, zlib, cJSON, PCRE2 and libzstd (and what they need),
@@ -240,7 +254,7 @@ in_copy() {
     # --version: exit 0, and with no CUDA runtime here "cuda not available"
     # and why (the module's loader message, naming libcudart, when the
     # folder has the module)
-    in_root "$work/root" sh -c 'cd /tmp/dl && sha256sum -c SHA256SUMS &&
+    in_root "$work/root" sh -c 'cd /tmp/dl && sha256sum -c --ignore-missing SHA256SUMS &&
         tar xzf ckpt-*-x86_64-linux.tar.gz -C /opt && v=$(/opt/ckpt-*/bin/ckpt --version) &&
         echo "$v" && echo "$v" | grep -q "; backends: cpu; cuda not available: ." &&
         { ! [ -e /opt/ckpt-*/lib/libckpt_cuda.so ] ||
@@ -266,14 +280,9 @@ in_copy() {
     done
 }
 
-check() {
-    outdir=$(cd "$1" && pwd)
-    dist=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
-    name=$(basename "$dist" .tar.gz)
-    shift 2
-    ensure_base
-    # most CLI tests read ckpt's JSON and write their inputs with python3
-    # (the standard library only): a second root, the base and python3
+# the base and python3 (the tests' tool: most CLI tests read ckpt's JSON and
+# write their inputs with Python's standard library), made once
+ensure_pyroot() {
     pyroot=$roots/$suite-python3
     if [ ! -e "$pyroot/.ckpt-python3-root" ]; then
         rm -rf "$pyroot.tmp"
@@ -285,6 +294,15 @@ check() {
         touch "$pyroot.tmp/.ckpt-python3-root"
         mv "$pyroot.tmp" "$pyroot"
     fi
+}
+
+check() {
+    outdir=$(cd "$1" && pwd)
+    dist=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+    name=$(basename "$dist" .tar.gz)
+    shift 2
+    ensure_base
+    ensure_pyroot
     exec 9>&-
     start=$(date +%s)
     work=$(mktemp -d /var/tmp/ckpt-portable-check.XXXXXX)
@@ -311,8 +329,48 @@ check() {
     [ "$failed" -eq 0 ]
 }
 
+# check_wheel OUTDIR DATAFILE: the release's wheel in a copy of the bare root
+# with python3 (Debian 11's 3.9, no pip there: the wheel unpacked where pip
+# would put it, with numpy's cp39 wheel from $CKPT_WHEELS beside it): every
+# library its ckpt and libckpt.so.0 load beyond glibc's is the wheel's own,
+# ckpt runs, and the module loads DATAFILE's tensors through libckpt
+check_wheel() {
+    outdir=$(cd "$1" && pwd)
+    set -- "$outdir"/ckpt_toolkit-*.whl "$2"
+    whl=$1
+    data=$2
+    [ -f "$whl" ] || die "no ckpt_toolkit-*.whl in $outdir (make wheel-portable)"
+    set -- "${CKPT_WHEELS:-/opt/ckpt/wheels}"/numpy-*-cp39-cp39-*.whl
+    numpy=$1
+    [ -f "$numpy" ] || die "no numpy wheel for Python 3.9 in ${CKPT_WHEELS:-/opt/ckpt/wheels} (./bootstrap --deps)"
+    ensure_base
+    ensure_pyroot
+    exec 9>&-
+    work=$(mktemp -d /var/tmp/ckpt-portable-check.XXXXXX)
+    trap 'umount "$work/root/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
+    cp -a "$pyroot" "$work/root"
+    site=$work/root/usr/local/lib/python3.9/dist-packages
+    mkdir -p "$site" "$work/root/tmp/data"
+    # zipfile keeps no modes: the programs made executable as pip does
+    python3 -m zipfile -e "$whl" "$site"
+    python3 -m zipfile -e "$numpy" "$site"
+    chmod +x "$site"/ckpt_toolkit/_native/bin/ckpt "$site"/ckpt_toolkit/_native/lib/* "$site"/numpy.libs/* 2>/dev/null || true
+    cp "$data" "$work/root/tmp/data/"
+    n=/usr/local/lib/python3.9/dist-packages/ckpt_toolkit/_native
+    in_root "$work/root" sh -c "python3 --version && $n/bin/ckpt --version &&
+        ! ldd $n/bin/ckpt $n/lib/libckpt.so.0 | awk '\$2 == \"=>\"' |
+            grep -v -e '=> $n/' -e '/lib\(c\|m\|dl\|pthread\|rt\)\.so' &&
+        python3 -c 'import sys, ckpt_toolkit as ck
+d = ck.load(sys.argv[1], framework=\"np\")
+assert d, d
+print(\"ckpt_toolkit\", ck.__version__, \"loaded\", len(d), \"tensors of\", sys.argv[1], \"with numpy\", __import__(\"numpy\").__version__)' /tmp/data/$(basename "$data")" ||
+        die "the wheel did not run in a copy of $pyroot, or a library came from outside it"
+    echo "portable.sh: $(basename "$whl") runs in a bare $suite root with python3 (unpacked, numpy $(basename "$numpy" | cut -d- -f2)): its libraries the wheel's own"
+}
+
 case ${1-} in
 build) [ $# -eq 3 ] || die "usage: portable.sh build DIST_TARBALL OUTDIR"; build "$2" "$3" ;;
 check) [ $# -ge 4 ] || die "usage: portable.sh check OUTDIR DIST_TARBALL TEST... [-- TEST...]"; shift; check "$@" ;;
-*) die "usage: portable.sh build DIST_TARBALL OUTDIR | check OUTDIR DIST_TARBALL TEST... [-- TEST...]" ;;
+check-wheel) [ $# -eq 3 ] || die "usage: portable.sh check-wheel OUTDIR DATAFILE"; check_wheel "$2" "$3" ;;
+*) die "usage: portable.sh build DIST_TARBALL OUTDIR | check OUTDIR DIST_TARBALL TEST... [-- TEST...] | check-wheel OUTDIR DATAFILE" ;;
 esac

@@ -4,10 +4,16 @@
 # the shell commands of the GitHub Actions and GitLab CI blocks, read from
 # README.md (the ```yaml block after `<!-- ci recipe: github -->` and after
 # `<!-- ci recipe: gitlab -->`), in a fresh git repository outside the source
-# tree, with the portable binary only.  The download comes from a local
-# RELEASE folder: make portable's release/ckpt-*-x86_64-linux.tar.gz and
-# SHA256SUMS when they exist, else a stand-in of the same layout
-# (ckpt-VERSION-x86_64-linux/bin/ckpt, the build's binary, and its sum).
+# tree, with the portable binary only; then the pip route's two blocks
+# (`github-pip`, `gitlab-pip`), which install the wheel into a venv.  The
+# download comes from a local RELEASE folder: make portable's
+# release/ckpt-*-x86_64-linux.tar.gz and SHA256SUMS when they exist, else a
+# stand-in of the same layout (ckpt-VERSION-x86_64-linux/bin/ckpt, the
+# build's binary, and its sum); and the wheel: make wheel-portable's, else
+# one made from the build tree as make wheel makes it (the PEP 517 backend,
+# /opt/ckpt/pytools), its sum added.  pip gets numpy offline from
+# /opt/ckpt/wheels (./bootstrap --deps); without a wheel or numpy there the
+# pip route is not run (said so).
 # GitHub's steps each run in their own `bash -e` with the folders written to
 # $GITHUB_PATH put on PATH, as the runner does; GitLab's script lines run in
 # one shell, stopping at the first failure.  The `uses:` steps are not run.
@@ -42,6 +48,44 @@ fi
 set -- "$rel"/ckpt-*-x86_64-linux.tar.gz
 version=$(basename "$1" | sed 's/^ckpt-\(.*\)-x86_64-linux\.tar\.gz$/\1/')
 
+# the pip route's wheel, and numpy for the job's python3 without an index
+pytools=${CKPT_PYTOOLS:-/opt/ckpt/pytools}
+wheels=${CKPT_WHEELS:-/opt/ckpt/wheels}
+recipes="github gitlab"
+builddir=$(cd "$(dirname "$CKPT")" && pwd)
+set -- "$srcdir"/release/ckpt_toolkit-"$version"-*.whl
+pytag=$(python3 -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+if [ -f "$1" ]; then
+    cp "$1" "$rel/"
+    (cd "$rel" && sed -i '/ ckpt_toolkit-/d' SHA256SUMS && sha256sum "$(basename "$1")" >>SHA256SUMS)
+    note "wheel: make wheel-portable's $(basename "$1")"
+elif "$pytools/bin/python" -c 'import build' 2>/dev/null && command -v patchelf >/dev/null 2>&1 &&
+    [ -f "$builddir/.libs/libckpt.so.0" ] && ! ldd "$CKPT" "$builddir/.libs/libckpt.so.0" | grep -q libcudart; then
+    mkdir -p "$tmp/native/bin" "$tmp/native/lib"
+    ln -s "$CKPT" "$tmp/native/bin/ckpt"
+    ln -s "$builddir/.libs/libckpt.so.0" "$tmp/native/lib/libckpt.so.0"
+    if (cd "$srcdir" && CKPT_TOOLKIT_NATIVE_DIR=$tmp/native PYTHONDONTWRITEBYTECODE=1 \
+        "$pytools/bin/python" -m build --wheel --no-isolation -o "$rel" .) >"$tmp/build.log" 2>&1; then
+        set -- "$rel"/ckpt_toolkit-*.whl
+        (cd "$rel" && sha256sum "$(basename "$1")" >>SHA256SUMS)
+        note "wheel: $(basename "$1"), made from the build tree as make wheel makes it"
+    else
+        fail "the wheel could not be made from the build tree"
+        tail -n 20 "$tmp/build.log" | sed 's/^/   | /'
+    fi
+else
+    note "no wheel (make wheel-portable, or $pytools, patchelf and a build without libcudart): the pip route is not run"
+fi
+set -- "$rel"/ckpt_toolkit-*.whl
+wheel=$(basename "$1")
+if [ ! -f "$1" ]; then
+    :
+elif set -- "$wheels"/numpy-*-"$pytag"-"$pytag"-*.whl && [ -f "$1" ]; then
+    recipes="$recipes github-pip gitlab-pip"
+else
+    note "no numpy wheel for python3 ($pytag) in $wheels (./bootstrap --deps): the pip route is not run"
+fi
+
 # ---- the recipes, from README.md -----------------------------------------------
 
 # recipe NAME: the ```yaml block after README's `<!-- ci recipe: NAME -->`
@@ -50,28 +94,35 @@ recipe() {
         sed -e '1,2d' -e '$d'
 }
 say "README.md's recipes are YAML with the steps this test runs"
-recipe github >"$tmp/github.yml"
-recipe gitlab >"$tmp/gitlab.yml"
-# the commands, one file per GitHub run step / one for GitLab's script
-python3 - "$tmp" <<'PYEOF'
+# the commands, one file per GitHub run step (NAME-stepI.sh) / one for
+# GitLab's script (NAME-script.sh)
+for r in github gitlab github-pip gitlab-pip; do
+    recipe "$r" >"$tmp/$r.yml"
+    python3 - "$tmp" "$r" <<'PYEOF'
 import os, sys, yaml
-tmp = sys.argv[1]
-gh = yaml.safe_load(open(os.path.join(tmp, "github.yml")))
-steps = [s for s in gh["jobs"]["ckpt"]["steps"] if "run" in s]
-for i, s in enumerate(steps):
-    open(os.path.join(tmp, "gh-step%d.sh" % i), "w").write(s["run"])
-uses = [s["uses"].split("@")[0] for s in gh["jobs"]["ckpt"]["steps"] if "uses" in s]
-assert "github/codeql-action/upload-sarif" in uses, uses
-gl = yaml.safe_load(open(os.path.join(tmp, "gitlab.yml")))["ckpt"]
-open(os.path.join(tmp, "gl-script.sh"), "w").write("".join(l + "\n" for l in gl["script"]))
-assert gl["artifacts"]["reports"]["junit"] == "report.xml", gl["artifacts"]
-assert gl["artifacts"]["when"] == "always"
+tmp, name = sys.argv[1:]
+doc = yaml.safe_load(open(os.path.join(tmp, name + ".yml")))
+if name.startswith("github"):
+    steps = [s for s in doc["jobs"]["ckpt"]["steps"] if "run" in s]
+    for i, s in enumerate(steps):
+        open(os.path.join(tmp, "%s-step%d.sh" % (name, i)), "w").write(s["run"])
+    uses = [s["uses"].split("@")[0] for s in doc["jobs"]["ckpt"]["steps"] if "uses" in s]
+    assert "github/codeql-action/upload-sarif" in uses, uses
+else:
+    gl = doc["ckpt"]
+    open(os.path.join(tmp, name + "-script.sh"), "w").write("".join(l + "\n" for l in gl["script"]))
+    assert gl["artifacts"]["reports"]["junit"] == "report.xml", gl["artifacts"]
+    assert gl["artifacts"]["when"] == "always"
 PYEOF
-set -- "$tmp"/gh-step*.sh
-nsteps=$#
-check "GitHub's job has 3 run steps (get ckpt, scan, verify), upload-sarif after them" test "$nsteps" -eq 3
-check "GitLab's script downloads, checks the sum and unpacks" grep -q '^sha256sum -c SHA256SUMS$' "$tmp/gl-script.sh"
-for f in "$tmp"/gh-step*.sh "$tmp/gl-script.sh"; do
+done
+for r in github github-pip; do
+    set -- "$tmp/$r"-step*.sh
+    check "$r: the job has 3 run steps (get ckpt, scan, verify), upload-sarif after them" test $# -eq 3
+done
+check "GitLab's script downloads, checks the sum and unpacks" grep -q '^sha256sum -c --ignore-missing SHA256SUMS$' "$tmp/gitlab-script.sh"
+check "GitLab's pip script downloads, checks the sum and installs" grep -q '^sha256sum -c --ignore-missing SHA256SUMS$' "$tmp/gitlab-pip-script.sh"
+check "the two routes scan and verify alike" test "$(tail -n 2 "$tmp/gitlab-script.sh")" = "$(tail -n 2 "$tmp/gitlab-pip-script.sh")"
+for f in "$tmp"/*-step*.sh "$tmp"/*-script.sh; do
     note "$(basename "$f"):"
     note "$(sed 's/^/  /' "$f")"
 done
@@ -98,18 +149,24 @@ case $scratch in "$srcdir"/*) fail "the scratch folder $scratch is inside the so
 jobpath=/usr/local/bin:/usr/bin:/bin
 command -v ckpt >/dev/null 2>&1 && note "(a ckpt on this PATH is ignored: the job's PATH is $jobpath)"
 
-# github DIR: run GitHub's steps in DIR, in order, until one fails; the
-# status of each step in DIR.status (one a line)
+# the job's pip: numpy from ./bootstrap --deps's wheels, no index
+jobpip="PIP_NO_INDEX=1 PIP_FIND_LINKS=$wheels PIP_DISABLE_PIP_VERSION_CHECK=1"
+
+# github DIR [NAME]: run GitHub's steps of recipe NAME (github) in DIR, in
+# order, until one fails; the status of each step in DIR.status (one a line)
 github() {
+    _r=${2:-github}
     : >"$1.status"
     : >"$1/.github_path"
+    mkdir -p "$1.runner"
     _i=0
-    while [ "$_i" -lt "$nsteps" ]; do
+    while [ -f "$tmp/$_r-step$_i.sh" ]; do
         _p=$jobpath
         while IFS= read -r _d; do _p=$_d:$_p; done <"$1/.github_path"
+        # shellcheck disable=SC2086 # ($jobpip: words)
         if (cd "$1" && env -i PATH="$_p" HOME="$HOME" LC_ALL=C RELEASE="file://$rel" \
-            CKPT_VERSION="$version" GITHUB_PATH="$1/.github_path" \
-            bash -e "$tmp/gh-step$_i.sh") >"$1.out$_i" 2>&1; then
+            CKPT_VERSION="$version" CKPT_WHEEL="$wheel" GITHUB_PATH="$1/.github_path" \
+            RUNNER_TEMP="$1.runner" $jobpip bash -e "$tmp/$_r-step$_i.sh") >"$1.out$_i" 2>&1; then
             echo 0 >>"$1.status"
         else
             echo $? >>"$1.status"
@@ -120,11 +177,12 @@ github() {
 }
 
 # shellcheck disable=SC2317 # (called as "$ci")
-# gitlab DIR: run GitLab's script in DIR (one shell, stops at the first
-# failure); its exit status in DIR.status
+# gitlab DIR [NAME]: run GitLab's script of recipe NAME (gitlab) in DIR
+# (one shell, stops at the first failure); its exit status in DIR.status
 gitlab() {
+    # shellcheck disable=SC2086 # ($jobpip: words)
     if (cd "$1" && env -i PATH="$jobpath" HOME="$HOME" LC_ALL=C RELEASE="file://$rel" \
-        CKPT_VERSION="$version" sh -e "$tmp/gl-script.sh") >"$1.out" 2>&1; then
+        CKPT_VERSION="$version" CKPT_WHEEL="$wheel" $jobpip sh -e "$tmp/${2:-gitlab}-script.sh") >"$1.out" 2>&1; then
         echo 0 >"$1.status"
     else
         echo $? >"$1.status"
@@ -162,12 +220,18 @@ PYEOF
     fi
 }
 
-for ci in github gitlab; do
+for ci in $recipes; do
+    # the runner (github or gitlab), and what the first step leaves
+    runner=${ci%-pip}
+    case $ci in
+    *-pip) artifact=$wheel ;;
+    *) artifact=ckpt-$version-x86_64-linux.tar.gz ;;
+    esac
     say "$ci: a repository whose checkpoint is safe and loads: the job passes"
     repo=$scratch/$ci-safe
     userrepo "$repo"
-    $ci "$repo"
-    if [ "$ci" = github ]; then want='0 0 0'; else want=0; fi
+    $runner "$repo" "$ci"
+    if [ "$runner" = github ]; then want='0 0 0'; else want=0; fi
     got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
     if [ "$got" = "$want" ]; then
         ok "exit statuses of the steps: $got"
@@ -175,8 +239,12 @@ for ci in github gitlab; do
         fail "exit statuses of the steps: $got, expected $want"
         cat "$repo".out* | sed 's/^/   | /'
     fi
-    check "sha256sum -c checked the download" grep -q "ckpt-$version-x86_64-linux.tar.gz: OK" "$repo".out*
-    check "the binary was unpacked in the repository" test -x "$repo/ckpt-$version-x86_64-linux/bin/ckpt"
+    check "sha256sum -c checked the download" grep -q "^$artifact: OK" "$repo".out*
+    case $ci in
+    github-pip) check "ckpt was installed in the job's venv" test -x "$repo.runner/ckpt-venv/bin/ckpt" ;;
+    gitlab-pip) check "ckpt was installed in the job's venv" test -x "$repo/.ckpt-venv/bin/ckpt" ;;
+    *) check "the binary was unpacked in the repository" test -x "$repo/ckpt-$version-x86_64-linux/bin/ckpt" ;;
+    esac
     sarif_eval "$repo/ckpt.sarif" 'd["version"] == "2.1.0" and results == []'
     junit_eval "$repo/report.xml" 's.get("failures") == "0" and s.get("errors") == "0" and "load checkpoint" in cases'
 
@@ -186,8 +254,8 @@ for ci in github gitlab; do
     cp "$bad/os_system.pth" "$repo/checkpoints/"
     git -C "$repo" add -A
     git -C "$repo" -c user.name=ci -c user.email=ci@example.org commit -qm 'an unsafe one'
-    $ci "$repo"
-    if [ "$ci" = github ]; then want='0 1'; else want=1; fi
+    $runner "$repo" "$ci"
+    if [ "$runner" = github ]; then want='0 1'; else want=1; fi
     got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
     if [ "$got" = "$want" ]; then
         ok "exit statuses of the steps: $got (scan's 1: a file is unsafe)"
@@ -199,12 +267,15 @@ for ci in github gitlab; do
     sarif_eval "$repo/ckpt.sarif" 'any("os.system" in r["message"]["text"] for r in results)'
     check "verify did not run after the failed scan (no report.xml)" test ! -e "$repo/report.xml"
 
+    # the verify step's failure once per runner: the pip route's ckpt is the
+    # same program, and each job costs a venv and numpy's install
+    case $ci in *-pip) continue ;; esac
     say "$ci: a DataParallel checkpoint as the model's: verify fails, the JUnit report says why"
     repo=$scratch/$ci-dp
     userrepo "$repo"
     cp "$data/fmnist_mlp_dp.pth" "$repo/checkpoints/model.pth"
-    $ci "$repo"
-    if [ "$ci" = github ]; then want='0 0 1'; else want=1; fi
+    $runner "$repo" "$ci"
+    if [ "$runner" = github ]; then want='0 0 1'; else want=1; fi
     got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
     if [ "$got" = "$want" ]; then
         ok "exit statuses of the steps: $got (verify's 1: the strict load fails)"
@@ -225,5 +296,16 @@ check "the first step fails" test "$(cat "$repo.status")" = 1
 check "nothing was unpacked" test ! -e "$repo/ckpt-$version-x86_64-linux"
 rm -rf "$rel"
 mv "$tmp/good-release" "$rel"
+case $recipes in
+*github-pip*)
+    say "github-pip: a tampered wheel fails sha256sum -c, before pip runs"
+    repo=$scratch/tampered-pip
+    userrepo "$repo"
+    printf 'x' >>"$rel/$wheel"
+    github "$repo" github-pip
+    check "the first step fails" test "$(cat "$repo.status")" = 1
+    check "nothing was installed" test ! -e "$repo.runner/ckpt-venv"
+    ;;
+esac
 
 finish
