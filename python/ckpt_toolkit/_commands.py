@@ -113,7 +113,7 @@ def scan(*paths: PathLike, check: bool = False, **opts: Any) -> Dict[str, Any]:
 def diff(a: PathLike, b: PathLike, check: bool = False, **opts: Any) -> Dict[str, Any]:
     """``ckpt diff --json A B``'s document (ckpt-diff(1)): ``atol``, ``rtol``,
     ``keys_only``, ``normalize``, ``select``.  Checkpoints that differ are a
-    verdict: the document is returned (``summary.all_equal`` false) unless
+    verdict: the document is returned (``equal`` false) unless
     ``check=True``, which raises CheckpointError with exit_status 1."""
     pa, pb = os.fspath(a), os.fspath(b)
     return _json_command("diff", [*_options(opts), "--", pa, pb], [pa, pb], check, True)
