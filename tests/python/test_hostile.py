@@ -59,6 +59,7 @@ def sayer(config):
             print(line)
             return
         with cm.global_and_fixture_disabled():
+            tr.ensure_newline()
             tr.write_line(line)
     return say
 
@@ -209,7 +210,11 @@ COMMITTED = committed()
 # ---------------------------------------------------------------------------------------
 
 def cli(path):
+    """(exit status of `ckpt inspect`, of `ckpt inspect --stats`, its message, modules named).
+    --stats reads the data: it also refuses a stored record whose CRC-32 is wrong, which
+    torch does not check either; the package, mapping the bytes, may read such a file."""
     p = subprocess.run([CKPT, 'inspect', '--json', '--stats', path], capture_output=True, timeout=300)
+    q = subprocess.run([CKPT, 'inspect', '--json', path], capture_output=True, timeout=300)
     s = subprocess.run([CKPT, 'scan', '--json', path], capture_output=True, timeout=300)
     named = set()
     try:
@@ -218,7 +223,7 @@ def cli(path):
                 named.add(g['global'].rsplit('.', 1)[0])
     except Exception:
         pass
-    return p.returncode, p.stderr.decode(errors='replace'), named
+    return q.returncode, p.returncode, p.stderr.decode(errors='replace'), named
 
 
 def exercise(path):
@@ -252,7 +257,8 @@ def exercise(path):
 
 
 def judge(fid, path, work, capfd):
-    rc, err, named = cli(path)
+    rc, rc_stats, err, named = cli(path)
+    crc_only = rc == 0 and rc_stats != 0 and 'CRC-32 mismatch' in err
     named.add(CANARY)
     before = set(sys.modules)
     for m in (marker(work), payload_marker(work), '/tmp/ckpt_pwned'):
@@ -264,7 +270,10 @@ def judge(fid, path, work, capfd):
     out, errout = capfd.readouterr()
     errs = []
     for name, e in res:
-        if rc != 0:
+        if crc_only and (e is None or isinstance(e, CheckpointError)):
+            continue
+        if rc != 0 or rc_stats != 0:
+            rc = rc or rc_stats
             if e is None:
                 errs.append('%s read it; ckpt inspect --stats exits %d: %s' % (name, rc, err.strip()))
             elif not isinstance(e, CheckpointError):
@@ -288,7 +297,8 @@ def judge(fid, path, work, capfd):
     if 'owned' in out or 'ckpt-probe' in out or 'CKPT-TS-PAYLOAD-RAN' in out:
         errs.append('a payload printed: %r' % out[-200:])
     assert not errs, '%s:\n%s' % (fid, '\n'.join(errs))
-    COUNT['refused' if rc else 'read as data'] += 1
+    COUNT['CRC-32 mismatch only, read (as torch does)' if crc_only and any(e is None for _, e in res)
+          else 'refused' if rc or rc_stats else 'read as data'] += 1
 
 
 @pytest.mark.parametrize('fid,path', COMMITTED, ids=[c[0] for c in COMMITTED])
@@ -327,8 +337,9 @@ def test_canary_runs_under_torch(tmp_path_factory, capfd):
         Net.__module__ = %(c)r
         setattr(%(c)s, 'Net', Net)
         torch.manual_seed(0)
-        torch.save(Net(), sys.argv[1])
-        torch.save(Net().state_dict(), sys.argv[2])
+        net = Net()
+        torch.save(net, sys.argv[1])
+        torch.save(net.state_dict(), sys.argv[2])
         ''' % {'c': CANARY})
     sd_path = os.path.join(work, 'whole_canary.sd.pth')
     r = subprocess.run([sys.executable, '-c', save, whole, sd_path], env=env, capture_output=True,

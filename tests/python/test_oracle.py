@@ -76,6 +76,7 @@ def sayer(config):
             print(line)
             return
         with cm.global_and_fixture_disabled():
+            tr.ensure_newline()
             tr.write_line(line)
     return say
 
@@ -382,8 +383,9 @@ def swapped(b, size):
 class Compare:
     """Object for object, as torch_load must match torch.load."""
 
-    def __init__(self, file=''):
+    def __init__(self, file='', ignore_order=False):
         self.file = os.path.basename(file)
+        self.ignore_order = ignore_order
         self.errs = []
         self.offsets = []  # (where, ours, torch): storage offsets that differ
         self.pairs = []  # (ours, theirs) tensors, for storage sharing
@@ -401,9 +403,11 @@ class Compare:
             if local(ref) is not ref:
                 return self.tensor(ours, local(ref), where, True)
             return self.tensor(ours, ref, where, lenient)
-        if type(ours) is not type(ref):
+        if type(ours) is not type(ref) and not (lenient and isinstance(ours, dict) and isinstance(ref, dict)):
             return self.err(where, 'type %s, torch %s' % (type(ours).__name__, type(ref).__name__))
         if isinstance(ref, dict):
+            if self.ignore_order and set(ours) == set(ref):
+                ours = collections.OrderedDict((k, ours[k]) for k in ref)
             if list(ours.keys()) != list(ref.keys()):
                 return self.err(where, 'keys %r, torch %r' % (list(ours)[:6], list(ref)[:6]))
             for k in ref:
@@ -556,6 +560,34 @@ def test_torch_load_equals_torch(fid, path, origin):
     cmp2(again, ref)
     assert not cmp2.errs, 'torch_load(file object) differs:\n%s' % '\n'.join(cmp2.errs[:20])
     COUNT['torch_load vs torch.load(%s)' % how] += 1
+
+
+# DCP folders against dcp_to_torch_save's output; DeepSpeed folders against the run's true
+# state dict (*.live.pth): zero_to_fp32 drops the frozen parameters of stage 1 and keeps them
+# in bf16 elsewhere, where ckpt gives the full fp32 state dict (tests/fixtures/distributed).
+DIST_WITH_REFERENCE = [(c['name'], os.path.join(DIST, c['path']),
+                        os.path.join(DIST, c['reference'] if c['kind'] == 'dcp' else c['live']))
+                       for c in DIST_CASES.values()
+                       if (c['kind'] == 'dcp' and c.get('reference') and not c.get('reference_wrong'))
+                       or c['kind'] == 'deepspeed']
+
+
+@needs_torch
+@pytest.mark.parametrize('name,folder,reference', DIST_WITH_REFERENCE,
+                         ids=[d[0] for d in DIST_WITH_REFERENCE])
+def test_torch_load_folder_equals_reference(name, folder, reference):
+    """torch_load(folder) of a DCP folder is what dcp_to_torch_save gives, that of a DeepSpeed
+    folder the live model's state dict (both saved beside the folder by
+    tests/fixtures/make_distributed.py), values bit for bit; DCP rebuilds dicts in its
+    metadata's order and zero_to_fp32 in its own (by design): key order is not compared."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        ref = torch.load(reference, map_location='cpu', weights_only=False)
+    ours = ckpt_toolkit.torch_load(folder)
+    cmp = Compare(folder, ignore_order=True)
+    cmp(ours, ref, lenient=True)
+    assert not cmp.errs, '%s differs:\n%s' % (os.path.basename(reference), '\n'.join(cmp.errs[:20]))
+    COUNT['torch_load(folder) vs its converter'] += 1
 
 
 def walk_to(obj, keys):
@@ -713,19 +745,34 @@ def test_torch_load_data_only_files(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
-# folders written at test time by the plain-Python generators (the good DCP folder)
+# folders written at test time by the plain-Python generators of tests/bad: their good DCP
+# folder, and their good DeepSpeed folders with EXPECTED.pth (zero_to_fp32's state dict, as
+# tests/cli/deepspeed.sh uses it)
 
-def test_generated_dcp_folder(tmp_path):
-    out = str(tmp_path / 'dcp')
-    p = subprocess.run([sys.executable, os.path.join(BAD, 'make_bad_dcp.py'), out],
-                       capture_output=True, timeout=300)
-    if p.returncode != 0:
-        pytest.skip('make_bad_dcp.py failed here: %s' % p.stderr.decode()[-300:])
-    good = [os.path.join(out, d) for d in sorted(os.listdir(out)) if d.startswith('good')]
-    assert good, 'make_bad_dcp.py wrote no good folder: %s' % os.listdir(out)
-    for g in good:
-        rc, doc, sd, xrc, err = cli_view(g)
-        assert rc == 0, err
-        if xrc == 0:
+def test_generated_good_folders(tmp_path):
+    n = 0
+    for script in ('make_bad_dcp.py', 'make_bad_deepspeed.py'):
+        out = str(tmp_path / script[:-3])
+        p = subprocess.run([sys.executable, os.path.join(BAD, script), out],
+                           capture_output=True, timeout=300)
+        assert p.returncode == 0, '%s: %s' % (script, p.stderr.decode()[-300:])
+        good = [os.path.join(out, d) for d in sorted(os.listdir(out)) if d.startswith('good')]
+        assert good, '%s wrote no good folder: %s' % (script, os.listdir(out))
+        for g in good:
+            if script == 'make_bad_deepspeed.py' and not os.path.exists(os.path.join(g, 'latest')):
+                g = os.path.join(g, 'global_step3')  # good_zero3: IN is the tag folder
+            rc, doc, sd, xrc, err = cli_view(g)
+            assert rc == 0 and xrc == 0, err
             compare_np_with_cli(g, sd_tensors(doc, sd), None)
-        COUNT['generated DCP folders vs ckpt inspect'] += 1
+            n += 1
+        want = os.path.join(out, 'EXPECTED.pth')
+        if torch is not None and os.path.exists(want):
+            ref = torch.load(want, map_location='cpu', weights_only=True)
+            for g in (os.path.join(out, 'good_zero2'), os.path.join(out, 'good_zero3', 'global_step3')):
+                errs = compare_state_dict(ckpt_toolkit.load(g), ref, 'EXPECTED.pth')
+                assert not errs, '%s: %s' % (g, errs)
+                cmp = Compare(g, ignore_order=True)
+                cmp(ckpt_toolkit.torch_load(g), ref, lenient=True)
+                assert not cmp.errs, '%s: %s' % (g, cmp.errs)
+                COUNT['generated DeepSpeed folders vs EXPECTED.pth'] += 1
+    COUNT['generated good folders vs ckpt inspect'] += n

@@ -48,6 +48,7 @@ def sayer(config):
             print(line)
             return
         with cm.global_and_fixture_disabled():
+            tr.ensure_newline()
             tr.write_line(line)
     return say
 
