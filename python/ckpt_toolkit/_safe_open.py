@@ -36,6 +36,14 @@ def _check_framework(framework: str, device: str) -> None:
                               f"must be 'cpu', not {device!r}")
 
 
+def _need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise CheckpointError(EXIT_USAGE, "framework='pt' needs torch, which is not "
+                              "importable here: install it, or use framework='np'") from None
+
+
 class safe_open:
     """A checkpoint's state dict, tensor by tensor, as safetensors' ``safe_open``.
 
@@ -62,10 +70,10 @@ class safe_open:
         self._np = framework in ("np", "numpy")
         self._device = str(device)
         self._select = select
-        if not self._np:
-            import torch  # noqa: F401  (a clear ImportError now, not at the first tensor)
         self._file = File(path)
         try:
+            if not self._np:
+                _need_torch()
             self._open_state_dict(select)
         except BaseException:
             self._file.close()
@@ -83,19 +91,33 @@ class safe_open:
             self._sd_class = text(L.ckpt_file_state_dict_class(f.h, i.value))
         f.check(L.ckpt_file_extract(f.h, select.encode() if select is not None else None))
         root = f.root()
-        self._infos: Dict[str, TensorInfo] = {}
-        uses: Dict[int, int] = {}
+        # keys and tensor handles only: what the pickle says of each tensor is asked
+        # for when the tensor is (opening 10,000 tensors stays cheap)
+        self._tensors: Dict[str, int] = {}
         for k in range(L.ckpt_value_len(root)):
-            kv, vv = L.ckpt_value_dict_key(root, k), L.ckpt_value_dict_value(root, k)
-            if L.ckpt_value_kind(vv) != K_TENSOR:
+            vv = L.ckpt_value_dict_value(root, k)
+            t = L.ckpt_value_tensor(vv)
+            if not t:
                 raise CheckpointError(EXIT_BAD_INPUT, f"{self._sd_path or 'the root'} is not a "
                                       "state dict", f.path)
-            key = value_str(kv).decode("utf-8", "surrogateescape")
-            info = TensorInfo(L.ckpt_value_tensor(vv))
-            self._infos[key] = info
-            if info.storage:
-                uses[info.storage] = uses.get(info.storage, 0) + 1
-        self._shared = {s for s, n in uses.items() if n > 1}
+            key = value_str(L.ckpt_value_dict_key(root, k)).decode("utf-8", "surrogateescape")
+            self._tensors[key] = t
+        self._infos: Dict[str, TensorInfo] = {}
+        self._shared_set: Optional[set] = None
+
+    @property
+    def _shared(self) -> set:
+        """The storages more than one tensor of the state dict is on (read whole once,
+        so that those tensors share memory)."""
+        if self._shared_set is None:
+            L = self._file._lib
+            uses: Dict[int, int] = {}
+            for t in self._tensors.values():
+                s = L.ckpt_tensor_storage(t)
+                if s:
+                    uses[s] = uses.get(s, 0) + 1
+            self._shared_set = {s for s, n in uses.items() if n > 1}
+        return self._shared_set
 
     # ---- the context manager ----
 
@@ -113,20 +135,20 @@ class safe_open:
 
     def keys(self) -> List[str]:
         """The state dict's keys, in the file's order."""
-        return list(self._infos)
+        return list(self._tensors)
 
     def offset_keys(self) -> List[str]:
         """The keys (safetensors has this name too; the order is the file's)."""
         return self.keys()
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._infos)
+        return iter(self._tensors)
 
     def __len__(self) -> int:
-        return len(self._infos)
+        return len(self._tensors)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._infos
+        return key in self._tensors
 
     def metadata(self) -> Optional[Dict[str, str]]:
         """For a .safetensors file, its ``__metadata__`` (None when it has none), as
@@ -144,11 +166,14 @@ class safe_open:
         return md
 
     def _info(self, name: str) -> TensorInfo:
-        try:
-            return self._infos[name]
-        except KeyError:
-            raise CheckpointError(EXIT_USAGE, f"no tensor named {name!r}",
-                                  self._file.path) from None
+        info = self._infos.get(name)
+        if info is None:
+            t = self._tensors.get(name)
+            if t is None:
+                raise CheckpointError(EXIT_USAGE, f"no tensor named {name!r}", self._file.path)
+            self._file.h  # a closed handle raises
+            info = self._infos[name] = TensorInfo(t)
+        return info
 
     def get_tensor(self, name: str) -> Any:
         """The tensor NAME (a torch tensor, or a numpy array with framework='np')."""
@@ -238,8 +263,7 @@ def _first_rows(index: Tuple[Any, ...], info: TensorInfo) -> Optional[Tuple[int,
 def _array_dtype(info: TensorInfo, np_: bool) -> Any:
     if info.kind not in (T_DENSE, T_META):
         raise CheckpointError(EXIT_BAD_INPUT, f"a {info.kind_name()} tensor: not read "
-                              + ("as numpy (framework='pt' builds it)" if np_ and
-                                 info.kind == T_QUANTIZED else "by ckpt_toolkit"))
+                              "as numpy (framework='pt' builds it)")
     return _dtypes.numpy_dtype(info.dtype) if np_ else _dtypes.torch_dtype(info.dtype)
 
 
@@ -249,6 +273,9 @@ def tensor_of(f: File, info: TensorInfo, np_: bool, whole_storage: bool = False)
     if info.kind == T_QUANTIZED and not np_:  # torch has the kind: built as torch_load does
         from ._torch_load import quantized_tensor
         return quantized_tensor(f, info)
+    if info.kind not in (T_DENSE, T_QUANTIZED, T_META) and not np_:  # sparse
+        from ._torch_load import sparse_tensor
+        return sparse_tensor(f, info)
     dt = _array_dtype(info, np_)
     if info.kind == T_META:
         if np_:

@@ -62,7 +62,12 @@ def torch_load(f: Any, map_location: MapLocation = None) -> Any:
     this machine lacks raises, as torch does), a device (str or
     torch.device) for every storage, or a dict {saved tag: device}.
     """
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise CheckpointError(EXIT_USAGE, "torch_load builds torch objects: it needs torch, "
+                              "which is not importable here (load(path, framework='np') "
+                              "reads the state dict as numpy arrays)") from None
     path, tmp = _path_of(f)
     try:
         h = File(path)
@@ -357,6 +362,8 @@ class _Builder:
                 info.dtype), device="meta")
         elif info.kind == T_QUANTIZED:
             t = self.quantized(info)
+        elif info.kind in _SPARSE_LAYOUTS:
+            t = self.sparse(info)
         else:
             raise CheckpointError(EXIT_BAD_INPUT, f"a {info.kind_name()} tensor: torch_load "
                                   "does not build this kind", self.f.path)
@@ -369,32 +376,84 @@ class _Builder:
         return t
 
     def quantized(self, info: TensorInfo) -> Any:
+        """As torch's _rebuild_qtensor: an empty quantized tensor of the quantizer,
+        set_ on the storage (one buffer with every other tensor on it)."""
         torch = self.torch
         q = QParams()
         self.f.check(self.L.ckpt_tensor_qparams(info.t, byref(q)))
         qdt = _dtypes.torch_quantized_dtype(info.dtype)
         scheme = text(q.qscheme) or ""
-        if qdt is None or qdt not in (torch.qint8, torch.quint8, torch.qint32):
+        if qdt is None:
             raise CheckpointError(EXIT_BAD_INPUT, f"a quantized tensor of dtype "
-                                  f"{_dtypes.name(info.dtype)}: not built", self.f.path)
-        rep = torch_view(self.base(info.storage), info, _dtypes.torch_dtype(info.dtype))
+                                  f"{_dtypes.name(info.dtype)}: not a dtype of torch "
+                                  f"{torch.__version__}", self.f.path)
+        b = self.base(info.storage)
+        if b is None:
+            raise CheckpointError(EXIT_BAD_INPUT, "a quantized tensor on a cast storage: "
+                                  "not built", self.f.path)
+        dev = b.device
         if scheme in ("per_tensor_affine", "per_tensor_symmetric"):
-            return torch._make_per_tensor_quantized_tensor(rep, q.scale, q.zero_point)
-        if scheme in ("per_channel_affine", "per_channel_symmetric",
-                      "per_channel_affine_float_qparams") and q.scales and q.zero_points:
+            t = torch._empty_affine_quantized(list(info.shape), scale=q.scale,
+                                              zero_point=q.zero_point, dtype=qdt, device=dev)
+        elif scheme in ("per_channel_affine", "per_channel_symmetric",
+                        "per_channel_affine_float_qparams") and q.scales and q.zero_points:
             scales = self.tensor(TensorInfo(q.scales))
             zps = self.tensor(TensorInfo(q.zero_points))
-            return torch._make_per_channel_quantized_tensor(rep, scales, zps, q.axis)
-        raise CheckpointError(EXIT_BAD_INPUT, f"a quantized tensor with qscheme {scheme}: "
-                              "not built", self.f.path)
+            t = torch._empty_per_channel_affine_quantized(
+                list(info.shape), scales=scales, zero_points=zps, axis=q.axis, dtype=qdt,
+                device=dev)
+        else:
+            raise CheckpointError(EXIT_BAD_INPUT, f"a quantized tensor with qscheme {scheme}: "
+                                  "not built", self.f.path)
+        t.set_(self._typed(b, qdt), info.offset, list(info.shape), list(info.stride))
+        return t
+
+    def sparse(self, info: TensorInfo) -> Any:
+        """As torch's _rebuild_sparse_tensor, from the parts as saved, its invariants
+        checked (indices in bounds) where torch checks them after the load."""
+        torch = self.torch
+        data = self.L.ckpt_tensor_sparse_data(info.t)
+        parts = self.value(data) if data else None
+        layout = getattr(torch, _SPARSE_LAYOUTS[info.kind])
+        if not isinstance(parts, tuple):
+            raise CheckpointError(EXIT_BAD_INPUT, f"a {info.kind_name()} tensor without its "
+                                  "parts", self.f.path)
+        if layout == torch.sparse_coo:
+            indices, values, size = parts[0], parts[1], parts[2]
+            kw = {"check_invariants": True}
+            if len(parts) > 3 and parts[3] is not None:
+                kw["is_coalesced"] = parts[3]
+            try:
+                return torch.sparse_coo_tensor(indices, values, size, **kw)
+            except TypeError:  # torch 1.13: no such arguments; it checks anyway
+                return torch.sparse_coo_tensor(indices, values, size)
+        compressed, plain, values, size = parts[:4]
+        if hasattr(torch, "sparse_compressed_tensor"):
+            try:
+                return torch.sparse_compressed_tensor(compressed, plain, values, size,
+                                                      layout=layout, check_invariants=True)
+            except TypeError:
+                return torch.sparse_compressed_tensor(compressed, plain, values, size,
+                                                      layout=layout)
+        return torch.sparse_csr_tensor(compressed, plain, values, size)
+
+    def _typed(self, b: Any, dtype: Any) -> Any:
+        """A TypedStorage of DTYPE over the uint8 tensor B's memory (what set_ takes)."""
+        torch = self.torch
+        un = b.untyped_storage() if hasattr(b, "untyped_storage") else b.storage().untyped()
+        kw = {"_internal": True} if _typed_internal(torch) else {}
+        import warnings
+        with warnings.catch_warnings():  # "TypedStorage is deprecated": torch makes one too
+            warnings.simplefilter("ignore")
+            return torch.storage.TypedStorage(wrap_storage=un, dtype=dtype, **kw)
 
     def storage(self, s: int) -> Any:
-        torch = self.torch
+        """A bare storage (torch.load gives a TypedStorage of the saved dtype)."""
         b = self.base(s)
-        dt = _dtypes.torch_dtype(self.L.ckpt_storage_dtype(s))
-        un = b.untyped_storage() if hasattr(b, "untyped_storage") else b.storage()._untyped()
-        return torch.storage.TypedStorage(wrap_storage=un, dtype=dt, _internal=True) \
-            if _typed_internal(torch) else torch.storage.TypedStorage(wrap_storage=un, dtype=dt)
+        if b is None:
+            raise CheckpointError(EXIT_BAD_INPUT, "a bare storage cast on read: not built",
+                                  self.f.path)
+        return self._typed(b, _dtypes.torch_dtype(self.L.ckpt_storage_dtype(s)))
 
 
 class _Contiguous:
@@ -407,6 +466,16 @@ class _Contiguous:
             st.append(acc)
             acc *= d
         self.stride = tuple(reversed(st))
+
+
+_SPARSE_LAYOUTS = {2: "sparse_coo", 3: "sparse_csr", 4: "sparse_csc", 5: "sparse_bsr",
+                   6: "sparse_bsc"}
+
+
+def sparse_tensor(f: File, info: TensorInfo) -> Any:
+    """A sparse tensor on the CPU, as torch_load builds it (for safe_open)."""
+    import torch
+    return _Builder(f, "cpu", torch, module_trees=False).sparse(info)
 
 
 def quantized_tensor(f: File, info: TensorInfo) -> Any:
