@@ -365,3 +365,37 @@ def test_canary_runs_under_torch(tmp_path_factory, capfd):
         assert torch.equal(ours[k], ref[k]), k
     assert CANARY not in sys.modules and not os.path.exists(marker(work))
     COUNT['canary files torch.load runs'] += ran
+
+
+BOMB_CHILD = r"""
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+import ckpt_toolkit
+out = {}
+for path in sys.argv[1:]:
+    try:
+        ckpt_toolkit.load(path, framework='np')
+        out[path] = 'read'
+    except ckpt_toolkit.CheckpointError as e:
+        out[path] = [e.exit_status, e.message]
+    except BaseException as e:
+        out[path] = '%s: %s' % (type(e).__name__, e)
+print(json.dumps(out))
+"""
+
+
+def test_memory_bombs_refused_within_limits(tmp_path):
+    """tests/bad/make_bombs.py's inflation, nesting and bytes bombs (as tests/cli/limits.sh):
+    load() refuses each with exit status 3 in a process capped at 3 GiB of address space."""
+    d = str(tmp_path)
+    r = subprocess.run([sys.executable, os.path.join(BAD, 'make_bombs.py'), d], capture_output=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr.decode()[-400:]
+    bombs = sorted(os.path.join(d, n) for n in os.listdir(d))
+    assert len(bombs) >= 4, bombs
+    r = subprocess.run([sys.executable, '-c', BOMB_CHILD] + bombs, capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr.decode()[-1000:]
+    got = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    bad = {os.path.basename(k): v for k, v in got.items() if not (isinstance(v, list) and v[0] == 3)}
+    assert not bad, bad
+    COUNT['memory bombs refused'] += len(got)
