@@ -697,6 +697,149 @@ def test_load_pt_equals_torch(fid, path, origin):
 
 
 # ---------------------------------------------------------------------------------------
+# as torch.load is called: file objects, paths, map_location of every form
+
+@needs_torch
+@pytest.mark.parametrize('fid,path,origin', FIXTURES, ids=[f[0] for f in FIXTURES])
+def test_torch_load_call_forms(fid, path, origin):
+    """torch_load(f) for f a pathlib.Path, an open file, an io.BytesIO (no file behind it)
+    and one not at its start (torch reads from the current position); map_location as a
+    torch.device and as a dict {saved tag: 'cpu'}: each the same object as torch.load with
+    the same arguments (weights-only)."""
+    import io
+    import pathlib
+    rc, doc, sd, xrc, err = cli_view(path)
+    if rc != 0 or os.path.isdir(path) or path.endswith(('.safetensors', '.index.json')):
+        pytest.skip('not a file torch.load reads')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        try:
+            ref = torch.load(path, map_location='cpu', weights_only=True)
+        except Exception as e:
+            pytest.skip('weights-only torch.load refuses it: %s' % type(e).__name__)
+    with open(path, 'rb') as f:
+        data = f.read()
+    tags = sorted({t.get('device', 'cpu') for t in doc['tensors']})
+    forms = [
+        ('pathlib.Path', lambda: ckpt_toolkit.torch_load(pathlib.Path(path), map_location='cpu')),
+        ('io.BytesIO', lambda: ckpt_toolkit.torch_load(io.BytesIO(data), map_location='cpu')),
+        ('map_location=torch.device', lambda: ckpt_toolkit.torch_load(path, map_location=torch.device('cpu'))),
+        ('map_location=dict', lambda: ckpt_toolkit.torch_load(path, map_location={t: 'cpu' for t in tags})),
+    ]
+
+    def after_junk():
+        b = io.BytesIO(b'JUNK' + data)
+        b.read(4)
+        return ckpt_toolkit.torch_load(b, map_location='cpu')
+    forms.append(('a stream at byte 4', after_junk))
+    errs = []
+    for name, fn in forms:
+        try:
+            ours = fn()
+        except Exception as e:
+            errs.append('%s: %s: %s' % (name, type(e).__name__, e))
+            continue
+        cmp = Compare(path)
+        cmp(ours, ref)
+        errs += ['%s: %s' % (name, e) for e in cmp.errs[:5]]
+    if not torch.cuda.is_available() and any(t.startswith('cuda') for t in tags):
+        # no CUDA here: without map_location torch refuses (2.x: RuntimeError; 1.13 wraps it
+        # in UnpicklingError), and the drop-in raises torch 2.x's RuntimeError
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')
+                torch.load(path, weights_only=True)
+            errs.append('torch.load with map_location=None on %s loaded here, without CUDA' % tags)
+        except Exception:
+            pass
+        try:
+            ckpt_toolkit.torch_load(path)
+            errs.append('map_location=None on %s loaded here, without CUDA' % tags)
+        except RuntimeError:
+            pass
+        except Exception as e:
+            errs.append('map_location=None on %s: %s, not a RuntimeError' % (tags, type(e).__name__))
+    assert not errs, '\n'.join(errs[:20])
+    COUNT['torch_load call forms vs torch.load'] += 1
+
+
+# ---------------------------------------------------------------------------------------
+# get_slice against the whole tensor, and against the safetensors package
+
+SLICES = [(0,), (-1,), (slice(1, 3),), (slice(None, None, 2),), (slice(5, 2),), (Ellipsis, 0),
+          (0, Ellipsis), (slice(None), slice(1, 2)), (slice(-2, None), 0)]
+
+
+@pytest.mark.parametrize('fid,path,origin', FIXTURES, ids=[f[0] for f in FIXTURES])
+def test_get_slice_equals_indexing(fid, path, origin):
+    rc, doc, sd, xrc, err = cli_view(path)
+    if rc != 0 or xrc != 0:
+        pytest.skip('no state dict extract takes')
+    want = sd_tensors(doc, sd)
+    errs, n = [], 0
+    with ckpt_toolkit.safe_open(path, framework='np') as f:
+        for k, t in want.items():
+            if t.get('kind', 'dense') != 'dense' or t['dtype'] not in NUMPY_HAS:
+                continue
+            s = f.get_slice(k)
+            if list(s.get_shape()) != t['shape']:
+                errs.append('%s: get_shape %s, inspect %s' % (k, s.get_shape(), t['shape']))
+            whole = f.get_tensor(k)
+            for idx in SLICES:
+                try:
+                    w = whole[idx]
+                except IndexError:
+                    continue
+                try:
+                    got = s[idx]
+                except Exception as e:
+                    errs.append('%s[%r]: %s: %s' % (k, idx, type(e).__name__, e))
+                    continue
+                if got.shape != w.shape or got.dtype != w.dtype or np.ascontiguousarray(got).tobytes() != \
+                        np.ascontiguousarray(w).tobytes():
+                    errs.append('%s[%r]: %s%s, indexing the tensor %s%s' % (k, idx, got.dtype, got.shape,
+                                                                        w.dtype, w.shape))
+                n += 1
+    assert not errs, '\n'.join(errs[:20])
+    COUNT['get_slice checks'] += n
+
+
+SAFETENSORS_FILES = [f for f in FIXTURES if f[1].endswith('.safetensors')]
+
+
+@pytest.mark.parametrize('fid,path,origin', SAFETENSORS_FILES, ids=[f[0] for f in SAFETENSORS_FILES])
+def test_safetensors_package_agrees(fid, path, origin):
+    """Where the safetensors package is installed: keys, metadata(), get_tensor and get_slice
+    as its safe_open(framework='np') gives them."""
+    try:
+        from safetensors import safe_open as st_open
+    except Exception:
+        pytest.skip('no safetensors package here')
+    errs = []
+    with st_open(path, framework='np') as ref, ckpt_toolkit.safe_open(path, framework='np') as f:
+        if sorted(f.keys()) != sorted(ref.keys()):
+            errs.append('keys %r, safetensors %r' % (sorted(f.keys())[:6], sorted(ref.keys())[:6]))
+        if f.metadata() != ref.metadata():
+            errs.append('metadata %r, safetensors %r' % (f.metadata(), ref.metadata()))
+        for k in ref.keys():
+            try:
+                r = ref.get_tensor(k)
+            except Exception:
+                continue  # a dtype numpy lacks: safetensors cannot either
+            a = f.get_tensor(k)
+            if a.dtype != r.dtype or a.shape != r.shape or a.tobytes() != r.tobytes():
+                errs.append('%s: %s%s, safetensors %s%s' % (k, a.dtype, a.shape, r.dtype, r.shape))
+            if ref.get_slice(k).get_dtype() != f.get_slice(k).get_dtype():
+                errs.append('%s: get_dtype %s, safetensors %s' % (k, f.get_slice(k).get_dtype(),
+                                                                  ref.get_slice(k).get_dtype()))
+            if r.ndim and r.shape[0] > 1:
+                if f.get_slice(k)[1:].tobytes() != ref.get_slice(k)[1:].tobytes():
+                    errs.append('%s[1:] differs from safetensors' % k)
+    assert not errs, '\n'.join(errs[:20])
+    COUNT['safetensors files vs the safetensors package'] += 1
+
+
+# ---------------------------------------------------------------------------------------
 # files plain weights-only torch.load refuses but that hold only data
 
 def _write_data_only_files(folder):
