@@ -149,7 +149,11 @@ def lib() -> ctypes.CDLL:
         except OSError as e:
             raise CheckpointError(EXIT_IO, f"cannot load {path}: {e}", path) from None
         for name, (restype, argtypes) in _DECLS.items():
-            fn = getattr(handle, name)
+            try:
+                fn = getattr(handle, name)
+            except AttributeError:
+                raise CheckpointError(EXIT_IO, f"{path} lacks {name}: a libckpt older than "
+                                      "this package", path) from None
             fn.restype = restype
             fn.argtypes = argtypes
         _lib = handle
