@@ -203,7 +203,9 @@ def cli_view(path, select=None):
         args = ['extract', '--dry-run'] + (['--select', select] if select else []) + [path, '/nonexistent/x.pth']
         xrc, xout, xerr = run_ckpt(*args)
         if xrc == 0:
-            m = re.search(r"extracted the state dict '(.*)': ", xout)
+            # 'extracted the state dict 'a/b': N tensors' (the root: no name); with
+            # --select: 'extracted 'a/b': N tensors'
+            m = re.search(r"extracted (?:the state dict )?'(.*)': ", xout)
             sd = m.group(1).split('/') if m else []
     _CLI[key] = (rc, doc, sd, xrc, err)
     return _CLI[key]
@@ -326,6 +328,28 @@ def compare_np_with_cli(path, want, select):
             if t.get('kind', 'dense') == 'dense' and 'crc32' in t and isinstance(d[k], np.ndarray):
                 assert crc_np(d[k]) == t['crc32'], k
     COUNT['files vs ckpt inspect'] += 1
+
+
+@pytest.mark.parametrize('fid,path,origin', FIXTURES, ids=[f[0] for f in FIXTURES])
+def test_select_every_state_dict(fid, path, origin):
+    """select= names each state dict inspect lists (an optimizer's too), as
+    `ckpt extract --select` does: the same tensors, or the same refusal."""
+    rc, doc, sd, xrc, err = cli_view(path)
+    if rc != 0:
+        pytest.skip('the CLI refuses it')
+    n = 0
+    for s in doc['state_dicts'][:8]:
+        sel = '/'.join(str(x) for x in s['path'])
+        if not sel:
+            continue
+        _, _, ssd, sxrc, serr = cli_view(path, sel)
+        if sxrc != 0:
+            check_refused(lambda: ckpt_toolkit.load(path, framework='np', select=sel), sxrc,
+                          'load(select=%r)' % sel)
+        else:
+            compare_np_with_cli(path, sd_tensors(doc, ssd), sel)
+        n += 1
+    COUNT['select= vs extract --select'] += n
 
 
 # ---------------------------------------------------------------------------------------
