@@ -226,11 +226,16 @@ def test_numpy_tensor_is_a_view_of_the_file(big_files, fmt):
 @pytest.mark.parametrize('fmt', FORMATS)
 def test_torch_tensor_is_a_view_of_the_file(big_files, fmt):
     path = big_files[fmt]
+    digest = sha(path)
     with ckpt_toolkit.safe_open(path, framework='pt') as f:
         t = f.get_tensor('layer09.weight')
         assert t.dtype == torch.float32 and tuple(t.shape) == (1024, ELEMS // 1024)
         assert inside(t.data_ptr(), t.numel() * 4, mappings_of(path)), \
             'the tensor is not in a mapping of the file'
         assert float(t.sum()) == 9.5 * ELEMS
+        t.add_(1.0)  # a private mapping: the file must not change
+    assert sha(path) == digest, 'writing to the tensor changed the file'
+    with ckpt_toolkit.safe_open(path, framework='pt') as f:
+        assert float(f.get_tensor('layer09.weight').sum()) == 9.5 * ELEMS
     loaded = ckpt_toolkit.load(path)
     assert inside(loaded['layer03.weight'].data_ptr(), 4 * ELEMS, mappings_of(path))
