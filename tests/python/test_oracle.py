@@ -4,23 +4,30 @@ through ckpt_toolkit, against torch and against the ckpt command.
 Fixtures: tests/data (every file, the Hugging Face folders and shard indexes),
 tests/fixtures/distributed (DCP and DeepSpeed folders, per-rank FSDP files and the
 true state dicts beside them), the real-file corpus of tests/realfiles where
-fetch.py put it (skipped when absent), and folders the plain-Python generators
-of tests/bad write at test time (their good two-rank DCP folder).
+fetch.py put it (skipped when absent), and the good folders the plain-Python
+generators of tests/bad write at test time (DCP; DeepSpeed with EXPECTED.pth).
 
-For each, `ckpt inspect --json --stats` and `ckpt extract --dry-run` are the
-oracle without torch: load()/safe_open() give the state dict extract takes, with
-inspect's names, dtypes and shapes, and the CRC-32 of every tensor's elements.
+Without torch, `ckpt inspect --json --stats` and `ckpt extract --dry-run` are the
+oracle: load()/safe_open() give the state dict extract takes (select= each one
+extract --select takes), with inspect's names, dtypes and shapes and the CRC-32 of
+every tensor's elements; get_slice equals indexing the whole tensor; .safetensors
+files read as the safetensors package reads them, where it is installed.
 With torch:
   * torch_load(f) is compared object for object with
     torch.load(f, weights_only=True) (types, dict order, OrderedDict _metadata,
     Parameters and requires_grad, tensor bytes, shape, stride, storage offset,
-    which tensors share a storage); where weights-only torch refuses one of OUR
-    fixtures (tests/data, tests/fixtures: trusted, made by our scripts), with
-    torch.load(weights_only=False), a pickled module standing for its
-    state_dict(); real files torch refuses are compared with the CLI only;
-  * load(f, framework="pt") against the same object's state dict, and DCP and
-    DeepSpeed folders against the true state dict their run saved (*.live.pth).
+    which tensors share memory and at what distance); where weights-only torch
+    refuses one of OUR fixtures (tests/data, tests/fixtures: trusted, made by our
+    scripts), with torch.load(weights_only=False), a pickled module standing for its
+    state_dict(); real files torch refuses are never given to torch.load: they are
+    compared with the inert stand-in unpickler of tests/interop/_standin.py;
+  * torch_load as torch.load is called: a Path, a BytesIO, a stream not at its
+    start, map_location as a device or a dict, none for a CUDA file without CUDA;
+  * load(f, framework="pt") against the same object's state dict; DCP folders
+    against dcp_to_torch_save's output, DCP and DeepSpeed folders against the true
+    state dict their run saved (*.live.pth).
 A file the CLI refuses (exit 3) must raise CheckpointError with that status.
+Each module prints the torch it ran under and how many files it compared with what.
 """
 import argparse
 import collections
