@@ -270,7 +270,9 @@ def torch_view(base: Any, info: Layout, dtype: Any) -> Any:
         typed = base[: n * item].view(dtype)
     else:
         typed = base.view(dtype) if dtype != torch.uint8 else base
-    return typed.as_strided(info.shape, info.stride, info.offset)
+    # as_strided's offset counts from the start of the storage, and BASE may
+    # itself start inside one (a storage view's bytes in its root's)
+    return typed.as_strided(info.shape, info.stride, typed.storage_offset() + info.offset)
 
 
 _SIZES: "Dict[Any, int]" = {}

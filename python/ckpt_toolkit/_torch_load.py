@@ -20,7 +20,7 @@ import io
 import os
 import shutil
 import tempfile
-from ctypes import byref
+from ctypes import byref, c_int64
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -354,10 +354,23 @@ class _Builder:
         idx = self.L.ckpt_storage_index(s)
         b = self.bases.get(idx)
         if b is None:
-            arr = self.f.storage_bytes(s)
-            if arr is None:
-                return None
-            b = self._to_device(self.torch.from_numpy(arr), s)
+            # a PyTorch 0.3 storage view lies inside its root storage, as in
+            # torch: the root's bytes from the view's offset, not a copy
+            off = c_int64()
+            root = self.L.ckpt_storage_view_of(s, byref(off))
+            rb = self.base(root) if root else None
+            if rb is not None:
+                size = self.L.ckpt_dtype_size(self.L.ckpt_storage_dtype(s)) or 1
+                start = off.value * size
+                us = (rb.untyped_storage() if hasattr(rb, "untyped_storage")
+                      else rb.storage().untyped())  # torch 1.13
+                sub = us[start:start + self.L.ckpt_storage_nbytes(s)]
+                b = self.torch.empty(0, dtype=self.torch.uint8, device=rb.device).set_(sub)
+            else:
+                arr = self.f.storage_bytes(s)
+                if arr is None:
+                    return None
+                b = self._to_device(self.torch.from_numpy(arr), s)
             self.bases[idx] = b
         return b
 
