@@ -14,6 +14,7 @@ import io
 import os
 import json
 import re
+import textwrap
 import shutil
 import subprocess
 import sys
@@ -525,10 +526,17 @@ def test_native_files_missing(monkeypatch, tmp_path):
 
 
 def readme_python_blocks():
+    """The Python blocks of README's Install section (its first screen) and of
+    its Python section, in that order."""
     text = open("README.md", encoding="utf-8").read()
-    m = re.search(r"^## Python\n(.*?)(?=^## )", text, re.S | re.M)
-    assert m, "README.md has no Python section"
-    return re.findall(r"```python\n(.*?)```", m.group(1), re.S)
+    blocks = []
+    for section in ("Install", "Python"):
+        m = re.search(r"^## %s\n(.*?)(?=^## )" % section, text, re.S | re.M)
+        assert m, "README.md has no %s section" % section
+        found = re.findall(r"```python\n(.*?)```", m.group(1), re.S)
+        assert found, "README.md's %s section has no Python example" % section
+        blocks += [textwrap.dedent(b) for b in found]
+    return blocks
 
 
 def test_readme_examples():
