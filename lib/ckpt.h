@@ -572,6 +572,16 @@ CKPT_API const char *ckpt_file_layout(const ckpt_file *f);
 CKPT_API size_t ckpt_storage_run_count(const ckpt_storage *s);
 CKPT_API int ckpt_storage_run(const ckpt_storage *s, size_t i, const char **file,
                               uint64_t *file_offset, uint64_t *nbytes, uint64_t *storage_offset);
+/* Where storage S's bytes lie as one range of one file, readable as they
+ * are (uncompressed, in this machine's byte order, not cast): that file's
+ * path (as opened; a folder checkpoint's file relative to the folder, as
+ * ckpt_storage_run names it) and the offset, for a
+ * caller that maps the file instead of reading it (the Python binding's
+ * zero-copy views); nothing is read or checked (no CRC-32).
+ * CKPT_ERR_UNSUPPORTED when they are not such a range (a compressed record,
+ * big-endian bytes, a cast, pieces of several files, bytes in memory). */
+CKPT_API int ckpt_storage_file_range(ckpt_file *f, const ckpt_storage *s, const char **file,
+                                     uint64_t *offset);
 /* Read whole, and check the CRC-32 of, every record a folder checkpoint's
  * storages take bytes from (what inspect --stats adds to reading every
  * tensor, since a tensor made of parts of records is read by parts that no

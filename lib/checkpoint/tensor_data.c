@@ -137,6 +137,35 @@ int ckpt_storage_raw_range(ckpt_file *f, const ckpt_storage *s, bool as_stored, 
     }
 }
 
+CKPT_API int ckpt_storage_file_range(ckpt_file *f, const ckpt_storage *s, const char **file,
+                                    uint64_t *offset)
+{
+    if (!f || f->magic != CKPT_FILE_MAGIC || !s || !file || !offset)
+        return CKPT_ERR_USAGE;
+    ckpt_err_clear(&f->err);
+    if (s->dtype != s->src_dtype || swapped(s))
+        return CKPT_ERR_UNSUPPORTED;
+    if (s->loc == CKPT_LOC_PIECES) { /* one piece of one file, whole: a range too */
+        const ckpt_piece *p = s->npieces == 1 ? &s->pieces[0] : NULL;
+        if (!p || p->mem || !p->src || !p->src->path || p->dst_offset != 0 ||
+            p->nbytes != s->src_nbytes)
+            return CKPT_ERR_UNSUPPORTED;
+        *file = p->src->path;
+        *offset = p->file_offset;
+        return CKPT_OK;
+    }
+    if (s->loc != CKPT_LOC_FILE_RANGE && s->loc != CKPT_LOC_ZIP_RECORD)
+        return CKPT_ERR_UNSUPPORTED; /* bytes held in memory, or none */
+    if (!s->src || !s->src->path)
+        return CKPT_ERR_UNSUPPORTED;
+    int fd;
+    int rc = ckpt_storage_raw_range(f, s, false, &fd, offset);
+    if (rc != CKPT_OK)
+        return rc;
+    *file = s->src->path;
+    return CKPT_OK;
+}
+
 int ckpt_storage_copy_pieces(ckpt_file *f, const ckpt_storage *s, int out, uint64_t out_off)
 {
     if (s->loc != CKPT_LOC_PIECES || s->dtype != s->src_dtype || swapped(s))

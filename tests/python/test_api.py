@@ -1,0 +1,499 @@
+"""ckpt_toolkit's API, function by function, on the repository's fixtures.
+
+Each test is an example of use.  Tensors are compared with what `ckpt inspect
+--json --stats` says of the same state dict (keys in order, dtypes, shapes,
+the CRC-32 of each tensor's bytes) and, where torch is importable, with
+torch.load bit for bit; the torch parts are skipped in a numpy-only venv.
+Run by tests/python/run.sh (under each Python make check knows).
+"""
+
+import argparse
+import collections
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+
+import ckpt_toolkit as ck
+from ckpt_toolkit import CheckpointError
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not importable here")
+TORCH2 = torch is not None and int(torch.__version__.split(".")[0]) >= 2
+DATA = "tests/data"
+DIST = "tests/fixtures/distributed"
+
+# every input kind ckpt reads, each with the state dict safe_open takes
+INPUTS = [
+    f"{DATA}/mlp.pth",                        # pth-zip, saved on cuda:0
+    f"{DATA}/deflated.pth",                   # compressed records: read, not mapped
+    f"{DATA}/legacy_mlp.pth",                 # pre-1.6 legacy
+    f"{DATA}/proto4.pth",
+    f"{DATA}/dtypes.pth",                     # every classic dtype, views, tied tensors
+    f"{DATA}/train_ckpt.pth",                 # a training checkpoint: its model's state dict
+    f"{DATA}/lightning.pth",
+    f"{DATA}/tar/tar_state_dict.pth",         # torch 0.1's tar
+    f"{DATA}/tar/tar_shared_view.pth",
+    f"{DATA}/quirks/legacy_views.pth",        # PyTorch 0.3 storage views
+    f"{DATA}/torch2/whole_mlp.pt",            # a whole pickled model: its state dict
+    f"{DATA}/torch2/bigendian.pth",           # saved big-endian: read swapped
+    f"{DATA}/torch2/dtypes_v3.pth",           # torch 2.x's newer dtypes
+    f"{DATA}/hf/gpt2_st_sharded/model-00001-of-00004.safetensors",
+    f"{DATA}/hf/gpt2_st_sharded",             # a model folder: a sharded safetensors set
+    f"{DATA}/hf/gpt2_bin_sharded/pytorch_model.bin.index.json",
+    f"{DIST}/dcp/plain1",                     # torch.distributed.checkpoint folder
+    f"{DIST}/dcp/zstd",                       # zstd-compressed DCP items (select below)
+    f"{DIST}/deepspeed/zero1_fp32_2",         # DeepSpeed ZeRO folder
+    f"{DIST}/deepspeed/zero2_bf16_4",         # ... its frozen bf16 parameters upcast
+]
+SELECT = {f"{DIST}/dcp/zstd": "model"}
+
+
+def run_ckpt(*args):
+    p = subprocess.run([ck.ckpt_path(), *args], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, check=False)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def extracted_stats(path, tmp_path, select=None):
+    """`ckpt inspect --json --stats` of the state dict `ckpt extract` writes."""
+    out = tmp_path / "sd.pth"
+    opts = {"select": select} if select else {}
+    ck.extract(path, out=out, map_location="cpu", **opts)
+    rc, doc, err = run_ckpt("inspect", "--json", "--stats", str(out))
+    assert rc == 0, err
+    return json.loads(doc)["tensors"]
+
+
+def raw_bytes(t):
+    """A tensor's (or array's) C-contiguous bytes."""
+    if isinstance(t, np.ndarray):
+        return np.ascontiguousarray(t).tobytes()
+    t = t.detach().cpu().contiguous()
+    if t.dim() == 0:
+        t = t.reshape(1)
+    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def np_or_none(f, key):
+    """framework='np' gives every dtype numpy has (with ml_dtypes: bfloat16,
+    float8); the others raise CheckpointError naming the way out."""
+    try:
+        return f.get_tensor(key)
+    except CheckpointError as e:
+        assert "ml_dtypes" in e.message or "framework='pt'" in e.message, e.message
+        return None
+
+
+@pytest.mark.parametrize("path", INPUTS)
+def test_load_np_matches_inspect(path, tmp_path):
+    """load()/safe_open(framework='np'): the keys, dtypes, shapes and bytes that
+    ckpt inspect --stats reports for the same state dict."""
+    want = extracted_stats(path, tmp_path, SELECT.get(path))
+    with ck.safe_open(path, framework="np", select=SELECT.get(path)) as f:
+        assert f.keys() == [t["path"][0] for t in want]
+        for t in want:
+            sl = f.get_slice(t["path"][0])
+            assert sl.get_shape() == t["shape"]
+            a = np_or_none(f, t["path"][0])
+            if a is None:
+                continue
+            assert list(a.shape) == t["shape"]
+            assert zlib.crc32(np.ascontiguousarray(a).tobytes()) == int(t["crc32"], 16), t["path"]
+
+
+@needs_torch
+@pytest.mark.parametrize("path", INPUTS)
+def test_load_pt_matches_inspect(path, tmp_path):
+    """load(framework='pt'): the same, as torch tensors of ckpt's dtypes."""
+    want = extracted_stats(path, tmp_path, SELECT.get(path))
+    try:
+        sd = ck.load(path, select=SELECT.get(path))
+    except CheckpointError as e:  # torch 1.13 lacks uint16, float8, ...
+        assert not TORCH2 and "is not a dtype of torch" in e.message, e.message
+        return
+    assert list(sd) == [t["path"][0] for t in want]
+    for t in want:
+        x = sd[t["path"][0]]
+        assert str(x.dtype) == "torch." + t["dtype"] and list(x.shape) == t["shape"]
+        assert zlib.crc32(raw_bytes(x)) == int(t["crc32"], 16), t["path"]
+
+
+def test_zero_copy_views():
+    """An uncompressed pth-zip: tensors are views of the mapped file, writable
+    (copy on write: the file never changes), one mapping for the handle."""
+    path = f"{DATA}/dtypes.pth"
+    before = open(path, "rb").read()
+    with ck.safe_open(path, framework="np") as f:
+        a, b = f.get_tensor("tied_a"), f.get_tensor("tied_b")
+        base, view = f.get_tensor("base"), f.get_tensor("offset_view")
+        assert len(f._file._maps) == 1
+    assert np.shares_memory(a, b)                     # one storage, as in the file
+    assert np.shares_memory(base, view) and (view == base[5:12]).all()
+    assert a.flags.writeable and not a.flags.owndata  # a view, not a copy
+    a[0, 0] = 12345.0
+    assert b[0, 0] == 12345.0
+    assert open(path, "rb").read() == before
+
+
+def test_read_on_demand():
+    """A compressed record cannot be mapped: read when asked for, checked."""
+    with ck.safe_open(f"{DATA}/deflated.pth", framework="np") as f:
+        assert f._file._storages == {}                # nothing read by opening
+        w = f.get_tensor("n.1.weight")
+        assert w.flags.owndata or w.base is not None
+        assert len(f._file._storages) == 1
+
+
+@pytest.mark.parametrize("path", [f"{DATA}/mlp.pth", f"{DATA}/deflated.pth",
+                                  f"{DIST}/dcp/plain1"])
+def test_get_slice(path):
+    """get_slice reads the rows it needs (a compressed or DCP storage: only those
+    bytes; a mapped one: a view), and slices as numpy does."""
+    with ck.safe_open(path, framework="np") as f:
+        for key in f.keys():
+            full = f.get_tensor(key)
+            s = f.get_slice(key)
+            assert s.get_shape() == list(full.shape)
+            assert s.get_dtype() in ("F32", "F64", "I64", "BF16", "F16")
+            for index in [(slice(None),), (slice(1, 3),), (0,), (-1,), (slice(0, None, 2),),
+                          (slice(5, 2),), (Ellipsis,)]:
+                if full.ndim == 0 and index != (Ellipsis,):
+                    continue
+                assert np.array_equal(s[index], full[index]), (key, index)
+            if full.ndim == 2:
+                assert np.array_equal(s[1:3, 2:4], full[1:3, 2:4])
+
+
+def test_metadata():
+    """metadata(): a safetensors file's __metadata__; for the rest, what was read."""
+    with ck.safe_open(f"{DATA}/hf/gpt2_st_sharded/model-00001-of-00004.safetensors") as f:
+        assert f.metadata() == {"format": "pt"}
+    with ck.safe_open(f"{DATA}/train_ckpt.pth", framework="np") as f:
+        assert f.metadata() == {"format": "pth-zip", "state_dict": "model_state_dict",
+                                "source": "mapping"}
+    with ck.safe_open(f"{DATA}/torch2/whole_mlp.pt", framework="np") as f:
+        md = f.metadata()
+        assert md["source"] == "module-tree" and md["class"].endswith("Sequential"), md
+
+
+def test_select():
+    """select= names the state dict ("a/b"); without it, a file with several
+    model state dicts is refused as ckpt extract refuses it (exit status 2)."""
+    path = f"{DIST}/dcp/fsdp2_2"
+    with pytest.raises(CheckpointError) as e:
+        ck.safe_open(path, framework="np")
+    assert e.value.exit_status == 2 and "--select" in e.value.message
+    with ck.safe_open(path, framework="np", select="model") as f:
+        assert f.metadata()["state_dict"] == "model" and len(f.keys()) == 8
+    with pytest.raises(CheckpointError) as e:
+        ck.load(path, framework="np", select="nothing/here")
+    assert e.value.exit_status == 3
+
+
+def test_errors():
+    """Every failure is a CheckpointError with ckpt's exit status and message."""
+    with pytest.raises(CheckpointError) as e:
+        ck.load("tests/data/no-such-file.pth", framework="np")
+    assert e.value.exit_status == 4 and "No such file" in e.value.message
+    rc, _, err = run_ckpt("inspect", "tests/bad/empty.pth")
+    with pytest.raises(CheckpointError) as e:
+        ck.load("tests/bad/empty.pth", framework="np")
+    assert (e.value.exit_status, f"ckpt: inspect: tests/bad/empty.pth: {e.value.message}\n") \
+        == (rc, err)
+    with pytest.raises(CheckpointError) as e:
+        ck.safe_open(f"{DATA}/mlp.pth", framework="np").get_tensor("nope")
+    assert e.value.exit_status == 2
+    with pytest.raises(CheckpointError):
+        ck.safe_open(f"{DATA}/mlp.pth", framework="np", device="cuda:0")
+
+
+def test_unsafe_file_is_refused_unread():
+    """A pickle that would run code is refused, never run (exit status 3)."""
+    with pytest.raises(CheckpointError) as e:
+        ck.load("tests/bad/builtins_eval.pth", framework="np")
+    assert e.value.exit_status == 3 and "builtins.eval" in e.value.message
+
+
+def test_bfloat16_without_or_with_ml_dtypes():
+    """framework='np' and bfloat16: ml_dtypes' dtype, or an error naming it."""
+    with ck.safe_open(f"{DATA}/dtypes.pth", framework="np") as f:
+        try:
+            import ml_dtypes
+        except ImportError:
+            with pytest.raises(CheckpointError, match="ml_dtypes"):
+                f.get_tensor("bfloat16")
+        else:
+            assert f.get_tensor("bfloat16").dtype == np.dtype(ml_dtypes.bfloat16)
+
+
+# ---- torch_load, against torch.load ----
+
+TORCH_LOAD_FILES = [
+    f"{DATA}/mlp.pth", f"{DATA}/dtypes.pth", f"{DATA}/train_ckpt.pth",
+    f"{DATA}/legacy_train.pth", f"{DATA}/lightning.pth", f"{DATA}/keepvars.pth",
+    f"{DATA}/deflated.pth", f"{DATA}/proto4.pth", f"{DATA}/bn.pth",
+    f"{DATA}/tar/tar_training.pth", f"{DATA}/tar/tar_shared_view.pth",
+    f"{DATA}/quirks/legacy_views.pth", f"{DATA}/torch2/shared_v3.pth",
+    f"{DATA}/torch2/dtypes_v3.pth", f"{DATA}/torch2/dp_fp8.pth", f"{DATA}/torch2/nocrc.pth",
+    f"{DATA}/crnn_tiny.ref.pth", f"{DIST}/dcp/edge.ref.pth",
+]
+
+
+def torch_reference(path):
+    """torch.load of a fixture the repository made (trusted: weights_only=False
+    only where weights-only refuses it)."""
+    kw = {"map_location": "cpu"}
+    try:
+        return torch.load(path, weights_only=True, **kw)
+    except Exception:
+        sys.path.insert(0, "tests/fixtures")
+        try:
+            return torch.load(path, weights_only=False, **kw)
+        finally:
+            sys.path.remove("tests/fixtures")
+
+
+# Files with storage views (PyTorch 0.3's view_metadata, a tar's views): torch
+# makes each view a storage of its own over the root's memory; ckpt_toolkit
+# puts the tensor on the root storage, at the view's offset plus its own.
+# Same memory, same values; storage_offset and the storage objects differ.
+STORAGE_VIEWS = {f"{DATA}/tar/tar_shared_view.pth", f"{DATA}/quirks/legacy_views.pth"}
+
+
+def same_object(a, b, path="root", offsets=True):
+    """A and B are the same object tree: types, keys in order, _metadata, and
+    tensors bit for bit (dtype, shape, stride, requires_grad, Parameter)."""
+    if torch is not None and isinstance(b, torch.Tensor):
+        assert type(a) is type(b), (path, type(a), type(b))
+        if b.is_quantized:
+            assert a.qscheme() == b.qscheme() and torch.equal(a.int_repr(), b.int_repr()), path
+            return
+        assert (a.dtype, a.shape, a.stride(), a.requires_grad) == \
+            (b.dtype, b.shape, b.stride(), b.requires_grad), path
+        assert not offsets or a.storage_offset() == b.storage_offset(), path
+        assert raw_bytes(a) == raw_bytes(b), path
+        return
+    assert type(a) is type(b), (path, type(a), type(b))
+    if isinstance(b, dict):
+        assert list(a) == list(b), path
+        assert getattr(a, "_metadata", None) == getattr(b, "_metadata", None), path
+        for k in b:
+            same_object(a[k], b[k], f"{path}/{k}", offsets)
+    elif isinstance(b, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            same_object(x, y, f"{path}/{i}", offsets)
+    elif isinstance(b, argparse.Namespace):
+        same_object(vars(a), vars(b), path, offsets)
+    elif isinstance(b, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), path
+    elif isinstance(b, float) and b != b:
+        assert a != a, path
+    else:
+        assert a == b, (path, a, b)
+
+
+def storages_shared(obj):
+    """{data_ptr: [tensors]} of the tensors in OBJ, to compare sharing."""
+    out = collections.defaultdict(list)
+
+    def walk(o, p):
+        if isinstance(o, torch.Tensor):
+            if not o.is_quantized and o.device.type != "meta":
+                ptr = (o.untyped_storage() if hasattr(o, "untyped_storage")
+                       else o.storage()).data_ptr()
+                out[ptr].append(p)
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                walk(v, f"{p}/{k}")
+        elif isinstance(o, (list, tuple)):
+            for i, v in enumerate(o):
+                walk(v, f"{p}/{i}")
+    walk(obj, "")
+    return sorted(sorted(v) for v in out.values())
+
+
+@needs_torch
+@pytest.mark.parametrize("path", TORCH_LOAD_FILES)
+def test_torch_load_is_torch_load(path):
+    """torch_load returns torch.load's object: same tree, same tensors bit for bit,
+    the same tensors sharing storages."""
+    try:
+        want = torch_reference(path)
+    except Exception as e:  # this torch cannot read it (1.13: newer dtypes)
+        with pytest.raises(CheckpointError):
+            ck.torch_load(path, map_location="cpu")
+        print(f"torch {torch.__version__} cannot load {path}: {type(e).__name__}")
+        return
+    got = ck.torch_load(path, map_location="cpu")
+    same_object(got, want, offsets=path not in STORAGE_VIEWS)
+    if path not in STORAGE_VIEWS:
+        assert storages_shared(got) == storages_shared(want)
+
+
+@needs_torch
+def test_torch_load_where_weights_only_refuses():
+    """train_ckpt.pth holds an argparse.Namespace: plain weights-only torch.load
+    refuses it; torch_load builds it (nothing imported from the file)."""
+    path = f"{DATA}/train_ckpt.pth"
+    with pytest.raises(Exception):
+        torch.load(path, weights_only=True, map_location="cpu")
+    ckpt = ck.torch_load(path, map_location="cpu")
+    assert ckpt["args"] == argparse.Namespace(lr=0.01, batch_size=64, name="mlp")
+    assert isinstance(ckpt["model_state_dict"], collections.OrderedDict)
+
+
+@needs_torch
+def test_torch_load_whole_model_is_its_state_dict():
+    """A whole pickled model: its state dict (model.state_dict()'s keys, order,
+    _metadata, detached tensors), its class never imported."""
+    path = f"{DATA}/torch2/whole_mlp.pt"
+    got = ck.torch_load(path)
+    assert isinstance(got, collections.OrderedDict)
+    if TORCH2:
+        want = torch.load(path, weights_only=False).state_dict()
+        same_object(got, want)
+
+
+@needs_torch
+def test_torch_load_map_location_and_file_objects(tmp_path):
+    """map_location as torch takes it; file objects, with a name or in memory."""
+    path = f"{DATA}/mlp.pth"                 # saved on cuda:0
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            ck.torch_load(path)              # as torch.load raises
+    for ml in ("cpu", torch.device("cpu"), {"cuda:0": "cpu"}):
+        sd = ck.torch_load(path, map_location=ml)
+        assert all(t.device.type == "cpu" for t in sd.values())
+    with open(path, "rb") as fh:
+        a = ck.torch_load(fh, map_location="cpu")
+    b = ck.torch_load(io.BytesIO(open(path, "rb").read()), map_location="cpu")
+    same_object(a, b)
+
+
+# ---- the commands ----
+
+def test_inspect_is_ckpt_inspect():
+    """inspect(): ckpt inspect --json's document."""
+    doc = ck.inspect(f"{DATA}/mlp.pth")
+    rc, out, _ = run_ckpt("inspect", "--json", f"{DATA}/mlp.pth")
+    assert rc == 0 and doc == json.loads(out)
+    assert [t["path"] for t in doc["tensors"]][0] == ["n.1.weight"]
+    with pytest.raises(CheckpointError) as e:
+        ck.inspect("tests/bad/empty.pth")
+    assert (e.value.exit_status, e.value.message, e.value.file) == \
+        (3, "empty file", "tests/bad/empty.pth")
+
+
+def test_scan_verdicts():
+    """scan(): the document, also for an unsafe file (its exit is 1); check=True
+    raises on that verdict."""
+    safe = ck.scan(f"{DATA}/mlp.pth")
+    assert safe["exit"] == 0
+    bad = ck.scan("tests/bad/builtins_eval.pth", f"{DATA}/mlp.pth")
+    assert bad["exit"] == 1 and bad["summary"]["files"] == 2
+    with pytest.raises(CheckpointError) as e:
+        ck.scan("tests/bad/builtins_eval.pth", check=True)
+    assert e.value.exit_status == 1 and e.value.document["exit"] == 1
+
+
+def test_diff_and_rewrites(tmp_path):
+    """strip_module, add_module, unwrap, rename, remap, extract, convert, with
+    out= and in_place=; diff() compares the results."""
+    dp = f"{DATA}/dp_mlp.pth"
+    plain = tmp_path / "plain.pth"
+    r = ck.strip_module(dp, out=plain, map_location="cpu")
+    assert r["output"] == str(plain) and any(ln.startswith("wrote") for ln in r["lines"])
+    assert ck.load(plain, framework="np").keys() == \
+        {k[len("module."):] for k in ck.load(dp, framework="np")}
+    d = ck.diff(dp, plain, normalize=True)
+    assert d["equal"] is True
+    d = ck.diff(dp, plain)                       # keys differ: a verdict, not an error
+    assert d["equal"] is False
+    with pytest.raises(CheckpointError) as e:
+        ck.diff(dp, plain, check=True)
+    assert e.value.exit_status == 1
+
+    copy = tmp_path / "copy.pth"
+    shutil.copy(plain, copy)
+    ck.add_module(copy, in_place=True)
+    assert sorted(ck.load(copy, framework="np")) == sorted(ck.load(dp, framework="np"))
+    ck.unwrap(copy, in_place=True)
+    ck.rename(copy, in_place=True, e=[r"s/^n\./net./"])
+    assert sorted(ck.load(copy, framework="np")) == ["net.1.bias", "net.1.weight",
+                                                     "net.3.bias", "net.3.weight"]
+    ck.remap(f"{DATA}/mlp.pth", out=tmp_path / "cpu.pth", to="cpu")
+    assert {t["device"] for t in ck.inspect(tmp_path / "cpu.pth")["tensors"]} == {"cpu"}
+    ck.extract(f"{DATA}/train_ckpt.pth", out=tmp_path / "model.pth")
+    st = tmp_path / "model.safetensors"
+    ck.convert(tmp_path / "model.pth", out=st)
+    a, b = ck.load(tmp_path / "model.pth", framework="np"), ck.load(st, framework="np")
+    assert list(a) == list(b) and all(np.array_equal(a[k], b[k]) for k in a)
+    dry = ck.strip_module(dp, out=tmp_path / "x.pth", dry_run=True)
+    assert "module.n.1.weight -> n.1.weight" in dry["lines"] and not (tmp_path / "x.pth").exists()
+    with pytest.raises(CheckpointError) as e:
+        ck.extract("tests/bad/empty.pth", out=tmp_path / "y.pth")
+    assert (e.value.exit_status, e.value.message) == (3, "empty file")
+    with pytest.raises(CheckpointError) as e:
+        ck.rename(dp, out=tmp_path / "y.pth", e=["s/(/x/"])
+    assert e.value.exit_status == 2
+
+
+def test_verify():
+    """verify(): ckpt verify --json's document, the model spec beside the file."""
+    doc = ck.verify(f"{DATA}/fmnist_mlp.pth", "models/mnist_mlp.json",
+                    reference=f"{DATA}/fmnist_mlp.ref.pth")
+    rc, out, _ = run_ckpt("verify", "--json", "--model", "models/mnist_mlp.json",
+                          "--reference", f"{DATA}/fmnist_mlp.ref.pth", f"{DATA}/fmnist_mlp.pth")
+    assert rc == 0
+    want = json.loads(out)
+    assert doc.keys() == want.keys() and doc.get("passed", True) == want.get("passed", True)
+
+
+def test_python_m_is_ckpt():
+    """python -m ckpt_toolkit ARGS is ckpt ARGS: output and exit status."""
+    for args in (["--version"], ["inspect", f"{DATA}/mlp.pth"], ["inspect", "tests/bad/empty.pth"]):
+        p = subprocess.run([sys.executable, "-m", "ckpt_toolkit", *args],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+        assert (p.returncode, p.stdout.decode(), p.stderr.decode()) == run_ckpt(*args)
+
+
+def test_native_files_missing(monkeypatch, tmp_path):
+    """Without the native files: a CheckpointError naming what is missing."""
+    from ckpt_toolkit import _native
+    monkeypatch.setenv("CKPT_TOOLKIT_NATIVE", str(tmp_path))
+    with pytest.raises(CheckpointError, match="bin/ckpt is missing"):
+        ck.inspect(f"{DATA}/mlp.pth")
+    monkeypatch.setattr(_native, "_lib", None)
+    with pytest.raises(CheckpointError, match="libckpt.so.0 is missing"):
+        ck.load(f"{DATA}/mlp.pth", framework="np")
+
+
+def readme_python_blocks():
+    text = open("README.md", encoding="utf-8").read()
+    m = re.search(r"^## Python\n(.*?)(?=^## )", text, re.S | re.M)
+    assert m, "README.md has no Python section"
+    return re.findall(r"```python\n(.*?)```", m.group(1), re.S)
+
+
+def test_readme_examples(tmp_path, monkeypatch):
+    """Every ```python block of README's Python section runs as shown (torch ones
+    where torch is importable)."""
+    blocks = readme_python_blocks()
+    assert blocks
+    for code in blocks:
+        if "torch" in code and torch is None:
+            continue
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
