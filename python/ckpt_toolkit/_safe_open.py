@@ -83,19 +83,35 @@ class safe_open:
             self._sd_class = text(L.ckpt_file_state_dict_class(f.h, i.value))
         f.check(L.ckpt_file_extract(f.h, select.encode() if select is not None else None))
         root = f.root()
+        # Only the keys and tensor handles now: a TensorInfo is a dozen ctypes
+        # calls, which at 10,000 tensors cost more than opening the file
+        # (bench/bench_python_load.py); it is made when a tensor is asked for.
+        self._tensors: Dict[str, int] = {}
         self._infos: Dict[str, TensorInfo] = {}
-        uses: Dict[int, int] = {}
+        self._shared_storages: Optional[set] = None
+        dict_key, dict_value, kind = L.ckpt_value_dict_key, L.ckpt_value_dict_value, \
+            L.ckpt_value_kind
+        value_tensor = L.ckpt_value_tensor
         for k in range(L.ckpt_value_len(root)):
-            kv, vv = L.ckpt_value_dict_key(root, k), L.ckpt_value_dict_value(root, k)
-            if L.ckpt_value_kind(vv) != K_TENSOR:
+            kv, vv = dict_key(root, k), dict_value(root, k)
+            if kind(vv) != K_TENSOR:
                 raise CheckpointError(EXIT_BAD_INPUT, f"{self._sd_path or 'the root'} is not a "
                                       "state dict", f.path)
-            key = value_str(kv).decode("utf-8", "surrogateescape")
-            info = TensorInfo(L.ckpt_value_tensor(vv))
-            self._infos[key] = info
-            if info.storage:
-                uses[info.storage] = uses.get(info.storage, 0) + 1
-        self._shared = {s for s, n in uses.items() if n > 1}
+            self._tensors[value_str(kv).decode("utf-8", "surrogateescape")] = value_tensor(vv)
+
+    @property
+    def _shared(self) -> set:
+        """The storages more than one tensor of the state dict views (their tensors
+        are views of the whole storage), found at the first tensor asked for."""
+        if self._shared_storages is None:
+            storage = self._file._lib.ckpt_tensor_storage
+            uses: Dict[int, int] = {}
+            for t in self._tensors.values():
+                s = storage(t)
+                if s:
+                    uses[s] = uses.get(s, 0) + 1
+            self._shared_storages = {s for s, n in uses.items() if n > 1}
+        return self._shared_storages
 
     # ---- the context manager ----
 
@@ -113,20 +129,20 @@ class safe_open:
 
     def keys(self) -> List[str]:
         """The state dict's keys, in the file's order."""
-        return list(self._infos)
+        return list(self._tensors)
 
     def offset_keys(self) -> List[str]:
         """The keys (safetensors has this name too; the order is the file's)."""
         return self.keys()
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._infos)
+        return iter(self._tensors)
 
     def __len__(self) -> int:
-        return len(self._infos)
+        return len(self._tensors)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._infos
+        return key in self._tensors
 
     def metadata(self) -> Optional[Dict[str, str]]:
         """For a .safetensors file, its ``__metadata__`` (None when it has none), as
@@ -144,11 +160,15 @@ class safe_open:
         return md
 
     def _info(self, name: str) -> TensorInfo:
-        try:
-            return self._infos[name]
-        except KeyError:
-            raise CheckpointError(EXIT_USAGE, f"no tensor named {name!r}",
-                                  self._file.path) from None
+        info = self._infos.get(name)
+        if info is None:
+            try:
+                t = self._tensors[name]
+            except KeyError:
+                raise CheckpointError(EXIT_USAGE, f"no tensor named {name!r}",
+                                      self._file.path) from None
+            info = self._infos[name] = TensorInfo(t)
+        return info
 
     def get_tensor(self, name: str) -> Any:
         """The tensor NAME (a torch tensor, or a numpy array with framework='np')."""
