@@ -36,6 +36,14 @@ def _check_framework(framework: str, device: str) -> None:
                               f"must be 'cpu', not {device!r}")
 
 
+def _need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise CheckpointError(EXIT_USAGE, "framework='pt' needs torch, which is not "
+                              "importable here: install it, or use framework='np'") from None
+
+
 class safe_open:
     """A checkpoint's state dict, tensor by tensor, as safetensors' ``safe_open``.
 
@@ -62,10 +70,10 @@ class safe_open:
         self._np = framework in ("np", "numpy")
         self._device = str(device)
         self._select = select
-        if not self._np:
-            import torch  # noqa: F401  (a clear ImportError now, not at the first tensor)
         self._file = File(path)
         try:
+            if not self._np:
+                _need_torch()
             self._open_state_dict(select)
         except BaseException:
             self._file.close()

@@ -62,7 +62,12 @@ def torch_load(f: Any, map_location: MapLocation = None) -> Any:
     this machine lacks raises, as torch does), a device (str or
     torch.device) for every storage, or a dict {saved tag: device}.
     """
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise CheckpointError(EXIT_USAGE, "torch_load builds torch objects: it needs torch, "
+                              "which is not importable here (load(path, framework='np') "
+                              "reads the state dict as numpy arrays)") from None
     path, tmp = _path_of(f)
     try:
         h = File(path)

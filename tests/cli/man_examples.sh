@@ -2,7 +2,8 @@
 # man_examples.sh - every example in the EXAMPLES sections of the man pages
 # (man/ckpt.1, man/ckpt-<command>.1 and man/libckpt.3) runs, from the top of
 # the source tree, with the ckpt under test, and does what the page says;
-# every page (man/ckpt-rewrite.7 too, which has no examples) renders cleanly.
+# every page (man/ckpt-rewrite.7 too, which has no examples, and
+# man/ckpt-python.7, whose Python examples README.md runs) renders cleanly.
 #
 # The convention in the pages (see the comment at the top of each):
 #   .Dl $ ckpt ARGS...     an example; the roff escapes \- \e \(aq \(dq \&
@@ -37,7 +38,7 @@ cd "$srcdir"
 # every page, in the order they are checked; a missing one is a failure
 pages="man/ckpt.1 man/ckpt-inspect.1 man/ckpt-strip-module.1 man/ckpt-add-module.1
 man/ckpt-unwrap.1 man/ckpt-rename.1 man/ckpt-remap.1 man/ckpt-diff.1 man/ckpt-convert.1 man/ckpt-extract.1
-man/ckpt-verify.1 man/ckpt-scan.1 man/libckpt.3 man/ckpt-rewrite.7"
+man/ckpt-verify.1 man/ckpt-scan.1 man/libckpt.3 man/ckpt-rewrite.7 man/ckpt-python.7"
 
 # the build tree: where the ckpt under test is, with libckpt.la and libtool
 builddir=$(cd "$(dirname "$CKPT")" && pwd)

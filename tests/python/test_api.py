@@ -178,7 +178,8 @@ def test_get_slice(path):
 
 def test_metadata():
     """metadata(): a safetensors file's __metadata__; for the rest, what was read."""
-    with ck.safe_open(f"{DATA}/hf/gpt2_st_sharded/model-00001-of-00004.safetensors") as f:
+    with ck.safe_open(f"{DATA}/hf/gpt2_st_sharded/model-00001-of-00004.safetensors",
+                      framework="np") as f:
         assert f.metadata() == {"format": "pt"}
     with ck.safe_open(f"{DATA}/train_ckpt.pth", framework="np") as f:
         assert f.metadata() == {"format": "pth-zip", "state_dict": "model_state_dict",
@@ -224,6 +225,16 @@ def test_unsafe_file_is_refused_unread():
     with pytest.raises(CheckpointError) as e:
         ck.load("tests/bad/builtins_eval.pth", framework="np")
     assert e.value.exit_status == 3 and "builtins.eval" in e.value.message
+
+
+@pytest.mark.skipif(torch is not None, reason="torch is importable here")
+def test_without_torch():
+    """framework='pt' and torch_load need torch: without it, an error that says so."""
+    with pytest.raises(CheckpointError, match="framework='np'") as e:
+        ck.load(f"{DATA}/mlp.pth")
+    assert e.value.exit_status == 2
+    with pytest.raises(CheckpointError, match="needs torch"):
+        ck.torch_load(f"{DATA}/mlp.pth")
 
 
 def test_bfloat16_without_or_with_ml_dtypes():
@@ -488,12 +499,21 @@ def readme_python_blocks():
     return re.findall(r"```python\n(.*?)```", m.group(1), re.S)
 
 
-def test_readme_examples(tmp_path, monkeypatch):
-    """Every ```python block of README's Python section runs as shown (torch ones
-    where torch is importable)."""
+def test_readme_examples():
+    """README's Python section, run as doctests: every output shown is checked
+    (the blocks that use torch where torch is importable)."""
+    import doctest
     blocks = readme_python_blocks()
-    assert blocks
-    for code in blocks:
-        if "torch" in code and torch is None:
+    assert len(blocks) >= 3
+    parser = doctest.DocTestParser()
+    globs = {"ck": ck}  # the first block imports it, and needs torch
+    for i, code in enumerate(blocks):
+        if torch is None and ("torch" in code.replace("torch_load", "")
+                              or "torch_load" in code):
             continue
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+        test = parser.get_doctest(code, globs, f"README.md Python block {i + 1}", "README.md", 0)
+        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+        out = io.StringIO()
+        runner.run(test, out=out.write, clear_globs=False)
+        assert runner.failures == 0, out.getvalue()
+        globs = test.globs
