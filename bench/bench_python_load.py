@@ -182,18 +182,19 @@ else:
     from safetensors import safe_open
 t_import = time.perf_counter() - t0
 def once():
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     with safe_open(path, framework="pt") as f:
         keys = list(f.keys())
-    return time.perf_counter() - t, len(keys)
-first, n = once()
-again, n2 = once()
+    return time.perf_counter() - t, time.process_time() - c, len(keys)
+first, first_cpu, n = once()
+again, again_cpu, n2 = once()
 hwm = 0
 with open("/proc/self/status") as f:
     for line in f:
         if line.startswith("VmHWM:"):
             hwm = int(line.split()[1])
 print(json.dumps({"import_s": t_import, "open_s": first, "again_s": again, "keys": n,
+                  "open_cpu_s": first_cpu, "again_cpu_s": again_cpu,
                   "keys_again": n2, "vmhwm_kib": hwm}))
 """
 
@@ -514,7 +515,9 @@ def main():
             for tag, (p, s, m) in files.items()),
                 "- Method (open + keys): each line a fresh child; after `import torch` and the "
                 "package's import (timed apart), it times `with safe_open(F, framework=\"pt\") as "
-                "f: list(f.keys())` (first), then the same again in the same process (again). "
+                "f: list(f.keys())` (first), then the same again in the same process (again); wall time "
+                "(perf_counter) and the process's CPU time (process_time, user + system: what "
+                "other load on the machine changes least). "
                 "One warm-up round, then %d rounds, round-robin, the order rotating; medians." %
                 a.list_runs, ""]
         for cache in caches:
@@ -524,23 +527,27 @@ def main():
             out += ["### Open + keys of 10,000 tensors, page cache %s" % cache, "",
                     "Load average before the runs: median %.2f, max %.2f." % (
                         statistics.median(loads), max(loads)), "",
-                    "| line | file | size | keys | first ms (median) | min ms | again ms | import ms "
-                    "| VmHWM MiB | vs safetensors safe_open (same size) |",
-                    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                    "| line | file | size | keys | first ms (median) | min ms | first CPU ms "
+                    "| again ms | again CPU ms | import ms | VmHWM MiB "
+                    "| vs safetensors safe_open (same size) |",
+                    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
             for key in got:
                 tool, tag, ext = key.split()
                 p, s, m = files[tag]
                 f = p if ext == "pth" else s
                 rs = got[key]
                 first = med(rs, lambda r: r["open_s"])
-                out.append("| %s | %s | %.2f GiB | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.2fx |" % (
+                out.append("| %s | %s | %.2f GiB | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f "
+                           "| %.0f | %.2fx |" % (
                     "`ckpt_toolkit.safe_open`" if tool == "ckpt" else "`safetensors.safe_open`",
                     os.path.basename(f), os.path.getsize(f) / GIB, rs[0]["keys"], first * 1e3,
-                    mn(rs, lambda r: r["open_s"]) * 1e3, med(rs, lambda r: r["again_s"]) * 1e3,
+                    mn(rs, lambda r: r["open_s"]) * 1e3, med(rs, lambda r: r["open_cpu_s"]) * 1e3,
+                    med(rs, lambda r: r["again_s"]) * 1e3, med(rs, lambda r: r["again_cpu_s"]) * 1e3,
                     med(rs, lambda r: r["import_s"]) * 1e3,
                     max(r["vmhwm_kib"] for r in rs) / 1024.0, first / st_ref[tag]))
                 if tool == "ckpt":
-                    verdicts.append((cache, "open+keys %s" % os.path.basename(f), {"open": first}))
+                    verdicts.append((cache, "open+keys %s" % os.path.basename(f),
+                                     {"open": first, "cpu": med(rs, lambda r: r["open_cpu_s"])}))
                 if any(r["keys"] != LIST_COUNT or r["keys_again"] != LIST_COUNT for r in rs):
                     out.append("**%s listed %s keys, not %d**" % (
                         key, sorted({r["keys"] for r in rs}), LIST_COUNT))
@@ -550,8 +557,9 @@ def main():
     res = ["Goals:", ""]
     for cache, label, i in verdicts:
         if "open" in i:
-            res.append("- %s, %s: %.1f ms — %s (under 50 ms)" % (
-                label, cache, i["open"] * 1e3, "met" if i["open"] < 0.05 else "**missed**"))
+            res.append("- %s, %s: %.1f ms (CPU %.1f ms) — %s (under 50 ms)" % (
+                label, cache, i["open"] * 1e3, i["cpu"] * 1e3,
+                "met" if i["open"] < 0.05 else "**missed**"))
         else:
             res.append("- %s, %s: %.2fx torch.load (%s: under 1x), %.2fx safetensors (%s: at most "
                        "1.2x), RssAnon growth %.1f%% of the tensor bytes (%s: under 10%%)" % (
