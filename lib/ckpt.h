@@ -374,6 +374,13 @@ typedef struct ckpt_qparams {
 /* Fill OUT for a quantized tensor; CKPT_ERR_USAGE for any other kind. */
 CKPT_API int ckpt_tensor_qparams(const ckpt_tensor *t, ckpt_qparams *out);
 
+/* A sparse tensor's parts as saved: the data tuple of torch's
+ * _rebuild_sparse_tensor, (indices, values, size[, is_coalesced]) for COO and
+ * (compressed indices, plain indices, values, size) for the compressed
+ * layouts, whose tensors are values of the tree (ckpt_value_tensor); NULL
+ * for any other kind.  What a reader needs to build the tensor itself. */
+CKPT_API const ckpt_value *ckpt_tensor_sparse_data(const ckpt_tensor *t);
+
 /* A tensor a folder checkpoint assembles from parts (a DCP tensor's chunks):
  * where each part lies, as the checkpoint's metadata says (nothing read). */
 typedef struct ckpt_chunk {

@@ -286,6 +286,15 @@ CKPT_API const char *ckpt_tensor_device(const ckpt_tensor *t)
     return t->device ? t->device : t->storage ? t->storage->device : "meta";
 }
 
+CKPT_API const ckpt_value *ckpt_tensor_sparse_data(const ckpt_tensor *t)
+{
+    if (!t || t->kind < CKPT_TENSOR_SPARSE_COO || t->kind > CKPT_TENSOR_SPARSE_BSC ||
+        !t->rebuild_args || t->rebuild_args->kind != CKPT_KIND_TUPLE ||
+        t->rebuild_args->u.seq.len != 2)
+        return NULL;
+    return t->rebuild_args->u.seq.items[1]; /* (layout, DATA): checked by rebuild_sparse */
+}
+
 CKPT_API size_t ckpt_tensor_chunk_count(const ckpt_tensor *t)
 {
     return t && t->storage ? t->storage->nchunks : 0;

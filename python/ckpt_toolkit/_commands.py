@@ -20,7 +20,7 @@ import os
 import subprocess
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from ._errors import EXIT_VERDICT, CheckpointError
+from ._errors import EXIT_IO, EXIT_VERDICT, CheckpointError
 from ._native import ckpt_path
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -87,6 +87,12 @@ def _json_command(cmd: str, args: List[str], files: Sequence[str], check: bool,
     raise _error_from_stderr(cmd, p.returncode, p.stderr, files)
 
 
+def _as_dict(doc: Any) -> Dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise CheckpointError(EXIT_IO, "ckpt printed no JSON document")
+    return doc
+
+
 def _verdict_message(cmd: str, doc: Any) -> str:
     return {"scan": "unsafe or ambiguous: see the document's files",
             "diff": "the checkpoints differ", "verify": "verification failed"}.get(cmd, cmd)
@@ -97,7 +103,7 @@ def inspect(path: PathLike, **opts: Any) -> Dict[str, Any]:
     state dicts, the objects, the torch.load verdicts.  ``stats=True`` reads the
     data too; ``filter="REGEX"``."""
     p = os.fspath(path)
-    return _json_command("inspect", [*_options(opts), "--", p], [p], True, False)
+    return _as_dict(_json_command("inspect", [*_options(opts), "--", p], [p], True, False))
 
 
 def scan(*paths: PathLike, check: bool = False, **opts: Any) -> Dict[str, Any]:
@@ -107,7 +113,7 @@ def scan(*paths: PathLike, check: bool = False, **opts: Any) -> Dict[str, Any]:
     (exit_status 1, the document in ``.document``).  A file that cannot be read
     raises (exit_status 3 or 4)."""
     ps = [os.fspath(p) for p in paths]
-    return _json_command("scan", [*_options(opts), "--", *ps], ps, check, True)
+    return _as_dict(_json_command("scan", [*_options(opts), "--", *ps], ps, check, True))
 
 
 def diff(a: PathLike, b: PathLike, check: bool = False, **opts: Any) -> Dict[str, Any]:
@@ -116,7 +122,7 @@ def diff(a: PathLike, b: PathLike, check: bool = False, **opts: Any) -> Dict[str
     verdict: the document is returned (``equal`` false) unless
     ``check=True``, which raises CheckpointError with exit_status 1."""
     pa, pb = os.fspath(a), os.fspath(b)
-    return _json_command("diff", [*_options(opts), "--", pa, pb], [pa, pb], check, True)
+    return _as_dict(_json_command("diff", [*_options(opts), "--", pa, pb], [pa, pb], check, True))
 
 
 def verify(path: PathLike, spec: PathLike, check: bool = False, **opts: Any) -> Dict[str, Any]:
@@ -125,7 +131,8 @@ def verify(path: PathLike, spec: PathLike, check: bool = False, **opts: Any) -> 
     verification is a verdict: returned unless ``check=True`` (then
     CheckpointError with exit_status 1)."""
     p, s = os.fspath(path), os.fspath(spec)
-    return _json_command("verify", ["--model", s, *_options(opts), "--", p], [p, s], check, True)
+    return _as_dict(_json_command("verify", ["--model", s, *_options(opts), "--", p], [p, s],
+                                  check, True))
 
 
 def _rewrite(cmd: str, path: PathLike, out: Optional[PathLike], in_place: bool,

@@ -44,14 +44,15 @@ def numpy_dtype(code: int) -> "np.dtype[Any]":
         return np.dtype(_NUMPY[n])
     if n in _ML_DTYPES:
         try:
-            import ml_dtypes  # type: ignore[import-not-found]
+            import ml_dtypes
         except ImportError:
             raise CheckpointError(EXIT_BAD_INPUT, f"dtype {n} needs the ml_dtypes package for "
                                   "framework='np' (pip install ml_dtypes), or framework='pt'"
                                   ) from None
         dt = getattr(ml_dtypes, n, None)
         if dt is not None:
-            return np.dtype(dt)
+            out: "np.dtype[Any]" = np.dtype(dt)
+            return out
     raise CheckpointError(EXIT_BAD_INPUT, f"dtype {n} has no numpy dtype: use framework='pt'")
 
 

@@ -16,11 +16,10 @@ import ctypes
 import mmap
 import os
 from ctypes import byref, c_char_p, c_int64, c_size_t, c_uint64
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 
-from . import _dtypes
 from ._errors import CheckpointError
 from ._native import CkptPath, lib, text
 
@@ -42,10 +41,12 @@ class File:
             raise MemoryError("ckpt_file_new")
         self._maps: Dict[str, Optional[mmap.mmap]] = {}
         self._storages: Dict[int, np.ndarray] = {}
+        self._cwd = os.getcwd()
         if self._lib.ckpt_file_open(self._h, os.fsencode(self.path)) != 0:
             err = self.error()
             self.close()
             raise err
+        self._folder = self.format_name() in ("dcp", "deepspeed")
 
     # ---- the handle ----
 
@@ -92,7 +93,7 @@ class File:
         return [text(self._lib.ckpt_file_notice(self.h, i)) or "" for i in range(n)]
 
     def root(self) -> int:
-        return self._lib.ckpt_file_root(self.h)
+        return int(self._lib.ckpt_file_root(self.h))
 
     def state_dicts(self) -> List[Tuple[str, int, str]]:
         """Every state dict: (its path "a/b", its value, its source)."""
@@ -126,30 +127,31 @@ class File:
         if self._lib.ckpt_storage_file_range(self.h, s, byref(name), byref(off)) != 0:
             return None
         file = os.fsdecode(name.value or b"")
-        if not os.path.isabs(file) and self.format_name() in ("dcp", "deepspeed"):
-            file = os.path.join(self.path, file)  # relative to the folder
+        if not os.path.isabs(file):
+            if self._folder:
+                file = os.path.join(self.path, file)  # relative to the folder
+            file = os.path.join(self._cwd, file)  # the paths as opened, whatever chdir since
         return file, off.value
 
     def is_cast(self, s: int) -> bool:
         """Fewer bytes stored than S's dtype needs: a storage cast on read (the one
         cast a file opened here has: DeepSpeed's upcast to float32)."""
         L = self._lib
-        return L.ckpt_storage_read(self.h, s, L.ckpt_storage_nbytes(s), None, 0) != 0
+        return bool(L.ckpt_storage_read(self.h, s, L.ckpt_storage_nbytes(s), None, 0) != 0)
 
-    def storage_bytes(self, s: int) -> Optional[np.ndarray]:
+    def storage_bytes(self, s: int, mapped_only: bool = False) -> Optional[np.ndarray]:
         """Storage S's bytes (this machine's byte order) as a uint8 array, once per
         handle: a view of the mapped file where possible, else read.  None for a
         storage whose dtype is not the one stored (a DeepSpeed folder's frozen
         parameters, upcast to float32 as zero_to_fp32 does): its tensors are read
-        one by one (ckpt_tensor_read casts them)."""
+        one by one (ckpt_tensor_read casts them).  MAPPED_ONLY: None rather than
+        read a storage that cannot be mapped (a caller that reads one tensor of it)."""
         idx = self._lib.ckpt_storage_index(s)
         arr = self._storages.get(idx)
         if arr is not None:
             return arr
         L = self._lib
         nbytes = L.ckpt_storage_nbytes(s)
-        if self.is_cast(s):
-            return None
         size = L.ckpt_dtype_size(L.ckpt_storage_dtype(s)) or 1
         arr = None
         rng = self._range(s) if nbytes else None
@@ -159,6 +161,8 @@ class File:
             if m is not None and off + nbytes <= len(m) and off % size == 0:
                 arr = np.frombuffer(m, dtype=np.uint8, count=nbytes, offset=off)
         if arr is None:
+            if mapped_only or self.is_cast(s):  # a cast one is never a range
+                return None
             arr = np.empty(nbytes, dtype=np.uint8)
             if nbytes:
                 self.check(L.ckpt_storage_read(self.h, s, 0, arr.ctypes.data, nbytes))
@@ -227,14 +231,35 @@ def value_int(v: int) -> int:
     return int.from_bytes(ctypes.string_at(p, n.value), "little", signed=True)
 
 
-def numpy_view(buf: np.ndarray, info: TensorInfo, dt: "np.dtype[Any]") -> np.ndarray:
+class Layout(Protocol):
+    """A strided view of a storage, in elements: TensorInfo, or Strided."""
+
+    shape: Tuple[int, ...]
+    stride: Tuple[int, ...]
+    offset: int
+
+
+class Strided:
+    """A C-contiguous view of SHAPE from element OFFSET."""
+
+    def __init__(self, shape: Tuple[int, ...], offset: int = 0) -> None:
+        self.shape, self.offset = tuple(shape), offset
+        st: List[int] = []
+        acc = 1
+        for d in reversed(self.shape):
+            st.append(acc)
+            acc *= d
+        self.stride = tuple(reversed(st))
+
+
+def numpy_view(buf: np.ndarray, info: Layout, dt: "np.dtype[Any]") -> np.ndarray:
     """INFO's elements as a numpy view of the storage bytes BUF."""
     item = dt.itemsize
     return np.ndarray(info.shape, dtype=dt, buffer=buf, offset=info.offset * item,
                       strides=tuple(s * item for s in info.stride))
 
 
-def torch_view(base: Any, info: TensorInfo, dtype: Any) -> Any:
+def torch_view(base: Any, info: Layout, dtype: Any) -> Any:
     """INFO as a torch view of BASE (a uint8 tensor over the storage's bytes)."""
     import torch
     item = _element_size(torch, dtype)

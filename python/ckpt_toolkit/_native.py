@@ -123,6 +123,7 @@ _DECLS: "dict[str, tuple[Any, list[Any]]]" = {
     "ckpt_tensor_kind_name": (c_char_p, [c_int]),
     "ckpt_tensor_device": (c_char_p, [_P]),
     "ckpt_tensor_qparams": (c_int, [_P, POINTER(QParams)]),
+    "ckpt_tensor_sparse_data": (_P, [_P]),
     "ckpt_tensor_read": (c_int, [_P, _P, c_void_p, c_size_t]),
     "ckpt_storage_key": (c_char_p, [_P]),
     "ckpt_storage_dtype": (c_int, [_P]),
@@ -148,7 +149,11 @@ def lib() -> ctypes.CDLL:
         except OSError as e:
             raise CheckpointError(EXIT_IO, f"cannot load {path}: {e}", path) from None
         for name, (restype, argtypes) in _DECLS.items():
-            fn = getattr(handle, name)
+            try:
+                fn = getattr(handle, name)
+            except AttributeError:
+                raise CheckpointError(EXIT_IO, f"{path} lacks {name}: a libckpt older than "
+                                      "this package", path) from None
             fn.restype = restype
             fn.argtypes = argtypes
         _lib = handle

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import struct
 from ctypes import byref, c_size_t
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
 from . import _dtypes
 from ._errors import EXIT_BAD_INPUT, EXIT_USAGE, CheckpointError
-from ._file import K_TENSOR, T_DENSE, T_META, T_QUANTIZED, File, TensorInfo, numpy_view, \
+from ._file import T_DENSE, T_META, T_QUANTIZED, File, Layout, Strided, TensorInfo, numpy_view, \
     torch_view, value_str
 from ._native import text
 
@@ -38,7 +40,7 @@ def _check_framework(framework: str, device: str) -> None:
 
 def _need_torch() -> None:
     try:
-        import torch  # noqa: F401
+        importlib.import_module("torch")
     except ImportError:
         raise CheckpointError(EXIT_USAGE, "framework='pt' needs torch, which is not "
                               "importable here: install it, or use framework='np'") from None
@@ -74,6 +76,10 @@ class safe_open:
         try:
             if not self._np:
                 _need_torch()
+                if self._device != "cpu":
+                    import torch
+                    from ._torch_load import check_device
+                    check_device(torch, str(torch.device(self._device)), self._file.path)
             self._open_state_dict(select)
         except BaseException:
             self._file.close()
@@ -83,43 +89,47 @@ class safe_open:
         f = self._file
         L = f._lib
         self._sd_path, self._sd_source, self._sd_class = select or "", "mapping", None
+        sds = f.state_dicts()
+        index: Optional[int] = None
         if select is None:
             i = c_size_t()
             f.check(L.ckpt_file_pick_state_dict(f.h, byref(i)))
-            p = f.state_dicts()[i.value]
-            self._sd_path, self._sd_source = p[0], p[2]
-            self._sd_class = text(L.ckpt_file_state_dict_class(f.h, i.value))
-        f.check(L.ckpt_file_extract(f.h, select.encode() if select is not None else None))
+            index = i.value
+        else:
+            index = next((n for n, sd in enumerate(sds) if sd[0] == select), None)
+        if index is not None:
+            self._sd_path, self._sd_source = sds[index][0], sds[index][2]
+            self._sd_class = text(L.ckpt_file_state_dict_class(f.h, index))
+        f.check(L.ckpt_file_extract(f.h, None if select is None
+                                    else select.encode("utf-8", "surrogateescape")))
         root = f.root()
-        # Only the keys and tensor handles now: a TensorInfo is a dozen ctypes
-        # calls, which at 10,000 tensors cost more than opening the file
-        # (bench/bench_python_load.py); it is made when a tensor is asked for.
+        # keys and tensor handles only: what the pickle says of each tensor is asked
+        # for when the tensor is (opening 10,000 tensors stays cheap)
         self._tensors: Dict[str, int] = {}
-        self._infos: Dict[str, TensorInfo] = {}
-        self._shared_storages: Optional[set] = None
-        dict_key, dict_value, kind = L.ckpt_value_dict_key, L.ckpt_value_dict_value, \
-            L.ckpt_value_kind
-        value_tensor = L.ckpt_value_tensor
         for k in range(L.ckpt_value_len(root)):
-            kv, vv = dict_key(root, k), dict_value(root, k)
-            if kind(vv) != K_TENSOR:
+            vv = L.ckpt_value_dict_value(root, k)
+            t = L.ckpt_value_tensor(vv)
+            if not t:
                 raise CheckpointError(EXIT_BAD_INPUT, f"{self._sd_path or 'the root'} is not a "
                                       "state dict", f.path)
-            self._tensors[value_str(kv).decode("utf-8", "surrogateescape")] = value_tensor(vv)
+            key = value_str(L.ckpt_value_dict_key(root, k)).decode("utf-8", "surrogateescape")
+            self._tensors[key] = t
+        self._infos: Dict[str, TensorInfo] = {}
+        self._shared_set: Optional[Set[int]] = None
 
     @property
-    def _shared(self) -> set:
-        """The storages more than one tensor of the state dict views (their tensors
-        are views of the whole storage), found at the first tensor asked for."""
-        if self._shared_storages is None:
-            storage = self._file._lib.ckpt_tensor_storage
+    def _shared(self) -> Set[int]:
+        """The storages more than one tensor of the state dict is on (read whole once,
+        so that those tensors share memory)."""
+        if self._shared_set is None:
+            L = self._file._lib
             uses: Dict[int, int] = {}
             for t in self._tensors.values():
-                s = storage(t)
+                s = L.ckpt_tensor_storage(t)
                 if s:
                     uses[s] = uses.get(s, 0) + 1
-            self._shared_storages = {s for s, n in uses.items() if n > 1}
-        return self._shared_storages
+            self._shared_set = {s for s, n in uses.items() if n > 1}
+        return self._shared_set
 
     # ---- the context manager ----
 
@@ -170,19 +180,19 @@ class safe_open:
     def _info(self, name: str) -> TensorInfo:
         info = self._infos.get(name)
         if info is None:
-            try:
-                t = self._tensors[name]
-            except KeyError:
-                raise CheckpointError(EXIT_USAGE, f"no tensor named {name!r}",
-                                      self._file.path) from None
+            t = self._tensors.get(name)
+            if t is None:
+                raise CheckpointError(EXIT_USAGE, f"no tensor named {name!r}", self._file.path)
+            self._file.h  # a closed handle raises
             info = self._infos[name] = TensorInfo(t)
         return info
 
     def get_tensor(self, name: str) -> Any:
         """The tensor NAME (a torch tensor, or a numpy array with framework='np')."""
         info = self._info(name)
-        return self._finish(tensor_of(self._file, info, self._np,
-                                      whole_storage=info.storage in self._shared))
+        with _as_checkpoint_error(self._file.path, name):
+            return self._finish(tensor_of(self._file, info, self._np,
+                                          whole_storage=info.storage in self._shared))
 
     def get_slice(self, name: str) -> "TensorSlice":
         """A handle on NAME that reads only what ``[...]`` asks for (the rows of
@@ -218,12 +228,25 @@ class TensorSlice:
         if not isinstance(index, tuple):
             index = (index,)
         rows = _first_rows(index, info)
-        if rows is None or info.storage in o._shared:
-            t = tensor_of(o._file, info, o._np, whole_storage=info.storage in o._shared)
-            return o._finish(_copy(t[index], o._np))
-        start, stop, rest = rows
-        t = rows_of(o._file, info, start, stop, o._np)
+        with _as_checkpoint_error(o._file.path, self._name):
+            if rows is None or info.storage in o._shared:
+                t = tensor_of(o._file, info, o._np, whole_storage=info.storage in o._shared)
+                return o._finish(_copy(t[index], o._np))
+            start, stop, rest = rows
+            t = rows_of(o._file, info, start, stop, o._np)
         return o._finish(_copy(t[rest], o._np))
+
+
+@contextlib.contextmanager
+def _as_checkpoint_error(path: str, key: str) -> Iterator[None]:
+    """numpy's or torch's refusal of a view (one the library let through) as the
+    package's error: the file is bad input."""
+    try:
+        yield
+    except (ValueError, RuntimeError, OverflowError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(EXIT_BAD_INPUT, f"tensor {key!r}: {e}", path) from None
 
 
 def _copy(t: Any, np_: bool) -> Any:
@@ -266,8 +289,7 @@ def _first_rows(index: Tuple[Any, ...], info: TensorInfo) -> Optional[Tuple[int,
 def _array_dtype(info: TensorInfo, np_: bool) -> Any:
     if info.kind not in (T_DENSE, T_META):
         raise CheckpointError(EXIT_BAD_INPUT, f"a {info.kind_name()} tensor: not read "
-                              + ("as numpy (framework='pt' builds it)" if np_ and
-                                 info.kind == T_QUANTIZED else "by ckpt_toolkit"))
+                              "as numpy (framework='pt' builds it)")
     return _dtypes.numpy_dtype(info.dtype) if np_ else _dtypes.torch_dtype(info.dtype)
 
 
@@ -277,40 +299,26 @@ def tensor_of(f: File, info: TensorInfo, np_: bool, whole_storage: bool = False)
     if info.kind == T_QUANTIZED and not np_:  # torch has the kind: built as torch_load does
         from ._torch_load import quantized_tensor
         return quantized_tensor(f, info)
+    if info.kind not in (T_DENSE, T_QUANTIZED, T_META) and not np_:  # sparse
+        from ._torch_load import sparse_tensor
+        return sparse_tensor(f, info)
     dt = _array_dtype(info, np_)
     if info.kind == T_META:
         if np_:
             raise CheckpointError(EXIT_BAD_INPUT, "a meta tensor has no data")
         import torch
-        return torch.empty(info.shape, dtype=dt, device="meta")
+        return torch.empty_strided(info.shape, info.stride, dtype=dt, device="meta")
     s = info.storage
     L = f._lib
-    buf = None
-    if whole_storage or L.ckpt_storage_nbytes(s) == info.nbytes or f._range(s) is not None:
-        buf, view = f.storage_bytes(s), info
+    view: Layout = info
+    buf = f.storage_bytes(s, mapped_only=not (whole_storage or
+                                               L.ckpt_storage_nbytes(s) == info.nbytes))
     if buf is None:  # a view of part of a storage nothing else uses, or a cast one
-        buf, view = f.tensor_bytes(info.t), _contiguous(info)
+        buf, view = f.tensor_bytes(info.t), Strided(info.shape)
     if np_:
         return numpy_view(buf, view, dt)
     import torch
     return torch_view(torch.from_numpy(buf), view, dt)
-
-
-class _View:
-    __slots__ = ("shape", "stride", "offset")
-
-    def __init__(self, shape: Tuple[int, ...], offset: int = 0) -> None:
-        self.shape = shape
-        st, acc = [], 1
-        for d in reversed(shape):
-            st.append(acc)
-            acc *= d
-        self.stride = tuple(reversed(st))
-        self.offset = offset
-
-
-def _contiguous(info: TensorInfo) -> Any:
-    return _View(info.shape)
 
 
 def rows_of(f: File, info: TensorInfo, start: int, stop: int, np_: bool) -> Any:
@@ -330,7 +338,7 @@ def rows_of(f: File, info: TensorInfo, start: int, stop: int, np_: bool) -> Any:
     if n:
         f.check(L.ckpt_storage_read(f.h, s, (info.offset + start * row) * item,
                                     buf.ctypes.data, n))
-    view = _View(shape)
+    view = Strided(shape)
     if np_:
         return numpy_view(buf, view, dt)
     import torch

@@ -21,21 +21,43 @@ import os
 import shutil
 import tempfile
 from ctypes import byref
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _dtypes
-from ._errors import EXIT_BAD_INPUT, EXIT_USAGE, CheckpointError
+from ._errors import EXIT_BAD_INPUT, EXIT_IO, EXIT_USAGE, CheckpointError
 from ._file import (K_BOOL, K_BYTES, K_DICT, K_FLOAT, K_FROZENSET, K_GLOBAL, K_INT, K_LIST,
                     K_NONE, K_OBJECT, K_SET, K_STORAGE, K_STR, K_TENSOR, K_TUPLE, T_DENSE,
-                    T_META, T_QUANTIZED, File, TensorInfo, torch_view, value_int, value_str)
-from ._native import CkptPath, QParams, lib, text
+                    T_META, T_QUANTIZED, File, Strided, TensorInfo, torch_view, value_int,
+                    value_str)
+from ._native import CkptPath, QParams, text
 
 
 class DeviceMissingError(CheckpointError, RuntimeError):
     """A tensor was saved on a device this machine lacks and map_location keeps it
-    there (torch.load raises RuntimeError then; this is both)."""
+    there, or safe_open was asked for one (torch.load raises RuntimeError then;
+    this is both).  Exit status 4, as ckpt gives a device it cannot use."""
+
+
+def check_device(torch: Any, dev: str, path: str) -> None:
+    """DeviceMissingError, in torch.load's words, when DEV is a CUDA device this
+    machine lacks."""
+    if not dev.startswith("cuda"):
+        return
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    idx = int(dev.split(":", 1)[1]) if ":" in dev else 0
+    if n == 0:
+        raise DeviceMissingError(
+            EXIT_IO, "Attempting to deserialize object on a CUDA device but "
+            "torch.cuda.is_available() is False. If you are running on a CPU-only "
+            "machine, please use torch.load with map_location=torch.device('cpu') to "
+            "map your storages to the CPU.", path)
+    if idx >= n:
+        raise DeviceMissingError(
+            EXIT_IO, f"Attempting to deserialize object on CUDA device {idx} "
+            f"but torch.cuda.device_count() is {n}. Please use torch.load with "
+            "map_location to map your storages to an existing device.", path)
 
 
 MapLocation = Union[None, str, Any, Dict[str, str], Callable[..., Any]]
@@ -98,7 +120,7 @@ def _path_of(f: Any) -> "tuple[str, Optional[str]]":
 
 def _at_start(f: Any) -> bool:
     try:
-        return f.tell() == 0
+        return bool(f.tell() == 0)
     except (OSError, io.UnsupportedOperation, AttributeError):
         return False
 
@@ -181,7 +203,7 @@ class _Builder:
         if kind == K_BYTES:
             return value_str(v)
         if kind == K_LIST:
-            out_l: list = []
+            out_l: List[Any] = []
             self.memo[v] = out_l
             out_l.extend(self.value(L.ckpt_value_item(v, i)) for i in range(L.ckpt_value_len(v)))
             return out_l
@@ -194,7 +216,13 @@ class _Builder:
         if kind == K_DICT:
             return self.dict(v)
         if kind == K_TENSOR:
-            out = self.tensor(TensorInfo(L.ckpt_value_tensor(v)))
+            try:
+                out = self.tensor(TensorInfo(L.ckpt_value_tensor(v)))
+            except (ValueError, RuntimeError, OverflowError) as e:
+                if isinstance(e, CheckpointError):
+                    raise
+                raise CheckpointError(EXIT_BAD_INPUT, f"a tensor torch refuses to build: {e}",
+                                      self.f.path) from None
             self.memo[v] = out
             return out
         if kind == K_STORAGE:
@@ -237,7 +265,7 @@ class _Builder:
         return CheckpointError(EXIT_BAD_INPUT, f"global '{name}' is not in torch_load's table "
                                "of types (doc/design.md, \"Python\"): not built", self.f.path)
 
-    def _args(self, v: int) -> tuple:
+    def _args(self, v: int) -> Tuple[Any, ...]:
         a = self.L.ckpt_value_object_args(v)
         return tuple(self.value(a)) if a else ()
 
@@ -283,6 +311,9 @@ class _Builder:
             return getattr(builtins, name[9:])(*self._args(v))
         if name == "collections.OrderedDict":
             return collections.OrderedDict(*self._args(v))
+        if name == "collections.Counter":  # torch's weights-only loader builds it too
+            c: "collections.Counter[Any]" = collections.Counter(*self._args(v))
+            return c
         raise self._refuse(name)
 
     def ndarray(self, state: Any) -> np.ndarray:
@@ -315,20 +346,7 @@ class _Builder:
         else:
             raise CheckpointError(EXIT_USAGE, "map_location must be None, a device or a dict "
                                   f"{{saved: device}}, not {type(ml).__name__}")
-        if dev.startswith("cuda"):
-            n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            idx = int(dev.split(":", 1)[1]) if ":" in dev else 0
-            if n == 0:
-                raise DeviceMissingError(
-                    EXIT_BAD_INPUT, "Attempting to deserialize object on a CUDA device but "
-                    "torch.cuda.is_available() is False. If you are running on a CPU-only "
-                    "machine, please use torch.load with map_location=torch.device('cpu') to "
-                    "map your storages to the CPU.", self.f.path)
-            if idx >= n:
-                raise DeviceMissingError(
-                    EXIT_BAD_INPUT, f"Attempting to deserialize object on CUDA device {idx} "
-                    f"but torch.cuda.device_count() is {n}. Please use torch.load with "
-                    "map_location to map your storages to an existing device.", self.f.path)
+        check_device(torch, dev, self.f.path)
         return dev
 
     def base(self, s: int) -> Any:
@@ -354,7 +372,7 @@ class _Builder:
             if b is None:  # cast on read: this tensor's elements alone
                 b = self._to_device(torch.from_numpy(self.f.tensor_bytes(info.t)),
                                     info.storage)
-                t = torch_view(b, _Contiguous(info.shape), _dtypes.torch_dtype(info.dtype))
+                t = torch_view(b, Strided(info.shape), _dtypes.torch_dtype(info.dtype))
             else:
                 t = torch_view(b, info, _dtypes.torch_dtype(info.dtype))
         elif info.kind == T_META:
@@ -362,6 +380,8 @@ class _Builder:
                 info.dtype), device="meta")
         elif info.kind == T_QUANTIZED:
             t = self.quantized(info)
+        elif info.kind in _SPARSE_LAYOUTS:
+            t = self.sparse(info)
         else:
             raise CheckpointError(EXIT_BAD_INPUT, f"a {info.kind_name()} tensor: torch_load "
                                   "does not build this kind", self.f.path)
@@ -374,44 +394,94 @@ class _Builder:
         return t
 
     def quantized(self, info: TensorInfo) -> Any:
+        """As torch's _rebuild_qtensor: an empty quantized tensor of the quantizer,
+        set_ on the storage (one buffer with every other tensor on it)."""
         torch = self.torch
         q = QParams()
         self.f.check(self.L.ckpt_tensor_qparams(info.t, byref(q)))
         qdt = _dtypes.torch_quantized_dtype(info.dtype)
         scheme = text(q.qscheme) or ""
-        if qdt is None or qdt not in (torch.qint8, torch.quint8, torch.qint32):
+        if qdt is None:
             raise CheckpointError(EXIT_BAD_INPUT, f"a quantized tensor of dtype "
-                                  f"{_dtypes.name(info.dtype)}: not built", self.f.path)
-        rep = torch_view(self.base(info.storage), info, _dtypes.torch_dtype(info.dtype))
+                                  f"{_dtypes.name(info.dtype)}: not a dtype of torch "
+                                  f"{torch.__version__}", self.f.path)
+        b = self.base(info.storage)
+        if b is None:
+            raise CheckpointError(EXIT_BAD_INPUT, "a quantized tensor on a cast storage: "
+                                  "not built", self.f.path)
+        dev = b.device
         if scheme in ("per_tensor_affine", "per_tensor_symmetric"):
-            return torch._make_per_tensor_quantized_tensor(rep, q.scale, q.zero_point)
-        if scheme in ("per_channel_affine", "per_channel_symmetric",
-                      "per_channel_affine_float_qparams") and q.scales and q.zero_points:
+            t = torch._empty_affine_quantized(list(info.shape), scale=q.scale,
+                                              zero_point=q.zero_point, dtype=qdt, device=dev)
+        elif scheme in ("per_channel_affine", "per_channel_symmetric",
+                        "per_channel_affine_float_qparams") and q.scales and q.zero_points:
             scales = self.tensor(TensorInfo(q.scales))
             zps = self.tensor(TensorInfo(q.zero_points))
-            return torch._make_per_channel_quantized_tensor(rep, scales, zps, q.axis)
-        raise CheckpointError(EXIT_BAD_INPUT, f"a quantized tensor with qscheme {scheme}: "
-                              "not built", self.f.path)
+            t = torch._empty_per_channel_affine_quantized(
+                list(info.shape), scales=scales, zero_points=zps, axis=q.axis, dtype=qdt,
+                device=dev)
+        else:
+            raise CheckpointError(EXIT_BAD_INPUT, f"a quantized tensor with qscheme {scheme}: "
+                                  "not built", self.f.path)
+        t.set_(self._typed(b, qdt), info.offset, list(info.shape), list(info.stride))
+        return t
+
+    def sparse(self, info: TensorInfo) -> Any:
+        """As torch's _rebuild_sparse_tensor, from the parts as saved, its invariants
+        checked (indices in bounds) where torch checks them after the load."""
+        torch = self.torch
+        data = self.L.ckpt_tensor_sparse_data(info.t)
+        parts = self.value(data) if data else None
+        layout = getattr(torch, _SPARSE_LAYOUTS[info.kind])
+        if not isinstance(parts, tuple):
+            raise CheckpointError(EXIT_BAD_INPUT, f"a {info.kind_name()} tensor without its "
+                                  "parts", self.f.path)
+        if layout == torch.sparse_coo:
+            indices, values, size = parts[0], parts[1], parts[2]
+            kw = {"check_invariants": True}
+            if len(parts) > 3 and parts[3] is not None:
+                kw["is_coalesced"] = parts[3]
+            try:
+                return torch.sparse_coo_tensor(indices, values, size, **kw)
+            except TypeError:  # torch 1.13: no such arguments; it checks anyway
+                return torch.sparse_coo_tensor(indices, values, size)
+        compressed, plain, values, size = parts[:4]
+        if hasattr(torch, "sparse_compressed_tensor"):
+            try:
+                return torch.sparse_compressed_tensor(compressed, plain, values, size,
+                                                      layout=layout, check_invariants=True)
+            except TypeError:
+                return torch.sparse_compressed_tensor(compressed, plain, values, size,
+                                                      layout=layout)
+        return torch.sparse_csr_tensor(compressed, plain, values, size)
+
+    def _typed(self, b: Any, dtype: Any) -> Any:
+        """A TypedStorage of DTYPE over the uint8 tensor B's memory (what set_ takes)."""
+        torch = self.torch
+        un = b.untyped_storage() if hasattr(b, "untyped_storage") else b.storage().untyped()
+        kw = {"_internal": True} if _typed_internal(torch) else {}
+        import warnings
+        with warnings.catch_warnings():  # "TypedStorage is deprecated": torch makes one too
+            warnings.simplefilter("ignore")
+            return torch.storage.TypedStorage(wrap_storage=un, dtype=dtype, **kw)
 
     def storage(self, s: int) -> Any:
-        torch = self.torch
+        """A bare storage (torch.load gives a TypedStorage of the saved dtype)."""
         b = self.base(s)
-        dt = _dtypes.torch_dtype(self.L.ckpt_storage_dtype(s))
-        un = b.untyped_storage() if hasattr(b, "untyped_storage") else b.storage()._untyped()
-        return torch.storage.TypedStorage(wrap_storage=un, dtype=dt, _internal=True) \
-            if _typed_internal(torch) else torch.storage.TypedStorage(wrap_storage=un, dtype=dt)
+        if b is None:
+            raise CheckpointError(EXIT_BAD_INPUT, "a bare storage cast on read: not built",
+                                  self.f.path)
+        return self._typed(b, _dtypes.torch_dtype(self.L.ckpt_storage_dtype(s)))
 
 
-class _Contiguous:
-    """A C-contiguous view of SHAPE from element 0."""
+_SPARSE_LAYOUTS = {2: "sparse_coo", 3: "sparse_csr", 4: "sparse_csc", 5: "sparse_bsr",
+                   6: "sparse_bsc"}
 
-    def __init__(self, shape: "tuple[int, ...]") -> None:
-        self.shape, self.offset = shape, 0
-        st, acc = [], 1
-        for d in reversed(shape):
-            st.append(acc)
-            acc *= d
-        self.stride = tuple(reversed(st))
+
+def sparse_tensor(f: File, info: TensorInfo) -> Any:
+    """A sparse tensor on the CPU, as torch_load builds it (for safe_open)."""
+    import torch
+    return _Builder(f, "cpu", torch, module_trees=False).sparse(info)
 
 
 def quantized_tensor(f: File, info: TensorInfo) -> Any:
@@ -423,7 +493,8 @@ def quantized_tensor(f: File, info: TensorInfo) -> Any:
 def _typed_internal(torch: Any) -> bool:
     import inspect
     try:
-        return "_internal" in inspect.signature(torch.storage.TypedStorage.__init__).parameters
+        params = inspect.signature(torch.storage.TypedStorage.__init__).parameters
+        return "_internal" in params
     except (TypeError, ValueError):
         return False
 

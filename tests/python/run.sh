@@ -38,8 +38,9 @@ else
 fi
 echo "python: $("$py" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 cd "$srcdir" || exit 99
-# -p no:cacheprovider: nothing written into the source tree
-"$py" -m pytest -q -p no:cacheprovider "$@" tests/python
+# nothing written into the source tree (a read-only one under distcheck):
+# no bytecode, no pytest cache
+PYTHONDONTWRITEBYTECODE=1 "$py" -m pytest -q -p no:cacheprovider "$@" tests/python
 rc=$?
 [ $rc -eq 5 ] && rc=77 # no tests collected
 exit $rc

@@ -310,6 +310,79 @@ START_TEST(torch_fixture_ddp_twice)
 }
 END_TEST
 
+/* ckpt_storage_file_range: a stored record is a range of the file holding
+ * exactly what ckpt_storage_read gives (what the Python binding maps); a
+ * deflated record and a big-endian file's storages are not (read instead). */
+START_TEST(file_range_of_stored_records)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s", src_path("tests/data/dp_mlp.pth"));
+    ck_assert_int_eq(ckpt_file_open(f, path), CKPT_OK);
+    const ckpt_storage *s = ckpt_tensor_storage(ckpt_file_tensor(f, 0, NULL));
+    const char *file = NULL;
+    uint64_t off = 0;
+    ck_assert_int_eq(ckpt_storage_file_range(f, s, &file, &off), CKPT_OK);
+    ck_assert_str_eq(file, path);
+    ck_assert_uint_eq(off % 64, 0); /* torch's aligned records */
+    unsigned char want[64], got[64];
+    ck_assert_int_eq(ckpt_storage_read(f, s, 0, want, sizeof want), CKPT_OK);
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pread(fd, got, sizeof got, (off_t)off), (ssize_t)sizeof got);
+    close(fd);
+    ck_assert_mem_eq(got, want, sizeof want);
+
+    ckpt_file *d = ckpt_file_new();
+    ck_assert_int_eq(ckpt_file_open(d, src_path("tests/data/deflated.pth")), CKPT_OK);
+    s = ckpt_tensor_storage(ckpt_file_tensor(d, 0, NULL));
+    ck_assert_int_eq(ckpt_storage_file_range(d, s, &file, &off), CKPT_ERR_UNSUPPORTED);
+    ckpt_file_free(d);
+
+    ckpt_file *b = ckpt_file_new();
+    ck_assert_int_eq(ckpt_file_open(b, src_path("tests/data/torch2/bigendian.pth")), CKPT_OK);
+    size_t swapped = 0;
+    for (size_t i = 0; i < ckpt_file_storage_count(b); i++) {
+        s = ckpt_file_storage(b, i);
+        int rc = ckpt_storage_file_range(b, s, &file, &off);
+        if (ckpt_dtype_size(ckpt_storage_dtype(s)) > 1) {
+            ck_assert_int_eq(rc, CKPT_ERR_UNSUPPORTED);
+            swapped++;
+        }
+    }
+    ck_assert_uint_gt(swapped, 0);
+    ckpt_file_free(b);
+    ck_assert_int_eq(ckpt_storage_file_range(NULL, s, &file, &off), CKPT_ERR_USAGE);
+}
+END_TEST
+
+/* ckpt_tensor_sparse_data: a sparse COO tensor's (indices, values, size, ...)
+ * as saved; NULL for a dense tensor. */
+START_TEST(sparse_data_of_torch_fixture)
+{
+    ck_assert_int_eq(ckpt_file_open(f, src_path("tests/data/torch2/kinds.pth")), CKPT_OK);
+    size_t sparse = 0;
+    for (size_t i = 0; i < ckpt_file_tensor_count(f); i++) {
+        const ckpt_tensor *t = ckpt_file_tensor(f, i, NULL);
+        const ckpt_value *d = ckpt_tensor_sparse_data(t);
+        ckpt_tensor_kind k = ckpt_tensor_kind_of(t);
+        if (k != CKPT_TENSOR_SPARSE_COO && k != CKPT_TENSOR_SPARSE_CSR) {
+            ck_assert_ptr_null(d);
+            continue;
+        }
+        sparse++;
+        ck_assert_int_eq(ckpt_value_kind(d), CKPT_KIND_TUPLE);
+        size_t nparts = k == CKPT_TENSOR_SPARSE_COO ? 2 : 3;
+        ck_assert_uint_ge(ckpt_value_len(d), nparts + 1);
+        for (size_t j = 0; j < nparts; j++)
+            ck_assert_ptr_nonnull(ckpt_value_tensor(ckpt_value_item(d, j)));
+        /* the values part is where the tensor's dtype comes from */
+        ck_assert_int_eq(ckpt_tensor_dtype(ckpt_value_tensor(ckpt_value_item(d, nparts - 1))),
+                         ckpt_tensor_dtype(t));
+    }
+    ck_assert_uint_eq(sparse, 2);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("zip");
@@ -333,6 +406,8 @@ static Suite *suite(void)
     tcase_add_test(t, handle_is_single_use);
     tcase_add_test(t, torch_fixture_dp_mlp);
     tcase_add_test(t, torch_fixture_ddp_twice);
+    tcase_add_test(t, file_range_of_stored_records);
+    tcase_add_test(t, sparse_data_of_torch_fixture);
     suite_add_tcase(s, t);
     return s;
 }
