@@ -41,7 +41,6 @@ class File:
             raise MemoryError("ckpt_file_new")
         self._maps: Dict[str, Optional[mmap.mmap]] = {}
         self._storages: Dict[int, np.ndarray] = {}
-        self.willneed = False  # load(): read mapped storages ahead (_willneed)
         self._cwd = os.getcwd()
         if self._lib.ckpt_file_open(self._h, os.fsencode(self.path)) != 0:
             err = self.error()
@@ -161,8 +160,6 @@ class File:
             m = self._mapped(file)
             if m is not None and off + nbytes <= len(m) and off % size == 0:
                 arr = np.frombuffer(m, dtype=np.uint8, count=nbytes, offset=off)
-                if self.willneed:
-                    _willneed(m, off, nbytes)
         if arr is None:
             if mapped_only or self.is_cast(s):  # a cast one is never a range
                 return None
@@ -180,22 +177,6 @@ class File:
         if n:
             self.check(self._lib.ckpt_tensor_read(self.h, t, arr.ctypes.data, n))
         return arr
-
-
-def _willneed(m: mmap.mmap, off: int, nbytes: int) -> None:
-    """Start reading a mapped storage's pages now (MADV_WILLNEED), for load(),
-    which returns every tensor: its pages then come in file order, not in the
-    order the caller first touches them (a safetensors file keeps its data in
-    another order than its keys: on a cold cache, 1.6x the time of
-    safetensors' load_file without this; bench/bench_python_load.py)."""
-    advice = getattr(mmap, "MADV_WILLNEED", None)
-    if advice is None or not hasattr(m, "madvise"):
-        return
-    start = off - off % mmap.PAGESIZE
-    try:
-        m.madvise(advice, start, off + nbytes - start)
-    except (OSError, ValueError):
-        pass  # advice only
 
 
 def format_path(p: CkptPath) -> str:
