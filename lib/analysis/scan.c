@@ -887,7 +887,7 @@ int ckpt_scan_file(ckpt_scan *s, const char *path)
             ckpt_err_clear(&s->err);
         }
     }
-    if (ckpt_format_pth_tar.claim(fd, (uint64_t)len)) {
+    if (ckpt_format_pth_tar.claim(fd, (uint64_t)len, NULL)) {
         /* torch.load takes it for a tar before anything else; when a later
          * header fails it falls back to the pickle stream, made below too */
         reading_begin(s, "tar", WHO_TAR, 1);

@@ -975,7 +975,7 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
     ssize_t got = pread(fd, head, sizeof head, 0);
     bool zip = got == 4 && memcmp(head, "PK\3\4", 4) == 0; /* torch's _is_zipfile */
     /* not a zip, a real file at offset 0: torch tries tarfile.open first */
-    bool tar = !zip && ckpt_format_pth_tar.claim(fd, (uint64_t)st.st_size);
+    bool tar = !zip && ckpt_format_pth_tar.claim(fd, (uint64_t)st.st_size, NULL);
     t->tar = tar;
     uint64_t len = (uint64_t)st.st_size;
     int rc = CKPT_OK;

@@ -47,7 +47,7 @@ int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_
 int ckpt_zip_data_offset(ckpt_zip *z, int64_t i, uint64_t *offset, ckpt_error *err);
 /* Whether record I's local header starts with its signature, which torch's
  * miniz checks when it extracts the record (libzip reads past a bad one). */
-bool ckpt_zip_local_ok(const ckpt_zip *z, int64_t i);
+bool ckpt_zip_local_ok(ckpt_zip *z, int64_t i);
 
 /* The writer of torch's zip layout (zip_write.c). */
 typedef struct ckpt_zipw ckpt_zipw;

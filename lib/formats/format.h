@@ -178,8 +178,13 @@ typedef struct ckpt_format_desc {
     const char *name_suffix;
     /* After SNIFF said yes: whether the open file FD (SIZE bytes) is this
      * format's after all, for formats that share a container (a TorchScript
-     * zip is a zip with constants.pkl); NULL: SNIFF decides. */
-    bool (*claim)(int fd, uint64_t size);
+     * zip is a zip with constants.pkl); NULL: SNIFF decides.  ZIP non-NULL:
+     * a claim that opened FD as a zip leaves its handle there, yes or no, so
+     * that the zip formats' reading takes it instead of opening the file
+     * again (libzip converts every entry's DOS time with mktime, which stats
+     * /etc/localtime each time when TZ is unset: a second open of a zip of
+     * 10,000 records cost about a quarter of ckpt_file_open). */
+    bool (*claim)(int fd, uint64_t size, ckpt_zip **zip);
     /* Whether the open folder DIRFD is this format's checkpoint (a folder
      * format: read then gets f->dir_fd set and f->main closed, and adds the
      * folder's files with ckpt_file_source_add); NULL: a one-file format. */
@@ -249,6 +254,11 @@ const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, int fd,
  * empty file).  CKPT_ERR_IO when they cannot be read. */
 int ckpt_format_sniff_fd(int fd, uint64_t size, const char *path, uint8_t *head, size_t cap,
                          size_t *got, const ckpt_format_desc **out);
+/* The same, keeping in *ZIP (when it was NULL) the zip handle a claim opened
+ * on FD, for ckpt_torch_zip_walk to take: the caller closes it when no
+ * reader does (ckpt_file's sources close theirs when freed). */
+int ckpt_format_sniff_fd_keep(int fd, uint64_t size, const char *path, uint8_t *head, size_t cap,
+                              size_t *got, const ckpt_format_desc **out, ckpt_zip **zip);
 /* The files DCP metadata file META (".metadata", "__R.metadata") of folder
  * DIRFD names: storage_data's relative_path values, each once (malloc'd,
  * sorted), as written (FileSystemReader opens the folder / each, so that

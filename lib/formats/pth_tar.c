@@ -993,11 +993,17 @@ static bool pth_tar_sniff(const uint8_t *head, size_t n)
     return ckpt_tar_head_ok(head, n);
 }
 
+static bool tar_claim(int fd, uint64_t size, ckpt_zip **zip)
+{
+    (void)zip;
+    return ckpt_tar_probe(fd, size);
+}
+
 const ckpt_format_desc ckpt_format_pth_tar = {
     .id = CKPT_FORMAT_PTH_TAR,
     .name = "pth-tar",
     .sniff = pth_tar_sniff,
-    .claim = ckpt_tar_probe,
+    .claim = tar_claim,
     .read = pth_tar_read,
     .walk = pth_tar_walk,
 };

@@ -41,13 +41,25 @@ static void content_formats(char *buf, size_t cap)
     }
 }
 
+/* The zip handle sniffing left in SRC stays for D's reading only when D
+ * reads a zip. */
+static void keep_zip_for(ckpt_source *src, const ckpt_format_desc *d)
+{
+    if (src->zip && (!d || (d->id != CKPT_FORMAT_PTH_ZIP && d->id != CKPT_FORMAT_TORCHSCRIPT))) {
+        ckpt_zip_close(src->zip);
+        src->zip = NULL;
+    }
+}
+
 /* f->parts.read: a part named by a set, known by its content alone. */
 static int read_part(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
     uint8_t head[16];
     size_t got;
     const ckpt_format_desc *d;
-    int rc = ckpt_format_sniff_fd(src->fd, src->file_size, NULL, head, sizeof(head), &got, &d);
+    int rc = ckpt_format_sniff_fd_keep(src->fd, src->file_size, NULL, head, sizeof(head), &got,
+                                       &d, &src->zip);
+    keep_zip_for(src, d);
     if (!d) {
         char names[200];
         content_formats(names, sizeof(names));
@@ -207,11 +219,13 @@ static int open_file(ckpt_file *f, const char *path, const ckpt_format_desc *as)
     uint8_t head[512];
     size_t got;
     const ckpt_format_desc *d;
-    int rc = ckpt_format_sniff_fd(fd, f->main.file_size, path, head, sizeof(head), &got, &d);
+    int rc = ckpt_format_sniff_fd_keep(fd, f->main.file_size, path, head, sizeof(head), &got, &d,
+                                       &f->main.zip);
     if (rc)
         return ckpt_err(&f->err, rc, "cannot read: %s", strerror(errno));
     if (as && got)
         d = as;
+    keep_zip_for(&f->main, d);
     if (got == 0) {
         rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "empty file");
     } else if (!d) {

@@ -35,12 +35,12 @@ bool ckpt_path_has_suffix(const char *path, const char *suffix)
     return n > k && strcmp(path + n - k, suffix) == 0;
 }
 
-const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, int fd, uint64_t size,
-                                          const char *path)
+static const ckpt_format_desc *sniff(const uint8_t *head, size_t n, int fd, uint64_t size,
+                                     const char *path, ckpt_zip **zip)
 {
     for (const ckpt_format_desc *const *d = ckpt_format_table; *d; d++)
         if ((*d)->sniff && (*d)->sniff(head, n) &&
-            (!(*d)->claim || (fd >= 0 && (*d)->claim(fd, size))))
+            (!(*d)->claim || (fd >= 0 && (*d)->claim(fd, size, zip && !*zip ? zip : NULL))))
             return *d;
     for (const ckpt_format_desc *const *d = ckpt_format_table; path && *d; d++)
         if ((*d)->name_suffix && ckpt_path_has_suffix(path, (*d)->name_suffix))
@@ -48,15 +48,27 @@ const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, int fd,
     return NULL;
 }
 
+const ckpt_format_desc *ckpt_format_sniff(const uint8_t *head, size_t n, int fd, uint64_t size,
+                                          const char *path)
+{
+    return sniff(head, n, fd, size, path, NULL);
+}
+
 int ckpt_format_sniff_fd(int fd, uint64_t size, const char *path, uint8_t *head, size_t cap,
                          size_t *got, const ckpt_format_desc **out)
+{
+    return ckpt_format_sniff_fd_keep(fd, size, path, head, cap, got, out, NULL);
+}
+
+int ckpt_format_sniff_fd_keep(int fd, uint64_t size, const char *path, uint8_t *head, size_t cap,
+                              size_t *got, const ckpt_format_desc **out, ckpt_zip **zip)
 {
     *got = size < cap ? (size_t)size : cap;
     *out = NULL;
     if (*got && ckpt_pread_all(fd, head, *got, 0) != CKPT_OK)
         return CKPT_ERR_IO;
     if (*got)
-        *out = ckpt_format_sniff(head, *got, fd, size, path);
+        *out = sniff(head, *got, fd, size, path, zip);
     return CKPT_OK;
 }
 

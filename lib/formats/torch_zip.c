@@ -199,7 +199,8 @@ int ckpt_torch_zip_walk(ckpt_walk *w, ckpt_source *src, bool jit, ckpt_error *er
     w->zip = NULL;
     w->prefix = NULL;
     w->prefix_len = 0;
-    CKPT_FORWARD(ckpt_zip_open(src->fd, &src->zip, err));
+    if (!src->zip) /* else the one sniffing opened (ckpt_format_sniff_fd_keep) */
+        CKPT_FORWARD(ckpt_zip_open(src->fd, &src->zip, err));
     w->zip = src->zip;
     int rc = CKPT_OK;
     int64_t n = ckpt_zip_count(w->zip);

@@ -23,7 +23,7 @@
 
 /* torch.load's own test (serialization._is_torchscript_zip): a record named
  * exactly constants.pkl in the archive folder.  Any failure: not ours (pth-zip reports it). */
-static bool ts_claim(int fd, uint64_t size)
+static bool ts_claim(int fd, uint64_t size, ckpt_zip **keep)
 {
     (void)size;
     ckpt_error e = {0};
@@ -35,7 +35,10 @@ static bool ts_claim(int fd, uint64_t size)
     const char *slash = first ? strchr(first, '/') : NULL;
     for (int64_t i = 0; slash && slash != first && !yes && i < ckpt_zip_count(z); i++)
         yes = ckpt_torch_zip_is_constants(ckpt_zip_name(z, i), (size_t)(slash - first));
-    ckpt_zip_close(z);
+    if (keep)
+        *keep = z;
+    else
+        ckpt_zip_close(z);
     return yes;
 }
 

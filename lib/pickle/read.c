@@ -220,22 +220,46 @@ static int pop_mark(vm *m, ckpt_value ***items, size_t *n)
     return CKPT_OK;
 }
 
-/* The memo: index -> value (a ckpt_value * as a size_t). */
+/* The memo: index -> value.  An index goes into the dense array when it
+ * is below its size, or when growing it to hold the index keeps it within
+ * a few slots per entry (a hostile BINPUT 4294967295 goes to the map, and
+ * costs what an entry does); the array is read first, so that a put there
+ * overrides one the map holds from before the array grew over it. */
 static int memo_put(vm *m, uint64_t key64, ckpt_value *v)
 {
     if (key64 > UINT32_MAX)
         return fail(m, CKPT_ERR_FORMAT, "memo index %llu out of range", (unsigned long long)key64);
-    if (m->memo.count >= limit(m, CKPT_LIMIT_MEMO) && !ckpt_map_get_u64(&m->memo, key64, NULL))
+    size_t key = (size_t)key64;
+    if (key >= m->dense_cap && key < 4 * m->memo_n + 4096) {
+        size_t cap = m->dense_cap ? 2 * m->dense_cap : 1024;
+        while (cap <= key)
+            cap *= 2;
+        ckpt_value **d = realloc(m->dense, cap * sizeof *d);
+        if (!d)
+            return oom(m);
+        memset(d + m->dense_cap, 0, (cap - m->dense_cap) * sizeof *d);
+        m->dense = d;
+        m->dense_cap = cap;
+    }
+    bool have = key < m->dense_cap && m->dense[key];
+    if (!have && m->memo.count)
+        have = ckpt_map_get_u64(&m->memo, key64, NULL);
+    if (!have && m->memo_n >= limit(m, CKPT_LIMIT_MEMO))
         return fail(m, CKPT_ERR_LIMIT, "more than %llu memo entries",
                     (unsigned long long)limit(m, CKPT_LIMIT_MEMO));
-    if (ckpt_map_set_u64(&m->memo, key64, (size_t)(uintptr_t)v) < 0)
+    if (key < m->dense_cap)
+        m->dense[key] = v;
+    else if (ckpt_map_set_u64(&m->memo, key64, (size_t)(uintptr_t)v) < 0)
         return oom(m);
+    m->memo_n += !have;
     return CKPT_OK;
 }
 
 static int memo_get(vm *m, uint64_t key64)
 {
     size_t v;
+    if (key64 < m->dense_cap && m->dense[key64])
+        return push(m, m->dense[key64]);
     if (key64 > UINT32_MAX || !ckpt_map_get_u64(&m->memo, key64, &v))
         return fail(m, CKPT_ERR_FORMAT, "memo index %llu read before it was stored",
                     (unsigned long long)key64);
@@ -1754,7 +1778,7 @@ static int step(vm *m, bool *stop)
         CKPT_FORWARD(take_le(m, 4, &u));
         return memo_put_top(m, u);
     case CKPT_OP_MEMOIZE:
-        return memo_put_top(m, m->memo.count);
+        return memo_put_top(m, m->memo_n);
     case CKPT_OP_GET:
         CKPT_FORWARD(take_index_line(m, &u));
         return memo_get(m, u);
@@ -1823,6 +1847,7 @@ int ckpt_pickle_load(ckpt_pickle_ctx *ctx, const uint8_t *buf, size_t len, ckpt_
                       "end, or STOP with bytes of the frame after it): refused", ctx->name);
     free(m.stack);
     free(m.marks);
+    free(m.dense);
     ckpt_map_release(&m.memo);
     return rc;
 }

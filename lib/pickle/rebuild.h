@@ -26,7 +26,14 @@ typedef struct vm {
     size_t sp, stack_cap;
     size_t *marks;
     size_t nmarks, marks_cap;
-    ckpt_map memo;           /* index -> ckpt_value * */
+    /* The memo, index -> value: indices below dense_cap in DENSE (NULL: none),
+     * as CPython's unpickler keeps them (pickles number their BINPUTs 0, 1,
+     * 2, ...: a hash map of 10^5 entries cost a fifth of reading a 10,000-
+     * tensor state dict); any other index in MEMO.  MEMO_N: the distinct
+     * indices, the memo's length (MEMOIZE's next index). */
+    ckpt_value **dense;
+    size_t dense_cap, memo_n;
+    ckpt_map memo;
     /* refused classes, admitted for now as possible module classes (the
      * first one's offset names it if the pickle uses it otherwise), and
      * objects of them still waiting for their module BUILD */
