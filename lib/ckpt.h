@@ -296,6 +296,15 @@ CKPT_API const ckpt_value *ckpt_value_dict_key(const ckpt_value *v, size_t i);
 CKPT_API const ckpt_value *ckpt_value_dict_value(const ckpt_value *v, size_t i);
 /* DICT lookup by string key; NULL when absent. */
 CKPT_API const ckpt_value *ckpt_value_dict_get(const ckpt_value *v, const char *key);
+/* Dict V's items from FROM on, in one call for a binding that would make
+ * four a key (the Python package listing 10,000 keys): each string key's
+ * bytes back to back into BUF (CAP bytes), its length into LENS and its
+ * value's tensor (ckpt_value_tensor: NULL when not one) into TENSORS, at
+ * most MAX_ITEMS items.  Returns how many were filled: fewer than asked at
+ * the dict's end, a key that is not a string, or BUF full. */
+CKPT_API size_t ckpt_value_dict_tensor_items(const ckpt_value *v, size_t from, char *buf,
+                                            size_t cap, size_t *lens,
+                                            const ckpt_tensor **tensors, size_t max_items);
 /* 1 when a DICT is a collections.OrderedDict. */
 CKPT_API int ckpt_value_dict_ordered(const ckpt_value *v);
 /* State set by pickle BUILD (an OrderedDict's _metadata lives here); or NULL. */

@@ -175,6 +175,25 @@ CKPT_API const ckpt_value *ckpt_value_dict_value(const ckpt_value *v, size_t i)
     return v->u.dict.vals.items[i];
 }
 
+CKPT_API size_t ckpt_value_dict_tensor_items(const ckpt_value *v, size_t from, char *buf,
+                                            size_t cap, size_t *lens,
+                                            const ckpt_tensor **tensors, size_t max_items)
+{
+    if (!v || v->kind != CKPT_KIND_DICT || !lens || !tensors || (cap && !buf))
+        return 0;
+    size_t n = 0, used = 0;
+    for (size_t i = from; i < v->u.dict.keys.len && n < max_items; i++, n++) {
+        const ckpt_value *k = v->u.dict.keys.items[i];
+        if (k->kind != CKPT_KIND_STR || k->u.s.len > cap - used)
+            break;
+        memcpy(buf + used, k->u.s.s, k->u.s.len);
+        used += k->u.s.len;
+        lens[n] = k->u.s.len;
+        tensors[n] = ckpt_value_tensor(v->u.dict.vals.items[i]);
+    }
+    return n;
+}
+
 CKPT_API const ckpt_value *ckpt_value_dict_get(const ckpt_value *v, const char *key)
 {
     if (!v || v->kind != CKPT_KIND_DICT || !key)

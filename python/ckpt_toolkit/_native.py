@@ -103,6 +103,8 @@ _DECLS: "dict[str, tuple[Any, list[Any]]]" = {
     "ckpt_value_item": (_P, [_P, c_size_t]),
     "ckpt_value_dict_key": (_P, [_P, c_size_t]),
     "ckpt_value_dict_value": (_P, [_P, c_size_t]),
+    "ckpt_value_dict_tensor_items": (c_size_t, [_P, c_size_t, c_char_p, c_size_t,
+                                                POINTER(c_size_t), POINTER(_P), c_size_t]),
     "ckpt_value_dict_ordered": (c_int, [_P]),
     "ckpt_value_state": (_P, [_P]),
     "ckpt_value_global": (c_char_p, [_P]),

@@ -1011,6 +1011,82 @@ START_TEST(big_memo_index_is_fine)
 }
 END_TEST
 
+/* The memo keeps small indices in an array and others in a map: an index
+ * first put in the map and put again once the array has grown over it is
+ * read back as its last put, counted once (MEMOIZE's next index). */
+START_TEST(memo_index_moves_from_map_to_array)
+{
+    pk_proto2(&p);
+    pk_op(&p, 'K'); /* 7 at 100000: the map (100000 is far past 4 slots an entry) */
+    pk_le(&p, 7, 1);
+    pk_op(&p, 'r');
+    pk_le(&p, 100000, 4);
+    pk_op(&p, '0');
+    for (uint32_t i = 0; i < 30000; i++) { /* 0..29999: the array */
+        pk_op(&p, 'K');
+        pk_le(&p, i & 0xff, 1);
+        pk_op(&p, 'r');
+        pk_le(&p, i, 4);
+        pk_op(&p, '0');
+    }
+    pk_op(&p, 'K'); /* 9 at 100000 again: now within the array's growth */
+    pk_le(&p, 9, 1);
+    pk_op(&p, 'r');
+    pk_le(&p, 100000, 4);
+    pk_op(&p, '0');
+    pk_op(&p, 'K'); /* MEMOIZE: at the memo's length, 30001 */
+    pk_le(&p, 42, 1);
+    pk_op(&p, 0x94);
+    pk_op(&p, '0');
+    pk_op(&p, 'j');
+    pk_le(&p, 100000, 4);
+    pk_op(&p, 'j');
+    pk_le(&p, 30001, 4);
+    pk_op(&p, 0x86);
+    pk_op(&p, '.');
+    load_ok();
+    int64_t a = 0, b = 0;
+    ck_assert_int_eq(ckpt_value_int(ckpt_value_item(v, 0), &a), CKPT_OK);
+    ck_assert_int_eq(ckpt_value_int(ckpt_value_item(v, 1), &b), CKPT_OK);
+    ck_assert_int_eq(a, 9);
+    ck_assert_int_eq(b, 42);
+}
+END_TEST
+
+/* A binding lists a dict's keys in one call: their bytes packed, their
+ * lengths, their tensors (none here); it stops at a key that is not a
+ * string and when the buffer is full. */
+START_TEST(dict_tensor_items_packed)
+{
+    pk_proto2(&p);
+    pk_op(&p, '}');
+    pk_op(&p, '(');
+    pk_str(&p, "ab");
+    pk_op(&p, 'N');
+    pk_str(&p, "cde");
+    pk_op(&p, 'N');
+    pk_op(&p, 'K'); /* an int key */
+    pk_le(&p, 5, 1);
+    pk_op(&p, 'N');
+    pk_op(&p, 'u');
+    pk_op(&p, '.');
+    load_ok();
+    char buf[8];
+    size_t lens[4];
+    const ckpt_tensor *ts[4];
+    ck_assert_uint_eq(ckpt_value_dict_tensor_items(v, 0, buf, sizeof buf, lens, ts, 4), 2);
+    ck_assert_uint_eq(lens[0], 2);
+    ck_assert_uint_eq(lens[1], 3);
+    ck_assert(memcmp(buf, "abcde", 5) == 0);
+    ck_assert_ptr_null(ts[0]);
+    ck_assert_uint_eq(ckpt_value_dict_tensor_items(v, 1, buf, sizeof buf, lens, ts, 1), 1);
+    ck_assert_uint_eq(ckpt_value_dict_tensor_items(v, 0, buf, 4, lens, ts, 4), 1); /* full */
+    ck_assert_uint_eq(ckpt_value_dict_tensor_items(v, 2, buf, sizeof buf, lens, ts, 4), 0);
+    ck_assert_uint_eq(ckpt_value_dict_tensor_items(ckpt_value_dict_value(v, 0), 0, buf,
+                                                   sizeof buf, lens, ts, 4), 0); /* not a dict */
+}
+END_TEST
+
 START_TEST(decimal_digit_limit)
 {
     pk_op(&p, 'L');
@@ -1541,6 +1617,8 @@ static Suite *suite(void)
     tcase_add_test(ok, py2_name_tables);
     tcase_add_test(ok, newobj_ex_defaultdict);
     tcase_add_test(ok, big_memo_index_is_fine);
+    tcase_add_test(ok, memo_index_moves_from_map_to_array);
+    tcase_add_test(ok, dict_tensor_items_packed);
     tcase_add_test(ok, surrogates_pass_like_python);
     tcase_add_test(ok, consumed_bytes_reported);
     suite_add_tcase(s, ok);
