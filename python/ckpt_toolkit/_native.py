@@ -145,6 +145,14 @@ def lib() -> ctypes.CDLL:
     """libckpt, loaded once, every function the binding calls declared."""
     global _lib
     if _lib is None:
+        # libzip converts every zip record's DOS time with mktime(), and glibc
+        # then stats /etc/localtime once a record while TZ is unset: a third
+        # of opening a .pth of 10,000 tensors.  TZ naming that same file is
+        # the same zone (UTC where it is missing, as unset), which glibc keeps
+        # once read; only a change of the file while this process runs goes
+        # unseen.  (The ckpt command pins TZ=UTC: it shows no times.)
+        if "TZ" not in os.environ:
+            os.environ["TZ"] = ":/etc/localtime"
         path = _native_file(os.path.join("lib", "libckpt.so.0"))
         try:
             handle = ctypes.CDLL(path)
