@@ -213,8 +213,10 @@ killed_check() {
     fi
 }
 
-if env --default-signal=INT true 2>/dev/null; then
-    default_signal="env --default-signal=INT"
+# every signal at its default: a background job's SIGINT is ignored, and
+# SIGHUP too when the suite runs under nohup (an ignored signal stays so)
+if env --default-signal=INT,HUP,TERM true 2>/dev/null; then
+    default_signal="env --default-signal=INT,HUP,TERM"
 else
     default_signal=
 fi
