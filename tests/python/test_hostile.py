@@ -31,6 +31,7 @@ import textwrap
 import pytest
 
 import ckpt_toolkit
+from oracle_helpers import ckpt_binary, sayer
 from ckpt_toolkit import CheckpointError
 
 try:
@@ -46,31 +47,6 @@ os.environ.setdefault('CKPT_CUDA_DEVICES', '0')
 CANARY = 'ckpt_oracle_canary_%d' % os.getpid()
 COUNT = collections.Counter()
 RAN_UNDER = ('torch %s' % torch.__version__) if torch is not None else 'no torch'
-
-
-def sayer(config):
-    """A function printing a line on the terminal whatever pytest captures: what the test
-    ran under and what it compared."""
-    tr = config.pluginmanager.get_plugin('terminalreporter')
-    cm = config.pluginmanager.get_plugin('capturemanager')
-
-    def say(line):
-        if tr is None or cm is None:
-            print(line)
-            return
-        with cm.global_and_fixture_disabled():
-            tr.ensure_newline()
-            tr.write_line(line)
-    return say
-
-
-def ckpt_binary():
-    if os.environ.get('CKPT'):
-        return os.environ['CKPT']
-    native = os.environ.get('CKPT_TOOLKIT_NATIVE') or os.path.join(
-        os.path.dirname(ckpt_toolkit.__file__), '_native')
-    cand = os.path.join(native, 'bin', 'ckpt')
-    return cand if os.path.exists(cand) else (shutil.which('ckpt') or cand)
 
 
 CKPT = ckpt_binary()

@@ -34,7 +34,6 @@ import collections
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import warnings
@@ -44,6 +43,7 @@ import numpy as np
 import pytest
 
 import ckpt_toolkit
+from oracle_helpers import ckpt_binary, sayer
 from ckpt_toolkit import CheckpointError
 
 try:
@@ -70,34 +70,6 @@ if torch is not None:
 else:
     TORCH_VERSION = None
 RAN_UNDER = 'torch %s' % TORCH_VERSION if torch is not None else 'no torch (numpy %s)' % np.__version__
-
-
-def sayer(config):
-    """A function printing a line on the terminal whatever pytest captures: what the test
-    ran under and what it compared."""
-    tr = config.pluginmanager.get_plugin('terminalreporter')
-    cm = config.pluginmanager.get_plugin('capturemanager')
-
-    def say(line):
-        if tr is None or cm is None:
-            print(line)
-            return
-        with cm.global_and_fixture_disabled():
-            tr.ensure_newline()
-            tr.write_line(line)
-    return say
-
-
-def ckpt_binary():
-    """The ckpt the package runs: $CKPT, else the native folder's, else PATH's."""
-    if os.environ.get('CKPT'):
-        return os.environ['CKPT']
-    native = os.environ.get('CKPT_TOOLKIT_NATIVE') or os.path.join(
-        os.path.dirname(ckpt_toolkit.__file__), '_native')
-    cand = os.path.join(native, 'bin', 'ckpt')
-    if os.path.exists(cand):
-        return cand
-    return shutil.which('ckpt') or cand
 
 
 CKPT = ckpt_binary()
