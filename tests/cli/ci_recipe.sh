@@ -60,7 +60,8 @@ if [ -f "$1" ]; then
     (cd "$rel" && sed -i '/ ckpt_toolkit-/d' SHA256SUMS && sha256sum "$(basename "$1")" >>SHA256SUMS)
     note "wheel: make wheel-portable's $(basename "$1")"
 elif "$pytools/bin/python" -c 'import build' 2>/dev/null && command -v patchelf >/dev/null 2>&1 &&
-    [ -f "$builddir/.libs/libckpt.so.0" ] && ! ldd "$CKPT" "$builddir/.libs/libckpt.so.0" | grep -q libcudart; then
+    [ -f "$builddir/.libs/libckpt.so.0" ] && ! ldd "$CKPT" "$builddir/.libs/libckpt.so.0" | grep -q libcudart &&
+    ! readelf -s --wide "$CKPT" 2>/dev/null | grep -q '__asan_init'; then
     mkdir -p "$tmp/native/bin" "$tmp/native/lib"
     ln -s "$CKPT" "$tmp/native/bin/ckpt"
     ln -s "$builddir/.libs/libckpt.so.0" "$tmp/native/lib/libckpt.so.0"
@@ -74,7 +75,7 @@ elif "$pytools/bin/python" -c 'import build' 2>/dev/null && command -v patchelf 
         tail -n 20 "$tmp/build.log" | sed 's/^/   | /'
     fi
 else
-    note "no wheel (make wheel-portable, or $pytools, patchelf and a build without libcudart): the pip route is not run"
+    note "no wheel (make wheel-portable, or $pytools, patchelf and a plain build: no libcudart, no sanitizers): the pip route is not run"
 fi
 set -- "$rel"/ckpt_toolkit-*.whl
 wheel=$(basename "$1")
