@@ -3,8 +3,9 @@
  * (cuda_module_stub.c) of this build's ABI and of another, a library that
  * is not a module, and none.  What each case must give: the reason in
  * ckpt_cuda_module_describe(), an error naming it for "cuda", the CPU for
- * "auto".  Each test runs in its own process (check forks), as the module
- * is looked for once per process. */
+ * "auto".  Each test runs in its own process, as the module is looked for
+ * once per process: main forks even under CK_FORK=no (valgrind follows the
+ * forks and checks each child). */
 #include "ckpt.h"
 #include "unit.h"
 
@@ -117,5 +118,10 @@ static Suite *suite(void)
 
 int main(void)
 {
-    return unit_run(suite());
+    SRunner *r = srunner_create(suite());
+    srunner_set_fork_status(r, CK_FORK);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
 }
