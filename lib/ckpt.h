@@ -203,6 +203,18 @@ CKPT_API int ckpt_file_allow_global(ckpt_file *f, const char *qualified_name);
 /* Admit every unknown global as an opaque object (still reported). */
 CKPT_API int ckpt_file_set_allow_unknown(ckpt_file *f, int allow);
 CKPT_API int ckpt_file_set_limit(ckpt_file *f, ckpt_limit which, uint64_t value);
+/*
+ * Check each zip record's local header when its bytes are first read
+ * (ckpt_storage_read and the calls that read or map storages), not at
+ * ckpt_file_open: opening a .pth of many tensors then reads its central
+ * directory and pickle only, not a page near every tensor (a cold 2 GiB
+ * file of 10,000 tensors: one disk read instead of 10,000).  A record torch
+ * would refuse to read (no local header where the central directory says)
+ * then fails at its first read, with the message ckpt_file_open gives
+ * otherwise.  Off by default; set before ckpt_file_open (CKPT_ERR_USAGE
+ * after).  Scans and the torch.load verdict check every header either way.
+ */
+CKPT_API int ckpt_file_set_defer_record_checks(ckpt_file *f, int defer);
 CKPT_API uint64_t ckpt_file_limit(const ckpt_file *f, ckpt_limit which);
 
 /*

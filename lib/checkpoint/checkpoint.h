@@ -100,6 +100,7 @@ struct ckpt_file {
     char **allowed;        /* malloc'd user allow-list */
     size_t nallowed;
     bool allow_unknown;
+    bool defer_record_checks; /* local headers checked at a record's first read */
     bool opened;
 
     char *path;

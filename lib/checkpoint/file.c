@@ -199,6 +199,14 @@ CKPT_API int ckpt_file_set_allow_unknown(ckpt_file *f, int allow)
     return CKPT_OK;
 }
 
+CKPT_API int ckpt_file_set_defer_record_checks(ckpt_file *f, int defer)
+{
+    if (!ckpt_file_valid(f) || f->opened)
+        return CKPT_ERR_USAGE;
+    f->defer_record_checks = defer != 0;
+    return CKPT_OK;
+}
+
 CKPT_API int ckpt_file_set_limit(ckpt_file *f, ckpt_limit which, uint64_t value)
 {
     if (!ckpt_file_valid(f) || (unsigned)which >= CKPT_LIMIT_COUNT_ || value == 0)

@@ -66,6 +66,18 @@ static int read_pieces(ckpt_file *f, const ckpt_storage *s, uint64_t offset, uin
     return CKPT_OK;
 }
 
+/* A zip record's local header, as torch's miniz checks it before it reads
+ * the record: at open, or here at the first read when the handle defers it
+ * (ckpt_file_set_defer_record_checks; the answer is kept per record). */
+static int zip_local_checked(ckpt_file *f, const ckpt_storage *s)
+{
+    if (ckpt_zip_local_ok(s->src->zip, s->zip_index))
+        return CKPT_OK;
+    return ckpt_err(&f->err, CKPT_ERR_FORMAT, "record '%s' has no local header where the "
+                    "central directory says (torch refuses to read it: invalid header or "
+                    "archive is corrupted)", ckpt_zip_name(s->src->zip, s->zip_index));
+}
+
 /* The bytes as stored, whatever their order. */
 static int read_stored(ckpt_file *f, const ckpt_storage *s, uint64_t offset, void *buf, size_t len)
 {
@@ -73,6 +85,7 @@ static int read_stored(ckpt_file *f, const ckpt_storage *s, uint64_t offset, voi
     case CKPT_LOC_PIECES:
         return read_pieces(f, s, offset, buf, len);
     case CKPT_LOC_ZIP_RECORD:
+        CKPT_FORWARD(zip_local_checked(f, s));
         return ckpt_zip_read(s->src->zip, s->zip_index, offset, buf, len, &f->err);
     case CKPT_LOC_FILE_RANGE: {
         int rc = ckpt_pread_all(s->src->fd, buf, len, s->file_offset + offset);
@@ -126,6 +139,7 @@ int ckpt_storage_raw_range(ckpt_file *f, const ckpt_storage *s, bool as_stored, 
         *offset = s->file_offset;
         return CKPT_OK;
     case CKPT_LOC_ZIP_RECORD: {
+        CKPT_FORWARD(zip_local_checked(f, s));
         ckpt_error e = {0}; /* a deflated record is no error, just not raw */
         int rc = ckpt_zip_data_offset(s->src->zip, s->zip_index, offset, &e);
         if (rc != CKPT_OK && rc != CKPT_ERR_UNSUPPORTED)
@@ -615,7 +629,9 @@ int ckpt_storage_stream(ckpt_file *f, const ckpt_storage *s, bool as_stored, ckp
     int rc = CKPT_OK;
     if (s->loc == CKPT_LOC_ZIP_RECORD) {
         /* one pass through libzip, which inflates if needed; the CRC is checked at the end */
-        rc = ckpt_zip_stream(s->src->zip, s->zip_index, stream_zip_sink, &c, &f->err);
+        rc = zip_local_checked(f, s);
+        if (rc == CKPT_OK)
+            rc = ckpt_zip_stream(s->src->zip, s->zip_index, stream_zip_sink, &c, &f->err);
     } else if (s->loc == CKPT_LOC_PIECES) {
         /* piece by piece, each whole-record piece's CRC-32 checked as it
          * streams by (a piece is larger than a step) */

@@ -33,6 +33,8 @@ struct ckpt_zip {
     bool no_crcs;      /* every record with data has CRC 0: written without them */
     uint8_t *unrecorded; /* 1: this record's CRC 0 is torch's, not its data's
                           * (ckpt_zip_crc_unrecorded) */
+    uint8_t *local; /* ckpt_zip_local_ok's answer, kept: 0 not asked yet, 1 yes,
+                     * 2 no (each header read once, at open or at first read) */
     ckpt_map index;  /* name -> index; torch (miniz) looks names up without
                       * regard to ASCII case */
     /* The bytes from WIN_AT (WIN_LEN of them) last read for a local
@@ -172,7 +174,8 @@ int ckpt_zip_open(int fd, ckpt_zip **out, ckpt_error *err)
     z->crcs = calloc(n, sizeof(*z->crcs));
     z->stored = calloc(n, 1);
     z->unrecorded = calloc(n, 1);
-    if (!z->names || !z->sizes || !z->crcs || !z->stored || !z->unrecorded) {
+    z->local = calloc(n, 1);
+    if (!z->names || !z->sizes || !z->crcs || !z->stored || !z->unrecorded || !z->local) {
         ckpt_zip_close(z);
         return ckpt_oom(err);
     }
@@ -247,6 +250,7 @@ void ckpt_zip_close(ckpt_zip *z)
     free(z->crcs);
     free(z->stored);
     free(z->unrecorded);
+    free(z->local);
     ckpt_map_release(&z->index);
     free(z->offsets);
     free(z);
@@ -794,18 +798,23 @@ int ckpt_zip_data_offset(ckpt_zip *z, int64_t i, uint64_t *offset, ckpt_error *e
 
 bool ckpt_zip_local_ok(ckpt_zip *z, int64_t i)
 {
+    if (z->local[i])
+        return z->local[i] == 1;
     uint64_t at = z->offsets[i];
-    if (at > z->file_size || z->file_size - at < 30)
+    if (at > z->file_size || z->file_size - at < 30) {
+        z->local[i] = 2;
         return false;
+    }
     if (z->win_len < 4 || at < z->win_at || at - z->win_at > z->win_len - 4) {
         uint64_t n = z->file_size - at < sizeof z->win ? z->file_size - at : sizeof z->win;
         z->win_len = 0;
         if (ckpt_pread_all(z->fd, z->win, (size_t)n, at))
-            return false;
+            return false; /* unread: not an answer to keep */
         z->win_at = at;
         z->win_len = (uint32_t)n;
     }
-    return rd(z->win + (at - z->win_at), 4) == 0x04034b50;
+    z->local[i] = rd(z->win + (at - z->win_at), 4) == 0x04034b50 ? 1 : 2;
+    return z->local[i] == 1;
 }
 
 int ckpt_zip_stream(ckpt_zip *z, int64_t i, int (*sink)(void *user, const uint8_t *p, size_t n),

@@ -62,8 +62,11 @@ static int locate_storages(ckpt_file *f, size_t first)
         int64_t i = ckpt_file_record_find(f, name);
         CKPT_RETURN_IF(i < 0, &f->err, CKPT_ERR_FORMAT, "storage '%s' has no record '%s/%s'",
                        s->key, f->cur_src->prefix, name);
-        /* torch's miniz refuses to extract it ("invalid header or archive is corrupted") */
-        CKPT_RETURN_IF(!ckpt_zip_local_ok(f->cur_src->zip, i), &f->err, CKPT_ERR_FORMAT,
+        /* torch's miniz refuses to extract it ("invalid header or archive is
+         * corrupted"); deferred, the first read of its bytes checks it
+         * (checkpoint/tensor_data.c), so that opening reads no data pages */
+        CKPT_RETURN_IF(!f->defer_record_checks && !ckpt_zip_local_ok(f->cur_src->zip, i),
+                       &f->err, CKPT_ERR_FORMAT,
                        "record '%s/%s' has no local header where the central directory says "
                        "(torch refuses to read it: invalid header or archive is corrupted)",
                        f->cur_src->prefix, name);

@@ -42,6 +42,10 @@ class File:
         self._maps: Dict[str, Optional[mmap.mmap]] = {}
         self._storages: Dict[int, np.ndarray] = {}
         self._cwd = os.getcwd()
+        # keys() reads the index and the pickle only: each record's local
+        # header is checked when its tensor is first read (a cold 2 GiB .pth
+        # of 10,000 tensors: 10,000 disk reads fewer)
+        self._lib.ckpt_file_set_defer_record_checks(self._h, 1)
         if self._lib.ckpt_file_open(self._h, os.fsencode(self.path)) != 0:
             err = self.error()
             self.close()

@@ -71,6 +71,7 @@ _DECLS: "dict[str, tuple[Any, list[Any]]]" = {
     "ckpt_format_name": (c_char_p, [c_int]),
     "ckpt_file_new": (_P, []),
     "ckpt_file_free": (None, [_P]),
+    "ckpt_file_set_defer_record_checks": (c_int, [_P, c_int]),
     "ckpt_file_open": (c_int, [_P, c_char_p]),
     "ckpt_file_error_code": (c_int, [_P]),
     "ckpt_file_error_message": (c_char_p, [_P]),

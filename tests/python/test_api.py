@@ -158,6 +158,24 @@ def test_read_on_demand():
         assert len(f._file._storages) == 1
 
 
+def test_record_headers_checked_at_first_read():
+    """Opening reads the index and the pickle only; a record torch would refuse
+    to read (its local header zeroed) fails when its tensor is read, as ckpt
+    inspect fails at open, and never earlier."""
+    bad = "tests/bad/local_header_zeroed.pth"
+    rc, _, err = run_ckpt("inspect", bad)
+    with ck.safe_open(bad, framework="np") as f:
+        assert f.keys() == ["w", "b"]
+        assert f.get_tensor("b").tolist() == [0.0, 0.25, 0.5]
+        with pytest.raises(CheckpointError) as e:
+            f.get_tensor("w")
+    assert (e.value.exit_status, f"ckpt: inspect: {bad}: {e.value.message}\n") == (rc, err)
+    assert "record 'archive/data/0' has no local header" in e.value.message
+    for read_all in (ck.load, ck.torch_load):
+        with pytest.raises(CheckpointError, match="has no local header"):
+            read_all(bad)
+
+
 @pytest.mark.parametrize("path", [f"{DATA}/mlp.pth", f"{DATA}/deflated.pth",
                                   f"{DIST}/dcp/plain1"])
 def test_get_slice(path):

@@ -131,6 +131,57 @@ START_TEST(flipped_data_byte_fails_crc)
 }
 END_TEST
 
+/* The local header of record NAME loses its signature (the central
+ * directory still points at it): torch's miniz refuses to read the record. */
+static void zero_local_signature(const char *name)
+{
+    FILE *fp = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(fp);
+    uint8_t buf[8192];
+    size_t n = fread(buf, 1, sizeof(buf), fp), len = strlen(name), at = SIZE_MAX;
+    for (size_t i = 0; i + 30 + len <= n; i++)
+        if (memcmp(buf + i, "PK\3\4", 4) == 0 && memcmp(buf + i + 30, name, len) == 0)
+            at = i;
+    ck_assert_uint_ne(at, SIZE_MAX);
+    memset(buf + at, 0, 4);
+    fseek(fp, 0, SEEK_SET);
+    fwrite(buf, 1, n, fp);
+    fclose(fp);
+}
+
+START_TEST(local_header_checked_at_open_or_at_first_read)
+{
+    pk p = state_dict_pickle(4);
+    float data[4] = {1, 2, 3, 4};
+    const char *e[] = {"a/data.pkl", (const char *)p.buf, "a/data/0", (const char *)data,
+                       "a/version", "3", NULL};
+    size_t sizes[] = {p.n, sizeof(data), 1};
+    make_zip(false, e, sizes);
+    zero_local_signature("a/data/0");
+    const char *why = "record 'a/data/0' has no local header where the central directory says";
+    /* by default the open refuses it */
+    ck_assert_int_eq(open_it(), CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, why);
+    /* deferred: the file opens and lists, and each read of the record fails */
+    ckpt_file_free(f);
+    f = ckpt_file_new();
+    ck_assert_int_eq(ckpt_file_set_defer_record_checks(f, 1), CKPT_OK);
+    ck_assert_int_eq(open_it(), CKPT_OK);
+    ck_assert_int_eq(ckpt_file_set_defer_record_checks(f, 0), CKPT_ERR_USAGE); /* too late */
+    ck_assert_uint_eq(ckpt_file_tensor_count(f), 1);
+    float out[4];
+    ck_assert_int_eq(ckpt_tensor_read(f, ckpt_file_tensor(f, 0, NULL), out, sizeof(out)),
+                     CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, why);
+    const char *file = NULL;
+    uint64_t off = 0;
+    ck_assert_int_eq(ckpt_storage_file_range(f, ckpt_file_storage(f, 0), &file, &off),
+                     CKPT_ERR_FORMAT);
+    ck_assert_msg_has(f, why);
+    pk_free(&p);
+}
+END_TEST
+
 START_TEST(record_size_must_match_storage)
 {
     pk p = state_dict_pickle(4);
@@ -391,6 +442,7 @@ static Suite *suite(void)
     tcase_add_test(t, minimal_archive_any_prefix);
     tcase_add_test(t, deflated_records_read);
     tcase_add_test(t, flipped_data_byte_fails_crc);
+    tcase_add_test(t, local_header_checked_at_open_or_at_first_read);
     tcase_add_test(t, record_size_must_match_storage);
     tcase_add_test(t, missing_data_record);
     tcase_add_test(t, records_not_in_a_folder);
