@@ -381,4 +381,5 @@ def load(path: PathLike, framework: str = "pt", device: str = "cpu",
     """The state dict of PATH as {name: tensor} (see safe_open for what is read and
     how): zero-copy views where the file allows, shared storages kept."""
     with safe_open(path, framework=framework, device=device, select=select) as f:
+        f._file.read_ahead({f._info(k).storage for k in f.keys()} - {0, None})
         return {k: f.get_tensor(k) for k in f.keys()}

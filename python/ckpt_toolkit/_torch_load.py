@@ -94,6 +94,8 @@ def torch_load(f: Any, map_location: MapLocation = None) -> Any:
     try:
         h = File(path)
         try:
+            L = h._lib
+            h.read_ahead(L.ckpt_file_storage(h.h, i) for i in range(L.ckpt_file_storage_count(h.h)))
             return _Builder(h, map_location, torch).build()
         finally:
             h.close()

@@ -15,6 +15,7 @@ import os
 import json
 import re
 import textwrap
+import threading
 import shutil
 import subprocess
 import sys
@@ -156,6 +157,51 @@ def test_read_on_demand():
         w = f.get_tensor("n.1.weight")
         assert w.flags.owndata or w.base is not None
         assert len(f._file._storages) == 1
+
+
+def test_load_reads_ahead_what_is_not_cached(tmp_path, monkeypatch):
+    """load() has the kernel read the storages that are not in the page cache, in
+    file order, from a thread: here 'b' then 'a' (keys sort the other way), and
+    not the small 'c'.  Once they are cached, nothing is asked."""
+    from ckpt_toolkit import _file
+    sizes = {"a": 3 << 19, "b": 2 << 20, "c": 16}
+    order, at, header = ["b", "a", "c"], 0, {}
+    for k in order:
+        header[k] = {"dtype": "U8", "shape": [sizes[k]], "data_offsets": [at, at + sizes[k]]}
+        at += sizes[k]
+    raw = json.dumps(header, sort_keys=True).encode()
+    raw += b" " * (-len(raw) % 8)
+    path = tmp_path / "cold.safetensors"
+    with open(path, "wb") as out:
+        out.write(len(raw).to_bytes(8, "little") + raw)
+        for k in order:
+            out.write(bytes([ord(k)]) * sizes[k])
+        out.flush()
+        os.fsync(out.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    cold = not _file._resident(fd, 8 + len(raw), 1)
+    os.close(fd)
+    if not cold:
+        pytest.skip("the page cache of this file system cannot be dropped (tmpfs?)")
+    asked = []
+
+    def will_need(fd, ranges):
+        asked.append(ranges)
+        os.close(fd)
+    monkeypatch.setattr(_file, "_will_need", will_need)
+    for again in (False, True):
+        tensors = ck.load(path, framework="np")
+        for t in threading.enumerate():
+            if t.name == "ckpt_toolkit read-ahead":
+                t.join()
+        assert {k: (v.size, int(v[0])) for k, v in tensors.items()} == \
+            {k: (n, ord(k)) for k, n in sizes.items()}
+        base = 8 + len(raw)
+        assert asked == [[(base, 2 << 20), (base + (2 << 20), 3 << 19)]]  # once
+        del tensors
+        with open(path, "rb") as fh:  # now in the page cache
+            fh.read()
 
 
 def test_record_headers_checked_at_first_read():
