@@ -82,7 +82,9 @@ def torch_load(f: Any, map_location: MapLocation = None) -> Any:
     has one, else its bytes from the current position, through a temporary
     file).  ``map_location``: None (each storage where it was saved; a device
     this machine lacks raises, as torch does), a device (str or
-    torch.device) for every storage, or a dict {saved tag: device}.
+    torch.device) for every storage, a dict {saved tag: device}, or a
+    callable ``(storage, tag) -> storage or None`` called once per storage
+    with its bytes as a CPU untyped storage (None: where it was saved).
     """
     try:
         import torch
@@ -346,8 +348,8 @@ class _Builder:
         elif isinstance(ml, (str, torch.device)):
             dev = str(ml)
         else:
-            raise CheckpointError(EXIT_USAGE, "map_location must be None, a device or a dict "
-                                  f"{{saved: device}}, not {type(ml).__name__}")
+            raise CheckpointError(EXIT_USAGE, "map_location must be None, a device, a dict "
+                                  f"{{saved: device}} or a callable, not {type(ml).__name__}")
         check_device(torch, dev, self.f.path)
         return dev
 
@@ -377,7 +379,23 @@ class _Builder:
         return b
 
     def _to_device(self, b: Any, s: int) -> Any:
-        dev = self._target(text(self.L.ckpt_storage_device(s)) or "cpu")
+        tag = text(self.L.ckpt_storage_device(s)) or "cpu"
+        ml = self.map_location
+        if callable(ml):
+            # torch's restore_location: ML(storage, tag) with the bytes as a CPU
+            # untyped storage; its storage is kept, None means "where it was saved"
+            torch = self.torch
+            us = b.untyped_storage() if hasattr(b, "untyped_storage") else b.storage().untyped()
+            got = ml(us, tag)
+            if got is not None:
+                got = getattr(got, "_untyped_storage", None) or getattr(got, "_storage", got)
+                if not hasattr(got, "nbytes") or not hasattr(got, "device"):
+                    raise CheckpointError(EXIT_USAGE, "map_location returned "
+                                          f"{type(got).__name__}, not a storage")
+                return torch.empty(0, dtype=torch.uint8, device=got.device).set_(got)
+            check_device(self.torch, tag, self.f.path)
+            return b.to(tag) if tag != "cpu" else b
+        dev = self._target(tag)
         return b.to(dev) if dev != "cpu" else b
 
     def tensor(self, info: TensorInfo) -> Any:

@@ -763,7 +763,8 @@ def test_real_file_load_equals_standin(fid, path, origin):
 def test_torch_load_call_forms(fid, path, origin):
     """torch_load(f) for f a pathlib.Path, an open file, an io.BytesIO (no file behind it)
     and one not at its start (torch reads from the current position); map_location as a
-    torch.device and as a dict {saved tag: 'cpu'}: each the same object as torch.load with
+    torch.device, as a dict {saved tag: 'cpu'} and as a callable (called with the same
+    storages and tags as torch.load calls it): each the same object as torch.load with
     the same arguments (weights-only)."""
     import io
     import pathlib
@@ -791,6 +792,15 @@ def test_torch_load_call_forms(fid, path, origin):
         b.read(4)
         return ckpt_toolkit.torch_load(b, map_location='cpu')
     forms.append(('a stream at byte 4', after_junk))
+    # a callable: called once per storage, with a CPU untyped storage and the saved tag
+    seen = {'ours': [], 'torch': []}
+
+    def keep(who):
+        return lambda storage, tag: seen[who].append((type(storage).__name__, tag)) or storage
+    forms.append(('map_location=callable', lambda: ckpt_toolkit.torch_load(path, map_location=keep('ours'))))
+    if not any(t.startswith('cuda') for t in tags) or torch.cuda.is_available():
+        forms.append(('map_location=callable returning None',
+                      lambda: ckpt_toolkit.torch_load(path, map_location=lambda s, t: None)))
     errs = []
     for name, fn in forms:
         try:
@@ -801,6 +811,15 @@ def test_torch_load_call_forms(fid, path, origin):
         cmp = Compare(path)
         cmp(ours, ref)
         errs += ['%s: %s' % (name, e) for e in cmp.errs[:5]]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            torch.load(path, map_location=keep('torch'), weights_only=True)
+    except ValueError:  # torch 1.13's torch.jit.load takes no callable
+        seen['torch'] = None
+    if seen['torch'] is not None and sorted(seen['ours']) != sorted(seen['torch']):
+        errs.append('map_location=callable: called with %s, torch.load with %s'
+                    % (sorted(seen['ours'])[:6], sorted(seen['torch'])[:6]))
     if not torch.cuda.is_available() and any(t.startswith('cuda') for t in tags):
         # no CUDA here: without map_location torch refuses (2.x: RuntimeError; 1.13 wraps it
         # in UnpicklingError), and the drop-in raises torch 2.x's RuntimeError
