@@ -60,6 +60,37 @@ static int open_it(void)
     return ckpt_file_open(f, path);
 }
 
+/* a/ with {'w': float32 1, 2, 3, 4}, stored */
+static void make_four_floats(void)
+{
+    pk p = state_dict_pickle(4);
+    float data[4] = {1, 2, 3, 4};
+    const char *e[] = {"a/data.pkl", (const char *)p.buf, "a/data/0", (const char *)data,
+                       "a/version", "3", NULL};
+    size_t sizes[] = {p.n, sizeof(data), 1};
+    make_zip(false, e, sizes);
+    pk_free(&p);
+}
+
+/* The archive's first bytes (all of these small ones), to damage and put back. */
+static size_t head_read(uint8_t *buf, size_t cap)
+{
+    FILE *fp = fopen(path, "rb");
+    ck_assert_ptr_nonnull(fp);
+    size_t n = fread(buf, 1, cap, fp);
+    ck_assert(feof(fp));
+    fclose(fp);
+    return n;
+}
+
+static void head_write(const uint8_t *buf, size_t n)
+{
+    FILE *fp = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(fp);
+    ck_assert_uint_eq(fwrite(buf, 1, n, fp), n);
+    ck_assert_int_eq(fclose(fp), 0);
+}
+
 START_TEST(minimal_archive_any_prefix)
 {
     pk p = state_dict_pickle(2);
@@ -101,17 +132,10 @@ END_TEST
 
 START_TEST(flipped_data_byte_fails_crc)
 {
-    pk p = state_dict_pickle(4);
-    float data[4] = {1, 2, 3, 4};
-    const char *e[] = {"a/data.pkl", (const char *)p.buf, "a/data/0", (const char *)data,
-                       "a/version", "3", NULL};
-    size_t sizes[] = {p.n, sizeof(data), 1};
-    make_zip(false, e, sizes);
+    make_four_floats();
     /* flip one byte of the stored float 3.0f (0x40400000) */
-    FILE *fp = fopen(path, "r+b");
-    ck_assert_ptr_nonnull(fp);
-    uint8_t buf[4096];
-    size_t n = fread(buf, 1, sizeof(buf), fp);
+    uint8_t buf[8192];
+    size_t n = head_read(buf, sizeof buf);
     uint8_t pat[4] = {0x00, 0x00, 0x40, 0x40};
     size_t at = 0;
     for (size_t i = 0; i + 4 <= n; i++)
@@ -119,15 +143,12 @@ START_TEST(flipped_data_byte_fails_crc)
             at = i;
     ck_assert_uint_gt(at, 0);
     buf[at + 3] ^= 0x01;
-    fseek(fp, 0, SEEK_SET);
-    fwrite(buf, 1, n, fp);
-    fclose(fp);
+    head_write(buf, n);
     ck_assert_int_eq(open_it(), CKPT_OK); /* the index alone is fine */
     float out[4];
     ck_assert_int_eq(ckpt_tensor_read(f, ckpt_file_tensor(f, 0, NULL), out, sizeof(out)),
                      CKPT_ERR_FORMAT);
     ck_assert_msg_has(f, "CRC");
-    pk_free(&p);
 }
 END_TEST
 
@@ -135,28 +156,19 @@ END_TEST
  * directory still points at it): torch's miniz refuses to read the record. */
 static void zero_local_signature(const char *name)
 {
-    FILE *fp = fopen(path, "r+b");
-    ck_assert_ptr_nonnull(fp);
     uint8_t buf[8192];
-    size_t n = fread(buf, 1, sizeof(buf), fp), len = strlen(name), at = SIZE_MAX;
+    size_t n = head_read(buf, sizeof buf), len = strlen(name), at = SIZE_MAX;
     for (size_t i = 0; i + 30 + len <= n; i++)
         if (memcmp(buf + i, "PK\3\4", 4) == 0 && memcmp(buf + i + 30, name, len) == 0)
             at = i;
     ck_assert_uint_ne(at, SIZE_MAX);
     memset(buf + at, 0, 4);
-    fseek(fp, 0, SEEK_SET);
-    fwrite(buf, 1, n, fp);
-    fclose(fp);
+    head_write(buf, n);
 }
 
 START_TEST(local_header_checked_at_open_or_at_first_read)
 {
-    pk p = state_dict_pickle(4);
-    float data[4] = {1, 2, 3, 4};
-    const char *e[] = {"a/data.pkl", (const char *)p.buf, "a/data/0", (const char *)data,
-                       "a/version", "3", NULL};
-    size_t sizes[] = {p.n, sizeof(data), 1};
-    make_zip(false, e, sizes);
+    make_four_floats();
     zero_local_signature("a/data/0");
     const char *why = "record 'a/data/0' has no local header where the central directory says";
     /* by default the open refuses it */
@@ -178,7 +190,6 @@ START_TEST(local_header_checked_at_open_or_at_first_read)
     ck_assert_int_eq(ckpt_storage_file_range(f, ckpt_file_storage(f, 0), &file, &off),
                      CKPT_ERR_FORMAT);
     ck_assert_msg_has(f, why);
-    pk_free(&p);
 }
 END_TEST
 
