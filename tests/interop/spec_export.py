@@ -192,6 +192,20 @@ class Unused(nn.Module):
         return self.fc(x)
 
 
+class Pools(nn.Module):
+    """max_pool2d spelled both ways: torch.max_pool2d and nn.functional.max_pool2d."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 2 * 2, 3)
+
+    def forward(self, x):
+        h = torch.max_pool2d(torch.relu(self.conv(x)), 2)
+        h = nn.functional.max_pool2d(h, kernel_size=2, stride=2)
+        return self.fc(torch.flatten(h, 1))
+
+
 # torch.fx cannot trace these two (an assert on a size); torch.export can
 class Mixed(nn.Module):
     """Most ops of the torch.export route: a batch-first 2-layer LSTM, a
@@ -281,6 +295,33 @@ def _():
                  'getitem: call_function _operator.getitem: indexing or slicing'):
         assert want in err, (want, err)
     assert err.startswith('ckpt-spec: Net: '), err
+
+
+@case('torch.max_pool2d and nn.functional.max_pool2d both map to max_pool2d; the spec '
+      "passes against torch's outputs")
+def _():
+    out = c.scratch('pools.json')
+    r = ckpt_spec(user_models() + ':Pools', '--input', 'x=1,3,8,8', '-o', out)
+    assert r.rc == 0, 'ckpt-spec exited %d: %s' % (r.rc, r.err.strip()[-600:])
+    with open(out) as f:
+        ops = [nd['op'] for nd in json.load(f)['nodes']]
+    assert ops.count('max_pool2d') == 2, ops
+    sys.path.insert(0, c.scratch())
+    import usermodels
+    torch.manual_seed(3)
+    model = usermodels.Pools().eval()
+    path = c.save(model.state_dict(), c.scratch('pools.pth'))
+    ref = c.save_reference(model, torch.rand(2, 3, 8, 8), spec_outputs(out),
+                           c.scratch('pools.ref.pth'))
+    check_pass(*c.verify_json(out, path, '--reference', ref), out)
+
+
+@case('ckpt-spec --help needs no torch (python -S: no site-packages)')
+def _():
+    r = c.run([sys.executable, '-S', TOOL, '--help'])
+    assert r.rc == 0 and r.out.startswith('usage: ckpt-spec'), (r.rc, r.err)
+    r = c.run([sys.executable, '-S', TOOL, 'models:MLP'])
+    assert r.rc == 2 and 'torch cannot be imported' in r.err, (r.rc, r.err)
 
 
 @case('a module forward never calls: exit 1 naming its state-dict keys')
