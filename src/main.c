@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,6 +119,15 @@ int main(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
     /* an interrupted write leaves no temporary file behind */
     catch_fatal_signals();
+    /* a sharded set keeps every shard open while it is read: a Hugging Face
+     * model of over 1,000 shards must not stop at the usual soft limit of
+     * 1,024 open files when the hard limit allows more */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        /* "unlimited" is refused (above fs.nr_open): its usual value then */
+        nofile.rlim_cur = nofile.rlim_max == RLIM_INFINITY ? 1048576 : nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
 
     if (argc < 2) {
         usage(stderr);

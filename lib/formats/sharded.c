@@ -64,8 +64,12 @@ static int open_shard(ckpt_file *f, const char *dir, const char *name, ckpt_sour
          * a FIFO or device in its place is refused, never read */
         int e = errno;
         return ckpt_err(&f->err, oe.code == CKPT_ERR_IO && e == ENOENT ? CKPT_ERR_FORMAT : oe.code,
-                        "shard '%s' named by the index: %s", name,
-                        oe.code == CKPT_ERR_IO ? strerror(e) : oe.msg);
+                        "shard '%s' named by the index: %s%s", name,
+                        oe.code == CKPT_ERR_IO ? strerror(e) : oe.msg,
+                        oe.code == CKPT_ERR_IO && e == EMFILE
+                            ? " (every shard stays open while the set is read: raise the "
+                              "limit on open files, ulimit -n)"
+                            : "");
     }
     src->file_size = (uint64_t)st.st_size;
     return CKPT_OK;
