@@ -941,6 +941,77 @@ static bool same_view(const view *a, const view *b)
     return true;
 }
 
+/* A span of signature positions: [from, to). */
+typedef struct {
+    uint64_t from, to;
+} span;
+
+static int by_from(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->from < y->from ? -1 : x->from > y->from;
+}
+
+/* The first central-directory signature that no reader uses: outside every
+ * reader's central directory and not wholly inside a record's data (which
+ * are the rules of `referenced`).  Only the bytes between those are read:
+ * a signature inside a data record is no finding, so the data records (most
+ * of a checkpoint) are skipped, and a scan costs its headers, not its size. */
+static int stray_central(ckpt_zip_dir *d, int fd)
+{
+    if (d->size < 4)
+        return CKPT_OK;
+    size_t cap = 0;
+    for (int r = 0; r < CKPT_ZIP_READERS; r++)
+        if (d->v[r].ok)
+            cap += d->v[r].count + 1;
+    span *k = malloc((cap ? cap : 1) * sizeof *k);
+    if (!k)
+        return CKPT_ERR_NOMEM;
+    size_t n = 0;
+    for (int r = 0; r < CKPT_ZIP_READERS; r++) {
+        const view *v = &d->v[r];
+        if (!v->ok)
+            continue;
+        if (v->cd_size)
+            k[n++] = (span){v->cd_at, v->cd_at + v->cd_size};
+        for (size_t i = 0; i < v->count; i++) {
+            const ckpt_zip_entry *e = &v->e[i];
+            /* a signature at P is inside the data when P + 4 <= its end */
+            if (e->data_at != NO_OFFSET && e->data_at + e->csize >= e->data_at && e->csize >= 4)
+                k[n++] = (span){e->data_at, e->data_at + e->csize - 3};
+        }
+    }
+    qsort(k, n, sizeof *k, by_from);
+    static const uint8_t sig[4] = {0x50, 0x4b, 0x01, 0x02}; /* SIG_CENTRAL */
+    uint8_t buf[65536];
+    uint64_t last = d->size - 3; /* positions with 4 bytes after them */
+    uint64_t at = 0;             /* the first position not yet known or searched */
+    for (size_t j = 0; j <= n && at < last; j++) {
+        uint64_t gap_end = j < n && k[j].from < last ? k[j].from : last;
+        while (at < gap_end) {
+            uint64_t want = gap_end - at + 3;
+            size_t len = want < sizeof buf ? (size_t)want : sizeof buf;
+            if (rd(fd, buf, len, at)) {
+                free(k);
+                return CKPT_OK;
+            }
+            const uint8_t *q = memmem(buf, len, sig, 4);
+            if (q && at + (uint64_t)(q - buf) < gap_end) {
+                finding(d, "a central directory entry at byte %llu that no reader uses",
+                        (unsigned long long)(at + (uint64_t)(q - buf)));
+                free(k);
+                return CKPT_OK;
+            }
+            at += len - 3;
+        }
+        if (j < n && k[j].to > at)
+            at = k[j].to;
+    }
+    free(k);
+    return CKPT_OK;
+}
+
 static int findings(ckpt_zip_dir *d, int fd)
 {
     const view *t = &d->v[CKPT_ZIP_READER_TORCH];
@@ -980,29 +1051,7 @@ static int findings(ckpt_zip_dir *d, int fd)
             finding(d, "%s and torch see different entries in the same central directory",
                     reader_name[r]);
     }
-    /* central-directory signatures in bytes no entry references */
-    uint8_t buf[65536];
-    for (uint64_t at = 0; at < d->size;) {
-        size_t n = d->size - at < sizeof buf ? (size_t)(d->size - at) : sizeof buf;
-        if (n < 4 || rd(fd, buf, n, at))
-            break;
-        /* memmem, not a byte loop: the data records are most of a big file */
-        static const uint8_t sig[4] = {0x50, 0x4b, 0x01, 0x02}; /* SIG_CENTRAL */
-        for (const uint8_t *q = buf; (q = memmem(q, n - (size_t)(q - buf), sig, 4)) != NULL;
-             q++) {
-            uint64_t p = at + (uint64_t)(q - buf);
-            bool known = false;
-            for (int r = 0; r < CKPT_ZIP_READERS && !known; r++)
-                known = d->v[r].ok && p >= d->v[r].cd_at && p < d->v[r].cd_at + d->v[r].cd_size;
-            if (!known && !referenced(d, p, 4)) {
-                finding(d, "a central directory entry at byte %llu that no reader uses",
-                        (unsigned long long)p);
-                return CKPT_OK;
-            }
-        }
-        at += n > 3 ? n - 3 : n;
-    }
-    return CKPT_OK;
+    return stray_central(d, fd);
 }
 
 /* ---- the interface ---------------------------------------------------------- */

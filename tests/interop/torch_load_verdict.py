@@ -8,7 +8,8 @@ The corpus: the committed fixtures (tests/data, tests/data/torch2), the
 hostile files (tests/bad, tests/bad/scan), and files made here (protocol
 3/4 pickles, an argparse.Namespace, a numpy scalar, a set, bytes, a float,
 a hand-made v3 tensor whose storage global is `torch UntypedStorage`, a
-legacy file, a record of the wrong size, a blocked module, ...).  For every
+legacy file, a record of the wrong size, a blocked module, a data record
+whose CRC-32 is not its bytes' (tests/bad/make_sparse_record.py), ...).  For every
 file: accepted or refused must agree, and when both refuse, the global or
 opcode ckpt names must be the one torch's message names (and for a refused
 global or opcode, ckpt's message must be torch's, byte for byte).
@@ -133,8 +134,19 @@ def made():
     out.append(make('torchscript.pth', lambda p: torch.jit.save(
         torch.jit.script(torch.nn.Linear(2, 2)), p)))
     out.append(make('truncated.pth', lambda p: torch_zip(p, b'\x80\x02}X\x10\x00\x00\x00ab')))
+    out.append(make('data_crc_damaged.pth', damaged_record))
     out.append(make('plain.pickle', lambda p: open(p, 'wb').write(pickle.dumps({'a': 1}, 2))))
     return [p for p in out if p]
+
+
+def damaged_record(p):
+    """tests/bad/make_sparse_record.py's file, 1 MiB: torch checks no CRC-32."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'make_sparse_record', os.path.join(c.BAD, 'make_sparse_record.py'))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    m.write(p, 1)
 
 
 def _version(p, v):

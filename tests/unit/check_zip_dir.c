@@ -240,6 +240,184 @@ START_TEST(deflated_and_truncated)
 }
 END_TEST
 
+/* Stored records named NAMES[i] holding DATA[i]; each record's directory
+ * entry declares DECLARED[i] bytes (less than it holds: the rest is a gap
+ * that no entry references), and GAP_AT_END bytes come before the central
+ * directory.  Returns the file, written. */
+static int stored_zip(pk *z, int n, const char *const *names, const char *const *data,
+                      const size_t *declared, const char *gap_at_end)
+{
+    size_t at[8];
+    for (int i = 0; i < n; i++) {
+        size_t nl = strlen(names[i]), dl = declared[i];
+        uint32_t crc = (uint32_t)crc32(0, (const Bytef *)data[i], (uInt)dl);
+        at[i] = z->n;
+        pk_le(z, 0x04034b50, 4), pk_le(z, 20, 2), pk_le(z, 0, 2), pk_le(z, 0, 2), pk_le(z, 0, 4);
+        pk_le(z, crc, 4), pk_le(z, dl, 4), pk_le(z, dl, 4), pk_le(z, nl, 2), pk_le(z, 0, 2);
+        pk_bytes(z, names[i], nl);
+        pk_bytes(z, data[i], strlen(data[i]));
+    }
+    pk_text(z, gap_at_end);
+    size_t cd = z->n;
+    for (int i = 0; i < n; i++) {
+        size_t nl = strlen(names[i]), dl = declared[i];
+        uint32_t crc = (uint32_t)crc32(0, (const Bytef *)data[i], (uInt)dl);
+        pk_le(z, 0x02014b50, 4), pk_le(z, 20, 2), pk_le(z, 20, 2), pk_le(z, 0, 2), pk_le(z, 0, 2);
+        pk_le(z, 0, 4), pk_le(z, crc, 4), pk_le(z, dl, 4), pk_le(z, dl, 4);
+        pk_le(z, nl, 2), pk_le(z, 0, 2), pk_le(z, 0, 2), pk_le(z, 0, 2), pk_le(z, 0, 2);
+        pk_le(z, 0, 4), pk_le(z, at[i], 4);
+        pk_bytes(z, names[i], nl);
+    }
+    size_t cdn = z->n - cd;
+    pk_le(z, 0x06054b50, 4), pk_le(z, 0, 4), pk_le(z, (uint64_t)n, 2), pk_le(z, (uint64_t)n, 2);
+    pk_le(z, cdn, 4), pk_le(z, cd, 4), pk_le(z, 0, 2);
+    char tmpl[] = "/tmp/check_zip_dir_XXXXXX";
+    int fd = mkstemp(tmpl);
+    ck_assert_int_ge(fd, 0);
+    unlink(tmpl);
+    ck_assert_int_eq(write(fd, z->buf, z->n), (ssize_t)z->n);
+    return fd;
+}
+
+/* Whether the archive of stored_zip has the finding of a central-directory
+ * signature that no reader uses, and at which byte. */
+static bool stray_at(int n, const char *const *names, const char *const *data,
+                     const size_t *declared, const char *gap_at_end, uint64_t *where)
+{
+    pk z = {0};
+    int fd = stored_zip(&z, n, names, data, declared, gap_at_end);
+    ckpt_zip_dir *d = NULL;
+    ckpt_error err = {0};
+    ck_assert_msg(ckpt_zip_dir_open(fd, z.n, &d, &err) == CKPT_OK, "%s", err.msg);
+    bool found = false;
+    for (size_t i = 0; i < ckpt_zip_dir_finding_count(d); i++) {
+        unsigned long long b;
+        if (sscanf(ckpt_zip_dir_finding(d, i), "a central directory entry at byte %llu", &b) == 1) {
+            found = true;
+            *where = b;
+        }
+    }
+    /* the search stops at the first such signature: one finding at most */
+    ckpt_zip_dir_free(d);
+    free(z.buf);
+    close(fd);
+    return found;
+}
+
+/* A central-directory signature is a finding where no reader's entry holds
+ * it whole: in a record's data it is tensor bytes (as likely as any four
+ * bytes), in a gap it is a directory some reader might be pointed at.  The
+ * search skips the data records, so the edges are checked here: a signature
+ * that begins in a record's last three bytes and ends in the gap after it
+ * is a finding, and a later one in that gap is not reported before it. */
+START_TEST(stray_central_signatures)
+{
+    const char *names[2] = {"archive/data.pkl", "archive/data/0"};
+    uint64_t at = 0;
+    /* inside the data: none */
+    const char *inside[2] = {"\x80\x02N.", "abcPK\x01\x02xyz"};
+    size_t whole[2] = {4, 11};
+    ck_assert(!stray_at(2, names, inside, whole, "", &at));
+    /* the same signature ending the data exactly: still inside */
+    const char *ending[2] = {"\x80\x02N.", "abcdefPK\x01\x02"};
+    size_t whole2[2] = {4, 10};
+    ck_assert(!stray_at(2, names, ending, whole2, "", &at));
+    /* the record declares 8 of its 10 bytes: "PK" in the data, "\x01\x02" in
+     * the gap after it, and another signature later in that gap */
+    size_t short8[2] = {4, 8};
+    size_t rec0 = 30 + strlen(names[0]) + 4, data1 = rec0 + 30 + strlen(names[1]);
+    ck_assert(stray_at(2, names, ending, short8, "..PK\x01\x02", &at));
+    ck_assert_uint_eq(at, data1 + 6);
+    /* one byte shorter: the signature lies wholly in the gap */
+    size_t short6[2] = {4, 6};
+    ck_assert(stray_at(2, names, ending, short6, "", &at));
+    ck_assert_uint_eq(at, data1 + 6);
+    /* a gap between two records, and one before the directory */
+    const char *between[2] = {"\x80\x02N.PK\x01\x02", "abc"};
+    size_t first4[2] = {4, 3};
+    ck_assert(stray_at(2, names, between, first4, "", &at));
+    ck_assert_uint_eq(at, 30 + strlen(names[0]) + 4);
+    const char *plain[2] = {"\x80\x02N.", "abc"};
+    size_t all[2] = {4, 3};
+    ck_assert(stray_at(2, names, plain, all, "PK\x01\x02", &at));
+    ck_assert_uint_eq(at, data1 + 3);
+    ck_assert(!stray_at(2, names, plain, all, "PK\x01", &at));
+}
+END_TEST
+
+/* Bytes this process has read so far (read, pread, ...: /proc/self/io). */
+static uint64_t bytes_read(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    ck_assert_ptr_nonnull(f);
+    unsigned long long n = 0;
+    char line[128];
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "rchar: %llu", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+/* The readers' views and every finding cost the headers, not the data: a
+ * 1 GiB record (a hole in a sparse file, its CRC-32 not the data's) is not
+ * read.  Reading it (as the search for stray signatures once did) reads
+ * 1 GiB and fails this. */
+START_TEST(data_records_are_not_read)
+{
+    const char *name = "archive/data/0", *pkl = "archive/data.pkl";
+    const uint64_t big = 1ull << 30;
+    pk z = {0};
+    size_t nl = strlen(name), pl = strlen(pkl);
+    pk_le(&z, 0x04034b50, 4), pk_le(&z, 20, 2), pk_le(&z, 0, 2), pk_le(&z, 0, 2), pk_le(&z, 0, 4);
+    pk_le(&z, 0x12345678, 4), pk_le(&z, big, 4), pk_le(&z, big, 4), pk_le(&z, nl, 2);
+    pk_le(&z, 0, 2);
+    pk_bytes(&z, name, nl);
+    uint64_t pkl_at = z.n + big;
+    pk t = {0}; /* the rest, written after the hole */
+    pk_le(&t, 0x04034b50, 4), pk_le(&t, 20, 2), pk_le(&t, 0, 2), pk_le(&t, 0, 2), pk_le(&t, 0, 4);
+    uint32_t crc = (uint32_t)crc32(0, (const Bytef *)"\x80\x02N.", 4);
+    pk_le(&t, crc, 4), pk_le(&t, 4, 4), pk_le(&t, 4, 4), pk_le(&t, pl, 2), pk_le(&t, 0, 2);
+    pk_bytes(&t, pkl, pl);
+    pk_bytes(&t, "\x80\x02N.", 4);
+    uint64_t cd = pkl_at + t.n;
+    size_t cd0 = t.n;
+    pk_le(&t, 0x02014b50, 4), pk_le(&t, 20, 2), pk_le(&t, 20, 2), pk_le(&t, 0, 2), pk_le(&t, 0, 2);
+    pk_le(&t, 0, 4), pk_le(&t, 0x12345678, 4), pk_le(&t, big, 4), pk_le(&t, big, 4);
+    pk_le(&t, nl, 2), pk_le(&t, 0, 2), pk_le(&t, 0, 2), pk_le(&t, 0, 2), pk_le(&t, 0, 2);
+    pk_le(&t, 0, 4), pk_le(&t, 0, 4);
+    pk_bytes(&t, name, nl);
+    pk_le(&t, 0x02014b50, 4), pk_le(&t, 20, 2), pk_le(&t, 20, 2), pk_le(&t, 0, 2), pk_le(&t, 0, 2);
+    pk_le(&t, 0, 4), pk_le(&t, crc, 4), pk_le(&t, 4, 4), pk_le(&t, 4, 4);
+    pk_le(&t, pl, 2), pk_le(&t, 0, 2), pk_le(&t, 0, 2), pk_le(&t, 0, 2), pk_le(&t, 0, 2);
+    pk_le(&t, 0, 4), pk_le(&t, pkl_at, 4);
+    pk_bytes(&t, pkl, pl);
+    size_t cdn = t.n - cd0;
+    pk_le(&t, 0x06054b50, 4), pk_le(&t, 0, 4), pk_le(&t, 2, 2), pk_le(&t, 2, 2);
+    pk_le(&t, cdn, 4), pk_le(&t, cd, 4), pk_le(&t, 0, 2);
+    char tmpl[] = "/tmp/check_zip_dir_XXXXXX";
+    int fd = mkstemp(tmpl);
+    ck_assert_int_ge(fd, 0);
+    unlink(tmpl);
+    ck_assert_int_eq(write(fd, z.buf, z.n), (ssize_t)z.n);
+    ck_assert_int_eq(pwrite(fd, t.buf, t.n, (off_t)pkl_at), (ssize_t)t.n);
+    uint64_t size = pkl_at + t.n, before = bytes_read();
+    ckpt_zip_dir *d = NULL;
+    ckpt_error err = {0};
+    ck_assert_msg(ckpt_zip_dir_open(fd, size, &d, &err) == CKPT_OK, "%s", err.msg);
+    uint64_t used = bytes_read() - before;
+    ck_assert_msg(used < (4u << 20), "%llu bytes read to open a zip of a 1 GiB record",
+                  (unsigned long long)used);
+    ck_assert_uint_eq(ckpt_zip_dir_finding_count(d), 0);
+    for (int r = 0; r < CKPT_ZIP_READERS; r++)
+        ck_assert_uint_eq(ckpt_zip_dir_count(d, (ckpt_zip_reader)r), 2);
+    ckpt_zip_dir_free(d);
+    free(z.buf);
+    free(t.buf);
+    close(fd);
+}
+END_TEST
+
 START_TEST(not_a_zip)
 {
     char tmpl[] = "/tmp/check_zip_dir_XXXXXX";
@@ -267,6 +445,8 @@ int main(void)
     tcase_add_test(t, overlap_prefix_zip64);
     tcase_add_test(t, deflated_and_truncated);
     tcase_add_test(t, not_a_zip);
+    tcase_add_test(t, stray_central_signatures);
+    tcase_add_test(t, data_records_are_not_read);
     suite_add_tcase(s, t);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
