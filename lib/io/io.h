@@ -14,6 +14,8 @@
 
 /* pread all N bytes at AT: CKPT_OK, CKPT_ERR_IO, or CKPT_ERR_FORMAT at end of file. */
 int ckpt_pread_all(int fd, void *buf, size_t n, uint64_t at);
+/* A hint: the kernel may start reading N bytes at AT now (posix_fadvise). */
+void ckpt_prefetch(int fd, uint64_t at, uint64_t n);
 /* pwrite all N bytes at OFF. */
 int ckpt_write_all(int fd, const void *buf, size_t n, uint64_t off, ckpt_error *err);
 
