@@ -254,9 +254,10 @@ def main():
               "",
               "ckpt reads only the small pickles to plan the output (each parameter: 4 runs, one "
               "slice of each rank's flat group), then streams each run from the rank file into the "
-              "output zip while a second thread checks the CRC-32 of every flat-group record it "
-              "reads from (the output is committed only if they all match); the Adam moments are "
-              "never read. zero_to_fp32 unpickles every rank file (mmap), gathers each parameter "
+              "output zip while a second thread computes each run's CRC-32 (for the output's "
+              "records); then the CRC-32 of every flat-group record it read from is combined "
+              "from those of its runs, reading only the bytes no run covers (the padding), and "
+              "the output is committed only if they all match; the Adam moments are never read. zero_to_fp32 unpickles every rank file (mmap), gathers each parameter "
               "with torch.cat, then torch.save writes it."]
     text = "\n".join(lines) + "\n"
     print(text)

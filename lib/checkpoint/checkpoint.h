@@ -145,7 +145,9 @@ struct ckpt_file {
     uint32_t mode;     /* kept when the input is replaced */
 
     struct ckpt_records_check *checking; /* writing: f->main.ops->check_records,
-                                          * running beside */
+                                          * running beside or after */
+    bool pieces_seen; /* the check runs after a write that read every piece it
+                       * wrote: a piece's `seen` CRC-32 is of this write */
 };
 
 bool ckpt_file_valid(const ckpt_file *f);

@@ -272,6 +272,13 @@ int ckpt_storage_pieces_crc(const ckpt_file *f, const ckpt_storage *s, uint8_t *
                 }
             }
             rc = crc_mapped(fd, p->file_offset, p->nbytes, buf, &c, cancel);
+            if (rc == CKPT_OK) {
+                /* kept for the records check after the write (write.c), which
+                 * combines these instead of reading the bytes a second time;
+                 * no other thread reads them before this one is joined */
+                ((ckpt_piece *)p)->seen_crc = c;
+                ((ckpt_piece *)p)->seen = true;
+            }
         }
         if (rc == CKPT_OK && p->has_crc && c != p->crc32) {
             *bad = i;

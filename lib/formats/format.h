@@ -199,6 +199,11 @@ typedef struct ckpt_format_desc {
     /* Write f->root to the open file OUT that will be named PATH; NULL when
      * the format is written as a set. */
     int (*write)(ckpt_file *f, int out, const char *path, const ckpt_write_options *opt);
+    /* Whether WRITE computes the CRC-32 of the file pieces of every PIECES
+     * storage it writes (ckpt_storage_pieces_crc, which keeps each in the
+     * piece): a folder's records check then runs after it, from those,
+     * rather than beside it reading every byte again. */
+    bool crcs_pieces;
     /* Rewrite the input itself, open read-write and locked as FD (PATH),
      * writing only what changes, so that it is the old checkpoint or the
      * new one at every instant; CKPT_ERR_UNSUPPORTED with RES->why when

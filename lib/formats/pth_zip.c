@@ -834,5 +834,6 @@ const ckpt_format_desc ckpt_format_pth_zip = {
     .read = pth_zip_read,
     .walk = pth_zip_walk,
     .write = pth_zip_write,
+    .crcs_pieces = true,
     .write_in_place = pth_zip_write_in_place,
 };

@@ -22,12 +22,14 @@
 #include <unistd.h>
 
 /* A folder's records' CRC-32 check (f->main.ops->check_records), run on a second
- * thread while the writer streams the storages made of runs inside them:
- * the first output is committed only once it has passed. */
+ * thread while the writer streams the storages made of runs inside them, or,
+ * after a writer that computes every piece's CRC-32 itself (crcs_pieces), from
+ * those: the first output is committed only once it has passed. */
 struct ckpt_records_check {
     ckpt_file *f;
     pthread_t thread;
     bool joined;
+    bool deferred; /* not started: run at the join, after the write */
     int rc;
     ckpt_error err;
 };
@@ -45,7 +47,12 @@ static int check_join(ckpt_file *f)
     struct ckpt_records_check *c = f->checking;
     if (!c)
         return CKPT_OK;
-    if (!c->joined) {
+    if (!c->joined && c->deferred) {
+        f->pieces_seen = true;
+        c->rc = f->main.ops->check_records(f, &c->err);
+        f->pieces_seen = false;
+        c->joined = true;
+    } else if (!c->joined) {
         pthread_join(c->thread, NULL);
         c->joined = true;
     }
@@ -412,7 +419,19 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
      * covers whole: their CRC-32s are checked beside the writing */
     struct ckpt_records_check check = {.f = f, .joined = true};
     if (f->main.ops && f->main.ops->check_records && !f->checking) {
-        if (pthread_create(&check.thread, NULL, check_thread, &check) != 0)
+        /* one file of a writer that checksums the pieces it copies: the check
+         * follows it and reads only what no piece covers (each byte once in
+         * all, where beside the writer each was read twice) */
+        bool after = d->crcs_pieces && d->write && !d->write_set &&
+                     !(opt && (opt->flags & CKPT_WRITE_MODEL_FOLDER));
+        for (size_t i = 0; after && i < f->nstorages; i++) {
+            ckpt_storage *s = f->storages[i];
+            for (size_t k = 0; s->loc == CKPT_LOC_PIECES && k < s->npieces; k++)
+                ((ckpt_piece *)&s->pieces[k])->seen = false; /* (the arena's, writable) */
+        }
+        if (after)
+            check.joined = false, check.deferred = true;
+        else if (pthread_create(&check.thread, NULL, check_thread, &check) != 0)
             check.rc = f->main.ops->check_records(f, &check.err); /* no thread: first */
         else
             check.joined = false;
@@ -436,6 +455,8 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
         rc = write_one(f, d, path, opt);
     }
     if (f->checking == &check) {
+        if (rc && check.deferred)
+            check.joined = true; /* the write failed first: no check to wait for */
         int crc = check_join(f); /* (a write that failed first keeps its error) */
         rc = rc ? rc : crc;
         f->checking = NULL;

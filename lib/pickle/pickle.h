@@ -157,6 +157,10 @@ typedef struct ckpt_piece {
     uint64_t dst_offset;
     bool has_crc;
     uint32_t crc32;
+    /* the CRC-32 of its bytes as a write read them (ckpt_storage_pieces_crc),
+     * for the folder's records check that follows that write */
+    bool seen;
+    uint32_t seen_crc;
 } ckpt_piece;
 
 struct ckpt_storage {

@@ -39,6 +39,9 @@ Hostile folders (each must be refused: exit 3, one line, no OUT):
   big_endian          rank 0's optim file says byteorder big
   crc_flip            a byte of rank 0's partition record flipped (inspect
                       --stats and convert refuse it; plain inspect reads no data)
+  crc_flip_padding    a byte of rank 1's partition record flipped in its padding,
+                      which no output tensor takes (refused the same: the
+                      records check reads what the copy did not)
 
     python3 tests/bad/make_bad_deepspeed.py --from W.safetensors --stage S --ranks N OUTDIR
 
@@ -370,6 +373,14 @@ def main(out):
         at = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
     data = bytearray(open(p, 'rb').read())
     data[at + 5] ^= 0x40
+    open(p, 'wb').write(bytes(data))
+    g = write_folder(os.path.join(out, 'crc_flip_padding'), 2)
+    p = os.path.join(g, 'zero_pp_rank_1_mp_rank_00_optim_states.pt')
+    with zipfile.ZipFile(p) as z:
+        info = z.getinfo('zero_pp_rank_1_mp_rank_00_optim_states/data/0')
+        at = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    data = bytearray(open(p, 'rb').read())
+    data[at + 5 * 4 + 1] ^= 0x40  # element 5 of 6: the padding after the view of 5
     open(p, 'wb').write(bytes(data))
 
 
