@@ -6,7 +6,8 @@ The requirement: a ZeRO-3 checkpoint of 1 GiB of fp32 weights over 4 ranks
 -> one .pth; ckpt against zero_to_fp32 (followed by a sync of its output,
 since ckpt fsyncs) and against a durable copy of the output's bytes, same
 run, time and peak memory.  Goal: at least 2x faster than zero_to_fp32,
-within 1.5x of the durable copy, peak RSS under 64 MiB + the largest tensor.
+within 1.1x of the durable copy (issue 31; 1.5x in issue 17), peak RSS under
+64 MiB + the largest tensor.
 This script
 
   1. reuses (or makes) the folder: tests/fixtures/make_distributed.py's
@@ -53,7 +54,7 @@ import bench_inspect as bi  # noqa: E402  (machine description, git revision, RE
 import bench_rewrite as br  # noqa: E402  (timing under GNU time, warm, rm)
 
 SECTION = "## ckpt convert of a DeepSpeed ZeRO-3 folder (issue 17)"
-MAX_RATIO_COPY = 1.5
+MAX_RATIO_COPY = 1.1  # issue 31 (1.5 in issue 17)
 MIN_SPEEDUP = 2.0
 RSS_SLACK_MIB = 64.0
 
