@@ -416,7 +416,7 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
         return ckpt_err(&f->err, CKPT_ERR_USAGE, "cannot write the format %s",
                         ckpt_format_name(id));
     /* a folder's storages are runs inside its records, which no read
-     * covers whole: their CRC-32s are checked beside the writing */
+     * covers whole: their CRC-32s are checked beside the writing, or after it */
     struct ckpt_records_check check = {.f = f, .joined = true};
     if (f->main.ops && f->main.ops->check_records && !f->checking) {
         /* one file of a writer that checksums the pieces it copies: the check
@@ -429,12 +429,14 @@ CKPT_API int ckpt_file_write(ckpt_file *f, const char *path, const ckpt_write_op
             for (size_t k = 0; s->loc == CKPT_LOC_PIECES && k < s->npieces; k++)
                 ((ckpt_piece *)&s->pieces[k])->seen = false; /* (the arena's, writable) */
         }
-        if (after)
-            check.joined = false, check.deferred = true;
-        else if (pthread_create(&check.thread, NULL, check_thread, &check) != 0)
-            check.rc = f->main.ops->check_records(f, &check.err); /* no thread: first */
-        else
+        if (after) {
             check.joined = false;
+            check.deferred = true;
+        } else if (pthread_create(&check.thread, NULL, check_thread, &check) != 0) {
+            check.rc = f->main.ops->check_records(f, &check.err); /* no thread: first */
+        } else {
+            check.joined = false;
+        }
         f->checking = &check;
     }
     int rc;
