@@ -179,6 +179,8 @@ static int pth_zip_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
                                     "its bytes are not checked", who) < 0)
             return ckpt_oom(&f->err);
     }
+    if (!f->defer_record_checks)
+        ckpt_zip_prefetch_locals(f->cur_src->zip);
     CKPT_FORWARD(locate_storages(f, r.nbefore));
     CKPT_FORWARD(note_skip_data(f, src, r.nbefore));
     return note_unswapped(f, r.nbefore);
