@@ -14,7 +14,10 @@ scale.
 And ckpt-spec's refusals: a model with ops the runtime lacks exits 1,
 writes nothing, and names each node with its module or function; one with
 a module that forward never calls exits 1 naming the state-dict keys no op
-reads; a missing --input is a usage error (exit 2).
+reads; a missing --input is a usage error (exit 2).  Each node that does
+not map is named with the line of the model's code that made it, in both
+routes; token-id inputs (--input ids=1,4:int64) are random integers below
+the smallest nn.Embedding's rows, or below the N given.
 
 Prints `ok NAME` or `FAIL NAME: why` per case, then `N passed, M failed`;
 exits 1 if anything failed, 77 (skip) if torch cannot be imported.
@@ -260,6 +263,19 @@ class Checked(nn.Module):
         return self.net(x)
 
 
+class Tokens(nn.Module):
+    """Token ids through two tables: 10 rows, and 5."""
+
+    def __init__(self):
+        super().__init__()
+        self.words = nn.Embedding(10, 4)
+        self.places = nn.Embedding(5, 4)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, ids):
+        return self.fc(self.words(ids) + self.places(ids))
+
+
 class DataDependent(nn.Module):
     """Neither can trace this: forward branches on a tensor's value."""
 
@@ -270,6 +286,14 @@ class DataDependent(nn.Module):
     def forward(self, x):
         return self.fc(x) if x.sum() > 0 else -self.fc(x)
 '''
+
+
+def line_of(text):
+    """The line of the models' file that holds TEXT (once)."""
+    lines = textwrap.dedent(UNSUPPORTED).splitlines()
+    at = [i + 1 for i, ln in enumerate(lines) if text in ln]
+    assert len(at) == 1, (text, at)
+    return at[0]
 
 
 def user_models():
@@ -295,6 +319,35 @@ def _():
                  'getitem: call_function _operator.getitem: indexing or slicing'):
         assert want in err, (want, err)
     assert err.startswith('ckpt-spec: Net: '), err
+    # each named with the line of forward that made it (torch.fx's node.stack_trace)
+    for text, node in (('h = self.act(self.conv(x))', 'conv'),
+                       ('h = self.act(self.conv(x))', 'act'),
+                       ('h = torch.tanh(h).mean((2, 3))', 'tanh'),
+                       ('h = torch.tanh(h).mean((2, 3))', 'mean')):
+        want = 'usermodels.py:%d: %s: call_' % (line_of(text), node)
+        assert want in err, (want, err)
+
+
+@case('token ids: --input ids=1,4:int64 gives integers below the smallest nn.Embedding\'s '
+      'rows (5, not 10); :int64:10 gives them below 10, which the 5-row table refuses; a '
+      'bound on float32 or on a model without nn.Embedding is a usage error')
+def _():
+    src = user_models()
+    out = c.scratch('tokens.json')
+    r = ckpt_spec(src + ':Tokens', '--input', 'ids=1,4:int64', '-o', out)
+    assert r.rc == 1 and not os.path.exists(out), (r.rc, r.err)
+    assert 'words: call_module words (Embedding): no spec op for Embedding' in r.err, r.err
+    r = ckpt_spec(src + ':Tokens', '--input', 'ids=1,64:int64:10', '-o', out)
+    assert r.rc == 1 and not os.path.exists(out), (r.rc, r.err)
+    assert 'fails on inputs ids [1, 64] int64: IndexError' in r.err, r.err
+    for args, want in (([src + ':Tokens', '--input', 'ids=1,4:float32:5'], 'want NAME=SIZES'),
+                       ([src + ':Tokens', '--input', 'ids=1,4:int8'], 'want NAME=SIZES'),
+                       ([src + ':Tokens', '--input', 'ids=1,4:int32:0'], 'want NAME=SIZES'),
+                       (['models:MLP', '--input', 'x=1,784:int64'],
+                        'no nn.Embedding to bound the integers by: give N, as in '
+                        'x=1,784:int64:N')):
+        r = ckpt_spec(*args, '-o', out)
+        assert r.rc == 2 and want in r.err and not os.path.exists(out), (args, r.rc, r.err)
 
 
 @case('torch.max_pool2d and nn.functional.max_pool2d both map to max_pool2d; the spec '
@@ -405,6 +458,11 @@ runpy.run_path(sys.argv[0], run_name='__main__')
         for want in ('trying torch.export', 'ckpt-spec: Asserts: 2 node(s) with no spec op',
                      'call_function aten.gelu.default (in act: GELU): no spec op for it',
                      'call_function aten.mean.dim (in forward: Asserts): no spec op'):
+            assert want in r.err, (want, r.err)
+        # each named with the line of forward that made it (node.meta['stack_trace'])
+        line = line_of('return self.fc(self.act(h).mean((2, 3)))')
+        for node in ('gelu', 'mean'):
+            want = 'usermodels.py:%d: %s: call_function aten.' % (line, node)
             assert want in r.err, (want, r.err)
         r = ckpt_spec(user_models() + ':DataDependent', '--input', 'x=1,4', '-o', out)
         assert r.rc == 1 and not os.path.exists(out), (r.rc, r.err)
