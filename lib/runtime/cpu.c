@@ -130,6 +130,9 @@ typedef struct cpu_impl {
      * (hundreds of MB for SSD300) cost more in page faults than in work */
     float *cols;
     size_t cols_n;
+    /* a product's unpacked operand, packed once for all its tasks */
+    float *opack;
+    size_t opack_n;
 } cpu_impl;
 
 static void buf_free(float *p);
@@ -248,6 +251,10 @@ static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg)
         return;
     if (t->n > 1 && !t->started)
         threads_start(t);
+    /* a spinning worker takes a job within a microsecond, not tens of
+     * them: chunks of a quarter of the grain pay */
+    if (t->spin)
+        grain = (grain + 3) / 4;
     if (c->grain)
         grain = c->grain;
     int64_t nchunks = grain > 0 ? n / grain : n;
@@ -284,6 +291,7 @@ static void cpu_destroy(ckpt_backend *b)
         for (size_t i = 0; i < POOL_SLOTS; i++)
             buf_free(c->pool[i].p);
         free(c->cols);
+        free(c->opack);
         for (size_t i = 0; i < c->npacks; i++)
             free(c->packs[i].p);
         free(c->packs);
@@ -392,7 +400,7 @@ static void copy_part(void *arg, int64_t lo, int64_t hi)
 static int cpu_copy(ckpt_backend *b, float *dst, const float *src, size_t n)
 {
     copy_job j = {.dst = dst, .src = src};
-    par_for(b->impl, (int64_t)n, 4 * PAR_GRAIN, copy_part, &j);
+    par_for(b->impl, (int64_t)n, PAR_GRAIN, copy_part, &j);
     return CKPT_OK;
 }
 
@@ -509,6 +517,50 @@ static void gemm_part(void *arg, int64_t lo, int64_t hi)
  * the others would cost more. */
 #define GEMM_ALONE (1 << 18)
 
+typedef struct opack_job {
+    const cpu_gemm_kernel *gk;
+    int side;
+    const cpu_gemm_operand *o;
+    int64_t rows, depth, t;
+    float *dst;
+} opack_job;
+
+/* panels LO..HI of the operand, over all of the depth */
+static void opack_part(void *arg, int64_t lo, int64_t hi)
+{
+    const opack_job *j = arg;
+    for (int64_t q = lo; q < hi; q++) {
+        int64_t r0 = q * j->t, w = j->rows - r0 < j->t ? j->rows - r0 : j->t;
+        cpu_gemm_pack(j->gk, j->side, j->o->raw + r0 * j->o->rs, j->o->rs, j->o->cs, w, j->depth,
+                      j->dst + r0 * j->depth);
+    }
+}
+
+/* Operand SIDE of CALL (raw, ROWS x its depth), packed once on the threads
+ * into the backend's buffer: else every task along the other side packs
+ * the same block again, and more tasks (more threads) pack it more often.
+ * Packing copies: the product's bits are the same. */
+static int operand_packed(ckpt_backend *b, cpu_gemm_call *call, int side, int64_t rows)
+{
+    cpu_impl *c = b->impl;
+    cpu_gemm_operand *o = side == CPU_GEMM_A ? &call->a : &call->b;
+    size_t n = cpu_gemm_packed_floats(c->gk, side, rows, call->k);
+    if (n > c->opack_n) {
+        free(c->opack);
+        c->opack_n = 0;
+        if (!(c->opack = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64)))
+            return nomem(b);
+        c->opack_n = n;
+    }
+    int64_t t = side == CPU_GEMM_A ? cpu_gemm_panel_rows(c->gk) : cpu_gemm_panel_cols(c->gk);
+    opack_job j = {.gk = c->gk, .side = side, .o = o, .rows = rows, .depth = call->k, .t = t,
+                   .dst = c->opack};
+    int64_t per = t * call->k;
+    par_for(c, (rows + t - 1) / t, per ? (PAR_GRAIN + per - 1) / per : 1, opack_part, &j);
+    *o = (cpu_gemm_operand){.packed = c->opack};
+    return CKPT_OK;
+}
+
 /* CALL on the own kernel, on the backend's threads. */
 static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
 {
@@ -519,6 +571,13 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
     gemm_job j = {.c = c, .call = *call};
     int alone = !c->grain && (double)call->m * (double)call->n * (double)call->k < GEMM_ALONE;
     int64_t tasks = cpu_gemm_plan(c->gk, &j.call, alone ? 1 : c->thr.n);
+    /* (at most one side is raw: the other is a weight, or an image's B) */
+    if (j.call.k > 0 && j.call.a.raw && !j.call.a.packed && j.call.tiles_n > 1)
+        rc = operand_packed(b, &j.call, CPU_GEMM_A, j.call.m);
+    else if (j.call.k > 0 && j.call.b.raw && !j.call.b.packed && j.call.tiles_m > 1)
+        rc = operand_packed(b, &j.call, CPU_GEMM_B, j.call.n);
+    if (rc != CKPT_OK)
+        return rc;
     if (alone)
         gemm_part(&j, 0, tasks);
     else
@@ -1190,8 +1249,8 @@ static void sigmoid_part(void *arg, int64_t lo, int64_t hi)
 static int cpu_sigmoid(ckpt_backend *b, const float *x, float *y, size_t n)
 {
     ew_job e = {.x = x, .y = y};
-    /* expf: some ten times a copy's cost per value */
-    par_for(b->impl, (int64_t)n, PAR_GRAIN / 8, sigmoid_part, &e);
+    /* expf: some ten times relu's cost per value */
+    par_for(b->impl, (int64_t)n, PAR_GRAIN / 16, sigmoid_part, &e);
     return CKPT_OK;
 }
 

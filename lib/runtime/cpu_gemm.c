@@ -215,6 +215,11 @@ int64_t cpu_gemm_panel_cols(const cpu_gemm_kernel *k)
     return k->nr;
 }
 
+int64_t cpu_gemm_panel_rows(const cpu_gemm_kernel *k)
+{
+    return k->mr;
+}
+
 /* A panel's columns are runs of one output row each: (oh, ow, length, and
  * where in the panel), the same for every step of the depth. */
 typedef struct conv_run {

@@ -86,6 +86,8 @@ void cpu_gemm_pack_conv(const cpu_gemm_kernel *k, const float *x, const ckpt_con
                         int64_t p0, int64_t p1, float *dst);
 /* Columns in one panel of B (the kernel's NR). */
 int64_t cpu_gemm_panel_cols(const cpu_gemm_kernel *k);
+/* Rows in one panel of A (the kernel's MR). */
+int64_t cpu_gemm_panel_rows(const cpu_gemm_kernel *k);
 
 /* c[i * ldc + j] = relu(sum_p A(i, p) B(p, j) + bias + res[i * ldr + j]),
  * each part only when given: BIAS is bias[i] (a conv's output channel) or,
