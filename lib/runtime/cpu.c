@@ -521,18 +521,26 @@ typedef struct opack_job {
     const cpu_gemm_kernel *gk;
     int side;
     const cpu_gemm_operand *o;
-    int64_t rows, depth, t;
+    int64_t rows, depth, t, slices;
     float *dst;
 } opack_job;
 
-/* panels LO..HI of the operand, over all of the depth */
+/* Steps of the depth in one item of the packing: a small batch's operand
+ * is one panel deep in K, cut so that every thread packs a share */
+#define OPACK_SLICE 128
+
+/* items LO..HI: panel q's steps s * OPACK_SLICE .. (item q * slices + s) */
 static void opack_part(void *arg, int64_t lo, int64_t hi)
 {
     const opack_job *j = arg;
-    for (int64_t q = lo; q < hi; q++) {
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t q = it / j->slices, p0 = it % j->slices * OPACK_SLICE;
         int64_t r0 = q * j->t, w = j->rows - r0 < j->t ? j->rows - r0 : j->t;
-        cpu_gemm_pack(j->gk, j->side, j->o->raw + r0 * j->o->rs, j->o->rs, j->o->cs, w, j->depth,
-                      j->dst + r0 * j->depth);
+        int64_t kl = j->depth - p0 < OPACK_SLICE ? j->depth - p0 : OPACK_SLICE;
+        /* one panel at a time: its steps p0.. where the whole-depth
+         * layout puts them (panel q at r0 * depth, step p at + p * t) */
+        cpu_gemm_pack(j->gk, j->side, j->o->raw + r0 * j->o->rs + p0 * j->o->cs, j->o->rs,
+                      j->o->cs, w, kl, j->dst + r0 * j->depth + p0 * j->t);
     }
 }
 
@@ -554,9 +562,9 @@ static int operand_packed(ckpt_backend *b, cpu_gemm_call *call, int side, int64_
     }
     int64_t t = side == CPU_GEMM_A ? cpu_gemm_panel_rows(c->gk) : cpu_gemm_panel_cols(c->gk);
     opack_job j = {.gk = c->gk, .side = side, .o = o, .rows = rows, .depth = call->k, .t = t,
-                   .dst = c->opack};
-    int64_t per = t * call->k;
-    par_for(c, (rows + t - 1) / t, per ? (PAR_GRAIN + per - 1) / per : 1, opack_part, &j);
+                   .slices = (call->k + OPACK_SLICE - 1) / OPACK_SLICE, .dst = c->opack};
+    int64_t per = t * OPACK_SLICE;
+    par_for(c, (rows + t - 1) / t * j.slices, (PAR_GRAIN + per - 1) / per, opack_part, &j);
     *o = (cpu_gemm_operand){.packed = c->opack};
     return CKPT_OK;
 }
