@@ -53,10 +53,10 @@ typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float a
 #define PAR_GRAIN 32768
 
 /*
- * The loops around the matrix products (im2col, the conv's bias / residual
- * / ReLU pass, pooling, elementwise ops) run on as many threads as
- * OpenBLAS's products do: at batch 1 they were a quarter of ResNet-50's
- * time on 2 threads while single-threaded.  A job is [0, n) cut into
+ * Every op, not only the matrix products, runs on as many threads as
+ * OpenBLAS's products do: at batch 1 the loops around the products were a
+ * quarter of ResNet-50's time on 2 threads while single-threaded, and
+ * any op left on one thread caps what more cores give.  A job is [0, n) cut into
  * chunks; the caller takes chunks too, and a worker that wakes late finds
  * none left, so a busy machine costs little waiting.  Every output element is
  * computed by the same code whichever thread runs its chunk: results do not
