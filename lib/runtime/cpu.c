@@ -133,6 +133,9 @@ typedef struct cpu_impl {
     /* a product's unpacked operand, packed once for all its tasks */
     float *opack;
     size_t opack_n;
+    /* the depth blocks' sums of a product cut along its depth */
+    float *kparts;
+    size_t kparts_n;
 } cpu_impl;
 
 static void buf_free(float *p);
@@ -292,6 +295,7 @@ static void cpu_destroy(ckpt_backend *b)
             buf_free(c->pool[i].p);
         free(c->cols);
         free(c->opack);
+        free(c->kparts);
         for (size_t i = 0; i < c->npacks; i++)
             free(c->packs[i].p);
         free(c->packs);
@@ -569,6 +573,54 @@ static int operand_packed(ckpt_backend *b, cpu_gemm_call *call, int side, int64_
     return CKPT_OK;
 }
 
+typedef struct kblock_job {
+    gemm_job *g;
+    int64_t tasks;
+    float *parts;
+    int64_t stride, nblk;
+} kblock_job;
+
+/* items LO..HI: task it % tasks, depth block it / tasks */
+static void kblock_part(void *arg, int64_t lo, int64_t hi)
+{
+    const kblock_job *k = arg;
+    cpu_impl *c = k->g->c;
+    unsigned s = slot_take(c);
+    for (int64_t it = lo; it < hi; it++)
+        cpu_gemm_task_block(c->gk, &k->g->call, it % k->tasks, it / k->tasks,
+                            k->parts + it / k->tasks * k->stride, k->g->call.n, c->gscratch[s]);
+    slot_give(c, s);
+}
+
+static void kcombine_part(void *arg, int64_t lo, int64_t hi)
+{
+    const kblock_job *k = arg;
+    cpu_gemm_combine(&k->g->call, k->parts, k->nblk, k->stride, k->g->call.n, lo, hi);
+}
+
+/* A product of fewer tasks than threads (a small batch's product with a
+ * long reduction: the autoencoder's 3136 -> 32 at batch 8), cut along its
+ * depth: each block's sums on any thread, then added in ascending order
+ * (cpu_gemm.h: the same bits as the whole task). */
+static int gemm_run_blocks(ckpt_backend *b, gemm_job *j, int64_t tasks, int64_t nblk)
+{
+    cpu_impl *c = b->impl;
+    size_t n = (size_t)(nblk * j->call.m * j->call.n);
+    if (n > c->kparts_n) {
+        free(c->kparts);
+        c->kparts_n = 0;
+        if (!(c->kparts = malloc(n * sizeof(float))))
+            return nomem(b);
+        c->kparts_n = n;
+    }
+    kblock_job k = {.g = j, .tasks = tasks, .parts = c->kparts,
+                    .stride = j->call.m * j->call.n, .nblk = nblk};
+    par_for(c, tasks * nblk, 1, kblock_part, &k);
+    int64_t per = nblk * j->call.n;
+    par_for(c, j->call.m, per ? (PAR_GRAIN + per - 1) / per : 1, kcombine_part, &k);
+    return CKPT_OK;
+}
+
 /* CALL on the own kernel, on the backend's threads. */
 static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
 {
@@ -586,6 +638,9 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
         rc = operand_packed(b, &j.call, CPU_GEMM_B, j.call.n);
     if (rc != CKPT_OK)
         return rc;
+    int64_t nblk = cpu_gemm_depth_blocks(c->gk, &j.call);
+    if (!alone && c->thr.n > 1 && tasks < c->thr.n && nblk > 1)
+        return gemm_run_blocks(b, &j, tasks, nblk);
     if (alone)
         gemm_part(&j, 0, tasks);
     else

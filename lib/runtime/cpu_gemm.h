@@ -117,4 +117,18 @@ size_t cpu_gemm_scratch_floats(const cpu_gemm_kernel *k);
 void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *call, int64_t t,
                    float *scratch);
 
+/* A product of few tasks cut along its depth too, for more threads than
+ * tasks: depth block B (of cpu_gemm_depth_blocks) of task T computed alone
+ * into PART (ldp floats a row, the task's rectangle at its own row and
+ * column), no epilogue; then cpu_gemm_combine adds the blocks in ascending
+ * order and applies the epilogue: the operations cpu_gemm_task does, in
+ * its order, so the same bits. */
+int64_t cpu_gemm_depth_blocks(const cpu_gemm_kernel *k, const cpu_gemm_call *call);
+void cpu_gemm_task_block(const cpu_gemm_kernel *k, const cpu_gemm_call *call, int64_t t,
+                         int64_t blk, float *part, int64_t ldp, float *scratch);
+/* Output rows I0 <= i < I1 from the NBLK blocks' parts, block b's element
+ * (i, j) at parts[b * stride + i * ldp + j]. */
+void cpu_gemm_combine(const cpu_gemm_call *call, const float *parts, int64_t nblk,
+                      int64_t stride, int64_t ldp, int64_t i0, int64_t i1);
+
 #endif /* CKPT_RUNTIME_CPU_GEMM_H */

@@ -637,6 +637,63 @@ START_TEST(test_threads_same_bits_lstm)
 }
 END_TEST
 
+/* The MNIST models at batch 8, as a small batch runs on many threads: the
+ * products too small to share by their outputs cut along their depth (the
+ * autoencoder's 3136 -> 32), the operand of a product several tasks read
+ * packed once by all threads, images side by side.  Each on 1 thread, on 2
+ * and on 3, with the default chunks and with one-item chunks: the same
+ * bits. */
+START_TEST(test_threads_same_bits_small_batch)
+{
+    static const char *const models[][2] = {
+        {"models/mnist_mlp.json", "tests/data/fmnist_mlp.pth"},
+        {"models/mnist_conv_autoencoder.json", "tests/data/fmnist_ae.pth"},
+    };
+    ckpt_file *f = open_data(models[_i][1]);
+    ckpt_array in = {.ndim = 4, .shape = {8, 1, 28, 28}};
+    in.data = malloc(8 * 28 * 28 * sizeof(float));
+    uint32_t seed = 31;
+    for (int64_t i = 0; i < ckpt_array_numel(&in); i++) {
+        seed = seed * 1664525u + 1013904223u;
+        in.data[i] = (float)(seed >> 8) / (float)(1u << 24);
+    }
+    for (int pi = 0; pi < NPRODUCTS; pi++) {
+        /* a model per products path: a model runs on 16 backends at most */
+        ckpt_model *m = load_spec(models[_i][0]);
+        ckpt_load_report r;
+        ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
+        ck_assert_msg(r.ok, "%s", r.message);
+        size_t nout = ckpt_model_output_count(m);
+        ck_assert(nout <= 4);
+        ckpt_backend *b;
+        ckpt_array one[4] = {{0}};
+        if (!open_cpu(PRODUCTS[pi], 1, &b)) {
+            ckpt_model_free(m);
+            continue;
+        }
+        run_model(m, b, &in, one);
+        ckpt_backend_free(b);
+        for (int threads = 2; threads <= 3; threads++)
+            for (int64_t grain = 0; grain <= 1; grain++) {
+                ckpt_array many[4] = {{0}};
+                ck_assert(open_cpu(PRODUCTS[pi], threads, &b));
+                ckpt_backend_cpu_set_grain(b, grain);
+                run_model(m, b, &in, many);
+                ckpt_backend_free(b);
+                for (size_t k = 0; k < nout; k++) {
+                    assert_same_bits(&one[k], &many[k], ckpt_model_output_name(m, k));
+                    ckpt_array_clear(&many[k]);
+                }
+            }
+        for (size_t k = 0; k < nout; k++)
+            ckpt_array_clear(&one[k]);
+        ckpt_model_free(m);
+    }
+    ckpt_array_clear(&in);
+    ckpt_file_free(f);
+}
+END_TEST
+
 START_TEST(test_backend_names)
 {
     ckpt_backend *b = NULL;
@@ -679,6 +736,7 @@ static Suite *suite(void)
     tcase_add_test(speed, test_threads_same_bits);
     tcase_add_test(speed, test_threads_same_bits_lstm);
     tcase_add_test(speed, test_threads_same_bits_batch);
+    tcase_add_loop_test(speed, test_threads_same_bits_small_batch, 0, 2);
     suite_add_tcase(s, speed);
     return s;
 }
