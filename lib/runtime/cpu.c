@@ -573,6 +573,9 @@ static int operand_packed(ckpt_backend *b, cpu_gemm_call *call, int side, int64_
     return CKPT_OK;
 }
 
+/* Floats of the blocks' sums a product cut along its depth may take */
+#define KPARTS_MAX (1 << 20)
+
 typedef struct kblock_job {
     gemm_job *g;
     int64_t tasks;
@@ -639,7 +642,9 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
     if (rc != CKPT_OK)
         return rc;
     int64_t nblk = cpu_gemm_depth_blocks(c->gk, &j.call);
-    if (!alone && c->thr.n > 1 && tasks < c->thr.n && nblk > 1)
+    /* (the blocks' sums take nblk times the output: a few MB at most) */
+    if (!alone && c->thr.n > 1 && tasks < c->thr.n && nblk > 1 &&
+        (double)nblk * (double)j.call.m * (double)j.call.n <= KPARTS_MAX)
         return gemm_run_blocks(b, &j, tasks, nblk);
     if (alone)
         gemm_part(&j, 0, tasks);
