@@ -74,6 +74,9 @@ typedef struct cpu_threads {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     _Atomic unsigned gen;   /* job number, written under mu */
+    /* gen again, written once mu is released: a spinning worker that saw
+     * gen while the caller still held mu would sleep on the mutex */
+    _Atomic unsigned pub;
     int quit;
     int spin;               /* look for the next job before sleeping */
     par_fn fn;              /* the job, under mu */
@@ -172,7 +175,9 @@ static void spin_for_job(cpu_threads *t, unsigned seen)
 {
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned i = 1; atomic_load_explicit(&t->gen, memory_order_acquire) == seen; i++) {
+    /* (pub may still be one behind the job this worker took under mu) */
+    for (unsigned i = 1; (int)(atomic_load_explicit(&t->pub, memory_order_acquire) - seen) <= 0;
+         i++) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
@@ -277,6 +282,7 @@ static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg)
     atomic_store(&t->next, (uint64_t)gen << 32);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    atomic_store_explicit(&t->pub, gen, memory_order_release);
     run_chunks(t, gen, fn, arg, n, nchunks);
     /* the chunks that workers took are under way: wait for them */
     for (unsigned spin = 0; atomic_load(&t->done) < nchunks; spin++)
