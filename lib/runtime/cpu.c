@@ -443,6 +443,70 @@ static void gemm_plain(int trans_a, int64_t m, int64_t n, int64_t k, const float
     }
 }
 
+typedef struct opack_job {
+    const cpu_gemm_kernel *gk;
+    int side;
+    const cpu_gemm_operand *o;
+    int64_t rows, depth, t, slices;
+    float *dst;
+} opack_job;
+
+/* Steps of the depth in one item of the packing: a small batch's operand
+ * is one panel deep in K, cut so that every thread packs a share */
+#define OPACK_SLICE 128
+
+/* items LO..HI: panel q's steps s * OPACK_SLICE .. (item q * slices + s) */
+static void opack_part(void *arg, int64_t lo, int64_t hi)
+{
+    const opack_job *j = arg;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t q = it / j->slices, p0 = it % j->slices * OPACK_SLICE;
+        int64_t r0 = q * j->t, w = j->rows - r0 < j->t ? j->rows - r0 : j->t;
+        int64_t kl = j->depth - p0 < OPACK_SLICE ? j->depth - p0 : OPACK_SLICE;
+        /* one panel at a time: its steps p0.. where the whole-depth
+         * layout puts them (panel q at r0 * depth, step p at + p * t) */
+        cpu_gemm_pack(j->gk, j->side, j->o->raw + r0 * j->o->rs + p0 * j->o->cs, j->o->rs,
+                      j->o->cs, w, kl, j->dst + r0 * j->depth + p0 * j->t);
+    }
+}
+
+/* ROWS x DEPTH of operand O (raw) packed for SIDE into DST, on the threads */
+static void pack_on_threads(cpu_impl *c, int side, const cpu_gemm_operand *o, int64_t rows,
+                            int64_t depth, float *dst)
+{
+    int64_t t = side == CPU_GEMM_A ? cpu_gemm_panel_rows(c->gk) : cpu_gemm_panel_cols(c->gk);
+    opack_job j = {.gk = c->gk, .side = side, .o = o, .rows = rows, .depth = depth, .t = t,
+                   .slices = (depth + OPACK_SLICE - 1) / OPACK_SLICE, .dst = dst};
+    int64_t per = t * OPACK_SLICE;
+    par_for(c, (rows + t - 1) / t * j.slices, (PAR_GRAIN + per - 1) / per, opack_part, &j);
+}
+
+typedef struct plain_job {
+    int trans_a;
+    int64_t n, k, lda, ldb, ldc;
+    const float *a, *bm;
+    float *c;
+} plain_job;
+
+/* rows LO..HI of gemm_plain's product: each row is computed alone */
+static void plain_part(void *arg, int64_t lo, int64_t hi)
+{
+    const plain_job *j = arg;
+    gemm_plain(j->trans_a, hi - lo, j->n, j->k, j->trans_a ? j->a + lo : j->a + lo * j->lda,
+               j->lda, j->bm, j->ldb, j->c + lo * j->ldc, j->ldc);
+}
+
+/* gemm_plain on the threads, cut by output rows */
+static void gemm_plain_par(cpu_impl *c, int trans_a, int64_t m, int64_t n, int64_t k,
+                           const float *a, int64_t lda, const float *bm, int64_t ldb, float *cm,
+                           int64_t ldc)
+{
+    plain_job j = {.trans_a = trans_a, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+                   .a = a, .bm = bm, .c = cm};
+    double per = (double)n * (double)(k > 0 ? k : 1);
+    par_for(c, m, per >= PAR_GRAIN ? 1 : (int64_t)(PAR_GRAIN / per) + 1, plain_part, &j);
+}
+
 /* W's copy packed for SIDE of the own kernel, made at its first use and
  * kept until W's buffer is released or uploaded to (the executor's weights
  * are parameters: written once).  NULL: out of memory. */
@@ -461,7 +525,8 @@ static const float *weight_packed(cpu_impl *c, const float *w, int side, int64_t
     float *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!p)
         return NULL;
-    cpu_gemm_pack(c->gk, side, w, rs, cs, rows, depth, p);
+    cpu_gemm_operand o = {.raw = w, .rs = rs, .cs = cs};
+    pack_on_threads(c, side, &o, rows, depth, p); /* the first forward packs them all */
     c->packs[c->npacks++] = (packed_weight){.w = w, .side = side, .rows = rows, .depth = depth,
                                             .rs = rs, .cs = cs, .p = p};
     return p;
@@ -527,33 +592,6 @@ static void gemm_part(void *arg, int64_t lo, int64_t hi)
  * the others would cost more. */
 #define GEMM_ALONE (1 << 18)
 
-typedef struct opack_job {
-    const cpu_gemm_kernel *gk;
-    int side;
-    const cpu_gemm_operand *o;
-    int64_t rows, depth, t, slices;
-    float *dst;
-} opack_job;
-
-/* Steps of the depth in one item of the packing: a small batch's operand
- * is one panel deep in K, cut so that every thread packs a share */
-#define OPACK_SLICE 128
-
-/* items LO..HI: panel q's steps s * OPACK_SLICE .. (item q * slices + s) */
-static void opack_part(void *arg, int64_t lo, int64_t hi)
-{
-    const opack_job *j = arg;
-    for (int64_t it = lo; it < hi; it++) {
-        int64_t q = it / j->slices, p0 = it % j->slices * OPACK_SLICE;
-        int64_t r0 = q * j->t, w = j->rows - r0 < j->t ? j->rows - r0 : j->t;
-        int64_t kl = j->depth - p0 < OPACK_SLICE ? j->depth - p0 : OPACK_SLICE;
-        /* one panel at a time: its steps p0.. where the whole-depth
-         * layout puts them (panel q at r0 * depth, step p at + p * t) */
-        cpu_gemm_pack(j->gk, j->side, j->o->raw + r0 * j->o->rs + p0 * j->o->cs, j->o->rs,
-                      j->o->cs, w, kl, j->dst + r0 * j->depth + p0 * j->t);
-    }
-}
-
 /* Operand SIDE of CALL (raw, ROWS x its depth), packed once on the threads
  * into the backend's buffer: else every task along the other side packs
  * the same block again, and more tasks (more threads) pack it more often.
@@ -570,11 +608,7 @@ static int operand_packed(ckpt_backend *b, cpu_gemm_call *call, int side, int64_
             return nomem(b);
         c->opack_n = n;
     }
-    int64_t t = side == CPU_GEMM_A ? cpu_gemm_panel_rows(c->gk) : cpu_gemm_panel_cols(c->gk);
-    opack_job j = {.gk = c->gk, .side = side, .o = o, .rows = rows, .depth = call->k, .t = t,
-                   .slices = (call->k + OPACK_SLICE - 1) / OPACK_SLICE, .dst = c->opack};
-    int64_t per = t * OPACK_SLICE;
-    par_for(c, (rows + t - 1) / t * j.slices, (PAR_GRAIN + per - 1) / per, opack_part, &j);
+    pack_on_threads(c, side, o, rows, call->k, c->opack);
     *o = (cpu_gemm_operand){.packed = c->opack};
     return CKPT_OK;
 }
@@ -680,7 +714,7 @@ static int gemm_w(ckpt_backend *b, int trans_w, int64_t m, int64_t n, int64_t k,
         c->sgemm(CBLAS_ROW_MAJOR, trans_w ? CBLAS_TRANS : CBLAS_NO_TRANS, CBLAS_NO_TRANS,
                  (int)m, (int)n, (int)k, 1.0f, w, (int)ldw, bm, (int)ldb, 0.0f, cm, (int)ldc);
     else
-        gemm_plain(trans_w, m, n, k, w, ldw, bm, ldb, cm, ldc);
+        gemm_plain_par(c, trans_w, m, n, k, w, ldw, bm, ldb, cm, ldc);
     return CKPT_OK;
 }
 
@@ -747,7 +781,7 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
         const float *wt = transposed_weight(b, w, in, out);
         if (!wt)
             return nomem(b);
-        gemm_plain(0, rows, out, in, x, in, wt, out, y, out);
+        gemm_plain_par(c, 0, rows, out, in, x, in, wt, out, y, out);
     }
     if (bias) {
         bias_job j = {.y = y, .bias = bias, .out = out};
