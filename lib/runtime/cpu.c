@@ -55,10 +55,10 @@ typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float a
 /*
  * Every op, not only the matrix products, runs on as many threads as
  * OpenBLAS's products do: at batch 1 the loops around the products were a
- * quarter of ResNet-50's time on 2 threads while single-threaded, and
- * any op left on one thread caps what more cores give.  A job is [0, n) cut into
- * chunks; the caller takes chunks too, and a worker that wakes late finds
- * none left, so a busy machine costs little waiting.  Every output element is
+ * quarter of ResNet-50's time on 2 threads while single-threaded, and any
+ * op left on one thread caps what more cores give.  A job is [0, n) cut
+ * into chunks; the caller takes chunks too, and a worker that wakes late
+ * finds none left, so a busy machine costs little waiting.  Every output element is
  * computed by the same code whichever thread runs its chunk: results do not
  * depend on the thread count.  With the own SGEMM (the products are jobs
  * too) a worker looks for the next job for a moment before it sleeps; with
