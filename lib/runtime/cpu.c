@@ -66,6 +66,18 @@ typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float a
  */
 typedef void (*par_fn)(void *arg, int64_t lo, int64_t hi);
 
+/* A group's next chunk, (job number << 32) | chunk: a claim for an older
+ * job fails.  One cache line each: the threads claim from their own. */
+typedef struct chunk_counter {
+    _Alignas(64) _Atomic uint64_t next;
+} chunk_counter;
+
+struct cpu_threads;
+typedef struct worker_arg {
+    struct cpu_threads *t;
+    int self; /* 1.. (the caller is 0) */
+} worker_arg;
+
 typedef struct cpu_threads {
     int n;                  /* threads, the caller included; 1: no workers */
     int inited;             /* mu and cv made */
@@ -82,10 +94,14 @@ typedef struct cpu_threads {
     par_fn fn;              /* the job, under mu */
     void *arg;
     int64_t n_items, nchunks;
-    /* (job number << 32) | next chunk: a claim for an older job fails.
-     * Each counter on its own cache line: every claim and every finished
-     * chunk writes one, and the job's fields above are read meanwhile */
-    _Alignas(64) _Atomic uint64_t next;
+    worker_arg wa[MAX_THREADS];
+    /* A job's chunks cut into as many contiguous groups as threads, group
+     * i first taken by thread i, then by any thread that has finished its
+     * own: consecutive ops give a thread the same part of the batch (what
+     * it wrote stays in its core's cache: on 2 cores, thread-hopping data
+     * made the autoencoder's loops several times slower), while a thread
+     * that is slow or descheduled has its chunks taken by the others */
+    chunk_counter grp[MAX_THREADS];
     _Alignas(64) _Atomic int64_t done; /* chunks finished */
 } cpu_threads;
 
@@ -151,18 +167,23 @@ static int nomem(ckpt_backend *b)
 
 /* Takes the chunks of job GEN while any is left; chunk K is
  * [n * k / nchunks, n * (k + 1) / nchunks). */
-static void run_chunks(cpu_threads *t, unsigned gen, par_fn fn, void *arg, int64_t n,
+static void run_chunks(cpu_threads *t, int self, unsigned gen, par_fn fn, void *arg, int64_t n,
                        int64_t nchunks)
 {
-    for (;;) {
-        uint64_t v = atomic_load(&t->next);
-        if ((unsigned)(v >> 32) != gen || (int64_t)(v & 0xffffffffu) >= nchunks)
-            return;
-        if (!atomic_compare_exchange_weak(&t->next, &v, v + 1))
-            continue;
-        int64_t k = (int64_t)(v & 0xffffffffu);
-        fn(arg, n * k / nchunks, n * (k + 1) / nchunks);
-        atomic_fetch_add(&t->done, 1);
+    int ng = t->n;
+    for (int d = 0; d < ng; d++) {
+        int g = (self + d) % ng; /* its own group first */
+        int64_t end = nchunks * (g + 1) / ng;
+        for (;;) {
+            uint64_t v = atomic_load(&t->grp[g].next);
+            if ((unsigned)(v >> 32) != gen || (int64_t)(v & 0xffffffffu) >= end)
+                break;
+            if (!atomic_compare_exchange_weak(&t->grp[g].next, &v, v + 1))
+                continue;
+            int64_t k = (int64_t)(v & 0xffffffffu);
+            fn(arg, n * k / nchunks, n * (k + 1) / nchunks);
+            atomic_fetch_add(&t->done, 1);
+        }
     }
 }
 
@@ -191,7 +212,8 @@ static void spin_for_job(cpu_threads *t, unsigned seen)
 
 static void *worker_main(void *p)
 {
-    cpu_threads *t = p;
+    const worker_arg *w = p;
+    cpu_threads *t = w->t;
     unsigned seen = 0;
     for (;;) {
         if (t->spin)
@@ -208,7 +230,7 @@ static void *worker_main(void *p)
         void *arg = t->arg;
         int64_t n = t->n_items, nchunks = t->nchunks;
         pthread_mutex_unlock(&t->mu);
-        run_chunks(t, seen, fn, arg, n, nchunks);
+        run_chunks(t, w->self, seen, fn, arg, n, nchunks);
     }
     return NULL;
 }
@@ -230,8 +252,11 @@ static void threads_init(cpu_threads *t, int n)
 static void threads_start(cpu_threads *t)
 {
     int k = 0;
-    while (k < t->n - 1 && pthread_create(&t->th[k], NULL, worker_main, t) == 0)
-        k++;
+    for (; k < t->n - 1; k++) {
+        t->wa[k] = (worker_arg){.t = t, .self = k + 1};
+        if (pthread_create(&t->th[k], NULL, worker_main, &t->wa[k]))
+            break;
+    }
     t->started = k;
     t->n = k + 1;
 }
@@ -279,11 +304,12 @@ static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg)
     t->n_items = n;
     t->nchunks = nchunks;
     atomic_store(&t->done, 0);
-    atomic_store(&t->next, (uint64_t)gen << 32);
+    for (int g = 0; g < t->n; g++)
+        atomic_store(&t->grp[g].next, (uint64_t)gen << 32 | (uint64_t)(nchunks * g / t->n));
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     atomic_store_explicit(&t->pub, gen, memory_order_release);
-    run_chunks(t, gen, fn, arg, n, nchunks);
+    run_chunks(t, 0, gen, fn, arg, n, nchunks);
     /* the chunks that workers took are under way: wait for them */
     for (unsigned spin = 0; atomic_load(&t->done) < nchunks; spin++)
         if (spin > 1000)
