@@ -122,13 +122,14 @@ def main():
             model["path"] = checkpoint(a, key, model)
             for batch, runs in zip(model["batches"], model["runs"]):
                 nout = same_bits(a, tmp, model, batch, tt)
-                res = {1: [], tt: []}
+                res, row_loads = {1: [], tt: []}, []
                 for r in range(a.rounds):
                     for t in ((1, tt) if r % 2 == 0 else (tt, 1)):
                         x = bv.measure(argv(a, model, batch, t, runs, model["warmup"]), tmp,
                                        "bench_forward %s batch %d, %d threads"
                                        % (model["label"], batch, t))
                         loads.append(x["loadavg"])
+                        row_loads.append(x["loadavg"])
                         if t == tt:
                             desc = x.get("description", desc)
                         res[t].append(x)
@@ -144,7 +145,7 @@ def main():
                              "rss": {t: max(x["rss_kib"] for x in v) for t, v in res.items()},
                              "ratios": [res[1][i]["median_ms"] / res[tt][i]["median_ms"]
                                         for i in range(a.rounds)],
-                             "nout": nout})
+                             "nout": nout, "load": (min(row_loads), max(row_loads))})
     elapsed = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
 
     def ms(v):
@@ -152,21 +153,21 @@ def main():
 
     table = ["| model | batch | 1 thread: median (rounds) | best | %d threads: median (rounds) "
              "| best | speed-up, medians (goal >= %.1f) | round by round | speed-up, best "
-             "| peak RSS 1 / %d |" % (tt, GOAL, tt),
-             "|---|---:|---:|---:|---:|---:|---|---|---:|---:|"]
+             "| peak RSS 1 / %d | load |" % (tt, GOAL, tt),
+             "|---|---:|---:|---:|---:|---:|---|---|---:|---:|---|"]
     met = []
     for r in rows:
         s = r["med"][1] / r["med"][tt]
         ok = s >= GOAL
         met.append(ok)
         table.append("| %s | %d | %s (%s-%s) | %s | %s (%s-%s) | %s | %.2fx %s | %s | %.2fx "
-                     "| %d / %d MiB |" % (
+                     "| %d / %d MiB | %.2f-%.2f |" % (
                          r["label"], r["batch"], ms(r["med"][1]), ms(r["range"][1][0]),
                          ms(r["range"][1][1]), ms(r["best"][1]), ms(r["med"][tt]),
                          ms(r["range"][tt][0]), ms(r["range"][tt][1]), ms(r["best"][tt]), s,
                          "met" if ok else "MISSED", " ".join("%.2f" % x for x in r["ratios"]),
                          r["best"][1] / r["best"][tt], r["rss"][1] // 1024,
-                         r["rss"][tt] // 1024))
+                         r["rss"][tt] // 1024, r["load"][0], r["load"][1]))
     print("\n".join(table))
     if a.no_results:
         return
@@ -188,7 +189,9 @@ def main():
             "median is the median of its rounds' medians, its best the least forward of all. "
             "Checkpoints: MLP and autoencoder from tests/data, the others made once by a torch "
             "child (bench_models.py's recipe, seed %d). The 1-minute load average before each "
-            "child: %.2f-%.2f (the benchmark itself accounts for up to %d). The run took %.0f s."
+            "child: %.2f-%.2f (the benchmark itself accounts for up to %d; each line's in its "
+            "last column: where it is well over 1, another job held a core and the 2-thread "
+            "child could not have both). The run took %.0f s."
             % (a.rounds, tt, bm.SEED, min(loads), max(loads), tt, elapsed),
             "- Command: `/usr/bin/python3 bench/bench_threads.py --models %s --rounds %d` "
             "(after `make bench/bench_forward`)" % (",".join(keys), a.rounds),
