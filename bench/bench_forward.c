@@ -1,7 +1,7 @@
 /* bench_forward.c - time ckpt's model forward pass (issue 5).
  *
- *   bench_forward [--plain | --products P] [--warmup N] [--dump DIR]
- *                 SPEC CKPT BATCH RUNS DEVICE
+ *   bench_forward [--plain | --products P] [--threads N] [--warmup N]
+ *                 [--dump DIR] SPEC CKPT BATCH RUNS DEVICE
  *
  * Loads the graph spec SPEC, binds CKPT's root state dict to it (strictly,
  * as ckpt verify does), makes a fixed pseudo-random input batch of the
@@ -18,7 +18,9 @@
  * auto.  --plain (DEVICE must be cpu) uses the CPU backend's plain-C loops
  * instead of its packed SGEMM or OpenBLAS; --products P (DEVICE cpu) picks
  * what does the CPU backend's matrix products: auto, plain, openblas,
- * avx512, avx2 (ckpt_backend_cpu_open_with).
+ * avx512, avx2 (ckpt_backend_cpu_open_with).  --threads N (DEVICE cpu) runs
+ * the CPU backend on N threads (default: as many as OpenBLAS runs, else the
+ * cores), for bench_threads.py's 1- against 2-thread rows.
  *
  * --dump DIR writes the input batch and the outputs of the last forward to
  * DIR (which must exist), one file per array of raw native-endian float32
@@ -45,8 +47,8 @@
 #define WARMUP 3
 
 static const char usage[] =
-    "usage: bench_forward [--plain | --products P] [--warmup N] [--dump DIR]\n"
-    "                     SPEC CKPT BATCH RUNS DEVICE\n"
+    "usage: bench_forward [--plain | --products P] [--threads N] [--warmup N]\n"
+    "                     [--dump DIR] SPEC CKPT BATCH RUNS DEVICE\n"
     "  SPEC    a graph spec (models/*.json)\n"
     "  CKPT    a checkpoint whose root is the model's state dict\n"
     "  BATCH   the batch size (replaces -1 in the spec's input shapes)\n"
@@ -55,6 +57,8 @@ static const char usage[] =
     "  --plain the CPU backend's plain-C loops (DEVICE cpu)\n"
     "  --products P  the CPU backend's matrix products by P: auto, plain, openblas,\n"
     "          avx512, avx2 (DEVICE cpu)\n"
+    "  --threads N  the CPU backend's threads (DEVICE cpu; default: OpenBLAS's count,\n"
+    "          else the cores)\n"
     "  --warmup N  untimed forwards before the timed ones (default 3; 0 is allowed)\n"
     "  --dump DIR  write the input and the last forward's outputs to DIR as raw\n"
     "              float32 (input.NAME.f32, output.NAME.f32)\n";
@@ -152,7 +156,7 @@ int main(int argc, char **argv)
 {
     int plain = 0, argi = 1;
     const char *products = NULL;
-    long warmup = WARMUP;
+    long warmup = WARMUP, threads = 0;
     const char *dump = NULL;
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(usage, stdout);
@@ -164,6 +168,9 @@ int main(int argc, char **argv)
             products = "plain";
         } else if (strcmp(argv[argi], "--products") == 0 && argi + 1 < argc) {
             products = argv[++argi];
+        } else if (strcmp(argv[argi], "--threads") == 0 && argi + 1 < argc) {
+            if (parse_pos("--threads", argv[++argi], &threads))
+                return 2;
         } else if (strcmp(argv[argi], "--warmup") == 0 && argi + 1 < argc) {
             if (parse_num("--warmup", argv[++argi], 0, &warmup))
                 return 2;
@@ -182,9 +189,9 @@ int main(int argc, char **argv)
     long batch, runs;
     if (parse_pos("BATCH", argv[argi + 2], &batch) || parse_pos("RUNS", argv[argi + 3], &runs))
         return 2;
-    if (products && strcmp(device, "cpu") != 0) {
+    if ((products || threads) && strcmp(device, "cpu") != 0) {
         fprintf(stderr, "bench_forward: --%s is the CPU backend's: DEVICE must be cpu, "
-                "got '%s'\n", plain ? "plain" : "products", device);
+                "got '%s'\n", plain ? "plain" : products ? "products" : "threads", device);
         return 2;
     }
 
@@ -227,7 +234,8 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    int rc = products ? ckpt_backend_cpu_open_with(products, 0, &b, err, sizeof err)
+    int rc = products || threads
+                 ? ckpt_backend_cpu_open_with(products, (int)threads, &b, err, sizeof err)
                       : ckpt_backend_open(device, &b, err, sizeof err);
     if (rc != CKPT_OK) {
         /* the CUDA backend's messages start with the device already */

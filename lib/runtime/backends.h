@@ -34,6 +34,11 @@ int ckpt_backend_cpu_open_threads(int plain, int threads, ckpt_backend **out, ch
  * CKPT_ERR_UNSUPPORTED when this CPU lacks it); THREADS as above. */
 int ckpt_backend_cpu_open_with(const char *products, int threads, ckpt_backend **out, char *err,
                                size_t cap);
+/* For tests, on a backend the two above opened: its loops cut into chunks
+ * of ITEMS (images, rows, channels, values: each loop's own unit) and its
+ * products shared between its threads however small, so that small inputs
+ * take the paths that big ones take on many threads; 0: the default. */
+void ckpt_backend_cpu_set_grain(ckpt_backend *b, int64_t items);
 
 #ifdef __cplusplus
 }

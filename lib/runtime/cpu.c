@@ -53,18 +53,30 @@ typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float a
 #define PAR_GRAIN 32768
 
 /*
- * The loops around the matrix products (im2col, the conv's bias / residual
- * / ReLU pass, pooling, elementwise ops) run on as many threads as
- * OpenBLAS's products do: at batch 1 they were a quarter of ResNet-50's
- * time on 2 threads while single-threaded.  A job is [0, n) cut into
- * chunks; the caller takes chunks too, and a worker that wakes late finds
- * none left, so a busy machine costs little waiting.  Every output element is
+ * Every op, not only the matrix products, runs on as many threads as
+ * OpenBLAS's products do: at batch 1 the loops around the products were a
+ * quarter of ResNet-50's time on 2 threads while single-threaded, and any
+ * op left on one thread caps what more cores give.  A job is [0, n) cut
+ * into chunks; the caller takes chunks too, and a worker that wakes late
+ * finds none left, so a busy machine costs little waiting.  Every output element is
  * computed by the same code whichever thread runs its chunk: results do not
  * depend on the thread count.  With the own SGEMM (the products are jobs
  * too) a worker looks for the next job for a moment before it sleeps; with
  * OpenBLAS it sleeps at once: OpenBLAS's threads need the cores then.
  */
 typedef void (*par_fn)(void *arg, int64_t lo, int64_t hi);
+
+/* A group's next chunk, (job number << 32) | chunk: a claim for an older
+ * job fails.  One cache line each: the threads claim from their own. */
+typedef struct chunk_counter {
+    _Alignas(64) _Atomic uint64_t next;
+} chunk_counter;
+
+struct cpu_threads;
+typedef struct worker_arg {
+    struct cpu_threads *t;
+    int self; /* 1.. (the caller is 0) */
+} worker_arg;
 
 typedef struct cpu_threads {
     int n;                  /* threads, the caller included; 1: no workers */
@@ -74,14 +86,23 @@ typedef struct cpu_threads {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     _Atomic unsigned gen;   /* job number, written under mu */
+    /* gen again, written once mu is released: a spinning worker that saw
+     * gen while the caller still held mu would sleep on the mutex */
+    _Atomic unsigned pub;
     int quit;
     int spin;               /* look for the next job before sleeping */
     par_fn fn;              /* the job, under mu */
     void *arg;
     int64_t n_items, nchunks;
-    /* (job number << 32) | next chunk: a claim for an older job fails */
-    _Atomic uint64_t next;
-    _Atomic int64_t done;   /* chunks finished */
+    worker_arg wa[MAX_THREADS];
+    /* A job's chunks cut into as many contiguous groups as threads, group
+     * i first taken by thread i, then by any thread that has finished its
+     * own: consecutive ops give a thread the same part of the batch (what
+     * it wrote stays in its core's cache: on 2 cores, thread-hopping data
+     * made the autoencoder's loops several times slower), while a thread
+     * that is slow or descheduled has its chunks taken by the others */
+    chunk_counter grp[MAX_THREADS];
+    _Alignas(64) _Atomic int64_t done; /* chunks finished */
 } cpu_threads;
 
 /* A weight packed for the own kernel: W's buffer, which side and how it
@@ -107,6 +128,9 @@ typedef struct cpu_impl {
     float *cbuf[MAX_THREADS];
     size_t cbuf_n[MAX_THREADS];
     cpu_threads thr;
+    /* 0, or (tests) every loop cut into chunks of this many items and every
+     * product shared, so that small inputs take the paths big ones do */
+    int64_t grain;
     /* linear's weights transposed for the plain-C loop, by weight buffer */
     struct {
         const float *w;
@@ -125,9 +149,16 @@ typedef struct cpu_impl {
      * (hundreds of MB for SSD300) cost more in page faults than in work */
     float *cols;
     size_t cols_n;
+    /* a product's unpacked operand, packed once for all its tasks */
+    float *opack;
+    size_t opack_n;
+    /* the depth blocks' sums of a product cut along its depth */
+    float *kparts;
+    size_t kparts_n;
 } cpu_impl;
 
 static void buf_free(float *p);
+static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg);
 
 static int nomem(ckpt_backend *b)
 {
@@ -136,18 +167,23 @@ static int nomem(ckpt_backend *b)
 
 /* Takes the chunks of job GEN while any is left; chunk K is
  * [n * k / nchunks, n * (k + 1) / nchunks). */
-static void run_chunks(cpu_threads *t, unsigned gen, par_fn fn, void *arg, int64_t n,
+static void run_chunks(cpu_threads *t, int self, unsigned gen, par_fn fn, void *arg, int64_t n,
                        int64_t nchunks)
 {
-    for (;;) {
-        uint64_t v = atomic_load(&t->next);
-        if ((unsigned)(v >> 32) != gen || (int64_t)(v & 0xffffffffu) >= nchunks)
-            return;
-        if (!atomic_compare_exchange_weak(&t->next, &v, v + 1))
-            continue;
-        int64_t k = (int64_t)(v & 0xffffffffu);
-        fn(arg, n * k / nchunks, n * (k + 1) / nchunks);
-        atomic_fetch_add(&t->done, 1);
+    int ng = t->n;
+    for (int d = 0; d < ng; d++) {
+        int g = (self + d) % ng; /* its own group first */
+        int64_t end = nchunks * (g + 1) / ng;
+        for (;;) {
+            uint64_t v = atomic_load(&t->grp[g].next);
+            if ((unsigned)(v >> 32) != gen || (int64_t)(v & 0xffffffffu) >= end)
+                break;
+            if (!atomic_compare_exchange_weak(&t->grp[g].next, &v, v + 1))
+                continue;
+            int64_t k = (int64_t)(v & 0xffffffffu);
+            fn(arg, n * k / nchunks, n * (k + 1) / nchunks);
+            atomic_fetch_add(&t->done, 1);
+        }
     }
 }
 
@@ -160,7 +196,9 @@ static void spin_for_job(cpu_threads *t, unsigned seen)
 {
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned i = 1; atomic_load_explicit(&t->gen, memory_order_acquire) == seen; i++) {
+    /* (pub may still be one behind the job this worker took under mu) */
+    for (unsigned i = 1; (int)(atomic_load_explicit(&t->pub, memory_order_acquire) - seen) <= 0;
+         i++) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
@@ -174,7 +212,8 @@ static void spin_for_job(cpu_threads *t, unsigned seen)
 
 static void *worker_main(void *p)
 {
-    cpu_threads *t = p;
+    const worker_arg *w = p;
+    cpu_threads *t = w->t;
     unsigned seen = 0;
     for (;;) {
         if (t->spin)
@@ -191,7 +230,7 @@ static void *worker_main(void *p)
         void *arg = t->arg;
         int64_t n = t->n_items, nchunks = t->nchunks;
         pthread_mutex_unlock(&t->mu);
-        run_chunks(t, seen, fn, arg, n, nchunks);
+        run_chunks(t, w->self, seen, fn, arg, n, nchunks);
     }
     return NULL;
 }
@@ -213,8 +252,11 @@ static void threads_init(cpu_threads *t, int n)
 static void threads_start(cpu_threads *t)
 {
     int k = 0;
-    while (k < t->n - 1 && pthread_create(&t->th[k], NULL, worker_main, t) == 0)
-        k++;
+    for (; k < t->n - 1; k++) {
+        t->wa[k] = (worker_arg){.t = t, .self = k + 1};
+        if (pthread_create(&t->th[k], NULL, worker_main, &t->wa[k]))
+            break;
+    }
     t->started = k;
     t->n = k + 1;
 }
@@ -242,6 +284,12 @@ static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg)
         return;
     if (t->n > 1 && !t->started)
         threads_start(t);
+    /* a spinning worker takes a job within a microsecond, not tens of
+     * them: chunks of a quarter of the grain pay */
+    if (t->spin)
+        grain = (grain + 3) / 4;
+    if (c->grain)
+        grain = c->grain;
     int64_t nchunks = grain > 0 ? n / grain : n;
     if (nchunks > 4 * (int64_t)t->n)
         nchunks = 4 * (int64_t)t->n; /* a few per thread: one slow thread is caught up */
@@ -256,10 +304,12 @@ static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg)
     t->n_items = n;
     t->nchunks = nchunks;
     atomic_store(&t->done, 0);
-    atomic_store(&t->next, (uint64_t)gen << 32);
+    for (int g = 0; g < t->n; g++)
+        atomic_store(&t->grp[g].next, (uint64_t)gen << 32 | (uint64_t)(nchunks * g / t->n));
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
-    run_chunks(t, gen, fn, arg, n, nchunks);
+    atomic_store_explicit(&t->pub, gen, memory_order_release);
+    run_chunks(t, 0, gen, fn, arg, n, nchunks);
     /* the chunks that workers took are under way: wait for them */
     for (unsigned spin = 0; atomic_load(&t->done) < nchunks; spin++)
         if (spin > 1000)
@@ -276,6 +326,8 @@ static void cpu_destroy(ckpt_backend *b)
         for (size_t i = 0; i < POOL_SLOTS; i++)
             buf_free(c->pool[i].p);
         free(c->cols);
+        free(c->opack);
+        free(c->kparts);
         for (size_t i = 0; i < c->npacks; i++)
             free(c->packs[i].p);
         free(c->packs);
@@ -368,11 +420,23 @@ static void cpu_release(ckpt_backend *b, float *p)
     buf_free(p);
 }
 
+typedef struct copy_job {
+    float *dst;
+    const float *src;
+} copy_job;
+
+static void copy_part(void *arg, int64_t lo, int64_t hi)
+{
+    const copy_job *j = arg;
+    memcpy(j->dst + lo, j->src + lo, (size_t)(hi - lo) * sizeof(float));
+}
+
+/* A batch's input and outputs (MB at batch 256): copied by every thread,
+ * one memory stream each */
 static int cpu_copy(ckpt_backend *b, float *dst, const float *src, size_t n)
 {
-    (void)b;
-    if (n)
-        memcpy(dst, src, n * sizeof(float));
+    copy_job j = {.dst = dst, .src = src};
+    par_for(b->impl, (int64_t)n, PAR_GRAIN, copy_part, &j);
     return CKPT_OK;
 }
 
@@ -405,6 +469,70 @@ static void gemm_plain(int trans_a, int64_t m, int64_t n, int64_t k, const float
     }
 }
 
+typedef struct opack_job {
+    const cpu_gemm_kernel *gk;
+    int side;
+    const cpu_gemm_operand *o;
+    int64_t rows, depth, t, slices;
+    float *dst;
+} opack_job;
+
+/* Steps of the depth in one item of the packing: a small batch's operand
+ * is one panel deep in K, cut so that every thread packs a share */
+#define OPACK_SLICE 128
+
+/* items LO..HI: panel q's steps s * OPACK_SLICE .. (item q * slices + s) */
+static void opack_part(void *arg, int64_t lo, int64_t hi)
+{
+    const opack_job *j = arg;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t q = it / j->slices, p0 = it % j->slices * OPACK_SLICE;
+        int64_t r0 = q * j->t, w = j->rows - r0 < j->t ? j->rows - r0 : j->t;
+        int64_t kl = j->depth - p0 < OPACK_SLICE ? j->depth - p0 : OPACK_SLICE;
+        /* one panel at a time: its steps p0.. where the whole-depth
+         * layout puts them (panel q at r0 * depth, step p at + p * t) */
+        cpu_gemm_pack(j->gk, j->side, j->o->raw + r0 * j->o->rs + p0 * j->o->cs, j->o->rs,
+                      j->o->cs, w, kl, j->dst + r0 * j->depth + p0 * j->t);
+    }
+}
+
+/* ROWS x DEPTH of operand O (raw) packed for SIDE into DST, on the threads */
+static void pack_on_threads(cpu_impl *c, int side, const cpu_gemm_operand *o, int64_t rows,
+                            int64_t depth, float *dst)
+{
+    int64_t t = side == CPU_GEMM_A ? cpu_gemm_panel_rows(c->gk) : cpu_gemm_panel_cols(c->gk);
+    opack_job j = {.gk = c->gk, .side = side, .o = o, .rows = rows, .depth = depth, .t = t,
+                   .slices = (depth + OPACK_SLICE - 1) / OPACK_SLICE, .dst = dst};
+    int64_t per = t * OPACK_SLICE;
+    par_for(c, (rows + t - 1) / t * j.slices, (PAR_GRAIN + per - 1) / per, opack_part, &j);
+}
+
+typedef struct plain_job {
+    int trans_a;
+    int64_t n, k, lda, ldb, ldc;
+    const float *a, *bm;
+    float *c;
+} plain_job;
+
+/* rows LO..HI of gemm_plain's product: each row is computed alone */
+static void plain_part(void *arg, int64_t lo, int64_t hi)
+{
+    const plain_job *j = arg;
+    gemm_plain(j->trans_a, hi - lo, j->n, j->k, j->trans_a ? j->a + lo : j->a + lo * j->lda,
+               j->lda, j->bm, j->ldb, j->c + lo * j->ldc, j->ldc);
+}
+
+/* gemm_plain on the threads, cut by output rows */
+static void gemm_plain_par(cpu_impl *c, int trans_a, int64_t m, int64_t n, int64_t k,
+                           const float *a, int64_t lda, const float *bm, int64_t ldb, float *cm,
+                           int64_t ldc)
+{
+    plain_job j = {.trans_a = trans_a, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+                   .a = a, .bm = bm, .c = cm};
+    double per = (double)n * (double)(k > 0 ? k : 1);
+    par_for(c, m, per >= PAR_GRAIN ? 1 : (int64_t)(PAR_GRAIN / per) + 1, plain_part, &j);
+}
+
 /* W's copy packed for SIDE of the own kernel, made at its first use and
  * kept until W's buffer is released or uploaded to (the executor's weights
  * are parameters: written once).  NULL: out of memory. */
@@ -423,7 +551,8 @@ static const float *weight_packed(cpu_impl *c, const float *w, int side, int64_t
     float *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!p)
         return NULL;
-    cpu_gemm_pack(c->gk, side, w, rs, cs, rows, depth, p);
+    cpu_gemm_operand o = {.raw = w, .rs = rs, .cs = cs};
+    pack_on_threads(c, side, &o, rows, depth, p); /* the first forward packs them all */
     c->packs[c->npacks++] = (packed_weight){.w = w, .side = side, .rows = rows, .depth = depth,
                                             .rs = rs, .cs = cs, .p = p};
     return p;
@@ -459,6 +588,22 @@ static int gemm_scratch_ready(ckpt_backend *b)
     return CKPT_OK;
 }
 
+/* Each slot's buffer of at least N floats (conv2d's and conv_transpose2d's
+ * images run side by side in them) */
+static int slot_bufs_ready(ckpt_backend *b, size_t n)
+{
+    cpu_impl *c = b->impl;
+    for (int s = 0; s < c->thr.n; s++)
+        if (c->cbuf_n[s] < n) {
+            free(c->cbuf[s]);
+            c->cbuf_n[s] = 0;
+            if (!(c->cbuf[s] = malloc((n ? n : 1) * sizeof(float))))
+                return nomem(b);
+            c->cbuf_n[s] = n;
+        }
+    return CKPT_OK;
+}
+
 static void gemm_part(void *arg, int64_t lo, int64_t hi)
 {
     gemm_job *j = arg;
@@ -473,6 +618,78 @@ static void gemm_part(void *arg, int64_t lo, int64_t hi)
  * the others would cost more. */
 #define GEMM_ALONE (1 << 18)
 
+/* Operand SIDE of CALL (raw, ROWS x its depth), packed once on the threads
+ * into the backend's buffer: else every task along the other side packs
+ * the same block again, and more tasks (more threads) pack it more often.
+ * Packing copies: the product's bits are the same. */
+static int operand_packed(ckpt_backend *b, cpu_gemm_call *call, int side, int64_t rows)
+{
+    cpu_impl *c = b->impl;
+    cpu_gemm_operand *o = side == CPU_GEMM_A ? &call->a : &call->b;
+    size_t n = cpu_gemm_packed_floats(c->gk, side, rows, call->k);
+    if (n > c->opack_n) {
+        free(c->opack);
+        c->opack_n = 0;
+        if (!(c->opack = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64)))
+            return nomem(b);
+        c->opack_n = n;
+    }
+    pack_on_threads(c, side, o, rows, call->k, c->opack);
+    *o = (cpu_gemm_operand){.packed = c->opack};
+    return CKPT_OK;
+}
+
+/* Floats of the blocks' sums a product cut along its depth may take */
+#define KPARTS_MAX (1 << 20)
+
+typedef struct kblock_job {
+    gemm_job *g;
+    int64_t tasks;
+    float *parts;
+    int64_t stride, nblk;
+} kblock_job;
+
+/* items LO..HI: task it % tasks, depth block it / tasks */
+static void kblock_part(void *arg, int64_t lo, int64_t hi)
+{
+    const kblock_job *k = arg;
+    cpu_impl *c = k->g->c;
+    unsigned s = slot_take(c);
+    for (int64_t it = lo; it < hi; it++)
+        cpu_gemm_task_block(c->gk, &k->g->call, it % k->tasks, it / k->tasks,
+                            k->parts + it / k->tasks * k->stride, k->g->call.n, c->gscratch[s]);
+    slot_give(c, s);
+}
+
+static void kcombine_part(void *arg, int64_t lo, int64_t hi)
+{
+    const kblock_job *k = arg;
+    cpu_gemm_combine(&k->g->call, k->parts, k->nblk, k->stride, k->g->call.n, lo, hi);
+}
+
+/* A product of fewer tasks than threads (a small batch's product with a
+ * long reduction: the autoencoder's 3136 -> 32 at batch 8), cut along its
+ * depth: each block's sums on any thread, then added in ascending order
+ * (cpu_gemm.h: the same bits as the whole task). */
+static int gemm_run_blocks(ckpt_backend *b, gemm_job *j, int64_t tasks, int64_t nblk)
+{
+    cpu_impl *c = b->impl;
+    size_t n = (size_t)(nblk * j->call.m * j->call.n);
+    if (n > c->kparts_n) {
+        free(c->kparts);
+        c->kparts_n = 0;
+        if (!(c->kparts = malloc(n * sizeof(float))))
+            return nomem(b);
+        c->kparts_n = n;
+    }
+    kblock_job k = {.g = j, .tasks = tasks, .parts = c->kparts,
+                    .stride = j->call.m * j->call.n, .nblk = nblk};
+    par_for(c, tasks * nblk, 1, kblock_part, &k);
+    int64_t per = nblk * j->call.n;
+    par_for(c, j->call.m, per ? (PAR_GRAIN + per - 1) / per : 1, kcombine_part, &k);
+    return CKPT_OK;
+}
+
 /* CALL on the own kernel, on the backend's threads. */
 static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
 {
@@ -481,8 +698,20 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
     if (rc != CKPT_OK)
         return rc;
     gemm_job j = {.c = c, .call = *call};
-    int alone = (double)call->m * (double)call->n * (double)call->k < GEMM_ALONE;
+    int alone = !c->grain && (double)call->m * (double)call->n * (double)call->k < GEMM_ALONE;
     int64_t tasks = cpu_gemm_plan(c->gk, &j.call, alone ? 1 : c->thr.n);
+    /* (at most one side is raw: the other is a weight, or an image's B) */
+    if (j.call.k > 0 && j.call.a.raw && !j.call.a.packed && j.call.tiles_n > 1)
+        rc = operand_packed(b, &j.call, CPU_GEMM_A, j.call.m);
+    else if (j.call.k > 0 && j.call.b.raw && !j.call.b.packed && j.call.tiles_m > 1)
+        rc = operand_packed(b, &j.call, CPU_GEMM_B, j.call.n);
+    if (rc != CKPT_OK)
+        return rc;
+    int64_t nblk = cpu_gemm_depth_blocks(c->gk, &j.call);
+    /* (the blocks' sums take nblk times the output: a few MB at most) */
+    if (!alone && c->thr.n > 1 && tasks < c->thr.n && nblk > 1 &&
+        (double)nblk * (double)j.call.m * (double)j.call.n <= KPARTS_MAX)
+        return gemm_run_blocks(b, &j, tasks, nblk);
     if (alone)
         gemm_part(&j, 0, tasks);
     else
@@ -511,7 +740,7 @@ static int gemm_w(ckpt_backend *b, int trans_w, int64_t m, int64_t n, int64_t k,
         c->sgemm(CBLAS_ROW_MAJOR, trans_w ? CBLAS_TRANS : CBLAS_NO_TRANS, CBLAS_NO_TRANS,
                  (int)m, (int)n, (int)k, 1.0f, w, (int)ldw, bm, (int)ldb, 0.0f, cm, (int)ldc);
     else
-        gemm_plain(trans_w, m, n, k, w, ldw, bm, ldb, cm, ldc);
+        gemm_plain_par(c, trans_w, m, n, k, w, ldw, bm, ldb, cm, ldc);
     return CKPT_OK;
 }
 
@@ -578,7 +807,7 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
         const float *wt = transposed_weight(b, w, in, out);
         if (!wt)
             return nomem(b);
-        gemm_plain(0, rows, out, in, x, in, wt, out, y, out);
+        gemm_plain_par(c, 0, rows, out, in, x, in, wt, out, y, out);
     }
     if (bias) {
         bias_job j = {.y = y, .bias = bias, .out = out};
@@ -764,14 +993,8 @@ static int conv2d_packed(ckpt_backend *b, const float *x, const float *w, const 
     if (rc != CKPT_OK || !j.wp)
         return rc != CKPT_OK ? rc : nomem(b);
     if (g->batch > 1 && c->thr.n > 1 && (double)g->out_c * (double)hw * (double)ckk < CONV_ALONE) {
-        for (int s = 0; s < c->thr.n; s++)
-            if (c->cbuf_n[s] < bn) {
-                free(c->cbuf[s]);
-                c->cbuf_n[s] = 0;
-                if (!(c->cbuf[s] = malloc(bn * sizeof(float))))
-                    return nomem(b);
-                c->cbuf_n[s] = bn;
-            }
+        if ((rc = slot_bufs_ready(b, bn)) != CKPT_OK)
+            return rc;
         par_for(c, g->batch, 1, conv_img_part, &j);
         return CKPT_OK;
     }
@@ -826,45 +1049,111 @@ static int cpu_conv2d(ckpt_backend *b, const float *x, const float *w, const flo
     return cpu_conv2d_fused(b, x, w, bias, NULL, 0, y, g);
 }
 
+typedef struct convt_job {
+    cpu_impl *c;
+    const float *x, *w, *wp, *bias;
+    float *y, *cols;
+    const ckpt_conv_geom *g;
+} convt_job;
+
+/* col2im of one image's COLS into Y's channels LO..HI: each output pixel
+ * gets its kernel taps in ascending (row, column) order -- one tap per
+ * (i, j) at most -- then the bias */
+static void col2im(const convt_job *j, const float *cols, float *y, int64_t lo, int64_t hi)
+{
+    const ckpt_conv_geom *g = j->g;
+    int64_t hw_in = g->in_h * g->in_w, kk = g->k_h * g->k_w, ohw = g->out_h * g->out_w;
+    for (int64_t oc = lo; oc < hi; oc++) {
+        float *yc = y + oc * ohw;
+        memset(yc, 0, sizeof(float) * (size_t)ohw);
+        for (int64_t i = 0; i < g->k_h; i++)
+            for (int64_t jj = 0; jj < g->k_w; jj++) {
+                const float *col = cols + (oc * kk + i * g->k_w + jj) * hw_in;
+                for (int64_t ih = 0; ih < g->in_h; ih++) {
+                    int64_t oh = ih * g->stride_h - g->pad_h + i * g->dil_h;
+                    if (oh < 0 || oh >= g->out_h)
+                        continue;
+                    for (int64_t iw = 0; iw < g->in_w; iw++) {
+                        int64_t ow = iw * g->stride_w - g->pad_w + jj * g->dil_w;
+                        if (ow >= 0 && ow < g->out_w)
+                            yc[oh * g->out_w + ow] += col[ih * g->in_w + iw];
+                    }
+                }
+            }
+        if (j->bias)
+            for (int64_t p = 0; p < ohw; p++)
+                yc[p] += j->bias[oc];
+    }
+}
+
+/* channels LO..HI of the image whose columns are in j->cols */
+static void col2im_part(void *arg, int64_t lo, int64_t hi)
+{
+    const convt_job *j = arg;
+    col2im(j, j->cols, j->y, lo, hi);
+}
+
+/* Images LO..HI whole on one thread, in its slot's buffers: the product
+ * on one thread (the same bits: cpu_gemm.h), then col2im */
+static void convt_img_part(void *arg, int64_t lo, int64_t hi)
+{
+    const convt_job *j = arg;
+    cpu_impl *c = j->c;
+    const ckpt_conv_geom *g = j->g;
+    int64_t hw_in = g->in_h * g->in_w, okk = g->out_c * g->k_h * g->k_w;
+    unsigned s = slot_take(c);
+    for (int64_t n = lo; n < hi; n++) {
+        const float *xn = j->x + n * g->in_c * hw_in;
+        if (j->wp) {
+            cpu_gemm_call call = {.m = okk, .n = hw_in, .k = g->in_c, .a = {.packed = j->wp},
+                                  .b = {.raw = xn, .rs = 1, .cs = hw_in}, .c = c->cbuf[s],
+                                  .ldc = hw_in};
+            int64_t tasks = cpu_gemm_plan(c->gk, &call, 1);
+            for (int64_t t = 0; t < tasks; t++)
+                cpu_gemm_task(c->gk, &call, t, c->gscratch[s]);
+        } else
+            gemm_plain(1, okk, hw_in, g->in_c, j->w, okk, xn, hw_in, c->cbuf[s], hw_in);
+        col2im(j, c->cbuf[s], j->y + n * g->out_c * g->out_h * g->out_w, 0, g->out_c);
+    }
+    slot_give(c, s);
+}
+
 static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
                                 const float *bias, float *y, const ckpt_conv_geom *g)
 {
     cpu_impl *c = b->impl;
     int64_t hw_in = g->in_h * g->in_w, kk = g->k_h * g->k_w, okk = g->out_c * kk;
+    int64_t ohw = g->out_h * g->out_w;
+    convt_job j = {.c = c, .x = x, .w = w, .bias = bias, .y = y, .g = g};
+    /* small images (the MNIST autoencoder's 7 x 7 and 14 x 14) one a
+     * thread: their products are too small to share.  Not with OpenBLAS,
+     * whose own threads would then compete with them */
+    if (g->batch > 1 && c->thr.n > 1 && (c->gk || !c->sgemm) &&
+        (double)okk * (double)hw_in * (double)g->in_c < CONV_ALONE) {
+        int rc = c->gk ? gemm_scratch_ready(b) : CKPT_OK;
+        if (rc == CKPT_OK)
+            rc = slot_bufs_ready(b, (size_t)(okk * hw_in));
+        if (rc != CKPT_OK)
+            return rc;
+        if (c->gk && !(j.wp = weight_packed(c, w, CPU_GEMM_A, okk, g->in_c, 1, okk)))
+            return nomem(b);
+        par_for(c, g->batch, 1, convt_img_part, &j);
+        return CKPT_OK;
+    }
     float *cols = scratch(c, (size_t)(okk * hw_in));
     if (!cols)
         return nomem(b);
+    j.cols = cols;
+    int64_t per = kk * hw_in + ohw, grain = per ? (PAR_GRAIN + per - 1) / per : 1;
     for (int64_t n = 0; n < g->batch; n++) {
         const float *xn = x + n * g->in_c * hw_in;
-        float *yn = y + n * g->out_c * g->out_h * g->out_w;
         /* cols[oc * kk + (i, j), input pixel] = sum_ci w[ci, oc, i, j] * x[ci, pixel] */
         int rc = gemm_w(b, 1, okk, hw_in, g->in_c, w, okk, xn, hw_in, cols, hw_in);
         if (rc != CKPT_OK)
             return rc;
-        /* col2im: each output pixel gets its kernel taps in ascending (row,
-         * column) order -- one tap per (i, j) at most -- then the bias */
-        int64_t ohw = g->out_h * g->out_w;
-        memset(yn, 0, sizeof(float) * (size_t)(g->out_c * ohw));
-        for (int64_t oc = 0; oc < g->out_c; oc++) {
-            float *yc = yn + oc * ohw;
-            for (int64_t i = 0; i < g->k_h; i++)
-                for (int64_t j = 0; j < g->k_w; j++) {
-                    const float *col = cols + (oc * kk + i * g->k_w + j) * hw_in;
-                    for (int64_t ih = 0; ih < g->in_h; ih++) {
-                        int64_t oh = ih * g->stride_h - g->pad_h + i * g->dil_h;
-                        if (oh < 0 || oh >= g->out_h)
-                            continue;
-                        for (int64_t iw = 0; iw < g->in_w; iw++) {
-                            int64_t ow = iw * g->stride_w - g->pad_w + j * g->dil_w;
-                            if (ow >= 0 && ow < g->out_w)
-                                yc[oh * g->out_w + ow] += col[ih * g->in_w + iw];
-                        }
-                    }
-                }
-            if (bias)
-                for (int64_t p = 0; p < ohw; p++)
-                    yc[p] += bias[oc];
-        }
+        convt_job ji = j;
+        ji.y = y + n * g->out_c * ohw;
+        par_for(c, g->out_c, grain, col2im_part, &ji);
     }
     return CKPT_OK;
 }
@@ -928,29 +1217,48 @@ static int cpu_max_pool2d(ckpt_backend *b, const float *x, float *y, const ckpt_
     return CKPT_OK;
 }
 
+typedef struct l2_job {
+    const float *x, *w;
+    float *y;
+    int64_t c, hw, blocks;
+    float eps;
+} l2_job;
+
+/* Pixels of a block: their norms kept on the stack */
+#define L2_BLOCK 256
+
+/* Blocks LO..HI (image n's block q: n * blocks + q) of L2_BLOCK pixels */
+static void l2norm_part(void *arg, int64_t lo, int64_t hi)
+{
+    const l2_job *j = arg;
+    float norm[L2_BLOCK];
+    for (int64_t k = lo; k < hi; k++) {
+        int64_t n = k / j->blocks, p0 = k % j->blocks * L2_BLOCK;
+        int64_t len = j->hw - p0 < L2_BLOCK ? j->hw - p0 : L2_BLOCK;
+        const float *xi = j->x + n * j->c * j->hw + p0;
+        float *yi = j->y + n * j->c * j->hw + p0;
+        /* sum of squares per pixel, channels in ascending order */
+        for (int64_t p = 0; p < len; p++)
+            norm[p] = 0.0f;
+        for (int64_t ch = 0; ch < j->c; ch++)
+            for (int64_t p = 0; p < len; p++)
+                norm[p] += xi[ch * j->hw + p] * xi[ch * j->hw + p];
+        for (int64_t p = 0; p < len; p++)
+            norm[p] = sqrtf(norm[p]) + j->eps;
+        /* as torch: x / norm, then times the weight */
+        for (int64_t ch = 0; ch < j->c; ch++)
+            for (int64_t p = 0; p < len; p++)
+                yi[ch * j->hw + p] = j->w[ch] * (xi[ch * j->hw + p] / norm[p]);
+    }
+}
+
 static int cpu_l2norm(ckpt_backend *b, const float *x, const float *w, float *y, int64_t n,
                       int64_t c, int64_t hw, float eps)
 {
-    float *norm = malloc((size_t)(hw > 0 ? hw : 1) * sizeof(float));
-    if (!norm)
-        return nomem(b);
-    for (int64_t i = 0; i < n; i++) {
-        const float *xi = x + i * c * hw;
-        float *yi = y + i * c * hw;
-        /* sum of squares per pixel, channels in ascending order */
-        for (int64_t p = 0; p < hw; p++)
-            norm[p] = 0.0f;
-        for (int64_t ch = 0; ch < c; ch++)
-            for (int64_t p = 0; p < hw; p++)
-                norm[p] += xi[ch * hw + p] * xi[ch * hw + p];
-        for (int64_t p = 0; p < hw; p++)
-            norm[p] = sqrtf(norm[p]) + eps;
-        /* as torch: x / norm, then times the weight */
-        for (int64_t ch = 0; ch < c; ch++)
-            for (int64_t p = 0; p < hw; p++)
-                yi[ch * hw + p] = w[ch] * (xi[ch * hw + p] / norm[p]);
-    }
-    free(norm);
+    l2_job j = {.x = x, .w = w, .y = y, .c = c, .hw = hw, .eps = eps,
+                .blocks = (hw + L2_BLOCK - 1) / L2_BLOCK};
+    int64_t per = 2 * c * L2_BLOCK;
+    par_for(b->impl, n * j.blocks, (PAR_GRAIN + per - 1) / per, l2norm_part, &j);
     return CKPT_OK;
 }
 
@@ -975,6 +1283,25 @@ static int cpu_relu(ckpt_backend *b, const float *x, float *y, size_t n)
     return CKPT_OK;
 }
 
+typedef struct bn_job {
+    const float *x, *scale, *shift;
+    float *y;
+    int64_t c, inner;
+} bn_job;
+
+/* rows LO..HI of [outer * c, inner] */
+static void batch_norm_part(void *arg, int64_t lo, int64_t hi)
+{
+    const bn_job *j = arg;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *restrict xp = j->x + r * j->inner;
+        float *restrict yp = j->y + r * j->inner;
+        float a = j->scale[r % j->c], s = j->shift[r % j->c];
+        for (int64_t i = 0; i < j->inner; i++)
+            yp[i] = xp[i] * a + s;
+    }
+}
+
 static int cpu_batch_norm(ckpt_backend *b, const float *x, const float *mean, const float *var,
                           const float *w, const float *bias, float *y, int64_t outer, int64_t c,
                           int64_t inner, float eps)
@@ -989,14 +1316,9 @@ static int cpu_batch_norm(ckpt_backend *b, const float *x, const float *mean, co
         scale[ch] = invstd * (w ? w[ch] : 1.0f);
         shift[ch] = (bias ? bias[ch] : 0.0f) - mean[ch] * scale[ch];
     }
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t ch = 0; ch < c; ch++) {
-            const float *restrict xp = x + (o * c + ch) * inner;
-            float *restrict yp = y + (o * c + ch) * inner;
-            float a = scale[ch], s = shift[ch];
-            for (int64_t i = 0; i < inner; i++)
-                yp[i] = xp[i] * a + s;
-        }
+    bn_job j = {.x = x, .scale = scale, .shift = shift, .y = y, .c = c, .inner = inner};
+    par_for(b->impl, outer * c, inner ? (2 * PAR_GRAIN + inner - 1) / inner : 1,
+            batch_norm_part, &j);
     free(scale);
     return CKPT_OK;
 }
@@ -1017,13 +1339,14 @@ static int cpu_add(ckpt_backend *b, const float *a, const float *x, float *y, si
     return CKPT_OK;
 }
 
-static int cpu_adaptive_avg_pool2d(ckpt_backend *b, const float *x, float *y,
-                                   const ckpt_pool_geom *g)
+/* planes LO..HI */
+static void avg_pool_part(void *arg, int64_t lo, int64_t hi)
 {
-    (void)b;
-    for (int64_t p = 0; p < g->planes; p++) {
-        const float *xp = x + p * g->in_h * g->in_w;
-        float *yp = y + p * g->out_h * g->out_w;
+    const pool_job *pj = arg;
+    const ckpt_pool_geom *g = pj->g;
+    for (int64_t p = lo; p < hi; p++) {
+        const float *xp = pj->x + p * g->in_h * g->in_w;
+        float *yp = pj->y + p * g->out_h * g->out_w;
         for (int64_t oh = 0; oh < g->out_h; oh++) {
             /* torch's bins: floor(i * in / out) .. ceil((i + 1) * in / out) */
             int64_t h0 = oh * g->in_h / g->out_h;
@@ -1039,76 +1362,138 @@ static int cpu_adaptive_avg_pool2d(ckpt_backend *b, const float *x, float *y,
             }
         }
     }
+}
+
+static int cpu_adaptive_avg_pool2d(ckpt_backend *b, const float *x, float *y,
+                                   const ckpt_pool_geom *g)
+{
+    pool_job pj = {.x = x, .y = y, .g = g};
+    int64_t per = g->in_h * g->in_w + g->out_h * g->out_w;
+    par_for(b->impl, g->planes, per ? (PAR_GRAIN + per - 1) / per : 1, avg_pool_part, &pj);
     return CKPT_OK;
+}
+
+static void sigmoid_part(void *arg, int64_t lo, int64_t hi)
+{
+    const ew_job *e = arg;
+    for (int64_t i = lo; i < hi; i++)
+        e->y[i] = 1.0f / (1.0f + expf(-e->x[i]));
 }
 
 static int cpu_sigmoid(ckpt_backend *b, const float *x, float *y, size_t n)
 {
-    (void)b;
-    for (size_t i = 0; i < n; i++)
-        y[i] = 1.0f / (1.0f + expf(-x[i]));
+    ew_job e = {.x = x, .y = y};
+    /* expf: some ten times relu's cost per value */
+    par_for(b->impl, (int64_t)n, PAR_GRAIN / 16, sigmoid_part, &e);
     return CKPT_OK;
+}
+
+typedef struct softmax_job {
+    const float *x;
+    float *y;
+    int64_t dim, inner;
+} softmax_job;
+
+/* rows LO..HI, row q = o * inner + i: x[o, :, i] */
+static void softmax_part(void *arg, int64_t lo, int64_t hi)
+{
+    const softmax_job *j = arg;
+    int64_t dim = j->dim, inner = j->inner;
+    for (int64_t q = lo; q < hi; q++) {
+        int64_t o = q / inner, i = q % inner;
+        const float *xp = j->x + o * dim * inner + i;
+        float *yp = j->y + o * dim * inner + i;
+        float mx = -INFINITY;
+        for (int64_t d = 0; d < dim; d++)
+            if (xp[d * inner] > mx || isnan(xp[d * inner]))
+                mx = xp[d * inner];
+        float sum = 0.0f;
+        for (int64_t d = 0; d < dim; d++) {
+            float e = expf(xp[d * inner] - mx);
+            yp[d * inner] = e;
+            sum += e;
+        }
+        for (int64_t d = 0; d < dim; d++)
+            yp[d * inner] /= sum;
+    }
 }
 
 static int cpu_softmax(ckpt_backend *b, const float *x, float *y, int64_t outer, int64_t dim,
                        int64_t inner)
 {
-    (void)b;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            const float *xp = x + o * dim * inner + i;
-            float *yp = y + o * dim * inner + i;
-            float mx = -INFINITY;
-            for (int64_t d = 0; d < dim; d++)
-                if (xp[d * inner] > mx || isnan(xp[d * inner]))
-                    mx = xp[d * inner];
-            float sum = 0.0f;
-            for (int64_t d = 0; d < dim; d++) {
-                float e = expf(xp[d * inner] - mx);
-                yp[d * inner] = e;
-                sum += e;
-            }
-            for (int64_t d = 0; d < dim; d++)
-                yp[d * inner] /= sum;
-        }
+    softmax_job j = {.x = x, .y = y, .dim = dim, .inner = inner};
+    int64_t per = 8 * dim; /* an expf and a division a value, three passes */
+    par_for(b->impl, outer * inner, per ? (PAR_GRAIN + per - 1) / per : 1, softmax_part, &j);
     return CKPT_OK;
+}
+
+typedef struct permute_job {
+    const float *x;
+    float *y;
+    int ndim;
+    int64_t oshape[CKPT_RT_MAX_DIMS], ostride[CKPT_RT_MAX_DIMS];
+} permute_job;
+
+/* output elements LO..HI, walked as an odometer from LO's index */
+static void permute_part(void *arg, int64_t lo, int64_t hi)
+{
+    const permute_job *j = arg;
+    int ndim = j->ndim;
+    int64_t idx[CKPT_RT_MAX_DIMS] = {0}, src = 0, rest = lo;
+    for (int i = ndim - 1; i >= 0; i--) {
+        idx[i] = rest % j->oshape[i];
+        rest /= j->oshape[i];
+        src += idx[i] * j->ostride[i];
+    }
+    for (int64_t k = lo; k < hi; k++) {
+        j->y[k] = j->x[src];
+        for (int i = ndim - 1; i >= 0; i--) {
+            if (++idx[i] < j->oshape[i]) {
+                src += j->ostride[i];
+                break;
+            }
+            src -= j->ostride[i] * (j->oshape[i] - 1);
+            idx[i] = 0;
+        }
+    }
 }
 
 static int cpu_permute(ckpt_backend *b, const float *x, float *y, int ndim,
                        const int64_t *shape, const int *perm)
 {
-    (void)b;
-    int64_t xstride[CKPT_RT_MAX_DIMS], oshape[CKPT_RT_MAX_DIMS], ostride[CKPT_RT_MAX_DIMS];
+    permute_job j = {.x = x, .y = y, .ndim = ndim};
+    int64_t xstride[CKPT_RT_MAX_DIMS];
     int64_t total = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         xstride[i] = total;
         total *= shape[i];
     }
     for (int i = 0; i < ndim; i++) {
-        oshape[i] = shape[perm[i]];
-        ostride[i] = xstride[perm[i]]; /* input stride of output axis i */
+        j.oshape[i] = shape[perm[i]];
+        j.ostride[i] = xstride[perm[i]]; /* input stride of output axis i */
     }
-    int64_t idx[CKPT_RT_MAX_DIMS] = {0}, src = 0;
-    for (int64_t k = 0; k < total; k++) {
-        y[k] = x[src];
-        for (int i = ndim - 1; i >= 0; i--) {
-            if (++idx[i] < oshape[i]) {
-                src += ostride[i];
-                break;
-            }
-            src -= ostride[i] * (oshape[i] - 1);
-            idx[i] = 0;
-        }
-    }
+    par_for(b->impl, total, PAR_GRAIN, permute_part, &j);
     return CKPT_OK;
+}
+
+typedef struct rows_job {
+    const float *x;
+    float *y;
+    int64_t x_stride, y_stride, len;
+} rows_job;
+
+static void copy_rows_part(void *arg, int64_t lo, int64_t hi)
+{
+    const rows_job *j = arg;
+    for (int64_t r = lo; r < hi; r++)
+        memcpy(j->y + r * j->y_stride, j->x + r * j->x_stride, (size_t)j->len * sizeof(float));
 }
 
 static int cpu_copy_rows(ckpt_backend *b, const float *x, int64_t x_stride, float *y,
                          int64_t y_stride, int64_t rows, int64_t len)
 {
-    (void)b;
-    for (int64_t r = 0; r < rows; r++)
-        memcpy(y + r * y_stride, x + r * x_stride, (size_t)len * sizeof(float));
+    rows_job j = {.x = x, .y = y, .x_stride = x_stride, .y_stride = y_stride, .len = len};
+    par_for(b->impl, rows, len ? (4 * PAR_GRAIN + len - 1) / len : 1, copy_rows_part, &j);
     return CKPT_OK;
 }
 
@@ -1260,7 +1645,10 @@ static int cpu_open(const char *products, int threads, ckpt_backend **out, char 
         return CKPT_ERR_UNSUPPORTED;
     }
     ckpt_backend *b = calloc(1, sizeof *b);
-    cpu_impl *c = calloc(1, sizeof *c);
+    /* aligned as its counters' cache lines are */
+    cpu_impl *c = aligned_alloc(64, (sizeof *c + 63) / 64 * 64);
+    if (c)
+        memset(c, 0, sizeof *c);
     if (!b || !c) {
         free(b);
         free(c);
@@ -1315,6 +1703,12 @@ int ckpt_backend_cpu_open_with(const char *products, int threads, ckpt_backend *
                                size_t cap)
 {
     return cpu_open(products, threads, out, err, cap);
+}
+
+void ckpt_backend_cpu_set_grain(ckpt_backend *b, int64_t items)
+{
+    cpu_impl *c = b->impl;
+    c->grain = items > 0 ? items : 0;
 }
 
 const ckpt_backend_desc ckpt_backend_cpu = {

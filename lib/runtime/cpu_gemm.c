@@ -215,6 +215,11 @@ int64_t cpu_gemm_panel_cols(const cpu_gemm_kernel *k)
     return k->nr;
 }
 
+int64_t cpu_gemm_panel_rows(const cpu_gemm_kernel *k)
+{
+    return k->mr;
+}
+
 /* A panel's columns are runs of one output row each: (oh, ow, length, and
  * where in the panel), the same for every step of the depth. */
 typedef struct conv_run {
@@ -360,4 +365,53 @@ void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, 
             }
         }
     }
+}
+
+int64_t cpu_gemm_depth_blocks(const cpu_gemm_kernel *k, const cpu_gemm_call *c)
+{
+    return (c->k + k->kc - 1) / k->kc;
+}
+
+void cpu_gemm_task_block(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t,
+                         int64_t blk, float *part, int64_t ldp, float *scratch)
+{
+    int64_t i0 = (t % c->tiles_m) * c->mc, j0 = (t / c->tiles_m) * c->nc;
+    int64_t ilen = c->m - i0 < c->mc ? c->m - i0 : c->mc;
+    int64_t jlen = c->n - j0 < c->nc ? c->n - j0 : c->nc;
+    float *abuf = scratch, *bbuf = scratch + k->mc * k->kc;
+    int64_t p0 = blk * k->kc, kl = c->k - p0 < k->kc ? c->k - p0 : k->kc;
+    int64_t a_step, b_step;
+    const float *ap = block(k, CPU_GEMM_A, &c->a, i0, ilen, p0, kl, c->k, abuf, &a_step);
+    const float *bp = block(k, CPU_GEMM_B, &c->b, j0, jlen, p0, kl, c->k, bbuf, &b_step);
+    /* the block's chains from 0, stored as cpu_gemm_task stores its first */
+    for (int64_t ii = 0; ii < ilen; ii += k->mr) {
+        int64_t mr = ilen - ii < k->mr ? ilen - ii : k->mr;
+        for (int64_t jj = 0; jj < jlen; jj += k->nr) {
+            int64_t nr = jlen - jj < k->nr ? jlen - jj : k->nr;
+            k->tile(kl, ap + ii / k->mr * a_step, bp + jj / k->nr * b_step,
+                    part + (i0 + ii) * ldp + j0 + jj, ldp, mr, nr, 0, NULL);
+        }
+    }
+}
+
+void cpu_gemm_combine(const cpu_gemm_call *c, const float *parts, int64_t nblk, int64_t stride,
+                      int64_t ldp, int64_t i0, int64_t i1)
+{
+    tile_epi epi = {.bias_row = c->bias && !c->bias_cols ? c->bias : NULL,
+                    .bias_col = c->bias && c->bias_cols ? c->bias : NULL,
+                    .res = c->res, .ldr = c->ldr, .relu = c->relu};
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = 0; j < c->n; j++) {
+            float *cp = c->c + i * c->ldc + j;
+            /* blocks before the last: C = P0, then C + P1, ... as stored */
+            float v = parts[i * ldp + j];
+            for (int64_t b = 1; b + 1 < nblk; b++)
+                v = v + parts[b * stride + i * ldp + j];
+            float last = parts[(nblk - 1) * stride + i * ldp + j];
+            if (nblk > 1) {
+                *cp = v;
+                *cp = epi_one(last, cp, 1, &epi, i, j);
+            } else
+                *cp = epi_one(v, cp, 0, &epi, i, j);
+        }
 }

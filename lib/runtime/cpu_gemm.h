@@ -86,6 +86,8 @@ void cpu_gemm_pack_conv(const cpu_gemm_kernel *k, const float *x, const ckpt_con
                         int64_t p0, int64_t p1, float *dst);
 /* Columns in one panel of B (the kernel's NR). */
 int64_t cpu_gemm_panel_cols(const cpu_gemm_kernel *k);
+/* Rows in one panel of A (the kernel's MR). */
+int64_t cpu_gemm_panel_rows(const cpu_gemm_kernel *k);
 
 /* c[i * ldc + j] = relu(sum_p A(i, p) B(p, j) + bias + res[i * ldr + j]),
  * each part only when given: BIAS is bias[i] (a conv's output channel) or,
@@ -114,5 +116,19 @@ size_t cpu_gemm_scratch_floats(const cpu_gemm_kernel *k);
  * running at the same time. */
 void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *call, int64_t t,
                    float *scratch);
+
+/* A product of few tasks cut along its depth too, for more threads than
+ * tasks: depth block B (of cpu_gemm_depth_blocks) of task T computed alone
+ * into PART (ldp floats a row, the task's rectangle at its own row and
+ * column), no epilogue; then cpu_gemm_combine adds the blocks in ascending
+ * order and applies the epilogue: the operations cpu_gemm_task does, in
+ * its order, so the same bits. */
+int64_t cpu_gemm_depth_blocks(const cpu_gemm_kernel *k, const cpu_gemm_call *call);
+void cpu_gemm_task_block(const cpu_gemm_kernel *k, const cpu_gemm_call *call, int64_t t,
+                         int64_t blk, float *part, int64_t ldp, float *scratch);
+/* Output rows I0 <= i < I1 from the NBLK blocks' parts, block b's element
+ * (i, j) at parts[b * stride + i * ldp + j]. */
+void cpu_gemm_combine(const cpu_gemm_call *call, const float *parts, int64_t nblk,
+                      int64_t stride, int64_t ldp, int64_t i0, int64_t i1);
 
 #endif /* CKPT_RUNTIME_CPU_GEMM_H */

@@ -174,6 +174,75 @@ START_TEST(test_op_case)
 }
 END_TEST
 
+/* Op case NAME by PRODUCTS on THREADS threads, its loops cut into chunks
+ * of GRAIN items (0: the backend's own); its output into OUT.  0 when this
+ * CPU cannot run that kernel. */
+static int case_output(const char *name, const char *products, int threads, int64_t grain,
+                       ckpt_array *out)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "tests/data/ops/%s.json", name);
+    char *spec = data_path(rel);
+    snprintf(rel, sizeof rel, "tests/data/ops/%s.pth", name);
+    char *pth = data_path(rel);
+    ckpt_model *m = ckpt_model_new();
+    ck_assert_msg(ckpt_model_load(m, spec) == 0, "%s", ckpt_model_error_message(m));
+    ckpt_file *f = ckpt_file_new();
+    ck_assert_msg(ckpt_file_open(f, pth) == 0, "%s", ckpt_file_error_message(f));
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_value_dict_get(ckpt_file_root(f), "params"), &r),
+                     0);
+    ck_assert_msg(r.ok, "%s: %s", name, r.message);
+    size_t nin = ckpt_model_input_count(m);
+    ckpt_array in[8] = {{0}};
+    ck_assert(nin <= 8);
+    for (size_t i = 0; i < nin; i++) {
+        char key[128];
+        snprintf(key, sizeof key, "input.%s", ckpt_model_input_name(m, i));
+        read_array(f, nin == 1 ? "input" : key, &in[i]);
+    }
+    ckpt_backend *b = NULL;
+    int ok = open_cpu(products, threads, &b);
+    if (ok) {
+        ckpt_backend_cpu_set_grain(b, grain);
+        ck_assert_msg(ckpt_model_run(m, b, in, out) == 0, "%s (%s, %d threads): %s", name,
+                      products, threads, ckpt_model_error_message(m));
+        ckpt_backend_free(b);
+    }
+    for (size_t i = 0; i < nin; i++)
+        ckpt_array_clear(&in[i]);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+    free(spec);
+    free(pth);
+    return ok;
+}
+
+/* Every op case gives the same bits on 1 thread as on 2 and on 3 with
+ * every loop cut into chunks of one item (image, row, channel, value) and
+ * every product shared: what each thread computes does not depend on how
+ * the work is split. */
+START_TEST(test_op_case_threads)
+{
+    const char *name = cases[_i / NPRODUCTS], *products = PRODUCTS[_i % NPRODUCTS];
+    ckpt_array one = {0};
+    if (!case_output(name, products, 1, 0, &one))
+        return;
+    for (int threads = 2; threads <= 3; threads++) {
+        ckpt_array many = {0};
+        ck_assert(case_output(name, products, threads, 1, &many));
+        ck_assert_int_eq(many.ndim, one.ndim);
+        for (int d = 0; d < one.ndim; d++)
+            ck_assert_int_eq(many.shape[d], one.shape[d]);
+        ck_assert_msg(memcmp(one.data, many.data,
+                             (size_t)ckpt_array_numel(&one) * sizeof(float)) == 0,
+                      "%s (%s): other bits on %d threads than on 1", name, products, threads);
+        ckpt_array_clear(&many);
+    }
+    ckpt_array_clear(&one);
+}
+END_TEST
+
 /* ---- spec errors name the node --------------------------------------------- */
 
 static const struct {
@@ -568,6 +637,63 @@ START_TEST(test_threads_same_bits_lstm)
 }
 END_TEST
 
+/* The MNIST models at batch 8, as a small batch runs on many threads: the
+ * products too small to share by their outputs cut along their depth (the
+ * autoencoder's 3136 -> 32), the operand of a product several tasks read
+ * packed once by all threads, images side by side.  Each on 1 thread, on 2
+ * and on 3, with the default chunks and with one-item chunks: the same
+ * bits. */
+START_TEST(test_threads_same_bits_small_batch)
+{
+    static const char *const models[][2] = {
+        {"models/mnist_mlp.json", "tests/data/fmnist_mlp.pth"},
+        {"models/mnist_conv_autoencoder.json", "tests/data/fmnist_ae.pth"},
+    };
+    ckpt_file *f = open_data(models[_i][1]);
+    ckpt_array in = {.ndim = 4, .shape = {8, 1, 28, 28}};
+    in.data = malloc(8 * 28 * 28 * sizeof(float));
+    uint32_t seed = 31;
+    for (int64_t i = 0; i < ckpt_array_numel(&in); i++) {
+        seed = seed * 1664525u + 1013904223u;
+        in.data[i] = (float)(seed >> 8) / (float)(1u << 24);
+    }
+    for (int pi = 0; pi < NPRODUCTS; pi++) {
+        /* a model per products path: a model runs on 16 backends at most */
+        ckpt_model *m = load_spec(models[_i][0]);
+        ckpt_load_report r;
+        ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
+        ck_assert_msg(r.ok, "%s", r.message);
+        size_t nout = ckpt_model_output_count(m);
+        ck_assert(nout <= 4);
+        ckpt_backend *b;
+        ckpt_array one[4] = {{0}};
+        if (!open_cpu(PRODUCTS[pi], 1, &b)) {
+            ckpt_model_free(m);
+            continue;
+        }
+        run_model(m, b, &in, one);
+        ckpt_backend_free(b);
+        for (int threads = 2; threads <= 3; threads++)
+            for (int64_t grain = 0; grain <= 1; grain++) {
+                ckpt_array many[4] = {{0}};
+                ck_assert(open_cpu(PRODUCTS[pi], threads, &b));
+                ckpt_backend_cpu_set_grain(b, grain);
+                run_model(m, b, &in, many);
+                ckpt_backend_free(b);
+                for (size_t k = 0; k < nout; k++) {
+                    assert_same_bits(&one[k], &many[k], ckpt_model_output_name(m, k));
+                    ckpt_array_clear(&many[k]);
+                }
+            }
+        for (size_t k = 0; k < nout; k++)
+            ckpt_array_clear(&one[k]);
+        ckpt_model_free(m);
+    }
+    ckpt_array_clear(&in);
+    ckpt_file_free(f);
+}
+END_TEST
+
 START_TEST(test_backend_names)
 {
     ckpt_backend *b = NULL;
@@ -594,6 +720,7 @@ static Suite *suite(void)
     Suite *s = suite_create("runtime");
     TCase *ops = tcase_create("ops");
     tcase_add_loop_test(ops, test_op_case, 0, ncases * NPRODUCTS);
+    tcase_add_loop_test(ops, test_op_case_threads, 0, ncases * NPRODUCTS);
     suite_add_tcase(s, ops);
     TCase *tc = tcase_create("spec and load");
     tcase_add_loop_test(tc, test_spec_errors, 0, (int)(sizeof bad_specs / sizeof bad_specs[0]));
@@ -609,6 +736,7 @@ static Suite *suite(void)
     tcase_add_test(speed, test_threads_same_bits);
     tcase_add_test(speed, test_threads_same_bits_lstm);
     tcase_add_test(speed, test_threads_same_bits_batch);
+    tcase_add_loop_test(speed, test_threads_same_bits_small_batch, 0, 2);
     suite_add_tcase(s, speed);
     return s;
 }

@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""Benchmark how ckpt's CPU forward scales from 1 thread to 2 (issue 31).
+
+Every bench model -- the MNIST MLP and conv autoencoder (tests/data), SSD300,
+ResNet-50 and the CRNN (checkpoints made once by a torch child, as
+bench_models.py makes them: torch.manual_seed(16), torch's init, batch-norm
+statistics randomized; --workdir, reused while there) -- at batch 8 and at
+a larger batch, on the default CPU backend (its packed SGEMM) run with
+`bench/bench_forward --threads 1` and `--threads 2` in the same run: --rounds
+child processes each, the two alternating, the order rotating; median of
+the rounds' medians, their range, the least forward of all (on a busy
+machine the nearest to a quiet one's time), peak RSS of every child (GNU
+time), and the 1-minute load average before each child.  Goal: 1 thread's
+time / 2 threads' time >= 1.8 at batch >= 8.  Before any timing, the two
+thread counts' outputs are compared bit for bit (bench_forward --dump).
+
+    /usr/bin/python3 bench/bench_threads.py [--models mlp,ae,ssd300,resnet50,crnn]
+        [--rounds 3] [--threads 2] [--workdir bench/out]
+        [--results bench/RESULTS.md] [--no-results]
+
+Run after `make bench/bench_forward`.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_verify as bv  # noqa: E402  (measure(): child, GNU time, load)
+import bench_models as bm  # noqa: E402  (GEN_CHILD, write_section())
+
+ROOT = bv.ROOT
+SECTION = "## CPU forward: thread scaling (issue 31)"
+GOAL = 1.8
+# per model: label, spec, checkpoint (None: made by GEN_CHILD from cls and
+# kwargs), batches, timed forwards per child at each batch, warm-up forwards
+MODELS = {
+    "mlp": {"label": "MLP", "spec": "models/mnist_mlp.json", "ckpt": "tests/data/fmnist_mlp.pth",
+            "batches": [8, 256], "runs": [2000, 300], "warmup": 20},
+    "ae": {"label": "autoencoder", "spec": "models/mnist_conv_autoencoder.json",
+           "ckpt": "tests/data/fmnist_ae.pth", "batches": [8, 256], "runs": [1000, 40],
+           "warmup": 5},
+    "ssd300": {"label": "SSD300", "spec": "models/ssd300.json", "cls": "SSD300",
+               "kwargs": {"width": 1}, "batches": [8, 16], "runs": [2, 1], "warmup": 1},
+    "resnet50": {"label": "ResNet-50", "spec": "models/resnet50.json", "cls": "resnet",
+                 "kwargs": {"depth": 50}, "batches": [8, 32], "runs": [4, 2], "warmup": 1},
+    "crnn": {"label": "CRNN (5530 classes)", "spec": "models/crnn.json", "cls": "CRNN",
+             "kwargs": {"imgH": 32, "nc": 1, "nclass": 5530, "nh": 256}, "batches": [8, 32],
+             "runs": [5, 2], "warmup": 1},
+}
+
+
+def checkpoint(a, key, model):
+    """The model's checkpoint: in tests/data, or made once in --workdir."""
+    if not model.get("cls"):
+        return os.path.join(ROOT, model["ckpt"])
+    path = os.path.join(a.workdir, "threads_%s.pth" % key)
+    if not os.path.exists(path):
+        os.makedirs(a.workdir, exist_ok=True)
+        print("making %s ..." % path, flush=True)
+        cfg = {"fixtures": os.path.join(ROOT, "tests", "fixtures"), "seed": bm.SEED,
+               "cls": model["cls"], "kwargs": model["kwargs"], "path": path, "refs": [],
+               "batches": [], "shape": [], "output": ""}
+        subprocess.run([a.python, "-c", bm.GEN_CHILD, json.dumps(cfg)], check=True,
+                       capture_output=True, text=True)
+    return path
+
+
+def argv(a, model, batch, threads, runs, warmup, dump=None):
+    return ([a.bench_forward, "--threads", str(threads), "--warmup", str(warmup)] +
+            (["--dump", dump] if dump else []) +
+            [os.path.join(ROOT, model["spec"]), model["path"], str(batch), str(runs), "cpu"])
+
+
+def same_bits(a, tmp, model, batch, threads):
+    """Outputs of one forward on 1 thread and on THREADS: equal bytes."""
+    files = []
+    for t in (1, threads):
+        d = os.path.join(tmp, "dump%d" % t)
+        os.makedirs(d, exist_ok=True)
+        bv.measure(argv(a, model, batch, t, 1, 0, dump=d), tmp, "bench_forward dump")
+        files.append(d)
+    names = sorted(n for n in os.listdir(files[0]) if n.startswith("output."))
+    for n in names:
+        with open(os.path.join(files[0], n), "rb") as f1, \
+                open(os.path.join(files[1], n), "rb") as f2:
+            if f1.read() != f2.read():
+                sys.exit("bench: %s batch %d: %s differs on 1 and %d threads"
+                         % (model["label"], batch, n, threads))
+    return len(names)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="mlp,ae,ssd300,resnet50,crnn")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2, help="the many-thread side (default 2)")
+    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--bench-forward", default=os.path.join(ROOT, "bench", "bench_forward"))
+    ap.add_argument("--workdir", default=os.path.join(ROOT, "bench", "out"))
+    ap.add_argument("--results", default=os.path.join(ROOT, "bench", "RESULTS.md"))
+    ap.add_argument("--no-results", action="store_true")
+    a = ap.parse_args()
+    keys = [k.strip() for k in a.models.split(",") if k.strip()]
+    bad = [k for k in keys if k not in MODELS]
+    if bad or not keys:
+        sys.exit("bench: --models: unknown %s (choose from %s)" % (", ".join(bad) or "none",
+                                                                 ", ".join(MODELS)))
+    tt = a.threads
+    rev = bv.bi.git_rev()  # at the start: the tree may move on while this runs
+    started = datetime.datetime.now(datetime.timezone.utc)
+    rows, loads, desc = [], [], "cpu"
+    with tempfile.TemporaryDirectory() as tmp:
+        for key in keys:
+            model = dict(MODELS[key])
+            model["path"] = checkpoint(a, key, model)
+            for batch, runs in zip(model["batches"], model["runs"]):
+                nout = same_bits(a, tmp, model, batch, tt)
+                res, row_loads = {1: [], tt: []}, []
+                for r in range(a.rounds):
+                    for t in ((1, tt) if r % 2 == 0 else (tt, 1)):
+                        x = bv.measure(argv(a, model, batch, t, runs, model["warmup"]), tmp,
+                                       "bench_forward %s batch %d, %d threads"
+                                       % (model["label"], batch, t))
+                        loads.append(x["loadavg"])
+                        row_loads.append(x["loadavg"])
+                        if t == tt:
+                            desc = x.get("description", desc)
+                        res[t].append(x)
+                        print("  %s batch %d round %d, %d thread%s: median %.3f ms (load %.2f)"
+                              % (key, batch, r + 1, t, "" if t == 1 else "s", x["median_ms"],
+                                 x["loadavg"]), flush=True)
+                med = {t: statistics.median(x["median_ms"] for x in v) for t, v in res.items()}
+                best = {t: min(x["min_ms"] for x in v) for t, v in res.items()}
+                rows.append({"label": model["label"], "batch": batch, "med": med, "best": best,
+                             "range": {t: (min(x["median_ms"] for x in v),
+                                           max(x["median_ms"] for x in v))
+                                       for t, v in res.items()},
+                             "rss": {t: max(x["rss_kib"] for x in v) for t, v in res.items()},
+                             "ratios": [res[1][i]["median_ms"] / res[tt][i]["median_ms"]
+                                        for i in range(a.rounds)],
+                             "nout": nout, "load": (min(row_loads), max(row_loads))})
+    elapsed = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
+
+    def ms(v):
+        return "%.3f ms" % v if v < 1 else "%.2f ms" % v if v < 100 else "%.0f ms" % v
+
+    table = ["| model | batch | 1 thread: median (rounds) | best | %d threads: median (rounds) "
+             "| best | speed-up, medians (goal >= %.1f) | round by round | speed-up, best "
+             "| peak RSS 1 / %d | load |" % (tt, GOAL, tt),
+             "|---|---:|---:|---:|---:|---:|---|---|---:|---:|---|"]
+    met = []
+    for r in rows:
+        s = r["med"][1] / r["med"][tt]
+        ok = s >= GOAL
+        met.append(ok)
+        table.append("| %s | %d | %s (%s-%s) | %s | %s (%s-%s) | %s | %.2fx %s | %s | %.2fx "
+                     "| %d / %d MiB | %.2f-%.2f |" % (
+                         r["label"], r["batch"], ms(r["med"][1]), ms(r["range"][1][0]),
+                         ms(r["range"][1][1]), ms(r["best"][1]), ms(r["med"][tt]),
+                         ms(r["range"][tt][0]), ms(r["range"][tt][1]), ms(r["best"][tt]), s,
+                         "met" if ok else "MISSED", " ".join("%.2f" % x for x in r["ratios"]),
+                         r["best"][1] / r["best"][tt], r["rss"][1] // 1024,
+                         r["rss"][tt] // 1024, r["load"][0], r["load"][1]))
+    print("\n".join(table))
+    if a.no_results:
+        return
+    mi = bv.bi.machine_info()
+    text = [SECTION, "",
+            "Requirement: every stage of the CPU forward on the thread pool, the same bits on any "
+            "thread count; from 1 thread to 2, at least %.1fx faster at batch >= 8 for every "
+            "bench model." % GOAL, "",
+            "- Date: %s UTC" % started.strftime("%Y-%m-%d %H:%M"),
+            "- Machine: %s, %s cores (shared with other jobs), %s RAM; %s (kernel %s)" % (
+                mi["cpu"], mi["cores"], mi["ram"], mi["os"], mi["kernel"]),
+            "- Software: ckpt git %s; ckpt CPU backend: %s" % (rev, desc),
+            "- Method: per model and batch, both thread counts' outputs compared first "
+            "(`bench_forward --dump`, one forward each: the same bytes, every output); then "
+            "%d rounds of one child process per thread count (`bench/bench_forward --threads "
+            "1` / `--threads %d`, the order alternating), each loading the model, running its "
+            "warm-up forwards and then the timed ones (CLOCK_MONOTONIC around "
+            "`ckpt_model_run()`, which copies the input in and the outputs out); a line's "
+            "median is the median of its rounds' medians, its best the least forward of all. "
+            "Checkpoints: MLP and autoencoder from tests/data, the others made once by a torch "
+            "child (bench_models.py's recipe, seed %d). The 1-minute load average before each "
+            "child: %.2f-%.2f (the benchmark itself accounts for up to %d; each line's in its "
+            "last column: where it is well over 1, another job held a core and the 2-thread "
+            "child could not have both). The run took %.0f s."
+            % (a.rounds, tt, bm.SEED, min(loads), max(loads), tt, elapsed),
+            "- Command: `/usr/bin/python3 bench/bench_threads.py --models %s --rounds %d` "
+            "(after `make bench/bench_forward`)" % (",".join(keys), a.rounds),
+            ""] + table + [""]
+    text.append("Result: goal %s (%d of %d lines at >= %.1fx)." % (
+        "met" if all(met) else "MISSED", sum(met), len(met), GOAL))
+    text.append("")
+    bm.write_section(a.results, SECTION, "\n".join(text))
+    print("wrote %s" % os.path.relpath(a.results, ROOT))
+
+
+if __name__ == "__main__":
+    main()
