@@ -65,6 +65,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import bench_inspect as bi  # noqa: E402  (machine description, git revision, RESULTS.md)
+from bench_rewrite import drop, resident, warm  # noqa: E402  (the page cache, warm or cold)
 
 SECTION = "## Python package: load and open (issue 29)"
 GIB = 1 << 30
@@ -254,32 +255,6 @@ def generate(py, workdir, kind, target, tag):
     print("  %.0f s" % (time.perf_counter() - t), flush=True)
     with open(meta) as f:
         return pth, st, json.load(f)
-
-
-def warm(path):
-    with open(path, "rb", buffering=0) as f:
-        buf = bytearray(8 * MIB)
-        while f.readinto(buf):
-            pass
-
-
-def drop(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def resident(path):
-    """Bytes of PATH in the page cache (fincore), or None."""
-    try:
-        r = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
-                           capture_output=True, text=True, check=True)
-        return int(r.stdout.split()[0])
-    except (OSError, subprocess.CalledProcessError, ValueError, IndexError):
-        return None
 
 
 def run_child(py, env, code, args):

@@ -303,6 +303,26 @@ def warm(path):
             pass
 
 
+def drop(path):
+    """PATH's pages out of the page cache (written back first): a cold run."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def resident(path):
+    """Bytes of PATH in the page cache (fincore), or None."""
+    try:
+        r = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+                           capture_output=True, text=True, check=True)
+        return int(r.stdout.split()[0])
+    except (OSError, subprocess.CalledProcessError, ValueError, IndexError):
+        return None
+
+
 def rm(path):
     try:
         os.unlink(path)

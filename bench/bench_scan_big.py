@@ -40,6 +40,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from bench_inspect import machine_info, update_results, git_rev  # noqa: E402
 from bench_scan import scanners, version  # noqa: E402
+from bench_rewrite import drop, resident, warm  # noqa: E402  (the page cache, warm or cold)
 
 SECTION = '## ckpt scan of a 2 GiB file (issue 31)'
 GNU_TIME = '/usr/bin/time'
@@ -68,32 +69,6 @@ def make_file(workdir, python):
             json.dump(info, f)
     with open(meta) as f:
         return path, json.load(f)
-
-
-def warm(path):
-    with open(path, 'rb', buffering=0) as f:
-        buf = bytearray(8 << 20)
-        while f.readinto(buf):
-            pass
-
-
-def drop(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def resident(path):
-    """Bytes of PATH in the page cache (fincore), or None."""
-    try:
-        r = subprocess.run(['fincore', '--bytes', '--noheadings', '--output', 'RES', path],
-                           capture_output=True, text=True, check=True)
-        return int(r.stdout.split()[0])
-    except (OSError, subprocess.CalledProcessError, ValueError, IndexError):
-        return None
 
 
 def run_once(argv):
