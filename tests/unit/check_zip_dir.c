@@ -170,6 +170,21 @@ END_TEST
 
 /* One deflated record, written here; CUT bytes of its stream left out of the
  * file (the directory still declares them). */
+
+/* Z's end record (a central directory of N entries from offset CD, which
+ * runs to the end of Z), then Z in an unlinked temporary file: its fd. */
+static int end_and_write(pk *z, size_t cd, uint64_t n)
+{
+    size_t cdn = z->n - cd;
+    pk_le(z, 0x06054b50, 4), pk_le(z, 0, 4), pk_le(z, n, 2), pk_le(z, n, 2);
+    pk_le(z, cdn, 4), pk_le(z, cd, 4), pk_le(z, 0, 2);
+    char tmpl[] = "/tmp/check_zip_dir_XXXXXX";
+    int fd = mkstemp(tmpl);
+    ck_assert_int_ge(fd, 0);
+    unlink(tmpl);
+    ck_assert_int_eq(write(fd, z->buf, z->n), (ssize_t)z->n);
+    return fd;
+}
 static int deflated_zip(pk *z, const char *text, size_t cut)
 {
     uint8_t def[256];
@@ -195,15 +210,7 @@ static int deflated_zip(pk *z, const char *text, size_t cut)
     pk_le(z, nl, 2), pk_le(z, 0, 2), pk_le(z, 0, 2), pk_le(z, 0, 2), pk_le(z, 0, 2);
     pk_le(z, 0, 4), pk_le(z, 0, 4);
     pk_bytes(z, name, nl);
-    size_t cdn = z->n - cd;
-    pk_le(z, 0x06054b50, 4), pk_le(z, 0, 4), pk_le(z, 1, 2), pk_le(z, 1, 2);
-    pk_le(z, cdn, 4), pk_le(z, cd, 4), pk_le(z, 0, 2);
-    char tmpl[] = "/tmp/check_zip_dir_XXXXXX";
-    int fd = mkstemp(tmpl);
-    ck_assert_int_ge(fd, 0);
-    unlink(tmpl);
-    ck_assert_int_eq(write(fd, z->buf, z->n), (ssize_t)z->n);
-    return fd;
+    return end_and_write(z, cd, 1);
 }
 
 START_TEST(deflated_and_truncated)
@@ -268,15 +275,7 @@ static int stored_zip(pk *z, int n, const char *const *names, const char *const 
         pk_le(z, 0, 4), pk_le(z, at[i], 4);
         pk_bytes(z, names[i], nl);
     }
-    size_t cdn = z->n - cd;
-    pk_le(z, 0x06054b50, 4), pk_le(z, 0, 4), pk_le(z, (uint64_t)n, 2), pk_le(z, (uint64_t)n, 2);
-    pk_le(z, cdn, 4), pk_le(z, cd, 4), pk_le(z, 0, 2);
-    char tmpl[] = "/tmp/check_zip_dir_XXXXXX";
-    int fd = mkstemp(tmpl);
-    ck_assert_int_ge(fd, 0);
-    unlink(tmpl);
-    ck_assert_int_eq(write(fd, z->buf, z->n), (ssize_t)z->n);
-    return fd;
+    return end_and_write(z, cd, (uint64_t)n);
 }
 
 /* Whether the archive of stored_zip has the finding of a central-directory
