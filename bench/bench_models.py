@@ -229,6 +229,16 @@ def bench_one(a, key):
         print("updated %s" % a.results)
 
 
+
+def chosen(models, table):
+    """The keys of TABLE a --models list names, in its order; exits on a name it lacks."""
+    keys = [k.strip() for k in models.split(",") if k.strip()]
+    bad = [k for k in keys if k not in table]
+    if bad or not keys:
+        sys.exit("bench: --models: unknown %s (choose from %s)" % (", ".join(bad) or "none",
+                                                                 ", ".join(table)))
+    return keys
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="crnn,resnet50")
@@ -244,11 +254,7 @@ def main():
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     ap.add_argument("--no-results", action="store_true")
     a = ap.parse_args()
-    keys = [k.strip() for k in a.models.split(",") if k.strip()]
-    bad = [k for k in keys if k not in MODELS]
-    if bad or not keys:
-        sys.exit("bench: --models: unknown %s (choose from %s)" % (", ".join(bad) or "none",
-                                                                 ", ".join(MODELS)))
+    keys = chosen(a.models, MODELS)
     for k in keys:
         bench_one(a, k)
 

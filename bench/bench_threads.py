@@ -107,11 +107,7 @@ def main():
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     ap.add_argument("--no-results", action="store_true")
     a = ap.parse_args()
-    keys = [k.strip() for k in a.models.split(",") if k.strip()]
-    bad = [k for k in keys if k not in MODELS]
-    if bad or not keys:
-        sys.exit("bench: --models: unknown %s (choose from %s)" % (", ".join(bad) or "none",
-                                                                 ", ".join(MODELS)))
+    keys = bm.chosen(a.models, MODELS)
     tt = a.threads
     rev = bv.bi.git_rev()  # at the start: the tree may move on while this runs
     started = datetime.datetime.now(datetime.timezone.utc)
