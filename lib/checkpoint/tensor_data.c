@@ -71,11 +71,7 @@ static int read_pieces(ckpt_file *f, const ckpt_storage *s, uint64_t offset, uin
  * (ckpt_file_set_defer_record_checks; the answer is kept per record). */
 static int zip_local_checked(ckpt_file *f, const ckpt_storage *s)
 {
-    if (ckpt_zip_local_ok(s->src->zip, s->zip_index))
-        return CKPT_OK;
-    return ckpt_err(&f->err, CKPT_ERR_FORMAT, "record '%s' has no local header where the "
-                    "central directory says (torch refuses to read it: invalid header or "
-                    "archive is corrupted)", ckpt_zip_name(s->src->zip, s->zip_index));
+    return ckpt_zip_local_check(s->src->zip, s->zip_index, &f->err);
 }
 
 /* The bytes as stored, whatever their order. */

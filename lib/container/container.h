@@ -48,6 +48,8 @@ int ckpt_zip_data_offset(ckpt_zip *z, int64_t i, uint64_t *offset, ckpt_error *e
 /* Whether record I's local header starts with its signature, which torch's
  * miniz checks when it extracts the record (libzip reads past a bad one). */
 bool ckpt_zip_local_ok(ckpt_zip *z, int64_t i);
+/* The same, as an error naming the record when it does not (CKPT_ERR_FORMAT). */
+int ckpt_zip_local_check(ckpt_zip *z, int64_t i, ckpt_error *err);
 /* Ask the kernel for every record's local header (posix_fadvise WILLNEED)
  * before they are checked one by one: a cold file's headers then come from
  * the disk together. */

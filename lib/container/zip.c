@@ -796,6 +796,15 @@ int ckpt_zip_data_offset(ckpt_zip *z, int64_t i, uint64_t *offset, ckpt_error *e
     return CKPT_OK;
 }
 
+int ckpt_zip_local_check(ckpt_zip *z, int64_t i, ckpt_error *err)
+{
+    if (ckpt_zip_local_ok(z, i))
+        return CKPT_OK;
+    return ckpt_err(err, CKPT_ERR_FORMAT, "record '%s' has no local header where the central "
+                    "directory says (torch refuses to read it: invalid header or archive is "
+                    "corrupted)", z->names[i]);
+}
+
 void ckpt_zip_prefetch_locals(ckpt_zip *z)
 {
     /* headers megabytes apart: one hint each, so that a cold disk serves

@@ -73,11 +73,8 @@ static int locate_storages(ckpt_file *f, size_t first)
         /* torch's miniz refuses to extract it ("invalid header or archive is
          * corrupted"); deferred, the first read of its bytes checks it
          * (checkpoint/tensor_data.c), so that opening reads no data pages */
-        CKPT_RETURN_IF(!f->defer_record_checks && !ckpt_zip_local_ok(f->cur_src->zip, i),
-                       &f->err, CKPT_ERR_FORMAT,
-                       "record '%s/%s' has no local header where the central directory says "
-                       "(torch refuses to read it: invalid header or archive is corrupted)",
-                       f->cur_src->prefix, name);
+        if (!f->defer_record_checks)
+            CKPT_FORWARD(ckpt_zip_local_check(f->cur_src->zip, i, &f->err));
         uint64_t size = ckpt_zip_size(f->cur_src->zip, i);
         CKPT_RETURN_IF(size != s->nbytes, &f->err, CKPT_ERR_FORMAT,
                        "record '%s/%s' is %llu bytes but storage '%s' (%lld x %s) needs %llu",

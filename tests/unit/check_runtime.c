@@ -89,96 +89,12 @@ static int open_cpu(const char *products, int threads, ckpt_backend **b)
     return 1;
 }
 
-static void run_case(const char *name, const char *products)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "tests/data/ops/%s.json", name);
-    char *spec = data_path(rel);
-    snprintf(rel, sizeof rel, "tests/data/ops/%s.pth", name);
-    char *pth = data_path(rel);
-
-    ckpt_model *m = ckpt_model_new();
-    ck_assert_msg(ckpt_model_load(m, spec) == 0, "%s", ckpt_model_error_message(m));
-    ckpt_file *f = ckpt_file_new();
-    ck_assert_msg(ckpt_file_open(f, pth) == 0, "%s", ckpt_file_error_message(f));
-    const ckpt_value *params = ckpt_value_dict_get(ckpt_file_root(f), "params");
-    ck_assert_ptr_nonnull(params);
-    ckpt_load_report r;
-    ck_assert_int_eq(ckpt_model_bind(m, f, params, &r), 0);
-    ck_assert_msg(r.ok, "%s: %s", name, r.message);
-
-    size_t nin = ckpt_model_input_count(m);
-    ckpt_array in[8] = {{0}}, out = {0}, want = {0};
-    ck_assert(nin <= 8 && ckpt_model_output_count(m) == 1);
-    for (size_t i = 0; i < nin; i++) {
-        char key[128];
-        snprintf(key, sizeof key, "input.%s", ckpt_model_input_name(m, i));
-        read_array(f, nin == 1 ? "input" : key, &in[i]);
-    }
-    read_array(f, "output.y", &want);
-
-    ckpt_backend *b = NULL;
-    if (!open_cpu(products, 0, &b)) {
-        ckpt_array_clear(&want);
-        for (size_t i = 0; i < nin; i++)
-            ckpt_array_clear(&in[i]);
-        ckpt_file_free(f);
-        ckpt_model_free(m);
-        free(spec);
-        free(pth);
-        return;
-    }
-    ck_assert_msg(ckpt_model_run(m, b, in, &out) == 0, "%s (%s): %s", name, products,
-                  ckpt_model_error_message(m));
-    ck_assert_int_eq(out.ndim, want.ndim);
-    for (int d = 0; d < out.ndim; d++)
-        ck_assert_int_eq(out.shape[d], want.shape[d]);
-
-    int64_t n = ckpt_array_numel(&out);
-    double scale = 0, worst = 0;
-    for (int64_t i = 0; i < n; i++)
-        scale = fmax(scale, fabs(want.data[i]));
-    for (int64_t i = 0; i < n; i++) {
-        double a = out.data[i], w = want.data[i];
-        if (exact_case(name)) {
-            ck_assert_msg(memcmp(&out.data[i], &want.data[i], 4) == 0 || (isnan(a) && isnan(w)),
-                          "%s [%lld]: %.9g, PyTorch %.9g", name, (long long)i, a, w);
-            continue;
-        }
-        /* float32 sums in another order: within 1e-5 of the output's scale */
-        double tol = 1e-5 * scale + 1e-5 * fabs(w);
-        ck_assert_msg(fabs(a - w) <= tol, "%s [%lld]: %.9g, PyTorch %.9g (tolerance %.3g)", name,
-                      (long long)i, a, w, tol);
-        worst = fmax(worst, fabs(a - w) / (scale ? scale : 1));
-    }
-    /* the same run again gives the same bits */
-    ckpt_array again = {0};
-    ck_assert_int_eq(ckpt_model_run(m, b, in, &again), 0);
-    ck_assert_int_eq(memcmp(out.data, again.data, (size_t)n * sizeof(float)), 0);
-
-    ckpt_array_clear(&again);
-    ckpt_array_clear(&out);
-    ckpt_array_clear(&want);
-    for (size_t i = 0; i < nin; i++)
-        ckpt_array_clear(&in[i]);
-    ckpt_backend_free(b);
-    ckpt_file_free(f);
-    ckpt_model_free(m);
-    free(spec);
-    free(pth);
-}
-
-START_TEST(test_op_case)
-{
-    run_case(cases[_i / NPRODUCTS], PRODUCTS[_i % NPRODUCTS]);
-}
-END_TEST
-
 /* Op case NAME by PRODUCTS on THREADS threads, its loops cut into chunks
- * of GRAIN items (0: the backend's own); its output into OUT.  0 when this
- * CPU cannot run that kernel. */
+ * of GRAIN items (0: the backend's own); its output into OUT, PyTorch's
+ * into WANT and a second run's into AGAIN (each when not NULL).  0 when
+ * this CPU cannot run that kernel. */
 static int case_output(const char *name, const char *products, int threads, int64_t grain,
-                       ckpt_array *out)
+                       ckpt_array *out, ckpt_array *want, ckpt_array *again)
 {
     char rel[256];
     snprintf(rel, sizeof rel, "tests/data/ops/%s.json", name);
@@ -201,12 +117,18 @@ static int case_output(const char *name, const char *products, int threads, int6
         snprintf(key, sizeof key, "input.%s", ckpt_model_input_name(m, i));
         read_array(f, nin == 1 ? "input" : key, &in[i]);
     }
+    if (want) {
+        ck_assert(ckpt_model_output_count(m) == 1);
+        read_array(f, "output.y", want);
+    }
     ckpt_backend *b = NULL;
     int ok = open_cpu(products, threads, &b);
     if (ok) {
         ckpt_backend_cpu_set_grain(b, grain);
         ck_assert_msg(ckpt_model_run(m, b, in, out) == 0, "%s (%s, %d threads): %s", name,
                       products, threads, ckpt_model_error_message(m));
+        if (again)
+            ck_assert_int_eq(ckpt_model_run(m, b, in, again), 0);
         ckpt_backend_free(b);
     }
     for (size_t i = 0; i < nin; i++)
@@ -218,6 +140,48 @@ static int case_output(const char *name, const char *products, int threads, int6
     return ok;
 }
 
+static void run_case(const char *name, const char *products)
+{
+    ckpt_array out = {0}, want = {0}, again = {0};
+    if (!case_output(name, products, 0, 0, &out, &want, &again)) {
+        ckpt_array_clear(&want);
+        return;
+    }
+    ck_assert_int_eq(out.ndim, want.ndim);
+    for (int d = 0; d < out.ndim; d++)
+        ck_assert_int_eq(out.shape[d], want.shape[d]);
+
+    int64_t n = ckpt_array_numel(&out);
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(want.data[i]));
+    for (int64_t i = 0; i < n; i++) {
+        double a = out.data[i], w = want.data[i];
+        if (exact_case(name)) {
+            ck_assert_msg(memcmp(&out.data[i], &want.data[i], 4) == 0 || (isnan(a) && isnan(w)),
+                          "%s [%lld]: %.9g, PyTorch %.9g", name, (long long)i, a, w);
+            continue;
+        }
+        /* float32 sums in another order: within 1e-5 of the output's scale */
+        double tol = 1e-5 * scale + 1e-5 * fabs(w);
+        ck_assert_msg(fabs(a - w) <= tol, "%s [%lld]: %.9g, PyTorch %.9g (tolerance %.3g)", name,
+                      (long long)i, a, w, tol);
+        worst = fmax(worst, fabs(a - w) / (scale ? scale : 1));
+    }
+    /* the same run again gives the same bits */
+    ck_assert_int_eq(memcmp(out.data, again.data, (size_t)n * sizeof(float)), 0);
+
+    ckpt_array_clear(&again);
+    ckpt_array_clear(&out);
+    ckpt_array_clear(&want);
+}
+
+START_TEST(test_op_case)
+{
+    run_case(cases[_i / NPRODUCTS], PRODUCTS[_i % NPRODUCTS]);
+}
+END_TEST
+
 /* Every op case gives the same bits on 1 thread as on 2 and on 3 with
  * every loop cut into chunks of one item (image, row, channel, value) and
  * every product shared: what each thread computes does not depend on how
@@ -226,11 +190,11 @@ START_TEST(test_op_case_threads)
 {
     const char *name = cases[_i / NPRODUCTS], *products = PRODUCTS[_i % NPRODUCTS];
     ckpt_array one = {0};
-    if (!case_output(name, products, 1, 0, &one))
+    if (!case_output(name, products, 1, 0, &one, NULL, NULL))
         return;
     for (int threads = 2; threads <= 3; threads++) {
         ckpt_array many = {0};
-        ck_assert(case_output(name, products, threads, 1, &many));
+        ck_assert(case_output(name, products, threads, 1, &many, NULL, NULL));
         ck_assert_int_eq(many.ndim, one.ndim);
         for (int d = 0; d < one.ndim; d++)
             ck_assert_int_eq(many.shape[d], one.shape[d]);
