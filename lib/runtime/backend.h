@@ -60,6 +60,52 @@ typedef struct ckpt_pool_geom {
     int64_t dil_h, dil_w;
 } ckpt_pool_geom;
 
+/* The element-wise functions of unary(): y = f(x), S the op's number
+ * where it has one (torch's spellings in the comments). */
+typedef enum ckpt_unary_kind {
+    CKPT_U_GELU,       /* F.gelu: x / 2 * (1 + erf(x / sqrt 2)) */
+    CKPT_U_GELU_TANH,  /* F.gelu(approximate='tanh'): x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) */
+    CKPT_U_SILU,       /* F.silu: x / (1 + exp(-x)) */
+    CKPT_U_TANH,
+    CKPT_U_COS,
+    CKPT_U_SIN,
+    CKPT_U_NEG,
+    CKPT_U_EXP,
+    CKPT_U_SQRT,
+    CKPT_U_RSQRT,      /* 1 / sqrt(x) */
+    CKPT_U_POW,        /* x ** s */
+    CKPT_U_ADD,        /* x + s */
+    CKPT_U_SUB,        /* x - s */
+    CKPT_U_RSUB,       /* s - x */
+    CKPT_U_MUL,        /* x * s */
+    CKPT_U_DIV,        /* x / s */
+    CKPT_U_COUNT
+} ckpt_unary_kind;
+
+/* The operators of binary(), y = a OP x, with broadcasting. */
+typedef enum ckpt_binary_kind {
+    CKPT_B_ADD, CKPT_B_SUB, CKPT_B_MUL, CKPT_B_DIV, CKPT_B_COUNT
+} ckpt_binary_kind;
+
+/* The reductions of reduce(). */
+typedef enum ckpt_reduce_kind { CKPT_R_SUM, CKPT_R_MEAN, CKPT_R_COUNT } ckpt_reduce_kind;
+
+/* scaled_dot_product_attention: q [batch, heads, q_len, head_dim], k
+ * [batch, kv_heads, kv_len, head_dim], v [batch, kv_heads, kv_len, v_dim]
+ * -> y [batch, heads, q_len, v_dim].  Query head h reads key-value head
+ * h / (heads / kv_heads) (grouped-query attention; heads is a multiple of
+ * kv_heads).  MASK, when given, is added to the scores: its element for
+ * (n, h, i, j) is mask[n * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]]
+ * (a stride 0 where torch broadcasts it).  CAUSAL: query i sees keys
+ * j <= i only (torch's is_causal, the top-left triangle). */
+typedef struct ckpt_attn_geom {
+    int64_t batch, heads, kv_heads;
+    int64_t q_len, kv_len, head_dim, v_dim;
+    double scale;              /* the scores are (q . k) * scale */
+    int causal;
+    int64_t mask_strides[4];   /* ms above; unused without a mask */
+} ckpt_attn_geom;
+
 typedef struct ckpt_backend_ops {
     void (*destroy)(ckpt_backend *b);
 
@@ -133,6 +179,53 @@ typedef struct ckpt_backend_ops {
      * output only a residual add and/or a ReLU read. */
     int (*conv2d_fused)(ckpt_backend *b, const float *x, const float *w, const float *bias,
                         const float *res, int relu, float *y, const ckpt_conv_geom *g);
+
+    /* ---- the transformer ops (ABI 2) ---- */
+    /* y[i] = f(x[i]) over N floats; KIND a ckpt_unary_kind, S its number. */
+    int (*unary)(ckpt_backend *b, int kind, const float *x, float *y, size_t n, float s);
+    /* y = a OP x (KIND a ckpt_binary_kind) over y's SHAPE (NDIM dims, y
+     * contiguous): the element of index (i0 .. in) reads a[sum i_d *
+     * a_strides[d]] and x[sum i_d * x_strides[d]], strides in elements, 0
+     * where the operand is broadcast. */
+    int (*binary)(ckpt_backend *b, int kind, const float *a, const float *x, float *y,
+                  int ndim, const int64_t *shape, const int64_t *a_strides,
+                  const int64_t *x_strides);
+    /* y (contiguous, SHAPE, NDIM dims) [i0 .. in] = x[offset + sum i_d *
+     * strides[d]]: expand (stride 0), slice and select (an offset and
+     * strides), transpose; strides in elements, never negative. */
+    int (*strided_copy)(ckpt_backend *b, const float *x, int64_t offset, float *y, int ndim,
+                        const int64_t *shape, const int64_t *strides);
+    /* The sum or mean (KIND a ckpt_reduce_kind) over the middle axis of x
+     * viewed as [outer, dim, inner] -> y [outer, inner]. */
+    int (*reduce)(ckpt_backend *b, int kind, const float *x, float *y, int64_t outer,
+                  int64_t dim, int64_t inner);
+    /* Over each of ROWS rows of D floats: y = (x - mean) / sqrt(var + eps)
+     * * w + bias, var the biased variance (F.layer_norm); W and BIAS may be
+     * NULL (1 and 0). */
+    int (*layer_norm)(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                      float *y, int64_t rows, int64_t d, float eps);
+    /* Over each of ROWS rows of D floats: y = x / sqrt(mean(x^2) + eps) * w
+     * (F.rms_norm); W may be NULL (1). */
+    int (*rms_norm)(ckpt_backend *b, const float *x, const float *w, float *y, int64_t rows,
+                    int64_t d, float eps);
+    /* y[i, :] = w[ids[i], :] for N ids, w [vocab, d] (F.embedding).  The
+     * ids are float32 holding integers (the runtime carries integer inputs
+     * so); one that is not an integer in [0, vocab) is CKPT_ERR_USAGE,
+     * "token id X is out of range for an embedding of VOCAB rows" (a queued
+     * backend may report it at synchronize()). */
+    int (*embedding)(ckpt_backend *b, const float *ids, const float *w, float *y, int64_t n,
+                     int64_t vocab, int64_t d);
+    /* BATCH products y[t] = a[t] @ x[t] (torch.matmul, bmm): a[t] [m, k] at
+     * a + t * a_stride, x[t] [k, n] at x + t * x_stride (a stride 0: the
+     * same matrix for every t), y[t] [m, n] at y + t * m * n.  Either of A
+     * and X may be a weight. */
+    int (*matmul)(ckpt_backend *b, const float *a, const float *x, float *y, int64_t batch,
+                  int64_t m, int64_t k, int64_t n, int64_t a_stride, int64_t x_stride);
+    /* F.scaled_dot_product_attention (ckpt_attn_geom above); MASK may be
+     * NULL.  A query row whose every key is masked out gives what torch's
+     * CPU kernel gives (see the CPU backend). */
+    int (*attention)(ckpt_backend *b, const float *q, const float *k, const float *v,
+                     const float *mask, float *y, const ckpt_attn_geom *g);
 } ckpt_backend_ops;
 
 struct ckpt_backend {
