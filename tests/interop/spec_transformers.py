@@ -8,36 +8,39 @@ Llama (grouped-query attention: 4 heads, 2 key-value heads; untied and
 tied embeddings), BERT and ViT, as transformers 5.24 defines them, made by
 factories in a .py module in scratch and given to ckpt-spec with token ids
 (`--input input_ids=2,16:int64[:100]`) or pixels.  torch.fx cannot trace
-any of them; torch.export exports them all.  Today the runtime lacks their
-ops, so ckpt-spec must exit 1, write no spec, and name each node that does
-not map with its aten op and a source line (FILE:LINE) of transformers'
-own code; the set of ops it reports is asserted exactly (GAP below), so
-this test shows the gap and moves with it.  The aten ops of each exported
-graph (the whole list, GRAPH_OPS below, checked against torch.export here)
-are what the runtime must run for `ckpt verify` of these models:
+any of them; torch.export exports them all, and ckpt-spec maps every aten
+op of the graph (GRAPH_OPS below, checked against torch.export here) onto
+the spec ops of doc/design.md "Model specs":
 
-  all five (beside ops the runtime has: linear, view, reshape, transpose,
-  unsqueeze, dropout, alias, cat):
-    embedding (int64 ids), add with broadcasting and of a number,
-    scaled_dot_product_attention (with a mask), expand, slice, arange
-  GPT-2:  layer_norm; gelu_new written out (mul, pow.Tensor_Scalar, tanh,
-          add); Conv1D as addmm of an untransposed [in, out] weight; split;
-          the causal mask (new_ones, cumsum, diff, ne, sub, index, le, eq,
-          __and__, to bool)
-  Llama:  RMSNorm written out (pow.Tensor_Scalar, mean.dim over the last
-          dim, add eps, rsqrt, mul); rotary embeddings (mul, cos, sin, neg,
-          slice, cat, to.device of the inv_freq buffer, to.dtype); silu; mul
-          (gated MLP); grouped-query heads repeated by expand + reshape; the
-          causal mask as GPT-2's; tied and untied alike (the tied lm_head
-          reads model.embed_tokens.weight through linear)
-  BERT:   layer_norm, gelu (erf), tanh and select (pooler), gather and
-          expand (token_type_ids' buffer), the padding mask (arange, ge)
-  ViT:    conv2d (patches), flatten, cat (the class token), layer_norm,
-          gelu (erf), select (the class token's logits), the mask (arange,
-          ge)
+  all five: embedding of int64 ids; add/sub/mul/div of a tensor or a number,
+    broadcasting; scaled_dot_product_attention with a constant additive mask;
+    expand; slice; the masks built from sizes (arange, cumsum, diff, ne, le,
+    eq, __and__, index, new_ones, ge) folded into one "constant" node
+  GPT-2:  layer_norm; gelu_new written out (mul, pow, tanh, add); Conv1D as
+          "addmm" of its [in, out] weight; split as slices; the tied wte and
+          lm_head each named by the op of its module
+  Llama:  RMSNorm written out (pow, mean over the last dim, add eps, rsqrt,
+          mul by the weight as a "parameter" node); rotary cos/sin folded from
+          the inv_freq buffer (not in the state dict) into constants; neg,
+          slice, cat; silu; grouped-query heads by expand + reshape
+  BERT:   layer_norm, gelu (erf), tanh and select (pooler); the
+          token_type_ids buffer (not in the state dict) gathered and folded
+  ViT:    conv2d (patches), flatten, the class token (a "parameter") expanded
+          to the batch and cat, layer_norm, gelu, select
+
+For each, ckpt-spec exits 0 and its spec, run by a torch interpreter of
+the spec format (run_spec below: make_verify_fixtures.run_node for the ops
+the runtime had, torch's own functions for the new ones) with the model's
+state dict, gives the model's outputs (torch.allclose, 1e-5) on the
+example input and, where the spec's batch is -1, on a batch of another
+size.  ViT's class token is expanded to the batch size, which no spec op
+says, so its spec is written at the example's batch size (ckpt-spec says
+so on stderr).  A model with an op the runtime lacks (aten.sort) still
+exits 1, no spec written, the node named with its aten op and FILE:LINE.
 
 Prints `ok NAME` or `FAIL NAME: why` per case, then `N passed, M failed`.
 """
+import json
 import os
 import re
 import sys
@@ -56,11 +59,14 @@ except Exception as e:  # pragma: no cover
     sys.exit(c.SKIP)
 
 torch = c.torch
+F = torch.nn.functional
+import make_verify_fixtures as mvf  # noqa: E402  (tests/fixtures, on the path of _common)
 t = c.Tally(uses='transformers %s' % transformers.__version__)
 TOOL = os.path.join(c.SRCDIR, 'tools', 'ckpt-spec')
 HF_DIR = os.path.dirname(os.path.realpath(transformers.__file__))
 
 FACTORIES = '''
+import torch
 import transformers as T
 
 
@@ -87,6 +93,19 @@ def vit():
     return T.ViTForImageClassification(T.ViTConfig(
         num_hidden_layers=2, hidden_size=32, intermediate_size=64,
         num_attention_heads=2, image_size=32, patch_size=8, num_labels=10))
+
+
+class Sorted(torch.nn.Module):
+    """A linear layer, then its outputs sorted: aten.sort has no spec op."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.shape[-1] != 8:  # a branch on a size: torch.fx fails, torch.export is tried
+            raise ValueError('want 8 features')
+        return torch.sort(self.fc(x), dim=-1).values
 '''
 
 MASK = {'__and__.Tensor', 'cumsum.default', 'diff.default', 'eq.Tensor', 'index.Tensor',
@@ -116,40 +135,24 @@ LLAMA_GAP = MASK | {'add.Tensor', 'arange.default', 'cos.default', 'embedding.de
                     'expand.default', 'mean.dim', 'mul.Tensor', 'neg.default',
                     'pow.Tensor_Scalar', 'rsqrt.default', 'scaled_dot_product_attention.default',
                     'silu.default', 'sin.default', 'slice.Tensor', 'to.device'}
-# the ops ckpt-spec names as unsupported today: the gap
-GAP = {
-    'gpt2': MASK | {'add.Tensor', 'addmm.default', 'arange.default', 'embedding.default',
-                    'expand.default', 'layer_norm.default', 'mul.Tensor', 'pow.Tensor_Scalar',
-                    'scaled_dot_product_attention.default', 'slice.Tensor', 'split.Tensor',
-                    'tanh.default', 'view.default'},
-    'llama': LLAMA_GAP,
-    'llama(tied=True)': LLAMA_GAP,
-    'bert': {'add.Tensor', 'arange.default', 'embedding.default', 'expand.default',
-             'gather.default', 'ge.Scalar', 'gelu.default', 'layer_norm.default',
-             'scaled_dot_product_attention.default', 'select.int', 'slice.Tensor',
-             'tanh.default'},
-    'vit': {'add.Tensor', 'arange.default', 'expand.default', 'ge.Scalar', 'gelu.default',
-            'layer_norm.default', 'scaled_dot_product_attention.default', 'select.int'},
-}
-# what issue 30 names, as each architecture spells it
-ISSUE_OPS = {
-    'gpt2': {'embedding.default', 'layer_norm.default', 'tanh.default', 'pow.Tensor_Scalar',
-             'scaled_dot_product_attention.default', 'split.Tensor', 'expand.default'},
-    'llama': {'embedding.default', 'rsqrt.default', 'mean.dim', 'silu.default', 'cos.default',
-              'sin.default', 'neg.default', 'scaled_dot_product_attention.default'},
-    'bert': {'embedding.default', 'layer_norm.default', 'gelu.default',
-             'scaled_dot_product_attention.default'},
-    'vit': {'layer_norm.default', 'gelu.default', 'scaled_dot_product_attention.default'},
-}
-ISSUE_OPS['llama(tied=True)'] = ISSUE_OPS['llama']
-# the factory, its --input, the example input torch.export is given here
+# the factory, its --input, the example input torch.export is given here,
+# and whether the spec's batch follows the input (-1)
 CASES = [
-    ('gpt2', 'input_ids=2,16:int64', lambda: torch.randint(0, 64, (2, 16))),
-    ('llama', 'input_ids=2,16:int64:100', lambda: torch.randint(0, 100, (2, 16))),
-    ('llama(tied=True)', 'input_ids=2,16:int64', lambda: torch.randint(0, 100, (2, 16))),
-    ('bert', 'input_ids=2,16:int64:100', lambda: torch.randint(0, 100, (2, 16))),
-    ('vit', 'pixel_values=1,3,32,32', lambda: torch.rand(1, 3, 32, 32)),
+    ('gpt2', 'input_ids=2,16:int64', lambda b: torch.randint(0, 64, (b, 16)), True),
+    ('llama', 'input_ids=2,16:int64:100', lambda b: torch.randint(0, 100, (b, 16)), True),
+    ('llama(tied=True)', 'input_ids=2,16:int64', lambda b: torch.randint(0, 100, (b, 16)),
+     True),
+    ('bert', 'input_ids=2,16:int64:100', lambda b: torch.randint(0, 100, (b, 16)), True),
+    ('vit', 'pixel_values=1,3,32,32', lambda b: torch.rand(b, 3, 32, 32), False),
 ]
+OUTPUTS = {'bert': 'hidden,pooled', 'vit': 'logits'}
+# the spec ops of doc/design.md "Model specs": the runtime's before issue 30,
+# then issue 30's
+SPEC_OPS = set(mvf.OPS) | {
+    'gelu', 'silu', 'tanh', 'cos', 'sin', 'neg', 'exp', 'sqrt', 'rsqrt', 'pow', 'sub',
+    'mul', 'div', 'rsub', 'transpose', 'slice', 'select', 'expand', 'contiguous', 'clone',
+    'alias', 'mean', 'sum', 'layer_norm', 'rms_norm', 'embedding', 'matmul', 'bmm',
+    'addmm', 'scaled_dot_product_attention', 'parameter', 'constant'}
 # '  FILE:LINE: NODE: call_function aten.OP.OVERLOAD (in PATH: CLASS): WHY'
 LINE = re.compile(r'^  (.+?):(\d+): (\w+): call_function aten\.(\w+)\.(\w+) \(in [^)]*\): ')
 
@@ -162,53 +165,159 @@ def factories():
     return src
 
 
-def graph_ops(factory, x):
+def make(factory):
     sys.path.insert(0, c.scratch())
     import hf_factories
     model = eval('hf_factories.' + factory)
-    model = (model if isinstance(model, torch.nn.Module) else model()).eval()
-    ep = torch.export.export(model, (x,))
+    return (model if isinstance(model, torch.nn.Module) else model()).eval()
+
+
+def graph_ops(factory, x):
+    ep = torch.export.export(make(factory), (x,))
     return {'%s.%s' % tuple(str(n.target).split('.')[1:3]) for n in ep.graph.nodes
             if n.op == 'call_function' and str(n.target).startswith('aten.')}
 
 
-for factory, given, example in CASES:
-    @t.case('%s: ckpt-spec --input %s: exit 1, no spec, every unsupported node named with '
-            'its aten op and a line of transformers\' code; the ops are the gap' % (factory,
-                                                                                   given))
-    def _(factory=factory, given=given):
+def run_node(op, xs, a, p):
+    """The ops of issue 30 as torch computes them; the others as
+    make_verify_fixtures.run_node does."""
+    x = xs[0] if xs else None
+    if op == 'constant':
+        return torch.tensor(a['values'], dtype=torch.float32).reshape(a['shape'])
+    if op == 'parameter':
+        return p['weight']
+    if op in ('add', 'sub', 'mul', 'div'):
+        y = xs[1] if len(xs) == 2 else a['other']
+        return getattr(torch, op)(x, y)
+    if op == 'rsub':
+        return a['other'] - x
+    if op == 'pow':
+        return torch.pow(x, a['exponent'])
+    if op == 'gelu':
+        return F.gelu(x, approximate=a.get('approximate', 'none'))
+    if op in ('silu', 'tanh', 'cos', 'sin', 'neg', 'exp', 'sqrt', 'rsqrt'):
+        return getattr(F if op == 'silu' else torch, op)(x)
+    if op == 'transpose':
+        return x.transpose(a['dim0'], a['dim1'])
+    if op == 'slice':
+        idx = [slice(None)] * (a['dim'] % x.dim()) + [
+            slice(a.get('start', 0), a.get('end'), a.get('step', 1))]
+        return x[tuple(idx)]
+    if op == 'select':
+        return x.select(a['dim'], a['index'])
+    if op == 'expand':
+        return x.expand(a['size'])
+    if op in ('contiguous', 'clone', 'alias'):
+        return x
+    if op in ('mean', 'sum'):
+        return getattr(torch, op)(x, a['dim'], keepdim=a.get('keepdim', False))
+    if op == 'layer_norm':
+        return F.layer_norm(x, a['normalized_shape'], p.get('weight'), p.get('bias'),
+                            a.get('eps', 1e-5))
+    if op == 'rms_norm':
+        return F.rms_norm(x, a['normalized_shape'], p.get('weight'), a.get('eps'))
+    if op == 'embedding':
+        # the runtime holds ids as float32: whole numbers, read back as indices
+        assert torch.equal(x, x.round()) and x.min() >= 0, 'ids that are no indices'
+        return F.embedding(x.long(), p['weight'])
+    if op in ('matmul', 'bmm'):
+        return getattr(torch, op)(x, xs[1])
+    if op == 'addmm':
+        return x @ p['weight'] + p['bias']
+    if op == 'scaled_dot_product_attention':
+        return F.scaled_dot_product_attention(
+            x, xs[1], xs[2], attn_mask=xs[3] if len(xs) == 4 else None,
+            is_causal=a.get('is_causal', False), scale=a.get('scale'),
+            enable_gqa=a.get('enable_gqa', False))
+    return mvf.run_node(op, xs, a, p)
+
+
+def run_spec(spec, sd, inputs):
+    """SPEC's outputs for INPUTS ({name: tensor}; integer ids given as the
+    float32 the runtime holds), parameters from state dict SD, every key of
+    which a node must name."""
+    env, used = {}, set()
+    for i in spec['inputs']:
+        x = inputs[i['name']]
+        assert x.dim() == len(i['shape']) and all(
+            s in (-1, d) for s, d in zip(i['shape'], x.shape)), (i, list(x.shape))
+        env[i['name']] = x.float()
+    for nd in spec['nodes']:
+        assert nd['output'] not in env, 'value %s assigned twice' % nd['output']
+        assert nd['op'] in SPEC_OPS, nd['op']
+        p = {slot: sd[k] for slot, k in nd.get('params', {}).items()}
+        used.update(nd.get('params', {}).values())
+        with torch.no_grad():
+            env[nd['output']] = run_node(nd['op'], [env[v] for v in nd['inputs']],
+                                         nd.get('attrs', {}), p)
+    assert used == set(sd), ('named no key', sorted(set(sd) - used),
+                             'not in the state dict', sorted(used - set(sd)))
+    return [env[o] for o in spec['outputs']]
+
+
+for factory, given, example, dynamic in CASES:
+    @t.case('%s: ckpt-spec --input %s writes a spec of the spec ops only; run with the '
+            'state dict it gives the model\'s outputs%s' % (
+                factory, given, ', at the batch size given and another' if dynamic else
+                ' (at the batch size given: the class token is expanded to it)'))
+    def _(factory=factory, given=given, example=example, dynamic=dynamic):
         out = c.scratch(re.sub(r'\W', '_', factory) + '.json')
-        r = c.run([sys.executable, TOOL, factories() + ':' + factory, '--input', given,
-                   '-o', out], timeout=300)
-        assert r.rc == 1, (r.rc, r.err[-2000:])
-        assert not os.path.exists(out), 'a spec was written'
-        assert 'trying torch.export' in r.err and 'node(s) with no spec op' in r.err, r.err
-        body = [ln for ln in r.err.splitlines() if ln.startswith('  ')]
-        assert body, r.err
-        ops = set()
-        for ln in body:
-            m = LINE.match(ln)
-            assert m, 'no source line or op: %r' % ln
-            path, line, op = m.group(1), int(m.group(2)), '%s.%s' % m.group(4, 5)
-            real = os.path.realpath(path)
-            assert real.startswith(HF_DIR + os.sep), 'not in transformers: %r' % ln
-            with open(real) as f:
-                assert 0 < line <= len(f.read().splitlines()), ln
-            ops.add(op)
-        assert ops == GAP[factory], ('reported', sorted(ops), 'want', sorted(GAP[factory]))
-        assert ISSUE_OPS[factory] <= ops, sorted(ISSUE_OPS[factory] - ops)
-        # the ops a transformer layer is made of are named in its modeling file
+        cmd = [sys.executable, TOOL, factories() + ':' + factory, '--input', given, '-o', out]
         arch = re.match(r'\w+', factory).group(0)
-        for want in ('layer_norm', 'scaled_dot_product_attention', 'rsqrt'):
-            for ln in body:
-                if ' aten.%s.' % want in ln:
-                    assert '/models/%s/modeling_%s.py:' % (arch, arch) in ln, ln
+        cmd += ['--output', OUTPUTS.get(arch, 'logits')]
+        r = c.run(cmd, timeout=300)
+        assert r.rc == 0, (r.rc, r.err[-2000:])
+        assert 'trying torch.export' in r.err, r.err
+        assert ('cannot follow the batch size' in r.err) == (not dynamic), r.err
+        with open(out) as f:
+            spec = json.load(f)
+        b = int(re.search(r'=(\d+)', given).group(1))
+        (inp,) = spec['inputs']
+        assert inp['shape'][0] == (-1 if dynamic else b), inp
+        if ':int64' in given:
+            assert inp['dtype'] == 'int64' and inp['high'] == 100, inp
+        ops = {nd['op'] for nd in spec['nodes']}
+        assert ops <= SPEC_OPS, sorted(ops - SPEC_OPS)
+        assert 'constant' in ops and 'scaled_dot_product_attention' in ops, sorted(ops)
+        torch.manual_seed(1)
+        model = make(factory)
+        sd = model.state_dict()
+        for batch in (b, b + 3) if dynamic else (b,):
+            x = example(batch)
+            with torch.no_grad():
+                want = model(x)
+            want = [want[k] for k in ('last_hidden_state', 'pooler_output')] \
+                if arch == 'bert' else [want.logits]
+            got = run_spec(spec, sd, {inp['name']: x})
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                assert g.shape == w.shape, (batch, list(g.shape), list(w.shape))
+                assert torch.allclose(g, w, rtol=1e-5, atol=1e-5), (
+                    batch, (g - w).abs().max().item())
 
     @t.case('%s: the aten ops of its torch.export graph are those listed here' % factory)
     def _(factory=factory, example=example):
         factories()
-        ops = graph_ops(factory, example())
+        ops = graph_ops(factory, example(int(re.search(r'=(\d+)', given).group(1))))
         assert ops == GRAPH_OPS[factory], ('graph', sorted(ops), 'listed',
                                            sorted(GRAPH_OPS[factory]))
+
+
+@t.case('an op the runtime lacks (aten.sort): exit 1, no spec, the node named with its aten '
+        'op and the line of the model\'s code that made it')
+def _():
+    out = c.scratch('sorted.json')
+    r = c.run([sys.executable, TOOL, factories() + ':Sorted', '--input', 'x=2,8', '-o', out],
+              timeout=300)
+    assert r.rc == 1, (r.rc, r.err[-2000:])
+    assert not os.path.exists(out), 'a spec was written'
+    body = [ln for ln in r.err.splitlines() if ln.startswith('  ')]
+    assert len(body) == 1, r.err
+    m = LINE.match(body[0])
+    assert m and m.group(4) == 'sort', body
+    with open(factories()) as f:
+        line = f.read().splitlines()[int(m.group(2)) - 1]
+    assert os.path.realpath(m.group(1)) == os.path.realpath(factories()), body
+    assert 'torch.sort(' in line, line
 
 sys.exit(t.summary())
