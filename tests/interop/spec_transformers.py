@@ -13,9 +13,12 @@ op of the graph (GRAPH_OPS below, checked against torch.export here) onto
 the spec ops of doc/design.md "Model specs":
 
   all five: embedding of int64 ids; add/sub/mul/div of a tensor or a number,
-    broadcasting; scaled_dot_product_attention with a constant additive mask;
-    expand; slice; the masks built from sizes (arange, cumsum, diff, ne, le,
-    eq, __and__, index, new_ones, ge) folded into one "constant" node
+    broadcasting; scaled_dot_product_attention; expand; slice; the masks
+    built from sizes (arange, cumsum, diff, ne, le, eq, __and__, index,
+    new_ones, ge) folded at export: GPT-2's and Llama's causal one becomes
+    is_causal, BERT's and ViT's (no padding: all kept) none, and a band
+    (Windowed, a small model here) an additive "constant" of 0 and the most
+    negative float32
   GPT-2:  layer_norm; gelu_new written out (mul, pow, tanh, add); Conv1D as
           "addmm" of its [in, out] weight; split as slices; the tied wte and
           lm_head each named by the op of its module
@@ -58,12 +61,12 @@ except Exception as e:  # pragma: no cover
           '--deps installs transformers 5.24.0 beside torch 2.x)' % e)
     sys.exit(c.SKIP)
 
+import make_verify_fixtures as mvf  # noqa: E402  (tests/fixtures: on _common's path)
+
 torch = c.torch
 F = torch.nn.functional
-import make_verify_fixtures as mvf  # noqa: E402  (tests/fixtures, on the path of _common)
 t = c.Tally(uses='transformers %s' % transformers.__version__)
 TOOL = os.path.join(c.SRCDIR, 'tools', 'ckpt-spec')
-HF_DIR = os.path.dirname(os.path.realpath(transformers.__file__))
 
 FACTORIES = '''
 import torch
@@ -93,6 +96,25 @@ def vit():
     return T.ViTForImageClassification(T.ViTConfig(
         num_hidden_layers=2, hidden_size=32, intermediate_size=64,
         num_attention_heads=2, image_size=32, patch_size=8, num_labels=10))
+
+
+class Windowed(torch.nn.Module):
+    """Attention over a band of 4 positions each side: a constant bool mask
+    that is not causal (sdpa gets it as an additive mask)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, x):
+        if x.shape[-1] != 8:  # a branch on a size: torch.fx fails, torch.export is tried
+            raise ValueError('want 8 features')
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        i = torch.arange(n)
+        band = (i[:, None] - i[None, :]).abs() < 4
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=band)
+        return y.transpose(1, 2).reshape(b, n, 8)
 
 
 class Sorted(torch.nn.Module):
@@ -131,10 +153,6 @@ GRAPH_OPS = {
         'cat.default', 'conv2d.default', 'dropout.default', 'flatten.using_ints',
         'ge.Scalar', 'gelu.default', 'layer_norm.default', 'select.int'},
 }
-LLAMA_GAP = MASK | {'add.Tensor', 'arange.default', 'cos.default', 'embedding.default',
-                    'expand.default', 'mean.dim', 'mul.Tensor', 'neg.default',
-                    'pow.Tensor_Scalar', 'rsqrt.default', 'scaled_dot_product_attention.default',
-                    'silu.default', 'sin.default', 'slice.Tensor', 'to.device'}
 # the factory, its --input, the example input torch.export is given here,
 # and whether the spec's batch follows the input (-1)
 CASES = [
@@ -144,8 +162,13 @@ CASES = [
      True),
     ('bert', 'input_ids=2,16:int64:100', lambda b: torch.randint(0, 100, (b, 16)), True),
     ('vit', 'pixel_values=1,3,32,32', lambda b: torch.rand(b, 3, 32, 32), False),
+    ('Windowed', 'x=2,16,8', lambda b: torch.rand(b, 16, 8), True),
 ]
-OUTPUTS = {'bert': 'hidden,pooled', 'vit': 'logits'}
+OUTPUTS = {'bert': 'hidden,pooled', 'Windowed': 'y'}
+# a causal mask is written as is_causal, one that keeps all as no mask; the
+# band of Windowed is an additive mask: 0 and the most negative float32
+MASKS = {'gpt2': 'is_causal', 'llama': 'is_causal', 'bert': None, 'vit': None,
+         'Windowed': 'additive'}
 # the spec ops of doc/design.md "Model specs": the runtime's before issue 30,
 # then issue 30's
 SPEC_OPS = set(mvf.OPS) | {
@@ -278,7 +301,17 @@ for factory, given, example, dynamic in CASES:
             assert inp['dtype'] == 'int64' and inp['high'] == 100, inp
         ops = {nd['op'] for nd in spec['nodes']}
         assert ops <= SPEC_OPS, sorted(ops - SPEC_OPS)
-        assert 'constant' in ops and 'scaled_dot_product_attention' in ops, sorted(ops)
+        sdpa = [nd for nd in spec['nodes'] if nd['op'] == 'scaled_dot_product_attention']
+        assert sdpa, sorted(ops)
+        for nd in sdpa:
+            mask = MASKS[arch]
+            assert nd.get('attrs', {}).get('is_causal', False) == (mask == 'is_causal'), nd
+            assert len(nd['inputs']) == (4 if mask == 'additive' else 3), nd
+            if mask == 'additive':
+                (m,) = [c for c in spec['nodes'] if c['output'] == nd['inputs'][3]]
+                assert m['op'] == 'constant' and m['attrs']['shape'] == [16, 16], m
+                kept = set(torch.tensor(m['attrs']['values']).tolist())  # as float32
+                assert kept == {0, torch.finfo(torch.float32).min}, kept
         torch.manual_seed(1)
         model = make(factory)
         sd = model.state_dict()
@@ -287,13 +320,16 @@ for factory, given, example, dynamic in CASES:
             with torch.no_grad():
                 want = model(x)
             want = [want[k] for k in ('last_hidden_state', 'pooler_output')] \
-                if arch == 'bert' else [want.logits]
+                if arch == 'bert' else [getattr(want, 'logits', want)]
             got = run_spec(spec, sd, {inp['name']: x})
             assert len(got) == len(want)
             for g, w in zip(got, want):
                 assert g.shape == w.shape, (batch, list(g.shape), list(w.shape))
                 assert torch.allclose(g, w, rtol=1e-5, atol=1e-5), (
                     batch, (g - w).abs().max().item())
+
+    if factory not in GRAPH_OPS:
+        continue
 
     @t.case('%s: the aten ops of its torch.export graph are those listed here' % factory)
     def _(factory=factory, example=example):
