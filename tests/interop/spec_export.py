@@ -17,7 +17,8 @@ a module that forward never calls exits 1 naming the state-dict keys no op
 reads; a missing --input is a usage error (exit 2).  Each node that does
 not map is named with the line of the model's code that made it, in both
 routes; token-id inputs (--input ids=1,4:int64) are random integers below
-the smallest nn.Embedding's rows, or below the N given.
+the smallest nn.Embedding's rows, or below the N given, and the spec's
+input says so (dtype, high).
 
 Prints `ok NAME` or `FAIL NAME: why` per case, then `N passed, M failed`;
 exits 1 if anything failed, 77 (skip) if torch cannot be imported.
@@ -176,12 +177,12 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(4, 8, 3, groups=2)
-        self.act = nn.GELU()
+        self.act = nn.Hardswish()
         self.fc = nn.Linear(8, 3)
 
     def forward(self, x):
         h = self.act(self.conv(x))
-        h = torch.tanh(h).mean((2, 3))
+        h = torch.erf(h).mean((2, 3))
         return self.fc(h[:, :8])
 
 
@@ -314,29 +315,38 @@ def _():
     assert r.rc == 1, (r.rc, r.err)
     assert not os.path.exists(out), 'a spec was written'
     err = r.err
-    for want in ('conv: call_module conv (Conv2d): groups=2', 'act: call_module act (GELU)',
-                 'tanh: call_function torch.tanh', 'mean: call_method Tensor.mean',
+    for want in ('conv: call_module conv (Conv2d): groups=2',
+                 'act: call_module act (Hardswish)', 'erf: call_function torch.erf',
+                 'mean: call_method Tensor.mean',
                  'getitem: call_function _operator.getitem: indexing or slicing'):
         assert want in err, (want, err)
     assert err.startswith('ckpt-spec: Net: '), err
     # each named with the line of forward that made it (torch.fx's node.stack_trace)
     for text, node in (('h = self.act(self.conv(x))', 'conv'),
                        ('h = self.act(self.conv(x))', 'act'),
-                       ('h = torch.tanh(h).mean((2, 3))', 'tanh'),
-                       ('h = torch.tanh(h).mean((2, 3))', 'mean')):
+                       ('h = torch.erf(h).mean((2, 3))', 'erf'),
+                       ('h = torch.erf(h).mean((2, 3))', 'mean')):
         want = 'usermodels.py:%d: %s: call_' % (line_of(text), node)
         assert want in err, (want, err)
 
 
 @case('token ids: --input ids=1,4:int64 gives integers below the smallest nn.Embedding\'s '
-      'rows (5, not 10); :int64:10 gives them below 10, which the 5-row table refuses; a '
+      'rows (5, not 10), and the spec\'s input says int64 and that bound, each nn.Embedding '
+      'an embedding; :int64:10 gives them below 10, which the 5-row table refuses; a '
       'bound on float32 or on a model without nn.Embedding is a usage error')
 def _():
     src = user_models()
     out = c.scratch('tokens.json')
     r = ckpt_spec(src + ':Tokens', '--input', 'ids=1,4:int64', '-o', out)
-    assert r.rc == 1 and not os.path.exists(out), (r.rc, r.err)
-    assert 'words: call_module words (Embedding): no spec op for Embedding' in r.err, r.err
+    assert r.rc == 0, (r.rc, r.err)
+    with open(out) as f:
+        spec = json.load(f)
+    assert spec['inputs'] == [{'name': 'ids', 'shape': [-1, 4], 'dtype': 'int64',
+                               'high': 5}], spec['inputs']
+    assert [(nd['op'], nd.get('params', {}).get('weight')) for nd in spec['nodes']] == [
+        ('embedding', 'words.weight'), ('embedding', 'places.weight'), ('add', None),
+        ('linear', 'fc.weight')], spec['nodes']
+    out = c.scratch('tokens10.json')
     r = ckpt_spec(src + ':Tokens', '--input', 'ids=1,64:int64:10', '-o', out)
     assert r.rc == 1 and not os.path.exists(out), (r.rc, r.err)
     assert 'fails on inputs ids [1, 64] int64: IndexError' in r.err, r.err

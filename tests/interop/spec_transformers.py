@@ -39,6 +39,8 @@ size.  ViT's class token is expanded to the batch size, which no spec op
 says, so its spec is written at the example's batch size (ckpt-spec says
 so on stderr).  A model with an op the runtime lacks (aten.sort) still
 exits 1, no spec written, the node named with its aten op and FILE:LINE.
+Under torch.fx (no export), torch.nn's Embedding, LayerNorm, RMSNorm, GELU,
+SiLU, Tanh and F.gelu, F.silu, torch.tanh map too (Traced).
 
 Prints `ok NAME` or `FAIL NAME: why` per case, then `N passed, M failed`.
 """
@@ -114,6 +116,24 @@ class Windowed(torch.nn.Module):
         band = (i[:, None] - i[None, :]).abs() < 4
         y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=band)
         return y.transpose(1, 2).reshape(b, n, 8)
+
+
+class Traced(torch.nn.Module):
+    """torch.nn's transformer modules, which torch.fx traces (no export)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16, padding_idx=0)
+        self.ln = torch.nn.LayerNorm(16)
+        self.act = torch.nn.GELU(approximate='tanh')
+        self.fc = torch.nn.Linear(16, 16)
+        self.rms = torch.nn.RMSNorm(16)
+        self.out = torch.nn.Linear(16, 7)
+
+    def forward(self, ids):
+        h = self.act(self.fc(self.ln(self.emb(ids))))
+        h = torch.nn.functional.silu(torch.nn.functional.gelu(h)) + torch.tanh(h)
+        return self.out(self.rms(h))
 
 
 class Sorted(torch.nn.Module):
@@ -336,6 +356,30 @@ for factory, given, example, dynamic in CASES:
         ops = graph_ops(factory, example(int(re.search(r'=(\d+)', given).group(1))))
         assert ops == GRAPH_OPS[factory], ('graph', sorted(ops), 'listed',
                                            sorted(GRAPH_OPS[factory]))
+
+
+@t.case('torch.fx: nn.Embedding, LayerNorm, GELU (tanh), RMSNorm, F.silu, F.gelu, torch.tanh '
+        'map to the spec ops; the spec gives the model\'s outputs at any batch')
+def _():
+    out = c.scratch('traced.json')
+    r = c.run([sys.executable, TOOL, factories() + ':Traced', '--input', 'ids=2,5:int64',
+               '--output', 'logits', '-o', out], timeout=300)
+    assert r.rc == 0 and 'torch.export' not in r.err, (r.rc, r.err[-2000:])
+    with open(out) as f:
+        spec = json.load(f)
+    assert [nd['op'] for nd in spec['nodes']] == [
+        'embedding', 'layer_norm', 'linear', 'gelu', 'gelu', 'silu', 'tanh', 'add',
+        'rms_norm', 'linear'], spec['nodes']
+    assert spec['inputs'] == [{'name': 'ids', 'shape': [-1, 5], 'dtype': 'int64',
+                               'high': 50}], spec['inputs']
+    torch.manual_seed(2)
+    model = make('Traced')
+    for batch in (2, 7):
+        x = torch.randint(0, 50, (batch, 5))
+        with torch.no_grad():
+            want = model(x)
+        (got,) = run_spec(spec, model.state_dict(), {'ids': x})
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (got - want).abs().max()
 
 
 @t.case('an op the runtime lacks (aten.sort): exit 1, no spec, the node named with its aten '
