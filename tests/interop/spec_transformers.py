@@ -321,6 +321,8 @@ for factory, given, example, dynamic in CASES:
             assert inp['dtype'] == 'int64' and inp['high'] == 100, inp
         ops = {nd['op'] for nd in spec['nodes']}
         assert ops <= SPEC_OPS, sorted(ops - SPEC_OPS)
+        consts = [json.dumps(nd['attrs']) for nd in spec['nodes'] if nd['op'] == 'constant']
+        assert len(set(consts)) == len(consts), 'a constant written twice'
         sdpa = [nd for nd in spec['nodes'] if nd['op'] == 'scaled_dot_product_attention']
         assert sdpa, sorted(ops)
         for nd in sdpa:
