@@ -19,6 +19,15 @@
  * (then divides by its size); batch_norm is x * scale + shift per channel,
  * as torch's CPU kernel.  The packed SGEMM's order is cpu_gemm.h's; with
  * OpenBLAS the products are summed in OpenBLAS's blocked order.
+ *
+ * The transformer ops: reduce sums each output in double and rounds once
+ * (the mean after its division), in ascending order, or over the last dim
+ * in eight interleaved running sums added pairwise (row_sum), as
+ * layer_norm and rms_norm take a row's sums, rounding each output once; matmul's products go where
+ * linear's go; attention's two products per head go to the packed SGEMM,
+ * else to the plain loops (never to OpenBLAS), its softmax sums as
+ * softmax does; exp, tanh, silu, both GELUs and attention's softmax take
+ * exp_vec's exponential (below), which vectorizes.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3") /* the plain-C loops rely on vectorization */
@@ -1540,6 +1549,65 @@ static int cpu_lstm_cell(ckpt_backend *b, const float *gx, const float *gh,
 
 /* ---- the transformer ops (ABI 2) ---- */
 
+/* The functions with exp_vec's selects: without trapping math (the flags
+ * a NaN compare raises are not looked at) GCC turns them into blends and
+ * vectorizes the loop; the values are the same. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VEC_MATH __attribute__((optimize("no-trapping-math")))
+#else
+#define VEC_MATH
+#endif
+
+/* exp(x) in float without a call, so that the loops around it vectorize
+ * (glibc's expf is a call a value, 5 to 10 times torch's vector exp):
+ * Cephes' expf, x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial
+ * in r, times 2^n in two steps so that a subnormal result is rounded once;
+ * within 2 ulp of exp, NaN and the infinities as expf.  Every value goes
+ * through the same float operations, in a vector loop or its scalar tail:
+ * the bits depend on the value alone, not on where a thread's chunk
+ * starts. */
+VEC_MATH static inline float exp_vec(float x)
+{
+    int nan = x != x;
+    float c = nan ? 0.0f : x > 88.8f ? 88.8f : x < -104.0f ? -104.0f : x;
+    /* n = round(c / ln2) (|c / ln2| <= 151: the 1.5 * 2^23 trick) */
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = c - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    /* 2^n as 2^(n / 2) 2^(n - n / 2): each a normal float for n in
+     * [-151, 128] */
+    int32_t k = (int32_t)n, k1 = k / 2, k2 = k - k1;
+    union {
+        int32_t i;
+        float f;
+    } s1 = {.i = (k1 + 127) * (1 << 23)}, s2 = {.i = (k2 + 127) * (1 << 23)};
+    y = y * s1.f * s2.f;
+    return nan ? x : y;
+}
+
+/* tanh(x) likewise: Cephes' tanhf, an odd polynomial below |x| = 0.625,
+ * else 1 - 2 / (exp(2|x|) + 1) with x's sign; within 2 ulp; -0.0 and NaN
+ * kept, +-1 at the infinities. */
+VEC_MATH static inline float tanh_vec(float x)
+{
+    float a = fabsf(x), z = x * x;
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    float small = copysignf(x + x * (z * p), x);
+    float big = copysignf(1.0f - 2.0f / (exp_vec(a + a) + 1.0f), x);
+    return a < 0.625f ? small : big;
+}
+
 typedef struct unary_job {
     const float *x;
     float *y;
@@ -1547,12 +1615,29 @@ typedef struct unary_job {
     float s;
 } unary_job;
 
-/* Elements LO..HI.  The switch is outside the loops, so that the
- * arithmetic ones vectorize.  GELU (tanh) is written x / (1 + exp(-2u)),
+/* Elements LO..HI.  The switch is outside the loops, so that they
+ * vectorize (sin and cos stay calls to libm's float functions).  GELU (tanh) is written x / (1 + exp(-2u)),
  * which equals 0.5 x (1 + tanh u) without its cancellation where tanh u
  * nears -1; pow follows torch's CPU kernel: exponents 0 and 1 (fill, copy),
  * 2, 3, -2 as products, 0.5, -0.5 and -1 as sqrt, rsqrt and reciprocal,
  * any other through pow in double (torch's std::pow(float, double)). */
+/* erf(x) as torch's vectorized CPU kernel computes it for GELU
+ * (Abramowitz and Stegun 7.1.26: 1 - (a1 t + .. + a5 t^5) exp(-x^2), t =
+ * 1 / (1 + p|x|), within 1.5e-7 of erf), with exp_vec: libm's erff is a
+ * call a value, four times torch's GELU. */
+VEC_MATH static inline float erf_vec(float x)
+{
+    float t = 1.0f / (0.3275911f * fabsf(x) + 1.0f);
+    float r = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
+              0.254829592f;
+    return copysignf(1.0f - r * t * exp_vec(-(x * x)), x);
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+/* AVX2 where the CPU has it (no FMA: the same roundings as the SSE2 build) */
+__attribute__((target_clones("avx2", "default")))
+#endif
+VEC_MATH
 static void unary_part(void *arg, int64_t lo, int64_t hi)
 {
     const unary_job *u = arg;
@@ -1563,21 +1648,21 @@ static void unary_part(void *arg, int64_t lo, int64_t hi)
     switch (u->kind) {
     case CKPT_U_GELU:
         for (i = lo; i < hi; i++)
-            y[i] = x[i] * 0.5f * (1.0f + erff(x[i] * 0.70710678118654752f));
+            y[i] = x[i] * 0.5f * (1.0f + erf_vec(x[i] * 0.70710678118654752f));
         break;
     case CKPT_U_GELU_TANH:
         for (i = lo; i < hi; i++) {
             float v = x[i], t = 0.79788456080286536f * (v + 0.044715f * v * v * v);
-            y[i] = v / (1.0f + expf(-2.0f * t));
+            y[i] = v / (1.0f + exp_vec(-2.0f * t));
         }
         break;
     case CKPT_U_SILU:
         for (i = lo; i < hi; i++)
-            y[i] = x[i] / (1.0f + expf(-x[i]));
+            y[i] = x[i] / (1.0f + exp_vec(-x[i]));
         break;
     case CKPT_U_TANH:
         for (i = lo; i < hi; i++)
-            y[i] = tanhf(x[i]);
+            y[i] = tanh_vec(x[i]);
         break;
     case CKPT_U_COS:
         for (i = lo; i < hi; i++)
@@ -1593,7 +1678,7 @@ static void unary_part(void *arg, int64_t lo, int64_t hi)
         break;
     case CKPT_U_EXP:
         for (i = lo; i < hi; i++)
-            y[i] = expf(x[i]);
+            y[i] = exp_vec(x[i]);
         break;
     case CKPT_U_SQRT:
         for (i = lo; i < hi; i++)
@@ -1846,54 +1931,6 @@ static int cpu_strided_copy(ckpt_backend *b, const float *x, int64_t offset, flo
     return CKPT_OK;
 }
 
-/* Sums of up to this many adjacent output elements are kept on the stack */
-#define RED_BLOCK 256
-
-typedef struct reduce_job {
-    const float *x;
-    float *y;
-    int64_t dim, inner, blocks;
-    int mean;
-} reduce_job;
-
-/* Blocks LO..HI (row o's block q: o * blocks + q) of up to RED_BLOCK
- * outputs: each a double sum over the reduced axis in ascending order (as
- * exact as torch's float cascade, whatever the length), rounded once (the
- * mean after the division) */
-static void reduce_part(void *arg, int64_t lo, int64_t hi)
-{
-    const reduce_job *j = arg;
-    double acc[RED_BLOCK];
-    for (int64_t k = lo; k < hi; k++) {
-        int64_t o = k / j->blocks, i0 = k % j->blocks * RED_BLOCK;
-        int64_t len = j->inner - i0 < RED_BLOCK ? j->inner - i0 : RED_BLOCK;
-        const float *xo = j->x + o * j->dim * j->inner + i0;
-        for (int64_t i = 0; i < len; i++)
-            acc[i] = 0.0;
-        for (int64_t d = 0; d < j->dim; d++) {
-            const float *restrict xd = xo + d * j->inner;
-            for (int64_t i = 0; i < len; i++)
-                acc[i] += xd[i];
-        }
-        float *yo = j->y + o * j->inner + i0;
-        for (int64_t i = 0; i < len; i++)
-            yo[i] = (float)(j->mean ? acc[i] / (double)j->dim : acc[i]);
-    }
-}
-
-static int cpu_reduce(ckpt_backend *b, int kind, const float *x, float *y, int64_t outer,
-                      int64_t dim, int64_t inner)
-{
-    if (kind < 0 || kind >= CKPT_R_COUNT)
-        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "unknown reduction %d", kind);
-    reduce_job j = {.x = x, .y = y, .dim = dim, .inner = inner, .mean = kind == CKPT_R_MEAN,
-                    .blocks = (inner + RED_BLOCK - 1) / RED_BLOCK};
-    int64_t per = dim * (inner < RED_BLOCK ? inner : RED_BLOCK);
-    par_for(b->impl, outer * j.blocks, per > 0 ? (PAR_GRAIN + per - 1) / per : 1, reduce_part,
-            &j);
-    return CKPT_OK;
-}
-
 /* Sums in double over N floats: eight running sums (element i in sum i %
  * 8, so that the loop vectorizes), added pairwise, then the tail.  The
  * same order for every row, whatever thread takes it.  SHIFT is taken
@@ -1922,6 +1959,61 @@ static double row_sum(const float *restrict x, int64_t n, double shift, int squa
         s += squares ? v * v : v;
     }
     return s;
+}
+
+/* Sums of up to this many adjacent output elements are kept on the stack */
+#define RED_BLOCK 256
+
+typedef struct reduce_job {
+    const float *x;
+    float *y;
+    int64_t dim, inner, blocks;
+    int mean;
+} reduce_job;
+
+/* Blocks LO..HI (row o's block q: o * blocks + q) of up to RED_BLOCK
+ * outputs: each a double sum over the reduced axis in ascending order (as
+ * exact as torch's float cascade, whatever the length; row_sum's order
+ * over the last dim), rounded once (the mean after the division) */
+static void reduce_part(void *arg, int64_t lo, int64_t hi)
+{
+    const reduce_job *j = arg;
+    double acc[RED_BLOCK];
+    if (j->inner == 1) { /* over the last dim: row_sum's order */
+        for (int64_t k = lo; k < hi; k++) {
+            double sum = row_sum(j->x + k * j->dim, j->dim, 0.0, 0);
+            j->y[k] = (float)(j->mean ? sum / (double)j->dim : sum);
+        }
+        return;
+    }
+    for (int64_t k = lo; k < hi; k++) {
+        int64_t o = k / j->blocks, i0 = k % j->blocks * RED_BLOCK;
+        int64_t len = j->inner - i0 < RED_BLOCK ? j->inner - i0 : RED_BLOCK;
+        const float *xo = j->x + o * j->dim * j->inner + i0;
+        for (int64_t i = 0; i < len; i++)
+            acc[i] = 0.0;
+        for (int64_t d = 0; d < j->dim; d++) {
+            const float *restrict xd = xo + d * j->inner;
+            for (int64_t i = 0; i < len; i++)
+                acc[i] += xd[i];
+        }
+        float *yo = j->y + o * j->inner + i0;
+        for (int64_t i = 0; i < len; i++)
+            yo[i] = (float)(j->mean ? acc[i] / (double)j->dim : acc[i]);
+    }
+}
+
+static int cpu_reduce(ckpt_backend *b, int kind, const float *x, float *y, int64_t outer,
+                      int64_t dim, int64_t inner)
+{
+    if (kind < 0 || kind >= CKPT_R_COUNT)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "unknown reduction %d", kind);
+    reduce_job j = {.x = x, .y = y, .dim = dim, .inner = inner, .mean = kind == CKPT_R_MEAN,
+                    .blocks = (inner + RED_BLOCK - 1) / RED_BLOCK};
+    int64_t per = dim * (inner < RED_BLOCK ? inner : RED_BLOCK);
+    par_for(b->impl, outer * j.blocks, per > 0 ? (PAR_GRAIN + per - 1) / per : 1, reduce_part,
+            &j);
+    return CKPT_OK;
 }
 
 typedef struct norm_job {
@@ -2125,6 +2217,7 @@ typedef struct attn_job {
  * order, each divided by it).  A row whose every key is masked gives zeros:
  * torch 2.15's CPU kernel does (F.scaled_dot_product_attention with a row
  * of -inf, a float or a bool mask, on every path), not NaN. */
+VEC_MATH
 static void attn_softmax_row(float *restrict sc, int64_t len, float scale, const float *mrow,
                              int64_t ms, int causal, int64_t i)
 {
@@ -2144,12 +2237,11 @@ static void attn_softmax_row(float *restrict sc, int64_t len, float scale, const
             sc[j] = 0.0f;
         return;
     }
+    for (int64_t j = 0; j < len; j++) /* (apart from the sum: it vectorizes) */
+        sc[j] = exp_vec(sc[j] - mx);
     float sum = 0.0f;
-    for (int64_t j = 0; j < len; j++) {
-        float e = expf(sc[j] - mx);
-        sc[j] = e;
-        sum += e;
-    }
+    for (int64_t j = 0; j < len; j++)
+        sum += sc[j];
     for (int64_t j = 0; j < len; j++)
         sc[j] /= sum;
 }
@@ -2246,8 +2338,8 @@ static int cpu_attention(ckpt_backend *b, const float *q, const float *k, const 
         j.kt = kt;
     }
     double per = (double)ATT_QBLK * (double)g->kv_len * (double)(g->head_dim + g->v_dim + 8);
-    par_for(c, g->batch * g->heads * j.qblocks, per >= PAR_GRAIN ? 1 : (int64_t)(PAR_GRAIN / per) + 1,
-            attention_part, &j);
+    int64_t grain = per >= PAR_GRAIN ? 1 : (int64_t)(PAR_GRAIN / per) + 1;
+    par_for(c, g->batch * g->heads * j.qblocks, grain, attention_part, &j);
     return CKPT_OK;
 }
 
