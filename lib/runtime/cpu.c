@@ -158,9 +158,10 @@ typedef struct cpu_impl {
      * (hundreds of MB for SSD300) cost more in page faults than in work */
     float *cols;
     size_t cols_n;
-    /* a product's unpacked operand, packed once for all its tasks */
-    float *opack;
-    size_t opack_n;
+    /* a product's unpacked operands, packed once for all its tasks (by
+     * side: matmul's may both be) */
+    float *opack[2];
+    size_t opack_n[2];
     /* the depth blocks' sums of a product cut along its depth */
     float *kparts;
     size_t kparts_n;
@@ -335,7 +336,8 @@ static void cpu_destroy(ckpt_backend *b)
         for (size_t i = 0; i < POOL_SLOTS; i++)
             buf_free(c->pool[i].p);
         free(c->cols);
-        free(c->opack);
+        free(c->opack[0]);
+        free(c->opack[1]);
         free(c->kparts);
         for (size_t i = 0; i < c->npacks; i++)
             free(c->packs[i].p);
@@ -636,15 +638,15 @@ static int operand_packed(ckpt_backend *b, cpu_gemm_call *call, int side, int64_
     cpu_impl *c = b->impl;
     cpu_gemm_operand *o = side == CPU_GEMM_A ? &call->a : &call->b;
     size_t n = cpu_gemm_packed_floats(c->gk, side, rows, call->k);
-    if (n > c->opack_n) {
-        free(c->opack);
-        c->opack_n = 0;
-        if (!(c->opack = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64)))
+    if (n > c->opack_n[side]) {
+        free(c->opack[side]);
+        c->opack_n[side] = 0;
+        if (!(c->opack[side] = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64)))
             return nomem(b);
-        c->opack_n = n;
+        c->opack_n[side] = n;
     }
-    pack_on_threads(c, side, o, rows, call->k, c->opack);
-    *o = (cpu_gemm_operand){.packed = c->opack};
+    pack_on_threads(c, side, o, rows, call->k, c->opack[side]);
+    *o = (cpu_gemm_operand){.packed = c->opack[side]};
     return CKPT_OK;
 }
 
@@ -709,10 +711,11 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
     gemm_job j = {.c = c, .call = *call};
     int alone = !c->grain && (double)call->m * (double)call->n * (double)call->k < GEMM_ALONE;
     int64_t tasks = cpu_gemm_plan(c->gk, &j.call, alone ? 1 : c->thr.n);
-    /* (at most one side is raw: the other is a weight, or an image's B) */
+    /* (one side is raw, the other a weight or an image's B; or both, in
+     * matmul) */
     if (j.call.k > 0 && j.call.a.raw && !j.call.a.packed && j.call.tiles_n > 1)
         rc = operand_packed(b, &j.call, CPU_GEMM_A, j.call.m);
-    else if (j.call.k > 0 && j.call.b.raw && !j.call.b.packed && j.call.tiles_m > 1)
+    if (rc == CKPT_OK && j.call.k > 0 && j.call.b.raw && !j.call.b.packed && j.call.tiles_m > 1)
         rc = operand_packed(b, &j.call, CPU_GEMM_B, j.call.n);
     if (rc != CKPT_OK)
         return rc;

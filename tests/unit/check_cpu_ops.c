@@ -672,6 +672,7 @@ END_TEST
 static const int64_t MATMULS[][6] = {
     {3, 5, 7, 9, 0, 0},   {4, 20, 33, 17, 0, 1}, {4, 20, 33, 17, 1, 0}, {1, 70, 300, 50, 0, 0},
     {6, 13, 64, 40, 0, 0}, {2, 1, 129, 1, 0, 0}, {2, 100, 48, 130, 0, 0},
+    {1, 4, 600, 8, 0, 0}, /* one task cut along its depth (packed SGEMM) */
 };
 #define NMATMULS ((int)(sizeof MATMULS / sizeof MATMULS[0]))
 
