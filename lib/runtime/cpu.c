@@ -130,6 +130,14 @@ typedef struct cpu_impl {
     const cpu_gemm_kernel *gk;
     packed_weight *packs; /* weights packed at first use, until released */
     size_t npacks, packs_cap;
+    /* the ranges whose last write was upload() (parameters, constants,
+     * inputs), until released or uploaded to again: matmul keeps a packed
+     * copy of an operand inside one, as linear does of its weight */
+    struct upload_range {
+        const float *p;
+        size_t n;
+    } *ups;
+    size_t nups, ups_cap;
     /* a scratch buffer per running task (bit s of busy: taken) */
     float *gscratch[MAX_THREADS];
     _Atomic unsigned gbusy;
@@ -342,6 +350,7 @@ static void cpu_destroy(ckpt_backend *b)
         for (size_t i = 0; i < c->npacks; i++)
             free(c->packs[i].p);
         free(c->packs);
+        free(c->ups);
         for (size_t i = 0; i < MAX_THREADS; i++)
             free(c->gscratch[i]);
         for (size_t i = 0; i < MAX_THREADS; i++)
@@ -411,6 +420,20 @@ static void forget_copies(cpu_impl *c, const float *p, size_t n)
             c->packs[i] = c->packs[--c->npacks];
         } else
             i++;
+    for (size_t i = 0; i < c->nups;)
+        if ((uintptr_t)c->ups[i].p < hi && (uintptr_t)(c->ups[i].p + c->ups[i].n) > lo)
+            c->ups[i] = c->ups[--c->nups];
+        else
+            i++;
+}
+
+/* Whether N floats at P lie in one range last written by upload(). */
+static int uploaded(const cpu_impl *c, const float *p, size_t n)
+{
+    for (size_t i = 0; i < c->nups; i++)
+        if (p >= c->ups[i].p && n <= c->ups[i].n && (size_t)(p - c->ups[i].p) <= c->ups[i].n - n)
+            return 1;
+    return 0;
 }
 
 static void cpu_release(ckpt_backend *b, float *p)
@@ -454,7 +477,11 @@ static int cpu_copy(ckpt_backend *b, float *dst, const float *src, size_t n)
 /* Weights are packed once, keyed by their buffer: new contents drop that */
 static int cpu_upload(ckpt_backend *b, float *dst, const float *src, size_t n)
 {
-    forget_copies(b->impl, dst, n);
+    cpu_impl *c = b->impl;
+    forget_copies(c, dst, n);
+    /* (without room to remember it, the range is only not packed once) */
+    if (n && CKPT_GROW(c->ups, c->ups_cap, c->nups + 1) == 0)
+        c->ups[c->nups++] = (struct upload_range){.p = dst, .n = n};
     return cpu_copy(b, dst, src, n);
 }
 
@@ -2157,9 +2184,10 @@ static void matmul_part(void *arg, int64_t lo, int64_t hi)
 }
 
 /* A batch of products on the path linear takes (the own kernel, else
- * OpenBLAS, else the plain loops), neither operand kept packed: either may
- * be an op's output, whose contents change without an upload.  A batch of
- * small products runs one product a thread. */
+ * OpenBLAS, else the plain loops).  An operand is kept packed only when it
+ * lies in a range last written by upload(): any other may be an op's
+ * output, whose contents change without an upload.  A batch of small
+ * products runs one product a thread. */
 static int cpu_matmul(ckpt_backend *b, const float *a, const float *x, float *y, int64_t batch,
                       int64_t m, int64_t k, int64_t n, int64_t a_stride, int64_t x_stride)
 {
@@ -2184,12 +2212,25 @@ static int cpu_matmul(ckpt_backend *b, const float *a, const float *x, float *y,
                 matmul_part, &j);
         return CKPT_OK;
     }
+    /* an operand that is one matrix in a range last written by upload() (a
+     * parameter: GPT-2's Conv1D weight) packed once, kept as linear's are */
+    const float *ap = NULL, *xp = NULL;
+    if (c->gk && (batch == 1 || a_stride == 0) && uploaded(c, a, (size_t)(m * k)) &&
+        !(ap = weight_packed(c, a, CPU_GEMM_A, m, k, k, 1)))
+        return nomem(b);
+    if (c->gk && (batch == 1 || x_stride == 0) && uploaded(c, x, (size_t)(k * n)) &&
+        !(xp = weight_packed(c, x, CPU_GEMM_B, n, k, 1, n)))
+        return nomem(b);
     for (int64_t t = 0; t < batch; t++) {
         const float *at = a + t * a_stride, *xt = x + t * x_stride;
         float *yt = y + t * m * n;
         if (c->gk) {
             cpu_gemm_call call = {.m = m, .n = n, .k = k, .a = {.raw = at, .rs = k, .cs = 1},
                                   .b = {.raw = xt, .rs = 1, .cs = n}, .c = yt, .ldc = n};
+            if (ap)
+                call.a = (cpu_gemm_operand){.packed = ap};
+            if (xp)
+                call.b = (cpu_gemm_operand){.packed = xp};
             if ((rc = gemm_run(b, &call)) != CKPT_OK)
                 return rc;
         } else if (c->sgemm && m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && k > 0)

@@ -710,6 +710,45 @@ START_TEST(test_matmul_random)
 }
 END_TEST
 
+/* An operand in a buffer written by upload() (a parameter) is packed once
+ * and kept: the same bits as the same values in a buffer of its own, and
+ * new values once the buffer is uploaded to again. */
+START_TEST(test_matmul_uploaded)
+{
+    const char *products = PRODUCTS[_i / 2];
+    ckpt_backend *b = open_cpu(products, 2, _i % 2);
+    if (!b)
+        return; /* this CPU lacks that kernel */
+    int64_t batch = 3, m = 40, k = 300, n = 50;
+    float *a = rnd_array((size_t)(batch * m * k), -1, 1), *x = rnd_array((size_t)(k * n), -1, 1);
+    float *x2 = rnd_array((size_t)(k * n), -1, 1), *w;
+    size_t ny = (size_t)(batch * k * m);
+    float *want = out_buffer(ny), *got = out_buffer(ny);
+    ck_assert_int_eq(b->ops->alloc(b, (size_t)(k * n), &w), 0);
+    for (int round = 0; round < 2; round++) {
+        const float *xv = round ? x2 : x;
+        ck_assert_int_eq(b->ops->upload(b, w, xv, (size_t)(k * n)), 0);
+        /* the weight as X [k, n] of every product (GPT-2's Conv1D) */
+        ck_assert_int_eq(b->ops->matmul(b, a, xv, want, batch, m, k, n, m * k, 0), 0);
+        ck_assert_int_eq(b->ops->matmul(b, a, w, got, batch, m, k, n, m * k, 0), 0);
+        ck_assert_msg(!memcmp(want, got, (size_t)(batch * m * n) * sizeof(float)),
+                      "%s round %d: the weight as X", products, round);
+        /* and as A [k, n] of every product, X [n, m] each */
+        ck_assert_int_eq(b->ops->matmul(b, xv, a, want, batch, k, n, m, 0, n * m), 0);
+        ck_assert_int_eq(b->ops->matmul(b, w, a, got, batch, k, n, m, 0, n * m), 0);
+        ck_assert_msg(!memcmp(want, got, ny * sizeof(float)), "%s round %d: the weight as A",
+                      products, round);
+    }
+    b->ops->release(b, w);
+    ckpt_backend_free(b);
+    free(a);
+    free(x);
+    free(x2);
+    free(want);
+    free(got);
+}
+END_TEST
+
 /* ---- attention ---- */
 
 static float *attention(const char *products, const float *q, const float *k, const float *v,
@@ -889,6 +928,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_embedding_bad_ids);
     tcase_add_loop_test(tc, test_matmul_example, 0, NPRODUCTS);
     tcase_add_loop_test(tc, test_matmul_random, 0, NPRODUCTS * NMATMULS);
+    tcase_add_loop_test(tc, test_matmul_uploaded, 0, NPRODUCTS * 2);
     tcase_add_loop_test(tc, test_attention_examples, 0, NPRODUCTS);
     tcase_add_loop_test(tc, test_attention_random, 0, NPRODUCTS * NATTNS);
     tcase_add_test(tc, test_attention_bad_heads);
