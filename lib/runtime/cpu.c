@@ -1638,23 +1638,10 @@ VEC_MATH static inline float tanh_vec(float x)
     return a < 0.625f ? small : big;
 }
 
-typedef struct unary_job {
-    const float *x;
-    float *y;
-    int kind;
-    float s;
-} unary_job;
-
-/* Elements LO..HI.  The switch is outside the loops, so that they
- * vectorize (sin and cos stay calls to libm's float functions).  GELU (tanh) is written x / (1 + exp(-2u)),
- * which equals 0.5 x (1 + tanh u) without its cancellation where tanh u
- * nears -1; pow follows torch's CPU kernel: exponents 0 and 1 (fill, copy),
- * 2, 3, -2 as products, 0.5, -0.5 and -1 as sqrt, rsqrt and reciprocal,
- * any other through pow in double (torch's std::pow(float, double)). */
 /* erf(x) as torch's vectorized CPU kernel computes it for GELU
  * (Abramowitz and Stegun 7.1.26: 1 - (a1 t + .. + a5 t^5) exp(-x^2), t =
- * 1 / (1 + p|x|), within 1.5e-7 of erf), with exp_vec: libm's erff is a
- * call a value, four times torch's GELU. */
+ * 1 / (1 + p|x|), within 1.5e-7 of erf), with exp_vec: libm's erff, a
+ * call a value, took four times torch's time for GELU. */
 VEC_MATH static inline float erf_vec(float x)
 {
     float t = 1.0f / (0.3275911f * fabsf(x) + 1.0f);
@@ -1663,6 +1650,20 @@ VEC_MATH static inline float erf_vec(float x)
     return copysignf(1.0f - r * t * exp_vec(-(x * x)), x);
 }
 
+typedef struct unary_job {
+    const float *x;
+    float *y;
+    int kind;
+    float s;
+} unary_job;
+
+/* Elements LO..HI.  The switch is outside the loops, so that they
+ * vectorize (sin and cos stay calls to libm's float functions).  GELU
+ * (tanh) is written x / (1 + exp(-2u)), which equals 0.5 x (1 + tanh u)
+ * without its cancellation where tanh u nears -1; pow follows torch's CPU
+ * kernel: exponents 0 and 1 (fill, copy), 2, 3, -2 as products, 0.5, -0.5
+ * and -1 as sqrt, rsqrt and reciprocal, any other through pow in double
+ * (torch's std::pow(float, double)). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
 /* AVX2 where the CPU has it (no FMA: the same roundings as the SSE2 build) */
 __attribute__((target_clones("avx2", "default")))
