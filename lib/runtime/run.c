@@ -355,6 +355,15 @@ out:
     return rc;
 }
 
+/* A number of the spec as float32, rounded to nearest (out of range: an
+ * infinity, as torch's float32 arithmetic gives; a plain cast would be
+ * undefined). */
+static float to_f32(double v)
+{
+    const double top = 3.4028235677973366e38; /* FLT_MAX plus half its ulp */
+    return v >= top ? INFINITY : v <= -top ? -INFINITY : (float)v;
+}
+
 /* A backend may lack an op (a CUDA module built before it): say which. */
 static int missing(ckpt_backend *b, const rt_node *n)
 {
@@ -542,7 +551,17 @@ static int exec_sdpa(run *r, const rt_node *n, float *yp)
     const float *mask = NULL;
     if (n->ninputs == 4) {
         rt_shape full = {.ndim = 4, .d = {g.batch, g.heads, g.q_len, g.kv_len}};
-        rt_broadcast_strides(&r->shape[n->inputs[3]], &full, g.mask_strides);
+        if (nd == 3) { /* [B, L, S]: one head */
+            rt_shape f3 = {.ndim = 3, .d = {g.batch, g.q_len, g.kv_len}};
+            int64_t s3[3];
+            rt_broadcast_strides(&r->shape[n->inputs[3]], &f3, s3);
+            g.mask_strides[0] = s3[0];
+            g.mask_strides[1] = 0;
+            g.mask_strides[2] = s3[1];
+            g.mask_strides[3] = s3[2];
+        } else {
+            rt_broadcast_strides(&r->shape[n->inputs[3]], &full, g.mask_strides);
+        }
         mask = val(r, n->inputs[3]);
     }
     if (!rt_shape_numel(&r->shape[n->output]))
@@ -566,7 +585,7 @@ static int exec_transformer(run *r, const rt_node *n, float *yp)
     case RT_UNARY:
         if (!b->ops->unary)
             return missing(b, n);
-        return count ? b->ops->unary(b, n->kind, xp, yp, (size_t)count, (float)n->scalar)
+        return count ? b->ops->unary(b, n->kind, xp, yp, (size_t)count, to_f32(n->scalar))
                      : CKPT_OK;
     case RT_BINARY:
         return exec_binary(r, n, yp);

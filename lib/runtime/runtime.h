@@ -159,6 +159,15 @@ void rt_model_clear_report(ckpt_model *m);
 void rt_device_release(ckpt_model *m, struct rt_device *d);
 void rt_model_release_device(ckpt_model *m);
 
+/* Integer inputs hold ids below this (float32 carries them exactly below
+ * 2^24). */
+#define RT_MAX_ID (INT64_C(1) << 24)
+
+/* Random ids for integer input I are drawn from [0, high): its "high", else
+ * the vocabulary of the first embedding reading it (the bound weight's rows);
+ * 0 when neither says. */
+int64_t rt_input_high(const ckpt_model *m, size_t i);
+
 /* ---- shape.c: shape rules -------------------------------------------------- */
 
 /*
@@ -232,15 +241,6 @@ int64_t rt_prior_boxes(const rt_prior *p, float *boxes);
  * in the model's handle. */
 int rt_check_inputs(ckpt_model *m, const ckpt_array *inputs, rt_shape *shape);
 int rt_model_shapes(ckpt_model *m, rt_shape *shape);
-
-/* The largest integer an integer input may hold (float32 carries it exactly
- * below 2^24). */
-#define RT_MAX_ID (INT64_C(1) << 24)
-
-/* Random ids for integer input I are drawn from [0, high): its "high", else
- * the vocabulary of the first embedding reading it (the bound weight's rows);
- * 0 when neither says. */
-int64_t rt_input_high(const ckpt_model *m, size_t i);
 
 /* ---- verify (verify.c), for its JUnit report (verify_junit.c) ---- */
 

@@ -224,12 +224,17 @@ static int sdpa_rule(const rt_node *n, const rt_shape *const *in, rt_shape *out,
                         (long long)hq, (long long)hk);
     }
     if (n->ninputs == 4) {
+        /* [B, H, L, S], or [B, L, S] for 3-D q */
         const rt_shape *mk = in[3];
         rt_shape full = {.ndim = 4, .d = {q->d[0], hq, q->d[nd - 2], k->d[nd - 2]}}, bc;
-        if (mk->ndim > 4 || rt_broadcast(mk, &full, &bc) || !rt_shape_equal(&bc, &full))
-            return fail(err, cap, "the mask %s does not broadcast to [%lld, %lld, %lld, %lld]",
-                        rt_shape_format(mk, qb, sizeof qb), (long long)full.d[0],
-                        (long long)full.d[1], (long long)full.d[2], (long long)full.d[3]);
+        if (nd == 3) {
+            full.ndim = 3;
+            full.d[1] = full.d[2];
+            full.d[2] = full.d[3];
+        }
+        if (mk->ndim > nd || rt_broadcast(mk, &full, &bc) || !rt_shape_equal(&bc, &full))
+            return fail(err, cap, "the mask %s does not broadcast to %s",
+                        rt_shape_format(mk, qb, sizeof qb), rt_shape_format(&full, kb, sizeof kb));
     }
     *out = *q;
     out->d[nd - 1] = v->d[nd - 1];

@@ -446,8 +446,10 @@ static int get_values(parser *p, rt_node *n, const cJSON *attrs)
         return ckpt_model_fail(p->m, CKPT_ERR_NOMEM, "out of memory");
     int64_t i = 0;
     for (const cJSON *e = j->child; e; e = e->next, i++) {
-        if (cJSON_IsNumber(e))
-            n->values[i] = (float)e->valuedouble;
+        if (cJSON_IsNumber(e) && fabs(e->valuedouble) >= 3.4028235677973366e38)
+            n->values[i] = e->valuedouble > 0 ? INFINITY : -INFINITY; /* as torch rounds */
+        else if (cJSON_IsNumber(e))
+            n->values[i] = isnan(e->valuedouble) ? NAN : (float)e->valuedouble;
         else if (cJSON_IsString(e) && strcmp(e->valuestring, "inf") == 0)
             n->values[i] = INFINITY;
         else if (cJSON_IsString(e) && strcmp(e->valuestring, "-inf") == 0)
