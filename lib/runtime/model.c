@@ -132,14 +132,34 @@ int64_t rt_input_high(const ckpt_model *m, size_t i)
         return 0;
     if (m->input_high[i])
         return m->input_high[i];
-    for (size_t k = 0; k < m->nnodes; k++) {
+    /* the ids reach the embedding as they are or through ops that only
+     * move them (a view, a slice, a transpose) */
+    unsigned char *ids = calloc(m->nvalues ? m->nvalues : 1, 1);
+    int64_t high = 0;
+    if (!ids)
+        return 0;
+    ids[i] = 1;
+    for (size_t k = 0; k < m->nnodes && !high; k++) {
         const rt_node *n = &m->nodes[k];
-        if (n->op == RT_EMBEDDING && n->inputs[0] == (int)i && n->param[RT_P_WEIGHT] >= 0) {
+        if (!n->ninputs || !ids[n->inputs[0]])
+            continue;
+        switch (n->op) {
+        case RT_EMBEDDING: {
             const rt_shape *w = &m->params[n->param[RT_P_WEIGHT]].shape;
-            return m->bound && w->ndim == 2 ? w->d[0] : 0;
+            high = m->bound && w->ndim == 2 ? w->d[0] : 0;
+            break;
+        }
+        case RT_RESHAPE: case RT_FLATTEN: case RT_SQUEEZE: case RT_UNSQUEEZE:
+        case RT_IDENTITY: case RT_DROPOUT: case RT_PERMUTE: case RT_TRANSPOSE:
+        case RT_SLICE: case RT_SELECT: case RT_EXPAND:
+            ids[n->output] = 1;
+            break;
+        default:
+            break;
         }
     }
-    return 0;
+    free(ids);
+    return high;
 }
 size_t ckpt_model_output_count(const ckpt_model *m) { return m->noutputs; }
 const char *ckpt_model_output_name(const ckpt_model *m, size_t i)

@@ -164,8 +164,8 @@ void rt_model_release_device(ckpt_model *m);
 #define RT_MAX_ID (INT64_C(1) << 24)
 
 /* Random ids for integer input I are drawn from [0, high): its "high", else
- * the vocabulary of the first embedding reading it (the bound weight's rows);
- * 0 when neither says. */
+ * the vocabulary of the first embedding reading it, directly or through ops
+ * that only move values (the bound weight's rows); 0 when neither says. */
 int64_t rt_input_high(const ckpt_model *m, size_t i);
 
 /* ---- shape.c: shape rules -------------------------------------------------- */

@@ -392,7 +392,7 @@ static int parse_lstm_params(parser *p, rt_node *n, const cJSON *params)
     return 0;
 }
 
-/* A finite JSON number (or any number when INF_OK). */
+/* A finite JSON number; DEF when absent and not REQUIRED. */
 static int get_number(parser *p, const cJSON *attrs, const char *name, int required, double def,
                       double *out)
 {

@@ -119,6 +119,10 @@ expect_exit 3 ckpt verify --model $llama.json --reference tests/data/ids_too_big
 expect_stderr_line "^ckpt: verify: tests/data/ids_too_big.ref.pth: 'input' holds the id at least 16777216; the runtime carries ids from 0 to 2\^24 - 1 \(16777215\) exactly$"
 expect_exit 3 ckpt verify --model $llama.json --reference tests/data/ids_float.ref.pth $llama.pth
 expect_stderr_line "ids_float.ref.pth: 'input' is a float32 tensor of 2 dimensions; the model takes integer ids there"
+note "the embedding may read the ids through a view: its 50 rows still bound them"
+printf '{"name": "m", "inputs": [{"name": "ids", "shape": [-1, 7], "dtype": "int64"}], "nodes": [{"op": "reshape", "inputs": ["ids"], "output": "flat", "attrs": {"shape": [-1]}}, {"op": "embedding", "inputs": ["flat"], "output": "y", "params": {"weight": "p.weight"}}], "outputs": ["y"]}' >"$w/ids_view.json"
+expect_exit 0 ckpt verify --model "$w/ids_view.json" --select params tests/data/ops/embedding_2d.pth
+expect_stdout_line 'output      y [28, 16]'
 note "an integer input no embedding reads needs \"high\" for random ids"
 printf '{"name": "m", "inputs": [{"name": "ids", "shape": [-1, 784], "dtype": "int64"%s}], "nodes": [{"op": "linear", "inputs": ["ids"], "output": "h", "params": {"weight": "n.1.weight", "bias": "n.1.bias"}}, {"op": "linear", "inputs": ["h"], "output": "y", "params": {"weight": "n.3.weight", "bias": "n.3.bias"}}], "outputs": ["y"]}' '' >"$w/ids.json"
 expect_exit 3 ckpt verify --model "$w/ids.json" tests/data/fmnist_mlp.pth
