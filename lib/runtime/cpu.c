@@ -23,11 +23,12 @@
  * The transformer ops: reduce sums each output in double and rounds once
  * (the mean after its division), in ascending order, or over the last dim
  * in eight interleaved running sums added pairwise (row_sum), as
- * layer_norm and rms_norm take a row's sums, rounding each output once; matmul's products go where
- * linear's go; attention's two products per head go to the packed SGEMM,
- * else to the plain loops (never to OpenBLAS), its softmax sums as
- * softmax does; exp, tanh, silu, both GELUs and attention's softmax take
- * exp_vec's exponential (below), which vectorizes.
+ * layer_norm and rms_norm take a row's sums, rounding each output once;
+ * matmul's products go where linear's go; attention's two products per
+ * head go to the packed SGEMM, else to the plain loops (never to
+ * OpenBLAS), its softmax sums as softmax does; exp, tanh, silu, both GELUs
+ * and attention's softmax take exp_vec's exponential (below), which
+ * vectorizes.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3") /* the plain-C loops rely on vectorization */
@@ -1776,10 +1777,12 @@ static int cpu_unary(ckpt_backend *b, int kind, const float *x, float *y, size_t
     if (kind < 0 || kind >= CKPT_U_COUNT)
         return ckpt_backend_fail(b, CKPT_ERR_USAGE, "unknown element-wise function %d", kind);
     unary_job u = {.x = x, .y = y, .kind = kind, .s = s};
-    /* a libm call a value (~10 ns) for the functions, a pass for the rest */
-    int64_t grain = kind <= CKPT_U_SIN || kind == CKPT_U_EXP || kind == CKPT_U_POW
+    /* a libm call a value (~10 ns) for sin, cos and pow, a polynomial
+     * (~1 ns) for exp_vec's, a pass for the rest */
+    int64_t grain = kind == CKPT_U_COS || kind == CKPT_U_SIN || kind == CKPT_U_POW
                         ? PAR_GRAIN / 16
-                        : 2 * PAR_GRAIN;
+                    : kind <= CKPT_U_TANH || kind == CKPT_U_EXP ? PAR_GRAIN / 4
+                                                                : 2 * PAR_GRAIN;
     par_for(b->impl, (int64_t)n, grain, unary_part, &u);
     return CKPT_OK;
 }
