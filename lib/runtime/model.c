@@ -171,3 +171,10 @@ const char *ckpt_model_param_key(const ckpt_model *m, size_t i)
 {
     return i < m->nparams ? m->params[i].key : NULL;
 }
+
+int64_t ckpt_model_input_id_limit(const ckpt_model *m, size_t i)
+{
+    if (!m || i >= m->ninputs || !m->input_int || !m->input_int[i])
+        return -1;
+    return rt_input_high(m, i);
+}

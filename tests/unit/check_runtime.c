@@ -637,6 +637,9 @@ START_TEST(test_embedding_id_out_of_range)
                       ckpt_model_error_message(m));
         ck_assert_msg(strstr(ckpt_model_error_message(m), "node 0 (embedding -> \"y\")"), "%s",
                       ckpt_model_error_message(m));
+        /* what a caller making its own ids asks: below the bound table's rows */
+        ck_assert_int_eq(ckpt_model_input_id_limit(m, 0), 10);
+        ck_assert_int_eq(ckpt_model_input_id_limit(m, 1), -1);
         ckpt_model_free(m);
     }
 }
