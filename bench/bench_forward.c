@@ -246,7 +246,8 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    /* a fixed pseudo-random batch in [0, 1), as ckpt verify makes without a reference */
+    /* a fixed pseudo-random batch in [0, 1), as ckpt verify makes without a
+     * reference; token ids in [0, limit) */
     nin = ckpt_model_input_count(m);
     nout = ckpt_model_output_count(m);
     inputs = calloc(nin ? nin : 1, sizeof *inputs);
@@ -259,6 +260,12 @@ int main(int argc, char **argv)
     uint64_t state = 0x9e3779b97f4a7c15u;
     for (size_t i = 0; i < nin; i++) {
         ckpt_array *a = &inputs[i];
+        int64_t limit = ckpt_model_input_id_limit(m, i);
+        if (limit == 0) {
+            fprintf(stderr, "bench_forward: input %s takes token ids and nothing bounds them "
+                    "(give it \"high\" in the spec)\n", ckpt_model_input_name(m, i));
+            goto out;
+        }
         a->ndim = ckpt_model_input_shape(m, i, a->shape);
         int64_t count = 1;
         for (int d = 0; d < a->ndim; d++) {
@@ -275,6 +282,8 @@ int main(int argc, char **argv)
             state ^= state >> 7;
             state ^= state << 17;
             a->data[k] = (float)(state >> 40) / 16777216.0f;
+            if (limit > 0) /* an integer below limit (< 2^24), exact in float32 */
+                a->data[k] = (float)(int64_t)((double)a->data[k] * (double)limit);
         }
     }
 

@@ -11,7 +11,8 @@
 // needed, so the prototypes are declared here and the build needs no
 // cuBLAS headers either.
 //
-// Results are deterministic on a given GPU: no atomics, every reduction
+// Results are deterministic on a given GPU: no atomics in the results (the
+// one atomic, embedding's bad-id record, keeps a minimum), every reduction
 // runs in a fixed order, and cuBLAS gets a single stream (its documented
 // condition for bitwise reproducibility).  TF32 is never used: cuBLAS runs
 // in pedantic math mode.
@@ -158,6 +159,19 @@ static const char *cublas_status_text(int status)
 
 // ---- backend state ------------------------------------------------------------
 
+// The first bad token id an embedding met, kept on the device until the
+// host looks (download, synchronize).  KEY: the smallest position with a
+// bad id in the high 32 bits, the id's float bits in the low ones
+// (atomicMin: the same answer whatever the threads' order); ~0 when none.
+// OP: the serial number of the embedding call that owns KEY (the first one
+// to fail; 0: none), so that a later call's ids are not mixed with its
+// vocabulary.
+typedef struct emb_error {
+    unsigned long long key;
+    unsigned long long op;
+    long long vocab;
+} emb_error;
+
 // A device buffer: handed out (used) or kept for reuse.
 typedef struct cuda_block {
     float *p;
@@ -171,8 +185,11 @@ typedef struct cuda_impl {
     ckpt_cublas_handle cublas;
     cuda_block *blocks; // every buffer this backend owns
     size_t nblocks, capblocks;
-    float *scratch; // im2col / columns, grown on demand
+    float *scratch; // im2col / columns, attention's scores; grown on demand
     size_t scratch_floats;
+    emb_error *emb_err;              // device: the first bad token id (k_embedding)
+    unsigned long long emb_serial;   // embedding calls so far
+    int emb_pending;                 // an embedding ran since emb_err was last read
 } cuda_impl;
 
 static inline cuda_impl *impl_of(ckpt_backend *b)
@@ -580,6 +597,327 @@ __global__ void k_copy_rows(const float *__restrict__ x, I x_stride, float *__re
     }
 }
 
+// ---- the transformer ops' kernels ----------------------------------------------
+
+// The CPU backend's formulas (torch's, float32), with the same libm
+// functions (erff, expf), never the fast intrinsics.  GELU (tanh) is
+// x / (1 + exp(-2u)): 0.5 x (1 + tanh u) without its cancellation where
+// tanh u nears -1.
+__device__ __forceinline__ float unary_of(int kind, float v, float s)
+{
+    switch (kind) {
+    case CKPT_U_GELU:
+        return v * 0.5f * (1.0f + erff(v * 0.70710678118654752440f));
+    case CKPT_U_GELU_TANH: {
+        const float beta = 0.79788456080286535588f, kappa = 0.044715f; // sqrt(2 / pi)
+        float u = beta * (v + kappa * v * v * v);
+        return v / (1.0f + expf(-2.0f * u));
+    }
+    case CKPT_U_SILU: return v / (1.0f + expf(-v));
+    case CKPT_U_TANH: return tanhf(v);
+    case CKPT_U_COS: return cosf(v);
+    case CKPT_U_SIN: return sinf(v);
+    case CKPT_U_NEG: return -v;
+    case CKPT_U_EXP: return expf(v);
+    case CKPT_U_SQRT: return sqrtf(v);
+    case CKPT_U_RSQRT: return 1.0f / sqrtf(v);
+    case CKPT_U_POW:
+        // torch's pow(Tensor, Scalar) special-cases these exponents; any
+        // other goes through pow in double (its std::pow(float, double))
+        if (s == 0.0f)
+            return 1.0f;
+        if (s == 1.0f)
+            return v;
+        if (s == 2.0f)
+            return v * v;
+        if (s == 3.0f)
+            return v * v * v;
+        if (s == 0.5f)
+            return sqrtf(v);
+        if (s == -0.5f)
+            return 1.0f / sqrtf(v);
+        if (s == -1.0f)
+            return 1.0f / v;
+        if (s == -2.0f)
+            return 1.0f / (v * v);
+        return (float)pow((double)v, (double)s);
+    case CKPT_U_ADD: return v + s;
+    case CKPT_U_SUB: return v - s;
+    case CKPT_U_RSUB: return s - v;
+    case CKPT_U_MUL: return v * s;
+    default: return v / s; // CKPT_U_DIV (the host checked the kind)
+    }
+}
+
+template <typename I>
+__global__ void k_unary(int kind, const float *__restrict__ x, float *__restrict__ y, I total,
+                        float s)
+{
+    GRID_LOOP(I, idx, total) {
+        y[idx] = unary_of(kind, x[idx], s);
+    }
+}
+
+// y (contiguous, dims shape) = a OP x, each operand read at sum(coord[k] *
+// its stride[k]) (0 where it is broadcast).
+template <typename I> struct binary_dims {
+    int ndim;
+    I shape[CKPT_RT_MAX_DIMS];
+    I a_stride[CKPT_RT_MAX_DIMS];
+    I x_stride[CKPT_RT_MAX_DIMS];
+};
+
+template <typename I>
+__global__ void k_binary(int kind, const float *__restrict__ a, const float *__restrict__ x,
+                         float *__restrict__ y, binary_dims<I> d, I total)
+{
+    GRID_LOOP(I, idx, total) {
+        I rest = idx, ao = 0, xo = 0;
+#pragma unroll
+        for (int k = CKPT_RT_MAX_DIMS - 1; k >= 0; k--) {
+            if (k < d.ndim) {
+                I c = rest % d.shape[k];
+                rest /= d.shape[k];
+                ao += c * d.a_stride[k];
+                xo += c * d.x_stride[k];
+            }
+        }
+        float p = a[ao], q = x[xo];
+        float r;
+        switch (kind) {
+        case CKPT_B_ADD: r = p + q; break;
+        case CKPT_B_SUB: r = p - q; break;
+        case CKPT_B_MUL: r = p * q; break;
+        default: r = p / q; break; // CKPT_B_DIV
+        }
+        y[idx] = r;
+    }
+}
+
+__global__ void k_fill(float *__restrict__ y, float v, long long total)
+{
+    GRID_LOOP(long long, idx, total) {
+        y[idx] = v;
+    }
+}
+
+// Sum over the middle axis of [outer, dim, inner] in double, in a fixed
+// order: closer to the exact sum than any float order, so the CPU's order
+// matters little.  MEAN divides by DIM.
+// inner == 1: one warp per row, lanes strided, then an xor butterfly (every
+// lane ends with the same bits).
+__global__ void k_reduce_rows(const float *__restrict__ x, float *__restrict__ y,
+                              long long rows, long long dim, int mean)
+{
+    const int lane = threadIdx.x & 31;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const long long nwarps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long r = warp; r < rows; r += nwarps) { // uniform across the warp
+        const float *xr = x + r * dim;
+        double s = 0.0;
+        for (long long j = lane; j < dim; j += 32)
+            s += (double)xr[j];
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0)
+            y[r] = (float)(mean ? s / (double)dim : s);
+    }
+}
+
+// inner > 1: one thread per (outer, inner) pair, walking the axis in order
+__global__ void k_reduce_strided(const float *__restrict__ x, float *__restrict__ y,
+                                 long long outer, long long dim, long long inner, int mean)
+{
+    GRID_LOOP(long long, idx, outer * inner) {
+        long long o = idx / inner, i = idx % inner;
+        const float *xr = x + o * dim * inner + i;
+        double s = 0.0;
+        for (long long j = 0; j < dim; j++)
+            s += (double)xr[j * inner];
+        y[idx] = (float)(mean ? s / (double)dim : s);
+    }
+}
+
+// The sum of V over the block (THREADS threads, a power of two) by a tree in
+// shared memory SH (THREADS doubles): a fixed order, the same bits every
+// run.  Every thread gets the sum; SH may be reused after it returns.
+__device__ double block_sum(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int half = THREADS / 2; half > 0; half >>= 1) {
+        if ((int)threadIdx.x < half)
+            sh[threadIdx.x] += sh[threadIdx.x + half];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+// F.layer_norm: one block per row; the mean, then the biased variance
+// around it (two passes: no cancellation), both summed in double; y in
+// double, rounded once (as the CPU backend).
+__global__ void k_layer_norm(const float *__restrict__ x, const float *__restrict__ w,
+                             const float *__restrict__ bias, float *__restrict__ y,
+                             long long rows, long long d, float eps)
+{
+    __shared__ double sh[THREADS];
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) { // uniform across the block
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
+        double s = 0.0;
+        for (long long j = threadIdx.x; j < d; j += THREADS)
+            s += (double)xr[j];
+        const double mean = block_sum(s, sh) / (double)d;
+        double q = 0.0;
+        for (long long j = threadIdx.x; j < d; j += THREADS) {
+            double t = (double)xr[j] - mean;
+            q += t * t;
+        }
+        const double var = block_sum(q, sh) / (double)d;
+        const double rstd = 1.0 / sqrt(var + (double)eps);
+        for (long long j = threadIdx.x; j < d; j += THREADS) {
+            double v = ((double)xr[j] - mean) * rstd;
+            if (w)
+                v *= (double)w[j];
+            if (bias)
+                v += (double)bias[j];
+            yr[j] = (float)v;
+        }
+    }
+}
+
+// F.rms_norm: one block per row; mean(x^2) summed in double; then
+// y = x / sqrt(mean + eps) * w in double, rounded once (as the CPU backend).
+__global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict__ w,
+                           float *__restrict__ y, long long rows, long long d, float eps)
+{
+    __shared__ double sh[THREADS];
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) { // uniform across the block
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
+        double q = 0.0;
+        for (long long j = threadIdx.x; j < d; j += THREADS) {
+            double t = (double)xr[j];
+            q += t * t;
+        }
+        const double ms = block_sum(q, sh) / (double)d;
+        const double rstd = 1.0 / sqrt(ms + (double)eps);
+        for (long long j = threadIdx.x; j < d; j += THREADS) {
+            double v = (double)xr[j] * rstd;
+            yr[j] = (float)(w ? v * (double)w[j] : v);
+        }
+    }
+}
+
+
+// Whether token id V is an integer in [0, vocab); NaN fails every
+// comparison, so it is bad too.
+__device__ __forceinline__ bool emb_id_ok(float v, long long vocab)
+{
+    return v >= 0.0f && (double)v < (double)vocab && floorf(v) == v;
+}
+
+// Records the bad id V at position I for the embedding call SERIAL.
+__device__ void emb_record(emb_error *err, unsigned long long serial, long long i, float v,
+                           long long vocab)
+{
+    unsigned long long prev = atomicCAS(&err->op, 0ull, serial);
+    if (prev != 0ull && prev != serial)
+        return; // an earlier call failed first: its report stands
+    unsigned long long pos = (unsigned long long)i;
+    if (pos > 0xffffffffull)
+        pos = 0xffffffffull;
+    atomicMin(&err->key, (pos << 32) | (unsigned long long)__float_as_uint(v));
+    err->vocab = vocab; // every writer of this call writes the same
+}
+
+// y[i, j] = w[ids[i], j]; a bad id writes zeros and is recorded, never read
+template <typename I>
+__global__ void k_embedding(const float *__restrict__ ids, const float *__restrict__ w,
+                            float *__restrict__ y, I d, long long vocab, I total,
+                            emb_error *err, unsigned long long serial)
+{
+    GRID_LOOP(I, idx, total) {
+        I i = idx / d, j = idx - i * d;
+        float v = ids[i];
+        if (emb_id_ok(v, vocab)) {
+            y[idx] = w[(I)v * d + j];
+        } else {
+            y[idx] = 0.0f;
+            if (j == 0)
+                emb_record(err, serial, (long long)i, v, vocab);
+        }
+    }
+}
+
+// The ids' check alone, for an embedding of width 0
+__global__ void k_embedding_ids(const float *__restrict__ ids, long long n, long long vocab,
+                                emb_error *err, unsigned long long serial)
+{
+    GRID_LOOP(long long, i, n) {
+        if (!emb_id_ok(ids[i], vocab))
+            emb_record(err, serial, i, ids[i], vocab);
+    }
+}
+
+// The softmax of attention, in place over the scores [batch, heads, q_len,
+// kv_len] (S = q . k from cuBLAS): s * scale + mask, keys past the diagonal
+// dropped when causal, the max subtracted, as torch's math kernel does.
+// One warp per row, as k_softmax_rows.  A row with no key left (every
+// score -inf) gives zeros, not NaN: torch 2.x's CPU kernel does, and so
+// does the CPU backend.
+struct attn_dims {
+    long long heads, q_len, kv_len;
+    long long ms0, ms1, ms2, ms3;
+    float scale;
+    int causal;
+};
+
+// ROW0: the absolute row (n * heads + h) * q_len + i of P's first row.
+__global__ void k_attn_softmax(float *__restrict__ p, const float *__restrict__ mask,
+                               long long row0, long long rows, attn_dims d)
+{
+    const int lane = threadIdx.x & 31;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const long long nwarps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long r = warp; r < rows; r += nwarps) { // uniform across the warp
+        const long long ar = row0 + r;
+        const long long i = ar % d.q_len, nh = ar / d.q_len;
+        const long long h = nh % d.heads, n = nh / d.heads;
+        float *pr = p + r * d.kv_len;
+        const float *mr = mask ? mask + n * d.ms0 + h * d.ms1 + i * d.ms2 : NULL;
+        // keys 0 .. end - 1 take part; the rest become 0
+        const long long end = d.causal ? (i + 1 < d.kv_len ? i + 1 : d.kv_len) : d.kv_len;
+        float m = -INFINITY;
+        for (long long j = lane; j < end; j += 32) {
+            float s = pr[j] * d.scale;
+            if (mr)
+                s += mr[j * d.ms3];
+            pr[j] = s;
+            m = max_nan(m, s);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (m == -INFINITY) {
+            for (long long j = lane; j < d.kv_len; j += 32)
+                pr[j] = 0.0f;
+            continue;
+        }
+        float sum = 0.0f;
+        for (long long j = lane; j < end; j += 32) {
+            float e = expf(pr[j] - m);
+            pr[j] = e;
+            sum += e;
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        for (long long j = lane; j < d.kv_len; j += 32)
+            pr[j] = j < end ? pr[j] / sum : 0.0f;
+    }
+}
+
 // ---- buffers --------------------------------------------------------------------
 
 // cudaMalloc/cudaFree cost tens of microseconds and cudaFree synchronizes
@@ -721,6 +1059,41 @@ static int cuda_upload(ckpt_backend *b, float *dst, const float *src, size_t n)
     return CKPT_OK;
 }
 
+// emb_err as no embedding has failed yet (ordered on the stream)
+static int emb_reset(ckpt_backend *b, const char *op)
+{
+    static const emb_error none = {~0ull, 0ull, 0};
+    cuda_impl *c = impl_of(b);
+    // from pageable memory: NONE is staged before the call returns
+    CUDA_TRY(b, op, "cudaMemcpyAsync",
+             cudaMemcpyAsync(c->emb_err, &none, sizeof none, cudaMemcpyHostToDevice, c->stream));
+    return CKPT_OK;
+}
+
+// Called once the queued work is done: an embedding's bad token id becomes
+// its usage error here (the kernels cannot return one).  The record is then
+// cleared, so that the backend serves on.
+static int emb_check(ckpt_backend *b, const char *op)
+{
+    cuda_impl *c = impl_of(b);
+    if (!c->emb_pending)
+        return CKPT_OK;
+    emb_error e;
+    CUDA_TRY(b, op, "cudaMemcpyAsync",
+             cudaMemcpyAsync(&e, c->emb_err, sizeof e, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_TRY(b, op, "cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
+    c->emb_pending = 0;
+    if (e.op == 0)
+        return CKPT_OK;
+    RETURN_IF(emb_reset(b, op));
+    uint32_t bits = (uint32_t)(e.key & 0xffffffffu);
+    float id;
+    memcpy(&id, &bits, sizeof id);
+    return ckpt_backend_fail(b, CKPT_ERR_USAGE,
+                             "token id %.9g is out of range for an embedding of %lld rows",
+                             (double)id, (long long)e.vocab);
+}
+
 static int cuda_download(ckpt_backend *b, float *dst, const float *src, size_t n)
 {
     cuda_impl *c = impl_of(b);
@@ -730,7 +1103,7 @@ static int cuda_download(ckpt_backend *b, float *dst, const float *src, size_t n
                  cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
     // also reports faults of the queued kernels that produced SRC
     CUDA_TRY(b, "download", "cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
-    return CKPT_OK;
+    return emb_check(b, "download");
 }
 
 static int cuda_synchronize(ckpt_backend *b)
@@ -739,7 +1112,7 @@ static int cuda_synchronize(ckpt_backend *b)
     RETURN_IF(cuda_enter(b, "synchronize"));
     CUDA_TRY(b, "synchronize", "cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
     CUDA_TRY(b, "synchronize", "cudaGetLastError", cudaGetLastError());
-    return CKPT_OK;
+    return emb_check(b, "synchronize");
 }
 
 // ---- matrix products ------------------------------------------------------------
@@ -1216,6 +1589,339 @@ static int cuda_copy_rows(ckpt_backend *b, const float *x, int64_t x_stride, flo
     return CKPT_OK;
 }
 
+// ---- the transformer ops ------------------------------------------------------------
+
+static int cuda_unary(ckpt_backend *b, int kind, const float *x, float *y, size_t n, float s)
+{
+    const char *op = "unary";
+    if (kind < 0 || kind >= CKPT_U_COUNT)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: unknown function %d", op, kind);
+    if (n == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    cudaStream_t st = impl_of(b)->stream;
+    if (n <= (size_t)INT64_MAX && fits_int32((int64_t)n))
+        k_unary<int><<<grid_for((int64_t)n), THREADS, 0, st>>>(kind, x, y, (int)n, s);
+    else
+        k_unary<long long><<<grid_for((int64_t)n), THREADS, 0, st>>>(kind, x, y, (long long)n,
+                                                                     s);
+    LAUNCH_CHECK(b, op, "unary");
+    return CKPT_OK;
+}
+
+// Checks NDIM and the sizes; *TOTAL gets the product.
+static int check_dims(ckpt_backend *b, const char *op, int ndim, const int64_t *shape,
+                      int64_t *total)
+{
+    if (ndim < 0 || ndim > CKPT_RT_MAX_DIMS)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: %d dimensions (at most %d)", op, ndim,
+                                 CKPT_RT_MAX_DIMS);
+    int64_t t = 1;
+    for (int k = 0; k < ndim; k++) {
+        if (shape[k] < 0)
+            return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: negative size", op);
+        t *= shape[k];
+    }
+    *total = t;
+    return CKPT_OK;
+}
+
+static int cuda_binary(ckpt_backend *b, int kind, const float *a, const float *x, float *y,
+                       int ndim, const int64_t *shape, const int64_t *a_strides,
+                       const int64_t *x_strides)
+{
+    const char *op = "binary";
+    if (kind < 0 || kind >= CKPT_B_COUNT)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: unknown operator %d", op, kind);
+    int64_t total;
+    RETURN_IF(check_dims(b, op, ndim, shape, &total));
+    for (int k = 0; k < ndim; k++)
+        if (a_strides[k] < 0 || x_strides[k] < 0)
+            return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: negative stride", op);
+    if (total == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    cudaStream_t st = impl_of(b)->stream;
+    // size-1 dims dropped, and neighbours merged where both operands walk
+    // them as one dim: fewer divisions per element
+    int64_t sz[CKPT_RT_MAX_DIMS], as[CKPT_RT_MAX_DIMS], xs[CKPT_RT_MAX_DIMS];
+    int nd = 0;
+    int64_t a_reach = 0, x_reach = 0; // the furthest element each operand reads
+    for (int k = 0; k < ndim; k++) {
+        if (shape[k] == 1)
+            continue;
+        a_reach += (shape[k] - 1) * a_strides[k];
+        x_reach += (shape[k] - 1) * x_strides[k];
+        if (nd > 0 && as[nd - 1] == shape[k] * a_strides[k] &&
+            xs[nd - 1] == shape[k] * x_strides[k]) {
+            sz[nd - 1] *= shape[k];
+            as[nd - 1] = a_strides[k];
+            xs[nd - 1] = x_strides[k];
+        } else {
+            sz[nd] = shape[k];
+            as[nd] = a_strides[k];
+            xs[nd] = x_strides[k];
+            nd++;
+        }
+    }
+    if (fits_int32(total) && fits_int32(a_reach) && fits_int32(x_reach)) {
+        binary_dims<int> d = {};
+        d.ndim = nd;
+        for (int k = 0; k < nd; k++)
+            d.shape[k] = (int)sz[k], d.a_stride[k] = (int)as[k], d.x_stride[k] = (int)xs[k];
+        k_binary<int><<<grid_for(total), THREADS, 0, st>>>(kind, a, x, y, d, (int)total);
+    } else {
+        binary_dims<long long> d = {};
+        d.ndim = nd;
+        for (int k = 0; k < nd; k++)
+            d.shape[k] = sz[k], d.a_stride[k] = as[k], d.x_stride[k] = xs[k];
+        k_binary<long long><<<grid_for(total), THREADS, 0, st>>>(kind, a, x, y, d, total);
+    }
+    LAUNCH_CHECK(b, op, "binary");
+    return CKPT_OK;
+}
+
+// A gather through k_permute (its "in_stride" being x's strides here).
+static int cuda_strided_copy(ckpt_backend *b, const float *x, int64_t offset, float *y,
+                             int ndim, const int64_t *shape, const int64_t *strides)
+{
+    const char *op = "strided_copy";
+    int64_t total;
+    RETURN_IF(check_dims(b, op, ndim, shape, &total));
+    if (offset < 0)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: negative offset", op);
+    for (int k = 0; k < ndim; k++)
+        if (strides[k] < 0)
+            return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: negative stride", op);
+    if (total == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    cudaStream_t st = impl_of(b)->stream;
+    int64_t sz[CKPT_RT_MAX_DIMS], str[CKPT_RT_MAX_DIMS];
+    int nd = 0;
+    int64_t reach = 0;
+    for (int k = 0; k < ndim; k++) {
+        if (shape[k] == 1)
+            continue;
+        reach += (shape[k] - 1) * strides[k];
+        if (nd > 0 && str[nd - 1] == shape[k] * strides[k]) {
+            sz[nd - 1] *= shape[k];
+            str[nd - 1] = strides[k];
+        } else {
+            sz[nd] = shape[k];
+            str[nd] = strides[k];
+            nd++;
+        }
+    }
+    const float *xo = x + offset;
+    if (nd == 0 || (nd == 1 && str[0] == 1)) { // a contiguous run of x
+        CUDA_TRY(b, op, "cudaMemcpyAsync",
+                 cudaMemcpyAsync(y, xo, (size_t)total * sizeof(float), cudaMemcpyDeviceToDevice,
+                                 st));
+        return CKPT_OK;
+    }
+    if (fits_int32(total) && fits_int32(reach)) {
+        permute_dims<int> d = {};
+        d.ndim = nd;
+        for (int k = 0; k < nd; k++)
+            d.out_shape[k] = (int)sz[k], d.in_stride[k] = (int)str[k];
+        k_permute<int><<<grid_for(total), THREADS, 0, st>>>(xo, y, d, (int)total);
+    } else {
+        permute_dims<long long> d = {};
+        d.ndim = nd;
+        for (int k = 0; k < nd; k++)
+            d.out_shape[k] = sz[k], d.in_stride[k] = str[k];
+        k_permute<long long><<<grid_for(total), THREADS, 0, st>>>(xo, y, d, total);
+    }
+    LAUNCH_CHECK(b, op, "strided_copy");
+    return CKPT_OK;
+}
+
+static int cuda_reduce(ckpt_backend *b, int kind, const float *x, float *y, int64_t outer,
+                       int64_t dim, int64_t inner)
+{
+    const char *op = "reduce";
+    if (kind < 0 || kind >= CKPT_R_COUNT)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: unknown reduction %d", op, kind);
+    if (outer < 0 || dim < 0 || inner < 0)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: negative size", op);
+    if (outer == 0 || inner == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    cudaStream_t st = impl_of(b)->stream;
+    int mean = kind == CKPT_R_MEAN;
+    if (dim == 0) // torch: the sum of nothing is 0, its mean 0 / 0 = NaN
+        k_fill<<<grid_for(outer * inner), THREADS, 0, st>>>(y, mean ? NAN : 0.0f,
+                                                           outer * inner);
+    else if (inner == 1)
+        k_reduce_rows<<<grid_for(outer * 32), THREADS, 0, st>>>(x, y, outer, dim, mean);
+    else
+        k_reduce_strided<<<grid_for(outer * inner), THREADS, 0, st>>>(x, y, outer, dim, inner,
+                                                                      mean);
+    LAUNCH_CHECK(b, op, "reduce");
+    return CKPT_OK;
+}
+
+static unsigned grid_rows(int64_t rows)
+{
+    return (unsigned)(rows < MAX_BLOCKS ? rows : MAX_BLOCKS);
+}
+
+static int cuda_layer_norm(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                           float *y, int64_t rows, int64_t d, float eps)
+{
+    const char *op = "layer_norm";
+    if (rows < 0 || d < 0)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: negative size", op);
+    if (rows == 0 || d == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    k_layer_norm<<<grid_rows(rows), THREADS, 0, impl_of(b)->stream>>>(x, w, bias, y, rows, d,
+                                                                      eps);
+    LAUNCH_CHECK(b, op, "layer_norm");
+    return CKPT_OK;
+}
+
+static int cuda_rms_norm(ckpt_backend *b, const float *x, const float *w, float *y,
+                         int64_t rows, int64_t d, float eps)
+{
+    const char *op = "rms_norm";
+    if (rows < 0 || d < 0)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: negative size", op);
+    if (rows == 0 || d == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    k_rms_norm<<<grid_rows(rows), THREADS, 0, impl_of(b)->stream>>>(x, w, y, rows, d, eps);
+    LAUNCH_CHECK(b, op, "rms_norm");
+    return CKPT_OK;
+}
+
+static int cuda_embedding(ckpt_backend *b, const float *ids, const float *w, float *y,
+                          int64_t n, int64_t vocab, int64_t d)
+{
+    const char *op = "embedding";
+    if (n < 0 || vocab < 0 || d < 0)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: negative size", op);
+    int64_t total = n * d;
+    if (n == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    cuda_impl *c = impl_of(b);
+    const unsigned long long serial = ++c->emb_serial;
+    c->emb_pending = 1;
+    if (d == 0) // nothing to copy, but the ids are checked all the same
+        k_embedding_ids<<<grid_for(n), THREADS, 0, c->stream>>>(ids, n, vocab, c->emb_err,
+                                                                serial);
+    else if (fits_int32(total) && fits_int32(vocab * d))
+        k_embedding<int><<<grid_for(total), THREADS, 0, c->stream>>>(
+            ids, w, y, (int)d, vocab, (int)total, c->emb_err, serial);
+    else
+        k_embedding<long long><<<grid_for(total), THREADS, 0, c->stream>>>(
+            ids, w, y, (long long)d, vocab, (long long)total, c->emb_err, serial);
+    LAUNCH_CHECK(b, op, "embedding");
+    return CKPT_OK;
+}
+
+static int cuda_matmul(ckpt_backend *b, const float *a, const float *x, float *y, int64_t batch,
+                       int64_t m, int64_t k, int64_t n, int64_t a_stride, int64_t x_stride)
+{
+    const char *op = "matmul";
+    if (batch < 0 || m < 0 || k < 0 || n < 0 || a_stride < 0 || x_stride < 0)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: negative size", op);
+    if (batch == 0 || m == 0 || n == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    if (k == 0) {
+        CUDA_TRY(b, op, "cudaMemsetAsync",
+                 cudaMemsetAsync(y, 0, (size_t)(batch * m * n) * sizeof(float),
+                                 impl_of(b)->stream));
+        return CKPT_OK;
+    }
+    // Row-major y[t] [m, n] = a[t] [m, k] @ x[t] [k, n] is, column-major,
+    // y[t]^T [n, m] = x[t]^T [n, k] * a[t]^T [k, m]: each stored as it is.
+    if (x_stride == 0 && (batch == 1 || a_stride == m * k)) {
+        // one x for every a[t], the a[t] back to back (x @ W, W a weight):
+        // one product of the stacked rows [batch * m, k] @ x
+        RETURN_IF(gemm_check_dims(b, op, n, batch * m, k));
+        return gemm(b, op, CKPT_CUBLAS_OP_N, CKPT_CUBLAS_OP_N, n, batch * m, k, x, n, 0, a, k, 0,
+                    y, n, 0, 1);
+    }
+    RETURN_IF(gemm_check_dims(b, op, n, m, k));
+    // a stride 0 (a broadcast operand) is a valid stride for cuBLAS
+    for (int64_t t0 = 0; t0 < batch; t0 += MAX_GEMM_BATCH) {
+        int64_t nb = batch - t0 < MAX_GEMM_BATCH ? batch - t0 : MAX_GEMM_BATCH;
+        RETURN_IF(gemm(b, op, CKPT_CUBLAS_OP_N, CKPT_CUBLAS_OP_N, n, m, k, x + t0 * x_stride, n,
+                       x_stride, a + t0 * a_stride, k, a_stride, y + t0 * m * n, n, m * n, nb));
+    }
+    return CKPT_OK;
+}
+
+// scaled_dot_product_attention as torch's math kernel computes it: the
+// scores by cuBLAS, softmax (scale, mask, causal) by k_attn_softmax, then
+// the scores times v by cuBLAS.  The GROUP = heads / kv_heads query heads
+// that share a key-value head are back to back in q and y, so each (batch,
+// kv head) pair is one product of [group * q_len, head_dim] rows: no copy of
+// k or v per query head.  The scores live in the working memory, for as
+// many pairs at a time as SCRATCH_TARGET_BYTES allows (at least one).
+static int cuda_attention(ckpt_backend *b, const float *q, const float *k, const float *v,
+                          const float *mask, float *y, const ckpt_attn_geom *g)
+{
+    const char *op = "attention";
+    if (g->batch < 0 || g->heads < 0 || g->kv_heads < 1 || g->q_len < 0 || g->kv_len < 0 ||
+        g->head_dim < 0 || g->v_dim < 0 || g->heads % g->kv_heads != 0 ||
+        (mask && (g->mask_strides[0] < 0 || g->mask_strides[1] < 0 ||
+                  g->mask_strides[2] < 0 || g->mask_strides[3] < 0)))
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%s: invalid geometry", op);
+    const int64_t B = g->batch, H = g->heads, L = g->q_len, S = g->kv_len, E = g->head_dim,
+                  Ev = g->v_dim;
+    const int64_t y_total = B * H * L * Ev;
+    if (y_total == 0)
+        return CKPT_OK;
+    RETURN_IF(cuda_enter(b, op));
+    cuda_impl *c = impl_of(b);
+    if (S == 0) { // no key: the softmax of nothing times nothing
+        CUDA_TRY(b, op, "cudaMemsetAsync",
+                 cudaMemsetAsync(y, 0, (size_t)y_total * sizeof(float), c->stream));
+        return CKPT_OK;
+    }
+    const int64_t group = H / g->kv_heads, pairs = B * g->kv_heads, gl = group * L;
+    RETURN_IF(gemm_check_dims(b, op, S, gl, E));
+    RETURN_IF(gemm_check_dims(b, op, Ev, gl, S));
+    const int64_t per_pair = gl * S;
+    const int64_t chunk = images_per_chunk(pairs, per_pair);
+    float *p;
+    RETURN_IF(cuda_scratch(b, op, (size_t)(chunk * per_pair), &p));
+    attn_dims d;
+    d.heads = H;
+    d.q_len = L;
+    d.kv_len = S;
+    d.ms0 = g->mask_strides[0];
+    d.ms1 = g->mask_strides[1];
+    d.ms2 = g->mask_strides[2];
+    d.ms3 = g->mask_strides[3];
+    d.scale = (float)g->scale;
+    d.causal = g->causal != 0;
+    for (int64_t t0 = 0; t0 < pairs; t0 += chunk) {
+        const int64_t nb = pairs - t0 < chunk ? pairs - t0 : chunk;
+        // scores^T [S, gl] = k^T (k stored as the column-major [E, S]) *
+        // q (the column-major [E, gl])
+        if (E == 0)
+            CUDA_TRY(b, op, "cudaMemsetAsync",
+                     cudaMemsetAsync(p, 0, (size_t)(nb * per_pair) * sizeof(float), c->stream));
+        else
+            RETURN_IF(gemm(b, op, CKPT_CUBLAS_OP_T, CKPT_CUBLAS_OP_N, S, gl, E, k + t0 * S * E, E,
+                           S * E, q + t0 * gl * E, E, gl * E, p, S, per_pair, nb));
+        const int64_t rows = nb * gl;
+        k_attn_softmax<<<grid_for(rows * 32), THREADS, 0, c->stream>>>(p, mask, t0 * gl, rows,
+                                                                        d);
+        LAUNCH_CHECK(b, op, "attention softmax");
+        // y^T [Ev, gl] = v (the column-major [Ev, S]) * p^T (the column-major [S, gl])
+        RETURN_IF(gemm(b, op, CKPT_CUBLAS_OP_N, CKPT_CUBLAS_OP_N, Ev, gl, S, v + t0 * S * Ev, Ev,
+                       S * Ev, p, S, per_pair, y + t0 * gl * Ev, Ev, gl * Ev, nb));
+    }
+    return CKPT_OK;
+}
+
 // ---- open / destroy ---------------------------------------------------------------
 
 static void cuda_destroy(ckpt_backend *b)
@@ -1232,6 +1938,8 @@ static void cuda_destroy(ckpt_backend *b)
                 cudaFree(c->blocks[i].p);
             if (c->scratch)
                 cudaFree(c->scratch);
+            if (c->emb_err)
+                cudaFree(c->emb_err);
             if (c->cublas)
                 cublas_api.destroy(c->cublas);
             if (c->stream)
@@ -1255,8 +1963,9 @@ static const ckpt_backend_ops cuda_ops = {
     cuda_copy_rows,  cuda_batch_norm, cuda_add, cuda_adaptive_avg_pool2d, cuda_lstm_cell,
     cuda_synchronize,
     nullptr, // conv2d_fused: the executor runs conv2d, add and relu one by one
-    // the transformer ops: not written for CUDA yet (the executor says so)
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    // the transformer ops (ABI 2)
+    cuda_unary, cuda_binary, cuda_strided_copy, cuda_reduce, cuda_layer_norm, cuda_rms_norm,
+    cuda_embedding, cuda_matmul, cuda_attention,
 };
 
 // Fails with CKPT_ERR_DEVICE: B (if any) is destroyed, the message goes to ERR.
@@ -1334,6 +2043,13 @@ static int cuda_open(int device, ckpt_backend **out, char *err, size_t cap)
         c->cublas = NULL;
         return open_fail(b, err, cap, "%s: cublasCreate: %s", b->device, cublas_status_text(st));
     }
+    void *ep = NULL;
+    e = cudaMalloc(&ep, sizeof(emb_error));
+    if (e != cudaSuccess)
+        return open_fail(b, err, cap, "%s: cudaMalloc: %s", b->device, cudaGetErrorString(e));
+    c->emb_err = (emb_error *)ep;
+    if (emb_reset(b, "open") != CKPT_OK)
+        return open_fail(b, err, cap, "%s: %s", b->device, b->message);
     st = cublas_api.set_stream(c->cublas, c->stream);
     if (st != CKPT_CUBLAS_STATUS_SUCCESS)
         return open_fail(b, err, cap, "%s: cublasSetStream: %s", b->device,

@@ -1102,6 +1102,12 @@ CKPT_API size_t ckpt_model_input_count(const ckpt_model *m);
 CKPT_API const char *ckpt_model_input_name(const ckpt_model *m, size_t i);
 /* Declared shape of input I; -1 marks the batch dimension.  Returns ndim. */
 CKPT_API int ckpt_model_input_shape(const ckpt_model *m, size_t i, int64_t *shape);
+/* Input I as integer ids (the spec's "dtype" int64 or int32; the runtime
+ * carries them as float32 holding the integers): the bound its ids stay
+ * below (the spec's "high", else the rows of the embedding that reads them,
+ * known once weights are bound), 0 while unknown; -1 for a float input or
+ * no such input. */
+CKPT_API int64_t ckpt_model_input_id_limit(const ckpt_model *m, size_t i);
 CKPT_API size_t ckpt_model_output_count(const ckpt_model *m);
 CKPT_API const char *ckpt_model_output_name(const ckpt_model *m, size_t i);
 /* Parameter keys in the order the spec first uses them. */

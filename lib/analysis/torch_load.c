@@ -968,7 +968,8 @@ int ckpt_torch_load_check(ckpt_torch_load *t, const char *path)
                             "reads one file (transformers' from_pretrained loads the folder, "
                             "from %s)", w);
         return ckpt_err(&t->err, CKPT_ERR_IO, "a folder: torch.load reads one file (a "
-                        "torch.distributed.checkpoint folder loads with dcp.load; ckpt "
+                        "distributed checkpoint folder loads with its own loader: dcp.load "
+                        "for torch.distributed.checkpoint, DeepSpeed's for ZeRO; ckpt "
                         "convert makes a .pth of it)");
     }
     uint8_t head[4] = {0};

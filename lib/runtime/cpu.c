@@ -19,6 +19,16 @@
  * (then divides by its size); batch_norm is x * scale + shift per channel,
  * as torch's CPU kernel.  The packed SGEMM's order is cpu_gemm.h's; with
  * OpenBLAS the products are summed in OpenBLAS's blocked order.
+ *
+ * The transformer ops: reduce sums each output in double and rounds once
+ * (the mean after its division), in ascending order, or over the last dim
+ * in eight interleaved running sums added pairwise (row_sum), as
+ * layer_norm and rms_norm take a row's sums, rounding each output once;
+ * matmul's products go where linear's go; attention's two products per
+ * head go to the packed SGEMM, else to the plain loops (never to
+ * OpenBLAS), its softmax sums as softmax does; exp, tanh, silu, both GELUs
+ * and attention's softmax take exp_vec's exponential (below), which
+ * vectorizes.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3") /* the plain-C loops rely on vectorization */
@@ -121,6 +131,14 @@ typedef struct cpu_impl {
     const cpu_gemm_kernel *gk;
     packed_weight *packs; /* weights packed at first use, until released */
     size_t npacks, packs_cap;
+    /* the ranges whose last write was upload() (parameters, constants,
+     * inputs), until released or uploaded to again: matmul keeps a packed
+     * copy of an operand inside one, as linear does of its weight */
+    struct upload_range {
+        const float *p;
+        size_t n;
+    } *ups;
+    size_t nups, ups_cap;
     /* a scratch buffer per running task (bit s of busy: taken) */
     float *gscratch[MAX_THREADS];
     _Atomic unsigned gbusy;
@@ -149,9 +167,10 @@ typedef struct cpu_impl {
      * (hundreds of MB for SSD300) cost more in page faults than in work */
     float *cols;
     size_t cols_n;
-    /* a product's unpacked operand, packed once for all its tasks */
-    float *opack;
-    size_t opack_n;
+    /* a product's unpacked operands, packed once for all its tasks (by
+     * side: matmul's may both be) */
+    float *opack[2];
+    size_t opack_n[2];
     /* the depth blocks' sums of a product cut along its depth */
     float *kparts;
     size_t kparts_n;
@@ -326,11 +345,13 @@ static void cpu_destroy(ckpt_backend *b)
         for (size_t i = 0; i < POOL_SLOTS; i++)
             buf_free(c->pool[i].p);
         free(c->cols);
-        free(c->opack);
+        free(c->opack[0]);
+        free(c->opack[1]);
         free(c->kparts);
         for (size_t i = 0; i < c->npacks; i++)
             free(c->packs[i].p);
         free(c->packs);
+        free(c->ups);
         for (size_t i = 0; i < MAX_THREADS; i++)
             free(c->gscratch[i]);
         for (size_t i = 0; i < MAX_THREADS; i++)
@@ -400,6 +421,20 @@ static void forget_copies(cpu_impl *c, const float *p, size_t n)
             c->packs[i] = c->packs[--c->npacks];
         } else
             i++;
+    for (size_t i = 0; i < c->nups;)
+        if ((uintptr_t)c->ups[i].p < hi && (uintptr_t)(c->ups[i].p + c->ups[i].n) > lo)
+            c->ups[i] = c->ups[--c->nups];
+        else
+            i++;
+}
+
+/* Whether N floats at P lie in one range last written by upload(). */
+static int uploaded(const cpu_impl *c, const float *p, size_t n)
+{
+    for (size_t i = 0; i < c->nups; i++)
+        if (p >= c->ups[i].p && n <= c->ups[i].n && (size_t)(p - c->ups[i].p) <= c->ups[i].n - n)
+            return 1;
+    return 0;
 }
 
 static void cpu_release(ckpt_backend *b, float *p)
@@ -443,7 +478,11 @@ static int cpu_copy(ckpt_backend *b, float *dst, const float *src, size_t n)
 /* Weights are packed once, keyed by their buffer: new contents drop that */
 static int cpu_upload(ckpt_backend *b, float *dst, const float *src, size_t n)
 {
-    forget_copies(b->impl, dst, n);
+    cpu_impl *c = b->impl;
+    forget_copies(c, dst, n);
+    /* (without room to remember it, the range is only not packed once) */
+    if (n && CKPT_GROW(c->ups, c->ups_cap, c->nups + 1) == 0)
+        c->ups[c->nups++] = (struct upload_range){.p = dst, .n = n};
     return cpu_copy(b, dst, src, n);
 }
 
@@ -627,15 +666,15 @@ static int operand_packed(ckpt_backend *b, cpu_gemm_call *call, int side, int64_
     cpu_impl *c = b->impl;
     cpu_gemm_operand *o = side == CPU_GEMM_A ? &call->a : &call->b;
     size_t n = cpu_gemm_packed_floats(c->gk, side, rows, call->k);
-    if (n > c->opack_n) {
-        free(c->opack);
-        c->opack_n = 0;
-        if (!(c->opack = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64)))
+    if (n > c->opack_n[side]) {
+        free(c->opack[side]);
+        c->opack_n[side] = 0;
+        if (!(c->opack[side] = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64)))
             return nomem(b);
-        c->opack_n = n;
+        c->opack_n[side] = n;
     }
-    pack_on_threads(c, side, o, rows, call->k, c->opack);
-    *o = (cpu_gemm_operand){.packed = c->opack};
+    pack_on_threads(c, side, o, rows, call->k, c->opack[side]);
+    *o = (cpu_gemm_operand){.packed = c->opack[side]};
     return CKPT_OK;
 }
 
@@ -700,10 +739,11 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
     gemm_job j = {.c = c, .call = *call};
     int alone = !c->grain && (double)call->m * (double)call->n * (double)call->k < GEMM_ALONE;
     int64_t tasks = cpu_gemm_plan(c->gk, &j.call, alone ? 1 : c->thr.n);
-    /* (at most one side is raw: the other is a weight, or an image's B) */
+    /* (one side is raw, the other a weight or an image's B; or both, in
+     * matmul) */
     if (j.call.k > 0 && j.call.a.raw && !j.call.a.packed && j.call.tiles_n > 1)
         rc = operand_packed(b, &j.call, CPU_GEMM_A, j.call.m);
-    else if (j.call.k > 0 && j.call.b.raw && !j.call.b.packed && j.call.tiles_m > 1)
+    if (rc == CKPT_OK && j.call.k > 0 && j.call.b.raw && !j.call.b.packed && j.call.tiles_m > 1)
         rc = operand_packed(b, &j.call, CPU_GEMM_B, j.call.n);
     if (rc != CKPT_OK)
         return rc;
@@ -1538,6 +1578,819 @@ static int cpu_lstm_cell(ckpt_backend *b, const float *gx, const float *gh,
     return CKPT_OK;
 }
 
+/* ---- the transformer ops (ABI 2) ---- */
+
+/* The functions with exp_vec's selects: without trapping math (the flags
+ * a NaN compare raises are not looked at) GCC turns them into blends and
+ * vectorizes the loop; the values are the same. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VEC_MATH __attribute__((optimize("no-trapping-math")))
+#else
+#define VEC_MATH
+#endif
+
+/* exp(x) in float without a call, so that the loops around it vectorize
+ * (glibc's expf is a call a value, 5 to 10 times torch's vector exp):
+ * Cephes' expf, x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial
+ * in r, times 2^n in two steps so that a subnormal result is rounded once;
+ * within 2 ulp of exp, NaN and the infinities as expf.  Every value goes
+ * through the same float operations, in a vector loop or its scalar tail:
+ * the bits depend on the value alone, not on where a thread's chunk
+ * starts. */
+VEC_MATH static inline float exp_vec(float x)
+{
+    int nan = x != x;
+    float c = nan ? 0.0f : x > 88.8f ? 88.8f : x < -104.0f ? -104.0f : x;
+    /* n = round(c / ln2) (|c / ln2| <= 151: the 1.5 * 2^23 trick) */
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = c - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    /* 2^n as 2^(n / 2) 2^(n - n / 2): each a normal float for n in
+     * [-151, 128] */
+    int32_t k = (int32_t)n, k1 = k / 2, k2 = k - k1;
+    union {
+        int32_t i;
+        float f;
+    } s1 = {.i = (k1 + 127) * (1 << 23)}, s2 = {.i = (k2 + 127) * (1 << 23)};
+    y = y * s1.f * s2.f;
+    return nan ? x : y;
+}
+
+/* tanh(x) likewise: Cephes' tanhf, an odd polynomial below |x| = 0.625,
+ * else 1 - 2 / (exp(2|x|) + 1) with x's sign; within 2 ulp; -0.0 and NaN
+ * kept, +-1 at the infinities. */
+VEC_MATH static inline float tanh_vec(float x)
+{
+    float a = fabsf(x), z = x * x;
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    float small = copysignf(x + x * (z * p), x);
+    float big = copysignf(1.0f - 2.0f / (exp_vec(a + a) + 1.0f), x);
+    return a < 0.625f ? small : big;
+}
+
+/* erf(x) as torch's vectorized CPU kernel computes it for GELU
+ * (Abramowitz and Stegun 7.1.26: 1 - (a1 t + .. + a5 t^5) exp(-x^2), t =
+ * 1 / (1 + p|x|), within 1.5e-7 of erf), with exp_vec: libm's erff, a
+ * call a value, took four times torch's time for GELU. */
+VEC_MATH static inline float erf_vec(float x)
+{
+    float t = 1.0f / (0.3275911f * fabsf(x) + 1.0f);
+    float r = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
+              0.254829592f;
+    return copysignf(1.0f - r * t * exp_vec(-(x * x)), x);
+}
+
+typedef struct unary_job {
+    const float *x;
+    float *y;
+    int kind;
+    float s;
+} unary_job;
+
+/* Elements LO..HI.  The switch is outside the loops, so that they
+ * vectorize (sin and cos stay calls to libm's float functions).  GELU
+ * (tanh) is written x / (1 + exp(-2u)), which equals 0.5 x (1 + tanh u)
+ * without its cancellation where tanh u nears -1; pow follows torch's CPU
+ * kernel: exponents 0 and 1 (fill, copy), 2, 3, -2 as products, 0.5, -0.5
+ * and -1 as sqrt, rsqrt and reciprocal, any other through pow in double
+ * (torch's std::pow(float, double)). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+/* AVX2 where the CPU has it (no FMA: the same roundings as the SSE2 build) */
+__attribute__((target_clones("avx2", "default")))
+#endif
+VEC_MATH
+static void unary_part(void *arg, int64_t lo, int64_t hi)
+{
+    const unary_job *u = arg;
+    const float *restrict x = u->x;
+    float *restrict y = u->y;
+    float s = u->s;
+    int64_t i;
+    switch (u->kind) {
+    case CKPT_U_GELU:
+        for (i = lo; i < hi; i++)
+            y[i] = x[i] * 0.5f * (1.0f + erf_vec(x[i] * 0.70710678118654752f));
+        break;
+    case CKPT_U_GELU_TANH:
+        for (i = lo; i < hi; i++) {
+            float v = x[i], t = 0.79788456080286536f * (v + 0.044715f * v * v * v);
+            y[i] = v / (1.0f + exp_vec(-2.0f * t));
+        }
+        break;
+    case CKPT_U_SILU:
+        for (i = lo; i < hi; i++)
+            y[i] = x[i] / (1.0f + exp_vec(-x[i]));
+        break;
+    case CKPT_U_TANH:
+        for (i = lo; i < hi; i++)
+            y[i] = tanh_vec(x[i]);
+        break;
+    case CKPT_U_COS:
+        for (i = lo; i < hi; i++)
+            y[i] = cosf(x[i]);
+        break;
+    case CKPT_U_SIN:
+        for (i = lo; i < hi; i++)
+            y[i] = sinf(x[i]);
+        break;
+    case CKPT_U_NEG:
+        for (i = lo; i < hi; i++)
+            y[i] = -x[i];
+        break;
+    case CKPT_U_EXP:
+        for (i = lo; i < hi; i++)
+            y[i] = exp_vec(x[i]);
+        break;
+    case CKPT_U_SQRT:
+        for (i = lo; i < hi; i++)
+            y[i] = sqrtf(x[i]);
+        break;
+    case CKPT_U_RSQRT:
+        for (i = lo; i < hi; i++)
+            y[i] = 1.0f / sqrtf(x[i]);
+        break;
+    case CKPT_U_POW:
+        if (s == 0.0f)
+            for (i = lo; i < hi; i++)
+                y[i] = 1.0f;
+        else if (s == 1.0f)
+            for (i = lo; i < hi; i++)
+                y[i] = x[i];
+        else if (s == 2.0f)
+            for (i = lo; i < hi; i++)
+                y[i] = x[i] * x[i];
+        else if (s == 3.0f)
+            for (i = lo; i < hi; i++)
+                y[i] = x[i] * x[i] * x[i];
+        else if (s == -2.0f)
+            for (i = lo; i < hi; i++)
+                y[i] = 1.0f / (x[i] * x[i]);
+        else if (s == 0.5f)
+            for (i = lo; i < hi; i++)
+                y[i] = sqrtf(x[i]);
+        else if (s == -0.5f)
+            for (i = lo; i < hi; i++)
+                y[i] = 1.0f / sqrtf(x[i]);
+        else if (s == -1.0f)
+            for (i = lo; i < hi; i++)
+                y[i] = 1.0f / x[i];
+        else
+            for (i = lo; i < hi; i++)
+                y[i] = (float)pow((double)x[i], (double)s);
+        break;
+    case CKPT_U_ADD:
+        for (i = lo; i < hi; i++)
+            y[i] = x[i] + s;
+        break;
+    case CKPT_U_SUB:
+        for (i = lo; i < hi; i++)
+            y[i] = x[i] - s;
+        break;
+    case CKPT_U_RSUB:
+        for (i = lo; i < hi; i++)
+            y[i] = s - x[i];
+        break;
+    case CKPT_U_MUL:
+        for (i = lo; i < hi; i++)
+            y[i] = x[i] * s;
+        break;
+    default: /* CKPT_U_DIV: a division, as torch's (not a product by 1 / s) */
+        for (i = lo; i < hi; i++)
+            y[i] = x[i] / s;
+        break;
+    }
+}
+
+static int cpu_unary(ckpt_backend *b, int kind, const float *x, float *y, size_t n, float s)
+{
+    if (kind < 0 || kind >= CKPT_U_COUNT)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "unknown element-wise function %d", kind);
+    unary_job u = {.x = x, .y = y, .kind = kind, .s = s};
+    /* a libm call a value (~10 ns) for sin, cos and pow, a polynomial
+     * (~1 ns) for exp_vec's, a pass for the rest */
+    int64_t grain = kind == CKPT_U_COS || kind == CKPT_U_SIN || kind == CKPT_U_POW
+                        ? PAR_GRAIN / 16
+                    : kind <= CKPT_U_TANH || kind == CKPT_U_EXP ? PAR_GRAIN / 4
+                                                                : 2 * PAR_GRAIN;
+    par_for(b->impl, (int64_t)n, grain, unary_part, &u);
+    return CKPT_OK;
+}
+
+/* SHAPE and up to two operands' STRIDES with dims of size 1 dropped and
+ * each dim merged into the next where both operands step over it as one
+ * (a contiguous or wholly broadcast run): most broadcasts become one or two
+ * dims, whose inner loops vectorize.  Returns the dims left (at least 1);
+ * *NUMEL the elements (0: nothing to do). */
+static int nd_simplify(int ndim, const int64_t *shape, const int64_t *s1, const int64_t *s2,
+                       int64_t *oshape, int64_t *o1, int64_t *o2, int64_t *numel)
+{
+    int nd = 0;
+    *numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        *numel *= shape[d];
+        if (shape[d] == 1)
+            continue;
+        if (nd > 0 && o1[nd - 1] == s1[d] * shape[d] && (!s2 || o2[nd - 1] == s2[d] * shape[d])) {
+            oshape[nd - 1] *= shape[d];
+            o1[nd - 1] = s1[d];
+            if (s2)
+                o2[nd - 1] = s2[d];
+            continue;
+        }
+        oshape[nd] = shape[d];
+        o1[nd] = s1[d];
+        o2[nd] = s2 ? s2[d] : 0;
+        nd++;
+    }
+    if (nd == 0) {
+        oshape[0] = 1;
+        o1[0] = o2[0] = 0;
+        nd = 1;
+    }
+    return nd;
+}
+
+typedef struct nd_job {
+    const float *a, *x;
+    float *y;
+    int kind, ndim;
+    int64_t shape[CKPT_RT_MAX_DIMS], sa[CKPT_RT_MAX_DIMS], sx[CKPT_RT_MAX_DIMS];
+} nd_job;
+
+/* Where row R (an index over every dim but the last) starts in the two
+ * operands. */
+static void nd_row_start(const nd_job *j, int64_t r, int64_t *idx, int64_t *pa, int64_t *px)
+{
+    *pa = *px = 0;
+    for (int d = j->ndim - 2; d >= 0; d--) {
+        idx[d] = r % j->shape[d];
+        r /= j->shape[d];
+        *pa += idx[d] * j->sa[d];
+        *px += idx[d] * j->sx[d];
+    }
+}
+
+/* The next row's offsets, as an odometer */
+static void nd_row_next(const nd_job *j, int64_t *idx, int64_t *pa, int64_t *px)
+{
+    for (int d = j->ndim - 2; d >= 0; d--) {
+        if (++idx[d] < j->shape[d]) {
+            *pa += j->sa[d];
+            *px += j->sx[d];
+            return;
+        }
+        *pa -= j->sa[d] * (j->shape[d] - 1);
+        *px -= j->sx[d] * (j->shape[d] - 1);
+        idx[d] = 0;
+    }
+}
+
+/* y[0 .. n) = a[i * sa] OP x[i * sx], the contiguous and broadcast cases
+ * written out so that they vectorize */
+#define BIN_ROW(OP)                                                                  \
+    do {                                                                             \
+        if (sa == 1 && sx == 1)                                                      \
+            for (int64_t i = 0; i < n; i++)                                          \
+                y[i] = a[i] OP x[i];                                                 \
+        else if (sa == 1 && sx == 0) {                                               \
+            float xv = x[0];                                                         \
+            for (int64_t i = 0; i < n; i++)                                          \
+                y[i] = a[i] OP xv;                                                   \
+        } else if (sa == 0 && sx == 1) {                                             \
+            float av = a[0];                                                         \
+            for (int64_t i = 0; i < n; i++)                                          \
+                y[i] = av OP x[i];                                                   \
+        } else                                                                       \
+            for (int64_t i = 0; i < n; i++)                                          \
+                y[i] = a[i * sa] OP x[i * sx];                                       \
+    } while (0)
+
+static void binary_row(int kind, const float *restrict a, int64_t sa, const float *restrict x,
+                       int64_t sx, float *restrict y, int64_t n)
+{
+    switch (kind) {
+    case CKPT_B_ADD:
+        BIN_ROW(+);
+        break;
+    case CKPT_B_SUB:
+        BIN_ROW(-);
+        break;
+    case CKPT_B_MUL:
+        BIN_ROW(*);
+        break;
+    default:
+        BIN_ROW(/);
+        break;
+    }
+}
+
+/* rows LO..HI of y (rows of its last dim) */
+static void binary_part(void *arg, int64_t lo, int64_t hi)
+{
+    const nd_job *j = arg;
+    int64_t idx[CKPT_RT_MAX_DIMS], pa, px, len = j->shape[j->ndim - 1];
+    nd_row_start(j, lo, idx, &pa, &px);
+    for (int64_t r = lo; r < hi; r++) {
+        binary_row(j->kind, j->a + pa, j->sa[j->ndim - 1], j->x + px, j->sx[j->ndim - 1],
+                   j->y + r * len, len);
+        nd_row_next(j, idx, &pa, &px);
+    }
+}
+
+static int cpu_binary(ckpt_backend *b, int kind, const float *a, const float *x, float *y,
+                      int ndim, const int64_t *shape, const int64_t *a_strides,
+                      const int64_t *x_strides)
+{
+    if (kind < 0 || kind >= CKPT_B_COUNT)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "unknown element-wise operator %d", kind);
+    if (ndim < 0 || ndim > CKPT_RT_MAX_DIMS)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%d dims (at most %d)", ndim,
+                                 CKPT_RT_MAX_DIMS);
+    nd_job j = {.a = a, .x = x, .y = y, .kind = kind};
+    int64_t numel;
+    j.ndim = nd_simplify(ndim, shape, a_strides, x_strides, j.shape, j.sa, j.sx, &numel);
+    if (numel <= 0)
+        return CKPT_OK;
+    int64_t len = j.shape[j.ndim - 1];
+    par_for(b->impl, numel / len, (2 * PAR_GRAIN + len - 1) / len, binary_part, &j);
+    return CKPT_OK;
+}
+
+/* rows LO..HI of y, read from x at the strides (sa) */
+static void strided_part(void *arg, int64_t lo, int64_t hi)
+{
+    const nd_job *j = arg;
+    int64_t idx[CKPT_RT_MAX_DIMS], pa, px, len = j->shape[j->ndim - 1];
+    int64_t st = j->sa[j->ndim - 1];
+    nd_row_start(j, lo, idx, &pa, &px);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *restrict src = j->a + pa;
+        float *restrict dst = j->y + r * len;
+        if (st == 1)
+            memcpy(dst, src, (size_t)len * sizeof(float));
+        else if (st == 0)
+            for (int64_t i = 0; i < len; i++)
+                dst[i] = src[0];
+        else
+            for (int64_t i = 0; i < len; i++)
+                dst[i] = src[i * st];
+        nd_row_next(j, idx, &pa, &px);
+    }
+}
+
+static int cpu_strided_copy(ckpt_backend *b, const float *x, int64_t offset, float *y, int ndim,
+                            const int64_t *shape, const int64_t *strides)
+{
+    if (ndim < 0 || ndim > CKPT_RT_MAX_DIMS)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "%d dims (at most %d)", ndim,
+                                 CKPT_RT_MAX_DIMS);
+    nd_job j = {.a = x + offset, .y = y};
+    int64_t numel;
+    j.ndim = nd_simplify(ndim, shape, strides, NULL, j.shape, j.sa, j.sx, &numel);
+    if (numel <= 0)
+        return CKPT_OK;
+    int64_t len = j.shape[j.ndim - 1];
+    par_for(b->impl, numel / len, (PAR_GRAIN + len - 1) / len, strided_part, &j);
+    return CKPT_OK;
+}
+
+/* Sums in double over N floats: eight running sums (element i in sum i %
+ * 8, so that the loop vectorizes), added pairwise, then the tail.  The
+ * same order for every row, whatever thread takes it.  SHIFT is taken
+ * from each element first, and the squares summed when SQUARES. */
+#define SUM_LANES 8
+static double row_sum(const float *restrict x, int64_t n, double shift, int squares)
+{
+    double acc[SUM_LANES] = {0};
+    int64_t i = 0;
+    if (squares)
+        for (; i + SUM_LANES <= n; i += SUM_LANES)
+            for (int l = 0; l < SUM_LANES; l++) {
+                double v = (double)x[i + l] - shift;
+                acc[l] += v * v;
+            }
+    else
+        for (; i + SUM_LANES <= n; i += SUM_LANES)
+            for (int l = 0; l < SUM_LANES; l++)
+                acc[l] += (double)x[i + l] - shift;
+    for (int w = SUM_LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            acc[l] += acc[l + w];
+    double s = acc[0];
+    for (; i < n; i++) {
+        double v = (double)x[i] - shift;
+        s += squares ? v * v : v;
+    }
+    return s;
+}
+
+/* Sums of up to this many adjacent output elements are kept on the stack */
+#define RED_BLOCK 256
+
+typedef struct reduce_job {
+    const float *x;
+    float *y;
+    int64_t dim, inner, blocks;
+    int mean;
+} reduce_job;
+
+/* Blocks LO..HI (row o's block q: o * blocks + q) of up to RED_BLOCK
+ * outputs: each a double sum over the reduced axis in ascending order (as
+ * exact as torch's float cascade, whatever the length; row_sum's order
+ * over the last dim), rounded once (the mean after the division) */
+static void reduce_part(void *arg, int64_t lo, int64_t hi)
+{
+    const reduce_job *j = arg;
+    double acc[RED_BLOCK];
+    if (j->inner == 1) { /* over the last dim: row_sum's order */
+        for (int64_t k = lo; k < hi; k++) {
+            double sum = row_sum(j->x + k * j->dim, j->dim, 0.0, 0);
+            j->y[k] = (float)(j->mean ? sum / (double)j->dim : sum);
+        }
+        return;
+    }
+    for (int64_t k = lo; k < hi; k++) {
+        int64_t o = k / j->blocks, i0 = k % j->blocks * RED_BLOCK;
+        int64_t len = j->inner - i0 < RED_BLOCK ? j->inner - i0 : RED_BLOCK;
+        const float *xo = j->x + o * j->dim * j->inner + i0;
+        for (int64_t i = 0; i < len; i++)
+            acc[i] = 0.0;
+        for (int64_t d = 0; d < j->dim; d++) {
+            const float *restrict xd = xo + d * j->inner;
+            for (int64_t i = 0; i < len; i++)
+                acc[i] += xd[i];
+        }
+        float *yo = j->y + o * j->inner + i0;
+        for (int64_t i = 0; i < len; i++)
+            yo[i] = (float)(j->mean ? acc[i] / (double)j->dim : acc[i]);
+    }
+}
+
+static int cpu_reduce(ckpt_backend *b, int kind, const float *x, float *y, int64_t outer,
+                      int64_t dim, int64_t inner)
+{
+    if (kind < 0 || kind >= CKPT_R_COUNT)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "unknown reduction %d", kind);
+    reduce_job j = {.x = x, .y = y, .dim = dim, .inner = inner, .mean = kind == CKPT_R_MEAN,
+                    .blocks = (inner + RED_BLOCK - 1) / RED_BLOCK};
+    int64_t per = dim * (inner < RED_BLOCK ? inner : RED_BLOCK);
+    par_for(b->impl, outer * j.blocks, per > 0 ? (PAR_GRAIN + per - 1) / per : 1, reduce_part,
+            &j);
+    return CKPT_OK;
+}
+
+typedef struct norm_job {
+    const float *x, *w, *bias;
+    float *y;
+    int64_t d;
+    float eps;
+} norm_job;
+
+/* rows LO..HI: the mean, then the variance about it (two passes, in
+ * double: no cancellation), y = (x - mean) * rstd * w + bias rounded once */
+static void layer_norm_part(void *arg, int64_t lo, int64_t hi)
+{
+    const norm_job *j = arg;
+    int64_t d = j->d;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *restrict xr = j->x + r * d;
+        float *restrict yr = j->y + r * d;
+        double mean = row_sum(xr, d, 0.0, 0) / (double)d;
+        double var = row_sum(xr, d, mean, 1) / (double)d;
+        double rstd = 1.0 / sqrt(var + (double)j->eps);
+        if (j->w && j->bias)
+            for (int64_t i = 0; i < d; i++)
+                yr[i] = (float)(((double)xr[i] - mean) * rstd * j->w[i] + j->bias[i]);
+        else if (j->w)
+            for (int64_t i = 0; i < d; i++)
+                yr[i] = (float)(((double)xr[i] - mean) * rstd * j->w[i]);
+        else if (j->bias)
+            for (int64_t i = 0; i < d; i++)
+                yr[i] = (float)(((double)xr[i] - mean) * rstd + j->bias[i]);
+        else
+            for (int64_t i = 0; i < d; i++)
+                yr[i] = (float)(((double)xr[i] - mean) * rstd);
+    }
+}
+
+static int cpu_layer_norm(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                          float *y, int64_t rows, int64_t d, float eps)
+{
+    norm_job j = {.x = x, .w = w, .bias = bias, .y = y, .d = d, .eps = eps};
+    int64_t per = 4 * d;
+    par_for(b->impl, rows, per > 0 ? (PAR_GRAIN + per - 1) / per : 1, layer_norm_part, &j);
+    return CKPT_OK;
+}
+
+/* rows LO..HI: y = x / sqrt(mean(x^2) + eps) * w, in double, rounded once */
+static void rms_norm_part(void *arg, int64_t lo, int64_t hi)
+{
+    const norm_job *j = arg;
+    int64_t d = j->d;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *restrict xr = j->x + r * d;
+        float *restrict yr = j->y + r * d;
+        double rstd = 1.0 / sqrt(row_sum(xr, d, 0.0, 1) / (double)d + (double)j->eps);
+        if (j->w)
+            for (int64_t i = 0; i < d; i++)
+                yr[i] = (float)((double)xr[i] * rstd * j->w[i]);
+        else
+            for (int64_t i = 0; i < d; i++)
+                yr[i] = (float)((double)xr[i] * rstd);
+    }
+}
+
+static int cpu_rms_norm(ckpt_backend *b, const float *x, const float *w, float *y, int64_t rows,
+                        int64_t d, float eps)
+{
+    norm_job j = {.x = x, .w = w, .y = y, .d = d, .eps = eps};
+    int64_t per = 3 * d;
+    par_for(b->impl, rows, per > 0 ? (PAR_GRAIN + per - 1) / per : 1, rms_norm_part, &j);
+    return CKPT_OK;
+}
+
+typedef struct embed_job {
+    const float *ids, *w;
+    float *y;
+    int64_t d;
+} embed_job;
+
+static void embedding_part(void *arg, int64_t lo, int64_t hi)
+{
+    const embed_job *j = arg;
+    for (int64_t i = lo; i < hi; i++)
+        memcpy(j->y + i * j->d, j->w + (int64_t)j->ids[i] * j->d, (size_t)j->d * sizeof(float));
+}
+
+static int cpu_embedding(ckpt_backend *b, const float *ids, const float *w, float *y, int64_t n,
+                         int64_t vocab, int64_t d)
+{
+    /* every id checked before any row is written (NaN fails the first test) */
+    for (int64_t i = 0; i < n; i++) {
+        float v = ids[i];
+        if (!(v >= 0.0f) || (double)v >= (double)vocab || v != floorf(v))
+            return ckpt_backend_fail(b, CKPT_ERR_USAGE,
+                                     "token id %.9g is out of range for an embedding of %lld rows",
+                                     (double)v, (long long)vocab);
+    }
+    embed_job j = {.ids = ids, .w = w, .y = y, .d = d};
+    par_for(b->impl, n, d > 0 ? (4 * PAR_GRAIN + d - 1) / d : 1, embedding_part, &j);
+    return CKPT_OK;
+}
+
+/* One product C [m, n] (ldc) = A B of raw operands (cpu_gemm_operand) on
+ * the calling thread, in slot S's scratch: the own kernel's tasks in turn
+ * (the same bits as on many threads: cpu_gemm.h) or the plain loop, B
+ * then being row-major [k, n] at BM (ldb). */
+static void product_alone(cpu_impl *c, unsigned s, int64_t m, int64_t n, int64_t k,
+                          cpu_gemm_operand a, cpu_gemm_operand bo, const float *bm, int64_t ldb,
+                          float *cm, int64_t ldc)
+{
+    if (c->gk) {
+        cpu_gemm_call call = {.m = m, .n = n, .k = k, .a = a, .b = bo, .c = cm, .ldc = ldc};
+        int64_t tasks = cpu_gemm_plan(c->gk, &call, 1);
+        for (int64_t t = 0; t < tasks; t++)
+            cpu_gemm_task(c->gk, &call, t, c->gscratch[s]);
+    } else
+        gemm_plain(0, m, n, k, a.raw, a.rs, bm, ldb, cm, ldc);
+}
+
+typedef struct matmul_job {
+    cpu_impl *c;
+    const float *a, *x;
+    float *y;
+    int64_t m, k, n, a_stride, x_stride;
+} matmul_job;
+
+/* products LO..HI, each whole on this thread */
+static void matmul_part(void *arg, int64_t lo, int64_t hi)
+{
+    const matmul_job *j = arg;
+    unsigned s = slot_take(j->c);
+    for (int64_t t = lo; t < hi; t++) {
+        const float *at = j->a + t * j->a_stride, *xt = j->x + t * j->x_stride;
+        product_alone(j->c, s, j->m, j->n, j->k, (cpu_gemm_operand){.raw = at, .rs = j->k, .cs = 1},
+                      (cpu_gemm_operand){.raw = xt, .rs = 1, .cs = j->n}, xt, j->n,
+                      j->y + t * j->m * j->n, j->n);
+    }
+    slot_give(j->c, s);
+}
+
+/* A batch of products on the path linear takes (the own kernel, else
+ * OpenBLAS, else the plain loops).  An operand is kept packed only when it
+ * lies in a range last written by upload(): any other may be an op's
+ * output, whose contents change without an upload.  A batch of small
+ * products runs one product a thread. */
+static int cpu_matmul(ckpt_backend *b, const float *a, const float *x, float *y, int64_t batch,
+                      int64_t m, int64_t k, int64_t n, int64_t a_stride, int64_t x_stride)
+{
+    cpu_impl *c = b->impl;
+    if (batch <= 0 || m <= 0 || n <= 0)
+        return CKPT_OK;
+    /* the same X for every product of a contiguous A: one product of batch
+     * * m rows (every path computes an element alone from its row and
+     * column, so the same values) */
+    if (batch > 1 && x_stride == 0 && a_stride == m * k) {
+        m *= batch;
+        batch = 1;
+    }
+    double madds = (double)m * (double)n * (double)k;
+    int rc;
+    if (batch > 1 && c->thr.n > 1 && (c->gk || !c->sgemm) && (c->grain || madds < GEMM_ALONE)) {
+        if (c->gk && (rc = gemm_scratch_ready(b)) != CKPT_OK)
+            return rc;
+        matmul_job j = {.c = c, .a = a, .x = x, .y = y, .m = m, .k = k, .n = n,
+                        .a_stride = a_stride, .x_stride = x_stride};
+        par_for(c, batch, madds >= PAR_GRAIN ? 1 : (int64_t)(PAR_GRAIN / (madds + 1)) + 1,
+                matmul_part, &j);
+        return CKPT_OK;
+    }
+    /* an operand that is one matrix in a range last written by upload() (a
+     * parameter: GPT-2's Conv1D weight) packed once, kept as linear's are */
+    const float *ap = NULL, *xp = NULL;
+    if (c->gk && (batch == 1 || a_stride == 0) && uploaded(c, a, (size_t)(m * k)) &&
+        !(ap = weight_packed(c, a, CPU_GEMM_A, m, k, k, 1)))
+        return nomem(b);
+    if (c->gk && (batch == 1 || x_stride == 0) && uploaded(c, x, (size_t)(k * n)) &&
+        !(xp = weight_packed(c, x, CPU_GEMM_B, n, k, 1, n)))
+        return nomem(b);
+    for (int64_t t = 0; t < batch; t++) {
+        const float *at = a + t * a_stride, *xt = x + t * x_stride;
+        float *yt = y + t * m * n;
+        if (c->gk) {
+            cpu_gemm_call call = {.m = m, .n = n, .k = k, .a = {.raw = at, .rs = k, .cs = 1},
+                                  .b = {.raw = xt, .rs = 1, .cs = n}, .c = yt, .ldc = n};
+            if (ap)
+                call.a = (cpu_gemm_operand){.packed = ap};
+            if (xp)
+                call.b = (cpu_gemm_operand){.packed = xp};
+            if ((rc = gemm_run(b, &call)) != CKPT_OK)
+                return rc;
+        } else if (c->sgemm && m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && k > 0)
+            c->sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)m, (int)n, (int)k,
+                     1.0f, at, (int)k, xt, (int)n, 0.0f, yt, (int)n);
+        else
+            gemm_plain_par(c, 0, m, n, k, at, k, xt, n, yt, n);
+    }
+    return CKPT_OK;
+}
+
+/* Query rows of one attention task: its scores, ATT_QBLK x kv_len, stay in
+ * the thread's buffer */
+#define ATT_QBLK 64
+
+typedef struct attn_job {
+    cpu_impl *c;
+    const float *q, *k, *v, *mask;
+    float *y;
+    const float *kt; /* the plain loops' K transposed, [batch * kv_heads][head_dim][kv_len] */
+    const ckpt_attn_geom *g;
+    int64_t qblocks;
+} attn_job;
+
+/* Row I's scores SC (LEN of them, key J0 first) made probabilities in
+ * place: scaled, masked (MASK's row, stride MS), causal keys past I at
+ * -infinity, then torch's softmax (max subtracted, float sum in ascending
+ * order, each divided by it).  A row whose every key is masked gives zeros:
+ * torch 2.15's CPU kernel does (F.scaled_dot_product_attention with a row
+ * of -inf, a float or a bool mask, on every path), not NaN. */
+VEC_MATH
+static void attn_softmax_row(float *restrict sc, int64_t len, float scale, const float *mrow,
+                             int64_t ms, int causal, int64_t i)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < len; j++) {
+        float s = sc[j] * scale;
+        if (mrow)
+            s += mrow[j * ms];
+        if (causal && j > i)
+            s = -INFINITY;
+        sc[j] = s;
+        if (s > mx || isnan(s))
+            mx = s;
+    }
+    if (mx == -INFINITY) {
+        for (int64_t j = 0; j < len; j++)
+            sc[j] = 0.0f;
+        return;
+    }
+    for (int64_t j = 0; j < len; j++) /* (apart from the sum: it vectorizes) */
+        sc[j] = exp_vec(sc[j] - mx);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < len; j++)
+        sum += sc[j];
+    for (int64_t j = 0; j < len; j++)
+        sc[j] /= sum;
+}
+
+/* Tasks LO..HI: task it is query block it % qblocks of (batch, head) it /
+ * qblocks.  Scores q k^T and then p v as products on this thread; with
+ * CAUSAL, keys past the block's last row are left out of both (their
+ * probabilities are 0: the sums are the same). */
+static void attention_part(void *arg, int64_t lo, int64_t hi)
+{
+    const attn_job *j = arg;
+    const ckpt_attn_geom *g = j->g;
+    cpu_impl *c = j->c;
+    int64_t e = g->head_dim, dv = g->v_dim, kv = g->kv_len, group = g->heads / g->kv_heads;
+    unsigned s = slot_take(c);
+    float *sc = c->cbuf[s];
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t bh = it / j->qblocks, r0 = it % j->qblocks * ATT_QBLK;
+        int64_t n = bh / g->heads, h = bh % g->heads, kvh = n * g->kv_heads + h / group;
+        int64_t rows = g->q_len - r0 < ATT_QBLK ? g->q_len - r0 : ATT_QBLK;
+        int64_t len = g->causal && r0 + rows < kv ? r0 + rows : kv;
+        const float *qp = j->q + (bh * g->q_len + r0) * e, *kp = j->k + kvh * kv * e;
+        const float *vp = j->v + kvh * kv * dv;
+        float *yp = j->y + (bh * g->q_len + r0) * dv;
+        if (len == 0) { /* no keys: nothing is seen */
+            memset(yp, 0, (size_t)(rows * dv) * sizeof(float));
+            continue;
+        }
+        product_alone(c, s, rows, len, e, (cpu_gemm_operand){.raw = qp, .rs = e, .cs = 1},
+                      (cpu_gemm_operand){.raw = kp, .rs = e, .cs = 1},
+                      j->kt ? j->kt + kvh * e * kv : NULL, kv, sc, len);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t i = r0 + r;
+            const float *mrow = j->mask ? j->mask + n * g->mask_strides[0] +
+                                              h * g->mask_strides[1] + i * g->mask_strides[2]
+                                        : NULL;
+            attn_softmax_row(sc + r * len, len, (float)g->scale, mrow, g->mask_strides[3],
+                             g->causal, i);
+        }
+        product_alone(c, s, rows, dv, len, (cpu_gemm_operand){.raw = sc, .rs = len, .cs = 1},
+                      (cpu_gemm_operand){.raw = vp, .rs = 1, .cs = dv}, vp, dv, yp, dv);
+    }
+    slot_give(c, s);
+}
+
+typedef struct kt_job {
+    const float *k;
+    float *kt;
+    int64_t kv, e;
+} kt_job;
+
+/* K's heads LO..HI transposed, [kv_len, head_dim] -> [head_dim, kv_len] */
+static void kt_part(void *arg, int64_t lo, int64_t hi)
+{
+    const kt_job *j = arg;
+    for (int64_t hh = lo; hh < hi; hh++) {
+        const float *src = j->k + hh * j->kv * j->e;
+        float *dst = j->kt + hh * j->kv * j->e;
+        for (int64_t r = 0; r < j->kv; r++)
+            for (int64_t p = 0; p < j->e; p++)
+                dst[p * j->kv + r] = src[r * j->e + p];
+    }
+}
+
+/* The products on the own kernel when the backend uses it, else on the
+ * plain loops (K transposed once for them): OpenBLAS is not called from the
+ * pool's threads, and its own threads would each take a product far too
+ * small to share (tens of thousands of multiply-adds). */
+static int cpu_attention(ckpt_backend *b, const float *q, const float *k, const float *v,
+                         const float *mask, float *y, const ckpt_attn_geom *g)
+{
+    cpu_impl *c = b->impl;
+    if (g->kv_heads <= 0 || g->heads % g->kv_heads)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE,
+                                 "%lld query heads cannot share %lld key-value heads",
+                                 (long long)g->heads, (long long)g->kv_heads);
+    if (g->batch <= 0 || g->heads <= 0 || g->q_len <= 0 || g->v_dim <= 0)
+        return CKPT_OK;
+    int rc = c->gk ? gemm_scratch_ready(b) : CKPT_OK;
+    if (rc == CKPT_OK)
+        rc = slot_bufs_ready(b, (size_t)(ATT_QBLK * (g->kv_len > 0 ? g->kv_len : 1)));
+    if (rc != CKPT_OK)
+        return rc;
+    attn_job j = {.c = c, .q = q, .k = k, .v = v, .mask = mask, .y = y, .g = g,
+                  .qblocks = (g->q_len + ATT_QBLK - 1) / ATT_QBLK};
+    if (!c->gk) {
+        int64_t nh = g->batch * g->kv_heads;
+        float *kt = scratch(c, (size_t)(nh * g->kv_len * g->head_dim));
+        if (!kt)
+            return nomem(b);
+        kt_job t = {.k = k, .kt = kt, .kv = g->kv_len, .e = g->head_dim};
+        int64_t per = g->kv_len * g->head_dim;
+        par_for(c, nh, per > 0 ? (PAR_GRAIN + per - 1) / per : 1, kt_part, &t);
+        j.kt = kt;
+    }
+    double per = (double)ATT_QBLK * (double)g->kv_len * (double)(g->head_dim + g->v_dim + 8);
+    int64_t grain = per >= PAR_GRAIN ? 1 : (int64_t)(PAR_GRAIN / per) + 1;
+    par_for(c, g->batch * g->heads * j.qblocks, grain, attention_part, &j);
+    return CKPT_OK;
+}
+
 static int cpu_synchronize(ckpt_backend *b)
 {
     (void)b;
@@ -1566,6 +2419,15 @@ static const ckpt_backend_ops CPU_OPS = {
     .lstm_cell = cpu_lstm_cell,
     .synchronize = cpu_synchronize,
     .conv2d_fused = cpu_conv2d_fused,
+    .unary = cpu_unary,
+    .binary = cpu_binary,
+    .strided_copy = cpu_strided_copy,
+    .reduce = cpu_reduce,
+    .layer_norm = cpu_layer_norm,
+    .rms_norm = cpu_rms_norm,
+    .embedding = cpu_embedding,
+    .matmul = cpu_matmul,
+    .attention = cpu_attention,
 };
 
 /* OpenBLAS, when present: found by soname at run time. */

@@ -79,6 +79,8 @@ void rt_model_clear(ckpt_model *m)
     free(m->klass);
     free(m->description);
     free(m->input_shapes);
+    free(m->input_int);
+    free(m->input_high);
     for (size_t i = 0; i < m->nvalues; i++)
         free(m->value_names[i]);
     free(m->value_names);
@@ -88,6 +90,7 @@ void rt_model_clear(ckpt_model *m)
             free(m->nodes[i].prior->boxes);
         free(m->nodes[i].prior);
         free(m->nodes[i].lstm_param);
+        free(m->nodes[i].values);
     }
     free(m->nodes);
     free(m->outputs);
@@ -123,6 +126,41 @@ int ckpt_model_input_shape(const ckpt_model *m, size_t i, int64_t *shape)
     memcpy(shape, m->input_shapes[i].d, sizeof(int64_t) * (size_t)m->input_shapes[i].ndim);
     return m->input_shapes[i].ndim;
 }
+int64_t rt_input_high(const ckpt_model *m, size_t i)
+{
+    if (i >= m->ninputs || !m->input_int)
+        return 0;
+    if (m->input_high[i])
+        return m->input_high[i];
+    /* the ids reach the embedding as they are or through ops that only
+     * move them (a view, a slice, a transpose) */
+    unsigned char *ids = calloc(m->nvalues ? m->nvalues : 1, 1);
+    int64_t high = 0;
+    if (!ids)
+        return 0;
+    ids[i] = 1;
+    for (size_t k = 0; k < m->nnodes && !high; k++) {
+        const rt_node *n = &m->nodes[k];
+        if (!n->ninputs || !ids[n->inputs[0]])
+            continue;
+        switch (n->op) {
+        case RT_EMBEDDING: {
+            const rt_shape *w = &m->params[n->param[RT_P_WEIGHT]].shape;
+            high = m->bound && w->ndim == 2 ? w->d[0] : 0;
+            break;
+        }
+        case RT_RESHAPE: case RT_FLATTEN: case RT_SQUEEZE: case RT_UNSQUEEZE:
+        case RT_IDENTITY: case RT_DROPOUT: case RT_PERMUTE: case RT_TRANSPOSE:
+        case RT_SLICE: case RT_SELECT: case RT_EXPAND:
+            ids[n->output] = 1;
+            break;
+        default:
+            break;
+        }
+    }
+    free(ids);
+    return high;
+}
 size_t ckpt_model_output_count(const ckpt_model *m) { return m->noutputs; }
 const char *ckpt_model_output_name(const ckpt_model *m, size_t i)
 {
@@ -132,4 +170,11 @@ size_t ckpt_model_param_count(const ckpt_model *m) { return m->nparams; }
 const char *ckpt_model_param_key(const ckpt_model *m, size_t i)
 {
     return i < m->nparams ? m->params[i].key : NULL;
+}
+
+int64_t ckpt_model_input_id_limit(const ckpt_model *m, size_t i)
+{
+    if (!m || i >= m->ninputs || !m->input_int || !m->input_int[i])
+        return -1;
+    return rt_input_high(m, i);
 }

@@ -81,8 +81,8 @@ static int readers_of(const ckpt_model *m, int v, int *only)
  * norm) is the value whose buffer its output shares, -1 elsewhere.  Each
  * value is what the ops one by one give.
  */
-static void fuse_plan(const ckpt_model *m, const ckpt_backend *b, const int *fold, int *res,
-                      unsigned char *relu, int *view)
+static void fuse_plan(const ckpt_model *m, const ckpt_backend *b, const rt_shape *shape,
+                      const int *fold, int *res, unsigned char *relu, int *view)
 {
     for (size_t i = 0; i < m->nnodes; i++) {
         res[i] = -1;
@@ -104,7 +104,7 @@ static void fuse_plan(const ckpt_model *m, const ckpt_backend *b, const int *fol
             int made = other < (int)m->ninputs;
             for (size_t p = 0; p < i && !made; p++)
                 made = m->nodes[p].output == other;
-            if (other == end || !made)
+            if (other == end || !made || !rt_shape_equal(&shape[other], &shape[end]))
                 continue;
             res[i] = other;
             view[k] = end;
@@ -355,6 +355,325 @@ out:
     return rc;
 }
 
+/* A number of the spec as float32, rounded to nearest (out of range: an
+ * infinity, as torch's float32 arithmetic gives; a plain cast would be
+ * undefined). */
+static float to_f32(double v)
+{
+    const double top = 3.4028235677973366e38; /* FLT_MAX plus half its ulp */
+    return v >= top ? INFINITY : v <= -top ? -INFINITY : (float)v;
+}
+
+/* A backend may lack an op (a CUDA module built before it): say which. */
+static int missing(ckpt_backend *b, const rt_node *n)
+{
+    return ckpt_backend_fail(b, CKPT_ERR_UNSUPPORTED, "op %s is not available on %s", n->opname,
+                             b->device);
+}
+
+/* The contiguous strides of S (elements) into ST. */
+static void contiguous_strides(const rt_shape *s, int64_t *st)
+{
+    int64_t k = 1;
+    for (int i = s->ndim - 1; i >= 0; i--) {
+        st[i] = k;
+        k *= s->d[i];
+    }
+}
+
+/* y = x[offset + sum i_d * strides[d]] over Y's shape; a 0-dim y is one
+ * element. */
+static int strided(run *r, const rt_node *n, const float *xp, int64_t offset, float *yp,
+                   const rt_shape *y, const int64_t *strides)
+{
+    ckpt_backend *b = r->b;
+    static const int64_t one = 1, zero = 0;
+    if (!b->ops->strided_copy)
+        return missing(b, n);
+    if (!rt_shape_numel(y))
+        return CKPT_OK;
+    if (!y->ndim)
+        return b->ops->strided_copy(b, xp, offset, yp, 1, &one, &zero);
+    return b->ops->strided_copy(b, xp, offset, yp, y->ndim, y->d, strides);
+}
+
+/* add (broadcasting), sub, mul, div of two inputs. */
+static int exec_binary(run *r, const rt_node *n, float *yp)
+{
+    ckpt_backend *b = r->b;
+    const rt_shape *y = &r->shape[n->output];
+    rt_shape ys = *y;
+    int64_t as[CKPT_MAX_DIMS], xs[CKPT_MAX_DIMS];
+    if (!b->ops->binary)
+        return missing(b, n);
+    if (!rt_shape_numel(y))
+        return CKPT_OK;
+    if (!ys.ndim) { /* two 0-dim values */
+        ys.ndim = 1;
+        ys.d[0] = 1;
+    }
+    rt_broadcast_strides(&r->shape[n->inputs[0]], &ys, as);
+    rt_broadcast_strides(&r->shape[n->inputs[1]], &ys, xs);
+    return b->ops->binary(b, n->kind, val(r, n->inputs[0]), val(r, n->inputs[1]), yp, ys.ndim,
+                          ys.d, as, xs);
+}
+
+/* Whether an operand read with strides ST (in matrices) over the batch
+ * dimensions [from, nb) of Y is the same matrix throughout (*ZERO) or one
+ * per batch entry, laid out as Y's. */
+static int batch_run(const rt_shape *y, int nb, int from, const int64_t *st, int *zero)
+{
+    int all_zero = 1, dense = 1;
+    int64_t k = 1;
+    for (int d = nb - 1; d >= from; d--) {
+        if (y->d[d] != 1) {
+            all_zero &= st[d] == 0;
+            dense &= st[d] == k;
+        }
+        k *= y->d[d];
+    }
+    *zero = all_zero;
+    return all_zero || dense;
+}
+
+/* torch.matmul, [..., m, k] @ [..., k, n], batch dimensions broadcast: the
+ * innermost batch dimensions along which each operand is either one matrix
+ * or one per entry go to the backend in one call, the rest in a loop. */
+static int exec_matmul(run *r, const rt_node *n, const rt_shape *a, const float *ap,
+                       const rt_shape *x, const float *xp, const rt_shape *y, float *yp)
+{
+    ckpt_backend *b = r->b;
+    if (!b->ops->matmul)
+        return missing(b, n);
+    int nb = y->ndim - 2;
+    int64_t m = a->d[a->ndim - 2], k = a->d[a->ndim - 1], nn = x->d[x->ndim - 1];
+    rt_shape ab = *a, xb = *x, yb = *y;
+    ab.ndim -= 2;
+    xb.ndim -= 2;
+    yb.ndim = nb;
+    int64_t as[CKPT_MAX_DIMS], xs[CKPT_MAX_DIMS];
+    rt_broadcast_strides(&ab, &yb, as);
+    rt_broadcast_strides(&xb, &yb, xs);
+    int split = 0, a0 = 1, x0 = 1;
+    while (split < nb && !(batch_run(&yb, nb, split, as, &a0) && batch_run(&yb, nb, split, xs, &x0)))
+        split++;
+    if (split == nb)
+        a0 = x0 = 1;
+    int64_t inner = prod(&yb, split, nb), outer = prod(&yb, 0, split);
+    if (!inner || !outer || !m || !nn)
+        return CKPT_OK;
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t rest = o, aoff = 0, xoff = 0;
+        for (int d = split - 1; d >= 0; d--) {
+            int64_t c = rest % yb.d[d];
+            rest /= yb.d[d];
+            aoff += c * as[d];
+            xoff += c * xs[d];
+        }
+        int rc = b->ops->matmul(b, ap + aoff * m * k, xp + xoff * k * nn, yp + o * inner * m * nn,
+                                inner, m, k, nn, a0 ? 0 : m * k, x0 ? 0 : k * nn);
+        if (rc != CKPT_OK)
+            return rc;
+    }
+    return CKPT_OK;
+}
+
+/* mean / sum: each run of adjacent reduced dimensions in one reduce(), the
+ * last run first (a mean of means is the mean), into temporaries until the
+ * last. */
+static int exec_reduce(run *r, const rt_node *n, const rt_shape *x, const float *xp, float *yp)
+{
+    ckpt_backend *b = r->b;
+    unsigned mask;
+    if (!b->ops->reduce)
+        return missing(b, n);
+    rt_reduce_mask(n, x, &mask);
+    int64_t count = rt_shape_numel(&r->shape[n->output]);
+    if (!mask) {
+        if (!count)
+            return CKPT_OK;
+        return b->ops->copy_rows(b, xp, count, yp, count, 1, count);
+    }
+    rt_shape cur = *x;
+    const float *src = xp;
+    float *tmp = NULL;
+    int rc = CKPT_OK;
+    for (int hi = x->ndim - 1; hi >= 0 && rc == CKPT_OK;) {
+        if (!(mask & (1u << hi))) {
+            hi--;
+            continue;
+        }
+        int lo = hi;
+        while (lo > 0 && (mask & (1u << (lo - 1))))
+            lo--;
+        unsigned below = lo ? mask & ((1u << lo) - 1) : 0;
+        int64_t outer = prod(&cur, 0, lo), dim = prod(&cur, lo, hi + 1),
+                inner = prod(&cur, hi + 1, cur.ndim);
+        float *dst = yp;
+        if (below && (rc = b->ops->alloc(b, (size_t)(outer * inner), &dst)) != CKPT_OK)
+            break;
+        if (outer && inner)
+            rc = b->ops->reduce(b, n->kind, src, dst, outer, dim, inner);
+        if (tmp)
+            b->ops->release(b, tmp);
+        tmp = dst == yp ? NULL : dst;
+        src = dst;
+        for (int d = lo; d <= hi; d++)
+            cur.d[d] = 1;
+        hi = lo - 1;
+    }
+    if (tmp)
+        b->ops->release(b, tmp);
+    return rc;
+}
+
+/* scaled_dot_product_attention (ckpt_attn_geom). */
+static int exec_sdpa(run *r, const rt_node *n, float *yp)
+{
+    ckpt_backend *b = r->b;
+    const rt_shape *q = &r->shape[n->inputs[0]], *k = &r->shape[n->inputs[1]],
+                   *v = &r->shape[n->inputs[2]];
+    if (!b->ops->attention)
+        return missing(b, n);
+    int nd = q->ndim;
+    ckpt_attn_geom g;
+    memset(&g, 0, sizeof g);
+    g.batch = q->d[0];
+    g.heads = nd == 4 ? q->d[1] : 1;
+    g.kv_heads = nd == 4 ? k->d[1] : 1;
+    g.q_len = q->d[nd - 2];
+    g.kv_len = k->d[nd - 2];
+    g.head_dim = q->d[nd - 1];
+    g.v_dim = v->d[nd - 1];
+    /* torch's default: 1 / sqrt(E), in double */
+    g.scale = n->has_scalar ? n->scalar : 1.0 / sqrt((double)g.head_dim);
+    g.causal = n->causal;
+    const float *mask = NULL;
+    if (n->ninputs == 4) {
+        rt_shape full = {.ndim = 4, .d = {g.batch, g.heads, g.q_len, g.kv_len}};
+        if (nd == 3) { /* [B, L, S]: one head */
+            rt_shape f3 = {.ndim = 3, .d = {g.batch, g.q_len, g.kv_len}};
+            int64_t s3[3];
+            rt_broadcast_strides(&r->shape[n->inputs[3]], &f3, s3);
+            g.mask_strides[0] = s3[0];
+            g.mask_strides[1] = 0;
+            g.mask_strides[2] = s3[1];
+            g.mask_strides[3] = s3[2];
+        } else {
+            rt_broadcast_strides(&r->shape[n->inputs[3]], &full, g.mask_strides);
+        }
+        mask = val(r, n->inputs[3]);
+    }
+    if (!rt_shape_numel(&r->shape[n->output]))
+        return CKPT_OK;
+    return b->ops->attention(b, val(r, n->inputs[0]), val(r, n->inputs[1]),
+                             val(r, n->inputs[2]), mask, yp, &g);
+}
+
+/* The transformer ops (doc/design.md, "Model specs"). */
+static int exec_transformer(run *r, const rt_node *n, float *yp)
+{
+    ckpt_backend *b = r->b;
+    const rt_shape *x = n->ninputs ? &r->shape[n->inputs[0]] : NULL, *y = &r->shape[n->output];
+    const float *xp = n->ninputs ? val(r, n->inputs[0]) : NULL;
+    float *w = n->param[RT_P_WEIGHT] >= 0 ? r->params[n->param[RT_P_WEIGHT]] : NULL;
+    float *bias = n->param[RT_P_BIAS] >= 0 ? r->params[n->param[RT_P_BIAS]] : NULL;
+    const rt_shape *ws = n->param[RT_P_WEIGHT] >= 0 ? &r->m->params[n->param[RT_P_WEIGHT]].shape
+                                                    : NULL;
+    int64_t count = rt_shape_numel(y), st[CKPT_MAX_DIMS], d;
+    switch (n->op) {
+    case RT_UNARY:
+        if (!b->ops->unary)
+            return missing(b, n);
+        return count ? b->ops->unary(b, n->kind, xp, yp, (size_t)count, to_f32(n->scalar))
+                     : CKPT_OK;
+    case RT_BINARY:
+        return exec_binary(r, n, yp);
+    case RT_TRANSPOSE: {
+        int perm[CKPT_MAX_DIMS];
+        int64_t d0 = n->dim0 < 0 ? n->dim0 + x->ndim : n->dim0;
+        int64_t d1 = n->dim1 < 0 ? n->dim1 + x->ndim : n->dim1;
+        for (int i = 0; i < x->ndim; i++)
+            perm[i] = i == d0 ? (int)d1 : i == d1 ? (int)d0 : i;
+        if (!count)
+            return CKPT_OK;
+        return b->ops->permute(b, xp, yp, x->ndim, x->d, perm);
+    }
+    case RT_SLICE: {
+        int64_t start, len;
+        d = n->dim < 0 ? n->dim + x->ndim : n->dim;
+        rt_slice_bounds(n, x->d[d], &start, &len);
+        contiguous_strides(x, st);
+        int64_t off = start * st[d];
+        st[d] *= n->step;
+        return strided(r, n, xp, off, yp, y, st);
+    }
+    case RT_SELECT: {
+        int64_t xs[CKPT_MAX_DIMS];
+        d = n->dim < 0 ? n->dim + x->ndim : n->dim;
+        contiguous_strides(x, xs);
+        int64_t idx = n->sel_index < 0 ? n->sel_index + x->d[d] : n->sel_index;
+        for (int i = 0, j = 0; i < x->ndim; i++)
+            if (i != d)
+                st[j++] = xs[i];
+        return strided(r, n, xp, idx * xs[d], yp, y, st);
+    }
+    case RT_EXPAND:
+        rt_broadcast_strides(x, y, st);
+        return strided(r, n, xp, 0, yp, y, st);
+    case RT_REDUCE:
+        return exec_reduce(r, n, x, xp, yp);
+    case RT_LAYER_NORM:
+    case RT_RMS_NORM: {
+        int64_t dn = 1;
+        for (int i = 0; i < n->nlist; i++)
+            dn *= n->list[i];
+        if (n->op == RT_LAYER_NORM ? !b->ops->layer_norm : !b->ops->rms_norm)
+            return missing(b, n);
+        if (!count)
+            return CKPT_OK;
+        if (n->op == RT_LAYER_NORM)
+            return b->ops->layer_norm(b, xp, w, bias, yp, count / dn, dn, (float)n->eps);
+        return b->ops->rms_norm(b, xp, w, yp, count / dn, dn, (float)n->eps);
+    }
+    case RT_EMBEDDING:
+        if (!b->ops->embedding)
+            return missing(b, n);
+        return count ? b->ops->embedding(b, xp, w, yp, rt_shape_numel(x), ws->d[0], ws->d[1])
+                     : CKPT_OK;
+    case RT_MATMUL:
+        return exec_matmul(r, n, x, xp, &r->shape[n->inputs[1]], val(r, n->inputs[1]), y, yp);
+    case RT_ADDMM: {
+        /* GPT-2's Conv1D: x @ W[in, out], then + bias along the last dim */
+        if (!b->ops->matmul || !b->ops->binary)
+            return missing(b, n);
+        int64_t rows = prod(x, 0, x->ndim - 1), in = x->d[x->ndim - 1], out = ws->d[1];
+        float *tmp;
+        if (!count)
+            return CKPT_OK;
+        int rc = b->ops->alloc(b, (size_t)count, &tmp);
+        if (rc != CKPT_OK)
+            return rc;
+        rc = b->ops->matmul(b, xp, w, tmp, 1, rows, in, out, 0, 0);
+        if (rc == CKPT_OK) {
+            int64_t shape[2] = {rows, out}, ts[2] = {out, 1}, bs[2] = {0, 1};
+            rc = b->ops->binary(b, CKPT_B_ADD, tmp, bias, yp, 2, shape, ts, bs);
+        }
+        b->ops->release(b, tmp);
+        return rc;
+    }
+    case RT_SDPA:
+        return exec_sdpa(r, n, yp);
+    case RT_PARAMETER:
+        return count ? b->ops->copy_rows(b, w, count, yp, count, 1, count) : CKPT_OK;
+    case RT_CONSTANT:
+        return count ? b->ops->upload(b, yp, n->values, (size_t)count) : CKPT_OK;
+    default:
+        return ckpt_backend_fail(b, CKPT_ERR_UNSUPPORTED, "op %s is not implemented",
+                                 n->opname);
+    }
+}
+
 static int exec_node(run *r, size_t ni)
 {
     ckpt_backend *b = r->b;
@@ -369,7 +688,8 @@ static int exec_node(run *r, size_t ni)
         bias = r->params[r->m->nparams + 2 * ni + 1];
     }
     if (n->op == RT_FLATTEN || n->op == RT_RESHAPE || n->op == RT_SQUEEZE ||
-        n->op == RT_UNSQUEEZE || n->op == RT_DROPOUT || r->view[ni] >= 0) {
+        n->op == RT_UNSQUEEZE || n->op == RT_DROPOUT || n->op == RT_IDENTITY ||
+        r->view[ni] >= 0) {
         /* a view: same buffer, new shape (a folded batch norm, a fused add
          * or relu: the conv did it) */
         int bi = r->buf[r->view[ni] >= 0 ? r->view[ni] : n->inputs[0]];
@@ -410,7 +730,10 @@ static int exec_node(run *r, size_t ni)
                                   r->params[n->param[RT_P_VAR]], w, bias, yp, x->d[0], x->d[1],
                                   prod(x, 2, x->ndim), (float)n->eps);
     case RT_ADD:
-        return b->ops->add(b, xp, val(r, n->inputs[1]), yp, count);
+        /* the residual add of two values of one shape, else broadcasting */
+        if (rt_shape_equal(x, y) && rt_shape_equal(&r->shape[n->inputs[1]], y))
+            return b->ops->add(b, xp, val(r, n->inputs[1]), yp, count);
+        return exec_binary(r, n, yp);
     case RT_ADAPTIVE_AVG_POOL2D: {
         ckpt_pool_geom g;
         rt_pool_geom(n, x, y, &g);
@@ -462,8 +785,7 @@ static int exec_node(run *r, size_t ni)
         return CKPT_OK;
     }
     default:
-        return ckpt_backend_fail(b, CKPT_ERR_UNSUPPORTED, "op %s is not implemented",
-                                 n->opname);
+        return exec_transformer(r, n, yp);
     }
 }
 
@@ -549,7 +871,7 @@ int ckpt_model_run(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs, ckp
         goto out;
 
     fold_plan(m, r.fold);
-    fuse_plan(m, b, r.fold, r.res, r.relu, r.view);
+    fuse_plan(m, b, r.shape, r.fold, r.res, r.relu, r.view);
     if (!(r.params = upload_params(m, b, r.fold))) {
         rc = m->err_code;
         goto out;

@@ -15,7 +15,19 @@ typedef enum rt_op {
     RT_LINEAR, RT_CONV2D, RT_CONV_TRANSPOSE2D, RT_MAX_POOL2D, RT_RELU, RT_SIGMOID,
     RT_SOFTMAX, RT_FLATTEN, RT_RESHAPE, RT_PERMUTE, RT_CAT, RT_L2NORM, RT_PRIOR_BOX,
     RT_BATCH_NORM, RT_ADD, RT_ADAPTIVE_AVG_POOL2D, RT_DROPOUT, RT_SQUEEZE, RT_UNSQUEEZE,
-    RT_LSTM
+    RT_LSTM,
+    /* the transformer ops (doc/design.md, "Model specs") */
+    RT_UNARY,        /* kind: a ckpt_unary_kind, scalar its number */
+    RT_BINARY,       /* sub, mul, div of two inputs, broadcasting (add is RT_ADD) */
+    RT_TRANSPOSE, RT_SLICE, RT_SELECT, RT_EXPAND,
+    RT_IDENTITY,     /* contiguous, clone, alias: a view */
+    RT_REDUCE,       /* mean, sum; kind a ckpt_reduce_kind */
+    RT_LAYER_NORM, RT_RMS_NORM, RT_EMBEDDING,
+    RT_MATMUL,       /* matmul, bmm */
+    RT_ADDMM,        /* GPT-2's Conv1D: x @ W[in, out] + bias */
+    RT_SDPA,         /* scaled_dot_product_attention */
+    RT_PARAMETER,    /* a parameter (or buffer) used as a value */
+    RT_CONSTANT      /* values computed when the spec was made */
 } rt_op;
 
 #define RT_PRIOR_MAX_MAPS 16
@@ -57,9 +69,20 @@ typedef struct rt_node {
     int64_t stride[2], padding[2], dilation[2], output_padding[2], kernel[2];
     int has_kernel, ceil_mode;
     int64_t dim, start_dim, end_dim;
-    int nlist;                   /* reshape "shape" / permute "dims" */
+    int nlist;                   /* reshape "shape" / permute "dims" / expand "size" /
+                                  * mean, sum "dim" / the norms' "normalized_shape" /
+                                  * constant "shape" */
     int64_t list[CKPT_MAX_DIMS];
-    double eps;                  /* l2norm, batch_norm */
+    double eps;                  /* l2norm, batch_norm, layer_norm, rms_norm */
+    int kind;                    /* unary, binary, reduce: the backend's kind */
+    double scalar;               /* unary's number; sdpa's scale when has_scalar */
+    int has_scalar;
+    int64_t dim0, dim1;          /* transpose */
+    int64_t start, end, step;    /* slice (end clamped later, as Python does) */
+    int64_t sel_index;           /* select */
+    int keepdim, all_dims;       /* mean, sum (all_dims: no "dim" given) */
+    int causal, gqa;             /* scaled_dot_product_attention */
+    float *values;               /* constant: its values (owned), numel of list */
     int64_t out_size[2];         /* adaptive_avg_pool2d */
     rt_prior *prior;             /* prior_box (owned) */
     /* lstm: nn.LSTM's attributes, and its parameters found by torch's names
@@ -86,6 +109,8 @@ struct ckpt_model {
 
     size_t ninputs;
     rt_shape *input_shapes;      /* -1 marks the batch dimension */
+    unsigned char *input_int;    /* "dtype" int64/int32: integers carried as float32 */
+    int64_t *input_high;         /* "high" of an integer input, 0 when not given */
     size_t nvalues;              /* inputs are values 0..ninputs-1 */
     char **value_names;
     size_t nnodes;
@@ -134,6 +159,15 @@ void rt_model_clear_report(ckpt_model *m);
 void rt_device_release(ckpt_model *m, struct rt_device *d);
 void rt_model_release_device(ckpt_model *m);
 
+/* Integer inputs hold ids below this (float32 carries them exactly below
+ * 2^24). */
+#define RT_MAX_ID (INT64_C(1) << 24)
+
+/* Random ids for integer input I are drawn from [0, high): its "high", else
+ * the vocabulary of the first embedding reading it, directly or through ops
+ * that only move values (the bound weight's rows); 0 when neither says. */
+int64_t rt_input_high(const ckpt_model *m, size_t i);
+
 /* ---- shape.c: shape rules -------------------------------------------------- */
 
 /*
@@ -173,6 +207,17 @@ int64_t rt_shape_numel(const rt_shape *s);
 int rt_shape_equal(const rt_shape *a, const rt_shape *b);
 /* "[2, 3]" */
 const char *rt_shape_format(const rt_shape *s, char *buf, size_t cap);
+
+/* torch's broadcasting of A and B into OUT: 0, or -1 when they do not
+ * broadcast; the strides (elements, 0 where broadcast) with which a value of
+ * shape S is read over OUT. */
+int rt_broadcast(const rt_shape *a, const rt_shape *b, rt_shape *out);
+void rt_broadcast_strides(const rt_shape *s, const rt_shape *out, int64_t *strides);
+/* slice node N over a dimension of SIZE: its first index and length. */
+void rt_slice_bounds(const rt_node *n, int64_t size, int64_t *start, int64_t *len);
+/* The dimensions of X mean/sum node N reduces, as a bit mask; -1 when its
+ * "dim" does not fit X. */
+int rt_reduce_mask(const rt_node *n, const rt_shape *x, unsigned *mask);
 
 /* Geometry of conv / pool nodes for the backend, from an input shape. */
 void rt_conv_geom(const rt_node *n, const rt_shape *x, const rt_shape *w, const rt_shape *y,

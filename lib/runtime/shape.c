@@ -140,6 +140,289 @@ static int pool_rule(const rt_node *n, const rt_shape *x, rt_shape *out, char *e
     return 0;
 }
 
+/* torch's broadcasting (numpy's rules, aligned on the right) of A and B into
+ * OUT. */
+int rt_broadcast(const rt_shape *a, const rt_shape *b, rt_shape *out)
+{
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    out->ndim = nd;
+    for (int i = 0; i < nd; i++) {
+        int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
+        int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return -1;
+        out->d[i] = da == 1 ? db : da;
+    }
+    return 0;
+}
+
+/* The strides (in elements) with which a value of shape S is read over the
+ * broadcast shape OUT: 0 where it is broadcast. */
+void rt_broadcast_strides(const rt_shape *s, const rt_shape *out, int64_t *strides)
+{
+    int64_t st = 1;
+    for (int i = out->ndim - 1; i >= 0; i--) {
+        int is = i - (out->ndim - s->ndim);
+        if (is < 0 || s->d[is] == 1) {
+            strides[i] = 0;
+        } else {
+            strides[i] = st;
+        }
+        if (is >= 0)
+            st *= s->d[is];
+    }
+}
+
+/* torch.matmul of operands of 2 or more dimensions: [..., m, k] @ [..., k, n],
+ * the batch dimensions broadcast. */
+static int matmul_rule(const rt_node *n, const rt_shape *a, const rt_shape *b, rt_shape *out,
+                       char *err, size_t cap)
+{
+    char ab[96], bb[96];
+    int bmm = strcmp(n->opname, "bmm") == 0;
+    if (a->ndim < 2 || b->ndim < 2 || (bmm && (a->ndim != 3 || b->ndim != 3)))
+        return fail(err, cap, "expects %s, got %s and %s",
+                    bmm ? "two 3-D inputs [b, m, k] and [b, k, n]"
+                        : "inputs of 2 or more dimensions [..., m, k] and [..., k, n]",
+                    rt_shape_format(a, ab, sizeof ab), rt_shape_format(b, bb, sizeof bb));
+    rt_shape ba = *a, bbs = *b;
+    ba.ndim -= 2;
+    bbs.ndim -= 2;
+    if (a->d[a->ndim - 1] != b->d[b->ndim - 2] || rt_broadcast(&ba, &bbs, out) ||
+        (bmm && a->d[0] != b->d[0]))
+        return fail(err, cap, "cannot multiply %s by %s", rt_shape_format(a, ab, sizeof ab),
+                    rt_shape_format(b, bb, sizeof bb));
+    out->d[out->ndim++] = a->d[a->ndim - 2];
+    out->d[out->ndim++] = b->d[b->ndim - 1];
+    return 0;
+}
+
+/* scaled_dot_product_attention: q [B, H, L, E] (or [B, L, E]), k [B, Hk, S,
+ * E], v [B, Hk, S, Ev], mask broadcastable to [B, H, L, S]. */
+static int sdpa_rule(const rt_node *n, const rt_shape *const *in, rt_shape *out, char *err,
+                     size_t cap)
+{
+    const rt_shape *q = in[0], *k = in[1], *v = in[2];
+    char qb[96], kb[96], vb[96];
+    if ((q->ndim != 4 && q->ndim != 3) || k->ndim != q->ndim || v->ndim != q->ndim)
+        return fail(err, cap, "expects q, k, v of 4 dimensions [batch, heads, length, dim] "
+                    "(or 3), got %s, %s, %s", rt_shape_format(q, qb, sizeof qb),
+                    rt_shape_format(k, kb, sizeof kb), rt_shape_format(v, vb, sizeof vb));
+    int nd = q->ndim;
+    int64_t hq = nd == 4 ? q->d[1] : 1, hk = nd == 4 ? k->d[1] : 1, hv = nd == 4 ? v->d[1] : 1;
+    if (q->d[0] != k->d[0] || q->d[0] != v->d[0] || hk != hv ||
+        q->d[nd - 1] != k->d[nd - 1] || k->d[nd - 2] != v->d[nd - 2])
+        return fail(err, cap, "q %s, k %s and v %s do not fit together",
+                    rt_shape_format(q, qb, sizeof qb), rt_shape_format(k, kb, sizeof kb),
+                    rt_shape_format(v, vb, sizeof vb));
+    if (hk != hq) {
+        if (!n->gqa && hk != 1)
+            return fail(err, cap, "k and v have %lld heads, q %lld (grouped-query attention "
+                        "needs \"enable_gqa\": true)", (long long)hk, (long long)hq);
+        if (hq % hk)
+            return fail(err, cap, "q's %lld heads are not a multiple of k's and v's %lld",
+                        (long long)hq, (long long)hk);
+    }
+    if (n->ninputs == 4) {
+        /* [B, H, L, S], or [B, L, S] for 3-D q */
+        const rt_shape *mk = in[3];
+        rt_shape full = {.ndim = 4, .d = {q->d[0], hq, q->d[nd - 2], k->d[nd - 2]}}, bc;
+        if (nd == 3) {
+            full.ndim = 3;
+            full.d[1] = full.d[2];
+            full.d[2] = full.d[3];
+        }
+        if (mk->ndim > nd || rt_broadcast(mk, &full, &bc) || !rt_shape_equal(&bc, &full))
+            return fail(err, cap, "the mask %s does not broadcast to %s",
+                        rt_shape_format(mk, qb, sizeof qb), rt_shape_format(&full, kb, sizeof kb));
+    }
+    *out = *q;
+    out->d[nd - 1] = v->d[nd - 1];
+    return 0;
+}
+
+/* The dimensions mean/sum reduces, as a mask over X's. */
+int rt_reduce_mask(const rt_node *n, const rt_shape *x, unsigned *mask)
+{
+    *mask = 0;
+    if (n->all_dims) {
+        *mask = x->ndim ? (1u << x->ndim) - 1 : 0;
+        return 0;
+    }
+    for (int i = 0; i < n->nlist; i++) {
+        int64_t d;
+        if (norm_dim(n->list[i], x->ndim ? x->ndim : 1, &d) || (*mask & (1u << d)))
+            return -1;
+        *mask |= 1u << d;
+    }
+    if (!x->ndim)
+        *mask = 0; /* a 0-dim value: dim 0 / -1 is the value itself */
+    return 0;
+}
+
+/* The rules of the transformer ops. */
+static int transformer_rule(const rt_node *n, const rt_shape *const *in, const rt_shape *w,
+                            rt_shape *out, rt_shape *expect, char *err, size_t cap)
+{
+    const rt_shape *x = n->ninputs ? in[0] : NULL;
+    rt_shape *we = &expect[RT_P_WEIGHT], *be = &expect[RT_P_BIAS];
+    char sb[96], ob[96];
+    int64_t d;
+    switch (n->op) {
+    case RT_UNARY:
+    case RT_IDENTITY:
+        *out = *x;
+        return 0;
+    case RT_ADD:
+    case RT_BINARY:
+        if (rt_broadcast(x, in[1], out))
+            return fail(err, cap, "cannot broadcast %s and %s together",
+                        rt_shape_format(x, sb, sizeof sb), rt_shape_format(in[1], ob, sizeof ob));
+        return 0;
+    case RT_TRANSPOSE: {
+        int64_t d1;
+        if (norm_dim(n->dim0, x->ndim, &d) || norm_dim(n->dim1, x->ndim, &d1))
+            return fail(err, cap, "dims %lld, %lld are out of range for %s", (long long)n->dim0,
+                        (long long)n->dim1, rt_shape_format(x, sb, sizeof sb));
+        *out = *x;
+        out->d[d] = x->d[d1];
+        out->d[d1] = x->d[d];
+        return 0;
+    }
+    case RT_SLICE: {
+        if (norm_dim(n->dim, x->ndim, &d))
+            return fail(err, cap, "dim %lld is out of range for %s", (long long)n->dim,
+                        rt_shape_format(x, sb, sizeof sb));
+        int64_t st, len;
+        rt_slice_bounds(n, x->d[d], &st, &len);
+        *out = *x;
+        out->d[d] = len;
+        return 0;
+    }
+    case RT_SELECT: {
+        if (norm_dim(n->dim, x->ndim, &d))
+            return fail(err, cap, "dim %lld is out of range for %s", (long long)n->dim,
+                        rt_shape_format(x, sb, sizeof sb));
+        if (n->sel_index < -x->d[d] || n->sel_index >= x->d[d])
+            return fail(err, cap, "index %lld is out of range for dim %lld of %s",
+                        (long long)n->sel_index, (long long)n->dim, rt_shape_format(x, sb, sizeof sb));
+        out->ndim = x->ndim - 1;
+        for (int i = 0, j = 0; i < x->ndim; i++)
+            if (i != d)
+                out->d[j++] = x->d[i];
+        return 0;
+    }
+    case RT_EXPAND: {
+        int lead = n->nlist - x->ndim;
+        if (lead < 0)
+            return fail(err, cap, "\"size\" has %d entries for the %d-D input %s", n->nlist,
+                        x->ndim, rt_shape_format(x, sb, sizeof sb));
+        out->ndim = n->nlist;
+        for (int i = 0; i < n->nlist; i++) {
+            int64_t want = n->list[i], have = i >= lead ? x->d[i - lead] : -2;
+            if (want == -1 && have == -2)
+                return fail(err, cap, "\"size\" entry %d is -1 for a new dimension", i);
+            if (want == -1)
+                want = have;
+            if (have != -2 && have != 1 && have != want)
+                return fail(err, cap, "cannot expand %s: dimension %d is %lld, not 1 or %lld",
+                            rt_shape_format(x, sb, sizeof sb), i - lead, (long long)have,
+                            (long long)want);
+            out->d[i] = want;
+        }
+        return 0;
+    }
+    case RT_REDUCE: {
+        unsigned mask;
+        if (rt_reduce_mask(n, x, &mask))
+            return fail(err, cap, "\"dim\" does not name distinct dimensions of %s",
+                        rt_shape_format(x, sb, sizeof sb));
+        out->ndim = 0;
+        for (int i = 0; i < x->ndim; i++) {
+            if (!(mask & (1u << i)))
+                out->d[out->ndim++] = x->d[i];
+            else if (n->keepdim)
+                out->d[out->ndim++] = 1;
+        }
+        return 0;
+    }
+    case RT_LAYER_NORM:
+    case RT_RMS_NORM: {
+        int ok = x->ndim >= n->nlist;
+        for (int i = 0; ok && i < n->nlist; i++)
+            ok = x->d[x->ndim - n->nlist + i] == n->list[i];
+        if (!ok) {
+            rt_shape ns = {.ndim = n->nlist};
+            memcpy(ns.d, n->list, sizeof(int64_t) * (size_t)n->nlist);
+            return fail(err, cap, "the input %s does not end in normalized_shape %s",
+                        rt_shape_format(x, sb, sizeof sb), rt_shape_format(&ns, ob, sizeof ob));
+        }
+        we->ndim = be->ndim = n->nlist;
+        memcpy(we->d, n->list, sizeof(int64_t) * (size_t)n->nlist);
+        memcpy(be->d, n->list, sizeof(int64_t) * (size_t)n->nlist);
+        *out = *x;
+        return 0;
+    }
+    case RT_EMBEDDING:
+        if (x->ndim >= CKPT_MAX_DIMS)
+            return fail(err, cap, "the ids %s have %d dimensions already",
+                        rt_shape_format(x, sb, sizeof sb), CKPT_MAX_DIMS);
+        if (!w)
+            return 1;
+        if (w->ndim != 2)
+            return fail(err, cap, "weight %s is not [vocabulary, dim]",
+                        rt_shape_format(w, sb, sizeof sb));
+        *we = *w;
+        *out = *x;
+        out->d[out->ndim++] = w->d[1];
+        return 0;
+    case RT_MATMUL:
+        return matmul_rule(n, x, in[1], out, err, cap);
+    case RT_ADDMM: {
+        if (x->ndim < 1)
+            return fail(err, cap, "expects an input of at least 1 dimension");
+        int64_t of = w && w->ndim == 2 ? w->d[1] : 1;
+        we->ndim = 2;
+        we->d[0] = x->d[x->ndim - 1];
+        we->d[1] = of;
+        be->ndim = 1;
+        be->d[0] = of;
+        *out = *x;
+        out->d[x->ndim - 1] = of;
+        return 0;
+    }
+    case RT_SDPA:
+        return sdpa_rule(n, in, out, err, cap);
+    case RT_PARAMETER:
+        if (!w)
+            return 1;
+        *we = *w;
+        *out = *w;
+        return 0;
+    case RT_CONSTANT:
+        out->ndim = n->nlist;
+        memcpy(out->d, n->list, sizeof(int64_t) * (size_t)n->nlist);
+        return 0;
+    default:
+        return fail(err, cap, "op %s has no shape rule", n->opname);
+    }
+}
+
+void rt_slice_bounds(const rt_node *n, int64_t size, int64_t *start, int64_t *len)
+{
+    /* Python's slice clamping: negatives count from the end, then both
+     * bounds are clamped to [0, size] */
+    int64_t s = n->start, e = n->end;
+    if (s < 0)
+        s += size;
+    if (e < 0)
+        e += size;
+    s = s < 0 ? 0 : s > size ? size : s;
+    e = e < 0 ? 0 : e > size ? size : e;
+    *start = s;
+    *len = e > s ? (e - s + n->step - 1) / n->step : 0;
+}
+
 int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *w,
                    rt_shape *out, rt_shape *expect, char *err, size_t cap)
 {
@@ -276,15 +559,6 @@ int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *
         expect[RT_P_NBT].ndim = 0; /* a 0-dim long tensor */
         *out = *x;
         break;
-    case RT_ADD:
-        /* the residual add: same shapes, no broadcasting */
-        if (!rt_shape_equal(x, in[1])) {
-            char yb[96];
-            return fail(err, cap, "cannot add %s and %s (add takes two inputs of one shape)",
-                        rt_shape_format(x, sb, sizeof sb), rt_shape_format(in[1], yb, sizeof yb));
-        }
-        *out = *x;
-        break;
     case RT_ADAPTIVE_AVG_POOL2D:
         if (x->ndim != 4 && x->ndim != 3)
             return fail(err, cap, "expects a 3-D or 4-D input, got %s",
@@ -358,11 +632,18 @@ int rt_shape_infer(const rt_node *n, const rt_shape *const *in, const rt_shape *
             out->d[d] += y->d[d];
         }
         break;
+    default: {
+        int r = transformer_rule(n, in, w, out, expect, err, cap);
+        if (r)
+            return r;
+        break;
+    }
     }
     if (check_numel(out, err, cap))
         return -1;
     /* batch_norm's channels come from its input, not its weight */
     return w || n->param[RT_P_WEIGHT] < 0 || n->op == RT_BATCH_NORM ||
+                   n->op == RT_LAYER_NORM || n->op == RT_RMS_NORM ||
                    (n->op == RT_LSTM && n->hidden_size)
                ? 0
                : 1;

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -254,7 +255,7 @@ static const struct {
     /* inference: the running statistics are required; weight and bias
      * (affine) and num_batches_tracked (loaded, never read) are optional */
     {"batch_norm", RT_BATCH_NORM, 1, 1, {1, 1, 2, 2, 1}, "eps momentum"},
-    {"add", RT_ADD, 2, 2, {0}, ""},
+    {"add", RT_ADD, 1, 2, {0}, "other"},
     {"adaptive_avg_pool2d", RT_ADAPTIVE_AVG_POOL2D, 1, 1, {0}, "output_size"},
     {"dropout", RT_DROPOUT, 1, 1, {0}, "p inplace"},
     {"squeeze", RT_SQUEEZE, 1, 1, {0}, "dim"},
@@ -262,6 +263,40 @@ static const struct {
     /* nn.LSTM: its parameters are found by torch's names under "module" */
     {"lstm", RT_LSTM, 1, 1, {0},
      "num_layers bidirectional bias hidden_size input_size batch_first dropout proj_size"},
+    /* the transformer ops; add, sub, mul, div take one input and a number
+     * ("other") or two inputs, broadcast as torch does */
+    {"gelu", RT_UNARY, 1, 1, {0}, "approximate"},
+    {"silu", RT_UNARY, 1, 1, {0}, ""},
+    {"tanh", RT_UNARY, 1, 1, {0}, ""},
+    {"cos", RT_UNARY, 1, 1, {0}, ""},
+    {"sin", RT_UNARY, 1, 1, {0}, ""},
+    {"neg", RT_UNARY, 1, 1, {0}, ""},
+    {"exp", RT_UNARY, 1, 1, {0}, ""},
+    {"sqrt", RT_UNARY, 1, 1, {0}, ""},
+    {"rsqrt", RT_UNARY, 1, 1, {0}, ""},
+    {"pow", RT_UNARY, 1, 1, {0}, "exponent"},
+    {"rsub", RT_UNARY, 1, 1, {0}, "other"},
+    {"sub", RT_BINARY, 1, 2, {0}, "other"},
+    {"mul", RT_BINARY, 1, 2, {0}, "other"},
+    {"div", RT_BINARY, 1, 2, {0}, "other"},
+    {"transpose", RT_TRANSPOSE, 1, 1, {0}, "dim0 dim1"},
+    {"slice", RT_SLICE, 1, 1, {0}, "dim start end step"},
+    {"select", RT_SELECT, 1, 1, {0}, "dim index"},
+    {"expand", RT_EXPAND, 1, 1, {0}, "size"},
+    {"contiguous", RT_IDENTITY, 1, 1, {0}, ""},
+    {"clone", RT_IDENTITY, 1, 1, {0}, ""},
+    {"alias", RT_IDENTITY, 1, 1, {0}, ""},
+    {"mean", RT_REDUCE, 1, 1, {0}, "dim keepdim"},
+    {"sum", RT_REDUCE, 1, 1, {0}, "dim keepdim"},
+    {"layer_norm", RT_LAYER_NORM, 1, 1, {1, 1}, "normalized_shape eps"},
+    {"rms_norm", RT_RMS_NORM, 1, 1, {1}, "normalized_shape eps"},
+    {"embedding", RT_EMBEDDING, 1, 1, {2}, "padding_idx"},
+    {"matmul", RT_MATMUL, 2, 2, {0}, ""},
+    {"bmm", RT_MATMUL, 2, 2, {0}, ""},
+    {"addmm", RT_ADDMM, 1, 1, {2, 2}, ""},
+    {"scaled_dot_product_attention", RT_SDPA, 3, 4, {0}, "is_causal scale enable_gqa"},
+    {"parameter", RT_PARAMETER, 0, -1, {2}, ""},
+    {"constant", RT_CONSTANT, 0, -1, {0}, "shape values"},
 };
 
 /* The spec's names of the parameter slots (torch's attribute names). */
@@ -355,6 +390,215 @@ static int parse_lstm_params(parser *p, rt_node *n, const cJSON *params)
             }
     n->param[RT_P_WEIGHT] = n->lstm_param[0];
     return 0;
+}
+
+/* A finite JSON number; DEF when absent and not REQUIRED. */
+static int get_number(parser *p, const cJSON *attrs, const char *name, int required, double def,
+                      double *out)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(attrs, name);
+    if (!j) {
+        if (required)
+            return pfail(p, "the attribute \"%s\" is required", name);
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble))
+        return pfail(p, "\"%s\" must be a number", name);
+    *out = j->valuedouble;
+    return 0;
+}
+
+/* A slice bound: an integer, or null for the default; Python's clamping
+ * makes any size past the ends the same, so huge ones (torch writes
+ * 2^63 - 1 for "to the end") are kept as +-2^62. */
+static int get_bound(parser *p, const cJSON *attrs, const char *name, int64_t def, int64_t *out)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(attrs, name);
+    *out = def;
+    if (!j || cJSON_IsNull(j))
+        return 0;
+    double v = cJSON_IsNumber(j) ? j->valuedouble : NAN;
+    if (!isfinite(v) || v != floor(v))
+        return pfail(p, "\"%s\" must be an integer or null", name);
+    const double big = 4611686018427387904.0; /* 2^62 */
+    *out = v >= big ? INT64_C(1) << 62 : v <= -big ? -(INT64_C(1) << 62) : (int64_t)v;
+    return 0;
+}
+
+/* constant's "values": COUNT numbers, as float32; the strings "inf",
+ * "-inf" and "nan" stand for what JSON cannot write (masks hold -inf). */
+static int get_values(parser *p, rt_node *n, const cJSON *attrs)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(attrs, "values");
+    int64_t count = 1;
+    for (int i = 0; i < n->nlist; i++)
+        count *= n->list[i];
+    if (!j)
+        return pfail(p, "the attribute \"values\" is required");
+    if (!cJSON_IsArray(j))
+        return pfail(p, "\"values\" must be a list of numbers");
+    int64_t have = cJSON_GetArraySize(j);
+    if (have != count)
+        return pfail(p, "\"values\" holds %lld numbers for a shape of %lld elements",
+                     (long long)have, (long long)count);
+    if (!(n->values = malloc(count ? (size_t)count * sizeof(float) : sizeof(float))))
+        return ckpt_model_fail(p->m, CKPT_ERR_NOMEM, "out of memory");
+    int64_t i = 0;
+    for (const cJSON *e = j->child; e; e = e->next, i++) {
+        if (cJSON_IsNumber(e) && fabs(e->valuedouble) >= 3.4028235677973366e38)
+            n->values[i] = e->valuedouble > 0 ? INFINITY : -INFINITY; /* as torch rounds */
+        else if (cJSON_IsNumber(e))
+            n->values[i] = isnan(e->valuedouble) ? NAN : (float)e->valuedouble;
+        else if (cJSON_IsString(e) && strcmp(e->valuestring, "inf") == 0)
+            n->values[i] = INFINITY;
+        else if (cJSON_IsString(e) && strcmp(e->valuestring, "-inf") == 0)
+            n->values[i] = -INFINITY;
+        else if (cJSON_IsString(e) && strcmp(e->valuestring, "nan") == 0)
+            n->values[i] = NAN;
+        else
+            return pfail(p, "\"values\" must hold numbers (or \"inf\", \"-inf\", \"nan\"); "
+                         "entry %lld is not one", (long long)i);
+    }
+    return 0;
+}
+
+/* The attributes of the transformer ops (doc/design.md, "Model specs"). */
+static int parse_transformer_attrs(parser *p, rt_node *n, const cJSON *attrs)
+{
+    static const struct {
+        const char *name;
+        int kind;
+    } unary[] = {{"silu", CKPT_U_SILU}, {"tanh", CKPT_U_TANH}, {"cos", CKPT_U_COS},
+                 {"sin", CKPT_U_SIN},   {"neg", CKPT_U_NEG},   {"exp", CKPT_U_EXP},
+                 {"sqrt", CKPT_U_SQRT}, {"rsqrt", CKPT_U_RSQRT}};
+    const cJSON *j;
+    switch (n->op) {
+    case RT_UNARY:
+        if (strcmp(n->opname, "gelu") == 0) {
+            j = cJSON_GetObjectItemCaseSensitive(attrs, "approximate");
+            if (j && (!cJSON_IsString(j) || (strcmp(j->valuestring, "none") &&
+                                             strcmp(j->valuestring, "tanh"))))
+                return pfail(p, "\"approximate\" must be \"none\" or \"tanh\"");
+            n->kind = j && strcmp(j->valuestring, "tanh") == 0 ? CKPT_U_GELU_TANH : CKPT_U_GELU;
+            return 0;
+        }
+        if (strcmp(n->opname, "pow") == 0) {
+            n->kind = CKPT_U_POW;
+            return get_number(p, attrs, "exponent", 1, 0, &n->scalar);
+        }
+        if (strcmp(n->opname, "rsub") == 0) {
+            n->kind = CKPT_U_RSUB;
+            return get_number(p, attrs, "other", 1, 0, &n->scalar);
+        }
+        for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++)
+            if (strcmp(n->opname, unary[i].name) == 0)
+                n->kind = unary[i].kind;
+        return 0;
+    case RT_ADD:
+    case RT_BINARY: {
+        /* one input and a number: the unary form; two inputs: broadcasting */
+        static const char *const names[] = {"add", "sub", "mul", "div"};
+        static const int ukind[] = {CKPT_U_ADD, CKPT_U_SUB, CKPT_U_MUL, CKPT_U_DIV};
+        int k = 0;
+        while (strcmp(names[k], n->opname))
+            k++;
+        n->kind = k; /* CKPT_B_ADD .. CKPT_B_DIV, in this order */
+        if (n->ninputs == 2) {
+            if (cJSON_GetObjectItemCaseSensitive(attrs, "other"))
+                return pfail(p, "\"other\" is for %s of one input (this one has two)",
+                             n->opname);
+            return 0;
+        }
+        if (!cJSON_GetObjectItemCaseSensitive(attrs, "other"))
+            return pfail(p, "%s of one input needs the number \"other\" (x %s other)",
+                         n->opname, k == 0 ? "+" : k == 1 ? "-" : k == 2 ? "*" : "/");
+        n->op = RT_UNARY;
+        n->kind = ukind[k];
+        return get_number(p, attrs, "other", 1, 0, &n->scalar);
+    }
+    case RT_TRANSPOSE:
+        return get_dim(p, attrs, "dim0", 1, 0, &n->dim0) ||
+               get_dim(p, attrs, "dim1", 1, 0, &n->dim1);
+    case RT_SLICE: {
+        if (get_dim(p, attrs, "dim", 0, 0, &n->dim) || get_bound(p, attrs, "start", 0, &n->start) ||
+            get_bound(p, attrs, "end", INT64_C(1) << 62, &n->end))
+            return -1;
+        n->step = 1;
+        j = cJSON_GetObjectItemCaseSensitive(attrs, "step");
+        return j && get_int(p, j, "step", 1, INT64_C(1) << 40, &n->step);
+    }
+    case RT_SELECT:
+        if (get_dim(p, attrs, "dim", 1, 0, &n->dim))
+            return -1;
+        if (!(j = cJSON_GetObjectItemCaseSensitive(attrs, "index")))
+            return pfail(p, "the attribute \"index\" is required");
+        return get_int(p, j, "index", -(INT64_C(1) << 40), INT64_C(1) << 40, &n->sel_index);
+    case RT_EXPAND:
+        return get_list(p, attrs, "size", -1, INT64_C(1) << 40, n);
+    case RT_REDUCE: {
+        n->kind = strcmp(n->opname, "mean") == 0 ? CKPT_R_MEAN : CKPT_R_SUM;
+        if (get_bool(p, attrs, "keepdim", 0, &n->keepdim))
+            return -1;
+        j = cJSON_GetObjectItemCaseSensitive(attrs, "dim");
+        if (!j || cJSON_IsNull(j) || (cJSON_IsArray(j) && cJSON_GetArraySize(j) == 0)) {
+            n->all_dims = 1; /* torch: no dim (or []) reduces every dimension */
+            return 0;
+        }
+        if (cJSON_IsArray(j))
+            return get_list(p, attrs, "dim", -CKPT_MAX_DIMS, CKPT_MAX_DIMS - 1, n);
+        n->nlist = 1;
+        return get_int(p, j, "dim", -CKPT_MAX_DIMS, CKPT_MAX_DIMS - 1, &n->list[0]);
+    }
+    case RT_LAYER_NORM:
+    case RT_RMS_NORM:
+        if (get_list(p, attrs, "normalized_shape", 1, INT64_C(1) << 40, n))
+            return -1;
+        /* torch's defaults: layer_norm 1e-5; rms_norm the float32 epsilon */
+        if (get_number(p, attrs, "eps", 0,
+                       n->op == RT_LAYER_NORM ? 1e-5 : 1.1920928955078125e-07, &n->eps))
+            return -1;
+        if (!(n->eps >= 0 && n->eps <= 1))
+            return pfail(p, "\"eps\" must be a number in [0, 1]");
+        return 0;
+    case RT_EMBEDDING:
+        /* padding_idx only shapes the gradient: accepted, no effect forward */
+        j = cJSON_GetObjectItemCaseSensitive(attrs, "padding_idx");
+        if (j && !cJSON_IsNull(j) && (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble)))
+            return pfail(p, "\"padding_idx\" must be an integer or null");
+        return 0;
+    case RT_SDPA:
+        if (get_bool(p, attrs, "is_causal", 0, &n->causal) ||
+            get_bool(p, attrs, "enable_gqa", 0, &n->gqa))
+            return -1;
+        j = cJSON_GetObjectItemCaseSensitive(attrs, "scale");
+        if (j && !cJSON_IsNull(j)) {
+            if (get_number(p, attrs, "scale", 1, 0, &n->scalar))
+                return -1;
+            n->has_scalar = 1;
+        }
+        if (n->causal && n->ninputs == 4)
+            return pfail(p, "is_causal with a mask (torch refuses both; the mask may hold "
+                         "the causal triangle)");
+        return 0;
+    case RT_CONSTANT: {
+        j = cJSON_GetObjectItemCaseSensitive(attrs, "shape");
+        if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) > CKPT_MAX_DIMS)
+            return pfail(p, "\"shape\" must be a list of 0 to %d sizes", CKPT_MAX_DIMS);
+        n->nlist = cJSON_GetArraySize(j);
+        int64_t count = 1;
+        for (int i = 0; i < n->nlist; i++) {
+            if (get_int(p, cJSON_GetArrayItem(j, i), "shape", 0, SPEC_MAX_BYTES, &n->list[i]))
+                return -1;
+            count *= n->list[i];
+            if (count > SPEC_MAX_BYTES) /* more numbers than the spec's bytes can hold */
+                return pfail(p, "\"shape\" has more elements than a spec can hold");
+        }
+        return get_values(p, n, attrs);
+    }
+    default:
+        return 0;
+    }
 }
 
 static int parse_attrs(parser *p, rt_node *n, const cJSON *attrs, const char *accepted)
@@ -480,7 +724,7 @@ static int parse_attrs(parser *p, rt_node *n, const cJSON *attrs, const char *ac
     case RT_LSTM:
         return parse_lstm_attrs(p, n, attrs);
     default:
-        return 0;
+        return parse_transformer_attrs(p, n, attrs);
     }
 }
 
@@ -561,11 +805,16 @@ static int parse_node(parser *p, const cJSON *jn, size_t index)
         return pfail(p, "%s takes no input (\"inputs\": [])", n->opname);
     if (count < OPS[k].min_inputs || (OPS[k].max_inputs > 0 && count > OPS[k].max_inputs) ||
         count > 4096)
+    {
+        if (OPS[k].max_inputs > OPS[k].min_inputs)
+            return pfail(p, "%s takes %d to %d inputs, not %d", n->opname, OPS[k].min_inputs,
+                         OPS[k].max_inputs, count);
         return pfail(p, "%s takes %d input%s, not %d", n->opname, OPS[k].min_inputs,
                      OPS[k].min_inputs != OPS[k].max_inputs ? " or more"
                      : OPS[k].min_inputs == 1                ? ""
                                                              : "s",
                      count);
+    }
     if (!(n->inputs = calloc(count ? (size_t)count : 1, sizeof(int))))
         return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
     n->ninputs = count;
@@ -595,7 +844,9 @@ static int parse_inputs(parser *p, const cJSON *ins)
     if (!cJSON_IsArray(ins) || cJSON_GetArraySize(ins) < 1 || cJSON_GetArraySize(ins) > 64)
         return pfail(p, "\"inputs\" must be a list of 1 to 64 {\"name\", \"shape\"} objects");
     m->ninputs = (size_t)cJSON_GetArraySize(ins);
-    if (!(m->input_shapes = calloc(m->ninputs, sizeof *m->input_shapes)))
+    if (!(m->input_shapes = calloc(m->ninputs, sizeof *m->input_shapes)) ||
+        !(m->input_int = calloc(m->ninputs, 1)) ||
+        !(m->input_high = calloc(m->ninputs, sizeof *m->input_high)))
         return ckpt_model_fail(m, CKPT_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < m->ninputs; i++) {
         const cJSON *in = cJSON_GetArrayItem(ins, (int)i);
@@ -620,6 +871,18 @@ static int parse_inputs(parser *p, const cJSON *ins)
         }
         if (batch > 1)
             return pfail(p, "\"shape\" may mark one batch dimension (-1) only");
+        /* token ids: integers the runtime carries as float32, exactly below 2^24 */
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in, "dtype");
+        const cJSON *high = cJSON_GetObjectItemCaseSensitive(in, "high");
+        if (dt && (!cJSON_IsString(dt) || (strcmp(dt->valuestring, "float32") &&
+                                           strcmp(dt->valuestring, "int64") &&
+                                           strcmp(dt->valuestring, "int32"))))
+            return pfail(p, "\"dtype\" must be \"float32\", \"int64\" or \"int32\"");
+        m->input_int[i] = dt && strcmp(dt->valuestring, "float32") != 0;
+        if (high && !m->input_int[i])
+            return pfail(p, "\"high\" is for an integer input (\"dtype\": \"int64\")");
+        if (high && get_int(p, high, "high", 1, RT_MAX_ID, &m->input_high[i]))
+            return -1;
         if (add_value(p, name->valuestring) < 0)
             return -1;
     }

@@ -577,9 +577,18 @@ CKPT_API int ckpt_verify_load_against(ckpt_verify *v, ckpt_model *m, ckpt_file *
 
 /* ---- inputs ------------------------------------------------------------------ */
 
+static int is_integer(ckpt_dtype dt)
+{
+    return dt == CKPT_DTYPE_INT64 || dt == CKPT_DTYPE_INT32 || dt == CKPT_DTYPE_INT16 ||
+           dt == CKPT_DTYPE_INT8 || dt == CKPT_DTYPE_UINT8 || dt == CKPT_DTYPE_UINT16 ||
+           dt == CKPT_DTYPE_UINT32 || dt == CKPT_DTYPE_UINT64;
+}
+
 /* Tensor NAME of the reference file as a float32 array: CKPT_OK, 1 when it
- * is absent and not REQUIRED, or an error. */
-static int ref_array(ckpt_verify *v, const char *name, ckpt_array *out, int required)
+ * is absent and not REQUIRED, or an error.  IDS: the model's input is an
+ * integer one (token ids): the tensor must hold integers in [0, 2^24),
+ * which float32 carries exactly. */
+static int ref_array(ckpt_verify *v, const char *name, ckpt_array *out, int required, int ids)
 {
     const char *file = ckpt_file_path(v->ref);
     const ckpt_value *root = ckpt_file_root(v->ref);
@@ -593,7 +602,11 @@ static int ref_array(ckpt_verify *v, const char *name, ckpt_array *out, int requ
                      "and 'output.<name>' for every output of the model)", name);
     }
     ckpt_dtype dt = ckpt_tensor_dtype(t);
-    if (!ckpt_dtype_is_floating(dt) || ckpt_tensor_ndim(t) > CKPT_MAX_DIMS)
+    if (ids && (!is_integer(dt) || ckpt_tensor_ndim(t) > CKPT_MAX_DIMS))
+        return vfail(v, CKPT_ERR_FORMAT, file, "'%s' is a %s tensor of %d dimensions; the model "
+                     "takes integer ids there (int64, as torch's embedding does)", name,
+                     ckpt_dtype_name(dt), ckpt_tensor_ndim(t));
+    if (!ids && (!ckpt_dtype_is_floating(dt) || ckpt_tensor_ndim(t) > CKPT_MAX_DIMS))
         return vfail(v, CKPT_ERR_FORMAT, file, "'%s' is a %s tensor of %d dimensions; a reference "
                      "holds floating-point tensors", name, ckpt_dtype_name(dt),
                      ckpt_tensor_ndim(t));
@@ -606,13 +619,24 @@ static int ref_array(ckpt_verify *v, const char *name, ckpt_array *out, int requ
         free(data);
         return vfail(v, rc, file, "%s", ckpt_file_error_message(v->ref));
     }
+    /* every id >= 2^24 rounds to 2^24 or above: the check after the
+     * conversion sees them all */
+    for (int64_t i = 0; ids && i < numel; i++)
+        if (!(data[i] >= 0 && (double)data[i] < (double)RT_MAX_ID)) {
+            double bad = data[i];
+            free(data);
+            return vfail(v, CKPT_ERR_FORMAT, file, "'%s' holds the id %s%.0f; the runtime "
+                         "carries ids from 0 to 2^24 - 1 (16777215) exactly", name,
+                         bad >= (double)RT_MAX_ID ? "at least " : "", bad);
+        }
     out->ndim = ckpt_tensor_ndim(t);
     memcpy(out->shape, ckpt_tensor_shape(t), sizeof(int64_t) * (size_t)out->ndim);
     out->data = data;
     return CKPT_OK;
 }
 
-/* The reference's inputs, or a fixed pseudo-random batch in [0, 1). */
+/* The reference's inputs, or a fixed pseudo-random batch in [0, 1) (token
+ * ids: integers in [0, high), rt_input_high). */
 static int make_inputs(ckpt_verify *v, const ckpt_model *m)
 {
     size_t n = ckpt_model_input_count(m);
@@ -623,11 +647,11 @@ static int make_inputs(ckpt_verify *v, const ckpt_model *m)
         for (size_t i = 0; i < n; i++) {
             char name[300];
             snprintf(name, sizeof name, "input.%s", ckpt_model_input_name(m, i));
-            int rc = 1;
+            int rc = 1, ids = m->input_int[i];
             if (n == 1)
-                rc = ref_array(v, "input", &v->inputs[i], 0);
+                rc = ref_array(v, "input", &v->inputs[i], 0, ids);
             if (rc == 1)
-                rc = ref_array(v, name, &v->inputs[i], 1);
+                rc = ref_array(v, name, &v->inputs[i], 1, ids);
             if (rc != CKPT_OK)
                 return rc;
         }
@@ -638,6 +662,12 @@ static int make_inputs(ckpt_verify *v, const ckpt_model *m)
     uint64_t state = 0x9e3779b97f4a7c15u;
     for (size_t i = 0; i < n; i++) {
         ckpt_array *a = &v->inputs[i];
+        /* token ids: drawn from [0, high) */
+        int64_t high = m->input_int[i] ? rt_input_high(m, i) : 0;
+        if (m->input_int[i] && !high)
+            return vfail(v, CKPT_ERR_FORMAT, m->path, "input \"%s\" takes integer ids and no "
+                         "embedding reads it: give it \"high\" in the spec (ids are drawn "
+                         "from [0, high)) or a reference file", ckpt_model_input_name(m, i));
         a->ndim = ckpt_model_input_shape(m, i, a->shape);
         int64_t count = 1;
         for (int d = 0; d < a->ndim; d++) {
@@ -651,7 +681,8 @@ static int make_inputs(ckpt_verify *v, const ckpt_model *m)
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            a->data[k] = (float)(state >> 40) / 16777216.0f;
+            a->data[k] = high ? (float)((state >> 11) % (uint64_t)high)
+                              : (float)(state >> 40) / 16777216.0f;
         }
     }
     snprintf(v->input_from, sizeof v->input_from, "random (seed fixed, batch %d)", batch);
@@ -857,7 +888,7 @@ CKPT_API int ckpt_verify_run(ckpt_verify *v, ckpt_file *reference)
         for (size_t i = 0; i < nout; i++) {
             char name[300];
             snprintf(name, sizeof name, "output.%s", ckpt_model_output_name(m, i));
-            if ((rc = ref_array(v, name, &v->refs[i], 1)) != CKPT_OK)
+            if ((rc = ref_array(v, name, &v->refs[i], 1, 0)) != CKPT_OK)
                 return rc;
         }
         const ckpt_value *lv = ckpt_value_dict_get(ckpt_file_root(v->ref), "labels");

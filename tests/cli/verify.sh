@@ -2,8 +2,9 @@
 # verify.sh - ckpt verify as a user (or a CI step) runs it (man/ckpt-verify.1):
 # the DataParallel checkpoint fails the strict load in torch's words with the
 # strip-module fix; the fixed file passes against PyTorch's outputs; the
-# autoencoder; --against; --select; --json; --quiet; usage errors (2), bad
-# specs and references (3), a missing file and a GPU that is not there (4).
+# autoencoder; --against; --select; --json; --quiet; token ids (int64
+# inputs); usage errors (2), bad specs and references (3), a missing file and
+# a GPU that is not there (4).
 # The load messages and numbers are checked against torch itself in
 # tests/interop/verify_vs_torch.py.
 # shellcheck source=tests/cli/setup.sh
@@ -105,6 +106,30 @@ expect_exit 0 ckpt verify --json --model $mlp --replicas 2 tests/data/fmnist_mlp
 json_expect 'd["replicas"]["used"]' 2
 json_expect 'd["replicas"]["outputs"][0]["gathered_shape"]' '[4, 10]'
 json_true 'd["replicas"]["outputs"][0]["ok"]'
+
+say "token ids: an int64 input, read exactly; random ids drawn below the vocabulary"
+llama=tests/data/ops/chain_llama_block
+expect_exit 0 ckpt verify --model $llama.json --reference $llama.pth $llama.pth
+expect_stdout_match '^input +ids \[2, 6\] from reference'
+expect_stdout_match '^output +y \[2, 6, 40\]: .*: PASS$'
+note "without a reference the ids come from [0, 40), the embedding's rows (a float in [0, 1) would be refused)"
+expect_exit 0 ckpt verify --model $llama.json $llama.pth
+expect_stdout_match '^input +ids \[2, 6\] from random'
+expect_exit 3 ckpt verify --model $llama.json --reference tests/data/ids_too_big.ref.pth $llama.pth
+expect_stderr_line "^ckpt: verify: tests/data/ids_too_big.ref.pth: 'input' holds the id at least 16777216; the runtime carries ids from 0 to 2\^24 - 1 \(16777215\) exactly$"
+expect_exit 3 ckpt verify --model $llama.json --reference tests/data/ids_float.ref.pth $llama.pth
+expect_stderr_line "ids_float.ref.pth: 'input' is a float32 tensor of 2 dimensions; the model takes integer ids there"
+note "the embedding may read the ids through a view: its 50 rows still bound them"
+printf '{"name": "m", "inputs": [{"name": "ids", "shape": [-1, 7], "dtype": "int64"}], "nodes": [{"op": "reshape", "inputs": ["ids"], "output": "flat", "attrs": {"shape": [-1]}}, {"op": "embedding", "inputs": ["flat"], "output": "y", "params": {"weight": "p.weight"}}], "outputs": ["y"]}' >"$w/ids_view.json"
+expect_exit 0 ckpt verify --model "$w/ids_view.json" --select params tests/data/ops/embedding_2d.pth
+expect_stdout_line 'output      y [28, 16]'
+note "an integer input no embedding reads needs \"high\" for random ids"
+printf '{"name": "m", "inputs": [{"name": "ids", "shape": [-1, 784], "dtype": "int64"%s}], "nodes": [{"op": "linear", "inputs": ["ids"], "output": "h", "params": {"weight": "n.1.weight", "bias": "n.1.bias"}}, {"op": "linear", "inputs": ["h"], "output": "y", "params": {"weight": "n.3.weight", "bias": "n.3.bias"}}], "outputs": ["y"]}' '' >"$w/ids.json"
+expect_exit 3 ckpt verify --model "$w/ids.json" tests/data/fmnist_mlp.pth
+expect_stderr_line 'ids.json: input "ids" takes integer ids and no embedding reads it: give it "high" in the spec'
+printf '{"name": "m", "inputs": [{"name": "ids", "shape": [-1, 784], "dtype": "int64"%s}], "nodes": [{"op": "linear", "inputs": ["ids"], "output": "h", "params": {"weight": "n.1.weight", "bias": "n.1.bias"}}, {"op": "linear", "inputs": ["h"], "output": "y", "params": {"weight": "n.3.weight", "bias": "n.3.bias"}}], "outputs": ["y"]}' ', "high": 7' >"$w/ids.json"
+expect_exit 0 ckpt verify --model "$w/ids.json" tests/data/fmnist_mlp.pth
+expect_stdout_line 'result      PASS'
 
 say "usage errors exit 2"
 expect_exit 2 ckpt verify tests/data/fmnist_mlp.pth

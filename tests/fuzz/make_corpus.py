@@ -9,7 +9,8 @@ pickle:      the data.pkl records of those, and the hostile pickles of tests/bad
 safetensors: headers of small safetensors files (without their framing),
              each after the 2-byte length of the data it covers
 rename:      rule lines and keys
-spec:        the model specs and the op-case specs
+spec:        the model specs and the op-case specs (`make_corpus.py spec`: this
+             one only)
 tar:         the tar checkpoints of tests/data and tests/bad (torch <= 0.1's
              format), plus an empty archive (`make_corpus.py tar`: this one only)
 scan:        the files ckpt scan judges in several readings: the evasions of
@@ -156,12 +157,55 @@ def main():
     for i, r in enumerate(rules):
         put('rename', 'rules%d' % i, r)
 
+    spec_corpus()
+
+
+def spec_corpus():
+    """The model specs and the op-case specs (the transformer ops' among
+    them)."""
     for path in sorted(glob.glob(os.path.join(ROOT, 'models', '*.json')) +
                        glob.glob(os.path.join(ROOT, 'tests', 'data', 'ops', '*.json'))):
         with open(path, 'rb') as f:
             data = f.read()
         if len(data) <= MAX:
             put('spec', os.path.basename(path), data)
+    # a spec of the transformer ops that binds to tests/data/mlp.pth (the
+    # target's weights), so that the fuzzer starts from one that runs
+    N = lambda op, ins, out, attrs=None, params=None: dict(  # noqa: E731
+        [('op', op), ('inputs', ins), ('output', out)] +
+        ([('attrs', attrs)] if attrs else []) + ([('params', params)] if params else []))
+    n1 = {'weight': 'n.1.weight', 'bias': 'n.1.bias'}
+    spec = collections.OrderedDict([
+        ('name', 'transformer_ops'),
+        ('inputs', [{'name': 'ids', 'shape': [-1, 5], 'dtype': 'int64'}]),
+        ('nodes', [
+            N('embedding', ['ids'], 'e', params={'weight': 'n.1.weight'}),
+            N('linear', ['e'], 'h', params=n1),
+            N('gelu', ['h'], 'g', {'approximate': 'tanh'}),
+            N('layer_norm', ['g'], 'n', {'normalized_shape': [128]}),
+            N('unsqueeze', ['n'], 'q', {'dim': 1}),
+            N('scaled_dot_product_attention', ['q', 'q', 'q'], 'a', {'is_causal': True}),
+            N('squeeze', ['a'], 'a2', {'dim': 1}),
+            N('linear', ['a2'], 'o', params={'weight': 'n.3.weight', 'bias': 'n.3.bias'}),
+            N('parameter', [], 'b', params={'weight': 'n.3.bias'}),
+            N('constant', [], 'c', {'shape': [2], 'values': [1.5, '-inf']}),
+            N('slice', ['o'], 's', {'dim': 1, 'start': 1, 'end': 9223372036854775807,
+                                    'step': 2}),
+            N('mul', ['s', 'b'], 'm0'),
+            N('rms_norm', ['o'], 'r', {'normalized_shape': [10], 'eps': 1e-6}),
+            N('add', ['r', 'b'], 'r2'),
+            N('transpose', ['r2'], 't', {'dim0': 1, 'dim1': 2}),
+            N('matmul', ['r2', 't'], 'mm'),
+            N('mean', ['mm'], 'mn', {'dim': [0, 2], 'keepdim': True}),
+            N('select', ['mn'], 'sel', {'dim': 1, 'index': -1}),
+            N('expand', ['sel'], 'x1', {'size': [3, 1, 1]}),
+            N('silu', ['x1'], 'y', None),
+            N('div', ['m0'], 'y2', {'other': 2.0}),
+            N('sub', ['c', 'c'], 'y3'),
+        ]),
+        ('outputs', ['y', 'y2', 'y3']),
+    ])
+    put('spec', 'transformer_ops.json', json.dumps(spec, indent=1).encode())
 
 
 def frames_corpus():
@@ -193,6 +237,8 @@ if __name__ == '__main__':
         tar_corpus()
     elif sys.argv[1:] == ['scan']:
         scan_corpus()
+    elif sys.argv[1:] == ['spec']:
+        spec_corpus()
     else:
         main()
         tar_corpus()

@@ -3,7 +3,9 @@
  * cases (odd sizes, non-square kernels, stride, padding, dilation,
  * output_padding, ceil-mode pooling, strided softmax, permutes, cat,
  * batch norm with and without affine, adaptive average pools, LSTM
- * steps), and
+ * steps, and the transformer ops: element-wise functions, broadcasting,
+ * strided views, reductions, norms, embedding and its bad ids, batched
+ * products, attention with masks, causality and grouped heads), and
  * the CUDA results bitwise equal across two runs.
  * Links the module (libckpt_cuda.so) and reaches the backend through its
  * table, as lib/runtime/backend_cuda.c does.
@@ -618,6 +620,519 @@ static void test_cat(int64_t n, int64_t c1, int64_t c2, int64_t hw)
     free(xb);
 }
 
+/* ---- the transformer ops (ABI 2) ---- */
+
+typedef struct {
+    int kind;
+    size_t n;
+    float s;
+} unary_args;
+
+static int op_unary(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const unary_args *a = args;
+    return b->ops->unary(b, a->kind, in[0], out, a->n, a->s);
+}
+
+static const char *const unary_names[CKPT_U_COUNT] = {
+    "gelu", "gelu_tanh", "silu", "tanh", "cos", "sin", "neg", "exp", "sqrt", "rsqrt",
+    "pow", "add", "sub", "rsub", "mul", "div"};
+
+/* The libm functions (erff, expf, tanhf, sinf, cosf) of CUDA and glibc
+ * differ by an ulp or two, and near a zero of the result by an absolute
+ * 1e-7 or so; the arithmetic ones, sqrt and the divisions are IEEE's on
+ * both: equal bits. */
+static void test_unary(int kind, size_t n, float s)
+{
+    unary_args a = {kind, n, s};
+    float *x = host_rand(n, 12.0f);
+    const float special[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 100.0f, -100.0f, 88.0f,
+                             -88.0f, 1e-30f, -1e-30f, 1.0f, 2.0f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0] && i * 3 < n; i++)
+        x[i * 3] = special[i];
+    const float *hin[] = {x};
+    size_t nin[] = {n};
+    int exact = kind == CKPT_U_NEG || kind == CKPT_U_SQRT || kind == CKPT_U_RSQRT ||
+                kind >= CKPT_U_ADD ||
+                (kind == CKPT_U_POW && (s == 0.0f || s == 1.0f || s == 2.0f || s == -1.0f ||
+                                        s == 0.5f || s == -0.5f));
+    char name[96];
+    snprintf(name, sizeof name, "unary %s %g n=%zu", unary_names[kind], (double)s, n);
+    check(name, op_unary, &a, hin, nin, 1, n, NULL, exact ? 0.0 : 1e-6, exact ? 0.0 : 2e-6);
+    free(x);
+}
+
+/* Contiguous strides of an operand of shape OSHAPE (ONDIM dims) read by an
+ * output of NDIM dims, aligned on the right: 0 where it is broadcast. */
+static void bcast_strides(int ndim, int ondim, const int64_t *oshape, int64_t *strides,
+                          size_t *numel)
+{
+    int64_t st = 1;
+    for (int k = ndim - 1; k >= 0; k--) {
+        int ok = k - (ndim - ondim);
+        if (ok < 0) {
+            strides[k] = 0;
+            continue;
+        }
+        strides[k] = oshape[ok] == 1 ? 0 : st;
+        st *= oshape[ok];
+    }
+    *numel = (size_t)st;
+}
+
+typedef struct {
+    int kind, ndim;
+    int64_t shape[CKPT_RT_MAX_DIMS], as[CKPT_RT_MAX_DIMS], xs[CKPT_RT_MAX_DIMS];
+} binary_args;
+
+static int op_binary(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const binary_args *a = args;
+    return b->ops->binary(b, a->kind, in[0], in[1], out, a->ndim, a->shape, a->as, a->xs);
+}
+
+/* y [SHAPE] = a [ASHAPE] OP x [XSHAPE], torch's broadcasting: IEEE
+ * arithmetic on both, equal bits */
+static void test_binary(int kind, int ndim, const int64_t *shape, int andim,
+                        const int64_t *ashape, int xndim, const int64_t *xshape)
+{
+    binary_args a = {kind, ndim, {0}, {0}, {0}};
+    size_t ny = 1, na, nx;
+    for (int k = 0; k < ndim; k++) {
+        a.shape[k] = shape[k];
+        ny *= (size_t)shape[k];
+    }
+    bcast_strides(ndim, andim, ashape, a.as, &na);
+    bcast_strides(ndim, xndim, xshape, a.xs, &nx);
+    float *ha = host_rand(na, 3.0f), *hx = host_rand(nx, 3.0f);
+    if (na > 2 && nx > 2) {
+        ha[0] = NAN;
+        ha[1] = INFINITY;
+        hx[1] = -INFINITY;
+    }
+    const float *hin[] = {ha, hx};
+    size_t nin[] = {na, nx};
+    static const char *const ops[] = {"add", "sub", "mul", "div"};
+    char name[96], *p = name + snprintf(name, sizeof name, "binary %s [", ops[kind]);
+    for (int k = 0; k < ndim; k++)
+        p += snprintf(p, (size_t)(name + sizeof name - p), "%s%lld", k ? "," : "",
+                      (long long)shape[k]);
+    snprintf(p, (size_t)(name + sizeof name - p), "] from %zu and %zu", na, nx);
+    check(name, op_binary, &a, hin, nin, 2, ny, NULL, 0.0, 0.0);
+    free(ha);
+    free(hx);
+}
+
+typedef struct {
+    int64_t offset;
+    int ndim;
+    int64_t shape[CKPT_RT_MAX_DIMS], strides[CKPT_RT_MAX_DIMS];
+} strided_args;
+
+static int op_strided_copy(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const strided_args *a = args;
+    return b->ops->strided_copy(b, in[0], a->offset, out, a->ndim, a->shape, a->strides);
+}
+
+/* a view of x (OFFSET, SHAPE, STRIDES) made contiguous: a copy, equal bits */
+static void test_strided_copy(const char *what, int64_t offset, int ndim, const int64_t *shape,
+                              const int64_t *strides)
+{
+    strided_args a = {offset, ndim, {0}, {0}};
+    size_t ny = 1, nx = (size_t)offset + 1;
+    for (int k = 0; k < ndim; k++) {
+        a.shape[k] = shape[k];
+        a.strides[k] = strides[k];
+        ny *= (size_t)shape[k];
+        nx += (size_t)((shape[k] - 1) * strides[k]);
+    }
+    float *x = host_rand(nx, 1.0f);
+    const float *hin[] = {x};
+    size_t nin[] = {nx};
+    char name[96];
+    snprintf(name, sizeof name, "strided_copy %s", what);
+    check(name, op_strided_copy, &a, hin, nin, 1, ny, NULL, 0.0, 0.0);
+    free(x);
+}
+
+typedef struct {
+    int kind;
+    int64_t outer, dim, inner;
+} reduce_args;
+
+static int op_reduce(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const reduce_args *a = args;
+    return b->ops->reduce(b, a->kind, in[0], out, a->outer, a->dim, a->inner);
+}
+
+/* double sums on both, in another order for rows (lanes of a warp): the
+ * float results agree but for a rare last-bit rounding */
+static void test_reduce(int kind, int64_t outer, int64_t dim, int64_t inner)
+{
+    reduce_args a = {kind, outer, dim, inner};
+    size_t nx = (size_t)(outer * dim * inner), ny = (size_t)(outer * inner);
+    float *x = host_rand(nx, 4.0f);
+    const float *hin[] = {x};
+    size_t nin[] = {nx};
+    char name[96];
+    snprintf(name, sizeof name, "reduce %s [%lld, %lld, %lld]", kind == CKPT_R_SUM ? "sum" : "mean",
+             (long long)outer, (long long)dim, (long long)inner);
+    check(name, op_reduce, &a, hin, nin, 1, ny, NULL, 1e-6, 1e-6);
+    free(x);
+}
+
+typedef struct {
+    int rms, with_w, with_b;
+    int64_t rows, d;
+    float eps;
+} norm_args;
+
+static int op_norm(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const norm_args *a = args;
+    if (a->rms)
+        return b->ops->rms_norm(b, in[0], a->with_w ? in[1] : NULL, out, a->rows, a->d, a->eps);
+    return b->ops->layer_norm(b, in[0], a->with_w ? in[1] : NULL, a->with_b ? in[2] : NULL, out,
+                              a->rows, a->d, a->eps);
+}
+
+/* statistics summed in double on both (another order), y in double rounded
+ * once: within an ulp or so */
+static void test_norm(int rms, int64_t rows, int64_t d, int with_w, int with_b, float eps)
+{
+    norm_args a = {rms, with_w, with_b, rows, d, eps};
+    size_t nx = (size_t)(rows * d);
+    float *x = host_rand(nx, 2.0f), *w = host_rand((size_t)d, 2.0f);
+    float *bias = host_rand((size_t)d, 1.0f);
+    for (size_t i = 0; i < nx; i++)
+        x[i] += 3.0f; /* a mean far from 0: the variance's cancellation shows */
+    const float *hin[] = {x, with_w ? w : NULL, with_b ? bias : NULL};
+    size_t nin[] = {nx, (size_t)d, (size_t)d};
+    char name[96];
+    snprintf(name, sizeof name, "%s [%lld, %lld]%s%s eps %g", rms ? "rms_norm" : "layer_norm",
+             (long long)rows, (long long)d, with_w ? " w" : "", with_b ? " b" : "", (double)eps);
+    check(name, op_norm, &a, hin, nin, 3, nx, NULL, 1e-6, 1e-6);
+    free(x);
+    free(w);
+    free(bias);
+}
+
+typedef struct {
+    int64_t n, vocab, d;
+} embedding_args;
+
+static int op_embedding(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const embedding_args *a = args;
+    return b->ops->embedding(b, in[0], in[1], out, a->n, a->vocab, a->d);
+}
+
+/* rows copied: equal bits; the ids include the first and the last row */
+static void test_embedding(int64_t n, int64_t vocab, int64_t d)
+{
+    embedding_args a = {n, vocab, d};
+    float *ids = malloc((size_t)n * sizeof(float)), *w = host_rand((size_t)(vocab * d), 1.0f);
+    if (!ids) {
+        fprintf(stderr, "FAIL: out of memory\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (float)((int64_t)((frand() + 1.0f) / 2.0f * (float)vocab) % vocab);
+    ids[0] = 0.0f;
+    ids[n - 1] = (float)(vocab - 1);
+    const float *hin[] = {ids, w};
+    size_t nin[] = {(size_t)n, (size_t)(vocab * d)};
+    char name[96];
+    snprintf(name, sizeof name, "embedding %lld ids of [%lld, %lld]", (long long)n,
+             (long long)vocab, (long long)d);
+    check(name, op_embedding, &a, hin, nin, 2, (size_t)(n * d), NULL, 0.0, 0.0);
+    free(ids);
+    free(w);
+}
+
+/* Bad ids (BAD at position POS, and more after it): the CPU backend refuses
+ * at the call, CUDA's at synchronize, with the same message (the first bad
+ * id's); then the CUDA backend serves on (a good embedding is checked). */
+static void test_embedding_bad(int64_t pos, float bad, float later)
+{
+    const int64_t n = 12, vocab = 50, d = 8;
+    float ids[12], *w = host_rand((size_t)(vocab * d), 1.0f);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (float)(i * 3 % vocab);
+    ids[pos] = bad;
+    ids[n - 1] = later;
+    char want[256] = "", got[256] = "";
+    int rc_cpu = CKPT_OK, rc_gpu = CKPT_OK;
+    for (int side = 0; side < 2; side++) {
+        ckpt_backend *b = side ? gpu : cpu;
+        float *di, *dw, *dy;
+        int rc;
+        if ((rc = b->ops->alloc(b, (size_t)n, &di)) != CKPT_OK ||
+            (rc = b->ops->alloc(b, (size_t)(vocab * d), &dw)) != CKPT_OK ||
+            (rc = b->ops->alloc(b, (size_t)(n * d), &dy)) != CKPT_OK)
+            die(b, "alloc", rc);
+        if ((rc = b->ops->upload(b, di, ids, (size_t)n)) != CKPT_OK ||
+            (rc = b->ops->upload(b, dw, w, (size_t)(vocab * d))) != CKPT_OK)
+            die(b, "upload", rc);
+        b->message[0] = '\0';
+        rc = b->ops->embedding(b, di, dw, dy, n, vocab, d);
+        if (rc == CKPT_OK)
+            rc = b->ops->synchronize(b);
+        *(side ? &rc_gpu : &rc_cpu) = rc;
+        snprintf(side ? got : want, sizeof got, "%s", b->message);
+        b->ops->release(b, di);
+        b->ops->release(b, dw);
+        b->ops->release(b, dy);
+    }
+    cases++;
+    if (rc_cpu != CKPT_ERR_USAGE || rc_gpu != CKPT_ERR_USAGE || strcmp(want, got) != 0) {
+        failures++;
+        printf("FAIL embedding with token id %g at %lld: cpu %d '%s', cuda %d '%s'\n",
+               (double)bad, (long long)pos, rc_cpu, want, rc_gpu, got);
+    } else {
+        printf("ok   embedding with token id %g at %lld: '%s'\n", (double)bad, (long long)pos,
+               got);
+    }
+    free(w);
+    test_embedding(5, vocab, d); /* the record was cleared: no error now */
+}
+
+typedef struct {
+    int64_t batch, m, k, n, a_stride, x_stride;
+} matmul_args;
+
+static int op_matmul(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    const matmul_args *a = args;
+    return b->ops->matmul(b, in[0], in[1], out, a->batch, a->m, a->k, a->n, a->a_stride,
+                          a->x_stride);
+}
+
+/* A_BCAST / X_BCAST: that operand is one matrix for the whole batch
+ * (stride 0); tolerance as linear's */
+static void test_matmul(int64_t batch, int64_t m, int64_t k, int64_t n, int a_bcast,
+                        int x_bcast)
+{
+    matmul_args a = {batch, m, k, n, a_bcast ? 0 : m * k, x_bcast ? 0 : k * n};
+    size_t na = (size_t)((a_bcast ? 1 : batch) * m * k);
+    size_t nx = (size_t)((x_bcast ? 1 : batch) * k * n);
+    float *ha = host_rand(na, 1.0f), *hx = host_rand(nx, k > 0 ? 1.0f / sqrtf((float)k) : 1.0f);
+    const float *hin[] = {ha, hx};
+    size_t nin[] = {na, nx};
+    char name[96];
+    snprintf(name, sizeof name, "matmul %lld x [%lld, %lld] @ [%lld, %lld]%s%s",
+             (long long)batch, (long long)m, (long long)k, (long long)k, (long long)n,
+             a_bcast ? " a shared" : "", x_bcast ? " x shared" : "");
+    check(name, op_matmul, &a, hin, nin, 2, (size_t)(batch * m * n), NULL, 1e-5, 1e-4);
+    free(ha);
+    free(hx);
+}
+
+static int op_attention(ckpt_backend *b, float *const *in, float *out, const void *args)
+{
+    return b->ops->attention(b, in[0], in[1], in[2], in[3], out, args);
+}
+
+/* MASK: 0 none, 1 [batch, 1, q_len, kv_len] (shared by the heads), 2
+ * [q_len, kv_len] (shared by all); DEAD: a query row whose every key the
+ * mask removes (-inf), which gives zeros on both.  Tolerance as linear's:
+ * two products and a float softmax, in other orders. */
+static void test_attention(int64_t batch, int64_t heads, int64_t kv_heads, int64_t q_len,
+                           int64_t kv_len, int64_t head_dim, int64_t v_dim, int causal,
+                           int mask, int dead)
+{
+    ckpt_attn_geom g = {batch, heads, kv_heads, q_len, kv_len, head_dim, v_dim,
+                        head_dim > 0 ? 1.0 / sqrt((double)head_dim) : 1.0, causal, {0}};
+    size_t nq = (size_t)(batch * heads * q_len * head_dim);
+    size_t nk = (size_t)(batch * kv_heads * kv_len * head_dim);
+    size_t nv = (size_t)(batch * kv_heads * kv_len * v_dim);
+    size_t nm = 0;
+    if (mask == 1) {
+        nm = (size_t)(batch * q_len * kv_len);
+        g.mask_strides[0] = q_len * kv_len;
+        g.mask_strides[2] = kv_len;
+        g.mask_strides[3] = 1;
+    } else if (mask == 2) {
+        nm = (size_t)(q_len * kv_len);
+        g.mask_strides[2] = kv_len;
+        g.mask_strides[3] = 1;
+    }
+    float *q = host_rand(nq, 1.0f), *k = host_rand(nk, 1.0f), *v = host_rand(nv, 1.0f);
+    float *m = mask ? host_rand(nm, 2.0f) : NULL;
+    if (m) {
+        for (size_t i = 0; i < nm; i += 5)
+            m[i] = -INFINITY; /* a bool mask's False */
+        if (dead)
+            for (int64_t j = 0; j < kv_len; j++)
+                m[(size_t)((q_len / 2) * kv_len + j)] = -INFINITY;
+    }
+    const float *hin[] = {q, k, v, m};
+    size_t nin[] = {nq, nk, nv, nm};
+    char name[96];
+    snprintf(name, sizeof name, "attention %lldx%lld/%lld [%lld, %lld] e%lld,%lld%s%s%s",
+             (long long)batch, (long long)heads, (long long)kv_heads, (long long)q_len,
+             (long long)kv_len, (long long)head_dim, (long long)v_dim,
+             causal ? " causal" : "", mask == 1 ? " mask[b]" : mask == 2 ? " mask" : "",
+             dead ? " dead row" : "");
+    check(name, op_attention, &g, hin, nin, 4, (size_t)(batch * heads * q_len * v_dim), NULL,
+          1e-5, 1e-4);
+    free(q);
+    free(k);
+    free(v);
+    free(m);
+}
+
+/* Every transformer op against the CPU backend's; 0 when the CPU backend
+ * lacks one (nothing to compare with: a failure) */
+static int transformer_ops_present(void)
+{
+    const struct {
+        const char *name;
+        int cpu, gpu;
+    } ops[] = {
+        {"unary", !!cpu->ops->unary, !!gpu->ops->unary},
+        {"binary", !!cpu->ops->binary, !!gpu->ops->binary},
+        {"strided_copy", !!cpu->ops->strided_copy, !!gpu->ops->strided_copy},
+        {"reduce", !!cpu->ops->reduce, !!gpu->ops->reduce},
+        {"layer_norm", !!cpu->ops->layer_norm, !!gpu->ops->layer_norm},
+        {"rms_norm", !!cpu->ops->rms_norm, !!gpu->ops->rms_norm},
+        {"embedding", !!cpu->ops->embedding, !!gpu->ops->embedding},
+        {"matmul", !!cpu->ops->matmul, !!gpu->ops->matmul},
+        {"attention", !!cpu->ops->attention, !!gpu->ops->attention},
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        if (!ops[i].cpu || !ops[i].gpu) {
+            cases++;
+            failures++;
+            ok = 0;
+            printf("FAIL %s: missing from the %s backend\n", ops[i].name,
+                   ops[i].cpu ? "CUDA" : "CPU");
+        }
+    }
+    return ok;
+}
+
+static void test_transformer_ops(void)
+{
+    if (!transformer_ops_present())
+        return;
+    for (int kind = 0; kind < CKPT_U_COUNT; kind++) {
+        float s = kind == CKPT_U_POW ? 2.5f : 1.75f;
+        test_unary(kind, 1000, s);
+        test_unary(kind, 100003, s);
+    }
+    test_unary(CKPT_U_DIV, 1000, 0.0f); /* division by zero: inf and NaN */
+    {
+        const float exps[] = {0.0f, 1.0f, 2.0f, 3.0f, -2.0f, 0.5f, -0.5f, -1.0f, -1.5f};
+        for (size_t i = 0; i < sizeof exps / sizeof exps[0]; i++)
+            test_unary(CKPT_U_POW, 1000, exps[i]);
+    }
+    test_unary(CKPT_U_GELU, 1, 0.0f);
+
+    {
+        const int64_t y1[] = {2, 3, 4}, a1[] = {2, 3, 4}, x1[] = {3, 1};
+        for (int kind = 0; kind < CKPT_B_COUNT; kind++)
+            test_binary(kind, 3, y1, 3, a1, 2, x1);
+        const int64_t y2[] = {4, 5}, x2[] = {5};
+        test_binary(CKPT_B_ADD, 2, y2, 2, y2, 1, x2); /* a bias row */
+        const int64_t y3[] = {2, 4, 3}, a3[] = {2, 1, 3}, x3[] = {1, 4, 3};
+        test_binary(CKPT_B_MUL, 3, y3, 3, a3, 3, x3); /* both broadcast */
+        const int64_t y4[] = {100003}, s4[] = {1};
+        test_binary(CKPT_B_DIV, 1, y4, 1, y4, 1, y4);
+        test_binary(CKPT_B_SUB, 1, y4, 1, s4, 1, y4); /* a scalar tensor minus x */
+        /* rotary embedding: q [b, h, l, e] * cos [l, e] */
+        const int64_t y5[] = {2, 4, 16, 8}, x5[] = {16, 8};
+        test_binary(CKPT_B_MUL, 4, y5, 4, y5, 2, x5);
+        const int64_t y6[] = {2, 1, 3, 2, 2, 1, 3, 2}, a6[] = {2, 1, 3, 1, 2, 1, 3, 2},
+                      x6[] = {3, 2, 1, 1, 3, 1};
+        test_binary(CKPT_B_ADD, 8, y6, 8, a6, 6, x6);
+        const int64_t y7[] = {3, 0, 2};
+        test_binary(CKPT_B_ADD, 3, y7, 3, y7, 3, y7); /* empty */
+    }
+
+    {
+        /* x [3, 4, 5].transpose(1, 2) */
+        const int64_t s1[] = {3, 5, 4}, t1[] = {20, 1, 5};
+        test_strided_copy("transpose [3,4,5] (1,2)", 0, 3, s1, t1);
+        /* x [10, 8][2:9:3, 1:7:2] */
+        const int64_t s2[] = {3, 3}, t2[] = {24, 2};
+        test_strided_copy("slice [10,8][2:9:3, 1:7:2]", 17, 2, s2, t2);
+        /* x [6, 7, 5][:, 3] */
+        const int64_t s3[] = {6, 5}, t3[] = {35, 1};
+        test_strided_copy("select [6,7,5][:, 3]", 15, 2, s3, t3);
+        /* x [1, 4].expand(3, 4), and [2, 1, 3].expand(5, 2, 4, 3) */
+        const int64_t s4[] = {3, 4}, t4[] = {0, 1};
+        test_strided_copy("expand [1,4] -> [3,4]", 0, 2, s4, t4);
+        const int64_t s5[] = {5, 2, 4, 3}, t5[] = {0, 3, 0, 1};
+        test_strided_copy("expand [2,1,3] -> [5,2,4,3]", 0, 4, s5, t5);
+        /* a contiguous run: a slice of whole rows */
+        const int64_t s6[] = {4, 7}, t6[] = {7, 1};
+        test_strided_copy("slice [9,7][3:7]", 21, 2, s6, t6);
+        /* k.transpose(-2, -1) of [2, 3, 16, 8] */
+        const int64_t s7[] = {2, 3, 8, 16}, t7[] = {384, 128, 1, 8};
+        test_strided_copy("transpose [2,3,16,8] (2,3)", 0, 4, s7, t7);
+        const int64_t s8[] = {2, 1, 3, 2, 2, 1, 3, 2}, t8[] = {1, 7, 2, 11, 29, 3, 60, 200};
+        test_strided_copy("8 dims", 5, 8, s8, t8);
+        const int64_t s9[] = {1000, 3}, t9[] = {3, 1000};
+        test_strided_copy("[3,1000].t()", 0, 2, s9, t9);
+    }
+
+    test_reduce(CKPT_R_SUM, 4, 10, 1);
+    test_reduce(CKPT_R_MEAN, 4, 10, 1);
+    test_reduce(CKPT_R_MEAN, 3, 37, 5);
+    test_reduce(CKPT_R_SUM, 2, 1000, 1);
+    test_reduce(CKPT_R_MEAN, 1, 4096, 1);
+    test_reduce(CKPT_R_SUM, 2, 3, 1000);
+    test_reduce(CKPT_R_MEAN, 5, 0, 3); /* the mean of nothing: NaN */
+    test_reduce(CKPT_R_SUM, 5, 0, 3);  /* its sum: 0 */
+    test_reduce(CKPT_R_MEAN, 1, 1, 7);
+
+    test_norm(0, 4, 768, 1, 1, 1e-5f); /* GPT-2's ln_1 */
+    test_norm(0, 3, 1, 1, 1, 1e-5f);   /* one element: y = bias */
+    test_norm(0, 2, 1000, 0, 0, 1e-5f);
+    test_norm(0, 5, 37, 1, 0, 1e-12f); /* BERT's eps */
+    test_norm(0, 3, 37, 0, 1, 1e-6f);
+    test_norm(0, 1, 4097, 1, 1, 1e-5f);
+    test_norm(0, 70000, 3, 1, 1, 1e-5f); /* more rows than blocks */
+    test_norm(1, 4, 768, 1, 0, 1e-6f);  /* Llama's RMSNorm */
+    test_norm(1, 3, 1, 1, 0, 1.1920928955078125e-07f);
+    test_norm(1, 2, 1000, 0, 0, 1.1920928955078125e-07f);
+    test_norm(1, 1, 4097, 1, 0, 1e-5f);
+
+    test_embedding(37, 50, 16);
+    test_embedding(128, 1000, 768);
+    test_embedding(7, 3, 1);
+    test_embedding_bad(5, 50.0f, -1.0f);     /* == vocab, and a negative one after */
+    test_embedding_bad(0, -1.0f, 50.0f);
+    test_embedding_bad(3, 2.5f, 60.0f);      /* not an integer */
+    test_embedding_bad(7, NAN, 3.0f);
+    test_embedding_bad(2, 16777216.0f, 1.0f); /* 2^24 */
+
+    test_matmul(1, 3, 17, 5, 0, 0);
+    test_matmul(4, 7, 33, 10, 0, 0);
+    test_matmul(4, 7, 33, 10, 1, 0);  /* a broadcast over the batch */
+    test_matmul(6, 5, 8, 9, 0, 1);    /* x @ W: one product of the stacked rows */
+    test_matmul(1, 5, 8, 9, 0, 1);
+    test_matmul(3, 4, 0, 5, 0, 0);    /* empty reduction: zeros */
+    test_matmul(24, 128, 64, 128, 0, 0); /* scores of 2 x 12 heads */
+    test_matmul(2, 128, 768, 2304, 0, 1); /* GPT-2's c_attn (addmm) */
+
+    /*             b  h kvh  L    S   e  ev causal mask dead */
+    test_attention(2, 4, 4, 7, 7, 16, 16, 0, 0, 0);
+    test_attention(2, 4, 4, 33, 33, 16, 16, 1, 0, 0);
+    test_attention(2, 8, 2, 5, 9, 8, 12, 1, 0, 0);   /* GQA, q_len < kv_len */
+    test_attention(2, 4, 4, 6, 10, 8, 8, 0, 1, 1);   /* a mask per sample, a dead row */
+    test_attention(1, 6, 3, 12, 12, 16, 16, 1, 2, 0); /* GQA, causal and a mask */
+    test_attention(1, 2, 1, 10, 4, 8, 8, 1, 0, 0);   /* q_len > kv_len */
+    test_attention(1, 12, 12, 128, 128, 64, 64, 1, 0, 0); /* GPT-2 small */
+    test_attention(2, 32, 8, 64, 64, 64, 64, 1, 0, 0);    /* Llama's GQA */
+    test_attention(1, 2, 2, 3, 0, 8, 8, 0, 0, 0);         /* no key: zeros */
+    test_attention(1, 1, 1, 1, 1, 1, 1, 0, 0, 0);
+}
+
 /* ---- the backend itself ---- */
 
 static void test_backend_basics(void)
@@ -767,6 +1282,8 @@ int main(void)
     test_copy_rows(64, 300, 301, 900, 300);
     test_cat(2, 3, 5, 19 * 19);
     test_cat(3, 1, 2, 7);
+
+    test_transformer_ops();
 
     cpu->ops->destroy(cpu);
     gpu->ops->destroy(gpu);
