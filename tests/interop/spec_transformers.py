@@ -30,10 +30,11 @@ the spec ops of doc/design.md "Model specs":
   ViT:    conv2d (patches), flatten, the class token (a "parameter") expanded
           to the batch and cat, layer_norm, gelu, select
 
-For each, ckpt-spec exits 0 and its spec, run by a torch interpreter of
-the spec format (run_spec below: make_verify_fixtures.run_node for the ops
-the runtime had, torch's own functions for the new ones) with the model's
-state dict, gives the model's outputs (torch.allclose, 1e-5) on the
+For each, ckpt-spec exits 0; `ckpt verify --reference` passes with its spec
+on the model's state dict and torch's outputs; and the spec, run by a torch
+interpreter of the spec format (run_spec below: make_verify_fixtures.run_node
+for the ops the runtime had, torch's own functions for the new ones) with
+the state dict, gives the model's outputs (torch.allclose, 1e-5); both on the
 example input and, where the spec's batch is -1, on a batch of another
 size.  ViT's class token is expanded to the batch size, which no spec op
 says, so its spec is written at the example's batch size (ckpt-spec says
@@ -69,6 +70,7 @@ import make_verify_fixtures as mvf  # noqa: E402  (tests/fixtures: on _common's 
 torch = c.torch
 F = torch.nn.functional
 t = c.Tally(uses='transformers %s' % transformers.__version__)
+t.need(c.CKPT, 'CKPT')
 TOOL = os.path.join(c.SRCDIR, 'tools', 'ckpt-spec')
 
 FACTORIES = '''
@@ -376,6 +378,18 @@ for factory, given, example, dynamic in CASES:
                 assert g.shape == w.shape, (batch, list(g.shape), list(w.shape))
                 assert torch.allclose(g, w, rtol=1e-5, atol=1e-5), (
                     batch, (g - w).abs().max().item())
+            # and the runtime: ckpt verify of the state dict against torch's outputs
+            names = spec['outputs']
+            ref = {'input': x}
+            ref.update(('output.' + k, w.contiguous()) for k, w in zip(names, want))
+            stem = re.sub(r'\W', '_', factory)
+            path = c.save(sd, c.scratch(stem + '.pth'))
+            ref = c.save(ref, c.scratch('%s.%d.ref.pth' % (stem, batch)))
+            rc, doc = c.verify_json(out, path, '--reference', ref)
+            assert rc == 0 and doc['result'] == 'PASS', (batch, doc.get('load'),
+                                                         doc.get('outputs'))
+            for o in doc['outputs']:
+                assert o['reference']['pass'] and o['reference']['max_rel'] < 1e-5, o
 
     if factory not in GRAPH_OPS:
         continue
