@@ -1113,6 +1113,12 @@ CKPT_API const char *ckpt_model_output_name(const ckpt_model *m, size_t i);
 /* Parameter keys in the order the spec first uses them. */
 CKPT_API size_t ckpt_model_param_count(const ckpt_model *m);
 CKPT_API const char *ckpt_model_param_key(const ckpt_model *m, size_t i);
+/* The key parameter I is tied to (the spec's "tied": one tensor in the
+ * model under two keys), or NULL. */
+CKPT_API const char *ckpt_model_param_tie(const ckpt_model *m, size_t i);
+/* 1 when the bound state dict lacks tied key I and the bind took the
+ * tensor of the key it is tied to, as from_pretrained ties it back. */
+CKPT_API int ckpt_model_param_tied_in(const ckpt_model *m, size_t i);
 
 /* One size mismatch of a strict load. */
 typedef struct ckpt_size_mismatch {

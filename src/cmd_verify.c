@@ -180,12 +180,18 @@ static void print_load_message(const ckpt_load_report *r)
 }
 
 static void print_load(const char *label, const char *file, const ckpt_verify *v,
-                       ckpt_verify_side side, size_t nparams)
+                       ckpt_verify_side side, const ckpt_model *m)
 {
     const ckpt_load_report *r = ckpt_verify_load_report(v, side);
+    size_t nparams = ckpt_model_param_count(m);
     cli_printf("%-11s %s: state dict at %s\n", label, file, ckpt_verify_choice(v, side)->path);
     if (r->ok) {
         cli_printf("%-11s strict: all %zu keys matched\n", "load", nparams);
+        for (size_t i = 0; i < nparams; i++)
+            if (ckpt_model_param_tied_in(m, i))
+                cli_printf("%-11s %s: not in the file, tied to %s\n", "tied",
+                           ckpt_model_param_key(m, i),
+                           ckpt_model_param_tie(m, i));
     } else {
         cli_printf("%-11s FAIL\n", "load");
         print_load_message(r);
@@ -234,17 +240,18 @@ static void print_output(const opts *o, const ckpt_verify_output *x)
     }
 }
 
-static void print_text(const opts *o, const ckpt_verify *v, const ckpt_model *m)
+static void print_text(const opts *o, const ckpt_verify *v, const ckpt_model *m,
+                       const ckpt_model *m2)
 {
     size_t nparams = ckpt_model_param_count(m);
     cli_printf("%-11s %s (%s): %zu parameter tensors\n", "model", ckpt_model_name(m), o->spec_path,
                nparams);
-    print_load("checkpoint", o->ckpt_path, v, CKPT_VERIFY_CHECKPOINT, nparams);
+    print_load("checkpoint", o->ckpt_path, v, CKPT_VERIFY_CHECKPOINT, m);
     if (ckpt_verify_hint(v))
         cli_printf("%-11s %s; fix it with:\n%-11s %s\n", "hint", ckpt_verify_hint(v), "",
                    ckpt_verify_fix(v));
     if (o->against_path)
-        print_load("against", o->against_path, v, CKPT_VERIFY_AGAINST, nparams);
+        print_load("against", o->against_path, v, CKPT_VERIFY_AGAINST, m2);
     if (ckpt_verify_ran(v)) {
         const char *note = ckpt_verify_device_note(v);
         cli_printf("%-11s %s%s%s\n", "device", ckpt_backend_description(ckpt_verify_backend(v)),
@@ -404,7 +411,7 @@ int cmd_verify(int argc, char **argv)
         if (o.json)
             rc = print_json(h.v);
         else
-            print_text(&o, h.v, h.model);
+            print_text(&o, h.v, h.model, h.model2);
         if (rc == CLI_EXIT_OK && (fflush(stdout) != 0 || ferror(stdout))) {
             cli_error("verify", NULL, "cannot write output");
             rc = CLI_EXIT_IO;

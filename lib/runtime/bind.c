@@ -219,6 +219,29 @@ static int nbt_filled(const ckpt_model *m, const ckpt_value *sd, size_t pi)
     return !(ver && ckpt_value_int(ver, &v) == CKPT_OK && v >= 2);
 }
 
+/* The parameter whose tensor parameter I takes: its own; a tied key the
+ * file lacks, its tie's; tied keys the file holds both of, the one later
+ * in torch's order TORDER (NP of them), as load_state_dict copies each
+ * into the one shared tensor and the last copy stays. */
+static size_t bind_source(const ckpt_model *m, const int *torder, size_t np, size_t i)
+{
+    const rt_param *p = &m->params[i];
+    if (p->tied_in)
+        return (size_t)(p->tie - 1);
+    size_t last = i, at = 0;
+    for (size_t k = 0; k < np; k++) {
+        size_t j = (size_t)torder[k];
+        int same = j == i || (p->tie && j == (size_t)(p->tie - 1)) ||
+                   (m->params[j].tie && (size_t)(m->params[j].tie - 1) ==
+                                        (p->tie ? (size_t)(p->tie - 1) : i));
+        if (same && k >= at && !m->params[j].tied_in) {
+            last = j;
+            at = k;
+        }
+    }
+    return last;
+}
+
 static void unbind(ckpt_model *m)
 {
     rt_model_release_device(m);
@@ -277,10 +300,15 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
             if (t.param_module[i] == order[k])
                 torder[np++] = (int)i;
 
+    /* a tied key the file lacks takes the tensor of the key it is tied to,
+     * as from_pretrained ties it back after loading (spec "tied") */
+    for (size_t i = 0; i < m->nparams; i++)
+        m->params[i].tied_in = m->params[i].tie && !sd_get(sd, m->params[i].key) &&
+                               sd_get(sd, m->params[m->params[i].tie - 1].key);
     for (size_t k = 0; k < np; k++) {
         const char *key = m->params[torder[k]].key;
-        if (!sd_get(sd, key) && !(filled[torder[k]] = (unsigned char)nbt_filled(m, sd,
-                                                                             (size_t)torder[k])))
+        if (!sd_get(sd, key) && !m->params[torder[k]].tied_in &&
+            !(filled[torder[k]] = (unsigned char)nbt_filled(m, sd, (size_t)torder[k])))
             m->missing[nmiss++] = key;
     }
     for (size_t k = 0; k < nmods; k++) {
@@ -332,7 +360,7 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
         vknown[i] = 1;
     }
     for (size_t i = 0; i < m->nparams; i++) {
-        const ckpt_value *v = sd_get(sd, m->params[i].key);
+        const ckpt_value *v = sd_get(sd, m->params[bind_source(m, torder, np, i)].key);
         const ckpt_tensor *ten = v ? ckpt_value_tensor(v) : NULL;
         if (filled[i]) { /* torch's tensor(0): 0-dim */
             given[i].ndim = 0;
@@ -426,7 +454,8 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
                 m->params[i].shape.ndim = 0;
                 continue;
             }
-            const ckpt_tensor *ten = ckpt_value_tensor(sd_get(sd, m->params[i].key));
+            const ckpt_tensor *ten =
+                ckpt_value_tensor(sd_get(sd, m->params[bind_source(m, torder, np, i)].key));
             if ((rc = read_param(m, f, ten, &m->params[i])) != CKPT_OK) {
                 unbind(m);
                 goto out;

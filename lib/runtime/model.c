@@ -171,6 +171,14 @@ const char *ckpt_model_param_key(const ckpt_model *m, size_t i)
 {
     return i < m->nparams ? m->params[i].key : NULL;
 }
+const char *ckpt_model_param_tie(const ckpt_model *m, size_t i)
+{
+    return i < m->nparams && m->params[i].tie ? m->params[m->params[i].tie - 1].key : NULL;
+}
+int ckpt_model_param_tied_in(const ckpt_model *m, size_t i)
+{
+    return i < m->nparams && m->bound && m->params[i].tied_in;
+}
 
 int64_t ckpt_model_input_id_limit(const ckpt_model *m, size_t i)
 {

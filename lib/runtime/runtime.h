@@ -100,6 +100,8 @@ typedef struct rt_param {
     char *key;
     rt_shape shape;              /* as bound */
     float *host;                 /* float32 copy, NULL until bound */
+    int tie;                     /* 1 + the parameter this key is tied to ("tied"), 0: none */
+    int tied_in;                 /* the last bind took it from its tie: the file lacks it */
 } rt_param;
 
 struct ckpt_model {

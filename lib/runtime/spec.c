@@ -890,6 +890,55 @@ static int parse_inputs(parser *p, const cJSON *ins)
     return 0;
 }
 
+static int param_index(const ckpt_model *m, const char *key)
+{
+    for (size_t i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i].key, key) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* "tied": {"lm_head.weight": "transformer.wte.weight"}: keys of one tensor
+ * in the model (torch's tied weights), which a file may hold once (the
+ * second key left out, as save_pretrained does).  Both must be parameters
+ * of the graph; a key tied to a key that is itself tied is refused, which
+ * rules out cycles and chains (ckpt-spec ties every later key to the first). */
+static int parse_tied(parser *p, const cJSON *tied)
+{
+    ckpt_model *m = p->m;
+    if (!tied)
+        return 0;
+    if (!cJSON_IsObject(tied))
+        return pfail(p, "\"tied\" must be an object of key: the key it is tied to");
+    for (const cJSON *e = tied->child; e; e = e->next) {
+        if (!cJSON_IsString(e))
+            return pfail(p, "\"tied\": \"%s\" must name a key (a string)", e->string);
+        int a = param_index(m, e->string), b = param_index(m, e->valuestring);
+        if (a < 0)
+            return pfail(p, "\"tied\": \"%s\" is not a parameter of the graph", e->string);
+        if (b < 0)
+            return pfail(p, "\"tied\": \"%s\" is tied to \"%s\", not a parameter of the "
+                         "graph", e->string, e->valuestring);
+        if (a == b)
+            return pfail(p, "\"tied\": \"%s\" is tied to itself", e->string);
+        if (m->params[a].tie)
+            return pfail(p, "\"tied\": \"%s\" is tied twice", e->string);
+        m->params[a].tie = b + 1;
+    }
+    for (size_t i = 0; i < m->nparams; i++) {
+        int b = m->params[i].tie - 1;
+        if (b < 0 || !m->params[b].tie)
+            continue;
+        if (m->params[b].tie - 1 == (int)i)
+            return pfail(p, "\"tied\": \"%s\" and \"%s\" are tied to each other (a cycle)",
+                         m->params[i].key, m->params[b].key);
+        return pfail(p, "\"tied\": \"%s\" is tied to \"%s\", itself tied to \"%s\" (tie "
+                     "each key to the one that stays)", m->params[i].key, m->params[b].key,
+                     m->params[m->params[b].tie - 1].key);
+    }
+    return 0;
+}
+
 static int parse_spec(parser *p, const cJSON *root)
 {
     ckpt_model *m = p->m;
@@ -939,11 +988,13 @@ static int parse_spec(parser *p, const cJSON *root)
             if (m->outputs[j] == m->outputs[i])
                 return pfail(p, "output \"%s\" is listed twice", o->valuestring);
     }
+    if (parse_tied(p, cJSON_GetObjectItemCaseSensitive(root, "tied")))
+        return -1;
     for (const cJSON *e = root->child; e; e = e->next)
         if (strcmp(e->string, "name") && strcmp(e->string, "class") &&
             strcmp(e->string, "description") && strcmp(e->string, "inputs") &&
             strcmp(e->string, "nodes") && strcmp(e->string, "outputs") &&
-            strcmp(e->string, "comment"))
+            strcmp(e->string, "tied") && strcmp(e->string, "comment"))
             return pfail(p, "unknown member \"%s\"", e->string);
     return 0;
 }

@@ -1048,6 +1048,11 @@ static cJSON *json_load(const side *s)
     for (size_t i = 0; i < r->bad_dtype_count; i++)
         cJSON_AddItemToArray(bad, cJSON_CreateString(r->bad_dtype[i]));
     cJSON_AddStringToObject(o, "message", r->message ? r->message : "");
+    cJSON *tied = cJSON_AddObjectToObject(o, "tied_in");
+    for (size_t i = 0; s->model && i < ckpt_model_param_count(s->model); i++)
+        if (ckpt_model_param_tied_in(s->model, i))
+            cJSON_AddStringToObject(tied, ckpt_model_param_key(s->model, i),
+                                    ckpt_model_param_tie(s->model, i));
     return o;
 }
 

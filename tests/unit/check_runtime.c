@@ -323,6 +323,18 @@ static const struct {
      "input \"x\": \"high\" is for an integer input (\"dtype\": \"int64\")"},
     {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4], \"dtype\": \"int64\", \"high\": 16777217}], \"nodes\": [{\"op\": \"relu\", \"inputs\": [\"x\"], \"output\": \"y\"}], \"outputs\": [\"y\"]}",
      "input \"x\": \"high\" must be an integer from 1 to 16777216"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": [{\"op\": \"linear\", \"inputs\": [\"x\"], \"output\": \"h\", \"params\": {\"weight\": \"a.weight\"}}, {\"op\": \"linear\", \"inputs\": [\"h\"], \"output\": \"y\", \"params\": {\"weight\": \"b.weight\"}}], \"outputs\": [\"y\"], \"tied\": [\"b.weight\"]}",
+     "\"tied\" must be an object of key: the key it is tied to"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": [{\"op\": \"linear\", \"inputs\": [\"x\"], \"output\": \"h\", \"params\": {\"weight\": \"a.weight\"}}, {\"op\": \"linear\", \"inputs\": [\"h\"], \"output\": \"y\", \"params\": {\"weight\": \"b.weight\"}}], \"outputs\": [\"y\"], \"tied\": {\"b.weight\": \"c.weight\"}}",
+     "\"tied\": \"b.weight\" is tied to \"c.weight\", not a parameter of the graph"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": [{\"op\": \"linear\", \"inputs\": [\"x\"], \"output\": \"h\", \"params\": {\"weight\": \"a.weight\"}}, {\"op\": \"linear\", \"inputs\": [\"h\"], \"output\": \"y\", \"params\": {\"weight\": \"b.weight\"}}], \"outputs\": [\"y\"], \"tied\": {\"c.weight\": \"a.weight\"}}",
+     "\"tied\": \"c.weight\" is not a parameter of the graph"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": [{\"op\": \"linear\", \"inputs\": [\"x\"], \"output\": \"h\", \"params\": {\"weight\": \"a.weight\"}}, {\"op\": \"linear\", \"inputs\": [\"h\"], \"output\": \"y\", \"params\": {\"weight\": \"b.weight\"}}], \"outputs\": [\"y\"], \"tied\": {\"b.weight\": \"b.weight\"}}",
+     "\"tied\": \"b.weight\" is tied to itself"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": [{\"op\": \"linear\", \"inputs\": [\"x\"], \"output\": \"h\", \"params\": {\"weight\": \"a.weight\"}}, {\"op\": \"linear\", \"inputs\": [\"h\"], \"output\": \"y\", \"params\": {\"weight\": \"b.weight\"}}], \"outputs\": [\"y\"], \"tied\": {\"b.weight\": \"a.weight\", \"a.weight\": \"b.weight\"}}",
+     "\"tied\": \"a.weight\" and \"b.weight\" are tied to each other (a cycle)"},
+    {"{\"name\": \"m\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 4]}], \"nodes\": [{\"op\": \"linear\", \"inputs\": [\"x\"], \"output\": \"h\", \"params\": {\"weight\": \"a.weight\"}}, {\"op\": \"linear\", \"inputs\": [\"h\"], \"output\": \"y\", \"params\": {\"weight\": \"b.weight\"}}], \"outputs\": [\"y\"], \"tied\": {\"b.weight\": 3}}",
+     "\"tied\": \"b.weight\" must name a key (a string)"},
 };
 
 START_TEST(test_spec_errors)
