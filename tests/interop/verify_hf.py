@@ -25,6 +25,9 @@ sharded .bin, sharded safetensors).  For each folder:
     lm_head.weight fails both, the key named;
   - one tensor changed (a value of one layer's weight) fails: the load
     passes, the logits do not;
+  - a .bin holding both tied keys with different values verifies against
+    torch's strict load_state_dict of it (the later key, lm_head.weight,
+    copied last into the one shared tensor);
   - a folder ckpt-spec cannot build (no config.json; an unknown class)
     is a usage error naming why;
   - README.md's example (ckpt-spec on tests/data/hf/gpt2_st_sharded, then
@@ -187,6 +190,27 @@ def _():
     assert rc == 1 and doc['result'] == 'FAIL' and doc['load']['ok'], doc
     (out,) = doc['outputs']
     assert not out['reference']['pass'] and out['reference']['mismatched'] > 0, out
+
+
+@t.case('a .bin holding both tied keys, lm_head.weight changed, loads as torch\'s strict '
+        'load does: the later key\'s values serve both')
+def _():
+    folder = save(MODELS['gpt2'], 'gpt2_both', 'bin')
+    path = os.path.join(folder, 'pytorch_model.bin')
+    sd = {k: v.clone() for k, v in torch.load(path, weights_only=True).items()}
+    sd['lm_head.weight'][3] += 0.25  # token 3's row: its embedding and its logit
+    torch.save(sd, path)
+    model = gpt2().eval()
+    model.load_state_dict(sd, strict=True)  # both copied into one tensor, lm_head's last
+    assert torch.equal(model.transformer.wte.weight, sd['lm_head.weight'])
+    ids = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(30))
+    ids[:, 5] = 3
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    ref = c.save({'input': ids, 'output.logits': logits.contiguous()},
+                 c.scratch('gpt2_both.ref.pth'))
+    rc, doc = c.verify_json(spec(c.scratch('gpt2_bin')), folder, '--reference', ref)
+    assert rc == 0 and doc['load']['tied_in'] == {}, doc
 
 
 @t.case('ckpt-spec refuses a folder it cannot build (exit 2): no config.json, an unknown '
