@@ -219,27 +219,25 @@ static int nbt_filled(const ckpt_model *m, const ckpt_value *sd, size_t pi)
     return !(ver && ckpt_value_int(ver, &v) == CKPT_OK && v >= 2);
 }
 
-/* The parameter whose tensor parameter I takes: its own; a tied key the
- * file lacks, its tie's; tied keys the file holds both of, the one later
- * in torch's order TORDER (NP of them), as load_state_dict copies each
- * into the one shared tensor and the last copy stays. */
-static size_t bind_source(const ckpt_model *m, const int *torder, size_t np, size_t i)
+/* SRC[i]: the parameter whose tensor parameter I takes.  Its own; a tied
+ * key the file lacks, its tie's; tied keys the file holds both of, the one
+ * later in torch's order TORDER (NP of them), as load_state_dict copies
+ * each into the one shared tensor and the last copy stays. */
+static void bind_sources(const ckpt_model *m, const int *torder, size_t np, size_t *src)
 {
-    const rt_param *p = &m->params[i];
-    if (p->tied_in)
-        return (size_t)(p->tie - 1);
-    size_t last = i, at = 0;
+    for (size_t i = 0; i < m->nparams; i++)
+        src[i] = i;
+    /* of each tie's group, named by the key the others are tied to: the
+     * last of its keys in torch's order, tied-in ones (absent) aside */
     for (size_t k = 0; k < np; k++) {
         size_t j = (size_t)torder[k];
-        int same = j == i || (p->tie && j == (size_t)(p->tie - 1)) ||
-                   (m->params[j].tie && (size_t)(m->params[j].tie - 1) ==
-                                        (p->tie ? (size_t)(p->tie - 1) : i));
-        if (same && k >= at && !m->params[j].tied_in) {
-            last = j;
-            at = k;
-        }
+        const rt_param *p = &m->params[j];
+        if (!p->tied_in)
+            src[p->tie ? (size_t)(p->tie - 1) : j] = j;
     }
-    return last;
+    for (size_t i = 0; i < m->nparams; i++)
+        if (m->params[i].tie)
+            src[i] = src[m->params[i].tie - 1];
 }
 
 static void unbind(ckpt_model *m)
@@ -272,6 +270,7 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
     rt_shape *vshape = NULL, *expect = NULL, *given = NULL;
     const rt_shape **pgiven = NULL;
     unsigned char *vknown = NULL, *reported = NULL, *filled = NULL;
+    size_t *src = NULL;
     strbuf msg = {0}, lines = {0};
     int rc = CKPT_ERR_NOMEM;
     size_t nmiss = 0, nunexp = 0, nmis = 0, nbad = 0;
@@ -289,7 +288,8 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
         !(expect = calloc(m->nparams + 1, sizeof *expect)) ||
         !(given = calloc(m->nparams + 1, sizeof *given)) ||
         !(pgiven = calloc(m->nparams + 1, sizeof *pgiven)) ||
-        !(filled = calloc(m->nparams + 1, 1)))
+        !(filled = calloc(m->nparams + 1, 1)) ||
+        !(src = calloc(m->nparams + 1, sizeof *src)))
         goto out;
 
     /* torch's order: modules in pre-order, each module's own parameters */
@@ -349,6 +349,8 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
         }
     }
 
+    bind_sources(m, torder, np, src);
+
     /* shapes: the shape pass with a batch of 1 and the checkpoint's
      * parameter shapes; compare each parameter with what the graph implies */
     char shape_err[320] = "";
@@ -360,7 +362,7 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
         vknown[i] = 1;
     }
     for (size_t i = 0; i < m->nparams; i++) {
-        const ckpt_value *v = sd_get(sd, m->params[bind_source(m, torder, np, i)].key);
+        const ckpt_value *v = sd_get(sd, m->params[src[i]].key);
         const ckpt_tensor *ten = v ? ckpt_value_tensor(v) : NULL;
         if (filled[i]) { /* torch's tensor(0): 0-dim */
             given[i].ndim = 0;
@@ -455,7 +457,7 @@ int ckpt_model_bind(ckpt_model *m, ckpt_file *f, const ckpt_value *sd, ckpt_load
                 continue;
             }
             const ckpt_tensor *ten =
-                ckpt_value_tensor(sd_get(sd, m->params[bind_source(m, torder, np, i)].key));
+                ckpt_value_tensor(sd_get(sd, m->params[src[i]].key));
             if ((rc = read_param(m, f, ten, &m->params[i])) != CKPT_OK) {
                 unbind(m);
                 goto out;
@@ -489,6 +491,7 @@ out:
     free(given);
     free(pgiven);
     free(filled);
+    free(src);
     free(msg.s);
     free(lines.s);
     return rc;

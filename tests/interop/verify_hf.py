@@ -219,7 +219,7 @@ def _():
     folder = c.scratch('not_a_model')
     os.makedirs(folder, exist_ok=True)
     r = c.run([sys.executable, TOOL, folder, '--input', 'input_ids=2,16:int64'])
-    assert r.rc == 2 and 'with no config.json' in r.err, (r.rc, r.err)
+    assert r.rc == 2 and 'this folder has no config.json' in r.err, (r.rc, r.err)
     cfg = MODELS['gpt2'].config.to_dict()
     cfg['architectures'] = ['NoSuchModelForCausalLM']
     with open(os.path.join(folder, 'config.json'), 'w') as f:
