@@ -230,6 +230,7 @@ def main():
     whos = [t[0] for t in torches] + ["ckpt"]
     prepared = [prepare(a, k) for k in keys]
     table, descs, loads, what = [], set(), [], []
+    best_rows = []  # (label, batch, ckpt's least forward / torch's) at torch's default threads
     with tempfile.TemporaryDirectory() as tmp:
         for model, params, checks, trf in prepared:
             print("%s: `ckpt verify --reference` at %s" % (model["label"], "; ".join(checks)))
@@ -259,6 +260,8 @@ def main():
                     tv = rows[who][0]
                     probe["torch"] = tv["torch"]
                     ratio = med["ckpt"] / med[who]
+                    if not threads:
+                        best_rows.append((model["label"], batch, best["ckpt"] / best[who]))
                     table.append(
                         "| %s | %d | PyTorch %s CPU, %s | %.0f ms | %s ms | %.0f ms | %.2f %s "
                         "(best: %.2f) | %d MiB |" % (
@@ -273,6 +276,7 @@ def main():
     mi = bv.bi.machine_info()
     ratios = [r for r in table if " met " in r or "NOT MET" in r]
     missed = [r for r in ratios if "NOT MET" in r]
+    bests = [r for _, _, r in best_rows]
     lines = [
         SECTION, "",
         "Requirement: the forward of a 125M-parameter GPT-2-style and a ~100M Llama-style "
@@ -311,12 +315,16 @@ def main():
         "|---|---|---|---|---|---|---|---|",
     ] + table + [
         "",
-        "Goals: %s" % ("all %d met (ckpt within 1.5x of torch at its default threads)"
-                       % len(ratios) if not missed else
-                       "%d of %d NOT MET: %s" % (len(missed), len(ratios),
-                                                 "; ".join(m.split(" | ")[0].strip("| ") +
-                                                           " batch " + m.split(" | ")[1]
-                                                           for m in missed))),
+        "Goals: %s. On the least forwards (the nearest to a quiet machine's time: torch's "
+        "suffer most from the other jobs) ckpt takes %.2f-%.2fx torch's: %s." % (
+            "all %d met on the medians (ckpt within 1.5x of torch at its default threads)"
+            % len(ratios) if not missed else
+            "%d of %d NOT MET on the medians: %s" % (
+                len(missed), len(ratios), "; ".join(m.split(" | ")[0].strip("| ") + " batch " +
+                                                    m.split(" | ")[1] for m in missed)),
+            min(bests), max(bests),
+            "within the goal" if max(bests) <= 1.5 else "over the goal at %s" % "; ".join(
+                "%s batch %d (%.2f)" % (lb, b, r) for lb, b, r in best_rows if r > 1.5)),
         ""]
     text = "\n".join(lines)
     print(text)
