@@ -81,6 +81,19 @@ def need(*modules):
             sys.exit(SKIP)
 
 
+def need_transformers():
+    """transformers, with torch.export beside it; else skip (exit 77) saying
+    how to get them."""
+    try:
+        import transformers
+        import torch.export  # noqa: F401  (torch >= 2.1)
+    except Exception as e:  # pragma: no cover
+        print('transformers or torch.export cannot be imported (%s): skipping (./bootstrap '
+              '--deps installs transformers 5.24.0 beside torch 2.x)' % e)
+        sys.exit(SKIP)
+    return transformers
+
+
 # --------------------------------------------------------------------------
 # running ckpt
 

@@ -57,13 +57,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as c  # noqa: E402  (exits 77 without torch)
 
-try:
-    import transformers
-    import torch.export  # noqa: F401  (torch >= 2.1)
-except Exception as e:  # pragma: no cover
-    print('transformers or torch.export cannot be imported (%s): skipping (./bootstrap '
-          '--deps installs transformers 5.24.0 beside torch 2.x)' % e)
-    sys.exit(c.SKIP)
+transformers = c.need_transformers()
 
 import make_verify_fixtures as mvf  # noqa: E402  (tests/fixtures: on _common's path)
 

@@ -25,19 +25,14 @@ Prints `ok NAME` or `FAIL NAME: why` per case, then `N passed, M failed`.
 """
 import os
 import shutil
+import subprocess
 import sys
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as c  # noqa: E402  (exits 77 without torch)
 
-try:
-    import transformers
-    import torch.export  # noqa: F401  (torch >= 2.1)
-except Exception as e:  # pragma: no cover
-    print('transformers or torch.export cannot be imported (%s): skipping (./bootstrap '
-          '--deps installs transformers 5.24.0 beside torch 2.x)' % e)
-    sys.exit(c.SKIP)
+transformers = c.need_transformers()
 
 torch = c.torch
 t = c.Tally(uses='transformers %s' % transformers.__version__)
@@ -96,6 +91,28 @@ def _():
 @t.case('FSDP2: verify passes on the DCP folder of {"model", "optim"} as dcp.save wrote it')
 def _():
     passes(os.path.join(LAYOUTS, 'fsdp2'), 'fsdp2.ref.pth')
+
+
+@t.case('README.md\'s example: its verify of the FSDP2 folder prints the lines shown there')
+def _():
+    with open(os.path.join(c.SRCDIR, 'README.md')) as f:
+        text = f.read()
+    start = text.index('    $ ckpt verify --model llama.json --reference tests/data/llama_layouts/')
+    block = text[start:text.index('    result      PASS\n', start)].splitlines()
+    shown = [ln[4:] for ln in block[2:]] + ['result      PASS']
+    r = subprocess.run([c.CKPT, 'verify', '--device', 'cpu', '--model', spec(), '--reference',
+                        'tests/data/llama_layouts/fsdp2.ref.pth', 'tests/data/llama_layouts/fsdp2'],
+                       cwd=c.SRCDIR, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = r.stdout.splitlines()
+    assert len(got) == len(shown), (got, shown)
+    for g, w in zip(got, shown):
+        if w.startswith(('model ', 'device ')):      # the spec's path, this machine's CPU
+            assert g.split()[0] == w.split()[0], (g, w)
+        elif w.startswith('output '):                # the error's digits follow the CPU path
+            assert g.split(': max abs')[0] == w.split(': max abs')[0] and g.endswith(': PASS'), (g, w)
+        else:
+            assert g == w, (g, w)
 
 
 @t.case('FSDP2: verify passes on its converted single file (convert --select model)')
