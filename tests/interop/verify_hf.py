@@ -45,14 +45,9 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as c  # noqa: E402  (exits 77 without torch)
 
-try:
-    import transformers as T
-    import torch.export  # noqa: F401  (torch >= 2.1)
-    from safetensors.torch import load_file, save_file
-except Exception as e:  # pragma: no cover
-    print('transformers, safetensors or torch.export cannot be imported (%s): skipping '
-          '(./bootstrap --deps installs transformers 5.24.0 beside torch 2.x)' % e)
-    sys.exit(c.SKIP)
+T = c.need_transformers()
+c.need('safetensors')
+from safetensors.torch import load_file, save_file  # noqa: E402
 
 T.logging.set_verbosity_error()  # no load reports: the test checks the loading info
 T.utils.logging.disable_progress_bar()
