@@ -35,7 +35,7 @@ script, under torch 2.x and transformers 5.24 (--python: the venv of
 
     /usr/bin/python3 bench/bench_transformers.py [--models gpt2,llama]
         [--batches 1,8] [--runs 3] [--rounds 3] [--warmup 1]
-        [--python /opt/ckpt/torch2/bin/python] [--workdir /var/tmp/ckpt-bench30]
+        [--python /opt/ckpt/torch2/bin/python] [--workdir /var/tmp/ckpt-bench-transformers]
         [--results bench/RESULTS.md] [--no-results]
 
 Run after `make ckpt bench/bench_forward`.  The checkpoints take 0.5 GiB
@@ -89,10 +89,10 @@ GEN_CHILD = r"""
 import json, os, sys, torch
 cfg = json.loads(sys.argv[1])
 sys.path.insert(0, cfg["workdir"])
-import bench30_models
+import transformer_models
 torch.set_num_threads(1)
 torch.manual_seed(cfg["seed"])
-m = getattr(bench30_models, cfg["key"])().eval()
+m = getattr(transformer_models, cfg["key"])().eval()
 if not os.path.exists(cfg["path"]):
     torch.save(m.state_dict(), cfg["path"] + ".tmp")
     os.replace(cfg["path"] + ".tmp", cfg["path"])
@@ -104,8 +104,8 @@ REF_CHILD = r"""
 import json, sys, torch
 cfg = json.loads(sys.argv[1])
 sys.path.insert(0, cfg["workdir"])
-import bench30_models
-m = getattr(bench30_models, cfg["key"])().eval()
+import transformer_models
+m = getattr(transformer_models, cfg["key"])().eval()
 m.load_state_dict(torch.load(cfg["path"], map_location="cpu"))  # strict
 n = cfg["batch"] * cfg["seq"]
 ids = torch.from_file(cfg["ids"], shared=False, size=n, dtype=torch.float32)
@@ -121,10 +121,10 @@ import json, resource, statistics, sys, time
 cfg = json.loads(sys.argv[1])
 import torch
 sys.path.insert(0, cfg["workdir"])
-import bench30_models
+import transformer_models
 if cfg["threads"]:
     torch.set_num_threads(cfg["threads"])
-m = getattr(bench30_models, cfg["key"])()
+m = getattr(transformer_models, cfg["key"])()
 m.load_state_dict(torch.load(cfg["path"], map_location="cpu"))  # strict
 m.eval()
 ids = torch.load(cfg["ref"])["input"]
@@ -148,7 +148,7 @@ def prepare(a, key):
     """The checkpoint, the spec, and per batch a reference on bench_forward's ids,
     checked by `ckpt verify --reference`; returns (model, params, checks, versions)."""
     os.makedirs(a.workdir, exist_ok=True)
-    with open(os.path.join(a.workdir, "bench30_models.py"), "w") as f:
+    with open(os.path.join(a.workdir, "transformer_models.py"), "w") as f:
         f.write(FACTORIES)
     path = os.path.join(a.workdir, "%s.pth" % key)
     spec = os.path.join(a.workdir, "%s.json" % key)
@@ -159,7 +159,7 @@ def prepare(a, key):
     if not os.path.exists(spec):
         p = subprocess.run([a.python, os.path.join(ROOT, "tools", "ckpt-spec"), "-C", a.workdir,
                             "-i", "input_ids=2,%d:int64" % SEQ, "-o", spec + ".tmp",
-                            "bench30_models:%s" % key], capture_output=True, text=True)
+                            "transformer_models:%s" % key], capture_output=True, text=True)
         if p.returncode != 0:
             sys.exit("bench: ckpt-spec fails on %s:\n%s" % (key, p.stderr.strip()))
         os.replace(spec + ".tmp", spec)
@@ -216,7 +216,7 @@ def main():
                     help="a python with torch 2.x and transformers 5.24 (./bootstrap --deps)")
     ap.add_argument("--ckpt", default=os.path.join(ROOT, "ckpt"))
     ap.add_argument("--bench-forward", default=os.path.join(ROOT, "bench", "bench_forward"))
-    ap.add_argument("--workdir", default="/var/tmp/ckpt-bench30")
+    ap.add_argument("--workdir", default="/var/tmp/ckpt-bench-transformers")
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     ap.add_argument("--no-results", action="store_true")
     a = ap.parse_args()
