@@ -206,6 +206,20 @@ def spec_corpus():
         ('outputs', ['y', 'y2', 'y3']),
     ])
     put('spec', 'transformer_ops.json', json.dumps(spec, indent=1).encode())
+    # a tie: copy.weight is not in mlp.pth and takes n.3.weight's tensor
+    tied = collections.OrderedDict([
+        ('name', 'tied'),
+        ('inputs', [{'name': 'x', 'shape': [-1, 784]}]),
+        ('nodes', [
+            N('linear', ['x'], 'h', params=n1),
+            N('relu', ['h'], 'r'),
+            N('linear', ['r'], 'y', params={'weight': 'n.3.weight', 'bias': 'n.3.bias'}),
+            N('parameter', [], 'w', params={'weight': 'copy.weight'}),
+        ]),
+        ('outputs', ['y', 'w']),
+        ('tied', {'copy.weight': 'n.3.weight'}),
+    ])
+    put('spec', 'tied.json', json.dumps(tied, indent=1).encode())
 
 
 def frames_corpus():

@@ -401,6 +401,54 @@ START_TEST(test_bind_dataparallel_keys)
 }
 END_TEST
 
+/* A tied key the file lacks takes the tensor of the key it is tied to (as
+ * from_pretrained ties GPT-2's lm_head.weight back to the embedding): the
+ * strict load passes, says so per key, and the value is that tensor's. */
+START_TEST(test_bind_tied_key_missing)
+{
+    const char *json =
+        "{\"name\": \"tied\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 784]}],"
+        " \"nodes\": [{\"op\": \"linear\", \"inputs\": [\"x\"], \"output\": \"h\","
+        " \"params\": {\"weight\": \"n.1.weight\", \"bias\": \"n.1.bias\"}},"
+        " {\"op\": \"linear\", \"inputs\": [\"h\"], \"output\": \"y\","
+        " \"params\": {\"weight\": \"n.3.weight\", \"bias\": \"n.3.bias\"}},"
+        " {\"op\": \"parameter\", \"inputs\": [], \"output\": \"w\","
+        " \"params\": {\"weight\": \"copy.weight\"}}],"
+        " \"outputs\": [\"y\", \"w\"], \"tied\": {\"copy.weight\": \"n.3.weight\"}}";
+    ckpt_model *m = ckpt_model_new();
+    ck_assert_msg(ckpt_model_parse(m, json, strlen(json), "tied.json") == 0, "%s",
+                  ckpt_model_error_message(m));
+    ck_assert_uint_eq(ckpt_model_param_count(m), 5);
+    ck_assert_str_eq(ckpt_model_param_key(m, 4), "copy.weight");
+    ck_assert_str_eq(ckpt_model_param_tie(m, 4), "n.3.weight");
+    ck_assert_ptr_null(ckpt_model_param_tie(m, 2));
+    ckpt_file *f = open_data("tests/data/mlp.pth");
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
+    ck_assert_msg(r.ok, "%s", r.message);
+    ck_assert_int_eq(ckpt_model_param_tied_in(m, 4), 1);
+    ck_assert_int_eq(ckpt_model_param_tied_in(m, 2), 0);
+    /* the output w is n.3.weight's tensor */
+    ckpt_backend *b;
+    char err[128];
+    ck_assert_int_eq(ckpt_backend_open("cpu", &b, err, sizeof err), 0);
+    ckpt_array in = {.ndim = 2, .shape = {1, 784}}, out[2] = {{0}}, w = {0};
+    in.data = calloc(784, sizeof(float));
+    ck_assert_int_eq(ckpt_model_run(m, b, &in, out), 0);
+    read_array(f, "n.3.weight", &w);
+    ck_assert_int_eq(out[1].ndim, 2);
+    ck_assert_int_eq(ckpt_array_numel(&out[1]), ckpt_array_numel(&w));
+    ck_assert_int_eq(memcmp(out[1].data, w.data, (size_t)ckpt_array_numel(&w) * 4), 0);
+    for (int k = 0; k < 2; k++)
+        ckpt_array_clear(&out[k]);
+    ckpt_array_clear(&w);
+    ckpt_array_clear(&in);
+    ckpt_backend_free(b);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+}
+END_TEST
+
 START_TEST(test_bind_size_mismatch)
 {
     /* a graph that feeds the flattened image straight to n.3: n.3.weight is
@@ -961,6 +1009,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("spec and load");
     tcase_add_loop_test(tc, test_spec_errors, 0, (int)(sizeof bad_specs / sizeof bad_specs[0]));
     tcase_add_test(tc, test_bind_dataparallel_keys);
+    tcase_add_test(tc, test_bind_tied_key_missing);
     tcase_add_test(tc, test_bind_size_mismatch);
     tcase_add_test(tc, test_bind_missing_weight_says_nothing_downstream);
     tcase_add_test(tc, test_run_checks_input_shape);
