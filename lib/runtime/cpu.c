@@ -48,6 +48,14 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The wheel's manylinux tag follows the newest glibc symbol version its
+ * libraries need: glibc 2.29 gave pow a new version (the same results,
+ * without SVID's error handling), which alone would lift the wheel from
+ * manylinux_2_28 to manylinux_2_31.  Bind x86-64's first version. */
+#if defined(__GLIBC__) && defined(__x86_64__)
+__asm__(".symver pow,pow@GLIBC_2.2.5");
+#endif
+
 /* cblas_sgemm's enums, as every CBLAS defines them */
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha,
