@@ -33,6 +33,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import textwrap
 import zlib
 
 try:
@@ -319,6 +320,16 @@ def scratch(name=None):
         _scratch.append(tempfile.mkdtemp(prefix='ckpt-interop-'))
         atexit.register(shutil.rmtree, _scratch[0], True)
     return os.path.join(_scratch[0], name) if name else _scratch[0]
+
+
+def scratch_source(name, text):
+    """TEXT (dedented) as the file NAME in scratch, written once: a module
+    of models for a tool that takes MODULE.py:FACTORY; its path."""
+    path = scratch(name)
+    if not os.path.exists(path):
+        with open(path, 'w') as f:
+            f.write(textwrap.dedent(text))
+    return path
 
 
 def save(obj, path, fmt='zip'):

@@ -299,11 +299,7 @@ def line_of(text):
 
 def user_models():
     """The models above in a .py file in scratch; its path."""
-    src = c.scratch('usermodels.py')
-    if not os.path.exists(src):
-        with open(src, 'w') as f:
-            f.write(textwrap.dedent(UNSUPPORTED))
-    return src
+    return c.scratch_source('usermodels.py', UNSUPPORTED)
 
 
 @case('unsupported ops: exit 1, no spec written, each node named with its module or '

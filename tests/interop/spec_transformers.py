@@ -51,7 +51,6 @@ import json
 import os
 import re
 import sys
-import textwrap
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -220,11 +219,7 @@ LINE = re.compile(r'^  (.+?):(\d+): (\w+): call_function aten\.(\w+)\.(\w+) \(in
 
 
 def factories():
-    src = c.scratch('hf_factories.py')
-    if not os.path.exists(src):
-        with open(src, 'w') as f:
-            f.write(textwrap.dedent(FACTORIES))
-    return src
+    return c.scratch_source('hf_factories.py', FACTORIES)
 
 
 def make(factory):
