@@ -1,0 +1,111 @@
+#!/bin/bash
+# bench/device_run.sh - the checks and benchmarks of a lent GPU machine, as one
+# script (the lease is short: 15 minutes a session, the machine's start
+# included).  Run there from the repository root, with the kit of
+# bench/device_kit.sh carried beside the tree:
+#
+#   OUT=DIR bash bench/device_run.sh [KIT] [STEPS]
+#
+# STEPS (default all, in this order): tests (the CUDA unit tests, then every op
+# case of tests/data/ops verified on cuda:0 against torch's outputs), portable
+# (the portable folder's own CUDA module found and used), bench (bench_device.py:
+# GPU and many-core rows), memcheck (compute-sanitizer over check_runtime_cuda).
+# Every step writes its log to $OUT and the script goes on after a failure: one
+# lease should bring back every answer it can.
+set -u
+kit=${1:-.dev}
+steps=${2:-tests,portable,bench,memcheck}
+out=${OUT:-/tmp/device-out}
+mkdir -p "$out"
+top=$(pwd)
+kit=$(cd "$kit" && pwd)
+export LD_LIBRARY_PATH=$kit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CKPT_CUDA_MODULE=$kit/lib/libckpt_cuda.so
+export PYTHONUNBUFFERED=1
+ckpt=$kit/bin/ckpt
+t0=$SECONDS
+say() { printf '== %s (%ds)\n' "$*" $((SECONDS - t0)); }
+has() { case ",$steps," in *",$1,"*) return 0 ;; esac; return 1; }
+
+say "machine"
+{
+    cat "$kit/REVISION"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+    nproc
+    grep -m1 'model name' /proc/cpuinfo
+    grep PRETTY_NAME /etc/os-release
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "cudnn", torch.backends.cudnn.version(), "threads", torch.get_num_threads())'
+    "$ckpt" --version
+} 2>&1 | tee "$out/machine.txt"
+
+if has tests; then
+    say "check_cuda"
+    timeout 120 "$kit/bin/check_cuda" >"$out/check_cuda.log" 2>&1
+    echo "check_cuda rc=$?" | tee -a "$out/summary.txt"
+    tail -3 "$out/check_cuda.log"
+    say "check_runtime_cuda"
+    timeout 240 "$kit/bin/check_runtime_cuda" >"$out/check_runtime_cuda.log" 2>&1
+    echo "check_runtime_cuda rc=$?" | tee -a "$out/summary.txt"
+    grep -E -i 'fail|error|cudnn|cases' "$out/check_runtime_cuda.log" | head -40
+    tail -3 "$out/check_runtime_cuda.log"
+    say "op cases verified on cuda:0"
+    pass=0
+    fail=0
+    for j in tests/data/ops/*.json; do
+        b=${j%.json}
+        if timeout 60 "$ckpt" verify --device cuda:0 --select params --model "$j" \
+            --reference "$b.pth" "$b.pth" >"$out/op.txt" 2>&1; then
+            pass=$((pass + 1))
+        else
+            fail=$((fail + 1))
+            { echo "--- $b"; cat "$out/op.txt"; } >>"$out/ops_failed.log"
+        fi
+    done
+    rm -f "$out/op.txt"
+    echo "op cases on cuda:0: $pass passed, $fail failed" | tee -a "$out/summary.txt"
+    [ -f "$out/ops_failed.log" ] && head -60 "$out/ops_failed.log"
+    say "verify.sh's models on cuda:0"
+    for m in "models/mnist_mlp.json tests/data/fmnist_mlp.pth" \
+        "models/mnist_conv_autoencoder.json tests/data/fmnist_ae.pth"; do
+        set -- $m
+        "$ckpt" verify --device cuda:0 --replicas 2 --model "$1" "$2" 2>&1 | tail -4
+    done | tee -a "$out/summary.txt"
+fi
+
+if has portable; then
+    say "portable folder"
+    p=/tmp/ckpt-portable
+    rm -rf "$p"
+    mkdir -p "$p"
+    tar xzf "$kit"/ckpt-*-x86_64-linux.tar.gz -C "$p" && (
+        cd "$p"/ckpt-*-x86_64-linux || exit 1
+        unset LD_LIBRARY_PATH CKPT_CUDA_MODULE
+        bin/ckpt --version
+        bin/ckpt verify --device cuda --model "$top/models/mnist_mlp.json" \
+            "$top/tests/data/fmnist_mlp.pth"
+        echo "portable verify on cuda rc=$?"
+    ) 2>&1 | tee "$out/portable.txt" | tail -12
+    grep -E 'backends|rc=' "$out/portable.txt" >>"$out/summary.txt"
+fi
+
+if has bench; then
+    say "bench_device.py"
+    timeout 420 python3 bench/bench_device.py --bench-forward "$kit/bin/bench_forward" \
+        --gpu-batches "${GPU_BATCHES:-1,8}" --rounds "${ROUNDS:-1}" --out "$out" \
+        ${BENCH_ARGS:-} 2>&1 | tail -60
+fi
+
+if has memcheck; then
+    say "compute-sanitizer memcheck"
+    if command -v compute-sanitizer >/dev/null; then
+        timeout "${MEMCHECK_S:-150}" compute-sanitizer --tool memcheck --leak-check full \
+            "$kit/bin/check_runtime_cuda" >"$out/memcheck.log" 2>&1
+        echo "memcheck rc=$?" | tee -a "$out/summary.txt"
+        grep -E 'ERROR SUMMARY|LEAK SUMMARY|bytes leaked' "$out/memcheck.log" | tail -4 |
+            tee -a "$out/summary.txt"
+    else
+        echo "no compute-sanitizer" | tee -a "$out/summary.txt"
+    fi
+fi
+say "done"
+cat "$out/summary.txt"
