@@ -10,8 +10,9 @@
 # case of tests/data/ops verified on cuda:0 against torch's outputs), portable
 # (the portable folder's own CUDA module found and used), bench (bench_device.py:
 # GPU and many-core rows), memcheck (compute-sanitizer over check_runtime_cuda).
-# Every step writes its log to $OUT and the script goes on after a failure: one
-# lease should bring back every answer it can.
+# Every step writes its log to $OUT (seven files at most: a lease brings back
+# eight) and the script goes on after a failure: one lease should bring back
+# every answer it can.
 set -u
 kit=${1:-.dev}
 steps=${2:-tests,portable,bench,memcheck}
@@ -36,7 +37,7 @@ say "machine"
     grep PRETTY_NAME /etc/os-release
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "cudnn", torch.backends.cudnn.version(), "threads", torch.get_num_threads())'
     "$ckpt" --version
-} 2>&1 | tee "$out/machine.txt"
+} 2>&1 | tee "$out/summary.txt"
 
 if has tests; then
     say "check_cuda"
@@ -84,13 +85,12 @@ if has portable; then
         bin/ckpt verify --device cuda --model "$top/models/mnist_mlp.json" \
             "$top/tests/data/fmnist_mlp.pth"
         echo "portable verify on cuda rc=$?"
-    ) 2>&1 | tee "$out/portable.txt" | tail -12
-    grep -E 'backends|rc=' "$out/portable.txt" >>"$out/summary.txt"
+    ) 2>&1 | tee -a "$out/summary.txt" | tail -12
 fi
 
 if has bench; then
     say "bench_device.py"
-    timeout 420 python3 bench/bench_device.py --bench-forward "$kit/bin/bench_forward" \
+    timeout "${BENCH_S:-420}" python3 bench/bench_device.py --bench-forward "$kit/bin/bench_forward" \
         --gpu-batches "${GPU_BATCHES:-1,8}" --rounds "${ROUNDS:-1}" --out "$out" \
         ${BENCH_ARGS:-} 2>&1 | tail -60
 fi
