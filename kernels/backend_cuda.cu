@@ -1,6 +1,7 @@
 // backend_cuda.cu - the CUDA backend of the model runtime ("cuda:N";
-// float32, NCHW): cuBLAS for the matrix products, small kernels for
-// everything else, one stream per backend.  It is built as the module
+// float32, NCHW): cuBLAS for the matrix products, cuDNN for the
+// convolutions when it is there, small kernels for everything else, one
+// stream per backend.  It is built as the module
 // libckpt_cuda.so, whose only export is the table ckpt_cuda_module_entry
 // (ckpt_cuda.h: this backend's descriptor and the device calls);
 // lib/runtime/backend_cuda.c loads it with dlopen and checks its ABI.
@@ -13,9 +14,11 @@
 //
 // Results are deterministic on a given GPU: no atomics in the results (the
 // one atomic, embedding's bad-id record, keeps a minimum), every reduction
-// runs in a fixed order, and cuBLAS gets a single stream (its documented
-// condition for bitwise reproducibility).  TF32 is never used: cuBLAS runs
-// in pedantic math mode.
+// runs in a fixed order, cuBLAS gets a single stream (its documented
+// condition for bitwise reproducibility), and cuDNN's algorithms are the
+// deterministic ones, chosen without timing.  TF32 is used only when asked
+// (CKPT_BACKEND_TF32); else cuBLAS runs in pedantic math mode and cuDNN in
+// CUDNN_FMA_MATH.
 //
 // Errors: every CUDA and cuBLAS call is checked and becomes CKPT_ERR_DEVICE
 // with a message in b->message; nothing prints or aborts.  Kernel faults
@@ -49,6 +52,7 @@ enum {
     CKPT_CUBLAS_OP_T = 1,
     CKPT_CUBLAS_DEFAULT_MATH = 0,
     CKPT_CUBLAS_PEDANTIC_MATH = 2,
+    CKPT_CUBLAS_TF32_TENSOR_OP_MATH = 3,
 };
 
 typedef struct ckpt_cublas_api {
@@ -157,6 +161,286 @@ static const char *cublas_status_text(int status)
     }
 }
 
+// ---- cuDNN, loaded at run time ---------------------------------------------
+//
+// The convolutions run through cuDNN when it can be loaded (conv2d through
+// cudnnConvolutionForward, conv_transpose2d through
+// cudnnConvolutionBackwardData), else through im2col / col2im and SGEMM
+// below, op by op: a shape cuDNN finds no algorithm for stays on those.
+// As cuBLAS, it is dlopen'ed, never linked (libcudnn.so.9 and its engines
+// are over 1 GB; a CPU-only run must not pay for them), and its types come
+// from cudnn.h while each function is reached through a pointer of the
+// header's own type (decltype: no symbol of libcudnn is referenced).  A
+// build without cudnn.h has no cuDNN path.
+//
+// Where it is looked for, first loaded wins: $CKPT_CUDNN alone when it is a
+// path ("0" or "off": not used at all, read at each open); the loader's
+// path; then where pip puts it beside torch (nvidia-cudnn-cu13/cu12,
+// .../site-packages/nvidia/cudnn/lib), in the prefixes a Python the user
+// runs would search -- $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, the python3*
+// found on $PATH (its folder's prefix, and its real file's), /usr/local and
+// /usr -- and last the CUDA toolkit's folders.
+//
+// Determinism: algorithms are chosen by cuDNN's heuristics (never by timing,
+// cudnnFind's choice varies between runs), the first one cuDNN marks
+// CUDNN_DETERMINISTIC, once per shape.  Math: CUDNN_FMA_MATH (strict FP32)
+// unless TF32 is on (CKPT_BACKEND_TF32), as torch with
+// torch.backends.cudnn.allow_tf32 False / True.
+
+#if __has_include(<cudnn.h>)
+#include <cudnn.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define CKPT_WITH_CUDNN 1
+#else
+#define CKPT_WITH_CUDNN 0
+#endif
+
+#if CKPT_WITH_CUDNN
+typedef struct ckpt_cudnn_api {
+    decltype(&cudnnGetVersion) get_version;
+    decltype(&cudnnGetErrorString) error_string;
+    decltype(&cudnnCreate) create;
+    decltype(&cudnnDestroy) destroy;
+    decltype(&cudnnSetStream) set_stream;
+    decltype(&cudnnCreateTensorDescriptor) create_tensor;
+    decltype(&cudnnSetTensor4dDescriptor) set_tensor;
+    decltype(&cudnnDestroyTensorDescriptor) destroy_tensor;
+    decltype(&cudnnCreateFilterDescriptor) create_filter;
+    decltype(&cudnnSetFilter4dDescriptor) set_filter;
+    decltype(&cudnnDestroyFilterDescriptor) destroy_filter;
+    decltype(&cudnnCreateConvolutionDescriptor) create_conv;
+    decltype(&cudnnSetConvolution2dDescriptor) set_conv;
+    decltype(&cudnnSetConvolutionMathType) set_math;
+    decltype(&cudnnDestroyConvolutionDescriptor) destroy_conv;
+    decltype(&cudnnGetConvolutionForwardAlgorithm_v7) fwd_algos;
+    decltype(&cudnnGetConvolutionForwardWorkspaceSize) fwd_workspace;
+    decltype(&cudnnConvolutionForward) fwd;
+    decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) bwd_algos;
+    decltype(&cudnnGetConvolutionBackwardDataWorkspaceSize) bwd_workspace;
+    decltype(&cudnnConvolutionBackwardData) bwd;
+} ckpt_cudnn_api;
+
+// Loaded once per process and never unloaded, as cuBLAS.
+static pthread_once_t cudnn_once = PTHREAD_ONCE_INIT;
+static ckpt_cudnn_api cudnn_api;
+static int cudnn_loaded;
+static int cudnn_version; // cudnnGetVersion(): major * 10000 + minor * 100 + patch
+// Why not, short: it ends the backend's description ("no cuDNN: WHY").
+static char cudnn_error[120];
+
+static int cudnn_bind(void *lib, const char *path)
+{
+    struct {
+        const char *name;
+        void **slot;
+    } syms[] = {
+        {"cudnnGetVersion", (void **)&cudnn_api.get_version},
+        {"cudnnGetErrorString", (void **)&cudnn_api.error_string},
+        {"cudnnCreate", (void **)&cudnn_api.create},
+        {"cudnnDestroy", (void **)&cudnn_api.destroy},
+        {"cudnnSetStream", (void **)&cudnn_api.set_stream},
+        {"cudnnCreateTensorDescriptor", (void **)&cudnn_api.create_tensor},
+        {"cudnnSetTensor4dDescriptor", (void **)&cudnn_api.set_tensor},
+        {"cudnnDestroyTensorDescriptor", (void **)&cudnn_api.destroy_tensor},
+        {"cudnnCreateFilterDescriptor", (void **)&cudnn_api.create_filter},
+        {"cudnnSetFilter4dDescriptor", (void **)&cudnn_api.set_filter},
+        {"cudnnDestroyFilterDescriptor", (void **)&cudnn_api.destroy_filter},
+        {"cudnnCreateConvolutionDescriptor", (void **)&cudnn_api.create_conv},
+        {"cudnnSetConvolution2dDescriptor", (void **)&cudnn_api.set_conv},
+        {"cudnnSetConvolutionMathType", (void **)&cudnn_api.set_math},
+        {"cudnnDestroyConvolutionDescriptor", (void **)&cudnn_api.destroy_conv},
+        {"cudnnGetConvolutionForwardAlgorithm_v7", (void **)&cudnn_api.fwd_algos},
+        {"cudnnGetConvolutionForwardWorkspaceSize", (void **)&cudnn_api.fwd_workspace},
+        {"cudnnConvolutionForward", (void **)&cudnn_api.fwd},
+        {"cudnnGetConvolutionBackwardDataAlgorithm_v7", (void **)&cudnn_api.bwd_algos},
+        {"cudnnGetConvolutionBackwardDataWorkspaceSize", (void **)&cudnn_api.bwd_workspace},
+        {"cudnnConvolutionBackwardData", (void **)&cudnn_api.bwd},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        *syms[i].slot = dlsym(lib, syms[i].name);
+        if (!*syms[i].slot) {
+            snprintf(cudnn_error, sizeof cudnn_error, "%.60s lacks %s", path, syms[i].name);
+            memset(&cudnn_api, 0, sizeof cudnn_api);
+            return -1;
+        }
+    }
+    // the header's major: the types and enums we compiled against
+    size_t v = cudnn_api.get_version();
+    if (v / 10000 != CUDNN_MAJOR) {
+        snprintf(cudnn_error, sizeof cudnn_error, "%.60s is version %zu, not %d.x", path, v,
+                 CUDNN_MAJOR);
+        memset(&cudnn_api, 0, sizeof cudnn_api);
+        return -1;
+    }
+    cudnn_version = (int)v;
+    return 0;
+}
+
+// dlopen PATH (a file name alone: the loader's search); on success binds it.
+static int cudnn_try(const char *path, char *first_error, size_t cap)
+{
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *e = dlerror();
+        if (!first_error[0] && e)
+            snprintf(first_error, cap, "%s", e);
+        // a file that is there but does not load says why (a missing
+        // dependency); a name the loader did not find is not news
+        if (strchr(path, '/') && !cudnn_error[0] && e)
+            snprintf(cudnn_error, sizeof cudnn_error, "%.110s", e);
+        return -1;
+    }
+    if (cudnn_bind(lib, path) != 0)
+        return -1; // stays loaded: harmless, and its error is kept
+    cudnn_loaded = 1;
+    return 0;
+}
+
+static int is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// The pip layouts under a Python prefix, newest Python first (glob sorts).
+static int cudnn_try_prefix(const char *prefix, char *first_error, size_t cap)
+{
+    static const char *const patterns[] = {
+        "%s/lib/python3*/site-packages/nvidia/cudnn/lib/libcudnn.so.9",
+        "%s/lib/python3*/dist-packages/nvidia/cudnn/lib/libcudnn.so.9",
+        "%s/local/lib/python3*/dist-packages/nvidia/cudnn/lib/libcudnn.so.9",
+        "%s/lib/libcudnn.so.9", // conda's cudnn package
+    };
+    if (!prefix || !prefix[0])
+        return -1;
+    for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
+        char pat[PATH_MAX];
+        if (snprintf(pat, sizeof pat, patterns[i], prefix) >= (int)sizeof pat)
+            continue;
+        glob_t gl;
+        if (glob(pat, 0, NULL, &gl) != 0)
+            continue;
+        int ok = -1;
+        for (size_t k = gl.gl_pathc; k-- > 0 && ok != 0;) // python3.12 before python3.11
+            if (is_file(gl.gl_pathv[k]))
+                ok = cudnn_try(gl.gl_pathv[k], first_error, cap);
+        globfree(&gl);
+        if (ok == 0)
+            return 0;
+    }
+    return -1;
+}
+
+// The prefixes of the python3* programs on $PATH: DIR/.. (a venv's bin
+// links to the system's python, its packages are under the venv) and the
+// real file's prefix.
+static int cudnn_try_path_pythons(char *first_error, size_t cap)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        return -1;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    char *save = NULL;
+    for (char *dir = strtok_r(buf, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+        char pat[PATH_MAX];
+        if (!dir[0] || snprintf(pat, sizeof pat, "%s/python3*", dir) >= (int)sizeof pat)
+            continue;
+        glob_t gl;
+        if (glob(pat, 0, NULL, &gl) != 0)
+            continue;
+        int found = gl.gl_pathc > 0;
+        char real[PATH_MAX] = "";
+        if (found && !realpath(gl.gl_pathv[0], real))
+            real[0] = '\0';
+        globfree(&gl);
+        if (!found)
+            continue;
+        char prefix[PATH_MAX];
+        snprintf(prefix, sizeof prefix, "%s/..", dir);
+        if (cudnn_try_prefix(prefix, first_error, cap) == 0)
+            return 0;
+        char *slash = strrchr(real, '/');
+        if (slash) { // /usr/bin/python3.12 -> /usr
+            *slash = '\0';
+            slash = strrchr(real, '/');
+            if (slash && slash != real) {
+                *slash = '\0';
+                if (cudnn_try_prefix(real, first_error, cap) == 0)
+                    return 0;
+            }
+        }
+    }
+    return -1;
+}
+
+static void cudnn_load(void)
+{
+    char first_error[160] = "";
+    const char *forced = getenv("CKPT_CUDNN");
+    if (forced && forced[0] && strcmp(forced, "0") != 0 && strcmp(forced, "off") != 0) {
+        // an explicit choice is never replaced by another library
+        if (cudnn_try(forced, first_error, sizeof first_error) != 0) {
+            char why[sizeof cudnn_error];
+            snprintf(why, sizeof why, "%s",
+                     cudnn_error[0] ? cudnn_error : first_error[0] ? first_error : "no library");
+            snprintf(cudnn_error, sizeof cudnn_error, "CKPT_CUDNN: %.100s", why);
+        }
+        return;
+    }
+    if (cudnn_try("libcudnn.so.9", first_error, sizeof first_error) == 0 ||
+        cudnn_try("libcudnn.so", first_error, sizeof first_error) == 0)
+        return;
+    const char *envs[] = {"VIRTUAL_ENV", "CONDA_PREFIX"};
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++)
+        if (cudnn_try_prefix(getenv(envs[i]), first_error, sizeof first_error) == 0)
+            return;
+    const char *home = getenv("HOME");
+    if (home && home[0]) {
+        char local[PATH_MAX];
+        snprintf(local, sizeof local, "%s/.local", home);
+        if (cudnn_try_prefix(local, first_error, sizeof first_error) == 0)
+            return;
+    }
+    if (cudnn_try_path_pythons(first_error, sizeof first_error) == 0 ||
+        cudnn_try_prefix("/usr/local", first_error, sizeof first_error) == 0 ||
+        cudnn_try_prefix("/usr", first_error, sizeof first_error) == 0)
+        return;
+    const char *dirs[] = {
+#ifdef CKPT_CUDA_LIBDIR
+        CKPT_CUDA_LIBDIR,
+#endif
+        "/usr/local/cuda/lib64", "/usr/local/cuda/lib"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/libcudnn.so.9", dirs[i]);
+        if (is_file(path) && cudnn_try(path, first_error, sizeof first_error) == 0)
+            return;
+    }
+    if (!cudnn_error[0])
+        snprintf(cudnn_error, sizeof cudnn_error,
+                 "libcudnn.so.9 not found (CKPT_CUDNN names it)");
+}
+
+// The file loaded (the loader's choice when it was found by name).
+static void cudnn_file(char *buf, size_t cap)
+{
+    Dl_info info;
+    if (dladdr((void *)cudnn_api.get_version, &info) && info.dli_fname)
+        snprintf(buf, cap, "%s", info.dli_fname);
+    else
+        snprintf(buf, cap, "?");
+}
+
+static const char *cudnn_status_text(cudnnStatus_t st)
+{
+    const char *s = cudnn_api.error_string ? cudnn_api.error_string(st) : NULL;
+    return s ? s : "unknown cuDNN status";
+}
+#endif // CKPT_WITH_CUDNN
+
 // ---- backend state ------------------------------------------------------------
 
 // The first bad token id an embedding met, kept on the device until the
@@ -190,6 +474,19 @@ typedef struct cuda_impl {
     emb_error *emb_err;              // device: the first bad token id (k_embedding)
     unsigned long long emb_serial;   // embedding calls so far
     int emb_pending;                 // an embedding ran since emb_err was last read
+    int tf32;                        // CKPT_BACKEND_TF32: cuBLAS and cuDNN may use TF32
+    int no_cudnn;                    // CKPT_RT_NO_CUDNN: the convolutions on our kernels
+    char base_text[112];             // the description up to cuBLAS's version
+    char cudnn_text[100];            // "cuDNN 9.13.0", or "no cuDNN: why"
+    unsigned long long conv_cudnn, conv_own; // convolutions run by cuDNN, by our kernels
+#if CKPT_WITH_CUDNN
+    cudnnHandle_t cudnn;             // NULL: no cuDNN (cudnn_text says why)
+    cudnnTensorDescriptor_t cudnn_x, cudnn_y;
+    cudnnFilterDescriptor_t cudnn_w;
+    cudnnConvolutionDescriptor_t cudnn_conv;
+    struct cudnn_plan *plans;        // the algorithm chosen per shape
+    size_t nplans, capplans;
+#endif
 } cuda_impl;
 
 static inline cuda_impl *impl_of(ckpt_backend *b)
@@ -1198,6 +1495,191 @@ static int cuda_linear(ckpt_backend *b, const float *x, const float *w, const fl
     return bias ? add_bias(b, "linear", y, bias, out, 1, rows * out) : CKPT_OK;
 }
 
+// ---- convolutions through cuDNN --------------------------------------------------
+
+#if CKPT_WITH_CUDNN
+// The choice for one shape: conv2d (forward) or conv_transpose2d (backward
+// data), the geometry, the math allowed.  USABLE 0: cuDNN offered no
+// deterministic algorithm, or failed: the fallback kernels run it.
+struct cudnn_plan {
+    int transpose, tf32;
+    ckpt_conv_geom g;
+    int usable;
+    int algo;
+    cudnnMathType_t math;
+    size_t workspace;
+};
+
+static bool same_geom(const ckpt_conv_geom *a, const ckpt_conv_geom *b)
+{
+    return memcmp(a, b, sizeof *a) == 0; // all int64: no padding
+}
+
+// The descriptors for G: x and y as conv2d sees them (conv_transpose2d is
+// conv2d's backward data: its input is that conv's dy, its output the dx);
+// the filter is [out_c, in_c, k, k] of conv2d, [in_c, out_c, k, k] of the
+// transpose, which is torch's layout of each.  Sizes beyond int: no cuDNN.
+static cudnnStatus_t cudnn_describe(cuda_impl *c, int transpose, const ckpt_conv_geom *g,
+                                    cudnnMathType_t math)
+{
+    const int64_t v[] = {g->batch, g->in_c, g->in_h, g->in_w, g->out_c, g->out_h, g->out_w,
+                         g->k_h, g->k_w, g->stride_h, g->stride_w, g->pad_h, g->pad_w,
+                         g->dil_h, g->dil_w,
+                         g->batch * g->in_c * g->in_h * g->in_w,
+                         g->batch * g->out_c * g->out_h * g->out_w};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (v[i] > INT_MAX)
+            return CUDNN_STATUS_NOT_SUPPORTED;
+    cudnnStatus_t st;
+    const int n = (int)g->batch, k = (int)g->out_c, ch = (int)g->in_c;
+    if ((st = cudnn_api.set_tensor(c->cudnn_x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, ch,
+                                   (int)g->in_h, (int)g->in_w)) != CUDNN_STATUS_SUCCESS ||
+        (st = cudnn_api.set_tensor(c->cudnn_y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, k,
+                                   (int)g->out_h, (int)g->out_w)) != CUDNN_STATUS_SUCCESS ||
+        (st = cudnn_api.set_filter(c->cudnn_w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                   transpose ? ch : k, transpose ? k : ch, (int)g->k_h,
+                                   (int)g->k_w)) != CUDNN_STATUS_SUCCESS ||
+        (st = cudnn_api.set_conv(c->cudnn_conv, (int)g->pad_h, (int)g->pad_w, (int)g->stride_h,
+                                 (int)g->stride_w, (int)g->dil_h, (int)g->dil_w,
+                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) !=
+            CUDNN_STATUS_SUCCESS)
+        return st;
+    return cudnn_api.set_math(c->cudnn_conv, math);
+}
+
+// Which math an algorithm may use: strict FP32 takes CUDNN_FMA_MATH only
+// (CUDNN_DEFAULT_MATH lets cuDNN pick TF32 on Ampere and later).
+static bool math_allowed(int tf32, cudnnMathType_t m)
+{
+    return tf32 ? (m == CUDNN_DEFAULT_MATH || m == CUDNN_TENSOR_OP_MATH || m == CUDNN_FMA_MATH)
+                : m == CUDNN_FMA_MATH;
+}
+
+// Chooses (once per shape and math) the algorithm: the heuristics' first
+// that is deterministic, supported and of allowed math.
+static cudnn_plan *cudnn_choose(cuda_impl *c, int transpose, const ckpt_conv_geom *g)
+{
+    for (size_t i = 0; i < c->nplans; i++) {
+        cudnn_plan *p = &c->plans[i];
+        if (p->transpose == transpose && p->tf32 == c->tf32 && same_geom(&p->g, g))
+            return p;
+    }
+    if (c->nplans == c->capplans) {
+        size_t cap = c->capplans ? 2 * c->capplans : 32;
+        cudnn_plan *np = (cudnn_plan *)realloc(c->plans, cap * sizeof *np);
+        if (!np)
+            return NULL;
+        c->plans = np;
+        c->capplans = cap;
+    }
+    cudnn_plan *p = &c->plans[c->nplans++];
+    memset(p, 0, sizeof *p);
+    p->transpose = transpose;
+    p->tf32 = c->tf32;
+    p->g = *g;
+    const cudnnMathType_t asked = c->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+    if (cudnn_describe(c, transpose, g, asked) != CUDNN_STATUS_SUCCESS)
+        return p;
+    enum { MAX_ALGOS = 16 };
+    int found = 0;
+    if (!transpose) {
+        cudnnConvolutionFwdAlgoPerf_t perf[MAX_ALGOS];
+        if (cudnn_api.fwd_algos(c->cudnn, c->cudnn_x, c->cudnn_w, c->cudnn_conv, c->cudnn_y,
+                                MAX_ALGOS, &found, perf) != CUDNN_STATUS_SUCCESS)
+            return p;
+        for (int i = 0; i < found && !p->usable; i++)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+                perf[i].determinism == CUDNN_DETERMINISTIC &&
+                math_allowed(c->tf32, perf[i].mathType)) {
+                p->algo = (int)perf[i].algo;
+                p->math = perf[i].mathType;
+                p->usable = 1;
+            }
+    } else {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
+        if (cudnn_api.bwd_algos(c->cudnn, c->cudnn_w, c->cudnn_x, c->cudnn_conv, c->cudnn_y,
+                                MAX_ALGOS, &found, perf) != CUDNN_STATUS_SUCCESS)
+            return p;
+        for (int i = 0; i < found && !p->usable; i++)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+                perf[i].determinism == CUDNN_DETERMINISTIC &&
+                math_allowed(c->tf32, perf[i].mathType)) {
+                p->algo = (int)perf[i].algo;
+                p->math = perf[i].mathType;
+                p->usable = 1;
+            }
+    }
+    if (!p->usable)
+        return p;
+    // the workspace of the algorithm under the math it runs with
+    cudnnStatus_t st = cudnn_describe(c, transpose, g, p->math);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = transpose ? cudnn_api.bwd_workspace(c->cudnn, c->cudnn_w, c->cudnn_x, c->cudnn_conv,
+                                                 c->cudnn_y,
+                                                 (cudnnConvolutionBwdDataAlgo_t)p->algo,
+                                                 &p->workspace)
+                       : cudnn_api.fwd_workspace(c->cudnn, c->cudnn_x, c->cudnn_w, c->cudnn_conv,
+                                                 c->cudnn_y, (cudnnConvolutionFwdAlgo_t)p->algo,
+                                                 &p->workspace);
+    if (st != CUDNN_STATUS_SUCCESS)
+        p->usable = 0;
+    return p;
+}
+#endif
+
+// conv2d (TRANSPOSE 0) or conv_transpose2d (1) of G through cuDNN, without
+// the bias: *RAN false when cuDNN is not used for it (none loaded, turned
+// off, no deterministic algorithm for this shape, or it declined): the
+// caller runs its own kernels then.
+static int cudnn_conv(ckpt_backend *b, const char *op, int transpose, const float *x,
+                      const float *w, float *y, const ckpt_conv_geom *g, bool *ran)
+{
+    *ran = false;
+#if CKPT_WITH_CUDNN
+    cuda_impl *c = impl_of(b);
+    if (!c->cudnn || c->no_cudnn)
+        return CKPT_OK;
+    cudnn_plan *p = cudnn_choose(c, transpose, g);
+    if (!p)
+        return ckpt_backend_fail(b, CKPT_ERR_NOMEM, "%s: out of host memory", op);
+    if (!p->usable)
+        return CKPT_OK;
+    cudnnStatus_t st = cudnn_describe(c, transpose, g, p->math);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        p->usable = 0;
+        return CKPT_OK;
+    }
+    float *ws = NULL;
+    if (p->workspace > 0)
+        RETURN_IF(cuda_scratch(b, op, (p->workspace + sizeof(float) - 1) / sizeof(float), &ws));
+    const float one = 1.0f, zero = 0.0f;
+    if (transpose)
+        st = cudnn_api.bwd(c->cudnn, &one, c->cudnn_w, w, c->cudnn_x, x, c->cudnn_conv,
+                           (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->workspace, &zero,
+                           c->cudnn_y, y);
+    else
+        st = cudnn_api.fwd(c->cudnn, &one, c->cudnn_x, x, c->cudnn_w, w, c->cudnn_conv,
+                           (cudnnConvolutionFwdAlgo_t)p->algo, ws, p->workspace, &zero,
+                           c->cudnn_y, y);
+    if (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM) {
+        p->usable = 0; // declined before running: ours run it, now and next time
+        return CKPT_OK;
+    }
+    if (st != CUDNN_STATUS_SUCCESS) {
+        (void)cudaGetLastError();
+        return ckpt_backend_fail(b, CKPT_ERR_DEVICE, "%s: %s: %s", op,
+                                 transpose ? "cudnnConvolutionBackwardData"
+                                           : "cudnnConvolutionForward",
+                                 cudnn_status_text(st));
+    }
+    c->conv_cudnn++;
+    *ran = true;
+#else
+    (void)b, (void)op, (void)transpose, (void)x, (void)w, (void)y, (void)g;
+#endif
+    return CKPT_OK;
+}
+
 static int check_conv_geom(ckpt_backend *b, const char *op, const ckpt_conv_geom *g)
 {
     if (g->batch < 0 || g->in_c < 0 || g->in_h < 0 || g->in_w < 0 || g->out_c < 0 ||
@@ -1239,8 +1721,13 @@ static int cuda_conv2d(ckpt_backend *b, const float *x, const float *w, const fl
     RETURN_IF(cuda_enter(b, op));
     if (ckk == 0)
         return zero_plus_bias(b, op, y, bias, g->out_c, out_hw, y_total);
+    bool ran;
+    RETURN_IF(cudnn_conv(b, op, 0, x, w, y, g, &ran));
+    if (ran)
+        return bias ? add_bias(b, op, y, bias, g->out_c, out_hw, y_total) : CKPT_OK;
     RETURN_IF(gemm_check_dims(b, op, out_hw, g->out_c, ckk));
     cuda_impl *c = impl_of(b);
+    c->conv_own++;
 
     // Per image, y^T [out_hw, out_c] = cols^T [out_hw, ckk] * w^T [ckk, out_c]
     // in column-major terms, cols being x itself for a plain 1x1 conv.
@@ -1291,8 +1778,13 @@ static int cuda_conv_transpose2d(ckpt_backend *b, const float *x, const float *w
     RETURN_IF(cuda_enter(b, op));
     if (g->in_c == 0 || in_hw == 0)
         return zero_plus_bias(b, op, y, bias, g->out_c, out_hw, y_total);
+    bool ran;
+    RETURN_IF(cudnn_conv(b, op, 1, x, w, y, g, &ran));
+    if (ran)
+        return bias ? add_bias(b, op, y, bias, g->out_c, out_hw, y_total) : CKPT_OK;
     RETURN_IF(gemm_check_dims(b, op, in_hw, ockk, g->in_c));
     cuda_impl *c = impl_of(b);
+    c->conv_own++;
 
     // Per image, cols [ockk, in_hw] = w^T [ockk, in_c] * x [in_c, in_hw]; in
     // column-major terms cols^T [in_hw, ockk] = x^T [in_hw, in_c] * w [in_c, ockk],
@@ -1942,19 +2434,36 @@ static void cuda_destroy(ckpt_backend *b)
                 cudaFree(c->emb_err);
             if (c->cublas)
                 cublas_api.destroy(c->cublas);
+#if CKPT_WITH_CUDNN
+            if (c->cudnn_x)
+                cudnn_api.destroy_tensor(c->cudnn_x);
+            if (c->cudnn_y)
+                cudnn_api.destroy_tensor(c->cudnn_y);
+            if (c->cudnn_w)
+                cudnn_api.destroy_filter(c->cudnn_w);
+            if (c->cudnn_conv)
+                cudnn_api.destroy_conv(c->cudnn_conv);
+            if (c->cudnn)
+                cudnn_api.destroy(c->cudnn);
+#endif
             if (c->stream)
                 cudaStreamDestroy(c->stream);
         }
         (void)cudaGetLastError();
         free(c->blocks);
+#if CKPT_WITH_CUDNN
+        free(c->plans);
+#endif
         free(c);
     }
     free(b);
 }
 
+static int cuda_set_flags(ckpt_backend *b, unsigned flags);
+
 // In runtime/backend.h's order (C++17 has no designated initializers); the
 // assertion catches an op added there and not here.
-static_assert(sizeof(ckpt_backend_ops) == 30 * sizeof(void (*)(void)),
+static_assert(sizeof(ckpt_backend_ops) == 31 * sizeof(void (*)(void)),
               "ckpt_backend_ops changed: update cuda_ops");
 static const ckpt_backend_ops cuda_ops = {
     cuda_destroy,    cuda_alloc,  cuda_release, cuda_upload,    cuda_download,
@@ -1966,7 +2475,84 @@ static const ckpt_backend_ops cuda_ops = {
     // the transformer ops (ABI 2)
     cuda_unary, cuda_binary, cuda_strided_copy, cuda_reduce, cuda_layer_norm, cuda_rms_norm,
     cuda_embedding, cuda_matmul, cuda_attention,
+    // ABI 3
+    cuda_set_flags,
 };
+
+// cuDNN for a new backend: a handle on its stream and the descriptors the
+// convolutions reuse.  Never fatal: without it the convolutions run on our
+// kernels, and cudnn_text says why.
+static void cudnn_open(ckpt_backend *b)
+{
+    cuda_impl *c = impl_of(b);
+#if CKPT_WITH_CUDNN
+    const char *env = getenv("CKPT_CUDNN");
+    if (env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0)) {
+        snprintf(c->cudnn_text, sizeof c->cudnn_text, "no cuDNN: CKPT_CUDNN=%s", env);
+        return;
+    }
+    pthread_once(&cudnn_once, cudnn_load);
+    if (!cudnn_loaded) {
+        snprintf(c->cudnn_text, sizeof c->cudnn_text, "no cuDNN: %s", cudnn_error);
+        return;
+    }
+    const char *what = "cudnnCreate";
+    cudnnStatus_t st = cudnn_api.create(&c->cudnn);
+    if (st != CUDNN_STATUS_SUCCESS)
+        c->cudnn = NULL;
+    else if ((what = "cudnnSetStream", st = cudnn_api.set_stream(c->cudnn, c->stream)) ==
+                 CUDNN_STATUS_SUCCESS &&
+             (what = "cudnnCreateTensorDescriptor",
+              st = cudnn_api.create_tensor(&c->cudnn_x)) == CUDNN_STATUS_SUCCESS &&
+             (st = cudnn_api.create_tensor(&c->cudnn_y)) == CUDNN_STATUS_SUCCESS &&
+             (what = "cudnnCreateFilterDescriptor",
+              st = cudnn_api.create_filter(&c->cudnn_w)) == CUDNN_STATUS_SUCCESS)
+        what = "cudnnCreateConvolutionDescriptor", st = cudnn_api.create_conv(&c->cudnn_conv);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        // what was made is freed at destroy; without the handle none is used
+        if (c->cudnn)
+            cudnn_api.destroy(c->cudnn);
+        c->cudnn = NULL;
+        (void)cudaGetLastError();
+        snprintf(c->cudnn_text, sizeof c->cudnn_text, "no cuDNN: %s: %.50s", what,
+                 cudnn_status_text(st));
+        return;
+    }
+    snprintf(c->cudnn_text, sizeof c->cudnn_text, "cuDNN %d.%d.%d", cudnn_version / 10000,
+             cudnn_version / 100 % 100, cudnn_version % 100);
+#else
+    snprintf(c->cudnn_text, sizeof c->cudnn_text, "no cuDNN: built without cudnn.h");
+#endif
+}
+
+// "cuda:0 (NVIDIA H200, CUDA runtime 13.0, cuBLAS 13.1.0, cuDNN 9.13.0, TF32 off)"
+static void cuda_describe(ckpt_backend *b)
+{
+    cuda_impl *c = impl_of(b);
+    snprintf(b->description, sizeof b->description, "%s, %.72s, TF32 %s)", c->base_text,
+             c->no_cudnn ? "no cuDNN: turned off for this backend" : c->cudnn_text,
+             c->tf32 ? "on" : "off");
+}
+
+static int cuda_set_flags(ckpt_backend *b, unsigned flags)
+{
+    if (flags & ~(unsigned)(CKPT_BACKEND_TF32 | CKPT_RT_NO_CUDNN))
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "set_flags: unknown flags 0x%x", flags);
+    cuda_impl *c = impl_of(b);
+    const int tf32 = (flags & CKPT_BACKEND_TF32) != 0;
+    // TF32 as torch.backends.cuda.matmul.allow_tf32 = True sets it; else
+    // pedantic: FP32 products in FP32 only (no TF32, no BF16x9 emulation,
+    // whatever the environment asks), the point of ckpt verify being fidelity
+    int st = cublas_api.set_math_mode(c->cublas, tf32 ? CKPT_CUBLAS_TF32_TENSOR_OP_MATH
+                                                       : CKPT_CUBLAS_PEDANTIC_MATH);
+    if (st != CKPT_CUBLAS_STATUS_SUCCESS)
+        return ckpt_backend_fail(b, CKPT_ERR_DEVICE, "set_flags: cublasSetMathMode: %s",
+                                 cublas_status_text(st));
+    c->tf32 = tf32;
+    c->no_cudnn = (flags & CKPT_RT_NO_CUDNN) != 0;
+    cuda_describe(b);
+    return CKPT_OK;
+}
 
 // Fails with CKPT_ERR_DEVICE: B (if any) is destroyed, the message goes to ERR.
 static int open_fail(ckpt_backend *b, char *err, size_t cap, const char *fmt, ...)
@@ -2054,12 +2640,7 @@ static int cuda_open(int device, ckpt_backend **out, char *err, size_t cap)
     if (st != CKPT_CUBLAS_STATUS_SUCCESS)
         return open_fail(b, err, cap, "%s: cublasSetStream: %s", b->device,
                          cublas_status_text(st));
-    // Pedantic: FP32 products in FP32 only (no TF32, no BF16x9 emulation,
-    // whatever the environment asks); the point of ckpt verify is fidelity.
-    st = cublas_api.set_math_mode(c->cublas, CKPT_CUBLAS_PEDANTIC_MATH);
-    if (st != CKPT_CUBLAS_STATUS_SUCCESS)
-        return open_fail(b, err, cap, "%s: cublasSetMathMode: %s", b->device,
-                         cublas_status_text(st));
+    cudnn_open(b);
 
     int rt = 0, blas = 0;
     cudaRuntimeGetVersion(&rt);
@@ -2069,9 +2650,11 @@ static int cuda_open(int device, ckpt_backend **out, char *err, size_t cap)
     if (blas > 0) // major * 10000 + minor * 100 + patch since cuBLAS 11
         snprintf(blas_text, sizeof blas_text, "cuBLAS %d.%d.%d", blas / 10000,
                  blas / 100 % 100, blas % 100);
-    snprintf(b->description, sizeof b->description,
-             "%s (%.80s, CUDA runtime %d.%d, %s, TF32 off)", b->device, prop.name, rt / 1000,
-             rt % 1000 / 10, blas_text);
+    snprintf(c->base_text, sizeof c->base_text, "%s (%.60s, CUDA runtime %d.%d, %s",
+             b->device, prop.name, rt / 1000, rt % 1000 / 10, blas_text);
+    // strict FP32 until set_flags says otherwise; it writes the description
+    if (cuda_set_flags(b, 0) != CKPT_OK)
+        return open_fail(b, err, cap, "%s", b->message);
     *out = b;
     return CKPT_OK;
 }
@@ -2085,6 +2668,42 @@ static int cuda_probe(char *why, size_t cap)
         return 0;
     }
     return count;
+}
+
+// "cuDNN 9.13.0 (FILE)", or "no cuDNN: WHY"; loads it if not yet.  Returns
+// its version (91300), or 0.
+static int cuda_cudnn_describe(char *buf, size_t cap)
+{
+#if CKPT_WITH_CUDNN
+    const char *env = getenv("CKPT_CUDNN");
+    if (env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0)) {
+        snprintf(buf, cap, "no cuDNN: CKPT_CUDNN=%s", env);
+        return 0;
+    }
+    pthread_once(&cudnn_once, cudnn_load);
+    if (!cudnn_loaded) {
+        snprintf(buf, cap, "no cuDNN: %s", cudnn_error);
+        return 0;
+    }
+    char file[PATH_MAX];
+    cudnn_file(file, sizeof file);
+    snprintf(buf, cap, "cuDNN %d.%d.%d (%s)", cudnn_version / 10000, cudnn_version / 100 % 100,
+             cudnn_version % 100, file);
+    return cudnn_version;
+#else
+    snprintf(buf, cap, "no cuDNN: built without cudnn.h");
+    return 0;
+#endif
+}
+
+// The convolutions B ran through cuDNN and through our kernels (tests).
+static int cuda_conv_counts(const ckpt_backend *b, unsigned long long *cudnn,
+                            unsigned long long *own)
+{
+    const cuda_impl *c = (const cuda_impl *)b->impl;
+    *cudnn = c->conv_cudnn;
+    *own = c->conv_own;
+    return 0;
 }
 
 // In runtime/backend.h's order (no designated initializers in C++17).
@@ -2103,7 +2722,7 @@ static const ckpt_backend_desc cuda_desc = {
 // The module's one export (the build hides every other symbol): what
 // lib/runtime/backend_cuda.c checks before it calls anything here.
 static_assert(sizeof(ckpt_cuda_module) == 5 * sizeof(uint32_t) + 4 /* padding */ +
-                                              sizeof(const char *) + 5 * sizeof(void (*)(void)),
+                                              sizeof(const char *) + 7 * sizeof(void (*)(void)),
               "ckpt_cuda_module changed: update ckpt_cuda_module_entry");
 extern "C" const ckpt_cuda_module ckpt_cuda_module_entry = {
     CKPT_CUDA_MODULE_ABI,
@@ -2117,4 +2736,6 @@ extern "C" const ckpt_cuda_module ckpt_cuda_module_entry = {
     ckpt_cuda_device_name,
     ckpt_cuda_strerror,
     &cuda_desc,
+    cuda_conv_counts,
+    cuda_cudnn_describe,
 };

@@ -22,7 +22,7 @@ extern "C" {
 
 /* Raise it whenever this table or lib/runtime/backend.h changes in a way
  * the sizes below do not show (an operation's arguments, an order). */
-#define CKPT_CUDA_MODULE_ABI 2
+#define CKPT_CUDA_MODULE_ABI 3
 
 /* The module's one exported symbol: a ckpt_cuda_module. */
 #define CKPT_CUDA_MODULE_SYMBOL "ckpt_cuda_module_entry"
@@ -50,6 +50,16 @@ typedef struct ckpt_cuda_module {
     /* The backend itself ("cuda", indexed): probe and open as the chooser
      * (lib/runtime/choose.c) calls them. */
     const ckpt_backend_desc *backend;
+    /* The convolutions (conv2d, conv_transpose2d) backend B, one of this
+     * module's, has run through cuDNN and through the module's own kernels
+     * (ABI 3; tests/unit/check_runtime_cuda shows which path ran). */
+    int (*conv_counts)(const ckpt_backend *b, unsigned long long *cudnn,
+                       unsigned long long *own);
+    /* cuDNN as this process finds it, loading it if not yet (ABI 3): its
+     * version (91300 for 9.13.0) with "cuDNN 9.13.0 (FILE)" in BUF, or 0
+     * with "no cuDNN: WHY" (the convolutions then run on the module's own
+     * kernels).  Needs no GPU. */
+    int (*cudnn_describe)(char *buf, size_t cap);
 } ckpt_cuda_module;
 
 /* The module's export (every other symbol of it is hidden).  Named here

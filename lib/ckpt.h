@@ -1067,10 +1067,27 @@ CKPT_API void ckpt_array_clear(ckpt_array *a);
  * CKPT_ERR_USAGE for a bad name) and writes a message into ERR (CAP bytes).
  */
 CKPT_API int ckpt_backend_open(const char *device, ckpt_backend **out, char *err, size_t cap);
+/*
+ * ckpt_backend_open() with FLAGS (0: as ckpt_backend_open):
+ * CKPT_BACKEND_TF32 lets the backend use TF32 (a 10-bit mantissa) for its
+ * matrix products and convolutions, as torch's
+ * torch.backends.cuda.matmul.allow_tf32 = True and its default
+ * torch.backends.cudnn.allow_tf32 = True do: the CUDA backend on GPUs with
+ * tensor cores; it changes nothing on the CPU.  Without it every backend
+ * computes in strict FP32.  An unknown flag is CKPT_ERR_USAGE.
+ */
+#define CKPT_BACKEND_TF32 1u
+CKPT_API int ckpt_backend_open_flags(const char *device, unsigned flags, ckpt_backend **out,
+                                     char *err, size_t cap);
+/* The flags that change B's arithmetic: CKPT_BACKEND_TF32 when it was
+ * asked for and B can use it (not the CPU). */
+CKPT_API unsigned ckpt_backend_flags(const ckpt_backend *b);
 CKPT_API void ckpt_backend_free(ckpt_backend *b);
 /* "cpu" or "cuda:N". */
 CKPT_API const char *ckpt_backend_device(const ckpt_backend *b);
-/* One line: "cpu (OpenBLAS 0.3.21)", "cuda:0 (NVIDIA H100 80GB HBM3, CUDA 13.0)". */
+/* One line: "cpu (OpenBLAS 0.3.21)", "cuda:0 (NVIDIA H100 80GB HBM3, CUDA runtime
+ * 13.0, cuBLAS 13.1.0, cuDNN 9.13.0, TF32 off)" (or "no cuDNN: WHY": the
+ * convolutions on ckpt's own kernels). */
 CKPT_API const char *ckpt_backend_description(const ckpt_backend *b);
 /* Usable CUDA devices: 0 without a GPU, a driver, the CUDA backend module
  * (libckpt_cuda.so, loaded at run time) or the CUDA runtime it needs. */
@@ -1304,6 +1321,16 @@ CKPT_API int ckpt_verify_set_device(ckpt_verify *v, const char *device);
 CKPT_API int ckpt_verify_set_atol(ckpt_verify *v, double atol);
 CKPT_API int ckpt_verify_set_rtol(ckpt_verify *v, double rtol);
 CKPT_API int ckpt_verify_set_replicas(ckpt_verify *v, int replicas);
+/* TF32 (`--tf32`): the backend opened with CKPT_BACKEND_TF32, and the
+ * default tolerance widened to TF32's: rtol 1e-2 and atol 1e-3 times each
+ * output's largest finite |ref| (an explicit atol/rtol still wins).  On the
+ * CPU it changes nothing but the tolerance (ckpt_verify_tf32_note says so). */
+CKPT_API int ckpt_verify_set_tf32(ckpt_verify *v, int on);
+/* After ckpt_verify_run: 1 when TF32 was asked for; the note: "" when the
+ * backend used it or it was not asked for, else why it changed nothing
+ * ("the CPU backend computes in FP32 whatever --tf32 says"). */
+CKPT_API int ckpt_verify_tf32(const ckpt_verify *v);
+CKPT_API const char *ckpt_verify_tf32_note(const ckpt_verify *v);
 
 /*
  * The state dict of F to load into M, without loading it: the mapping the

@@ -15,7 +15,7 @@
 static const char usage[] =
     "usage: ckpt verify --model SPEC [--reference REF] [--against CKPT2]\n"
     "                   [--device auto|cpu|cuda[:N]] [--replicas N] [--select PATH]\n"
-    "                   [--atol A] [--rtol R] [--json] [--junit FILE] CKPT\n"
+    "                   [--atol A] [--rtol R] [--tf32] [--json] [--junit FILE] CKPT\n"
     "\n"
     "Load CKPT's state dict into the model SPEC describes (models/*.json) the way\n"
     "torch's load_state_dict(strict=True) does, run the model, and check its\n"
@@ -37,6 +37,10 @@ static const char usage[] =
     "  --atol A         absolute tolerance (default: 1e-5 x the largest |reference|)\n"
     "  --rtol R         relative tolerance (default 1e-5 on the CPU, 1e-4 on CUDA);\n"
     "                   an element passes when |ours - ref| <= A + R * |ref|\n"
+    "  --tf32           let CUDA use TF32 for matrix products and convolutions, as\n"
+    "                   torch's allow_tf32 = True (FP32 without it; on the CPU it\n"
+    "                   changes nothing); the default tolerance widens to rtol 1e-2,\n"
+    "                   atol 1e-3 x the largest |reference|\n"
     "  -j, --json       print a JSON document (ckpt-verify(1))\n"
     "  --junit FILE     also write a JUnit XML report to FILE (a testcase per load\n"
     "                   and per output compared), for CI systems\n"
@@ -46,7 +50,7 @@ static const char usage[] =
 
 enum {
     OPT_MODEL = CLI_OPT_FIRST_COMMAND_OPTION, OPT_REFERENCE, OPT_AGAINST, OPT_DEVICE,
-    OPT_SELECT, OPT_ATOL, OPT_RTOL, OPT_REPLICAS, OPT_JUNIT
+    OPT_SELECT, OPT_ATOL, OPT_RTOL, OPT_REPLICAS, OPT_JUNIT, OPT_TF32
 };
 
 /* The command line. */
@@ -55,6 +59,7 @@ typedef struct opts {
     const char *junit;        /* --junit FILE, or NULL */
     double atol, rtol;
     int atol_set, rtol_set, json;
+    int tf32;                 /* --tf32 */
     int replicas;             /* --replicas N, 0 without */
     cli_common common;
 } opts;
@@ -106,7 +111,8 @@ static int verify_run(const opts *o, handles *h)
     }
     if ((o->atol_set && ckpt_verify_set_atol(h->v, o->atol) != CKPT_OK) ||
         (o->rtol_set && ckpt_verify_set_rtol(h->v, o->rtol) != CKPT_OK) ||
-        ckpt_verify_set_replicas(h->v, o->replicas) != CKPT_OK)
+        ckpt_verify_set_replicas(h->v, o->replicas) != CKPT_OK ||
+        ckpt_verify_set_tf32(h->v, o->tf32) != CKPT_OK)
         return engine_error(h->v);
     if ((rc = load_model(o->spec_path, &h->model)) != CLI_EXIT_OK ||
         (rc = cli_open("verify", o->ckpt_path, &o->common, &h->f)) != CLI_EXIT_OK)
@@ -256,6 +262,8 @@ static void print_text(const opts *o, const ckpt_verify *v, const ckpt_model *m,
         const char *note = ckpt_verify_device_note(v);
         cli_printf("%-11s %s%s%s\n", "device", ckpt_backend_description(ckpt_verify_backend(v)),
                    note[0] ? " -- auto: " : "", note);
+        if (ckpt_verify_tf32_note(v)[0])
+            cli_printf("%-11s --tf32: %s\n", "note", ckpt_verify_tf32_note(v));
         for (size_t i = 0; i < ckpt_model_input_count(m); i++) {
             char sb[128];
             cli_printf("%-11s %s %s from %s%s%s\n", "input", ckpt_model_input_name(m, i),
@@ -324,6 +332,7 @@ int cmd_verify(int argc, char **argv)
         {"json", no_argument, NULL, CLI_OPT_JSON},
         {"replicas", required_argument, NULL, OPT_REPLICAS},
         {"junit", required_argument, NULL, OPT_JUNIT},
+        {"tf32", no_argument, NULL, OPT_TF32},
         CLI_COMMON_LONG_OPTIONS,
         {NULL, 0, NULL, 0},
     };
@@ -346,6 +355,7 @@ int cmd_verify(int argc, char **argv)
         case OPT_DEVICE: o.device = optarg; break;
         case OPT_SELECT: o.select = optarg; break;
         case OPT_JUNIT: o.junit = optarg; break;
+        case OPT_TF32: o.tf32 = 1; break;
         case CLI_OPT_JSON: o.json = 1; cli_json_on(); break;
         case OPT_REPLICAS: {
             char *end;

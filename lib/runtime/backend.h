@@ -226,7 +226,19 @@ typedef struct ckpt_backend_ops {
      * CPU kernel gives (see the CPU backend). */
     int (*attention)(ckpt_backend *b, const float *q, const float *k, const float *v,
                      const float *mask, float *y, const ckpt_attn_geom *g);
+
+    /* ---- options (ABI 3) ---- */
+    /* Optional (NULL: the backend has none, and every flag changes nothing
+     * on it, as TF32 on the CPU): sets FLAGS, CKPT_BACKEND_* of ckpt.h and
+     * CKPT_RT_* below, replacing the ones set before, and updates the
+     * description.  An unknown flag is CKPT_ERR_USAGE. */
+    int (*set_flags)(ckpt_backend *b, unsigned flags);
 } ckpt_backend_ops;
+
+/* set_flags' private flags (above CKPT_BACKEND_*'s): the convolutions on
+ * the backend's own kernels, not a vendor library's (CUDA: no cuDNN), so
+ * that tests run both paths in one process. */
+#define CKPT_RT_NO_CUDNN 0x10000u
 
 struct ckpt_backend {
     const ckpt_backend_ops *ops;
@@ -235,6 +247,7 @@ struct ckpt_backend {
     char message[256];      /* the last error */
     void *impl;             /* the backend's own state */
     int refs;               /* the opener's, plus one per model holding parameters here */
+    unsigned flags;         /* CKPT_BACKEND_* in effect (ckpt_backend_open_flags) */
 };
 
 /*

@@ -127,3 +127,38 @@ int ckpt_backend_open(const char *device, ckpt_backend **out, char *err, size_t 
         (*out)->refs = 1;
     return rc;
 }
+
+int ckpt_backend_open_flags(const char *device, unsigned flags, ckpt_backend **out, char *err,
+                            size_t cap)
+{
+    char dummy[8];
+    if (!err || !cap) {
+        err = dummy;
+        cap = sizeof dummy;
+    }
+    if (flags & ~CKPT_BACKEND_TF32) {
+        if (out)
+            *out = NULL;
+        snprintf(err, cap, "unknown backend flags 0x%x", flags & ~CKPT_BACKEND_TF32);
+        return CKPT_ERR_USAGE;
+    }
+    int rc = ckpt_backend_open(device, out, err, cap);
+    if (rc != CKPT_OK || !flags)
+        return rc;
+    ckpt_backend *b = *out;
+    if (!b->ops->set_flags) /* nothing to change on it (the CPU computes in FP32) */
+        return CKPT_OK;
+    if ((rc = b->ops->set_flags(b, flags)) != CKPT_OK) {
+        snprintf(err, cap, "%s: %s", b->device, b->message);
+        ckpt_backend_free(b);
+        *out = NULL;
+        return rc;
+    }
+    b->flags = flags;
+    return CKPT_OK;
+}
+
+unsigned ckpt_backend_flags(const ckpt_backend *b)
+{
+    return b ? b->flags : 0;
+}

@@ -39,6 +39,7 @@ struct ckpt_verify {
     char *select, *device;
     double atol, rtol;
     int atol_set, rtol_set, replicas;
+    int tf32;                 /* --tf32: CKPT_BACKEND_TF32, TF32's tolerance */
 
     side s[2];
     char hint[1024], fix[1536];
@@ -512,6 +513,15 @@ CKPT_API int ckpt_verify_set_replicas(ckpt_verify *v, int n)
     return CKPT_OK;
 }
 
+CKPT_API int ckpt_verify_set_tf32(ckpt_verify *v, int on)
+{
+    if (!v)
+        return CKPT_ERR_USAGE;
+    vclear(v);
+    v->tf32 = on != 0;
+    return CKPT_OK;
+}
+
 /* Start side K over with model M and file F. */
 static int side_reset(ckpt_verify *v, int k, ckpt_model *m, ckpt_file *f)
 {
@@ -803,7 +813,8 @@ static int run_replicas(ckpt_verify *v, double atol, double rtol)
             }
             snprintf(name, sizeof name, "cuda:%d", i);
             ckpt_backend *b;
-            int st = ckpt_backend_open(name, &b, err, sizeof err);
+            int st = ckpt_backend_open_flags(name, v->tf32 ? CKPT_BACKEND_TF32 : 0, &b, err,
+                                             sizeof err);
             if (st != CKPT_OK)
                 return vfail(v, st == CKPT_ERR_NOMEM ? st : CKPT_ERR_DEVICE, NULL,
                              "--replicas: %s: %s", name, err);
@@ -870,7 +881,8 @@ CKPT_API int ckpt_verify_run(ckpt_verify *v, ckpt_file *reference)
 
     ckpt_model *m = v->s[0].model;
     const char *device = v->device ? v->device : "auto";
-    int st = ckpt_backend_open(device, &v->backend, v->backend_note, sizeof v->backend_note);
+    int st = ckpt_backend_open_flags(device, v->tf32 ? CKPT_BACKEND_TF32 : 0, &v->backend,
+                                     v->backend_note, sizeof v->backend_note);
     if (st != CKPT_OK) {
         v->backend = NULL;
         return vfail(v, st, NULL, "--device %s: %s", device, v->backend_note);
@@ -898,9 +910,15 @@ CKPT_API int ckpt_verify_run(ckpt_verify *v, ckpt_file *reference)
         if (v->s[k].loaded && (rc = run_side(v, &v->s[k])) != CKPT_OK)
             return rc;
 
+    /* TF32 rounds each product's inputs to a 10-bit mantissa (2^-11, about
+     * 5e-4 relative): over a layer's sums and a network's depth torch's
+     * results move by about 1e-3 of their scale, so TF32's default is 1e-2
+     * relative and 1e-3 of the largest |ref|; it is applied on the CPU too,
+     * where --tf32 changes nothing else, so that a run compares alike on
+     * either device. */
     int cuda = strncmp(ckpt_backend_device(v->backend), "cuda", 4) == 0;
-    double rtol = v->rtol_set ? v->rtol : cuda ? 1e-4 : 1e-5;
-    double atol = v->atol_set ? v->atol : 1e-5;
+    double rtol = v->rtol_set ? v->rtol : v->tf32 ? 1e-2 : cuda ? 1e-4 : 1e-5;
+    double atol = v->atol_set ? v->atol : v->tf32 ? 1e-3 : 1e-5;
     for (size_t i = 0; i < nout; i++) {
         ckpt_verify_output *o = &v->outs[i];
         o->name = ckpt_model_output_name(m, i);
@@ -977,6 +995,18 @@ CKPT_API const ckpt_backend *ckpt_verify_backend(const ckpt_verify *v)
 CKPT_API const char *ckpt_verify_device_note(const ckpt_verify *v)
 {
     return v && v->ran ? v->backend_note : "";
+}
+
+CKPT_API int ckpt_verify_tf32(const ckpt_verify *v)
+{
+    return v ? v->tf32 : 0;
+}
+
+CKPT_API const char *ckpt_verify_tf32_note(const ckpt_verify *v)
+{
+    if (!v || !v->ran || !v->tf32 || (ckpt_backend_flags(v->backend) & CKPT_BACKEND_TF32))
+        return "";
+    return "the CPU backend computes in FP32 whatever --tf32 says; only the tolerance widens";
 }
 
 CKPT_API const ckpt_array *ckpt_verify_input(const ckpt_verify *v, size_t i)
@@ -1145,6 +1175,9 @@ CKPT_API char *ckpt_verify_to_json(const ckpt_verify *v)
         cJSON_AddStringToObject(root, "device_description", ckpt_backend_description(v->backend));
         if (v->backend_note[0])
             cJSON_AddStringToObject(root, "device_note", v->backend_note);
+        cJSON_AddBoolToObject(root, "tf32", v->tf32);
+        if (ckpt_verify_tf32_note(v)[0])
+            cJSON_AddStringToObject(root, "tf32_note", ckpt_verify_tf32_note(v));
         if (v->ref)
             cJSON_AddStringToObject(root, "reference", ckpt_file_path(v->ref));
         json_outputs(v, root);

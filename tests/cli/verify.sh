@@ -81,6 +81,28 @@ json_expect 'd["result"]' '"PASS"'
 json_true 'd["outputs"][0]["reference"]["pass"] and d["outputs"][0]["reference"]["max_rel"] < 1e-5'
 json_true 'd["outputs"][0]["accuracy"] == d["outputs"][0]["reference_accuracy"] == 220 / 256'
 
+say "--tf32: TF32's tolerance; on the CPU it changes nothing else, and says so"
+expect_exit 0 ckpt verify --tf32 --device cpu --model $mlp --reference tests/data/fmnist_mlp.ref.pth tests/data/fmnist_mlp.pth
+expect_stderr_empty
+expect_stdout_match '^device +cpu \(float32'
+expect_stdout_line 'note        --tf32: the CPU backend computes in FP32 whatever --tf32 says; only the tolerance widens'
+expect_stdout_match '^output +logits \[256, 10\]: .* \(atol [0-9.e-]+, rtol 0\.01\): PASS$'
+expect_exit 0 ckpt verify --json --tf32 --device cpu --model $mlp --reference tests/data/fmnist_mlp.ref.pth tests/data/fmnist_mlp.pth
+json_expect 'd["tf32"]' 'true'
+json_true 'd["tf32_note"].startswith("the CPU backend computes in FP32")'
+json_true 'd["outputs"][0]["reference"]["rtol"] == 1e-2'
+note "the same bits as without --tf32: the CPU backend's arithmetic is untouched"
+json_true 'd["outputs"][0]["reference"]["max_abs"] < 1e-5'
+cp "$out" "$w/tf32.json"
+expect_exit 0 ckpt verify --json --device cpu --model $mlp --reference tests/data/fmnist_mlp.ref.pth tests/data/fmnist_mlp.pth
+json_expect 'd["tf32"]' 'false'
+json_true '"tf32_note" not in d and d["outputs"][0]["reference"]["rtol"] == 1e-5'
+json_true 'd["outputs"][0]["reference"]["max_abs"] == json.load(open("'"$w"'/tf32.json"))["outputs"][0]["reference"]["max_abs"]'
+note "an explicit tolerance still wins"
+expect_exit 0 ckpt verify --tf32 --rtol 1e-3 --device cpu --model $mlp --reference tests/data/fmnist_mlp.ref.pth tests/data/fmnist_mlp.pth
+expect_stdout_match 'rtol 0\.001\): PASS$'
+expect_exit 2 ckpt verify --tf32=1 --model $mlp tests/data/fmnist_mlp.pth
+
 say "--quiet: the exit status tells"
 expect_exit 1 ckpt verify --quiet --model $mlp tests/data/fmnist_mlp_dp.pth
 expect_stdout_empty

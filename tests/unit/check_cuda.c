@@ -1,12 +1,14 @@
 /* check_cuda.c - the CUDA backend module (libckpt_cuda.so) as libckpt's
  * loader sees it: its one table, whose ABI and struct sizes match this
- * build's, then the CUDA runtime's version and the devices through it.
+ * build's, then the CUDA runtime's version, cuDNN as the module finds it
+ * (its version and file, or why none: printed), and the devices.
  * Links the module itself.  Exits 77 (skipped) where there is no GPU, as on
  * build machines. */
 #include "ckpt_cuda.h"
 #include "config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int main(void)
@@ -34,6 +36,22 @@ int main(void)
         return 1;
     }
     printf("CUDA runtime %d.%d\n", version / 1000, (version % 1000) / 10);
+    /* cuDNN needs no GPU to be found: either a version and the file, or
+     * why not (CKPT_CUDNN=off, CKPT_CUDNN naming no library, none found) */
+    char cudnn[512];
+    int cv = m->cudnn_describe(cudnn, sizeof cudnn);
+    printf("%s\n", cudnn);
+    const char *off = getenv("CKPT_CUDNN");
+    int want_off = off && (!strcmp(off, "0") || !strcmp(off, "off"));
+    if (cv > 0 ? (want_off || strncmp(cudnn, "cuDNN 9.", 8) || !strstr(cudnn, "libcudnn"))
+               : strncmp(cudnn, "no cuDNN: ", 10) != 0) {
+        fprintf(stderr, "FAIL: cuDNN version %d, described as \"%s\"\n", cv, cudnn);
+        return 1;
+    }
+    if (want_off && !strstr(cudnn, "CKPT_CUDNN=")) {
+        fprintf(stderr, "FAIL: CKPT_CUDNN=%s, and cuDNN is described as \"%s\"\n", off, cudnn);
+        return 1;
+    }
     rc = m->device_count(&count);
     if (rc != 0) {
         /* no driver at all is reported as a status by some runtimes: skip */

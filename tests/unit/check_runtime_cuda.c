@@ -6,7 +6,10 @@
  * steps, and the transformer ops: element-wise functions, broadcasting,
  * strided views, reductions, norms, embedding and its bad ids, batched
  * products, attention with masks, causality and grouped heads), and
- * the CUDA results bitwise equal across two runs.
+ * the CUDA results bitwise equal across two runs.  The convolutions run on
+ * both of the module's paths, cuDNN (when it can be loaded) and its own
+ * kernels, each checked to be the one that ran; TF32 is checked to change
+ * the results, within ckpt verify --tf32's tolerance.
  * Links the module (libckpt_cuda.so) and reaches the backend through its
  * table, as lib/runtime/backend_cuda.c does.
  * Exits 77 (skipped) where there is no GPU. */
@@ -205,6 +208,33 @@ static ckpt_conv_geom geom(int64_t batch, int64_t in_c, int64_t in_h, int64_t in
     return g;
 }
 
+/* The path the convolutions must take: cuDNN (when the module has it) or
+ * the module's own kernels (im2col / col2im and SGEMM), set with the
+ * backend's private CKPT_RT_NO_CUDNN flag. */
+static const ckpt_cuda_module *module;
+static int have_cudnn, want_cudnn;
+static unsigned long long counts_before[2];
+
+static void conv_path_start(void)
+{
+    module->conv_counts(gpu, &counts_before[0], &counts_before[1]);
+}
+
+/* After a case (check() runs the GPU twice): both runs took the path asked
+ * for, or the case fails saying which path it took. */
+static void conv_path_check(const char *name)
+{
+    unsigned long long now[2];
+    module->conv_counts(gpu, &now[0], &now[1]);
+    unsigned long long by_cudnn = now[0] - counts_before[0], by_own = now[1] - counts_before[1];
+    int ok = want_cudnn ? by_cudnn == 2 && by_own == 0 : by_own == 2 && by_cudnn == 0;
+    if (!ok) {
+        failures++;
+        printf("FAIL %-44s ran %llu times through cuDNN, %llu on the own kernels (wanted %s)\n",
+               name, by_cudnn, by_own, want_cudnn ? "cuDNN" : "the own kernels");
+    }
+}
+
 /* torch's Conv2d output size */
 static void test_conv2d(ckpt_conv_geom g, int with_bias)
 {
@@ -225,7 +255,9 @@ static void test_conv2d(ckpt_conv_geom g, int with_bias)
              (long long)g.k_h, (long long)g.k_w, (long long)g.stride_h, (long long)g.stride_w,
              (long long)g.pad_h, (long long)g.pad_w, (long long)g.dil_h, (long long)g.dil_w,
              with_bias ? " +b" : "");
+    conv_path_start();
     check(name, op_conv2d, &g, hin, nin, 3, ny, NULL, 1e-5, 1e-4);
+    conv_path_check(name);
     free(x);
     free(w);
     free(bias);
@@ -251,7 +283,9 @@ static void test_conv_transpose2d(ckpt_conv_geom g, int64_t op_h, int64_t op_w, 
              (long long)g.k_h, (long long)g.k_w, (long long)g.stride_h, (long long)g.stride_w,
              (long long)g.pad_h, (long long)g.pad_w, (long long)g.dil_h, (long long)op_h,
              (long long)op_w, with_bias ? " +b" : "");
+    conv_path_start();
     check(name, op_conv_transpose2d, &g, hin, nin, 3, ny, NULL, 1e-5, 1e-4);
+    conv_path_check(name);
     free(x);
     free(w);
     free(bias);
@@ -1133,6 +1167,110 @@ static void test_transformer_ops(void)
     test_attention(1, 1, 1, 1, 1, 1, 1, 0, 0, 0);
 }
 
+static void set_flags(unsigned flags)
+{
+    int rc = gpu->ops->set_flags(gpu, flags);
+    if (rc != CKPT_OK)
+        die(gpu, "set_flags", rc);
+}
+
+static void conv_cases(void)
+{
+    /*          batch in_c  h   w  out_c kh kw sh sw ph pw dh dw */
+    test_conv2d(geom(2, 3, 11, 11, 5, 3, 3, 1, 1, 1, 1, 1, 1), 1);
+    test_conv2d(geom(1, 4, 9, 13, 6, 3, 5, 2, 2, 1, 2, 1, 1), 0);  /* non-square, stride 2 */
+    test_conv2d(geom(3, 2, 15, 15, 4, 3, 3, 1, 1, 2, 2, 2, 2), 1); /* dilation 2 */
+    test_conv2d(geom(2, 8, 7, 5, 3, 1, 1, 1, 1, 0, 0, 1, 1), 1);   /* 1x1: no im2col */
+    test_conv2d(geom(1, 8, 7, 5, 3, 1, 1, 1, 1, 0, 0, 1, 1), 0);
+    test_conv2d(geom(1, 5, 7, 7, 4, 2, 2, 2, 2, 0, 0, 1, 1), 1);   /* odd size, k2 s2 */
+    test_conv2d(geom(2, 16, 38, 38, 24, 3, 3, 1, 1, 1, 1, 1, 1), 1);
+    test_conv2d(geom(2, 6, 19, 19, 10, 3, 3, 1, 1, 6, 6, 6, 6), 1); /* SSD's fc6 */
+    test_conv2d(geom(1, 3, 10, 12, 2, 1, 1, 2, 2, 0, 0, 1, 1), 1); /* 1x1 stride 2 */
+
+    /*                    batch in_c h  w  out_c kh kw sh sw ph pw dh dw   op */
+    test_conv_transpose2d(geom(2, 3, 5, 5, 4, 3, 3, 2, 2, 1, 1, 1, 1), 1, 1, 1);
+    test_conv_transpose2d(geom(1, 5, 4, 7, 2, 2, 3, 2, 1, 0, 1, 1, 1), 1, 0, 0);
+    test_conv_transpose2d(geom(2, 4, 6, 6, 3, 3, 3, 1, 1, 2, 2, 2, 2), 0, 0, 1);
+    test_conv_transpose2d(geom(3, 8, 7, 7, 4, 2, 2, 2, 2, 0, 0, 1, 1), 0, 0, 1);
+    test_conv_transpose2d(geom(1, 16, 7, 7, 1, 4, 4, 2, 2, 1, 1, 1, 1), 0, 0, 1);
+    test_conv_transpose2d(geom(2, 6, 5, 3, 5, 3, 2, 3, 2, 1, 0, 2, 1), 2, 1, 1);
+}
+
+/* ---- TF32 ---- */
+
+/* TF32 (CKPT_BACKEND_TF32) against strict FP32 and the CPU: the products
+ * round their inputs to a 10-bit mantissa, so the results must differ from
+ * strict FP32's and stay within ckpt verify --tf32's default tolerance
+ * (rtol 1e-2, atol 1e-3 x the largest |ref|); and TF32 runs are bitwise
+ * repeatable too. */
+static void tf32_case(const char *name, op_fn fn, const void *args, const float *const *hin,
+                      const size_t *nin, int k, size_t nout)
+{
+    float *init = calloc(nout, sizeof(float));
+    if (!init) {
+        fprintf(stderr, "FAIL: out of memory\n");
+        exit(1);
+    }
+    float *ref = run(cpu, fn, args, hin, nin, k, nout, init);
+    float *strict = run(gpu, fn, args, hin, nin, k, nout, init);
+    set_flags(CKPT_BACKEND_TF32);
+    int described = strstr(gpu->description, "TF32 on") != NULL;
+    float *tf = run(gpu, fn, args, hin, nin, k, nout, init);
+    float *again = run(gpu, fn, args, hin, nin, k, nout, init);
+    set_flags(0);
+    double maxref = 0, err_tf = 0, err_strict = 0;
+    size_t differ = 0, bad = 0;
+    for (size_t i = 0; i < nout; i++)
+        if (fabs(ref[i]) > maxref)
+            maxref = fabs(ref[i]);
+    for (size_t i = 0; i < nout; i++) {
+        double d = fabs((double)tf[i] - ref[i]), ds = fabs((double)strict[i] - ref[i]);
+        err_tf = d > err_tf ? d : err_tf;
+        err_strict = ds > err_strict ? ds : err_strict;
+        differ += tf[i] != strict[i];
+        bad += !(d <= 1e-3 * maxref + 1e-2 * fabs(ref[i]));
+    }
+    int same = memcmp(tf, again, nout * sizeof(float)) == 0;
+    cases++;
+    if (!described || bad || !differ || !same) {
+        failures++;
+        printf("FAIL %-44s n=%zu: %zu out of TF32's tolerance, %zu differ from strict FP32%s%s "
+               "(max |err| TF32 %.3g, FP32 %.3g)\n", name, nout, bad, differ,
+               same ? "" : ", two TF32 runs differ",
+               described ? "" : ", the description does not say TF32 on", err_tf, err_strict);
+    } else {
+        printf("ok   %-44s n=%zu, %zu differ from FP32, max |err| TF32 %.3g, FP32 %.3g\n",
+               name, nout, differ, err_tf, err_strict);
+    }
+    free(init);
+    free(ref);
+    free(strict);
+    free(tf);
+    free(again);
+}
+
+static void test_tf32(void)
+{
+    linear_args la = {64, 1024, 256};
+    float *x = host_rand(64 * 1024, 1.0f), *w = host_rand(256 * 1024, 1.0f / 32.0f);
+    const float *lin[] = {x, w, NULL};
+    size_t nl[] = {64 * 1024, 256 * 1024, 0};
+    tf32_case("TF32 linear 64x1024 -> 256", op_linear, &la, lin, nl, 3, 64 * 256);
+    free(x);
+    free(w);
+
+    ckpt_conv_geom g = geom(2, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1, 1, 1);
+    g.out_h = 28, g.out_w = 28;
+    size_t nx = 2 * 64 * 28 * 28, nw = 64 * 64 * 9, ny = 2 * 64 * 28 * 28;
+    float *cx = host_rand(nx, 1.0f), *cw = host_rand(nw, 1.0f / 24.0f);
+    const float *cin[] = {cx, cw, NULL};
+    size_t nc[] = {nx, nw, 0};
+    tf32_case(have_cudnn ? "TF32 conv2d 2x64x28x28 k3 (cuDNN)" : "TF32 conv2d 2x64x28x28 k3",
+              op_conv2d, &g, cin, nc, 3, ny);
+    free(cx);
+    free(cw);
+}
+
 /* ---- the backend itself ---- */
 
 static void test_backend_basics(void)
@@ -1180,6 +1318,15 @@ int main(void)
         return 1;
     }
     printf("reference: %s\nunder test: %s\n", cpu->description, gpu->description);
+    module = m;
+    char cudnn[512];
+    int loaded = m->cudnn_describe(cudnn, sizeof cudnn) > 0;
+    have_cudnn = strstr(gpu->description, ", cuDNN ") != NULL;
+    printf("cuDNN: %s\n", cudnn);
+    if (loaded != have_cudnn) { /* loaded, and the backend could not use it */
+        fprintf(stderr, "FAIL: %s, and the backend says '%s'\n", cudnn, gpu->description);
+        return 1;
+    }
 
     test_backend_basics();
 
@@ -1189,24 +1336,20 @@ int main(void)
     test_linear(64, 784, 128, 1);
     test_linear(5, 0, 4, 1); /* empty reduction: y = bias */
 
-    /*          batch in_c  h   w  out_c kh kw sh sw ph pw dh dw */
-    test_conv2d(geom(2, 3, 11, 11, 5, 3, 3, 1, 1, 1, 1, 1, 1), 1);
-    test_conv2d(geom(1, 4, 9, 13, 6, 3, 5, 2, 2, 1, 2, 1, 1), 0);  /* non-square, stride 2 */
-    test_conv2d(geom(3, 2, 15, 15, 4, 3, 3, 1, 1, 2, 2, 2, 2), 1); /* dilation 2 */
-    test_conv2d(geom(2, 8, 7, 5, 3, 1, 1, 1, 1, 0, 0, 1, 1), 1);   /* 1x1: no im2col */
-    test_conv2d(geom(1, 8, 7, 5, 3, 1, 1, 1, 1, 0, 0, 1, 1), 0);
-    test_conv2d(geom(1, 5, 7, 7, 4, 2, 2, 2, 2, 0, 0, 1, 1), 1);   /* odd size, k2 s2 */
-    test_conv2d(geom(2, 16, 38, 38, 24, 3, 3, 1, 1, 1, 1, 1, 1), 1);
-    test_conv2d(geom(2, 6, 19, 19, 10, 3, 3, 1, 1, 6, 6, 6, 6), 1); /* SSD's fc6 */
-    test_conv2d(geom(1, 3, 10, 12, 2, 1, 1, 2, 2, 0, 0, 1, 1), 1); /* 1x1 stride 2 */
-
-    /*                    batch in_c h  w  out_c kh kw sh sw ph pw dh dw   op */
-    test_conv_transpose2d(geom(2, 3, 5, 5, 4, 3, 3, 2, 2, 1, 1, 1, 1), 1, 1, 1);
-    test_conv_transpose2d(geom(1, 5, 4, 7, 2, 2, 3, 2, 1, 0, 1, 1, 1), 1, 0, 0);
-    test_conv_transpose2d(geom(2, 4, 6, 6, 3, 3, 3, 1, 1, 2, 2, 2, 2), 0, 0, 1);
-    test_conv_transpose2d(geom(3, 8, 7, 7, 4, 2, 2, 2, 2, 0, 0, 1, 1), 0, 0, 1);
-    test_conv_transpose2d(geom(1, 16, 7, 7, 1, 4, 4, 2, 2, 1, 1, 1, 1), 0, 0, 1);
-    test_conv_transpose2d(geom(2, 6, 5, 3, 5, 3, 2, 3, 2, 1, 0, 2, 1), 2, 1, 1);
+    /* the convolutions on both paths: cuDNN's and the module's own */
+    if (have_cudnn) {
+        printf("-- convolutions through cuDNN\n");
+        want_cudnn = 1;
+        conv_cases();
+    } else {
+        printf("-- no cuDNN: the convolutions through cuDNN are not run here\n");
+    }
+    set_flags(CKPT_RT_NO_CUDNN);
+    printf("-- convolutions on the own kernels (%s)\n", gpu->description);
+    want_cudnn = 0;
+    conv_cases();
+    set_flags(0);
+    test_tf32();
 
     /*              planes h   w  kh kw s  p  d  ceil nans */
     test_max_pool2d(6, 8, 8, 2, 2, 2, 0, 1, 0, 0);
