@@ -228,7 +228,7 @@ static ckpt_cudnn_api cudnn_api;
 static int cudnn_loaded;
 static int cudnn_version; // cudnnGetVersion(): major * 10000 + minor * 100 + patch
 // Why not, short: it ends the backend's description ("no cuDNN: WHY").
-static char cudnn_error[120];
+static char cudnn_error[240];
 
 static int cudnn_bind(void *lib, const char *path)
 {
@@ -289,7 +289,7 @@ static int cudnn_try(const char *path, char *first_error, size_t cap)
         // a file that is there but does not load says why (a missing
         // dependency); a name the loader did not find is not news
         if (strchr(path, '/') && !cudnn_error[0] && e)
-            snprintf(cudnn_error, sizeof cudnn_error, "%.110s", e);
+            snprintf(cudnn_error, sizeof cudnn_error, "%.220s", e);
         return -1;
     }
     if (cudnn_bind(lib, path) != 0)
@@ -386,7 +386,7 @@ static void cudnn_load(void)
             char why[sizeof cudnn_error];
             snprintf(why, sizeof why, "%s",
                      cudnn_error[0] ? cudnn_error : first_error[0] ? first_error : "no library");
-            snprintf(cudnn_error, sizeof cudnn_error, "CKPT_CUDNN: %.100s", why);
+            snprintf(cudnn_error, sizeof cudnn_error, "CKPT_CUDNN: %.220s", why);
         }
         return;
     }

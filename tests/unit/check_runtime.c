@@ -999,6 +999,34 @@ START_TEST(test_backend_names)
 }
 END_TEST
 
+/* Open flags: TF32 is taken by the CPU and changes nothing on it (its
+ * flags stay 0, its description too); an unknown flag is a usage error;
+ * on a GPU the CUDA backend takes it and says so. */
+START_TEST(test_backend_flags)
+{
+    ckpt_backend *b = NULL, *plain = NULL;
+    char err[256];
+    ck_assert_int_eq(ckpt_backend_open_flags("cpu", 0x8000, &b, err, sizeof err),
+                     CKPT_ERR_USAGE);
+    ck_assert_ptr_null(b);
+    ck_assert_str_eq(err, "unknown backend flags 0x8000");
+    ck_assert_int_eq(ckpt_backend_open_flags("cpu", CKPT_BACKEND_TF32, &b, err, sizeof err), 0);
+    ck_assert_int_eq(ckpt_backend_open("cpu", &plain, err, sizeof err), 0);
+    ck_assert_uint_eq(ckpt_backend_flags(b), 0);
+    ck_assert_str_eq(ckpt_backend_description(b), ckpt_backend_description(plain));
+    ckpt_backend_free(b);
+    ckpt_backend_free(plain);
+    if (ckpt_cuda_device_count_usable() > 0) {
+        ck_assert_int_eq(ckpt_backend_open_flags("cuda", CKPT_BACKEND_TF32, &b, err, sizeof err),
+                         0);
+        ck_assert_uint_eq(ckpt_backend_flags(b), CKPT_BACKEND_TF32);
+        ck_assert_msg(strstr(ckpt_backend_description(b), ", TF32 on)"), "%s",
+                      ckpt_backend_description(b));
+        ckpt_backend_free(b);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("runtime");
@@ -1017,6 +1045,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_embedding_id_out_of_range);
     tcase_add_test(tc, test_op_not_available);
     tcase_add_test(tc, test_backend_names);
+    tcase_add_test(tc, test_backend_flags);
     suite_add_tcase(s, tc);
     TCase *speed = tcase_create("speed keeps the bits");
     tcase_set_timeout(speed, 120);
