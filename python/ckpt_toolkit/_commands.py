@@ -125,14 +125,18 @@ def diff(a: PathLike, b: PathLike, check: bool = False, **opts: Any) -> Dict[str
     return _as_dict(_json_command("diff", [*_options(opts), "--", pa, pb], [pa, pb], check, True))
 
 
-def verify(path: PathLike, spec: PathLike, check: bool = False, **opts: Any) -> Dict[str, Any]:
+def verify(path: PathLike, spec: PathLike, check: bool = False, tf32: bool = False,
+           **opts: Any) -> Dict[str, Any]:
     """``ckpt verify --json --model SPEC PATH``'s document (ckpt-verify(1)):
     ``reference``, ``against``, ``atol``, ``rtol``, ``device``, ...  A failed
     verification is a verdict: returned unless ``check=True`` (then
-    CheckpointError with exit_status 1)."""
+    CheckpointError with exit_status 1).  ``tf32=True`` is ``--tf32``: the GPU
+    may use TF32 as torch's ``allow_tf32 = True`` does, and the default
+    tolerance widens (strict FP32 without it; nothing changes on the CPU but
+    the tolerance, and the document's ``tf32_note`` says so)."""
     p, s = os.fspath(path), os.fspath(spec)
-    return _as_dict(_json_command("verify", ["--model", s, *_options(opts), "--", p], [p, s],
-                                  check, True))
+    return _as_dict(_json_command("verify", ["--model", s, *_options({**opts, "tf32": tf32}),
+                                             "--", p], [p, s], check, True))
 
 
 def _rewrite(cmd: str, path: PathLike, out: Optional[PathLike], in_place: bool,

@@ -570,6 +570,11 @@ def test_verify():
     assert rc == 0
     want = json.loads(out)
     assert doc.keys() == want.keys() and doc.get("passed", True) == want.get("passed", True)
+    assert doc["tf32"] is False
+    tf = ck.verify(f"{DATA}/fmnist_mlp.pth", "models/mnist_mlp.json", tf32=True, device="cpu",
+                   reference=f"{DATA}/fmnist_mlp.ref.pth")
+    assert tf["tf32"] is True and tf["tf32_note"].startswith("the CPU backend computes in FP32")
+    assert tf["outputs"][0]["reference"]["rtol"] == 1e-2
 
 
 def test_python_m_is_ckpt():
