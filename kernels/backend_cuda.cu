@@ -1577,7 +1577,8 @@ static cudnn_plan *cudnn_choose(cuda_impl *c, int transpose, const ckpt_conv_geo
     p->transpose = transpose;
     p->tf32 = c->tf32;
     p->g = *g;
-    const cudnnMathType_t asked = c->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+    // as torch sets it: CUDNN_DEFAULT_MATH lets FP32 run as TF32 on tensor cores
+    const cudnnMathType_t asked = c->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     if (cudnn_describe(c, transpose, g, asked) != CUDNN_STATUS_SUCCESS)
         return p;
     enum { MAX_ALGOS = 16 };
@@ -1661,8 +1662,11 @@ static int cudnn_conv(ckpt_backend *b, const char *op, int transpose, const floa
         st = cudnn_api.fwd(c->cudnn, &one, c->cudnn_x, x, c->cudnn_w, w, c->cudnn_conv,
                            (cudnnConvolutionFwdAlgo_t)p->algo, ws, p->workspace, &zero,
                            c->cudnn_y, y);
-    if (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM) {
-        p->usable = 0; // declined before running: ours run it, now and next time
+    // cuDNN 9's codes come in ranges: 2xxx a bad parameter, 3xxx not
+    // supported -- declined before running: ours run it, now and next time
+    if ((int)st / 1000 == CUDNN_STATUS_BAD_PARAM / 1000 ||
+        (int)st / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000) {
+        p->usable = 0;
         return CKPT_OK;
     }
     if (st != CUDNN_STATUS_SUCCESS) {
