@@ -1,7 +1,7 @@
 /* bench_forward.c - time ckpt's model forward pass (issue 5).
  *
  *   bench_forward [--plain | --products P] [--threads N] [--warmup N]
- *                 [--dump DIR] SPEC CKPT BATCH RUNS DEVICE
+ *                 [--tf32] [--dump DIR] SPEC CKPT BATCH RUNS DEVICE
  *
  * Loads the graph spec SPEC, binds CKPT's root state dict to it (strictly,
  * as ckpt verify does), makes a fixed pseudo-random input batch of the
@@ -20,7 +20,9 @@
  * what does the CPU backend's matrix products: auto, plain, openblas,
  * avx512, avx2 (ckpt_backend_cpu_open_with).  --threads N (DEVICE cpu) runs
  * the CPU backend on N threads (default: as many as OpenBLAS runs, else the
- * cores), for bench_threads.py's 1- against 2-thread rows.
+ * cores), for bench_threads.py's 1- against 2-thread rows.  --tf32 opens
+ * the backend with CKPT_BACKEND_TF32 (ckpt verify --tf32: TF32 products and
+ * convolutions on CUDA), to compare with torch's allow_tf32 = True.
  *
  * --dump DIR writes the input batch and the outputs of the last forward to
  * DIR (which must exist), one file per array of raw native-endian float32
@@ -48,7 +50,7 @@
 
 static const char usage[] =
     "usage: bench_forward [--plain | --products P] [--threads N] [--warmup N]\n"
-    "                     [--dump DIR] SPEC CKPT BATCH RUNS DEVICE\n"
+    "                     [--tf32] [--dump DIR] SPEC CKPT BATCH RUNS DEVICE\n"
     "  SPEC    a graph spec (models/*.json)\n"
     "  CKPT    a checkpoint whose root is the model's state dict\n"
     "  BATCH   the batch size (replaces -1 in the spec's input shapes)\n"
@@ -60,6 +62,8 @@ static const char usage[] =
     "  --threads N  the CPU backend's threads (DEVICE cpu; default: OpenBLAS's count,\n"
     "          else the cores)\n"
     "  --warmup N  untimed forwards before the timed ones (default 3; 0 is allowed)\n"
+    "  --tf32  let the backend use TF32 (CKPT_BACKEND_TF32: CUDA's products and\n"
+    "          convolutions; nothing changes on the CPU)\n"
     "  --dump DIR  write the input and the last forward's outputs to DIR as raw\n"
     "              float32 (input.NAME.f32, output.NAME.f32)\n";
 
@@ -154,7 +158,7 @@ static void put_json_str(const char *s)
 
 int main(int argc, char **argv)
 {
-    int plain = 0, argi = 1;
+    int plain = 0, tf32 = 0, argi = 1;
     const char *products = NULL;
     long warmup = WARMUP, threads = 0;
     const char *dump = NULL;
@@ -174,6 +178,8 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[argi], "--warmup") == 0 && argi + 1 < argc) {
             if (parse_num("--warmup", argv[++argi], 0, &warmup))
                 return 2;
+        } else if (strcmp(argv[argi], "--tf32") == 0) {
+            tf32 = 1;
         } else if (strcmp(argv[argi], "--dump") == 0 && argi + 1 < argc) {
             dump = argv[++argi];
         } else {
@@ -236,7 +242,8 @@ int main(int argc, char **argv)
 
     int rc = products || threads
                  ? ckpt_backend_cpu_open_with(products, (int)threads, &b, err, sizeof err)
-                      : ckpt_backend_open(device, &b, err, sizeof err);
+                      : ckpt_backend_open_flags(device, tf32 ? CKPT_BACKEND_TF32 : 0, &b, err,
+                                                sizeof err);
     if (rc != CKPT_OK) {
         /* the CUDA backend's messages start with the device already */
         if (strncmp(err, device, strlen(device)) == 0)
