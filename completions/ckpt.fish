@@ -189,6 +189,7 @@ complete -c ckpt -n '__fish_seen_subcommand_from verify' -l replicas -x -d 'repl
 complete -c ckpt -n '__fish_seen_subcommand_from verify' -l select -x -d 'CKPT\'s state dict inside a training checkpoint'
 complete -c ckpt -n '__fish_seen_subcommand_from verify' -l atol -x -d 'absolute tolerance (default: 1e-5 x the largest |reference|)'
 complete -c ckpt -n '__fish_seen_subcommand_from verify' -l rtol -x -d 'relative tolerance (default 1e-5 on the CPU, 1e-4 on CUDA)'
+complete -c ckpt -n '__fish_seen_subcommand_from verify' -l tf32 -d 'let CUDA compute in TF32, as torch\'s allow_tf32 = True'
 complete -c ckpt -n '__fish_seen_subcommand_from verify' -s j -l json -d 'print a JSON document (ckpt-verify(1))'
 complete -c ckpt -n '__fish_seen_subcommand_from verify' -l junit -r -F -d 'also write a JUnit XML report to FILE'
 complete -c ckpt -n '__fish_seen_subcommand_from verify' -l allow-global -x -d 'admit this global as an opaque object (repeatable)'
