@@ -1186,6 +1186,8 @@ static void conv_cases(void)
     test_conv2d(geom(2, 16, 38, 38, 24, 3, 3, 1, 1, 1, 1, 1, 1), 1);
     test_conv2d(geom(2, 6, 19, 19, 10, 3, 3, 1, 1, 6, 6, 6, 6), 1); /* SSD's fc6 */
     test_conv2d(geom(1, 3, 10, 12, 2, 1, 1, 2, 2, 0, 0, 1, 1), 1); /* 1x1 stride 2 */
+    test_conv2d(geom(2, 3, 64, 64, 16, 7, 7, 2, 2, 3, 3, 1, 1), 0); /* ResNet's stem */
+    test_conv2d(geom(8, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1, 1, 1), 1); /* batch 8: a workspace */
 
     /*                    batch in_c h  w  out_c kh kw sh sw ph pw dh dw   op */
     test_conv_transpose2d(geom(2, 3, 5, 5, 4, 3, 3, 2, 2, 1, 1, 1, 1), 1, 1, 1);
