@@ -66,6 +66,16 @@ if has tests; then
         set -- $m
         "$ckpt" verify --device cuda:0 --replicas 2 --model "$1" "$2" 2>&1 | tail -4
     done | tee -a "$out/summary.txt"
+    say "the convolutions through cuDNN and without, strict FP32 and --tf32, against torch"
+    # the device line names the path: "cuDNN 9.x.y" or "no cuDNN: why"
+    ae="--model models/mnist_conv_autoencoder.json --reference tests/data/fmnist_ae.ref.pth"
+    for v in "" "--tf32"; do
+        for cudnn in "" off; do
+            echo "-- CKPT_CUDNN=${cudnn:-unset} ${v:-strict FP32}"
+            CKPT_CUDNN=$cudnn "$ckpt" verify --device cuda:0 $v $ae tests/data/fmnist_ae.pth 2>&1 |
+                grep -E '^(device|note|output|result)'
+        done
+    done | tee -a "$out/summary.txt"
 fi
 
 if has portable; then
