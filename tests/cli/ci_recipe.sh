@@ -3,7 +3,7 @@
 # checkpoints in your repository"), run as a user's CI job would run them:
 # the shell commands of the GitHub Actions and GitLab CI blocks, read from
 # README.md (the ```yaml block after `<!-- ci recipe: github -->` and after
-# `<!-- ci recipe: gitlab -->`), in a fresh git repository outside the source
+# `<!-- ci recipe: gitlab -->`, and `github-convert`'s), in a fresh git repository outside the source
 # tree, with the portable binary only; then the pip route's two blocks
 # (`github-pip`, `gitlab-pip`), which install the wheel into a venv.  The
 # download comes from a local RELEASE folder: make portable's
@@ -97,7 +97,7 @@ recipe() {
 say "README.md's recipes are YAML with the steps this test runs"
 # the commands, one file per GitHub run step (NAME-stepI.sh) / one for
 # GitLab's script (NAME-script.sh)
-for r in github gitlab github-pip gitlab-pip; do
+for r in github gitlab github-pip gitlab-pip github-convert; do
     recipe "$r" >"$tmp/$r.yml"
     python3 - "$tmp" "$r" <<'PYEOF'
 import os, sys, yaml
@@ -106,9 +106,14 @@ doc = yaml.safe_load(open(os.path.join(tmp, name + ".yml")))
 if name.startswith("github"):
     steps = [s for s in doc["jobs"]["ckpt"]["steps"] if "run" in s]
     for i, s in enumerate(steps):
-        open(os.path.join(tmp, "%s-step%d.sh" % (name, i)), "w").write(s["run"])
+        # GitHub runs `shell: bash` as bash -eo pipefail, the default as bash -e
+        pre = "set -o pipefail\n" if s.get("shell") == "bash" else ""
+        open(os.path.join(tmp, "%s-step%d.sh" % (name, i)), "w").write(pre + s["run"])
     uses = [s["uses"].split("@")[0] for s in doc["jobs"]["ckpt"]["steps"] if "uses" in s]
-    assert "github/codeql-action/upload-sarif" in uses, uses
+    if name == "github-convert":
+        assert "actions/upload-artifact" in uses, uses
+    else:
+        assert "github/codeql-action/upload-sarif" in uses, uses
 else:
     gl = doc["ckpt"]
     open(os.path.join(tmp, name + "-script.sh"), "w").write("".join(l + "\n" for l in gl["script"]))
@@ -286,6 +291,42 @@ for ci in $recipes; do
     fi
     junit_eval "$repo/report.xml" 's.get("failures") == "1" and cases == ["load checkpoint"]'
 done
+
+# README's "Prove a converted checkpoint in CI": a DataParallel checkpoint
+# fixed and verified against torch's outputs, in a user's repository
+convrepo() {
+    mkdir -p "$1/checkpoints"
+    git -C "$1" init -q
+    cp "$srcdir/models/mnist_mlp.json" "$1/model.json"
+    cp "$data/fmnist_mlp_dp.pth" "$1/checkpoints/model_dp.pth"
+    cp "$2" "$1/checkpoints/model.ref.pth"
+    git -C "$1" add -A
+    git -C "$1" -c user.name=ci -c user.email=ci@example.org commit -qm checkpoints
+}
+say "github-convert: a DataParallel checkpoint fixed and proved against torch's outputs"
+repo=$scratch/convert
+convrepo "$repo" "$data/fmnist_mlp.ref.pth"
+github "$repo" github-convert
+got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
+if [ "$got" = "0 0" ]; then
+    ok "exit statuses of the steps: $got"
+else
+    fail "exit statuses of the steps: $got, expected 0 0"
+    cat "$repo".out* | sed 's/^/   | /'
+fi
+check "the fixed checkpoint was written" test -f "$repo/model.pth"
+check "verify.json says the outputs match torch's" python3 -c "import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d['result'] == 'PASS' else 1)" "$repo/verify.json"
+say "github-convert: a reference of another model: the proof fails the job"
+repo=$scratch/convert-wrong
+convrepo "$repo" "$data/fmnist_ae.ref.pth"
+github "$repo" github-convert
+got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
+if [ "$got" = "0 1" ] || [ "$got" = "0 3" ]; then
+    ok "exit statuses of the steps: $got (the proof's step fails)"
+else
+    fail "exit statuses of the steps: $got, expected 0 then a failure"
+    cat "$repo".out* | sed 's/^/   | /'
+fi
 
 say "a tampered download fails sha256sum -c, before anything is unpacked"
 repo=$scratch/tampered
