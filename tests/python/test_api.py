@@ -322,6 +322,27 @@ def test_bfloat16_without_or_with_ml_dtypes():
             assert f.get_tensor("bfloat16").dtype == np.dtype(ml_dtypes.bfloat16)
 
 
+def test_float8_through_ml_dtypes():
+    """framework='np' and torch 2.x's float8 kinds: ml_dtypes' dtypes of those names,
+    the same bytes as torch's tensors (or, without ml_dtypes, an error naming it)."""
+    kinds = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+             "float8_e8m0fnu"]
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:
+        with ck.safe_open(f"{DATA}/torch2/dtypes_v3.pth", framework="np") as f:
+            with pytest.raises(CheckpointError, match="ml_dtypes"):
+                f.get_tensor("float8_e4m3fn")
+        return
+    want = torch.load(f"{DATA}/torch2/dtypes_v3.pth", weights_only=True) if TORCH2 else None
+    with ck.safe_open(f"{DATA}/torch2/dtypes_v3.pth", framework="np") as f:
+        for k in kinds:
+            a = f.get_tensor(k)
+            assert a.dtype.name == k, (k, a.dtype)
+            if want is not None:
+                assert a.tobytes() == want[k].view(torch.uint8).numpy().tobytes(), k
+
+
 # ---- torch_load, against torch.load ----
 
 TORCH_LOAD_FILES = [
