@@ -3,7 +3,7 @@
 same GPU, and on the machine's many cores (issue 31).
 
     python3 bench/bench_device.py [--models mlp,ae,ssd300,resnet50,crnn]
-        [--gpu-batches 8] [--cpu-batches default] [--rounds 1] [--no-gpu] [--no-cpu]
+        [--gpu-batches 8] [--gpu-models M] [--cpu-batches default] [--rounds 1] [--no-gpu] [--no-cpu]
         [--bench-forward bench/bench_forward] [--workdir /tmp/ckpt-bench-device]
         [--out DIR]
 
@@ -228,6 +228,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="mlp,ae,ssd300,resnet50,crnn")
     ap.add_argument("--gpu-batches", default="8")
+    ap.add_argument("--gpu-models", default=None,
+                    help="the models of the GPU rows (default: --models)")
     ap.add_argument("--cpu-batches", default="default",
                     help="comma-separated, or 'default' (each model's own)")
     ap.add_argument("--rounds", type=int, default=1)
@@ -245,6 +247,7 @@ def main():
         if k not in MODELS:
             sys.exit("bench_device.py: no model %r (%s)" % (k, ", ".join(MODELS)))
     gpu_batches = [int(b) for b in a.gpu_batches.split(",") if b]
+    gpu_keys = [k for k in (a.gpu_models or a.models).split(",") if k]
     help_text = subprocess.run([a.bench_forward, "--help"], capture_output=True,
                                text=True).stdout + subprocess.run(
         [a.bench_forward, "--help"], capture_output=True, text=True).stderr
@@ -258,7 +261,7 @@ def main():
     tinfo = last_json(probe.stdout)
     gpu = tinfo["cuda"] and not a.no_gpu
     started = time.time()
-    result = {"date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": {"cpu": cpu_name(), "cores": os.cpu_count(),
                           "os": os_name(), "kernel": platform.release()},
               "torch": tinfo, "has_tf32": has_tf32, "models": {}}
@@ -272,7 +275,7 @@ def main():
             entry["error"] = str(e)
             print(key, "error:", e, flush=True)
             continue
-        if gpu:
+        if gpu and key in gpu_keys:
             entry["gpu"] = gpu_rows(a, model, ckpt, gpu_batches, has_tf32)
         if not a.no_cpu:
             batches = (model["cpu_batches"] if a.cpu_batches == "default"
@@ -383,9 +386,10 @@ def section(a, res):
                  res["machine"]["kernel"]),
              "- Software: torch %s (%d threads by default)" % (res["torch"]["torch"],
                                                               res["torch"]["threads"]),
-             "- Command: `python3 bench/bench_device.py --models %s --gpu-batches %s "
+             "- Command: `python3 bench/bench_device.py --models %s%s --gpu-batches %s "
              "--rounds %d` (bench/device_run.sh); the run took %.0f s" % (
-                 a.models, a.gpu_batches, a.rounds, res.get("seconds", 0)), ""]
+                 a.models, " --gpu-models " + a.gpu_models if a.gpu_models else "",
+                 a.gpu_batches, a.rounds, res.get("seconds", 0)), ""]
     gl = []
     for key, e in res["models"].items():
         g = e.get("gpu")
