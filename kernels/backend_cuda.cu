@@ -44,7 +44,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// ---- cuBLAS, loaded at run time ---------------------------------------------
+// ---- cuBLAS: its C ABI -------------------------------------------------------
 
 // The C ABI of the few cuBLAS calls we use (cublas_api.h): handles are
 // pointers, enums are passed as int.
