@@ -6,6 +6,7 @@
 #         library of those programs that is not glibc's (the GPU machine's
 #         system may lack libzip, libcjson, ...)
 #   ckpt-*-x86_64-linux.tar.gz  the portable folder (make portable), when built
+#   ckpt_toolkit-*.whl  the release's wheel (make wheel-portable), when built
 # The GPU machine has no registry to install from and runs another system
 # (Ubuntu 24.04 with its own glibc, newer than ours), so the programs travel
 # with their libraries rather than being built there.
@@ -36,6 +37,7 @@ done | sort -u | while read -r lib; do
     esac
 done
 ls release/ckpt-*-x86_64-linux.tar.gz >/dev/null 2>&1 && cp release/ckpt-*-x86_64-linux.tar.gz "$dir/"
+ls release/ckpt_toolkit-*.whl >/dev/null 2>&1 && cp release/ckpt_toolkit-*.whl "$dir/"
 git rev-parse --short HEAD >"$dir/REVISION"
 git status --porcelain | grep -q . && echo "+ uncommitted changes" >>"$dir/REVISION"
 du -sh "$dir"

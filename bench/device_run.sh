@@ -8,14 +8,17 @@
 #
 # STEPS (default all, in this order): tests (the CUDA unit tests, then every op
 # case of tests/data/ops verified on cuda:0 against torch's outputs), portable
-# (the portable folder's own CUDA module found and used), bench (bench_device.py:
-# GPU and many-core rows), memcheck (compute-sanitizer over check_runtime_cuda).
+# (the portable folder's own CUDA module found and used), wheel (the release's
+# wheel, pip install --target with python3 (torch's venv): its own CUDA module,
+# cuBLAS and cuDNN found in torch's NVIDIA pip packages), bench
+# (bench_device.py: GPU and many-core rows), memcheck (compute-sanitizer over
+# check_runtime_cuda).
 # Every step writes its log to $OUT (seven files at most: a lease brings back
 # eight) and the script goes on after a failure: one lease should bring back
 # every answer it can.
 set -u
 kit=${1:-.dev}
-steps=${2:-tests,portable,bench,memcheck}
+steps=${2:-tests,portable,wheel,bench,memcheck}
 out=${OUT:-/tmp/device-out}
 mkdir -p "$out"
 top=$(pwd)
@@ -91,6 +94,48 @@ if has portable; then
             "$top/tests/data/fmnist_mlp.pth"
         echo "portable verify on cuda rc=$?"
     ) 2>&1 | tee -a "$out/summary.txt" | tail -12
+fi
+
+if has wheel; then
+    say "the wheel: its own CUDA module, cuBLAS and cuDNN from torch's pip packages"
+    # which cuBLAS and cuDNN were loaded: the loader's own record
+    # (LD_DEBUG=libs: "calling init: FILE"), kept outside $OUT
+    loaded() { grep -h -o 'calling init: [^ ]*lib\(cublas\|cublasLt\|cudnn\)\.so[.0-9]*' "$@" |
+        sed 's/calling init: /  loaded /' | sort -u; }
+    set -- "$kit"/ckpt_toolkit-*.whl
+    site=/tmp/ckpt-wheel-site
+    rm -rf "$site" /tmp/ckpt-wheel-ld.*
+    if [ -f "$1" ]; then (
+        unset LD_LIBRARY_PATH CKPT_CUDA_MODULE CKPT_CUDNN
+        echo "wheel: $(basename "$1"), python3 $(command -v python3)"
+        python3 -m pip install -q --no-deps --no-index --target "$site" "$1" || exit 1
+        export PYTHONPATH=$site # bin/ckpt is pip's script: it imports ckpt_toolkit
+        "$site/bin/ckpt" --version
+        python3 -m ckpt_toolkit --version
+        # as a pip user runs it: torch's venv found through python3 on PATH
+        LD_DEBUG=libs LD_DEBUG_OUTPUT=/tmp/ckpt-wheel-ld.user "$site/bin/ckpt" verify --device cuda \
+            --model models/mnist_mlp.json tests/data/fmnist_mlp.pth 2>&1 | tail -4
+        echo "wheel verify on cuda (PATH as is) rc=${PIPESTATUS[0]}"
+        loaded /tmp/ckpt-wheel-ld.user.*
+        LD_DEBUG=libs LD_DEBUG_OUTPUT=/tmp/ckpt-wheel-ld.ae "$site/bin/ckpt" verify --device cuda \
+            --model models/mnist_conv_autoencoder.json --reference tests/data/fmnist_ae.ref.pth \
+            tests/data/fmnist_ae.pth 2>&1 | grep -E '^(device|note|result)'
+        echo "wheel verify of the autoencoder on cuda rc=${PIPESTATUS[0]}"
+        loaded /tmp/ckpt-wheel-ld.ae.*
+        # the site-packages holding the module searched first: torch's
+        # nvidia/ put beside ckpt_toolkit, no python3 on PATH, no HOME (the
+        # loader's own path, when it has cuBLAS, still comes first)
+        ln -s "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia" "$site/nvidia"
+        env -i PATH=/usr/bin:/bin PYTHONPATH="$site" LD_DEBUG=libs LD_DEBUG_OUTPUT=/tmp/ckpt-wheel-ld.site \
+            "$site/bin/ckpt" verify --device cuda --model models/mnist_mlp.json \
+            tests/data/fmnist_mlp.pth 2>&1 | tail -2
+        echo "wheel verify on cuda (nvidia/ beside ckpt_toolkit, bare environment) rc=${PIPESTATUS[0]}"
+        loaded /tmp/ckpt-wheel-ld.site.*
+    ) 2>&1 | tee -a "$out/summary.txt" | tail -30
+    else
+        echo "wheel: no ckpt_toolkit-*.whl in $kit (make wheel-portable, then bench/device_kit.sh)" |
+            tee -a "$out/summary.txt"
+    fi
 fi
 
 if has bench; then

@@ -32,6 +32,7 @@
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <glob.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -40,8 +41,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-// ---- cuBLAS, loaded at run time ---------------------------------------------
+// ---- cuBLAS: its C ABI -------------------------------------------------------
 
 // The C ABI of the few cuBLAS calls we use (cublas_api.h): handles are
 // pointers, enums are passed as int.
@@ -73,48 +76,237 @@ typedef struct ckpt_cublas_api {
     int (*get_version)(ckpt_cublas_handle handle, int *version);
 } ckpt_cublas_api;
 
+// ---- where pip and conda put NVIDIA's libraries ------------------------------
+//
+// cuBLAS and cuDNN are looked for, after the loader's own search, where a
+// Python user has them: NVIDIA's pip packages (torch's dependencies) put
+// them in SITE/nvidia/<pkg>/lib (nvidia-cublas-cu12, nvidia-cudnn-cu13) or
+// SITE/nvidia/cu13/lib (CUDA 13's merged layout), SITE being a Python's
+// site-packages (dist-packages on Debian); conda puts them in PREFIX/lib.
+// The places, first found wins: the folders above this module (a wheel's
+// SITE/ckpt_toolkit/_native/lib/libckpt_cuda.so: its SITE, also with pip
+// --target), then the prefixes of $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local,
+// the python3* found on $PATH (its folder's prefix, and its real file's),
+// /usr/local and /usr.  One search serves both libraries: each passes the
+// paths under SITE it accepts and a function that loads and binds one.
+
+// Loads and binds the library at PATH: 0, or -1 (the caller's note kept).
+typedef int (*lib_try_fn)(const char *path);
+
+static int is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// FN on each existing match of PAT, last first (glob sorts: python3.12
+// before python3.11).
+static int lib_try_glob(const char *pat, lib_try_fn fn)
+{
+    glob_t gl;
+    if (glob(pat, 0, NULL, &gl) != 0)
+        return -1;
+    int ok = -1;
+    for (size_t k = gl.gl_pathc; k-- > 0 && ok != 0;)
+        if (is_file(gl.gl_pathv[k]))
+            ok = fn(gl.gl_pathv[k]);
+    globfree(&gl);
+    return ok;
+}
+
+// RELS (paths under a site-packages, NULL-ended) in the Python prefix
+// PREFIX's site folders, then each one's file name in PREFIX/lib (conda).
+static int lib_try_prefix(const char *prefix, const char *const *rels, lib_try_fn fn)
+{
+    static const char *const sites[] = {
+        "%s/lib/python3*/site-packages/%s",
+        "%s/lib/python3*/dist-packages/%s",
+        "%s/local/lib/python3*/dist-packages/%s",
+    };
+    if (!prefix || !prefix[0])
+        return -1;
+    char pat[PATH_MAX];
+    for (size_t i = 0; i < sizeof sites / sizeof sites[0]; i++)
+        for (const char *const *r = rels; *r; r++)
+            if (snprintf(pat, sizeof pat, sites[i], prefix, *r) < (int)sizeof pat &&
+                lib_try_glob(pat, fn) == 0)
+                return 0;
+    for (const char *const *r = rels; *r; r++) {
+        const char *base = strrchr(*r, '/');
+        if (snprintf(pat, sizeof pat, "%s/lib/%s", prefix, base ? base + 1 : *r) <
+                (int)sizeof pat &&
+            is_file(pat) && fn(pat) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+// The folders above this module, up to four (a wheel's lib, _native,
+// ckpt_toolkit, then its site-packages): RELS under each.
+static int lib_try_own_site(const char *const *rels, lib_try_fn fn)
+{
+    Dl_info info;
+    char dir[PATH_MAX];
+    if (!dladdr((void *)lib_try_own_site, &info) || !info.dli_fname ||
+        !realpath(info.dli_fname, dir))
+        return -1;
+    for (int up = 0; up < 4; up++) {
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+            return -1;
+        *slash = '\0';
+        for (const char *const *r = rels; *r; r++) {
+            char path[PATH_MAX];
+            if (snprintf(path, sizeof path, "%s/%s", dir, *r) < (int)sizeof path &&
+                is_file(path) && fn(path) == 0)
+                return 0;
+        }
+    }
+    return -1;
+}
+
+// The prefixes of the python3* programs on $PATH: DIR/.. (a venv's bin
+// links to the system's python, its packages are under the venv) and the
+// real file's prefix.
+static int lib_try_path_pythons(const char *const *rels, lib_try_fn fn)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        return -1;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    char *save = NULL;
+    for (char *dir = strtok_r(buf, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+        char pat[PATH_MAX];
+        if (!dir[0] || snprintf(pat, sizeof pat, "%s/python3*", dir) >= (int)sizeof pat)
+            continue;
+        glob_t gl;
+        if (glob(pat, 0, NULL, &gl) != 0)
+            continue;
+        int found = gl.gl_pathc > 0;
+        char real[PATH_MAX] = "";
+        if (found && !realpath(gl.gl_pathv[0], real))
+            real[0] = '\0';
+        globfree(&gl);
+        if (!found)
+            continue;
+        char prefix[PATH_MAX];
+        snprintf(prefix, sizeof prefix, "%s/..", dir);
+        if (lib_try_prefix(prefix, rels, fn) == 0)
+            return 0;
+        char *slash = strrchr(real, '/');
+        if (slash) { // /usr/bin/python3.12 -> /usr
+            *slash = '\0';
+            slash = strrchr(real, '/');
+            if (slash && slash != real) {
+                *slash = '\0';
+                if (lib_try_prefix(real, rels, fn) == 0)
+                    return 0;
+            }
+        }
+    }
+    return -1;
+}
+
+// The whole search above, in its order: 0 when FN loaded one.
+static int lib_search_python(const char *const *rels, lib_try_fn fn)
+{
+    if (lib_try_own_site(rels, fn) == 0)
+        return 0;
+    const char *envs[] = {"VIRTUAL_ENV", "CONDA_PREFIX"};
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++)
+        if (lib_try_prefix(getenv(envs[i]), rels, fn) == 0)
+            return 0;
+    const char *home = getenv("HOME");
+    if (home && home[0]) {
+        char local[PATH_MAX];
+        snprintf(local, sizeof local, "%s/.local", home);
+        if (lib_try_prefix(local, rels, fn) == 0)
+            return 0;
+    }
+    return lib_try_path_pythons(rels, fn) == 0 || lib_try_prefix("/usr/local", rels, fn) == 0 ||
+                   lib_try_prefix("/usr", rels, fn) == 0
+               ? 0
+               : -1;
+}
+
+// ---- cuBLAS, loaded at run time ---------------------------------------------
+
 // Loaded once per process and never unloaded: cuBLAS keeps process-wide
 // state, and unloading CUDA libraries is not reliable.
 static pthread_once_t cublas_once = PTHREAD_ONCE_INIT;
 static ckpt_cublas_api cublas_api;
 static int cublas_loaded;
-static char cublas_error[200];
+static char cublas_error[400];
+
+// dlopen PATH (a file name alone: the loader's search) into cublas_lib;
+// the first failure's text is kept for the message.
+static void *cublas_lib;
+static char cublas_first_error[240];
+
+static int cublas_try(const char *path)
+{
+    static int error_of_file;
+    cublas_lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const char *e = cublas_lib ? NULL : dlerror();
+    // a file that is there but does not load says why (libcublasLt not
+    // beside it), ahead of a name the loader did not find
+    int of_file = strchr(path, '/') && is_file(path);
+    if (e && (!cublas_first_error[0] || (of_file && !error_of_file))) {
+        snprintf(cublas_first_error, sizeof cublas_first_error, "%s", e);
+        error_of_file = of_file;
+    }
+    return cublas_lib ? 0 : -1;
+}
 
 static void cublas_load(void)
 {
     // The toolkit configure found comes first: it matches the CUDA runtime
-    // we link.  Then the loader's search path, newest release first.
-    char paths[6][320];
-    int n = 0, major = 0, version = 0;
+    // we link (statically: cudaRuntimeGetVersion is this build's).  Then
+    // the loader's search path (a Python process that imported torch has
+    // its cuBLAS loaded already, found by name), newest release first; then
+    // NVIDIA's pip packages and conda (lib_search_python); last the CUDA
+    // toolkit's usual folders.
+    int major = 0, version = 0;
     if (cudaRuntimeGetVersion(&version) == cudaSuccess)
         major = version / 1000;
+    char name[64];
+    snprintf(name, sizeof name, "libcublas.so.%d", major > 0 ? major : 13);
 #ifdef CKPT_CUDA_LIBDIR
-    if (major > 0)
-        snprintf(paths[n++], sizeof paths[0], "%s/libcublas.so.%d", CKPT_CUDA_LIBDIR, major);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", CKPT_CUDA_LIBDIR, name);
+    if (cublas_try(path) == 0)
+        goto found;
 #endif
-    if (major > 0 && major != 13 && major != 12)
-        snprintf(paths[n++], sizeof paths[0], "libcublas.so.%d", major);
-    snprintf(paths[n++], sizeof paths[0], "libcublas.so.13");
-    snprintf(paths[n++], sizeof paths[0], "libcublas.so.12");
-#ifdef CKPT_CUDA_LIBDIR
-    snprintf(paths[n++], sizeof paths[0], "%s/libcublas.so", CKPT_CUDA_LIBDIR);
-#endif
-    snprintf(paths[n++], sizeof paths[0], "libcublas.so");
-
-    void *lib = NULL;
-    char first_error[160] = "";
-    for (int i = 0; i < n && !lib; i++) {
-        lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
-        const char *e = lib ? NULL : dlerror();
-        if (!lib && !first_error[0] && e)
-            snprintf(first_error, sizeof first_error, "%s", e);
+    if (cublas_try(name) == 0 || cublas_try("libcublas.so.13") == 0 ||
+        cublas_try("libcublas.so.12") == 0)
+        goto found;
+    {
+        static const char *const rels13[] = {"nvidia/cu13/lib/libcublas.so.13",
+                                             "nvidia/cublas/lib/libcublas.so.13", NULL};
+        static const char *const rels12[] = {"nvidia/cublas/lib/libcublas.so.12",
+                                             "nvidia/cu12/lib/libcublas.so.12", NULL};
+        if (lib_search_python(major == 12 ? rels12 : rels13, cublas_try) == 0 ||
+            lib_search_python(major == 12 ? rels13 : rels12, cublas_try) == 0)
+            goto found;
+        const char *const dirs[] = {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"};
+        for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "%s/%s", dirs[i], name);
+            if (is_file(p) && cublas_try(p) == 0)
+                goto found;
+        }
     }
-    if (!lib) {
-        snprintf(cublas_error, sizeof cublas_error, "cannot load cuBLAS (libcublas.so): %s",
-                 first_error[0] ? first_error : "not found");
-        return;
-    }
+    if (cublas_try("libcublas.so") == 0)
+        goto found;
+    snprintf(cublas_error, sizeof cublas_error,
+             "cannot load cuBLAS (%s; looked for by the loader, in NVIDIA's pip packages and "
+             "in /usr/local/cuda): %s",
+             name, cublas_first_error[0] ? cublas_first_error : "not found");
+    return;
 
+found:
+    void *lib = cublas_lib;
     struct {
         const char *name;
         void **slot;
@@ -176,10 +368,9 @@ static const char *cublas_status_text(int status)
 // Where it is looked for, first loaded wins: $CKPT_CUDNN alone when it is a
 // path ("0" or "off": not used at all, read at each open); the loader's
 // path; then where pip puts it beside torch (nvidia-cudnn-cu13/cu12,
-// .../site-packages/nvidia/cudnn/lib), in the prefixes a Python the user
-// runs would search -- $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, the python3*
-// found on $PATH (its folder's prefix, and its real file's), /usr/local and
-// /usr -- and last the CUDA toolkit's folders.
+// SITE/nvidia/cudnn/lib), in the places lib_search_python looks (above:
+// this module's own site-packages, then the prefixes a Python the user
+// runs would search) -- and last the CUDA toolkit's folders.
 //
 // Determinism: algorithms are chosen by cuDNN's heuristics (never by timing,
 // cudnnFind's choice varies between runs), the first one cuDNN marks
@@ -189,9 +380,6 @@ static const char *cublas_status_text(int status)
 
 #if __has_include(<cudnn.h>)
 #include <cudnn.h>
-#include <glob.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #define CKPT_WITH_CUDNN 1
 #else
 #define CKPT_WITH_CUDNN 0
@@ -298,91 +486,20 @@ static int cudnn_try(const char *path, char *first_error, size_t cap)
     return 0;
 }
 
-static int is_file(const char *path)
+// cudnn_try for lib_search_python: the first error in cudnn_first_error.
+static char cudnn_first_error[160];
+static int cudnn_try_file(const char *path)
 {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-// The pip layouts under a Python prefix, newest Python first (glob sorts).
-static int cudnn_try_prefix(const char *prefix, char *first_error, size_t cap)
-{
-    static const char *const patterns[] = {
-        "%s/lib/python3*/site-packages/nvidia/cudnn/lib/libcudnn.so.9",
-        "%s/lib/python3*/dist-packages/nvidia/cudnn/lib/libcudnn.so.9",
-        "%s/local/lib/python3*/dist-packages/nvidia/cudnn/lib/libcudnn.so.9",
-        "%s/lib/libcudnn.so.9", // conda's cudnn package
-    };
-    if (!prefix || !prefix[0])
-        return -1;
-    for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
-        char pat[PATH_MAX];
-        if (snprintf(pat, sizeof pat, patterns[i], prefix) >= (int)sizeof pat)
-            continue;
-        glob_t gl;
-        if (glob(pat, 0, NULL, &gl) != 0)
-            continue;
-        int ok = -1;
-        for (size_t k = gl.gl_pathc; k-- > 0 && ok != 0;) // python3.12 before python3.11
-            if (is_file(gl.gl_pathv[k]))
-                ok = cudnn_try(gl.gl_pathv[k], first_error, cap);
-        globfree(&gl);
-        if (ok == 0)
-            return 0;
-    }
-    return -1;
-}
-
-// The prefixes of the python3* programs on $PATH: DIR/.. (a venv's bin
-// links to the system's python, its packages are under the venv) and the
-// real file's prefix.
-static int cudnn_try_path_pythons(char *first_error, size_t cap)
-{
-    const char *path = getenv("PATH");
-    if (!path)
-        return -1;
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    char *save = NULL;
-    for (char *dir = strtok_r(buf, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-        char pat[PATH_MAX];
-        if (!dir[0] || snprintf(pat, sizeof pat, "%s/python3*", dir) >= (int)sizeof pat)
-            continue;
-        glob_t gl;
-        if (glob(pat, 0, NULL, &gl) != 0)
-            continue;
-        int found = gl.gl_pathc > 0;
-        char real[PATH_MAX] = "";
-        if (found && !realpath(gl.gl_pathv[0], real))
-            real[0] = '\0';
-        globfree(&gl);
-        if (!found)
-            continue;
-        char prefix[PATH_MAX];
-        snprintf(prefix, sizeof prefix, "%s/..", dir);
-        if (cudnn_try_prefix(prefix, first_error, cap) == 0)
-            return 0;
-        char *slash = strrchr(real, '/');
-        if (slash) { // /usr/bin/python3.12 -> /usr
-            *slash = '\0';
-            slash = strrchr(real, '/');
-            if (slash && slash != real) {
-                *slash = '\0';
-                if (cudnn_try_prefix(real, first_error, cap) == 0)
-                    return 0;
-            }
-        }
-    }
-    return -1;
+    return cudnn_try(path, cudnn_first_error, sizeof cudnn_first_error);
 }
 
 static void cudnn_load(void)
 {
-    char first_error[160] = "";
+    char *first_error = cudnn_first_error;
     const char *forced = getenv("CKPT_CUDNN");
     if (forced && forced[0] && strcmp(forced, "0") != 0 && strcmp(forced, "off") != 0) {
         // an explicit choice is never replaced by another library
-        if (cudnn_try(forced, first_error, sizeof first_error) != 0) {
+        if (cudnn_try(forced, first_error, sizeof cudnn_first_error) != 0) {
             char why[sizeof cudnn_error];
             snprintf(why, sizeof why, "%s",
                      cudnn_error[0] ? cudnn_error : first_error[0] ? first_error : "no library");
@@ -390,23 +507,12 @@ static void cudnn_load(void)
         }
         return;
     }
-    if (cudnn_try("libcudnn.so.9", first_error, sizeof first_error) == 0 ||
-        cudnn_try("libcudnn.so", first_error, sizeof first_error) == 0)
+    if (cudnn_try("libcudnn.so.9", first_error, sizeof cudnn_first_error) == 0 ||
+        cudnn_try("libcudnn.so", first_error, sizeof cudnn_first_error) == 0)
         return;
-    const char *envs[] = {"VIRTUAL_ENV", "CONDA_PREFIX"};
-    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++)
-        if (cudnn_try_prefix(getenv(envs[i]), first_error, sizeof first_error) == 0)
-            return;
-    const char *home = getenv("HOME");
-    if (home && home[0]) {
-        char local[PATH_MAX];
-        snprintf(local, sizeof local, "%s/.local", home);
-        if (cudnn_try_prefix(local, first_error, sizeof first_error) == 0)
-            return;
-    }
-    if (cudnn_try_path_pythons(first_error, sizeof first_error) == 0 ||
-        cudnn_try_prefix("/usr/local", first_error, sizeof first_error) == 0 ||
-        cudnn_try_prefix("/usr", first_error, sizeof first_error) == 0)
+    static const char *const rels[] = {"nvidia/cudnn/lib/libcudnn.so.9",
+                                       "nvidia/cu13/lib/libcudnn.so.9", NULL};
+    if (lib_search_python(rels, cudnn_try_file) == 0)
         return;
     const char *dirs[] = {
 #ifdef CKPT_CUDA_LIBDIR
@@ -416,7 +522,7 @@ static void cudnn_load(void)
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/libcudnn.so.9", dirs[i]);
-        if (is_file(path) && cudnn_try(path, first_error, sizeof first_error) == 0)
+        if (is_file(path) && cudnn_try(path, first_error, sizeof cudnn_first_error) == 0)
             return;
     }
     if (!cudnn_error[0])

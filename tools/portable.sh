@@ -95,11 +95,18 @@ ensure_buildroot() {
 # cuda_module SRC FOLDER: the CUDA backend module for FOLDER's lib/, when
 # this host has nvcc (the bullseye root has none): kernels/*.cu compiled here
 # with SRC's config.h (the root's build), linked in the root by its gcc
-# against its glibc 2.31 and this host's libcudart, then checked with
-# objdump -T to need no glibc symbol newer than 2.31.  ckpt loads it at run
-# time when libcudart and cuBLAS are found (runpath: beside it, then
-# /usr/local/cuda/lib64, where NVIDIA's packages put them), so one folder
-# serves CPU-only and GPU runners.  Sets cuda_note for the README.
+# against its glibc 2.31 and this host's libcudart_static.a, then checked
+# with objdump to need no glibc symbol newer than 2.31 and no library beyond
+# glibc's.  The CUDA runtime is linked in statically (it reaches the
+# driver's libcuda.so.1 with dlopen), so the same file serves this folder
+# and the wheel (tools/pybuild/ckpt_pep517.py), which stays manylinux with
+# nothing of CUDA bundled; NVIDIA's EULA lists libcudart_static.a as
+# distributable in an application (its "Attachment A": the toolkit's
+# EULA.txt, or nvidia_cuda_runtime's License.txt in a pip install).  ckpt
+# loads the module at run time; it loads cuBLAS (and cuDNN) with dlopen
+# from the loader's path, NVIDIA's pip packages (torch's) or
+# /usr/local/cuda/lib64, so one folder serves CPU-only and GPU runners.
+# Sets cuda_note for the README.
 cuda_module() {
     msrc=$1
     mdest=$2
@@ -114,12 +121,12 @@ cuda_module() {
     croot=$(cd "$(dirname "$nvcc")/.." && pwd)
     clib=
     for d in "$croot/lib64" "$croot/lib" "$croot/targets/x86_64-linux/lib"; do
-        if [ -e "$d/libcudart.so" ]; then
+        if [ -e "$d/libcudart_static.a" ]; then
             clib=$d
             break
         fi
     done
-    [ -n "$clib" ] || die "nvcc is $nvcc but libcudart.so is not beside it"
+    [ -n "$clib" ] || die "nvcc is $nvcc but libcudart_static.a is not beside it"
     cw=$buildroot/build/cuda
     rm -rf "$cw"
     mkdir -p "$cw/lib"
@@ -132,11 +139,13 @@ cuda_module() {
             -Xcompiler -fno-exceptions,-fno-threadsafe-statics,-fvisibility=hidden,-fPIC \
             -c "$msrc/kernels/$f.cu" -o "$cw/$f.o" || die "nvcc failed on kernels/$f.cu"
     done
-    cp -L "$clib/libcudart.so" "$cw/lib/libcudart.so"
-    cudart=$(objdump -p "$cw/lib/libcudart.so" | awk '$1 == "SONAME" { print $2 }')
+    cp -L "$clib/libcudart_static.a" "$cw/lib/libcudart_static.a"
     in_root "$buildroot" gcc -shared -o /build/cuda/libckpt_cuda.so /build/cuda/cuda_device.o \
-        /build/cuda/backend_cuda.o -L/build/cuda/lib -lcudart -ldl -lpthread -Wl,--no-undefined \
-        -Wl,-rpath,'$ORIGIN:/usr/local/cuda/lib64' || die "linking the CUDA module in $buildroot failed"
+        /build/cuda/backend_cuda.o -L/build/cuda/lib -lcudart_static -ldl -lpthread -lrt \
+        -Wl,--no-undefined -Wl,--exclude-libs,ALL || die "linking the CUDA module in $buildroot failed"
+    extra=$(objdump -p "$cw/libckpt_cuda.so" | awk '$1 == "NEEDED" { print $2 }' |
+        grep -v -E '^(libc|libm|libdl|libpthread|librt)\.so\.|^ld-linux' | tr '\n' ' ')
+    [ -z "$extra" ] || die "the CUDA module needs $extra beyond glibc's libraries"
     newest=$(objdump -T "$cw/libckpt_cuda.so" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' |
         sort -u -V | tail -n1)
     cver=$("$nvcc" --version | sed -n 's/.*release \([0-9][0-9.]*\).*/\1/p')
@@ -148,11 +157,13 @@ newer than 2.31, so it was left out; 'ckpt --version' says so."
     fi
     cp "$cw/libckpt_cuda.so" "$mdest/lib/libckpt_cuda.so"
     cuda_note="lib/libckpt_cuda.so is the CUDA backend (nvcc $cver; glibc ${newest:-?} at most),
-loaded when a CUDA device is asked for or --device auto finds a driver.  It
-needs NVIDIA's CUDA runtime ($cudart) and cuBLAS of CUDA ${cver%%.*},
-found by the system's loader path or in /usr/local/cuda/lib64; without them
+loaded when a CUDA device is asked for or --device auto finds a driver.  The
+CUDA runtime is in it; it needs NVIDIA's driver and cuBLAS of CUDA ${cver%%.*}
+(libcublas.so.${cver%%.*}; cuDNN 9 is used when found), looked for on the
+system's loader path, in NVIDIA's pip packages (torch's: a venv's
+site-packages/nvidia/...) and in /usr/local/cuda/lib64; without them
 'ckpt --version' says why CUDA is not available and ckpt runs on the CPU."
-    echo "portable.sh: the CUDA module (nvcc $cver, needs $cudart, glibc ${newest:-?}) is in lib/"
+    echo "portable.sh: the CUDA module (nvcc $cver, CUDA runtime linked in, $(($(wc -c <"$cw/libckpt_cuda.so") / 1024)) KiB, glibc ${newest:-?}) is in lib/"
 }
 
 build() {
@@ -251,14 +262,14 @@ in_copy() {
     mkdir -p "$work/root/tmp/dl" "$work/root/opt"
     cp "$outdir"/ckpt-*-x86_64-linux.tar.gz "$outdir/SHA256SUMS" "$work/root/tmp/dl/"
     tar xzf "$dist" -C "$work/root/tmp"
-    # --version: exit 0, and with no CUDA runtime here "cuda not available"
-    # and why (the module's loader message, naming libcudart, when the
-    # folder has the module)
+    # --version: exit 0, and with no NVIDIA driver here "cuda not available"
+    # and why (the module loads, its CUDA runtime linked in, and finds no
+    # GPU, when the folder has the module)
     in_root "$work/root" sh -c 'cd /tmp/dl && sha256sum -c --ignore-missing SHA256SUMS &&
         tar xzf ckpt-*-x86_64-linux.tar.gz -C /opt && v=$(/opt/ckpt-*/bin/ckpt --version) &&
         echo "$v" && echo "$v" | grep -q "; backends: cpu; cuda not available: ." &&
         { ! [ -e /opt/ckpt-*/lib/libckpt_cuda.so ] ||
-            echo "$v" | grep -q "cuda not available: libcudart[^ ]*: cannot open"; } &&
+            echo "$v" | grep -q "cuda not available: no GPU found (/opt/ckpt-[^ ]*/lib/libckpt_cuda.so, CUDA runtime "; } &&
         ! ldd /opt/ckpt-*/bin/ckpt | grep -v -e "=> /opt/ckpt-" -e "^[[:space:]]*linux-vdso" \
             -e "/ld-linux" -e "/lib\(c\|m\|dl\|pthread\|rt\)\.so"' ||
         die "the portable tarball did not unpack or start in a copy of $from, its --version did not say why CUDA is not available, or a library came from outside it"
@@ -357,14 +368,18 @@ check_wheel() {
     chmod +x "$site"/ckpt_toolkit/_native/bin/ckpt "$site"/ckpt_toolkit/_native/lib/* "$site"/numpy.libs/* 2>/dev/null || true
     cp "$data" "$work/root/tmp/data/"
     n=/usr/local/lib/python3.9/dist-packages/ckpt_toolkit/_native
-    in_root "$work/root" sh -c "python3 --version && $n/bin/ckpt --version &&
+    # the CUDA module, when the wheel has it, loads (its CUDA runtime linked
+    # in) and finds no GPU here
+    in_root "$work/root" sh -c "python3 --version && v=\$($n/bin/ckpt --version) && echo \"\$v\" &&
+        { ! [ -e $n/lib/libckpt_cuda.so ] ||
+            echo \"\$v\" | grep -q 'cuda not available: no GPU found ($n/lib/libckpt_cuda.so, CUDA runtime '; } &&
         ! ldd $n/bin/ckpt $n/lib/libckpt.so.0 | awk '\$2 == \"=>\"' |
             grep -v -e '=> $n/' -e '/lib\(c\|m\|dl\|pthread\|rt\)\.so' &&
         python3 -c 'import sys, ckpt_toolkit as ck
 d = ck.load(sys.argv[1], framework=\"np\")
 assert d, d
 print(\"ckpt_toolkit\", ck.__version__, \"loaded\", len(d), \"tensors of\", sys.argv[1], \"with numpy\", __import__(\"numpy\").__version__)' /tmp/data/$(basename "$data")" ||
-        die "the wheel did not run in a copy of $pyroot, or a library came from outside it"
+        die "the wheel did not run in a copy of $pyroot, its CUDA module did not load, or a library came from outside it"
     echo "portable.sh: $(basename "$whl") runs in a bare $suite root with python3 (unpacked, numpy $(basename "$numpy" | cut -d- -f2)): its libraries the wheel's own"
 }
 

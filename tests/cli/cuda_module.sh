@@ -1,8 +1,10 @@
 #!/bin/sh
-# cuda_module.sh - the CUDA backend module (libckpt_cuda.so) links only the
-# CUDA runtime: cuBLAS and cuDNN are loaded at run time (doc/design.md, "The
-# CUDA backend module"), so that neither is needed to load it and neither
-# costs a CPU-only run; and cuDNN is found, or said to be missing, the way
+# cuda_module.sh - the CUDA backend module (libckpt_cuda.so) needs only
+# glibc's libraries: the CUDA runtime is linked in statically (so that the
+# wheel can carry the module and stay manylinux), cuBLAS and cuDNN are
+# loaded at run time (doc/design.md, "The CUDA backend module"), so that
+# neither is needed to load it and neither costs a CPU-only run; its one
+# export is the module's table; and cuDNN is found, or said to be missing, the way
 # ckpt-verify(1) describes (CKPT_CUDNN), without a GPU.  The convolutions
 # themselves run in tests/unit/check_runtime_cuda (a GPU needed).
 # shellcheck source=tests/cli/setup.sh
@@ -15,13 +17,17 @@ probe=$build/tests/unit/check_cuda
 command -v objdump >/dev/null 2>&1 || skip "no objdump"
 command -v nm >/dev/null 2>&1 || skip "no nm"
 
-say "the module needs the CUDA runtime, and neither cuBLAS nor cuDNN"
+say "the module needs glibc's libraries alone: the CUDA runtime is in it, cuBLAS and cuDNN are loaded later"
 run objdump -p "$module"
-expect_stdout_match 'NEEDED +libcudart\.so'
-expect_stdout_no_match 'NEEDED +libcu(dnn|blas)'
+expect_stdout_match 'NEEDED +libc\.so\.6'
+check "no NEEDED beyond glibc's (libc, libm, libdl, libpthread, librt, ld-linux)" \
+    sh -c '! grep -E "NEEDED" "$1" | grep -v -E "NEEDED +(lib(c|m|dl|pthread|rt)\.so\.[0-9]+|ld-linux[-a-z0-9_.]*)\$"' _ "$out"
+expect_stdout_no_match 'NEEDED +libcu'
 run nm -D --undefined-only "$module"
-expect_stdout_match ' cudaMalloc'
-expect_stdout_no_match ' (cudnn|cublas)[A-Z]'
+expect_stdout_no_match ' (cuda|cudnn|cublas)[A-Z]'
+run nm -D --defined-only "$module"
+expect_stdout_match ' D ckpt_cuda_module_entry$'
+check "one export: ckpt_cuda_module_entry" test "$(wc -l <"$out")" -eq 1
 
 say "cuDNN found without a GPU, or said to be missing; CKPT_CUDNN chooses it or turns it off"
 # check_cuda prints the module's cuDNN line before it looks for a GPU (exit 77 without)

@@ -13,7 +13,9 @@
 #     from ./bootstrap --deps's wheels in /opt/ckpt/wheels;
 # and once `pip install SRCDIR`, pip's own route through the backend.
 # In each: `ckpt --version` from the venv's bin and `python -m ckpt_toolkit
-# --version` say what the build tree's ckpt says.  And the libraries: every
+# --version` say what the build tree's ckpt says, the CUDA module (when this
+# build has one) being the wheel's own (CKPT_CUDA_MODULE, which `make check`
+# sets to the build's, unset for them).  And the libraries: every
 # one the installed binary and libckpt.so.0 need beyond glibc's loads from
 # the wheel's own _native/lib (ldd, and a process's maps after loading it),
 # none from the build's -dev packages.
@@ -48,6 +50,8 @@ say "the wheel, built by the PEP 517 backend from this build tree (python -m bui
 mkdir -p "$tmp/native/bin" "$tmp/native/lib" "$tmp/dist"
 ln -s "$CKPT" "$tmp/native/bin/ckpt"
 ln -s "$builddir/.libs/libckpt.so.0" "$tmp/native/lib/libckpt.so.0"
+module=$builddir/.libs/libckpt_cuda.so
+[ ! -f "$module" ] || ln -s "$module" "$tmp/native/lib/libckpt_cuda.so"
 t0=$(date +%s)
 if (cd "$srcdir" && CKPT_TOOLKIT_NATIVE_DIR=$tmp/native PYTHONDONTWRITEBYTECODE=1 \
     "$pytools/bin/python" -m build --wheel --no-isolation -o "$tmp/dist" .) >"$tmp/build.log" 2>&1; then
@@ -79,7 +83,7 @@ esac
 
 # the archive: RECORD lists every file with its sha256 and size, the
 # metadata says what pip needs
-if "$pytools/bin/python" - "$whl" "$version" >"$tmp/pyerr" 2>&1 <<'PYEOF'; then
+if "$pytools/bin/python" - "$whl" "$version" "$([ -f "$module" ] && echo "$module")" >"$tmp/pyerr" 2>&1 <<'PYEOF'; then
 import base64, csv, hashlib, io, sys, zipfile
 z = zipfile.ZipFile(sys.argv[1]); v = sys.argv[2]
 di = "ckpt_toolkit-%s.dist-info/" % v
@@ -102,31 +106,64 @@ for n in ("ckpt_toolkit/__init__.py", "ckpt_toolkit/__main__.py", "ckpt_toolkit/
           "ckpt_toolkit/_native/lib/libckpt.so.0"):
     assert n in rows, n
 assert z.getinfo("ckpt_toolkit/_native/bin/ckpt").external_attr >> 16 & 0o111
+# the CUDA module when this build has one (sys.argv[3]: its path or ""),
+# as built; nothing of CUDA's own libraries
+mod = "ckpt_toolkit/_native/lib/libckpt_cuda.so"
+if sys.argv[3]:
+    assert z.read(mod) == open(sys.argv[3], "rb").read(), mod
+else:
+    assert mod not in rows, mod
+for n in z.namelist():
+    assert "libcudart" not in n and "libcublas" not in n and "libcudnn" not in n, n
 PYEOF
-    ok "RECORD: every file's sha256 and size; METADATA (numpy, the extras, README); the ckpt script; the native files"
+    ok "RECORD: every file's sha256 and size; METADATA (numpy, the extras, README); the ckpt script; the native files$([ -f "$module" ] && echo ", the CUDA module as built")"
 else
     fail "the wheel's archive: $(tail -n 1 "$tmp/pyerr")"
 fi
 
 # ---- installed: the same ckpt, its libraries the wheel's own ---------------------
 
-want_version=$("$CKPT" --version)
+# the build tree's ckpt finds its module beside .libs/libckpt.so.0; an
+# installed one, in ckpt_toolkit/_native/lib ("cuda not available: no GPU
+# found (FILE, CUDA runtime 13.0)" without a GPU, "cuda: ..." with one)
+want_version=$(env -u CKPT_CUDA_MODULE "$CKPT" --version)
+# the module's path as a placeholder
+module_path() { sed 's|[^ (]*/libckpt_cuda\.so\([,)]\)|MODULE\1|'; }
+want_norm=$(echo "$want_version" | module_path)
+[ ! -f "$module" ] || case $want_version in
+*"$(cd "$builddir/.libs" && pwd -P)/libckpt_cuda.so"*) ;;
+*) fail "the build tree's ckpt --version does not name its module, .libs/libckpt_cuda.so: $want_version" ;;
+esac
 
-# same_version WHAT CMD...: CMD prints what the build tree's ckpt --version prints
+# same_version WHAT ROOT CMD...: CMD prints what the build tree's ckpt
+# --version prints, with the CUDA module found in ROOT's
+# ckpt_toolkit/_native/lib (the wheel's own)
 same_version() {
     _what=$1
-    shift
-    if _got=$("$@" 2>&1) && [ "$_got" = "$want_version" ]; then
+    _root=$(cd "$2" && pwd -P)
+    shift 2
+    if _got=$(env -u CKPT_CUDA_MODULE "$@" 2>&1) &&
+        [ "$(echo "$_got" | module_path)" = "$want_norm" ]; then
         ok "$_what: $(echo "$_got" | head -n1)"
     else
-        fail "$_what: '$_got', expected '$want_version'"
+        fail "$_what: '$_got', expected '$want_version' (but for the module's path)"
+        return
+    fi
+    if [ -f "$module" ]; then
+        case $_got in
+        *"($_root/"*"/ckpt_toolkit/_native/lib/libckpt_cuda.so,"* | \
+            *"($_root/ckpt_toolkit/_native/lib/libckpt_cuda.so,"*)
+            ok "$_what: the CUDA module is the wheel's own" ;;
+        *) fail "$_what: the CUDA module is not the one in $_root: $_got" ;;
+        esac
     fi
 }
 
 # libs_from_wheel SITE PYTHON: ldd of the installed bin/ckpt and
 # libckpt.so.0 names only the wheel's lib/ and glibc; and once loaded in
 # PYTHON (by ctypes, as the module loads it), every library of the process
-# named like one of the bundled ones is mapped from the wheel
+# named like one of the bundled ones is mapped from the wheel (the CUDA
+# module is not loaded: no CUDA device was asked for)
 libs_from_wheel() {
     _nat=$1/ckpt_toolkit/_native
     _badlibs=$(ldd "$_nat/bin/ckpt" "$_nat/lib/libckpt.so.0" | awk '$2 == "=>" { print $1, $3 }' |
@@ -144,7 +181,11 @@ ctypes.CDLL(os.path.join(nat, "lib", "libckpt.so.0"))
 bundled = {n.split("-")[0].split(".so")[0] for n in os.listdir(os.path.join(nat, "lib"))}
 maps = {l.split()[-1] for l in open("/proc/self/maps") if len(l.split()) >= 6 and ".so" in l}
 ours = {m for m in maps if m.startswith(nat + "/lib/")}
-assert len(ours) == len(os.listdir(os.path.join(nat, "lib"))), (ours, os.listdir(os.path.join(nat, "lib")))
+# every bundled library, and not the CUDA module (loaded only when a CUDA
+# device is asked for)
+libs = [n for n in os.listdir(os.path.join(nat, "lib")) if n != "libckpt_cuda.so"]
+assert len(ours) == len(libs), (ours, libs)
+assert not any(m.endswith("/libckpt_cuda.so") for m in maps), "the CUDA module loaded with libckpt"
 # the system's libz (Python's zlib module) may be mapped too: a library
 # of the same soname would not have been loaded again, hence the renamed ones
 print(len(ours), "of the wheel's libraries mapped,", sorted(os.path.basename(m) for m in maps - ours if os.path.basename(m).split("-")[0].split(".so")[0] in bundled) or "no other copy")
@@ -196,8 +237,8 @@ if [ -x "$py_debian" ] && "$py_debian" -c 'import numpy, venv' 2>/dev/null; then
         ok "installed in $(elapsed "$t0") s ($("$v/bin/python" -c 'import sys, numpy; print("Python", sys.version.split()[0], "numpy", numpy.__version__)'))"
         site=$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         from_venv "Debian's python3" "$v" "$v/bin/python"
-        same_version "the venv's bin/ckpt --version" "$v/bin/ckpt" --version
-        same_version "python -m ckpt_toolkit --version" "$v/bin/python" -m ckpt_toolkit --version
+        same_version "the venv's bin/ckpt --version" "$v" "$v/bin/ckpt" --version
+        same_version "python -m ckpt_toolkit --version" "$v" "$v/bin/python" -m ckpt_toolkit --version
         libs_from_wheel "$site" "$v/bin/python"
         suite "Debian's python3" "$v/bin/python"
     else
@@ -220,7 +261,7 @@ if [ -x "$py_debian" ] && "$py_debian" -c 'import numpy, venv' 2>/dev/null; then
         ok "pip install $srcdir: $(elapsed "$t0") s"
         check "the installed distribution is ckpt-toolkit $version" \
             test "$("$v/bin/python" -c 'import importlib.metadata as m; print(m.version("ckpt-toolkit"))')" = "$version"
-        same_version "the venv's bin/ckpt --version" "$v/bin/ckpt" --version
+        same_version "the venv's bin/ckpt --version" "$v" "$v/bin/ckpt" --version
     else
         fail "pip install $srcdir failed: $(tail -n 5 "$tmp/pip.log" 2>/dev/null)"
     fi
@@ -233,8 +274,8 @@ if [ -x "$py_torch2" ]; then
     if "$py_torch2" -m pip install -q --no-index --no-deps --target "$d" "$whl" >"$tmp/pip.log" 2>&1; then
         ok "installed in $(elapsed "$t0") s ($(PYTHONPATH=$d "$py_torch2" -c 'import sys, torch; print("Python", sys.version.split()[0], "torch", torch.__version__)'))"
         from_venv "torch 2.x" "$d" env PYTHONPATH="$d" "$py_torch2"
-        same_version "bin/ckpt --version" env PYTHONPATH="$d" "$d/bin/ckpt" --version
-        same_version "python -m ckpt_toolkit --version" env PYTHONPATH="$d" "$py_torch2" -m ckpt_toolkit --version
+        same_version "bin/ckpt --version" "$d" env PYTHONPATH="$d" "$d/bin/ckpt" --version
+        same_version "python -m ckpt_toolkit --version" "$d" env PYTHONPATH="$d" "$py_torch2" -m ckpt_toolkit --version
         suite "torch 2.x" "$py_torch2" PYTHONPATH="$d"
     else
         fail "pip install --target failed: $(tail -n 3 "$tmp/pip.log")"
@@ -276,8 +317,8 @@ for p in $others; do
     ok "installed with numpy $("$v/bin/python" -c 'import numpy; print(numpy.__version__)') in $(elapsed "$t0") s"
     check "no torch in this venv" test "$("$v/bin/python" -c 'import importlib.util as u; print(u.find_spec("torch") is None)')" = True
     from_venv "Python $pv" "$v" "$v/bin/python"
-    same_version "the venv's bin/ckpt --version" "$v/bin/ckpt" --version
-    same_version "python -m ckpt_toolkit --version" "$v/bin/python" -m ckpt_toolkit --version
+    same_version "the venv's bin/ckpt --version" "$v" "$v/bin/ckpt" --version
+    same_version "python -m ckpt_toolkit --version" "$v" "$v/bin/python" -m ckpt_toolkit --version
     suite "Python $pv" "$v/bin/python"
 done
 

@@ -8,7 +8,9 @@ shared libraries, setting their rpaths, naming the manylinux tag).
 The native files come from, in order:
   - env CKPT_TOOLKIT_NATIVE_DIR: a folder holding bin/ckpt and
     lib/libckpt.so.0 (the portable folder of tools/portable.sh, or symlinks
-    into a build tree); any lib/*.so* beside them is taken too;
+    into a build tree); any lib/*.so* beside them is taken too, and
+    lib/libckpt_cuda.so, the CUDA backend module (its CUDA runtime linked in
+    statically, cuBLAS and cuDNN loaded at run time), copied as it is;
   - else a build from source in a temporary folder: the source files copied
     there, ./bootstrap when configure is missing, ./configure -q
     --with-cuda=no --with-blas=no, make ckpt libckpt.la.
@@ -53,6 +55,8 @@ GLIBC_LIBS = re.compile(
 # CUDA is loaded at run time when present, never bundled: a build linking it
 # cannot make a portable wheel
 CUDA_LIBS = re.compile(r"^lib(cuda|cudart|cublas|cublasLt|nvrtc)\.so")
+# the CUDA backend module, carried when the native folder has it
+CUDA_MODULE = "libckpt_cuda.so"
 
 
 def _log(msg):
@@ -215,8 +219,9 @@ def build_native(root, tmp):
         shutil.copy2(os.path.join(root, rel), dst)
     if not os.path.exists(os.path.join(src, "configure")):
         _run(["sh", "./bootstrap"], cwd=src)
-    # CPU backend only: the CUDA backend is loaded at run time where it is
-    # built, never bundled; no OpenBLAS (no Fortran run time in the wheel)
+    # CPU backend only (a build from source has no CUDA module; the
+    # release's wheel, from the portable folder, carries it); no OpenBLAS
+    # (no Fortran run time in the wheel)
     _run(["sh", "./configure", "-q", "--with-cuda=no", "--with-blas=no"], cwd=src)
     env = dict(os.environ)
     env.setdefault("MAKEFLAGS", "-j%d" % min(os.cpu_count() or 1, 8))
@@ -312,12 +317,31 @@ def stage_native(native, out):
         soname = _soname(f)
         if soname and not os.path.exists(os.path.join(libout, soname)):
             shutil.copyfile(f, os.path.join(libout, soname))
+    # The CUDA backend module (no soname: libckpt dlopens it by path, from
+    # beside libckpt.so.0, lib/runtime/backend_cuda.c), as the portable
+    # folder has it: the CUDA runtime linked in statically, cuBLAS and cuDNN
+    # loaded by it at run time, so it needs only glibc's libraries.  Copied
+    # as it is: its dependencies are not gathered (nothing of CUDA is ever
+    # bundled), nor its rpath changed.
+    module = os.path.join(native, "lib", CUDA_MODULE)
+    if os.path.isfile(module):
+        if not _is_elf(module):
+            raise BuildError("%s: not an ELF file" % module)
+        beyond = [n for n in _needed(module) if not GLIBC_LIBS.match(n)]
+        if beyond:
+            raise BuildError("%s needs %s: the CUDA module the wheel carries needs only glibc's "
+                             "libraries (configure links the CUDA runtime statically)"
+                             % (module, ", ".join(beyond)))
+        shutil.copyfile(module, os.path.join(libout, CUDA_MODULE))
+        os.chmod(os.path.join(libout, CUDA_MODULE), 0o755)
+        _log("the CUDA module %s: %d KiB" % (CUDA_MODULE, os.path.getsize(module) // 1024))
     # the portable folder's licence files of its libraries
     doc = os.path.join(native, "share", "doc", "ckpt", "libraries")
     if os.path.isdir(doc):
         shutil.copytree(doc, licout)
     # every library ldd resolves outside the folder, beyond glibc's
-    todo = [os.path.join(binout, "ckpt")] + sorted(glob.glob(os.path.join(libout, "*")))
+    todo = [os.path.join(binout, "ckpt")] + sorted(f for f in glob.glob(os.path.join(libout, "*"))
+                                                   if os.path.basename(f) != CUDA_MODULE)
     elves = []
     while todo:
         f = todo.pop(0)
@@ -346,7 +370,7 @@ def stage_native(native, out):
     renames = {}
     for f in sorted(glob.glob(os.path.join(libout, "*"))):
         old = os.path.basename(f)
-        if old == "libckpt.so.0":
+        if old in ("libckpt.so.0", CUDA_MODULE):
             continue
         with open(f, "rb") as fh:
             h = hashlib.sha256(fh.read()).hexdigest()[:8]
@@ -377,7 +401,8 @@ def stage_native(native, out):
         for soname, path in _ldd(f).items():
             if not GLIBC_LIBS.match(soname) and (soname not in renames.values() and soname != "libckpt.so.0" or path is None or os.path.dirname(os.path.realpath(path)) != os.path.realpath(libout)):
                 raise BuildError("%s: %s resolves to %s, not the wheel's lib/" % (f, soname, path))
-    glibc = max([MIN_GLIBC] + [glibc_needed(f) for f in elves])
+    carried = [os.path.join(libout, CUDA_MODULE)] if os.path.isfile(os.path.join(libout, CUDA_MODULE)) else []
+    glibc = max([MIN_GLIBC] + [glibc_needed(f) for f in elves + carried])
     _log("highest glibc symbol version needed: %d.%d" % glibc)
     return glibc
 
