@@ -90,6 +90,9 @@ typedef struct chunk_counter {
     _Alignas(64) _Atomic uint64_t next;
 } chunk_counter;
 
+/* The running thread's number in its backend's pool (0: the caller) */
+static _Thread_local int thread_self;
+
 struct cpu_threads;
 typedef struct worker_arg {
     struct cpu_threads *t;
@@ -223,6 +226,14 @@ static void run_chunks(cpu_threads *t, int self, unsigned gen, par_fn fn, void *
  * it, the next layer's im2col): a worker looks for the next one for up to
  * SPIN_NS before it sleeps, a wake-up costing tens of microseconds. */
 #define SPIN_NS 100000
+#define WAIT_NS 20000
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void spin_for_job(cpu_threads *t, unsigned seen)
 {
@@ -231,9 +242,7 @@ static void spin_for_job(cpu_threads *t, unsigned seen)
     /* (pub may still be one behind the job this worker took under mu) */
     for (unsigned i = 1; (int)(atomic_load_explicit(&t->pub, memory_order_acquire) - seen) <= 0;
          i++) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        cpu_relax();
         if (i % 64 == 0) {
             clock_gettime(CLOCK_MONOTONIC, &now);
             if ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) > SPIN_NS)
@@ -247,6 +256,7 @@ static void *worker_main(void *p)
     const worker_arg *w = p;
     cpu_threads *t = w->t;
     unsigned seen = 0;
+    thread_self = w->self;
     for (;;) {
         if (t->spin)
             spin_for_job(t, seen);
@@ -351,10 +361,27 @@ static void par_chunks(cpu_impl *c, int64_t n, int64_t nchunks, par_fn fn, void 
     pthread_mutex_unlock(&t->mu);
     atomic_store_explicit(&t->pub, gen, memory_order_release);
     run_chunks(t, 0, gen, fn, arg, n, nchunks);
-    /* the chunks that workers took are under way: wait for them */
-    for (unsigned spin = 0; atomic_load(&t->done) < nchunks; spin++)
-        if (spin > 1000)
+    /* the chunks that workers took are under way: wait for them, looking
+     * without a system call for WAIT_NS (a worker's last chunk ends within
+     * microseconds; a sched_yield each time cost the next op as much),
+     * then yielding the core to whoever needs it */
+    struct timespec t0, now;
+    int timed = 0;
+    for (unsigned spin = 1; atomic_load_explicit(&t->done, memory_order_acquire) < nchunks;
+         spin++) {
+        if (timed > 1) {
             sched_yield();
+            continue;
+        }
+        cpu_relax();
+        if (spin % 64)
+            continue;
+        clock_gettime(CLOCK_MONOTONIC, timed ? &now : &t0);
+        if (!timed)
+            timed = 1;
+        else if ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) > WAIT_NS)
+            timed = 2;
+    }
 }
 
 static void cpu_destroy(ckpt_backend *b)
@@ -631,7 +658,11 @@ typedef struct gemm_job {
  * thr.n chunks run at once, and there are as many slots). */
 static unsigned slot_take(cpu_impl *c)
 {
-    for (unsigned s = 0;; s = (s + 1) % (unsigned)c->thr.n)
+    /* the thread's own slot first (always free: each thread runs one chunk
+     * at a time): a slot's buffers stay in one core's cache; taken by
+     * whichever thread came first, the scratch (hundreds of KB) moved
+     * between cores from one job to the next */
+    for (unsigned s = (unsigned)thread_self % (unsigned)c->thr.n;; s = (s + 1) % (unsigned)c->thr.n)
         if (!(atomic_fetch_or(&c->gbusy, 1u << s) & (1u << s)))
             return s;
 }
