@@ -539,7 +539,8 @@ static int cpu_upload(ckpt_backend *b, float *dst, const float *src, size_t n)
 
 /* C[m, n] (ldc) = sum_k A(i, k) * B[k, n] (row-major B, ldb), A(i, k) being
  * A[i * lda + k] or, transposed, A[k * lda + i].  Ascending k, float32. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 /* AVX2 where the CPU has it (no FMA: the same roundings as the SSE2 build) */
 __attribute__((target_clones("avx2", "default")))
 #endif
@@ -1762,7 +1763,8 @@ typedef struct unary_job {
  * kernel: exponents 0 and 1 (fill, copy), 2, 3, -2 as products, 0.5, -0.5
  * and -1 as sqrt, rsqrt and reciprocal, any other through pow in double
  * (torch's std::pow(float, double)). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 /* AVX2 where the CPU has it (no FMA: the same roundings as the SSE2 build) */
 __attribute__((target_clones("avx2", "default")))
 #endif
