@@ -823,15 +823,18 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
     /* (one side is raw, the other a weight or an image's B; or both, in
      * matmul) */
     int64_t chunks = 0;
-    if (!alone && tasks >= c->thr.n && j.call.k > 0 && j.call.a.raw && !j.call.a.packed &&
-        j.call.tiles_m == 1 && j.call.tiles_n > 1 &&
+    if (!alone && tasks >= c->thr.n && tasks <= 2 * (int64_t)c->thr.n && j.call.k > 0 &&
+        j.call.a.raw && !j.call.a.packed && j.call.tiles_m == 1 && j.call.tiles_n > 1 &&
         (double)j.call.m * (double)j.call.k <= (double)cpu_gemm_scratch_floats(c->gk)) {
         /* A small batch's input (one block of rows, a few cache pages), A
          * of every task: packed by each thread for its chunk of tasks, one
          * chunk a thread.  Packed once for all threads it was a job of its
          * own, too small to share (the MNIST MLP at batch 8: it ran on the
          * calling thread alone), and the other threads' tasks then read
-         * the lines another core had just written. */
+         * the lines another core had just written.  Only for a few tasks a
+         * thread: with more (the autoencoder's 32 -> 3136 at batch 8), one
+         * chunk a thread left no chunk to take from a slow thread, and
+         * every other run of the model took 1.5x its time. */
         if ((rc = slot_abufs_ready(b, cpu_gemm_packed_floats(c->gk, CPU_GEMM_A, j.call.m,
                                                              j.call.k))) != CKPT_OK)
             return rc;
