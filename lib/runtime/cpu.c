@@ -833,8 +833,8 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
          * calling thread alone), and the other threads' tasks then read
          * the lines another core had just written.  Only for a few tasks a
          * thread: with more (the autoencoder's 32 -> 3136 at batch 8), one
-         * chunk a thread left no chunk to take from a slow thread, and
-         * every other run of the model took 1.5x its time. */
+         * chunk a thread left no chunk to take from a slow thread: about
+         * half the processes ran the model 1.5x slower. */
         if ((rc = slot_abufs_ready(b, cpu_gemm_packed_floats(c->gk, CPU_GEMM_A, j.call.m,
                                                              j.call.k))) != CKPT_OK)
             return rc;
