@@ -90,6 +90,9 @@ typedef struct chunk_counter {
     _Alignas(64) _Atomic uint64_t next;
 } chunk_counter;
 
+/* The running thread's number in its backend's pool (0: the caller) */
+static _Thread_local int thread_self;
+
 struct cpu_threads;
 typedef struct worker_arg {
     struct cpu_threads *t;
@@ -134,6 +137,7 @@ typedef struct packed_weight {
 
 typedef struct cpu_impl {
     void *blas;           /* dlopen handle */
+    int blas_shared;      /* OpenBLAS was loaded before the backend */
     sgemm_fn sgemm;
     /* the own packed SGEMM (runtime/cpu_gemm.c), used before OpenBLAS */
     const cpu_gemm_kernel *gk;
@@ -153,6 +157,9 @@ typedef struct cpu_impl {
     /* per slot too: a whole image's packed B, when images run side by side */
     float *cbuf[MAX_THREADS];
     size_t cbuf_n[MAX_THREADS];
+    /* per slot: a small batch's A, packed once per chunk (gemm_part) */
+    float *abuf[MAX_THREADS];
+    size_t abuf_n[MAX_THREADS];
     cpu_threads thr;
     /* 0, or (tests) every loop cut into chunks of this many items and every
      * product shared, so that small inputs take the paths big ones do */
@@ -186,6 +193,7 @@ typedef struct cpu_impl {
 
 static void buf_free(float *p);
 static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg);
+static void par_chunks(cpu_impl *c, int64_t n, int64_t nchunks, par_fn fn, void *arg);
 
 static int nomem(ckpt_backend *b)
 {
@@ -218,6 +226,14 @@ static void run_chunks(cpu_threads *t, int self, unsigned gen, par_fn fn, void *
  * it, the next layer's im2col): a worker looks for the next one for up to
  * SPIN_NS before it sleeps, a wake-up costing tens of microseconds. */
 #define SPIN_NS 100000
+#define WAIT_NS 20000
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void spin_for_job(cpu_threads *t, unsigned seen)
 {
@@ -226,9 +242,7 @@ static void spin_for_job(cpu_threads *t, unsigned seen)
     /* (pub may still be one behind the job this worker took under mu) */
     for (unsigned i = 1; (int)(atomic_load_explicit(&t->pub, memory_order_acquire) - seen) <= 0;
          i++) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        cpu_relax();
         if (i % 64 == 0) {
             clock_gettime(CLOCK_MONOTONIC, &now);
             if ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) > SPIN_NS)
@@ -242,6 +256,7 @@ static void *worker_main(void *p)
     const worker_arg *w = p;
     cpu_threads *t = w->t;
     unsigned seen = 0;
+    thread_self = w->self;
     for (;;) {
         if (t->spin)
             spin_for_job(t, seen);
@@ -309,8 +324,6 @@ static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg)
     cpu_threads *t = &c->thr;
     if (n <= 0)
         return;
-    if (t->n > 1 && !t->started)
-        threads_start(t);
     /* a spinning worker takes a job within a microsecond, not tens of
      * them: chunks of a quarter of the grain pay */
     if (t->spin)
@@ -320,10 +333,21 @@ static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg)
     int64_t nchunks = grain > 0 ? n / grain : n;
     if (nchunks > 4 * (int64_t)t->n)
         nchunks = 4 * (int64_t)t->n; /* a few per thread: one slow thread is caught up */
+    par_chunks(c, n, nchunks, fn, arg);
+}
+
+/* fn over [0, N) in NCHUNKS chunks (at most N), on the backend's threads */
+static void par_chunks(cpu_impl *c, int64_t n, int64_t nchunks, par_fn fn, void *arg)
+{
+    cpu_threads *t = &c->thr;
+    if (nchunks > n)
+        nchunks = n;
     if (t->n <= 1 || nchunks < 2) {
         fn(arg, 0, n);
         return;
     }
+    if (!t->started)
+        threads_start(t);
     pthread_mutex_lock(&t->mu);
     unsigned gen = ++t->gen;
     t->fn = fn;
@@ -337,10 +361,27 @@ static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg)
     pthread_mutex_unlock(&t->mu);
     atomic_store_explicit(&t->pub, gen, memory_order_release);
     run_chunks(t, 0, gen, fn, arg, n, nchunks);
-    /* the chunks that workers took are under way: wait for them */
-    for (unsigned spin = 0; atomic_load(&t->done) < nchunks; spin++)
-        if (spin > 1000)
+    /* the chunks that workers took are under way: wait for them, looking
+     * without a system call for WAIT_NS (a worker's last chunk ends within
+     * microseconds; a sched_yield each time cost the next op as much),
+     * then yielding the core to whoever needs it */
+    struct timespec t0, now;
+    int timed = 0;
+    for (unsigned spin = 1; atomic_load_explicit(&t->done, memory_order_acquire) < nchunks;
+         spin++) {
+        if (timed > 1) {
             sched_yield();
+            continue;
+        }
+        cpu_relax();
+        if (spin % 64)
+            continue;
+        clock_gettime(CLOCK_MONOTONIC, timed ? &now : &t0);
+        if (!timed)
+            timed = 1;
+        else if ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) > WAIT_NS)
+            timed = 2;
+    }
 }
 
 static void cpu_destroy(ckpt_backend *b)
@@ -362,8 +403,10 @@ static void cpu_destroy(ckpt_backend *b)
         free(c->ups);
         for (size_t i = 0; i < MAX_THREADS; i++)
             free(c->gscratch[i]);
-        for (size_t i = 0; i < MAX_THREADS; i++)
+        for (size_t i = 0; i < MAX_THREADS; i++) {
             free(c->cbuf[i]);
+            free(c->abuf[i]);
+        }
         if (c->blas)
             dlclose(c->blas);
         free(c);
@@ -496,7 +539,8 @@ static int cpu_upload(ckpt_backend *b, float *dst, const float *src, size_t n)
 
 /* C[m, n] (ldc) = sum_k A(i, k) * B[k, n] (row-major B, ldb), A(i, k) being
  * A[i * lda + k] or, transposed, A[k * lda + i].  Ascending k, float32. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 /* AVX2 where the CPU has it (no FMA: the same roundings as the SSE2 build) */
 __attribute__((target_clones("avx2", "default")))
 #endif
@@ -608,13 +652,18 @@ static const float *weight_packed(cpu_impl *c, const float *w, int side, int64_t
 typedef struct gemm_job {
     cpu_impl *c;
     cpu_gemm_call call;
+    int own_a; /* each chunk packs the (raw) A into its slot's abuf */
 } gemm_job;
 
 /* A slot of per-thread buffers no other running chunk holds (at most
  * thr.n chunks run at once, and there are as many slots). */
 static unsigned slot_take(cpu_impl *c)
 {
-    for (unsigned s = 0;; s = (s + 1) % (unsigned)c->thr.n)
+    /* the thread's own slot first (always free: each thread runs one chunk
+     * at a time): a slot's buffers stay in one core's cache; taken by
+     * whichever thread came first, the scratch (hundreds of KB) moved
+     * between cores from one job to the next */
+    for (unsigned s = (unsigned)thread_self % (unsigned)c->thr.n;; s = (s + 1) % (unsigned)c->thr.n)
         if (!(atomic_fetch_or(&c->gbusy, 1u << s) & (1u << s)))
             return s;
 }
@@ -656,9 +705,33 @@ static void gemm_part(void *arg, int64_t lo, int64_t hi)
     gemm_job *j = arg;
     cpu_impl *c = j->c;
     unsigned s = slot_take(c);
+    const cpu_gemm_call *call = &j->call;
+    cpu_gemm_call own;
+    if (j->own_a && hi - lo > 1) { /* (one task packs its blocks as it goes) */
+        own = j->call;
+        cpu_gemm_pack(c->gk, CPU_GEMM_A, own.a.raw, own.a.rs, own.a.cs, own.m, own.k,
+                      c->abuf[s]);
+        own.a = (cpu_gemm_operand){.packed = c->abuf[s]};
+        call = &own;
+    }
     for (int64_t t = lo; t < hi; t++)
-        cpu_gemm_task(c->gk, &j->call, t, c->gscratch[s]);
+        cpu_gemm_task(c->gk, call, t, c->gscratch[s]);
     slot_give(c, s);
+}
+
+/* Each slot's buffer for all of a product's A (gemm_part) */
+static int slot_abufs_ready(ckpt_backend *b, size_t n)
+{
+    cpu_impl *c = b->impl;
+    for (int s = 0; s < c->thr.n; s++)
+        if (c->abuf_n[s] < n) {
+            free(c->abuf[s]);
+            c->abuf_n[s] = 0;
+            if (!(c->abuf[s] = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64)))
+                return nomem(b);
+            c->abuf_n[s] = n;
+        }
+    return CKPT_OK;
 }
 
 /* A product this small (multiply-adds) runs on the calling thread: waking
@@ -749,7 +822,25 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
     int64_t tasks = cpu_gemm_plan(c->gk, &j.call, alone ? 1 : c->thr.n);
     /* (one side is raw, the other a weight or an image's B; or both, in
      * matmul) */
-    if (j.call.k > 0 && j.call.a.raw && !j.call.a.packed && j.call.tiles_n > 1)
+    int64_t chunks = 0;
+    if (!alone && tasks >= c->thr.n && tasks <= 2 * (int64_t)c->thr.n && j.call.k > 0 &&
+        j.call.a.raw && !j.call.a.packed && j.call.tiles_m == 1 && j.call.tiles_n > 1 &&
+        (double)j.call.m * (double)j.call.k <= (double)cpu_gemm_scratch_floats(c->gk)) {
+        /* A small batch's input (one block of rows, a few cache pages), A
+         * of every task: packed by each thread for its chunk of tasks, one
+         * chunk a thread.  Packed once for all threads it was a job of its
+         * own, too small to share (the MNIST MLP at batch 8: it ran on the
+         * calling thread alone), and the other threads' tasks then read
+         * the lines another core had just written.  Only for a few tasks a
+         * thread: with more (the autoencoder's 32 -> 3136 at batch 8), one
+         * chunk a thread left no chunk to take from a slow thread: about
+         * half the processes ran the model 1.5x slower. */
+        if ((rc = slot_abufs_ready(b, cpu_gemm_packed_floats(c->gk, CPU_GEMM_A, j.call.m,
+                                                             j.call.k))) != CKPT_OK)
+            return rc;
+        j.own_a = 1;
+        chunks = c->thr.n;
+    } else if (j.call.k > 0 && j.call.a.raw && !j.call.a.packed && j.call.tiles_n > 1)
         rc = operand_packed(b, &j.call, CPU_GEMM_A, j.call.m);
     if (rc == CKPT_OK && j.call.k > 0 && j.call.b.raw && !j.call.b.packed && j.call.tiles_m > 1)
         rc = operand_packed(b, &j.call, CPU_GEMM_B, j.call.n);
@@ -762,6 +853,8 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
         return gemm_run_blocks(b, &j, tasks, nblk);
     if (alone)
         gemm_part(&j, 0, tasks);
+    else if (chunks)
+        par_chunks(c, tasks, chunks, gemm_part, &j);
     else
         par_for(c, tasks, 1, gemm_part, &j);
     return CKPT_OK;
@@ -1673,7 +1766,8 @@ typedef struct unary_job {
  * kernel: exponents 0 and 1 (fill, copy), 2, 3, -2 as products, 0.5, -0.5
  * and -1 as sqrt, rsqrt and reciprocal, any other through pow in double
  * (torch's std::pow(float, double)). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 /* AVX2 where the CPU has it (no FMA: the same roundings as the SSE2 build) */
 __attribute__((target_clones("avx2", "default")))
 #endif
@@ -2444,6 +2538,9 @@ static void load_blas(cpu_impl *c, char *desc, size_t cap)
 #ifdef CKPT_BLAS_SONAME
     static const char *const names[] = {CKPT_BLAS_SONAME, "libopenblas.so.0", "libopenblas.so"};
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !c->blas; i++)
+        if ((c->blas = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)))
+            c->blas_shared = 1; /* the process had it: others may be calling it */
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !c->blas; i++)
         c->blas = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (c->blas) {
         c->sgemm = (sgemm_fn)(uintptr_t)dlsym(c->blas, "cblas_sgemm");
@@ -2500,6 +2597,22 @@ static int cpu_threads_wanted(const cpu_impl *c)
     return n > 0 ? (int)(n < MAX_THREADS ? n : MAX_THREADS) : 1;
 }
 
+/* With the own kernel OpenBLAS is loaded for its thread count only, but
+ * its threads, started as it loads, look for work for about 0.1 s (2^28
+ * cycles of sched_yield, its THREAD_TIMEOUT) before they sleep: holding
+ * the cores the backend's own threads need while a small model's whole
+ * benchmark runs (the MNIST MLP's 2000 forwards take 60 ms).  Stop them;
+ * OpenBLAS starts them again at its next threaded call (as after a fork). */
+static void quiet_blas(cpu_impl *c)
+{
+    if (!c->blas || c->blas_shared) /* (not while another caller's product runs) */
+        return;
+    typedef int (*shutdown_fn)(void);
+    shutdown_fn sd = (shutdown_fn)(uintptr_t)dlsym(c->blas, "blas_thread_shutdown_");
+    if (sd)
+        sd();
+}
+
 /* PRODUCTS: NULL or "auto" (the own kernel where the CPU runs one, else
  * OpenBLAS, else the plain loops), "plain", "openblas" (else plain),
  * "avx512", "avx2" (that kernel, or CKPT_ERR_UNSUPPORTED). */
@@ -2537,6 +2650,7 @@ static int cpu_open(const char *products, int threads, ckpt_backend **out, char 
     if (gk) {
         c->gk = gk;
         c->thr.spin = 1;
+        quiet_blas(c);
         snprintf(b->description, sizeof b->description, "cpu (float32, packed SGEMM %s, %d %s)",
                  cpu_gemm_name(gk), c->thr.n, c->thr.n == 1 ? "thread" : "threads");
     }

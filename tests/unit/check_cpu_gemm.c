@@ -290,6 +290,42 @@ START_TEST(test_pack_conv)
 }
 END_TEST
 
+/* An operand stored along its depth (a linear layer's input as A, its
+ * weight as B: cs == 1) packs to the same panels as the same operand
+ * stored across it (rs == 1): the 8 x 8 transposes, their zero-filled rows
+ * past the last and the depth's tail after the last multiple of 8. */
+START_TEST(test_pack_along_depth)
+{
+    const cpu_gemm_kernel *k = cpu_gemm_pick(KERNEL_IDS[_i / 2]);
+    if (!k)
+        return;
+    int side = _i % 2 ? CPU_GEMM_B : CPU_GEMM_A;
+    static const int64_t ROWS[] = {1, 5, 6, 8, 12, 13, 33}, DEPTHS[] = {1, 7, 8, 9, 300};
+    for (size_t r = 0; r < sizeof ROWS / sizeof ROWS[0]; r++)
+        for (size_t d = 0; d < sizeof DEPTHS / sizeof DEPTHS[0]; d++) {
+            int64_t rows = ROWS[r], depth = DEPTHS[d];
+            float *src = rnd_array((size_t)(rows * depth));
+            float *across = malloc((size_t)(rows * depth) * sizeof(float));
+            ck_assert_ptr_nonnull(across);
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t p = 0; p < depth; p++)
+                    across[p * rows + i] = src[i * depth + p];
+            size_t n = cpu_gemm_packed_floats(k, side, rows, depth);
+            float *want = aligned_floats(n), *got = aligned_floats(n);
+            memset(got, 0xff, n * sizeof(float)); /* NaNs: every float must be written */
+            cpu_gemm_pack(k, side, across, 1, rows, rows, depth, want);
+            cpu_gemm_pack(k, side, src, depth, 1, rows, depth, got);
+            ck_assert_msg(memcmp(want, got, n * sizeof(float)) == 0,
+                          "%s side %d: %lld rows x %lld deep packed differently",
+                          cpu_gemm_name(k), side, (long long)rows, (long long)depth);
+            free(src);
+            free(across);
+            free(want);
+            free(got);
+        }
+}
+END_TEST
+
 START_TEST(test_pick)
 {
     ck_assert_ptr_null(cpu_gemm_pick("sse9"));
@@ -310,6 +346,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_epilogue, 0, NK);
     tcase_add_loop_test(tc, test_empty_depth, 0, NK);
     tcase_add_loop_test(tc, test_pack_conv, 0, NK * NCONVS);
+    tcase_add_loop_test(tc, test_pack_along_depth, 0, NK * 2);
     tcase_add_test(tc, test_pick);
     suite_add_tcase(s, tc);
     return s;
