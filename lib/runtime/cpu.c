@@ -112,9 +112,15 @@ typedef struct cpu_threads {
     _Atomic unsigned pub;
     int quit;
     int spin;               /* look for the next job before sleeping */
-    par_fn fn;              /* the job, under mu */
-    void *arg;
-    int64_t n_items, nchunks;
+    /* The job, written under mu and inside a sequence lock (seq odd while
+     * it is written): a spinning worker reads it without taking mu.  On 16
+     * cores, 15 workers taking mu for every job queued up on it, and the
+     * caller behind them for the next job: the MNIST MLP's forward at batch
+     * 256 took 0.74 ms on 16 threads against 0.32 ms on 2. */
+    _Atomic unsigned seq;
+    _Atomic(par_fn) fn;
+    void *_Atomic arg;
+    _Atomic int64_t n_items, nchunks;
     worker_arg wa[MAX_THREADS];
     /* A job's chunks cut into as many contiguous groups as threads, group
      * i first taken by thread i, then by any thread that has finished its
@@ -251,26 +257,54 @@ static void spin_for_job(cpu_threads *t, unsigned seen)
     }
 }
 
+/* The job as published, read without mu: 1 when the copy is whole (the
+ * sequence was even and the same before and after), else 0 (the caller is
+ * writing the next one: take mu). */
+static int job_read(cpu_threads *t, unsigned *gen, par_fn *fn, void **arg, int64_t *n,
+                    int64_t *nchunks)
+{
+    unsigned s1 = atomic_load_explicit(&t->seq, memory_order_acquire);
+    if (s1 & 1)
+        return 0;
+    *gen = atomic_load_explicit(&t->gen, memory_order_relaxed);
+    *fn = atomic_load_explicit(&t->fn, memory_order_relaxed);
+    *arg = atomic_load_explicit(&t->arg, memory_order_relaxed);
+    *n = atomic_load_explicit(&t->n_items, memory_order_relaxed);
+    *nchunks = atomic_load_explicit(&t->nchunks, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&t->seq, memory_order_relaxed) == s1;
+}
+
 static void *worker_main(void *p)
 {
     const worker_arg *w = p;
     cpu_threads *t = w->t;
-    unsigned seen = 0;
+    unsigned seen = 0, gen;
+    par_fn fn;
+    void *arg;
+    int64_t n, nchunks;
     thread_self = w->self;
     for (;;) {
-        if (t->spin)
+        if (t->spin) {
             spin_for_job(t, seen);
+            if (job_read(t, &gen, &fn, &arg, &n, &nchunks) && gen != seen) {
+                seen = gen; /* a stale job's chunks are gone: run_chunks takes none */
+                run_chunks(t, w->self, seen, fn, arg, n, nchunks);
+                continue;
+            }
+        }
         pthread_mutex_lock(&t->mu);
-        while (t->gen == seen && !t->quit)
+        while (atomic_load_explicit(&t->gen, memory_order_relaxed) == seen && !t->quit)
             pthread_cond_wait(&t->cv, &t->mu);
         if (t->quit) {
             pthread_mutex_unlock(&t->mu);
             break;
         }
-        seen = t->gen;
-        par_fn fn = t->fn;
-        void *arg = t->arg;
-        int64_t n = t->n_items, nchunks = t->nchunks;
+        seen = atomic_load_explicit(&t->gen, memory_order_relaxed);
+        fn = atomic_load_explicit(&t->fn, memory_order_relaxed);
+        arg = atomic_load_explicit(&t->arg, memory_order_relaxed);
+        n = atomic_load_explicit(&t->n_items, memory_order_relaxed);
+        nchunks = atomic_load_explicit(&t->nchunks, memory_order_relaxed);
         pthread_mutex_unlock(&t->mu);
         run_chunks(t, w->self, seen, fn, arg, n, nchunks);
     }
@@ -349,14 +383,19 @@ static void par_chunks(cpu_impl *c, int64_t n, int64_t nchunks, par_fn fn, void 
     if (!t->started)
         threads_start(t);
     pthread_mutex_lock(&t->mu);
-    unsigned gen = ++t->gen;
-    t->fn = fn;
-    t->arg = arg;
-    t->n_items = n;
-    t->nchunks = nchunks;
+    unsigned seq = atomic_load_explicit(&t->seq, memory_order_relaxed);
+    atomic_store_explicit(&t->seq, seq + 1, memory_order_relaxed); /* odd: being written */
+    atomic_thread_fence(memory_order_release);
+    unsigned gen = atomic_load_explicit(&t->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&t->gen, gen, memory_order_relaxed);
+    atomic_store_explicit(&t->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&t->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&t->n_items, n, memory_order_relaxed);
+    atomic_store_explicit(&t->nchunks, nchunks, memory_order_relaxed);
     atomic_store(&t->done, 0);
     for (int g = 0; g < t->n; g++)
         atomic_store(&t->grp[g].next, (uint64_t)gen << 32 | (uint64_t)(nchunks * g / t->n));
+    atomic_store_explicit(&t->seq, seq + 2, memory_order_release);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     atomic_store_explicit(&t->pub, gen, memory_order_release);
