@@ -10,15 +10,16 @@
 # case of tests/data/ops verified on cuda:0 against torch's outputs), portable
 # (the portable folder's own CUDA module found and used), wheel (the release's
 # wheel, pip install --target with python3 (torch's venv): its own CUDA module,
-# cuBLAS and cuDNN found in torch's NVIDIA pip packages), bench
-# (bench_device.py: GPU and many-core rows), memcheck (compute-sanitizer over
+# cuBLAS and cuDNN found in torch's NVIDIA pip packages), threads (the CPU
+# backend on 1, 2, 4, 8 and 16 threads: the same bits, and the time of each),
+# bench (bench_device.py: GPU and many-core rows), memcheck (compute-sanitizer over
 # check_runtime_cuda).
 # Every step writes its log to $OUT (seven files at most: a lease brings back
 # eight) and the script goes on after a failure: one lease should bring back
 # every answer it can.
 set -u
 kit=${1:-.dev}
-steps=${2:-tests,portable,wheel,bench,memcheck}
+steps=${2:-tests,portable,wheel,threads,bench,memcheck}
 out=${OUT:-/tmp/device-out}
 mkdir -p "$out"
 top=$(pwd)
@@ -136,6 +137,26 @@ if has wheel; then
         echo "wheel: no ckpt_toolkit-*.whl in $kit (make wheel-portable, then bench/device_kit.sh)" |
             tee -a "$out/summary.txt"
     fi
+fi
+
+if has threads; then
+    say "the CPU backend on 1 to 16 threads: the same bits, and the time of each"
+    for m in "models/mnist_mlp.json tests/data/fmnist_mlp.pth" \
+        "models/mnist_conv_autoencoder.json tests/data/fmnist_ae.pth"; do
+        set -- $m
+        for b in 8 256; do
+            for t in 1 2 4 8 16; do
+                d=/tmp/ckpt-threads-$t
+                mkdir -p $d
+                "$kit/bin/bench_forward" --threads $t --dump $d "$1" "$2" $b 200 cpu |
+                    sed -n 's/.*"model": "\([^"]*\)".*"batch": \([0-9]*\).*"median_ms": \([0-9.]*\).*/\1 batch \2: '$t' threads \3 ms/p'
+                for f in $d/output.*; do
+                    cmp -s "$f" /tmp/ckpt-threads-1/"${f##*/}" ||
+                        echo "  DIFFERENT BITS: $f on $t threads"
+                done
+            done
+        done
+    done 2>&1 | tee -a "$out/summary.txt"
 fi
 
 if has bench; then
