@@ -226,6 +226,18 @@ PYEOF
     fi
 }
 
+# statuses REPO WANT [WHY]: the steps of the job in REPO exited WANT (one
+# status a step, space-separated); their output shown when not
+statuses() {
+    _got=$(tr '\n' ' ' <"$1.status" | sed 's/ $//')
+    if [ "$_got" = "$2" ]; then
+        ok "exit statuses of the steps: $_got${3:+ ($3)}"
+    else
+        fail "exit statuses of the steps: $_got, expected $2"
+        cat "$1".out* | sed 's/^/   | /'
+    fi
+}
+
 for ci in $recipes; do
     # the runner (github or gitlab), and what the first step leaves
     runner=${ci%-pip}
@@ -238,13 +250,7 @@ for ci in $recipes; do
     userrepo "$repo"
     $runner "$repo" "$ci"
     if [ "$runner" = github ]; then want='0 0 0'; else want=0; fi
-    got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
-    if [ "$got" = "$want" ]; then
-        ok "exit statuses of the steps: $got"
-    else
-        fail "exit statuses of the steps: $got, expected $want"
-        cat "$repo".out* | sed 's/^/   | /'
-    fi
+    statuses "$repo" "$want"
     check "sha256sum -c checked the download" grep -q "^$artifact: OK" "$repo".out*
     case $ci in
     github-pip) check "ckpt was installed in the job's venv" test -x "$repo.runner/ckpt-venv/bin/ckpt" ;;
@@ -262,13 +268,7 @@ for ci in $recipes; do
     git -C "$repo" -c user.name=ci -c user.email=ci@example.org commit -qm 'an unsafe one'
     $runner "$repo" "$ci"
     if [ "$runner" = github ]; then want='0 1'; else want=1; fi
-    got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
-    if [ "$got" = "$want" ]; then
-        ok "exit statuses of the steps: $got (scan's 1: a file is unsafe)"
-    else
-        fail "exit statuses of the steps: $got, expected $want"
-        cat "$repo".out* | sed 's/^/   | /'
-    fi
+    statuses "$repo" "$want" "scan's 1: a file is unsafe"
     sarif_eval "$repo/ckpt.sarif" 'd["version"] == "2.1.0" and len(results) >= 1 and all(f.endswith("checkpoints/os_system.pth") for f in files)'
     sarif_eval "$repo/ckpt.sarif" 'any("os.system" in r["message"]["text"] for r in results)'
     check "verify did not run after the failed scan (no report.xml)" test ! -e "$repo/report.xml"
@@ -282,13 +282,7 @@ for ci in $recipes; do
     cp "$data/fmnist_mlp_dp.pth" "$repo/checkpoints/model.pth"
     $runner "$repo" "$ci"
     if [ "$runner" = github ]; then want='0 0 1'; else want=1; fi
-    got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
-    if [ "$got" = "$want" ]; then
-        ok "exit statuses of the steps: $got (verify's 1: the strict load fails)"
-    else
-        fail "exit statuses of the steps: $got, expected $want"
-        cat "$repo".out* | sed 's/^/   | /'
-    fi
+    statuses "$repo" "$want" "verify's 1: the strict load fails"
     junit_eval "$repo/report.xml" 's.get("failures") == "1" and cases == ["load checkpoint"]'
 done
 
@@ -307,26 +301,14 @@ say "github-convert: a DataParallel checkpoint fixed and proved against torch's 
 repo=$scratch/convert
 convrepo "$repo" "$data/fmnist_mlp.ref.pth"
 github "$repo" github-convert
-got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
-if [ "$got" = "0 0" ]; then
-    ok "exit statuses of the steps: $got"
-else
-    fail "exit statuses of the steps: $got, expected 0 0"
-    cat "$repo".out* | sed 's/^/   | /'
-fi
+statuses "$repo" "0 0"
 check "the fixed checkpoint was written" test -f "$repo/model.pth"
 check "verify.json says the outputs match torch's" python3 -c "import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d['result'] == 'PASS' else 1)" "$repo/verify.json"
 say "github-convert: a reference of another model: the proof fails the job"
 repo=$scratch/convert-wrong
 convrepo "$repo" "$data/fmnist_ae.ref.pth"
 github "$repo" github-convert
-got=$(tr '\n' ' ' <"$repo.status" | sed 's/ $//')
-if [ "$got" = "0 1" ] || [ "$got" = "0 3" ]; then
-    ok "exit statuses of the steps: $got (the proof's step fails)"
-else
-    fail "exit statuses of the steps: $got, expected 0 then a failure"
-    cat "$repo".out* | sed 's/^/   | /'
-fi
+statuses "$repo" "0 3" "verify's 3: the reference holds no output of this model"
 
 say "a tampered download fails sha256sum -c, before anything is unpacked"
 repo=$scratch/tampered
