@@ -2113,6 +2113,36 @@ static int cuda_softmax(ckpt_backend *b, const float *x, float *y, int64_t outer
     return CKPT_OK;
 }
 
+// y = the ND output dims SZ of x read at strides STR (TOTAL elements): one
+// copy where they are a contiguous run of x, else k_permute, in 32-bit
+// indices when NARROW (permute and strided_copy alike).
+static int gather_dims(ckpt_backend *b, const char *op, const float *x, float *y, int nd,
+                       const int64_t *sz, const int64_t *str, int64_t total, bool narrow)
+{
+    cudaStream_t s = impl_of(b)->stream;
+    if (nd == 0 || (nd == 1 && str[0] == 1)) {
+        CUDA_TRY(b, op, "cudaMemcpyAsync",
+                 cudaMemcpyAsync(y, x, (size_t)total * sizeof(float), cudaMemcpyDeviceToDevice,
+                                 s));
+        return CKPT_OK;
+    }
+    if (narrow) {
+        permute_dims<int> d = {};
+        d.ndim = nd;
+        for (int k = 0; k < nd; k++)
+            d.out_shape[k] = (int)sz[k], d.in_stride[k] = (int)str[k];
+        k_permute<int><<<grid_for(total), THREADS, 0, s>>>(x, y, d, (int)total);
+    } else {
+        permute_dims<long long> d = {};
+        d.ndim = nd;
+        for (int k = 0; k < nd; k++)
+            d.out_shape[k] = sz[k], d.in_stride[k] = str[k];
+        k_permute<long long><<<grid_for(total), THREADS, 0, s>>>(x, y, d, total);
+    }
+    LAUNCH_CHECK(b, op, "k_permute");
+    return CKPT_OK;
+}
+
 static int cuda_permute(ckpt_backend *b, const float *x, float *y, int ndim,
                         const int64_t *shape, const int *perm)
 {
@@ -2132,7 +2162,6 @@ static int cuda_permute(ckpt_backend *b, const float *x, float *y, int ndim,
     if (total == 0)
         return CKPT_OK;
     RETURN_IF(cuda_enter(b, op));
-    cudaStream_t s = impl_of(b)->stream;
 
     int64_t in_stride[CKPT_RT_MAX_DIMS];
     for (int k = ndim - 1, st = 1; k >= 0; k--) {
@@ -2157,27 +2186,8 @@ static int cuda_permute(ckpt_backend *b, const float *x, float *y, int ndim,
             nd++;
         }
     }
-    if (nd == 0 || (nd == 1 && str[0] == 1)) { // the identity on x's order
-        CUDA_TRY(b, op, "cudaMemcpyAsync",
-                 cudaMemcpyAsync(y, x, (size_t)total * sizeof(float), cudaMemcpyDeviceToDevice,
-                                 s));
-        return CKPT_OK;
-    }
-    if (fits_int32(total)) {
-        permute_dims<int> d = {};
-        d.ndim = nd;
-        for (int k = 0; k < nd; k++)
-            d.out_shape[k] = (int)sz[k], d.in_stride[k] = (int)str[k];
-        k_permute<int><<<grid_for(total), THREADS, 0, s>>>(x, y, d, (int)total);
-    } else {
-        permute_dims<long long> d = {};
-        d.ndim = nd;
-        for (int k = 0; k < nd; k++)
-            d.out_shape[k] = sz[k], d.in_stride[k] = str[k];
-        k_permute<long long><<<grid_for(total), THREADS, 0, s>>>(x, y, d, total);
-    }
-    LAUNCH_CHECK(b, op, "permute");
-    return CKPT_OK;
+    // x's strides below total: 32-bit indices when total fits
+    return gather_dims(b, op, x, y, nd, sz, str, total, fits_int32(total));
 }
 
 static int cuda_copy_rows(ckpt_backend *b, const float *x, int64_t x_stride, float *y,
@@ -2315,7 +2325,6 @@ static int cuda_strided_copy(ckpt_backend *b, const float *x, int64_t offset, fl
     if (total == 0)
         return CKPT_OK;
     RETURN_IF(cuda_enter(b, op));
-    cudaStream_t st = impl_of(b)->stream;
     int64_t sz[CKPT_RT_MAX_DIMS], str[CKPT_RT_MAX_DIMS];
     int nd = 0;
     int64_t reach = 0;
@@ -2333,27 +2342,8 @@ static int cuda_strided_copy(ckpt_backend *b, const float *x, int64_t offset, fl
         }
     }
     const float *xo = x + offset;
-    if (nd == 0 || (nd == 1 && str[0] == 1)) { // a contiguous run of x
-        CUDA_TRY(b, op, "cudaMemcpyAsync",
-                 cudaMemcpyAsync(y, xo, (size_t)total * sizeof(float), cudaMemcpyDeviceToDevice,
-                                 st));
-        return CKPT_OK;
-    }
-    if (fits_int32(total) && fits_int32(reach)) {
-        permute_dims<int> d = {};
-        d.ndim = nd;
-        for (int k = 0; k < nd; k++)
-            d.out_shape[k] = (int)sz[k], d.in_stride[k] = (int)str[k];
-        k_permute<int><<<grid_for(total), THREADS, 0, st>>>(xo, y, d, (int)total);
-    } else {
-        permute_dims<long long> d = {};
-        d.ndim = nd;
-        for (int k = 0; k < nd; k++)
-            d.out_shape[k] = sz[k], d.in_stride[k] = str[k];
-        k_permute<long long><<<grid_for(total), THREADS, 0, st>>>(xo, y, d, total);
-    }
-    LAUNCH_CHECK(b, op, "strided_copy");
-    return CKPT_OK;
+    return gather_dims(b, op, xo, y, nd, sz, str, total,
+                       fits_int32(total) && fits_int32(reach));
 }
 
 static int cuda_reduce(ckpt_backend *b, int kind, const float *x, float *y, int64_t outer,
