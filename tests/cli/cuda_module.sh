@@ -42,6 +42,26 @@ if [ -x "$probe" ]; then
     expect_stdout_match "^no cuDNN: CKPT_CUDNN: .*libckpt_cuda\.so lacks cudnnGetVersion$"
     run "$probe"
     expect_stdout_match '^(cuDNN 9\.[0-9]+\.[0-9]+ \(/.*libcudnn\.so[.0-9]*\)|no cuDNN: .+)$'
+
+    say "a pip user's cuDNN: torch's NVIDIA package in a venv, found with nothing but VIRTUAL_ENV"
+    # In a mount namespace of its own (root), the cuDNN found above is
+    # moved to where pip puts nvidia-cudnn-cu13 and hidden where it was, so
+    # that the loader's path no longer has it
+    dir=$(sed -n 's|^cuDNN [0-9.]* (\(/.*\)/libcudnn\.so[.0-9]*)$|\1|p' "$out")
+    site=$tmp/venv/lib/python3.11/site-packages/nvidia/cudnn/lib
+    if [ -z "$dir" ]; then
+        note "no cuDNN here: the pip package's case is not run"
+    elif [ "$(id -u)" != 0 ] || ! unshare --mount true 2>/dev/null; then
+        note "no mount namespace here (root and unshare needed): the pip package's case is not run"
+    else
+        mkdir -p "$site"
+        unshare --mount sh -c 'mount --make-rprivate / && mount --bind "$1" "$2" &&
+            mount -t tmpfs tmpfs "$1" && VIRTUAL_ENV=$3 "$4"' _ "$dir" "$site" "$tmp/venv" \
+            "$probe" >"$tmp/pip.out" 2>&1 || : # 77 without a GPU
+        check "check_cuda names the venv's cuDNN ($site)" \
+            grep -q "^cuDNN 9\.[0-9]*\.[0-9]* ($site/libcudnn\.so\.9)\$" "$tmp/pip.out"
+        grep -q "^cuDNN" "$tmp/pip.out" || sed 's/^/   | /' "$tmp/pip.out"
+    fi
 else
     note "tests/unit/check_cuda not built: make check builds it"
 fi
