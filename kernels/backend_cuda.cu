@@ -1667,20 +1667,6 @@ static bool math_allowed(int tf32, cudnnMathType_t m)
                 : m == CUDNN_FMA_MATH;
 }
 
-// P takes the first of the heuristics' FOUND results (forward or backward
-// data: the same fields) that is supported, deterministic and of allowed math.
-template <typename Perf>
-static void cudnn_pick(cudnn_plan *p, int tf32, const Perf *perf, int found)
-{
-    for (int i = 0; i < found && !p->usable; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-            math_allowed(tf32, perf[i].mathType)) {
-            p->algo = (int)perf[i].algo;
-            p->math = perf[i].mathType;
-            p->usable = 1;
-        }
-}
-
 // Chooses (once per shape and math) the algorithm: the heuristics' first
 // that is deterministic, supported and of allowed math.
 static cudnn_plan *cudnn_choose(cuda_impl *c, int transpose, const ckpt_conv_geom *g)
@@ -1719,13 +1705,27 @@ static cudnn_plan *cudnn_choose(cuda_impl *c, int transpose, const ckpt_conv_geo
         if (cudnn_api.fwd_algos(c->cudnn, p->x, p->w, p->conv, p->y, MAX_ALGOS, &found,
                                 perf) != CUDNN_STATUS_SUCCESS)
             return p;
-        cudnn_pick(p, c->tf32, perf, found);
+        for (int i = 0; i < found && !p->usable; i++)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+                perf[i].determinism == CUDNN_DETERMINISTIC &&
+                math_allowed(c->tf32, perf[i].mathType)) {
+                p->algo = (int)perf[i].algo;
+                p->math = perf[i].mathType;
+                p->usable = 1;
+            }
     } else {
         cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
         if (cudnn_api.bwd_algos(c->cudnn, p->w, p->x, p->conv, p->y, MAX_ALGOS, &found,
                                 perf) != CUDNN_STATUS_SUCCESS)
             return p;
-        cudnn_pick(p, c->tf32, perf, found);
+        for (int i = 0; i < found && !p->usable; i++)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+                perf[i].determinism == CUDNN_DETERMINISTIC &&
+                math_allowed(c->tf32, perf[i].mathType)) {
+                p->algo = (int)perf[i].algo;
+                p->math = perf[i].mathType;
+                p->usable = 1;
+            }
     }
     if (!p->usable)
         return p;
