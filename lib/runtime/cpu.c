@@ -723,20 +723,29 @@ static int gemm_scratch_ready(ckpt_backend *b)
     return CKPT_OK;
 }
 
+/* Grows each thread slot's buffer BUFS[s] (HAVE[s] floats) to at least N
+ * floats, 64-byte aligned (the packed products read them by cache line). */
+static int slot_grow(ckpt_backend *b, float **bufs, size_t *have, size_t n)
+{
+    cpu_impl *c = b->impl;
+    size_t bytes = ((n ? n : 1) * sizeof(float) + 63) / 64 * 64;
+    for (int s = 0; s < c->thr.n; s++)
+        if (have[s] < n) {
+            free(bufs[s]);
+            have[s] = 0;
+            if (!(bufs[s] = aligned_alloc(64, bytes)))
+                return nomem(b);
+            have[s] = n;
+        }
+    return CKPT_OK;
+}
+
 /* Each slot's buffer of at least N floats (conv2d's and conv_transpose2d's
  * images run side by side in them) */
 static int slot_bufs_ready(ckpt_backend *b, size_t n)
 {
     cpu_impl *c = b->impl;
-    for (int s = 0; s < c->thr.n; s++)
-        if (c->cbuf_n[s] < n) {
-            free(c->cbuf[s]);
-            c->cbuf_n[s] = 0;
-            if (!(c->cbuf[s] = malloc((n ? n : 1) * sizeof(float))))
-                return nomem(b);
-            c->cbuf_n[s] = n;
-        }
-    return CKPT_OK;
+    return slot_grow(b, c->cbuf, c->cbuf_n, n);
 }
 
 static void gemm_part(void *arg, int64_t lo, int64_t hi)
@@ -762,15 +771,7 @@ static void gemm_part(void *arg, int64_t lo, int64_t hi)
 static int slot_abufs_ready(ckpt_backend *b, size_t n)
 {
     cpu_impl *c = b->impl;
-    for (int s = 0; s < c->thr.n; s++)
-        if (c->abuf_n[s] < n) {
-            free(c->abuf[s]);
-            c->abuf_n[s] = 0;
-            if (!(c->abuf[s] = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64)))
-                return nomem(b);
-            c->abuf_n[s] = n;
-        }
-    return CKPT_OK;
+    return slot_grow(b, c->abuf, c->abuf_n, n);
 }
 
 /* A product this small (multiply-adds) runs on the calling thread: waking
