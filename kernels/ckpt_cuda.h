@@ -22,7 +22,7 @@ extern "C" {
 
 /* Raise it whenever this table or lib/runtime/backend.h changes in a way
  * the sizes below do not show (an operation's arguments, an order). */
-#define CKPT_CUDA_MODULE_ABI 3
+#define CKPT_CUDA_MODULE_ABI 4
 
 /* The module's one exported symbol: a ckpt_cuda_module. */
 #define CKPT_CUDA_MODULE_SYMBOL "ckpt_cuda_module_entry"

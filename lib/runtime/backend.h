@@ -233,6 +233,13 @@ typedef struct ckpt_backend_ops {
      * CKPT_RT_* below, replacing the ones set before, and updates the
      * description.  An unknown flag is CKPT_ERR_USAGE. */
     int (*set_flags)(ckpt_backend *b, unsigned flags);
+
+    /* ---- inputs in place (ABI 4) ---- */
+    /* Optional (NULL: the executor uploads a model's inputs): HOST's N
+     * floats as the operations may read them without a copy, for the
+     * length of one model run (host memory is the CPU's own); NULL: upload
+     * them.  The executor never writes through it, nor releases it. */
+    const float *(*borrow)(ckpt_backend *b, const float *host, size_t n);
 } ckpt_backend_ops;
 
 /* set_flags' private flags (above CKPT_BACKEND_*'s): the convolutions on

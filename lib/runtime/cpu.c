@@ -2539,6 +2539,17 @@ static int cpu_synchronize(ckpt_backend *b)
     return CKPT_OK;
 }
 
+/* A model's input read where the caller keeps it: its copy (25 KB for the
+ * MNIST MLP at batch 8, 17 MB for SSD300 at 16) cost the 2-thread forward
+ * of the MLP a sixth of its time, the copied lines last read by the other
+ * core.  It is not an uploaded range: nothing packed from it is kept. */
+static const float *cpu_borrow(ckpt_backend *b, const float *host, size_t n)
+{
+    (void)b;
+    (void)n;
+    return host;
+}
+
 static const ckpt_backend_ops CPU_OPS = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
@@ -2570,6 +2581,7 @@ static const ckpt_backend_ops CPU_OPS = {
     .embedding = cpu_embedding,
     .matmul = cpu_matmul,
     .attention = cpu_attention,
+    .borrow = cpu_borrow,
 };
 
 /* OpenBLAS, when present: found by soname at run time. */

@@ -237,6 +237,7 @@ static float **upload_params(ckpt_model *m, ckpt_backend *b, const int *fold)
 typedef struct rt_buf {
     float *p;
     int refs;   /* live values using it */
+    int borrowed; /* the caller's input, read in place: never released */
 } rt_buf;
 
 typedef struct run {
@@ -262,7 +263,8 @@ static void drop_value(run *r, int v)
     rt_buf *bf = &r->bufs[r->buf[v]];
     r->buf[v] = -1;
     if (--bf->refs == 0 && bf->p) {
-        r->b->ops->release(r->b, bf->p);
+        if (!bf->borrowed)
+            r->b->ops->release(r->b, bf->p);
         bf->p = NULL;
     }
 }
@@ -878,6 +880,12 @@ int ckpt_model_run(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs, ckp
     }
     for (size_t i = 0; i < m->ninputs; i++) {
         size_t n = (size_t)rt_shape_numel(&r.shape[i]);
+        const float *in = b->ops->borrow ? b->ops->borrow(b, inputs[i].data, n) : NULL;
+        if (in) { /* read in place: no node writes a value it did not make */
+            r.bufs[r.nbufs] = (rt_buf){.p = (float *)in, .refs = 1, .borrowed = 1};
+            r.buf[i] = (int)r.nbufs++;
+            continue;
+        }
         if ((rc = new_buffer(&r, (int)i, n)) != CKPT_OK ||
             (rc = b->ops->upload(b, val(&r, (int)i), inputs[i].data, n)) != CKPT_OK) {
             ckpt_model_fail(m, rc, "%s: %s", b->device, b->message);

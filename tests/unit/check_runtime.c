@@ -810,6 +810,115 @@ START_TEST(test_fused_conv_same_bits)
 }
 END_TEST
 
+/* The CPU backend reads a model's inputs where the caller keeps them (no
+ * copy): a run leaves them as they were, and new contents at the same
+ * address give new outputs -- a product whose operand is one matrix for the
+ * whole batch (matmul_weight's right, matmul_left2d's left: kept packed
+ * when it is a parameter) keeps no packed copy of an input from one run to
+ * the next, on any products path and thread count. */
+static void inputs_in_place(const char *name)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "tests/data/ops/%s.json", name);
+    ckpt_model *m = load_spec(rel);
+    snprintf(rel, sizeof rel, "tests/data/ops/%s.pth", name);
+    ckpt_file *f = open_data(rel);
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_value_dict_get(ckpt_file_root(f), "params"), &r),
+                     0);
+    ck_assert_msg(r.ok, "%s", r.message);
+    ckpt_array in[2] = {{0}}, want = {0};
+    read_array(f, "input.a", &in[0]);
+    read_array(f, "input.b", &in[1]);
+    read_array(f, "output.y", &want);
+    size_t n[2];
+    float *orig[2];
+    for (int k = 0; k < 2; k++) {
+        n[k] = (size_t)ckpt_array_numel(&in[k]);
+        ck_assert_ptr_nonnull(orig[k] = malloc(n[k] * sizeof(float)));
+        memcpy(orig[k], in[k].data, n[k] * sizeof(float));
+    }
+    for (int pi = 0; pi < NPRODUCTS; pi++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            ckpt_backend *b;
+            if (!open_cpu(PRODUCTS[pi], threads, &b))
+                continue;
+            ckpt_array y[1] = {{0}}, y2[1] = {{0}};
+            run_model(m, b, in, y);
+            for (int k = 0; k < 2; k++)
+                ck_assert(memcmp(in[k].data, orig[k], n[k] * sizeof(float)) == 0);
+            for (int64_t i = 0; i < ckpt_array_numel(&want); i++)
+                ck_assert(fabs(y[0].data[i] - want.data[i]) <= 1e-5 * (1 + fabs(want.data[i])));
+            for (int k = 0; k < 2; k++) { /* input k negated in its buffer: y negated */
+                for (size_t i = 0; i < n[k]; i++)
+                    in[k].data[i] = -orig[k][i];
+                run_model(m, b, in, y2);
+                for (int64_t i = 0; i < ckpt_array_numel(&want); i++)
+                    ck_assert_msg(y2[0].data[i] == -y[0].data[i],
+                                  "%s, %s, %d threads, input %d negated: element %lld", name,
+                                  PRODUCTS[pi], threads, k, (long long)i);
+                ckpt_array_clear(&y2[0]);
+                memcpy(in[k].data, orig[k], n[k] * sizeof(float));
+            }
+            run_model(m, b, in, y2);
+            assert_same_bits(&y[0], &y2[0], PRODUCTS[pi]);
+            ckpt_array_clear(&y[0]);
+            ckpt_array_clear(&y2[0]);
+            ckpt_backend_free(b);
+        }
+    for (int k = 0; k < 2; k++) {
+        free(orig[k]);
+        ckpt_array_clear(&in[k]);
+    }
+    ckpt_array_clear(&want);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+}
+
+START_TEST(test_inputs_read_in_place)
+{
+    inputs_in_place("matmul_weight");
+    inputs_in_place("matmul_left2d");
+}
+END_TEST
+
+/* A model whose output is a view of its input (flatten): the output is a
+ * copy, and the caller's input is never released by the run (ASan and
+ * valgrind see a double free otherwise). */
+START_TEST(test_input_view_output)
+{
+    static const char json[] =
+        "{\"name\": \"v\", \"inputs\": [{\"name\": \"x\", \"shape\": [-1, 2, 3]}], "
+        "\"nodes\": [{\"op\": \"flatten\", \"inputs\": [\"x\"], \"output\": \"y\", "
+        "\"attrs\": {\"start_dim\": 1}}], \"outputs\": [\"y\"]}";
+    ckpt_model *m = ckpt_model_new();
+    ck_assert_msg(ckpt_model_parse(m, json, strlen(json), "v.json") == 0, "%s",
+                  ckpt_model_error_message(m));
+    ckpt_file *f = open_data("tests/data/ops/matmul_4d.pth"); /* its params: none */
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_value_dict_get(ckpt_file_root(f), "params"), &r),
+                     0);
+    ck_assert_msg(r.ok, "%s", r.message);
+    float data[12];
+    for (int i = 0; i < 12; i++)
+        data[i] = (float)i - 5.5f;
+    ckpt_array in = {.ndim = 3, .shape = {2, 2, 3}, .data = data}, y[1] = {{0}};
+    ckpt_backend *b;
+    ck_assert(open_cpu("auto", 2, &b));
+    for (int k = 0; k < 2; k++) {
+        run_model(m, b, &in, y);
+        ck_assert_int_eq(y[0].ndim, 2);
+        ck_assert_int_eq(y[0].shape[1], 6);
+        ck_assert(y[0].data != data);
+        ck_assert(memcmp(y[0].data, data, sizeof data) == 0);
+        ckpt_array_clear(&y[0]);
+    }
+    ckpt_backend_free(b);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+}
+END_TEST
+
 /* SPEC bound to CKPT's root, run on REF's "input" on 1 thread and on 3 by
  * every products path: the same bits. */
 static void same_bits_on_threads(const char *spec, const char *ckpt, const char *ref_path,
@@ -1050,6 +1159,8 @@ static Suite *suite(void)
     TCase *speed = tcase_create("speed keeps the bits");
     tcase_set_timeout(speed, 120);
     tcase_add_test(speed, test_fused_conv_same_bits);
+    tcase_add_test(speed, test_inputs_read_in_place);
+    tcase_add_test(speed, test_input_view_output);
     tcase_add_test(speed, test_threads_same_bits);
     tcase_add_test(speed, test_threads_same_bits_lstm);
     tcase_add_test(speed, test_threads_same_bits_batch);
