@@ -240,6 +240,12 @@ typedef struct ckpt_backend_ops {
      * length of one model run (host memory is the CPU's own); NULL: upload
      * them.  The executor never writes through it, nor releases it. */
     const float *(*borrow)(ckpt_backend *b, const float *host, size_t n);
+    /* Optional (NULL: the executor runs linear, then relu): y = relu(x
+     * w^T + bias), linear's arguments -- the values the two ops give, in
+     * one pass over y.  Used for a linear whose output only a relu reads
+     * (an MLP's hidden layer). */
+    int (*linear_relu)(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                       float *y, int64_t rows, int64_t in, int64_t out);
 } ckpt_backend_ops;
 
 /* set_flags' private flags (above CKPT_BACKEND_*'s): the convolutions on

@@ -198,6 +198,7 @@ typedef struct cpu_impl {
 } cpu_impl;
 
 static void buf_free(float *p);
+static int cpu_relu(ckpt_backend *b, const float *x, float *y, size_t n);
 static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg);
 static void par_chunks(cpu_impl *c, int64_t n, int64_t nchunks, par_fn fn, void *arg);
 
@@ -863,24 +864,28 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
     /* (one side is raw, the other a weight or an image's B; or both, in
      * matmul) */
     int64_t chunks = 0;
+    int in_place = cpu_gemm_a_in_place(c->gk, &j.call); /* (a few rows, read where they are) */
     if (!alone && tasks >= c->thr.n && tasks <= 2 * (int64_t)c->thr.n && j.call.k > 0 &&
         j.call.a.raw && !j.call.a.packed && j.call.tiles_m == 1 && j.call.tiles_n > 1 &&
         (double)j.call.m * (double)j.call.k <= (double)cpu_gemm_scratch_floats(c->gk)) {
         /* A small batch's input (one block of rows, a few cache pages), A
-         * of every task: packed by each thread for its chunk of tasks, one
-         * chunk a thread.  Packed once for all threads it was a job of its
-         * own, too small to share (the MNIST MLP at batch 8: it ran on the
-         * calling thread alone), and the other threads' tasks then read
-         * the lines another core had just written.  Only for a few tasks a
-         * thread: with more (the autoencoder's 32 -> 3136 at batch 8), one
-         * chunk a thread left no chunk to take from a slow thread: about
-         * half the processes ran the model 1.5x slower. */
-        if ((rc = slot_abufs_ready(b, cpu_gemm_packed_floats(c->gk, CPU_GEMM_A, j.call.m,
+         * of every task: read in place, or packed by each thread for its
+         * chunk of tasks; one chunk a thread, so that a thread reads the
+         * same weight panels every forward (in its core's cache).  Packed
+         * once for all threads it was a job of its own, too small to share
+         * (the MNIST MLP at batch 8: it ran on the calling thread alone),
+         * and the other threads' tasks then read the lines another core had
+         * just written.  Only for a few tasks a thread: with more (the
+         * autoencoder's 32 -> 3136 at batch 8), one chunk a thread left no
+         * chunk to take from a slow thread: about half the processes ran
+         * the model 1.5x slower. */
+        if (!in_place &&
+            (rc = slot_abufs_ready(b, cpu_gemm_packed_floats(c->gk, CPU_GEMM_A, j.call.m,
                                                              j.call.k))) != CKPT_OK)
             return rc;
-        j.own_a = 1;
+        j.own_a = !in_place;
         chunks = c->thr.n;
-    } else if (j.call.k > 0 && j.call.a.raw && !j.call.a.packed && j.call.tiles_n > 1)
+    } else if (!in_place && j.call.k > 0 && j.call.a.raw && !j.call.a.packed && j.call.tiles_n > 1)
         rc = operand_packed(b, &j.call, CPU_GEMM_A, j.call.m);
     if (rc == CKPT_OK && j.call.k > 0 && j.call.b.raw && !j.call.b.packed && j.call.tiles_m > 1)
         rc = operand_packed(b, &j.call, CPU_GEMM_B, j.call.n);
@@ -964,8 +969,8 @@ static void bias_rows_part(void *arg, int64_t lo, int64_t hi)
     }
 }
 
-static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const float *bias,
-                      float *y, int64_t rows, int64_t in, int64_t out)
+static int linear_then(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                       float *y, int64_t rows, int64_t in, int64_t out, int relu)
 {
     cpu_impl *c = b->impl;
     /* a row or two: the plain loop over the transposed weight (a GEMV)
@@ -976,7 +981,7 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
             return nomem(b);
         cpu_gemm_call call = {.m = rows, .n = out, .k = in, .a = {.raw = x, .rs = in, .cs = 1},
                               .b = {.packed = wp}, .c = y, .ldc = out, .bias = bias,
-                              .bias_cols = 1};
+                              .bias_cols = 1, .relu = relu};
         return gemm_run(b, &call);
     }
     /* a row or two: OpenBLAS's set-up costs more than the plain loop */
@@ -994,7 +999,21 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
         bias_job j = {.y = y, .bias = bias, .out = out};
         par_for(c, rows, out ? (PAR_GRAIN + out - 1) / out : 1, bias_rows_part, &j);
     }
-    return CKPT_OK;
+    return relu ? cpu_relu(b, y, y, (size_t)(rows * out)) : CKPT_OK;
+}
+
+static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                      float *y, int64_t rows, int64_t in, int64_t out)
+{
+    return linear_then(b, x, w, bias, y, rows, in, out, 0);
+}
+
+/* The ReLU in the product's store (no pass of its own over y: on 2
+ * threads it read the half of y the other core had just written) */
+static int cpu_linear_relu(ckpt_backend *b, const float *x, const float *w, const float *bias,
+                           float *y, int64_t rows, int64_t in, int64_t out)
+{
+    return linear_then(b, x, w, bias, y, rows, in, out, 1);
 }
 
 static float *scratch(cpu_impl *c, size_t n)
@@ -2582,6 +2601,7 @@ static const ckpt_backend_ops CPU_OPS = {
     .matmul = cpu_matmul,
     .attention = cpu_attention,
     .borrow = cpu_borrow,
+    .linear_relu = cpu_linear_relu,
 };
 
 /* OpenBLAS, when present: found by soname at run time. */

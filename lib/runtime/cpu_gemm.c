@@ -31,15 +31,24 @@ typedef struct tile_epi {
     int relu;
 } tile_epi;
 
-typedef void (*tile_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                        int64_t mr, int64_t nr, int acc, const tile_epi *e);
+/* A is packed panels (LDA unused) or, in the raw tiles, rows LDA apart */
+typedef void (*tile_fn)(int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                        int64_t ldc, int64_t mr, int64_t nr, int acc, const tile_epi *e);
 
 struct cpu_gemm_kernel {
     const char *id, *name;
     int mr, nr;
     int64_t kc, mc, nc;
     int (*usable)(void);
-    tile_fn tile;
+    /* [r][v]: the tile of (r + 1) * mr / 3 rows and v + 1 vectors of nr / 2
+     * columns, over panels of MR x NR: an edge tile (a small batch's 8 rows,
+     * a classifier's 10 columns) computes only the rows and vectors it
+     * stores -- the same chains, so the same bits */
+    tile_fn tile[3][2];
+    /* the same over A's rows in place (a linear layer's input of a few
+     * rows: each thread packing it took a tenth of the MNIST MLP's forward
+     * at batch 8 on 2 threads) */
+    tile_fn raw[3][2];
 };
 
 /* The value stored at one output element: the depth block's sum V added to
@@ -66,15 +75,22 @@ static inline float epi_one(float v, const float *cp, int acc, const tile_epi *e
 #ifdef GEMM_X86
 /*
  * The kernel template.  VT: the vector type, VW its floats; NV vectors per
- * row of the tile (NR = NV * VW).  The loops have constant bounds and are
- * unrolled, so the accumulators stay in registers.
+ * row of the tile (NR = NV * VW), MR_ rows, over panels AS rows (A) and BS
+ * columns (B) wide; RAW: A read in place, row i at a + i * lda (rows past
+ * MR read row 0 again, never stored).  The loops have constant bounds and
+ * are unrolled, so the accumulators stay in registers.
  */
-#define GEMM_TILE(NAME, TARGET, VT, VW, MR_, NV, LOADU, STOREU, SET1, FMADD, ADD, MAX, ZERO)      \
-    __attribute__((target(TARGET))) static void NAME(int64_t kc, const float *a, const float *b,  \
-                                                     float *c, int64_t ldc, int64_t mr,          \
-                                                     int64_t nr, int acc, const tile_epi *e)     \
+#define GEMM_TILE(NAME, TARGET, VT, VW, MR_, NV, AS, BS, RAW, LOADU, STOREU, SET1, FMADD, ADD,    \
+                  MAX, ZERO)                                                                     \
+    __attribute__((target(TARGET))) static void NAME(int64_t kc, const float *a, int64_t lda,     \
+                                                     const float *b, float *c, int64_t ldc,      \
+                                                     int64_t mr, int64_t nr, int acc,            \
+                                                     const tile_epi *e)                          \
     {                                                                                            \
         VT r[MR_][NV];                                                                           \
+        const float *ar[MR_];                                                                    \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR_; i++) ar[i] =                           \
+            RAW ? a + (i < mr ? i : 0) * lda : a;                                                \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR_; i++)                                   \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) r[i][v] = ZERO();               \
         for (int64_t p = 0; p < kc; p++) {                                                       \
@@ -82,12 +98,12 @@ static inline float epi_one(float v, const float *cp, int acc, const tile_epi *e
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] = LOADU(b + v * VW);      \
             _Pragma("GCC unroll 16") for (int i = 0; i < MR_; i++)                               \
             {                                                                                    \
-                VT av = SET1(a[i]);                                                              \
+                VT av = SET1(RAW ? ar[i][p] : a[i]);                                             \
                 _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) r[i][v] =                   \
                     FMADD(av, bv[v], r[i][v]);                                                   \
             }                                                                                    \
-            a += MR_;                                                                            \
-            b += NV * VW;                                                                        \
+            a += RAW ? 0 : AS; /* the panels' widths: MR_ and NV * VW may be less */            \
+            b += BS;                                                                             \
         }                                                                                        \
         /* rows past MR and vectors past NR (edge tiles) are not stored; a    \
          * vector NR cuts goes through the scalar epilogue: the same sums */  \
@@ -123,10 +139,28 @@ static inline float epi_one(float v, const float *cp, int acc, const tile_epi *e
         }                                                                                        \
     }
 
-GEMM_TILE(tile_avx512, "avx512f", __m512, 16, 12, 2, _mm512_loadu_ps, _mm512_storeu_ps,
-          _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, _mm512_setzero_ps)
-GEMM_TILE(tile_avx2, "avx2,fma", __m256, 8, 6, 2, _mm256_loadu_ps, _mm256_storeu_ps,
-          _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, _mm256_setzero_ps)
+#define TILE_AVX512(NAME, MR_, NV, RAW)                                                           \
+    GEMM_TILE(NAME, "avx512f", __m512, 16, MR_, NV, 12, 32, RAW, _mm512_loadu_ps,                \
+              _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps,   \
+              _mm512_setzero_ps)
+#define TILE_AVX2(NAME, MR_, NV, RAW)                                                             \
+    GEMM_TILE(NAME, "avx2,fma", __m256, 8, MR_, NV, 6, 16, RAW, _mm256_loadu_ps,                 \
+              _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps,   \
+              _mm256_setzero_ps)
+/* every size of tile, on panels and in place */
+#define TILES(ISA, R1, R2, R3)                                                                    \
+    ISA(tile_##ISA##_##R1##x1, R1, 1, 0) ISA(tile_##ISA##_##R1##x2, R1, 2, 0)                  \
+    ISA(tile_##ISA##_##R2##x1, R2, 1, 0) ISA(tile_##ISA##_##R2##x2, R2, 2, 0)                  \
+    ISA(tile_##ISA##_##R3##x1, R3, 1, 0) ISA(tile_##ISA##_##R3##x2, R3, 2, 0)                  \
+    ISA(raw_##ISA##_##R1##x1, R1, 1, 1) ISA(raw_##ISA##_##R1##x2, R1, 2, 1)                    \
+    ISA(raw_##ISA##_##R2##x1, R2, 1, 1) ISA(raw_##ISA##_##R2##x2, R2, 2, 1)                    \
+    ISA(raw_##ISA##_##R3##x1, R3, 1, 1) ISA(raw_##ISA##_##R3##x2, R3, 2, 1)
+TILES(TILE_AVX512, 4, 8, 12)
+TILES(TILE_AVX2, 2, 4, 6)
+#define TILE_TABLE(P, ISA, R1, R2, R3)                                                            \
+    {{P##_##ISA##_##R1##x1, P##_##ISA##_##R1##x2},                                              \
+     {P##_##ISA##_##R2##x1, P##_##ISA##_##R2##x2},                                              \
+     {P##_##ISA##_##R3##x1, P##_##ISA##_##R3##x2}}
 
 /* __builtin_cpu_supports checks the OS saves the registers too (XGETBV);
  * under valgrind, which runs no AVX-512, the CPU it shows has none. */
@@ -145,8 +179,10 @@ static int has_avx2(void)
 /* Depth blocks of 256: an A panel (12 KB) stays in L1 while B's panels
  * (32 KB each, MC x KC and KC x NC blocks in L2) stream past it. */
 static const cpu_gemm_kernel KERNELS[] = {
-    {"avx512", "AVX-512", 12, 32, 256, 96, 256, has_avx512, tile_avx512},
-    {"avx2", "AVX2+FMA", 6, 16, 256, 96, 256, has_avx2, tile_avx2},
+    {"avx512", "AVX-512", 12, 32, 256, 96, 256, has_avx512,
+     TILE_TABLE(tile, TILE_AVX512, 4, 8, 12), TILE_TABLE(raw, TILE_AVX512, 4, 8, 12)},
+    {"avx2", "AVX2+FMA", 6, 16, 256, 96, 256, has_avx2, TILE_TABLE(tile, TILE_AVX2, 2, 4, 6),
+     TILE_TABLE(raw, TILE_AVX2, 2, 4, 6)},
 };
 #define NKERNELS (sizeof KERNELS / sizeof KERNELS[0])
 #endif
@@ -182,6 +218,31 @@ size_t cpu_gemm_packed_floats(const cpu_gemm_kernel *k, int side, int64_t rows, 
 }
 
 #ifdef GEMM_X86
+/* The first LANES (1..8) floats of V at O.  (Not vmaskmovps: microcoded on
+ * AMD's cores, it took most of the packing's time.) */
+__attribute__((target("avx2"))) static inline void store_lanes(float *o, __m256 v8, int64_t lanes)
+{
+    if (lanes == 8) {
+        _mm256_storeu_ps(o, v8);
+        return;
+    }
+    __m128 v = _mm256_castps256_ps128(v8);
+    if (lanes >= 4) {
+        _mm_storeu_ps(o, v);
+        v = _mm256_extractf128_ps(v8, 1);
+        o += 4;
+        lanes -= 4;
+    }
+    if (lanes >= 2) {
+        _mm_storel_pi((__m64 *)o, v);
+        v = _mm_movehl_ps(v, v);
+        o += 2;
+        lanes -= 2;
+    }
+    if (lanes)
+        _mm_store_ss(o, v);
+}
+
 /* One panel of W <= T rows, each contiguous along the depth (cs == 1: a
  * linear layer's input as A, its weight as B), for steps 0 <= p < DEPTH8
  * (a multiple of 8): 8 x 8 blocks transposed in registers.  The scalar loop
@@ -192,6 +253,11 @@ __attribute__((target("avx2"))) static void pack_rows_avx2(const float *s, int64
 {
     for (int64_t i0 = 0; i0 < t; i0 += 8) {
         int64_t lanes = t - i0 < 8 ? t - i0 : 8;
+        if (i0 >= w) { /* the panel's padding (a batch of 8 in 12 rows): zeros */
+            for (int64_t p = 0; p < depth8; p++)
+                store_lanes(d + p * t + i0, _mm256_setzero_ps(), lanes);
+            continue;
+        }
         for (int64_t p = 0; p < depth8; p += 8) {
             __m256 r[8];
             for (int i = 0; i < 8; i++)
@@ -210,31 +276,8 @@ __attribute__((target("avx2"))) static void pack_rows_avx2(const float *s, int64
                 _mm256_permute2f128_ps(b2, b6, 0x20), _mm256_permute2f128_ps(b3, b7, 0x20),
                 _mm256_permute2f128_ps(b0, b4, 0x31), _mm256_permute2f128_ps(b1, b5, 0x31),
                 _mm256_permute2f128_ps(b2, b6, 0x31), _mm256_permute2f128_ps(b3, b7, 0x31)};
-            for (int j = 0; j < 8; j++) { /* step p + j: rows i0.. */
-                float *o = d + (p + j) * t + i0;
-                if (lanes == 8) {
-                    _mm256_storeu_ps(o, c[j]);
-                    continue;
-                }
-                /* (not vmaskmovps: microcoded on AMD's cores, it took most
-                 * of the time) */
-                __m128 v = _mm256_castps256_ps128(c[j]);
-                int64_t left = lanes;
-                if (left >= 4) {
-                    _mm_storeu_ps(o, v);
-                    v = _mm256_extractf128_ps(c[j], 1);
-                    o += 4;
-                    left -= 4;
-                }
-                if (left >= 2) {
-                    _mm_storel_pi((__m64 *)o, v);
-                    v = _mm_movehl_ps(v, v);
-                    o += 2;
-                    left -= 2;
-                }
-                if (left)
-                    _mm_store_ss(o, v);
-            }
+            for (int j = 0; j < 8; j++) /* step p + j: rows i0.. */
+                store_lanes(d + (p + j) * t + i0, c[j], lanes);
         }
     }
 }
@@ -403,6 +446,33 @@ static const float *block(const cpu_gemm_kernel *k, int side, const cpu_gemm_ope
     return buf;
 }
 
+int cpu_gemm_a_in_place(const cpu_gemm_kernel *k, const cpu_gemm_call *c)
+{
+    return !c->a.packed && c->a.cs == 1 && c->m <= k->mr;
+}
+
+/* Rows I0.. (ILEN) and depth P0.. (KL) of CALL's A for the tiles: in place
+ * (*LDA floats a row, *RAW set) or as block() gives it */
+static const float *a_block(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t i0,
+                            int64_t ilen, int64_t p0, int64_t kl, float *buf, int64_t *step,
+                            int64_t *lda, int *raw)
+{
+    *raw = cpu_gemm_a_in_place(k, c);
+    *lda = c->a.rs;
+    if (*raw) {
+        *step = 0; /* (one panel: ilen <= m <= MR) */
+        return c->a.raw + i0 * c->a.rs + p0;
+    }
+    return block(k, CPU_GEMM_A, &c->a, i0, ilen, p0, kl, c->k, buf, step);
+}
+
+/* The tile that computes MR rows and NR columns, and the fewest beyond */
+static tile_fn tile_for(const cpu_gemm_kernel *k, int raw, int64_t mr, int64_t nr)
+{
+    int64_t third = k->mr / 3, r = (mr + third - 1) / third - 1;
+    return raw ? k->raw[r][nr > k->nr / 2] : k->tile[r][nr > k->nr / 2];
+}
+
 void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, float *scratch)
 {
     int64_t i0 = (t % c->tiles_m) * c->mc, j0 = (t / c->tiles_m) * c->nc;
@@ -422,8 +492,9 @@ void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, 
     }
     for (int64_t p0 = 0; p0 < c->k; p0 += k->kc) {
         int64_t kl = c->k - p0 < k->kc ? c->k - p0 : k->kc;
-        int64_t a_step, b_step; /* floats from one panel to the next */
-        const float *ap = block(k, CPU_GEMM_A, &c->a, i0, ilen, p0, kl, c->k, abuf, &a_step);
+        int64_t a_step, b_step, lda; /* floats from one panel to the next */
+        int raw;
+        const float *ap = a_block(k, c, i0, ilen, p0, kl, abuf, &a_step, &lda, &raw);
         const float *bp = block(k, CPU_GEMM_B, &c->b, j0, jlen, p0, kl, c->k, bbuf, &b_step);
         int last = p0 + kl >= c->k;
         for (int64_t ii = 0; ii < ilen; ii += k->mr) {
@@ -435,8 +506,9 @@ void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, 
                     epi.bias_col = c->bias && c->bias_cols ? c->bias + j : NULL;
                     epi.res = c->res ? c->res + i * c->ldr + j : NULL;
                 }
-                k->tile(kl, ap + ii / k->mr * a_step, bp + jj / k->nr * b_step,
-                        c->c + i * c->ldc + j, c->ldc, mr, nr, p0 > 0, last ? &epi : NULL);
+                tile_for(k, raw, mr, nr)(kl, ap + ii / k->mr * a_step, lda,
+                                         bp + jj / k->nr * b_step, c->c + i * c->ldc + j,
+                                         c->ldc, mr, nr, p0 > 0, last ? &epi : NULL);
             }
         }
     }
@@ -455,16 +527,17 @@ void cpu_gemm_task_block(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64
     int64_t jlen = c->n - j0 < c->nc ? c->n - j0 : c->nc;
     float *abuf = scratch, *bbuf = scratch + k->mc * k->kc;
     int64_t p0 = blk * k->kc, kl = c->k - p0 < k->kc ? c->k - p0 : k->kc;
-    int64_t a_step, b_step;
-    const float *ap = block(k, CPU_GEMM_A, &c->a, i0, ilen, p0, kl, c->k, abuf, &a_step);
+    int64_t a_step, b_step, lda;
+    int raw;
+    const float *ap = a_block(k, c, i0, ilen, p0, kl, abuf, &a_step, &lda, &raw);
     const float *bp = block(k, CPU_GEMM_B, &c->b, j0, jlen, p0, kl, c->k, bbuf, &b_step);
     /* the block's chains from 0, stored as cpu_gemm_task stores its first */
     for (int64_t ii = 0; ii < ilen; ii += k->mr) {
         int64_t mr = ilen - ii < k->mr ? ilen - ii : k->mr;
         for (int64_t jj = 0; jj < jlen; jj += k->nr) {
             int64_t nr = jlen - jj < k->nr ? jlen - jj : k->nr;
-            k->tile(kl, ap + ii / k->mr * a_step, bp + jj / k->nr * b_step,
-                    part + (i0 + ii) * ldp + j0 + jj, ldp, mr, nr, 0, NULL);
+            tile_for(k, raw, mr, nr)(kl, ap + ii / k->mr * a_step, lda, bp + jj / k->nr * b_step,
+                                     part + (i0 + ii) * ldp + j0 + jj, ldp, mr, nr, 0, NULL);
         }
     }
 }

@@ -78,8 +78,10 @@ static int readers_of(const ckpt_model *m, int v, int *only)
  * conv runs, and/or then only by a relu, is computed in one pass: RES[i]
  * of conv node I is the add's other operand (-1: none), RELU[i] whether a
  * relu follows; VIEW[k] of each node so absorbed (and of a folded batch
- * norm) is the value whose buffer its output shares, -1 elsewhere.  Each
- * value is what the ops one by one give.
+ * norm) is the value whose buffer its output shares, -1 elsewhere.  A
+ * linear read only by a relu is fused so too, on a backend with
+ * linear_relu (RELU[i] of the linear).  Each value is what the ops one by
+ * one give.
  */
 static void fuse_plan(const ckpt_model *m, const ckpt_backend *b, const rt_shape *shape,
                       const int *fold, int *res, unsigned char *relu, int *view)
@@ -88,6 +90,14 @@ static void fuse_plan(const ckpt_model *m, const ckpt_backend *b, const rt_shape
         res[i] = -1;
         relu[i] = 0;
         view[i] = fold[i] >= 0 && m->nodes[i].op == RT_BATCH_NORM ? m->nodes[i].inputs[0] : -1;
+    }
+    for (size_t i = 0; i < m->nnodes && b->ops->linear_relu; i++) {
+        int k;
+        if (m->nodes[i].op == RT_LINEAR && readers_of(m, m->nodes[i].output, &k) == 1 &&
+            m->nodes[k].op == RT_RELU) {
+            relu[i] = 1;
+            view[k] = m->nodes[i].output;
+        }
     }
     if (!b->ops->conv2d_fused)
         return;
@@ -708,8 +718,8 @@ static int exec_node(run *r, size_t ni)
 
     switch (n->op) {
     case RT_LINEAR:
-        return b->ops->linear(b, xp, w, bias, yp, prod(x, 0, x->ndim - 1), x->d[x->ndim - 1],
-                              y->d[y->ndim - 1]);
+        return (r->relu[ni] ? b->ops->linear_relu : b->ops->linear)(
+            b, xp, w, bias, yp, prod(x, 0, x->ndim - 1), x->d[x->ndim - 1], y->d[y->ndim - 1]);
     case RT_CONV2D:
     case RT_CONV_TRANSPOSE2D: {
         ckpt_conv_geom g;

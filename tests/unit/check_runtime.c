@@ -810,6 +810,65 @@ START_TEST(test_fused_conv_same_bits)
 }
 END_TEST
 
+/* A linear whose output only a relu reads stores the relu in the product
+ * (linear_relu): the MNIST MLP's logits are the bits of the two ops run one
+ * by one (the hidden layer's pre-activation also output, so nothing fused),
+ * on every products path, on 1 thread and on 3 in one-item chunks. */
+START_TEST(test_fused_linear_same_bits)
+{
+    char *path = data_path("models/mnist_mlp.json");
+    FILE *fp = fopen(path, "rb");
+    ck_assert_ptr_nonnull(fp);
+    char json[4096];
+    size_t len = fread(json, 1, sizeof json - 1, fp);
+    fclose(fp);
+    json[len] = '\0';
+    const char *outs = "\"outputs\": [\"logits\"]";
+    char *at = strstr(json, outs);
+    ck_assert_ptr_nonnull(at);
+    char unfused[4200];
+    snprintf(unfused, sizeof unfused, "%.*s\"outputs\": [\"logits\", \"h1\"]%s",
+             (int)(at - json), json, at + strlen(outs));
+    ckpt_file *f = open_data("tests/data/fmnist_mlp.pth");
+    ckpt_file *ref = open_data("tests/data/fmnist_mlp.ref.pth");
+    ckpt_array in = {0};
+    read_array(ref, "input", &in);
+    for (int pi = 0; pi < NPRODUCTS; pi++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            ckpt_backend *b;
+            if (!open_cpu(PRODUCTS[pi], threads, &b))
+                continue;
+            ckpt_backend_cpu_set_grain(b, threads > 1 ? 1 : 0);
+            ckpt_model *m1 = ckpt_model_new(), *m2 = ckpt_model_new();
+            ck_assert_int_eq(ckpt_model_parse(m1, json, len, "fused.json"), 0);
+            ck_assert_int_eq(ckpt_model_parse(m2, unfused, strlen(unfused), "unfused.json"), 0);
+            ckpt_load_report r;
+            ck_assert_int_eq(ckpt_model_bind(m1, f, ckpt_file_root(f), &r), 0);
+            ck_assert_msg(r.ok, "%s", r.message);
+            ck_assert_int_eq(ckpt_model_bind(m2, f, ckpt_file_root(f), &r), 0);
+            ck_assert_msg(r.ok, "%s", r.message);
+            ckpt_array y1[1] = {{0}}, y2[2] = {{0}};
+            run_model(m1, b, &in, y1);
+            run_model(m2, b, &in, y2);
+            assert_same_bits(&y1[0], &y2[0], PRODUCTS[pi]);
+            int negative = 0; /* (the relu had something to do) */
+            for (int64_t i = 0; i < ckpt_array_numel(&y2[1]); i++)
+                negative += y2[1].data[i] < 0;
+            ck_assert_int_gt(negative, 0);
+            ckpt_array_clear(&y1[0]);
+            ckpt_array_clear(&y2[0]);
+            ckpt_array_clear(&y2[1]);
+            ckpt_model_free(m1);
+            ckpt_model_free(m2);
+            ckpt_backend_free(b);
+        }
+    ckpt_array_clear(&in);
+    ckpt_file_free(ref);
+    ckpt_file_free(f);
+    free(path);
+}
+END_TEST
+
 /* The CPU backend reads a model's inputs where the caller keeps them (no
  * copy): a run leaves them as they were, and new contents at the same
  * address give new outputs -- a product whose operand is one matrix for the
@@ -1159,6 +1218,7 @@ static Suite *suite(void)
     TCase *speed = tcase_create("speed keeps the bits");
     tcase_set_timeout(speed, 120);
     tcase_add_test(speed, test_fused_conv_same_bits);
+    tcase_add_test(speed, test_fused_linear_same_bits);
     tcase_add_test(speed, test_inputs_read_in_place);
     tcase_add_test(speed, test_input_view_output);
     tcase_add_test(speed, test_threads_same_bits);
