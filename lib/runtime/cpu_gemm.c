@@ -77,11 +77,14 @@ static inline float epi_one(float v, const float *cp, int acc, const tile_epi *e
  * The kernel template.  VT: the vector type, VW its floats; NV vectors per
  * row of the tile (NR = NV * VW), MR_ rows, over panels AS rows (A) and BS
  * columns (B) wide; RAW: A read in place, row i at a + i * lda (rows past
- * MR read row 0 again, never stored).  The loops have constant bounds and
+ * MR read row 0 again, never stored); MASKED: a vector the last column
+ * cuts is loaded and stored under a mask (AVX-512's are cheap: the scalar
+ * epilogue of a classifier's 10 columns took a third of its product),
+ * else element by element.  The loops have constant bounds and
  * are unrolled, so the accumulators stay in registers.
  */
 #define GEMM_TILE(NAME, TARGET, VT, VW, MR_, NV, AS, BS, RAW, LOADU, STOREU, SET1, FMADD, ADD,    \
-                  MAX, ZERO)                                                                     \
+                  MAX, ZERO, MASKED, MLOAD, MSTORE)                                              \
     __attribute__((target(TARGET))) static void NAME(int64_t kc, const float *a, int64_t lda,     \
                                                      const float *b, float *c, int64_t ldc,      \
                                                      int64_t mr, int64_t nr, int acc,            \
@@ -115,38 +118,48 @@ static inline float epi_one(float v, const float *cp, int acc, const tile_epi *e
             {                                                                                    \
                 float *cp = c + i * ldc + v * VW;                                                \
                 VT x = r[i][v];                                                                  \
-                if ((v + 1) * VW > nr) {                                                         \
+                int part = (v + 1) * VW > nr; /* the vector NR cuts */                           \
+                if (part && !MASKED) {                                                           \
                     float t[VW];                                                                 \
                     STOREU(t, x);                                                                \
                     for (int64_t q = 0; q < nr - v * VW; q++)                                    \
                         cp[q] = epi_one(t[q], cp + q, acc, e, i, v * VW + q);                    \
                     break;                                                                       \
                 }                                                                                \
+                /* (all lanes, or NR's first under a mask: loads past it do not \
+                 * fault, stores past it do not happen) */                     \
+                unsigned lanes = part ? (1u << (nr - v * VW)) - 1 : ~0u;                         \
                 if (acc)                                                                         \
-                    x = ADD(LOADU(cp), x);                                                       \
+                    x = ADD(MLOAD(cp, lanes), x);                                                \
                 if (e) {                                                                         \
                     if (e->bias_row)                                                             \
                         x = ADD(x, SET1(e->bias_row[i]));                                        \
                     if (e->bias_col)                                                             \
-                        x = ADD(x, LOADU(e->bias_col + v * VW));                                 \
+                        x = ADD(x, MLOAD(e->bias_col + v * VW, lanes));                          \
                     if (e->res)                                                                  \
-                        x = ADD(x, LOADU(e->res + i * e->ldr + v * VW));                         \
+                        x = ADD(x, MLOAD(e->res + i * e->ldr + v * VW, lanes));                  \
                     if (e->relu)                                                                 \
                         x = MAX(ZERO(), x); /* 0 > x ? 0 : x: NaN and -0.0 kept */               \
                 }                                                                                \
-                STOREU(cp, x);                                                                   \
+                MSTORE(cp, lanes, x);                                                            \
+                if (part)                                                                        \
+                    break;                                                                       \
             }                                                                                    \
         }                                                                                        \
     }
 
+#define MLOAD512(p, k) _mm512_maskz_loadu_ps((__mmask16)(k), p)
+#define MSTORE512(p, k, x) _mm512_mask_storeu_ps(p, (__mmask16)(k), x)
+#define MLOAD256(p, k) ((void)(k), _mm256_loadu_ps(p)) /* (whole vectors only: MASKED is 0) */
+#define MSTORE256(p, k, x) ((void)(k), _mm256_storeu_ps(p, x))
 #define TILE_AVX512(NAME, MR_, NV, RAW)                                                           \
     GEMM_TILE(NAME, "avx512f", __m512, 16, MR_, NV, 12, 32, RAW, _mm512_loadu_ps,                \
               _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps,   \
-              _mm512_setzero_ps)
+              _mm512_setzero_ps, 1, MLOAD512, MSTORE512)
 #define TILE_AVX2(NAME, MR_, NV, RAW)                                                             \
     GEMM_TILE(NAME, "avx2,fma", __m256, 8, MR_, NV, 6, 16, RAW, _mm256_loadu_ps,                 \
               _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps,   \
-              _mm256_setzero_ps)
+              _mm256_setzero_ps, 0, MLOAD256, MSTORE256)
 /* every size of tile, on panels and in place */
 #define TILES(ISA, R1, R2, R3)                                                                    \
     ISA(tile_##ISA##_##R1##x1, R1, 1, 0) ISA(tile_##ISA##_##R1##x2, R1, 2, 0)                  \

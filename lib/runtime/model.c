@@ -68,6 +68,8 @@ void rt_model_release_device(ckpt_model *m)
     for (size_t i = 0; i < m->ndev; i++)
         rt_device_release(m, &m->dev[i]);
     m->ndev = 0;
+    free(m->plan);
+    m->plan = NULL;
 }
 
 void rt_model_clear(ckpt_model *m)

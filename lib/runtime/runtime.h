@@ -136,6 +136,10 @@ struct ckpt_model {
         float **params;
     } dev[RT_MAX_DEVICES];
     size_t ndev;
+    /* run.c's plan of the last run (shapes, fusions, lifetimes), kept for
+     * the next run with the same input shapes: one allocation, free()d
+     * with the devices */
+    void *plan;
 };
 
 /* ---- model.c: the model object ------------------------------------------ */

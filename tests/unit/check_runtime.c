@@ -810,6 +810,58 @@ START_TEST(test_fused_conv_same_bits)
 }
 END_TEST
 
+/* A model keeps the plan of its last run for the next one of the same input
+ * shapes: a run of another batch size, a bad shape between two good runs,
+ * another backend, and a new binding each give what a fresh model gives. */
+START_TEST(test_plan_follows_inputs)
+{
+    ckpt_model *m = load_spec("models/mnist_mlp.json");
+    ckpt_file *f = open_data("tests/data/fmnist_mlp.pth");
+    ckpt_file *ref = open_data("tests/data/fmnist_mlp.ref.pth");
+    ckpt_load_report r;
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
+    ck_assert(r.ok);
+    ckpt_array in = {0}, want[1] = {{0}}, y[1] = {{0}};
+    read_array(ref, "input", &in);
+    int64_t batch = in.shape[0];
+    ck_assert_int_ge(batch, 4);
+    ckpt_backend *b, *plain;
+    ck_assert(open_cpu("auto", 2, &b));
+    ck_assert(open_cpu("plain", 1, &plain));
+    run_model(m, b, &in, want);
+    static const int64_t batches[] = {3, -1, 0, 1, 0}; /* 0: the whole batch; -1: a bad shape */
+    for (size_t k = 0; k < sizeof batches / sizeof batches[0]; k++) {
+        ckpt_array part = in;
+        part.shape[0] = batches[k] > 0 ? batches[k] : batch;
+        if (batches[k] < 0) {
+            part.shape[3] = 27;
+            ck_assert_int_eq(ckpt_model_run(m, b, &part, y), CKPT_ERR_USAGE);
+            continue;
+        }
+        run_model(m, k == 3 ? plain : b, &part, y);
+        ck_assert_int_eq(y[0].shape[0], part.shape[0]);
+        /* the rows of the whole batch's logits (the plain loops: close) */
+        for (int64_t i = 0; i < ckpt_array_numel(&y[0]); i++)
+            ck_assert(fabs(y[0].data[i] - want[0].data[i]) <= 1e-5 * (1 + fabs(want[0].data[i])));
+        if (batches[k] == 0)
+            assert_same_bits(&y[0], &want[0], "again");
+        ckpt_array_clear(&y[0]);
+    }
+    /* bound again (the same weights): the plan is made anew */
+    ck_assert_int_eq(ckpt_model_bind(m, f, ckpt_file_root(f), &r), 0);
+    run_model(m, b, &in, y);
+    assert_same_bits(&y[0], &want[0], "bound again");
+    ckpt_array_clear(&y[0]);
+    ckpt_array_clear(&want[0]);
+    ckpt_array_clear(&in);
+    ckpt_backend_free(b);
+    ckpt_backend_free(plain);
+    ckpt_file_free(ref);
+    ckpt_file_free(f);
+    ckpt_model_free(m);
+}
+END_TEST
+
 /* A linear whose output only a relu reads stores the relu in the product
  * (linear_relu): the MNIST MLP's logits are the bits of the two ops run one
  * by one (the hidden layer's pre-activation also output, so nothing fused),
@@ -1209,6 +1261,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_bind_size_mismatch);
     tcase_add_test(tc, test_bind_missing_weight_says_nothing_downstream);
     tcase_add_test(tc, test_run_checks_input_shape);
+    tcase_add_test(tc, test_plan_follows_inputs);
     tcase_add_loop_test(tc, test_shape_errors, 0, (int)(sizeof bad_shapes / sizeof bad_shapes[0]));
     tcase_add_test(tc, test_embedding_id_out_of_range);
     tcase_add_test(tc, test_op_not_available);
