@@ -7,7 +7,8 @@ bench_models.py makes them: torch.manual_seed(16), torch's init, batch-norm
 statistics randomized; --workdir, reused while there) -- at batch 8 and at
 a larger batch, on the default CPU backend (its packed SGEMM) run with
 `bench/bench_forward --threads 1` and `--threads 2` in the same run: --rounds
-child processes each, the two alternating, the order rotating; median of
+child processes each, the two alternating, the order rotating, each timing
+its forwards after warming up for --warmup-ms (a steady state's times); median of
 the rounds' medians, their range, the least forward of all (on a busy
 machine the nearest to a quiet one's time), peak RSS of every child (GNU
 time), and the 1-minute load average before each child.  Goal: 1 thread's
@@ -15,7 +16,7 @@ time / 2 threads' time >= 1.8 at batch >= 8.  Before any timing, the two
 thread counts' outputs are compared bit for bit (bench_forward --dump).
 
     /usr/bin/python3 bench/bench_threads.py [--models mlp,ae,ssd300,resnet50,crnn]
-        [--rounds 3] [--threads 2] [--workdir bench/out]
+        [--rounds 3] [--threads 2] [--warmup-ms 500] [--workdir bench/out]
         [--results bench/RESULTS.md] [--no-results]
 
 Run after `make bench/bench_forward`.
@@ -74,6 +75,7 @@ def checkpoint(a, key, model):
 
 def argv(a, model, batch, threads, runs, warmup, dump=None):
     return ([a.bench_forward, "--threads", str(threads), "--warmup", str(warmup)] +
+            (["--warmup-ms", str(a.warmup_ms)] if warmup and not dump else []) +
             (["--dump", dump] if dump else []) +
             [os.path.join(ROOT, model["spec"]), model["path"], str(batch), str(runs), "cpu"])
 
@@ -106,6 +108,9 @@ def main():
     ap.add_argument("--workdir", default=os.path.join(ROOT, "bench", "out"))
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     ap.add_argument("--no-results", action="store_true")
+    ap.add_argument("--warmup-ms", type=int, default=500,
+                    help="warm-up forwards for at least this long (default 500): a worker "
+                         "thread of the 2-core VM joined the forwards only after up to 8 ms")
     a = ap.parse_args()
     keys = bm.chosen(a.models, MODELS)
     tt = a.threads
@@ -180,7 +185,8 @@ def main():
             "(`bench_forward --dump`, one forward each: the same bytes, every output); then "
             "%d rounds of one child process per thread count (`bench/bench_forward --threads "
             "1` / `--threads %d`, the order alternating), each loading the model, running its "
-            "warm-up forwards and then the timed ones (CLOCK_MONOTONIC around "
+            "warm-up forwards (for at least %d ms: a steady state's times; a worker thread of "
+            "this VM took part only after up to 8 ms) and then the timed ones (CLOCK_MONOTONIC around "
             "`ckpt_model_run()`, which copies the input in and the outputs out); a line's "
             "median is the median of its rounds' medians, its best the least forward of all. "
             "Checkpoints: MLP and autoencoder from tests/data, the others made once by a torch "
@@ -188,9 +194,10 @@ def main():
             "child: %.2f-%.2f (the benchmark itself accounts for up to %d; each line's in its "
             "last column: where it is well over 1, another job held a core and the 2-thread "
             "child could not have both). The run took %.0f s."
-            % (a.rounds, tt, bm.SEED, min(loads), max(loads), tt, elapsed),
-            "- Command: `/usr/bin/python3 bench/bench_threads.py --models %s --rounds %d` "
-            "(after `make bench/bench_forward`)" % (",".join(keys), a.rounds),
+            % (a.rounds, tt, a.warmup_ms, bm.SEED, min(loads), max(loads), tt, elapsed),
+            "- Command: `/usr/bin/python3 bench/bench_threads.py --models %s --rounds %d "
+            "--warmup-ms %d` (after `make bench/bench_forward`)"
+            % (",".join(keys), a.rounds, a.warmup_ms),
             ""] + table + [""]
     text.append("Result: goal %s (%d of %d lines at >= %.1fx)." % (
         "met" if all(met) else "MISSED", sum(met), len(met), GOAL))

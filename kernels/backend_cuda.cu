@@ -2590,7 +2590,7 @@ static int cuda_set_flags(ckpt_backend *b, unsigned flags);
 
 // In runtime/backend.h's order (C++17 has no designated initializers); the
 // assertion catches an op added there and not here.
-static_assert(sizeof(ckpt_backend_ops) == 33 * sizeof(void (*)(void)),
+static_assert(sizeof(ckpt_backend_ops) == 34 * sizeof(void (*)(void)),
               "ckpt_backend_ops changed: update cuda_ops");
 static const ckpt_backend_ops cuda_ops = {
     cuda_destroy,    cuda_alloc,  cuda_release, cuda_upload,    cuda_download,
@@ -2607,6 +2607,7 @@ static const ckpt_backend_ops cuda_ops = {
     // ABI 4
     nullptr, // borrow: inputs are uploaded to the device
     nullptr, // linear_relu: the executor runs linear, then relu
+    nullptr, // conv_transpose2d_act: then the activation
 };
 
 // cuDNN for a new backend: a handle on its stream and the descriptors the

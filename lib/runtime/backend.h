@@ -82,6 +82,10 @@ typedef enum ckpt_unary_kind {
     CKPT_U_COUNT
 } ckpt_unary_kind;
 
+/* The activations an op may apply to its output in the same pass
+ * (conv_transpose2d_act); each gives the bits its own op gives. */
+typedef enum ckpt_act_kind { CKPT_ACT_NONE, CKPT_ACT_RELU, CKPT_ACT_SIGMOID } ckpt_act_kind;
+
 /* The operators of binary(), y = a OP x, with broadcasting. */
 typedef enum ckpt_binary_kind {
     CKPT_B_ADD, CKPT_B_SUB, CKPT_B_MUL, CKPT_B_DIV, CKPT_B_COUNT
@@ -246,6 +250,13 @@ typedef struct ckpt_backend_ops {
      * (an MLP's hidden layer). */
     int (*linear_relu)(ckpt_backend *b, const float *x, const float *w, const float *bias,
                        float *y, int64_t rows, int64_t in, int64_t out);
+    /* Optional (NULL: the executor runs conv_transpose2d, then the
+     * activation): conv_transpose2d, then ACT (a ckpt_act_kind) of each
+     * value -- what the two ops give, in the pass that adds the bias.  Used
+     * for a transposed conv whose output only a relu or a sigmoid reads (a
+     * decoder's layers, its last). */
+    int (*conv_transpose2d_act)(ckpt_backend *b, const float *x, const float *w,
+                                const float *bias, int act, float *y, const ckpt_conv_geom *g);
 } ckpt_backend_ops;
 
 /* set_flags' private flags (above CKPT_BACKEND_*'s): the convolutions on

@@ -202,6 +202,18 @@ static int cpu_relu(ckpt_backend *b, const float *x, float *y, size_t n);
 static void par_for(cpu_impl *c, int64_t n, int64_t grain, par_fn fn, void *arg);
 static void par_chunks(cpu_impl *c, int64_t n, int64_t nchunks, par_fn fn, void *arg);
 
+/* relu and sigmoid of one value, for their ops and for the ops that end
+ * with them (the same bits) */
+static inline float relu1(float v)
+{
+    return v < 0.0f ? 0.0f : v; /* as torch: NaN and -0.0 pass through */
+}
+
+static inline float sigmoid1(float v)
+{
+    return 1.0f / (1.0f + expf(-v));
+}
+
 static int nomem(ckpt_backend *b)
 {
     return ckpt_backend_fail(b, CKPT_ERR_NOMEM, "out of memory");
@@ -1254,11 +1266,13 @@ typedef struct convt_job {
     const float *x, *w, *wp, *bias;
     float *y, *cols;
     const ckpt_conv_geom *g;
+    int act; /* ckpt_act_kind, after the bias */
 } convt_job;
 
 /* col2im of one image's COLS into Y's channels LO..HI: each output pixel
  * gets its kernel taps in ascending (row, column) order -- one tap per
- * (i, j) at most -- then the bias */
+ * (i, j) at most -- then the bias, then the activation (relu1, sigmoid1:
+ * relu's and sigmoid's own) */
 static void col2im(const convt_job *j, const float *cols, float *y, int64_t lo, int64_t hi)
 {
     const ckpt_conv_geom *g = j->g;
@@ -1283,6 +1297,14 @@ static void col2im(const convt_job *j, const float *cols, float *y, int64_t lo, 
         if (j->bias)
             for (int64_t p = 0; p < ohw; p++)
                 yc[p] += j->bias[oc];
+        /* (here, the channel still in cache: on 2 threads the MNIST
+         * autoencoder's relu as a job of its own took longer than on 1) */
+        if (j->act == CKPT_ACT_RELU)
+            for (int64_t p = 0; p < ohw; p++)
+                yc[p] = relu1(yc[p]);
+        else if (j->act == CKPT_ACT_SIGMOID)
+            for (int64_t p = 0; p < ohw; p++)
+                yc[p] = sigmoid1(yc[p]);
     }
 }
 
@@ -1318,13 +1340,16 @@ static void convt_img_part(void *arg, int64_t lo, int64_t hi)
     slot_give(c, s);
 }
 
-static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
-                                const float *bias, float *y, const ckpt_conv_geom *g)
+static int cpu_conv_transpose2d_act(ckpt_backend *b, const float *x, const float *w,
+                                    const float *bias, int act, float *y,
+                                    const ckpt_conv_geom *g)
 {
     cpu_impl *c = b->impl;
     int64_t hw_in = g->in_h * g->in_w, kk = g->k_h * g->k_w, okk = g->out_c * kk;
     int64_t ohw = g->out_h * g->out_w;
-    convt_job j = {.c = c, .x = x, .w = w, .bias = bias, .y = y, .g = g};
+    if (act != CKPT_ACT_NONE && act != CKPT_ACT_RELU && act != CKPT_ACT_SIGMOID)
+        return ckpt_backend_fail(b, CKPT_ERR_USAGE, "unknown activation %d", act);
+    convt_job j = {.c = c, .x = x, .w = w, .bias = bias, .y = y, .g = g, .act = act};
     /* small images (the MNIST autoencoder's 7 x 7 and 14 x 14) one a
      * thread: their products are too small to share.  Not with OpenBLAS,
      * whose own threads would then compete with them */
@@ -1356,6 +1381,12 @@ static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
         par_for(c, g->out_c, grain, col2im_part, &ji);
     }
     return CKPT_OK;
+}
+
+static int cpu_conv_transpose2d(ckpt_backend *b, const float *x, const float *w,
+                                const float *bias, float *y, const ckpt_conv_geom *g)
+{
+    return cpu_conv_transpose2d_act(b, x, w, bias, CKPT_ACT_NONE, y, g);
 }
 
 typedef struct pool_job {
@@ -1473,7 +1504,7 @@ static void relu_part(void *arg, int64_t lo, int64_t hi)
     const float *restrict x = e->x;
     float *restrict y = e->y;
     for (int64_t i = lo; i < hi; i++)
-        y[i] = x[i] < 0.0f ? 0.0f : x[i]; /* as torch: NaN and -0.0 pass through */
+        y[i] = relu1(x[i]);
 }
 
 static int cpu_relu(ckpt_backend *b, const float *x, float *y, size_t n)
@@ -1577,7 +1608,7 @@ static void sigmoid_part(void *arg, int64_t lo, int64_t hi)
 {
     const ew_job *e = arg;
     for (int64_t i = lo; i < hi; i++)
-        e->y[i] = 1.0f / (1.0f + expf(-e->x[i]));
+        e->y[i] = sigmoid1(e->x[i]);
 }
 
 static int cpu_sigmoid(ckpt_backend *b, const float *x, float *y, size_t n)
@@ -2602,6 +2633,7 @@ static const ckpt_backend_ops CPU_OPS = {
     .attention = cpu_attention,
     .borrow = cpu_borrow,
     .linear_relu = cpu_linear_relu,
+    .conv_transpose2d_act = cpu_conv_transpose2d_act,
 };
 
 /* OpenBLAS, when present: found by soname at run time. */

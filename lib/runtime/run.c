@@ -76,27 +76,33 @@ static int readers_of(const ckpt_model *m, int v, int *only)
  * backend with conv2d_fused: the conv's output (after its folded batch
  * norm) read only by an add whose other operand already exists when the
  * conv runs, and/or then only by a relu, is computed in one pass: RES[i]
- * of conv node I is the add's other operand (-1: none), RELU[i] whether a
- * relu follows; VIEW[k] of each node so absorbed (and of a folded batch
- * norm) is the value whose buffer its output shares, -1 elsewhere.  A
- * linear read only by a relu is fused so too, on a backend with
- * linear_relu (RELU[i] of the linear).  Each value is what the ops one by
- * one give.
+ * of conv node I is the add's other operand (-1: none), ACT[i] the
+ * ckpt_act_kind that follows (CKPT_ACT_RELU or none); VIEW[k] of each node
+ * so absorbed (and of a folded batch norm) is the value whose buffer its
+ * output shares, -1 elsewhere.  So too a linear read only by a relu, on a
+ * backend with linear_relu, and a transposed conv read only by a relu or a
+ * sigmoid, on a backend with conv_transpose2d_act.  Each value is what the
+ * ops one by one give.
  */
 static void fuse_plan(const ckpt_model *m, const ckpt_backend *b, const rt_shape *shape,
-                      const int *fold, int *res, unsigned char *relu, int *view)
+                      const int *fold, int *res, unsigned char *act, int *view)
 {
     for (size_t i = 0; i < m->nnodes; i++) {
         res[i] = -1;
-        relu[i] = 0;
+        act[i] = CKPT_ACT_NONE;
         view[i] = fold[i] >= 0 && m->nodes[i].op == RT_BATCH_NORM ? m->nodes[i].inputs[0] : -1;
     }
-    for (size_t i = 0; i < m->nnodes && b->ops->linear_relu; i++) {
-        int k;
-        if (m->nodes[i].op == RT_LINEAR && readers_of(m, m->nodes[i].output, &k) == 1 &&
-            m->nodes[k].op == RT_RELU) {
-            relu[i] = 1;
-            view[k] = m->nodes[i].output;
+    for (size_t i = 0; i < m->nnodes; i++) {
+        int k, op = m->nodes[i].op;
+        if ((op == RT_LINEAR && b->ops->linear_relu) ||
+            (op == RT_CONV_TRANSPOSE2D && b->ops->conv_transpose2d_act)) {
+            if (readers_of(m, m->nodes[i].output, &k) != 1)
+                continue;
+            int then = m->nodes[k].op;
+            if (then == RT_RELU || (then == RT_SIGMOID && op == RT_CONV_TRANSPOSE2D)) {
+                act[i] = then == RT_RELU ? CKPT_ACT_RELU : CKPT_ACT_SIGMOID;
+                view[k] = m->nodes[i].output;
+            }
         }
     }
     if (!b->ops->conv2d_fused)
@@ -124,7 +130,7 @@ static void fuse_plan(const ckpt_model *m, const ckpt_backend *b, const rt_shape
             n = &m->nodes[k];
         }
         if (n->op == RT_RELU) {
-            relu[i] = 1;
+            act[i] = CKPT_ACT_RELU;
             view[k] = end;
         }
     }
@@ -262,7 +268,7 @@ typedef struct run {
     size_t nbufs;
     int *fold;         /* per node: fold_plan */
     int *res;          /* per node: fuse_plan */
-    unsigned char *relu;
+    unsigned char *act; /* per node: fuse_plan */
     int *view;
 } run;
 
@@ -718,18 +724,20 @@ static int exec_node(run *r, size_t ni)
 
     switch (n->op) {
     case RT_LINEAR:
-        return (r->relu[ni] ? b->ops->linear_relu : b->ops->linear)(
+        return (r->act[ni] ? b->ops->linear_relu : b->ops->linear)(
             b, xp, w, bias, yp, prod(x, 0, x->ndim - 1), x->d[x->ndim - 1], y->d[y->ndim - 1]);
     case RT_CONV2D:
     case RT_CONV_TRANSPOSE2D: {
         ckpt_conv_geom g;
         rt_conv_geom(n, x, &r->m->params[n->param[RT_P_WEIGHT]].shape, y, &g);
-        if (n->op == RT_CONV2D && (r->res[ni] >= 0 || r->relu[ni]))
+        if (n->op == RT_CONV2D && (r->res[ni] >= 0 || r->act[ni]))
             return b->ops->conv2d_fused(b, xp, w, bias,
                                         r->res[ni] >= 0 ? val(r, r->res[ni]) : NULL,
-                                        r->relu[ni], yp, &g);
+                                        r->act[ni] == CKPT_ACT_RELU, yp, &g);
         if (n->op == RT_CONV2D)
             return b->ops->conv2d(b, xp, w, bias, yp, &g);
+        if (r->act[ni])
+            return b->ops->conv_transpose2d_act(b, xp, w, bias, r->act[ni], yp, &g);
         return b->ops->conv_transpose2d(b, xp, w, bias, yp, &g);
     }
     case RT_MAX_POOL2D: {
@@ -848,7 +856,7 @@ typedef struct rt_plan {
     const ckpt_backend_ops *ops; /* NULL: not made */
     rt_shape *shape;
     int *last_use, *fold, *res, *view, *buf;
-    unsigned char *is_output, *relu;
+    unsigned char *is_output, *act;
     rt_buf *bufs;
 } rt_plan;
 
@@ -872,7 +880,7 @@ static rt_plan *plan_new(const ckpt_model *m)
     p->res = p->fold + nn;
     p->view = p->res + nn;
     p->is_output = (unsigned char *)(p->view + nn);
-    p->relu = p->is_output + nv;
+    p->act = p->is_output + nv;
     return p;
 }
 
@@ -909,7 +917,7 @@ static int plan_for(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs, rt
         for (int k = 0; k < m->nodes[ni].ninputs; k++)
             p->last_use[m->nodes[ni].inputs[k]] = (int)ni;
     fold_plan(m, p->fold);
-    fuse_plan(m, b, p->shape, p->fold, p->res, p->relu, p->view);
+    fuse_plan(m, b, p->shape, p->fold, p->res, p->act, p->view);
     p->ops = b->ops;
     return CKPT_OK;
 }
@@ -932,7 +940,7 @@ int ckpt_model_run(ckpt_model *m, ckpt_backend *b, const ckpt_array *inputs, ckp
     size_t nv = m->nvalues;
     run r = {.m = m, .b = b, .shape = p->shape, .buf = p->buf, .last_use = p->last_use,
              .is_output = p->is_output, .bufs = p->bufs, .fold = p->fold, .res = p->res,
-             .relu = p->relu, .view = p->view};
+             .act = p->act, .view = p->view};
     for (size_t v = 0; v < nv; v++)
         r.buf[v] = -1;
     memset(r.bufs, 0, nv * sizeof *r.bufs);

@@ -862,27 +862,28 @@ START_TEST(test_plan_follows_inputs)
 }
 END_TEST
 
-/* A linear whose output only a relu reads stores the relu in the product
- * (linear_relu): the MNIST MLP's logits are the bits of the two ops run one
- * by one (the hidden layer's pre-activation also output, so nothing fused),
- * on every products path, on 1 thread and on 3 in one-item chunks. */
-START_TEST(test_fused_linear_same_bits)
+/* SPEC's model bound to CKPT, run on REF's input, and the same model with
+ * ALSO added to its outputs (the values an op would fuse away, so that
+ * nothing is fused): the same bits in every output of the first, on every
+ * products path, on 1 thread and on 3 in one-item chunks.  NEG names an
+ * added output that must have negative values (the relu had work). */
+static void fused_same_bits(const char *spec, const char *ckpt, const char *ref_path,
+                            const char *also, int neg)
 {
-    char *path = data_path("models/mnist_mlp.json");
+    char *path = data_path(spec);
     FILE *fp = fopen(path, "rb");
     ck_assert_ptr_nonnull(fp);
-    char json[4096];
+    char json[8192];
     size_t len = fread(json, 1, sizeof json - 1, fp);
     fclose(fp);
     json[len] = '\0';
-    const char *outs = "\"outputs\": [\"logits\"]";
-    char *at = strstr(json, outs);
+    char *at = strstr(json, "\"outputs\": [");
     ck_assert_ptr_nonnull(at);
-    char unfused[4200];
-    snprintf(unfused, sizeof unfused, "%.*s\"outputs\": [\"logits\", \"h1\"]%s",
-             (int)(at - json), json, at + strlen(outs));
-    ckpt_file *f = open_data("tests/data/fmnist_mlp.pth");
-    ckpt_file *ref = open_data("tests/data/fmnist_mlp.ref.pth");
+    at += strlen("\"outputs\": [");
+    char unfused[8400];
+    snprintf(unfused, sizeof unfused, "%.*s%s, %s", (int)(at - json), json, also, at);
+    ckpt_file *f = open_data(ckpt);
+    ckpt_file *ref = open_data(ref_path);
     ckpt_array in = {0};
     read_array(ref, "input", &in);
     for (int pi = 0; pi < NPRODUCTS; pi++)
@@ -893,23 +894,29 @@ START_TEST(test_fused_linear_same_bits)
             ckpt_backend_cpu_set_grain(b, threads > 1 ? 1 : 0);
             ckpt_model *m1 = ckpt_model_new(), *m2 = ckpt_model_new();
             ck_assert_int_eq(ckpt_model_parse(m1, json, len, "fused.json"), 0);
-            ck_assert_int_eq(ckpt_model_parse(m2, unfused, strlen(unfused), "unfused.json"), 0);
+            ck_assert_msg(ckpt_model_parse(m2, unfused, strlen(unfused), "unfused.json") == 0,
+                          "%s", ckpt_model_error_message(m2));
             ckpt_load_report r;
             ck_assert_int_eq(ckpt_model_bind(m1, f, ckpt_file_root(f), &r), 0);
             ck_assert_msg(r.ok, "%s", r.message);
             ck_assert_int_eq(ckpt_model_bind(m2, f, ckpt_file_root(f), &r), 0);
             ck_assert_msg(r.ok, "%s", r.message);
-            ckpt_array y1[1] = {{0}}, y2[2] = {{0}};
+            size_t n1 = ckpt_model_output_count(m1), n2 = ckpt_model_output_count(m2);
+            ck_assert(n1 <= 4 && n2 <= 8 && n2 > n1);
+            ckpt_array y1[4] = {{0}}, y2[8] = {{0}};
             run_model(m1, b, &in, y1);
             run_model(m2, b, &in, y2);
-            assert_same_bits(&y1[0], &y2[0], PRODUCTS[pi]);
-            int negative = 0; /* (the relu had something to do) */
-            for (int64_t i = 0; i < ckpt_array_numel(&y2[1]); i++)
-                negative += y2[1].data[i] < 0;
+            /* the added outputs come first in the second model */
+            for (size_t k = 0; k < n1; k++)
+                assert_same_bits(&y1[k], &y2[n2 - n1 + k], PRODUCTS[pi]);
+            int negative = 0;
+            for (int64_t i = 0; i < ckpt_array_numel(&y2[neg]); i++)
+                negative += y2[neg].data[i] < 0;
             ck_assert_int_gt(negative, 0);
-            ckpt_array_clear(&y1[0]);
-            ckpt_array_clear(&y2[0]);
-            ckpt_array_clear(&y2[1]);
+            for (size_t k = 0; k < n1; k++)
+                ckpt_array_clear(&y1[k]);
+            for (size_t k = 0; k < n2; k++)
+                ckpt_array_clear(&y2[k]);
             ckpt_model_free(m1);
             ckpt_model_free(m2);
             ckpt_backend_free(b);
@@ -918,6 +925,26 @@ START_TEST(test_fused_linear_same_bits)
     ckpt_file_free(ref);
     ckpt_file_free(f);
     free(path);
+}
+
+/* A linear whose output only a relu reads stores the relu in the product
+ * (linear_relu): the MNIST MLP's logits, with and without its hidden
+ * layer's pre-activation as an output. */
+START_TEST(test_fused_linear_same_bits)
+{
+    fused_same_bits("models/mnist_mlp.json", "tests/data/fmnist_mlp.pth",
+                    "tests/data/fmnist_mlp.ref.pth", "\"h1\"", 0);
+}
+END_TEST
+
+/* A transposed conv whose output only a relu or a sigmoid reads applies it
+ * as it adds the bias (conv_transpose2d_act): the MNIST autoencoder's
+ * reconstruction and code, with and without the decoder's pre-activations
+ * as outputs. */
+START_TEST(test_fused_conv_transpose_same_bits)
+{
+    fused_same_bits("models/mnist_conv_autoencoder.json", "tests/data/fmnist_ae.pth",
+                    "tests/data/fmnist_ae.ref.pth", "\"d4\", \"d6\"", 0);
 }
 END_TEST
 
@@ -1272,6 +1299,7 @@ static Suite *suite(void)
     tcase_set_timeout(speed, 120);
     tcase_add_test(speed, test_fused_conv_same_bits);
     tcase_add_test(speed, test_fused_linear_same_bits);
+    tcase_add_test(speed, test_fused_conv_transpose_same_bits);
     tcase_add_test(speed, test_inputs_read_in_place);
     tcase_add_test(speed, test_input_view_output);
     tcase_add_test(speed, test_threads_same_bits);
