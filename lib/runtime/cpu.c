@@ -876,7 +876,7 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
     /* (one side is raw, the other a weight or an image's B; or both, in
      * matmul) */
     int64_t chunks = 0;
-    int in_place = cpu_gemm_a_in_place(c->gk, &j.call); /* (a few rows, read where they are) */
+    int in_place = j.call.a_in_place; /* (a few rows, read where they are) */
     if (!alone && tasks >= c->thr.n && tasks <= 2 * (int64_t)c->thr.n && j.call.k > 0 &&
         j.call.a.raw && !j.call.a.packed && j.call.tiles_m == 1 && j.call.tiles_n > 1 &&
         (double)j.call.m * (double)j.call.k <= (double)cpu_gemm_scratch_floats(c->gk)) {
@@ -1020,8 +1020,9 @@ static int cpu_linear(ckpt_backend *b, const float *x, const float *w, const flo
     return linear_then(b, x, w, bias, y, rows, in, out, 0);
 }
 
-/* The ReLU in the product's store (no pass of its own over y: on 2
- * threads it read the half of y the other core had just written) */
+/* On the own kernel the ReLU is in the product's store (no pass of its
+ * own over y: on 2 threads it read the half of y the other core had just
+ * written); on OpenBLAS and the plain loop it is a second pass. */
 static int cpu_linear_relu(ckpt_backend *b, const float *x, const float *w, const float *bias,
                            float *y, int64_t rows, int64_t in, int64_t out)
 {

@@ -438,6 +438,7 @@ int64_t cpu_gemm_plan(const cpu_gemm_kernel *k, cpu_gemm_call *c, int threads)
     }
     c->mc = mc;
     c->nc = nc;
+    c->a_in_place = !c->a.packed && c->a.cs == 1 && c->m <= k->mr;
     c->tiles_m = c->m > 0 ? (c->m + mc - 1) / mc : 0;
     c->tiles_n = c->n > 0 ? (c->n + nc - 1) / nc : 0;
     /* as many tasks a thread: more row parts (smaller: span() keeps them
@@ -475,18 +476,13 @@ static const float *block(const cpu_gemm_kernel *k, int side, const cpu_gemm_ope
     return buf;
 }
 
-int cpu_gemm_a_in_place(const cpu_gemm_kernel *k, const cpu_gemm_call *c)
-{
-    return !c->a.packed && c->a.cs == 1 && c->m <= k->mr;
-}
-
 /* Rows I0.. (ILEN) and depth P0.. (KL) of CALL's A for the tiles: in place
  * (*LDA floats a row, *RAW set) or as block() gives it */
 static const float *a_block(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t i0,
                             int64_t ilen, int64_t p0, int64_t kl, float *buf, int64_t *step,
                             int64_t *lda, int *raw)
 {
-    *raw = cpu_gemm_a_in_place(k, c);
+    *raw = c->a_in_place;
     *lda = c->a.rs;
     if (*raw) {
         *step = 0; /* (one panel: ilen <= m <= MR) */

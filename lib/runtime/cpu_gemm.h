@@ -103,14 +103,14 @@ typedef struct cpu_gemm_call {
     const float *res;
     int64_t ldr;
     int relu;
-    /* set by cpu_gemm_plan */
+    /* set by cpu_gemm_plan; A_IN_PLACE: the tasks read the raw A in place,
+     * unpacked (rows contiguous along the depth, at most one panel of
+     * them: a small batch's input), so that packing it first would be a
+     * copy nobody reads */
     int64_t mc, nc, tiles_m, tiles_n;
+    int a_in_place;
 } cpu_gemm_call;
 
-/* 1 when the tasks read CALL's raw A in place, unpacked (rows contiguous
- * along the depth, at most one panel of them: a small batch's input), so
- * that packing it first would be a copy nobody reads. */
-int cpu_gemm_a_in_place(const cpu_gemm_kernel *k, const cpu_gemm_call *call);
 /* Cut CALL's output into tasks for THREADS threads; returns their count. */
 int64_t cpu_gemm_plan(const cpu_gemm_kernel *k, cpu_gemm_call *call, int threads);
 /* Floats of scratch one running task needs. */

@@ -860,15 +860,20 @@ typedef struct rt_plan {
     rt_buf *bufs;
 } rt_plan;
 
+_Static_assert(_Alignof(rt_plan) >= _Alignof(rt_shape) && _Alignof(rt_shape) >= _Alignof(rt_buf) &&
+                   _Alignof(rt_buf) >= _Alignof(int),
+               "plan_new lays its arrays out widest first");
+
 static rt_plan *plan_new(const ckpt_model *m)
 {
     size_t nv = m->nvalues, nn = m->nnodes ? m->nnodes : 1;
     size_t bytes = sizeof(rt_plan) + nv * (sizeof(rt_shape) + sizeof(rt_buf) + 2 * sizeof(int)) +
-                   nn * 3 * sizeof(int) + nv + nn + 64;
+                   nn * 3 * sizeof(int) + nv + nn;
     rt_plan *p = calloc(1, bytes);
     if (!p)
         return NULL;
-    /* (widest alignment first) */
+    /* widest alignment first, after a header whose size is a multiple of
+     * a pointer's: no padding is needed */
     char *at = (char *)(p + 1);
     p->shape = (rt_shape *)(void *)at;
     at += nv * sizeof(rt_shape);
