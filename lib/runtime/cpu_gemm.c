@@ -35,6 +35,9 @@ typedef struct tile_epi {
 typedef void (*tile_fn)(int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                         int64_t ldc, int64_t mr, int64_t nr, int acc, const tile_epi *e);
 
+/* Row tiles in a task of MC rows at most (row_tiles) */
+#define ROW_TILES_MAX 16
+
 struct cpu_gemm_kernel {
     const char *id, *name;
     int mr, nr;
@@ -191,10 +194,12 @@ static int has_avx2(void)
 
 /* Depth blocks of 256: an A panel (12 KB) stays in L1 while B's panels
  * (32 KB each, MC x KC and KC x NC blocks in L2) stream past it. */
+#define GEMM_MC 96
+_Static_assert(GEMM_MC / 6 <= ROW_TILES_MAX, "a task's row tiles (MC / MR) fit row_tiles");
 static const cpu_gemm_kernel KERNELS[] = {
-    {"avx512", "AVX-512", 12, 32, 256, 96, 256, has_avx512,
+    {"avx512", "AVX-512", 12, 32, 256, GEMM_MC, 256, has_avx512,
      TILE_TABLE(tile, TILE_AVX512, 4, 8, 12), TILE_TABLE(raw, TILE_AVX512, 4, 8, 12)},
-    {"avx2", "AVX2+FMA", 6, 16, 256, 96, 256, has_avx2, TILE_TABLE(tile, TILE_AVX2, 2, 4, 6),
+    {"avx2", "AVX2+FMA", 6, 16, 256, GEMM_MC, 256, has_avx2, TILE_TABLE(tile, TILE_AVX2, 2, 4, 6),
      TILE_TABLE(raw, TILE_AVX2, 2, 4, 6)},
 };
 #define NKERNELS (sizeof KERNELS / sizeof KERNELS[0])
@@ -422,7 +427,9 @@ int64_t cpu_gemm_plan(const cpu_gemm_kernel *k, cpu_gemm_call *c, int threads)
     if (nc > k->nc)
         nc = k->nc;
     int64_t want = threads > 1 ? 3 * (int64_t)threads : 1;
-    int rows_first = c->b.packed && !c->a.packed;
+    /* (the plan's first choice: a small A read in place is cut by columns) */
+    c->a_in_place = !c->a.packed && c->a.cs == 1 && c->m <= 2 * (int64_t)k->mr;
+    int rows_first = c->b.packed && !c->a.packed && !c->a_in_place;
     for (;;) {
         int64_t tm = (c->m + mc - 1) / mc, tn = (c->n + nc - 1) / nc;
         if (tm * tn >= want)
@@ -438,7 +445,6 @@ int64_t cpu_gemm_plan(const cpu_gemm_kernel *k, cpu_gemm_call *c, int threads)
     }
     c->mc = mc;
     c->nc = nc;
-    c->a_in_place = !c->a.packed && c->a.cs == 1 && c->m <= k->mr;
     c->tiles_m = c->m > 0 ? (c->m + mc - 1) / mc : 0;
     c->tiles_n = c->n > 0 ? (c->n + nc - 1) / nc : 0;
     /* as many tasks a thread: more row parts (smaller: span() keeps them
@@ -476,28 +482,6 @@ static const float *block(const cpu_gemm_kernel *k, int side, const cpu_gemm_ope
     return buf;
 }
 
-/* Rows I0.. (ILEN) and depth P0.. (KL) of CALL's A for the tiles: in place
- * (*LDA floats a row, *RAW set) or as block() gives it */
-static const float *a_block(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t i0,
-                            int64_t ilen, int64_t p0, int64_t kl, float *buf, int64_t *step,
-                            int64_t *lda, int *raw)
-{
-    *raw = c->a_in_place;
-    *lda = c->a.rs;
-    if (*raw) {
-        *step = 0; /* (one panel: ilen <= m <= MR) */
-        return c->a.raw + i0 * c->a.rs + p0;
-    }
-    return block(k, CPU_GEMM_A, &c->a, i0, ilen, p0, kl, c->k, buf, step);
-}
-
-/* The tile that computes MR rows and NR columns, and the fewest beyond */
-static tile_fn tile_for(const cpu_gemm_kernel *k, int raw, int64_t mr, int64_t nr)
-{
-    int64_t third = k->mr / 3, r = (mr + third - 1) / third - 1;
-    return raw ? k->raw[r][nr > k->nr / 2] : k->tile[r][nr > k->nr / 2];
-}
-
 /* Part IDX of PARTS of LEN rows (columns) cut at multiples of UNIT (the
  * tile), the parts' tiles differing by one at most: *AT, *N.  (Cut into
  * MC-row blocks, a batch of 256 gave one thread 144 rows and the other
@@ -511,12 +495,57 @@ static void span(int64_t len, int64_t parts, int64_t idx, int64_t unit, int64_t 
     *n = (hi < len ? hi : len) - lo;
 }
 
+/* Rows I0.. (ILEN) and depth P0.. (KL) of CALL's A for the tiles: in place
+ * (*LDA floats a row, *RAW set) or as block() gives it */
+static const float *a_block(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t i0,
+                            int64_t ilen, int64_t p0, int64_t kl, float *buf, int64_t *step,
+                            int64_t *lda, int *raw)
+{
+    *raw = c->a_in_place;
+    *lda = c->a.rs;
+    if (*raw) {
+        *step = 0; /* (row r at r * *LDA) */
+        return c->a.raw + i0 * c->a.rs + p0;
+    }
+    return block(k, CPU_GEMM_A, &c->a, i0, ilen, p0, kl, c->k, buf, step);
+}
+
+/* A task's row tiles, worked out once a task (their divisions, made per
+ * tile call, were a twentieth of the MNIST MLP's forward at batch 8): A
+ * packed, one a panel of MR; read in place, as many, their rows balanced
+ * at a third of MR (a batch of 8 on AVX2: 4 + 4, not 6 + 2, whose 2-row
+ * tile has too few chains to keep the FMA units busy: it took two thirds
+ * of the 6-row tile's time).  TF[t][v]: the tile of the fewest rows that
+ * holds row tile T's, for NR columns, v = NR > the kernel's NR / 2. */
+typedef struct row_tiles {
+    int64_t n;
+    int64_t at[ROW_TILES_MAX], rows[ROW_TILES_MAX];
+    tile_fn const *tf[ROW_TILES_MAX];
+} row_tiles;
+
+static void row_tiles_plan(const cpu_gemm_kernel *k, int raw, int64_t ilen, row_tiles *rt)
+{
+    int64_t n = (ilen + k->mr - 1) / k->mr, third = k->mr / 3;
+    rt->n = n; /* (a task has at most MC rows: cpu_gemm_plan, span()) */
+    for (int64_t t = 0; t < n; t++) {
+        if (raw)
+            span(ilen, n, t, third, &rt->at[t], &rt->rows[t]);
+        else {
+            rt->at[t] = t * k->mr;
+            rt->rows[t] = ilen - rt->at[t] < k->mr ? ilen - rt->at[t] : k->mr;
+        }
+        int64_t r = (rt->rows[t] + third - 1) / third - 1;
+        rt->tf[t] = raw ? k->raw[r] : k->tile[r];
+    }
+}
+
 /* Task T's rectangle of the output: rows *I0.. (*ILEN), columns *J0..
  * (*JLEN) */
 static void task_rect(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, int64_t *i0,
                       int64_t *ilen, int64_t *j0, int64_t *jlen)
 {
-    span(c->m, c->tiles_m, t % c->tiles_m, k->mr, i0, ilen);
+    /* (A read in place: rows cut anywhere, 4 + 4 rather than 6 + 2) */
+    span(c->m, c->tiles_m, t % c->tiles_m, c->a_in_place ? k->mr / 3 : k->mr, i0, ilen);
     span(c->n, c->tiles_n, t / c->tiles_m, k->nr, j0, jlen);
 }
 
@@ -536,6 +565,8 @@ void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, 
             }
         return;
     }
+    row_tiles rt;
+    row_tiles_plan(k, c->a_in_place, ilen, &rt);
     for (int64_t p0 = 0; p0 < c->k; p0 += k->kc) {
         int64_t kl = c->k - p0 < k->kc ? c->k - p0 : k->kc;
         int64_t a_step, b_step, lda; /* floats from one panel to the next */
@@ -543,18 +574,20 @@ void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, 
         const float *ap = a_block(k, c, i0, ilen, p0, kl, abuf, &a_step, &lda, &raw);
         const float *bp = block(k, CPU_GEMM_B, &c->b, j0, jlen, p0, kl, c->k, bbuf, &b_step);
         int last = p0 + kl >= c->k;
-        for (int64_t ii = 0; ii < ilen; ii += k->mr) {
-            int64_t i = i0 + ii, mr = ilen - ii < k->mr ? ilen - ii : k->mr;
-            for (int64_t jj = 0; jj < jlen; jj += k->nr) {
+        for (int64_t t = 0; t < rt.n; t++) {
+            int64_t i = i0 + rt.at[t], mr = rt.rows[t];
+            const float *at = raw ? ap + rt.at[t] * lda : ap + t * a_step;
+            tile_fn const *tf = rt.tf[t];
+            const float *bq = bp;
+            for (int64_t jj = 0; jj < jlen; jj += k->nr, bq += b_step) {
                 int64_t j = j0 + jj, nr = jlen - jj < k->nr ? jlen - jj : k->nr;
                 if (last) {
                     epi.bias_row = c->bias && !c->bias_cols ? c->bias + i : NULL;
                     epi.bias_col = c->bias && c->bias_cols ? c->bias + j : NULL;
                     epi.res = c->res ? c->res + i * c->ldr + j : NULL;
                 }
-                tile_for(k, raw, mr, nr)(kl, ap + ii / k->mr * a_step, lda,
-                                         bp + jj / k->nr * b_step, c->c + i * c->ldc + j,
-                                         c->ldc, mr, nr, p0 > 0, last ? &epi : NULL);
+                tf[nr > k->nr / 2](kl, at, lda, bq, c->c + i * c->ldc + j, c->ldc, mr, nr,
+                                   p0 > 0, last ? &epi : NULL);
             }
         }
     }
@@ -577,12 +610,17 @@ void cpu_gemm_task_block(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64
     const float *ap = a_block(k, c, i0, ilen, p0, kl, abuf, &a_step, &lda, &raw);
     const float *bp = block(k, CPU_GEMM_B, &c->b, j0, jlen, p0, kl, c->k, bbuf, &b_step);
     /* the block's chains from 0, stored as cpu_gemm_task stores its first */
-    for (int64_t ii = 0; ii < ilen; ii += k->mr) {
-        int64_t mr = ilen - ii < k->mr ? ilen - ii : k->mr;
-        for (int64_t jj = 0; jj < jlen; jj += k->nr) {
+    row_tiles rt;
+    row_tiles_plan(k, raw, ilen, &rt);
+    for (int64_t t = 0; t < rt.n; t++) {
+        int64_t ii = rt.at[t], mr = rt.rows[t];
+        const float *at = raw ? ap + ii * lda : ap + t * a_step;
+        tile_fn const *tf = rt.tf[t];
+        const float *bq = bp;
+        for (int64_t jj = 0; jj < jlen; jj += k->nr, bq += b_step) {
             int64_t nr = jlen - jj < k->nr ? jlen - jj : k->nr;
-            tile_for(k, raw, mr, nr)(kl, ap + ii / k->mr * a_step, lda, bp + jj / k->nr * b_step,
-                                     part + (i0 + ii) * ldp + j0 + jj, ldp, mr, nr, 0, NULL);
+            tf[nr > k->nr / 2](kl, at, lda, bq, part + (i0 + ii) * ldp + j0 + jj, ldp, mr, nr, 0,
+                               NULL);
         }
     }
 }

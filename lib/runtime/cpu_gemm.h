@@ -104,7 +104,7 @@ typedef struct cpu_gemm_call {
     int64_t ldr;
     int relu;
     /* set by cpu_gemm_plan; A_IN_PLACE: the tasks read the raw A in place,
-     * unpacked (rows contiguous along the depth, at most one panel of
+     * unpacked (rows contiguous along the depth, at most two panels of
      * them: a small batch's input), so that packing it first would be a
      * copy nobody reads */
     int64_t mc, nc, tiles_m, tiles_n;

@@ -76,13 +76,15 @@ static float *product(const cpu_gemm_kernel *k, int64_t m, int64_t n, int64_t kk
 }
 
 /* Shapes around the tiles (12 x 32, 6 x 16, and their thirds and halves:
- * a batch of 8 or 5 rows read in place, a classifier's 10 columns) and the
+ * a batch of 8 or 5 rows read in place, up to two panels of rows read in
+ * place and cut into balanced tiles, a classifier's 10 columns) and the
  * depth block (256). */
 static const int64_t SHAPES[][3] = {
     {1, 1, 1},     {1, 1000, 2048}, {12, 32, 256},  {13, 33, 257}, {11, 31, 255},
     {64, 49, 576}, {6, 16, 7},      {7, 17, 513},   {100, 3, 40},  {3, 100, 40},
     {97, 200, 1}, {256, 196, 1152}, {25, 70, 0},   {8, 10, 128},  {5, 20, 300},
-    {4, 48, 33},   {2, 9, 17},
+    {4, 48, 33},   {2, 9, 17},      {9, 33, 513},   {10, 20, 260}, {16, 40, 300},
+    {24, 64, 520},
 };
 #define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
