@@ -34,7 +34,7 @@ normalise() {
         -e "s|$PYTHON2 |/opt/ckpt/torch2/bin/python |g" \
         -e "s|$PYTHON |/usr/bin/python3 |g" \
         -e 's|^device      .*|device      ...|' \
-        -e 's|^\(output      [^:]*\): max abs .*: \(PASS\|FAIL\)$|\1: ...: \2|' \
+        -e 's#^\(output      [^:]*\): max abs .*: \(PASS\|FAIL\)$#\1: ...: \2#' \
         -e 's|[ 	]*$||'
 }
 
