@@ -10,7 +10,8 @@ a larger batch, on the default CPU backend (its packed SGEMM) run with
 child processes each (by default 7 for the MLP and the autoencoder, whose
 forwards meet between the threads every few microseconds: on this VM their
 2-thread time moves from process to process with the host, as the cores'
-round trip does, 85-145 ns; 3 for the others), the two alternating, the order rotating, each timing
+round trip does, 85-145 ns; 5 for the others, whose children run for
+seconds, in which the host's slow minutes fell on one round in three), the two alternating, the order rotating, each timing
 its forwards after warming up for --warmup-ms (a steady state's times); median of
 the rounds' medians, their range, the least forward of all (on a busy
 machine the nearest to a quiet one's time), peak RSS of every child (GNU
@@ -106,7 +107,7 @@ def main():
     ap.add_argument("--models", default="mlp,ae,ssd300,resnet50,crnn")
     ap.add_argument("--rounds", type=int, default=None,
                     help="child processes per thread count and line (default: 7 for the MLP "
-                         "and the autoencoder, 3 for the others)")
+                         "and the autoencoder, 5 for the others)")
     ap.add_argument("--threads", type=int, default=2, help="the many-thread side (default 2)")
     ap.add_argument("--python", default="/usr/bin/python3")
     ap.add_argument("--bench-forward", default=os.path.join(ROOT, "bench", "bench_forward"))
@@ -129,7 +130,7 @@ def main():
             for batch, runs in zip(model["batches"], model["runs"]):
                 nout = same_bits(a, tmp, model, batch, tt)
                 res, row_loads = {1: [], tt: []}, []
-                rounds = a.rounds or model.get("rounds", 3)
+                rounds = a.rounds or model.get("rounds", 5)
                 for r in range(rounds):
                     for t in ((1, tt) if r % 2 == 0 else (tt, 1)):
                         x = bv.measure(argv(a, model, batch, t, runs, model["warmup"]), tmp,
@@ -200,7 +201,7 @@ def main():
             "child: %.2f-%.2f (the benchmark itself accounts for up to %d; each line's in its "
             "last column: where it is well over 1, another job held a core and the 2-thread "
             "child could not have both). The run took %.0f s."
-            % (a.rounds or "7 (MLP, autoencoder) or 3 (the others)", tt, a.warmup_ms, bm.SEED,
+            % (a.rounds or "7 (MLP, autoencoder) or 5 (the others)", tt, a.warmup_ms, bm.SEED,
                min(loads), max(loads), tt, elapsed),
             "- Command: `/usr/bin/python3 bench/bench_threads.py --models %s%s "
             "--warmup-ms %d` (after `make bench/bench_forward`)"
