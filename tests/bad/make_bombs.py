@@ -5,7 +5,7 @@
 
 Small files that ask for gigabytes; ckpt must refuse each (exit 3, the message
 naming the limit and its option) within the default limits, which bound
-memory to 2 GiB (shared/DESIGN.md, "Reading limits").  tests/cli/limits.sh
+memory to 2 GiB (doc/safety.md, section 5, "Limits").  tests/cli/limits.sh
 runs ckpt on them under a memory cap, so that a regression fails instead of
 eating the machine.  Each is a torch zip (archive/data.pkl deflated,
 archive/version) written by hand, so that the deflate stream can be made

@@ -1,5 +1,5 @@
 #!/bin/sh
-# limits.sh - the reading limits of shared/DESIGN.md ("Reading limits"),
+# limits.sh - the reading limits of doc/safety.md (section 5, "Limits"),
 # checked while reading, before the memory is spent (issue 26): small files
 # that ask for gigabytes (tests/bad/make_bombs.py) are refused with exit 3
 # and a message naming the limit and its option, under a memory cap of about

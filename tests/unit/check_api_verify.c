@@ -336,7 +336,7 @@ START_TEST(test_reference_verdicts)
     const ckpt_output_check *c = &x->vs_reference;
     ck_assert(c->shape_ok && c->pass);
     ck_assert_int_eq(c->count, 2560);
-    /* the relative error on the output's scale (DESIGN.md) */
+    /* the relative error on the output's scale (doc/design.md, "ckpt verify --json") */
     ck_assert_double_eq(c->max_rel, c->max_abs / c->max_abs_reference);
     ck_assert_double_lt(c->max_rel, 1e-5);
     ck_assert_double_eq(c->rtol, 1e-5);                          /* the CPU's default */
