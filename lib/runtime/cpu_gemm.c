@@ -496,15 +496,15 @@ static void span(int64_t len, int64_t parts, int64_t idx, int64_t unit, int64_t 
 }
 
 /* Rows I0.. (ILEN) and depth P0.. (KL) of CALL's A for the tiles: in place
- * (*LDA floats a row, *RAW set) or as block() gives it */
+ * (CALL's a_in_place: row r at r * *LDA floats) or as block() gives it
+ * (panels *STEP floats apart) */
 static const float *a_block(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t i0,
                             int64_t ilen, int64_t p0, int64_t kl, float *buf, int64_t *step,
-                            int64_t *lda, int *raw)
+                            int64_t *lda)
 {
-    *raw = c->a_in_place;
     *lda = c->a.rs;
-    if (*raw) {
-        *step = 0; /* (row r at r * *LDA) */
+    if (c->a_in_place) {
+        *step = 0;
         return c->a.raw + i0 * c->a.rs + p0;
     }
     return block(k, CPU_GEMM_A, &c->a, i0, ilen, p0, kl, c->k, buf, step);
@@ -539,6 +539,31 @@ static void row_tiles_plan(const cpu_gemm_kernel *k, int raw, int64_t ilen, row_
     }
 }
 
+/* One depth block (KL) of a task's tiles: row tiles RT over A at AP (a_block's
+ * STEP and LDA), columns J0.. (JLEN) over B's panels at BP (B_STEP floats
+ * apart), element (i, j) stored at OUT[i * LDO + j], added to what it holds
+ * when ACC; EPI, when given, placed at each tile's rows and columns. */
+static void block_tiles(const cpu_gemm_kernel *k, const cpu_gemm_call *c, const row_tiles *rt,
+                        const float *ap, int64_t a_step, int64_t lda, const float *bp,
+                        int64_t b_step, int64_t kl, int64_t i0, int64_t j0, int64_t jlen,
+                        float *out, int64_t ldo, int acc, tile_epi *epi)
+{
+    for (int64_t t = 0; t < rt->n; t++) {
+        int64_t i = i0 + rt->at[t], mr = rt->rows[t];
+        const float *at = c->a_in_place ? ap + rt->at[t] * lda : ap + t * a_step;
+        const float *bq = bp;
+        for (int64_t jj = 0; jj < jlen; jj += k->nr, bq += b_step) {
+            int64_t j = j0 + jj, nr = jlen - jj < k->nr ? jlen - jj : k->nr;
+            if (epi) {
+                epi->bias_row = c->bias && !c->bias_cols ? c->bias + i : NULL;
+                epi->bias_col = c->bias && c->bias_cols ? c->bias + j : NULL;
+                epi->res = c->res ? c->res + i * c->ldr + j : NULL;
+            }
+            rt->tf[t][nr > k->nr / 2](kl, at, lda, bq, out + i * ldo + j, ldo, mr, nr, acc, epi);
+        }
+    }
+}
+
 /* Task T's rectangle of the output: rows *I0.. (*ILEN), columns *J0..
  * (*JLEN) */
 static void task_rect(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, int64_t *i0,
@@ -570,26 +595,10 @@ void cpu_gemm_task(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64_t t, 
     for (int64_t p0 = 0; p0 < c->k; p0 += k->kc) {
         int64_t kl = c->k - p0 < k->kc ? c->k - p0 : k->kc;
         int64_t a_step, b_step, lda; /* floats from one panel to the next */
-        int raw;
-        const float *ap = a_block(k, c, i0, ilen, p0, kl, abuf, &a_step, &lda, &raw);
+        const float *ap = a_block(k, c, i0, ilen, p0, kl, abuf, &a_step, &lda);
         const float *bp = block(k, CPU_GEMM_B, &c->b, j0, jlen, p0, kl, c->k, bbuf, &b_step);
-        int last = p0 + kl >= c->k;
-        for (int64_t t = 0; t < rt.n; t++) {
-            int64_t i = i0 + rt.at[t], mr = rt.rows[t];
-            const float *at = raw ? ap + rt.at[t] * lda : ap + t * a_step;
-            tile_fn const *tf = rt.tf[t];
-            const float *bq = bp;
-            for (int64_t jj = 0; jj < jlen; jj += k->nr, bq += b_step) {
-                int64_t j = j0 + jj, nr = jlen - jj < k->nr ? jlen - jj : k->nr;
-                if (last) {
-                    epi.bias_row = c->bias && !c->bias_cols ? c->bias + i : NULL;
-                    epi.bias_col = c->bias && c->bias_cols ? c->bias + j : NULL;
-                    epi.res = c->res ? c->res + i * c->ldr + j : NULL;
-                }
-                tf[nr > k->nr / 2](kl, at, lda, bq, c->c + i * c->ldc + j, c->ldc, mr, nr,
-                                   p0 > 0, last ? &epi : NULL);
-            }
-        }
+        block_tiles(k, c, &rt, ap, a_step, lda, bp, b_step, kl, i0, j0, jlen, c->c, c->ldc,
+                    p0 > 0, p0 + kl >= c->k ? &epi : NULL);
     }
 }
 
@@ -606,23 +615,12 @@ void cpu_gemm_task_block(const cpu_gemm_kernel *k, const cpu_gemm_call *c, int64
     float *abuf = scratch, *bbuf = scratch + k->mc * k->kc;
     int64_t p0 = blk * k->kc, kl = c->k - p0 < k->kc ? c->k - p0 : k->kc;
     int64_t a_step, b_step, lda;
-    int raw;
-    const float *ap = a_block(k, c, i0, ilen, p0, kl, abuf, &a_step, &lda, &raw);
+    const float *ap = a_block(k, c, i0, ilen, p0, kl, abuf, &a_step, &lda);
     const float *bp = block(k, CPU_GEMM_B, &c->b, j0, jlen, p0, kl, c->k, bbuf, &b_step);
     /* the block's chains from 0, stored as cpu_gemm_task stores its first */
     row_tiles rt;
-    row_tiles_plan(k, raw, ilen, &rt);
-    for (int64_t t = 0; t < rt.n; t++) {
-        int64_t ii = rt.at[t], mr = rt.rows[t];
-        const float *at = raw ? ap + ii * lda : ap + t * a_step;
-        tile_fn const *tf = rt.tf[t];
-        const float *bq = bp;
-        for (int64_t jj = 0; jj < jlen; jj += k->nr, bq += b_step) {
-            int64_t nr = jlen - jj < k->nr ? jlen - jj : k->nr;
-            tf[nr > k->nr / 2](kl, at, lda, bq, part + (i0 + ii) * ldp + j0 + jj, ldp, mr, nr, 0,
-                               NULL);
-        }
-    }
+    row_tiles_plan(k, c->a_in_place, ilen, &rt);
+    block_tiles(k, c, &rt, ap, a_step, lda, bp, b_step, kl, i0, j0, jlen, part, ldp, 0, NULL);
 }
 
 void cpu_gemm_combine(const cpu_gemm_call *c, const float *parts, int64_t nblk, int64_t stride,
