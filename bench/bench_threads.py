@@ -7,11 +7,8 @@ bench_models.py makes them: torch.manual_seed(16), torch's init, batch-norm
 statistics randomized; --workdir, reused while there) -- at batch 8 and at
 a larger batch, on the default CPU backend (its packed SGEMM) run with
 `bench/bench_forward --threads 1` and `--threads 2` in the same run: --rounds
-child processes each (by default 7 for the MLP and the autoencoder, whose
-forwards meet between the threads every few microseconds: on this VM their
-2-thread time moves from process to process with the host, as the cores'
-round trip does, 85-145 ns; 5 for the others, whose children run for
-seconds, in which the host's slow minutes fell on one round in three), the two alternating, the order rotating, each timing
+child processes each (by default each model's "rounds" below, else
+ROUNDS), the two alternating, the order rotating, each timing
 its forwards after warming up for --warmup-ms (a steady state's times); median of
 the rounds' medians, their range, the least forward of all (on a busy
 machine the nearest to a quiet one's time), peak RSS of every child (GNU
@@ -43,6 +40,13 @@ import bench_models as bm  # noqa: E402  (GEN_CHILD, write_section())
 ROOT = bv.ROOT
 SECTION = "## CPU forward: thread scaling (issue 31)"
 GOAL = 1.8
+# Child processes per thread count and line, where a model does not say:
+# the big models' children run for seconds, and the host's slow minutes
+# fell on one round in three of 3.  The MLP and the autoencoder take 7:
+# their forwards meet between the threads every few microseconds, and on
+# the 2-core VM their 2-thread time moved from process to process with the
+# host, as the cores' round trip did (85-145 ns).
+ROUNDS = 5
 # per model: label, spec, checkpoint (None: made by GEN_CHILD from cls and
 # kwargs), batches, timed forwards per child at each batch, warm-up forwards
 MODELS = {
@@ -102,12 +106,20 @@ def same_bits(a, tmp, model, batch, threads):
     return len(names)
 
 
+def rounds_by_count(keys):
+    """[(rounds, [labels])] of the chosen models, at their default rounds."""
+    out = {}
+    for key in keys:
+        out.setdefault(MODELS[key].get("rounds", ROUNDS), []).append(MODELS[key]["label"])
+    return sorted(out.items(), reverse=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="mlp,ae,ssd300,resnet50,crnn")
     ap.add_argument("--rounds", type=int, default=None,
-                    help="child processes per thread count and line (default: 7 for the MLP "
-                         "and the autoencoder, 5 for the others)")
+                    help="child processes per thread count and line (default: each "
+                         "model's own, else %d)" % ROUNDS)
     ap.add_argument("--threads", type=int, default=2, help="the many-thread side (default 2)")
     ap.add_argument("--python", default="/usr/bin/python3")
     ap.add_argument("--bench-forward", default=os.path.join(ROOT, "bench", "bench_forward"))
@@ -130,7 +142,7 @@ def main():
             for batch, runs in zip(model["batches"], model["runs"]):
                 nout = same_bits(a, tmp, model, batch, tt)
                 res, row_loads = {1: [], tt: []}, []
-                rounds = a.rounds or model.get("rounds", 5)
+                rounds = a.rounds or model.get("rounds", ROUNDS)
                 for r in range(rounds):
                     for t in ((1, tt) if r % 2 == 0 else (tt, 1)):
                         x = bv.measure(argv(a, model, batch, t, runs, model["warmup"]), tmp,
@@ -201,7 +213,8 @@ def main():
             "child: %.2f-%.2f (the benchmark itself accounts for up to %d; each line's in its "
             "last column: where it is well over 1, another job held a core and the 2-thread "
             "child could not have both). The run took %.0f s."
-            % (a.rounds or "7 (MLP, autoencoder) or 5 (the others)", tt, a.warmup_ms, bm.SEED,
+            % (a.rounds or " or ".join("%d (%s)" % (n, ", ".join(labels)) for n, labels in
+                                 rounds_by_count(keys)), tt, a.warmup_ms, bm.SEED,
                min(loads), max(loads), tt, elapsed),
             "- Command: `/usr/bin/python3 bench/bench_threads.py --models %s%s "
             "--warmup-ms %d` (after `make bench/bench_forward`)"
