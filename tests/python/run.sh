@@ -1,5 +1,6 @@
 #!/bin/sh
-# run.sh PYTHON [PYTEST ARGS...]: the Python package's tests (tests/python/test_*.py)
+# run.sh PYTHON [PYTEST ARGS...]: the Python package's tests (tests/python/test_*.py,
+# or those of them named among the arguments, as tests/python/test_NAME.py)
 # under PYTHON with pytest.  The package is the one PYTHON imports when
 # CKPT_TOOLKIT_INSTALLED=1 (a wheel installed in a venv: tests/python/wheel.sh);
 # otherwise python/ of this source tree, with CKPT_TOOLKIT_NATIVE made from the
@@ -40,7 +41,12 @@ echo "python: $("$py" -c 'import sys; print(sys.executable, sys.version.split()[
 cd "$srcdir" || exit 99
 # nothing written into the source tree (a read-only one under distcheck):
 # no bytecode, no pytest cache
-PYTHONDONTWRITEBYTECODE=1 "$py" -m pytest -q -p no:cacheprovider "$@" tests/python
+named=
+for a in "$@"; do
+    case $a in tests/python/test_*.py*) named=1 ;; esac
+done
+[ -n "$named" ] || set -- "$@" tests/python
+PYTHONDONTWRITEBYTECODE=1 "$py" -m pytest -q -p no:cacheprovider "$@"
 rc=$?
 [ $rc -eq 5 ] && rc=77 # no tests collected
 exit $rc

@@ -5,11 +5,13 @@
 # names a folder of links to them), checked by auditwheel, installed with pip
 # into fresh venvs and the Python suite run there (tests/python/run.sh, told
 # by CKPT_TOOLKIT_INSTALLED=1 to use the installed package, not the tree):
-#   - Debian's python3 (torch 1.13, numpy; --system-site-packages),
+#   - Debian's python3 (torch 1.13, numpy; --system-site-packages), and
 #   - torch 2.x's python ($PYTHON2), the wheel installed with pip --target
-#     on PYTHONPATH so that the shared venv is not changed,
+#     on PYTHONPATH so that the shared venv is not changed: test_api.py
+#     (api.sh runs the whole suite under both from the build tree),
 #   - a numpy-only venv (no torch) for every other CPython >= 3.9 here
-#     (/root/.pyenv/versions/3.*, python3.X on PATH), numpy and pytest
+#     (/root/.pyenv/versions/3.*, python3.X on PATH): the whole suite under
+#     the oldest and the newest, test_api.py under the others; numpy and pytest
 #     from ./bootstrap --deps's wheels in /opt/ckpt/wheels;
 # and once `pip install SRCDIR`, pip's own route through the backend.
 # In each: `ckpt --version` from the venv's bin and `python -m ckpt_toolkit
@@ -196,18 +198,24 @@ PYEOF
     fi
 }
 
-# suite WHAT PYTHON [ENV...]: the Python suite under PYTHON, the installed
-# package, from a folder outside the source tree
+# suite WHAT all|api PYTHON [ENV...]: the Python suite under PYTHON, the
+# installed package, from a folder outside the source tree: all of it, or
+# test_api.py alone (every function of the package and README's examples:
+# a few seconds against a minute or two for the oracle and hostile-file
+# suites, which check the native library that api.sh runs from this build
+# tree under the same Pythons)
 suite() {
     _what=$1
-    _py=$2
-    shift 2
+    _which=$2
+    _py=$3
+    shift 3
+    set -- env "$@" CKPT_TOOLKIT_INSTALLED=1 sh "$srcdir/tests/python/run.sh" "$_py"
+    [ "$_which" = all ] || set -- "$@" tests/python/test_api.py
     _s=$(date +%s)
-    if (cd "$tmp" && env "$@" CKPT_TOOLKIT_INSTALLED=1 sh "$srcdir/tests/python/run.sh" "$_py") \
-        >"$tmp/suite.log" 2>&1; then
-        ok "$_what: the suite passed with the installed package ($(elapsed "$_s") s; $(grep -E '[0-9]+ (passed|failed)' "$tmp/suite.log" | tail -n1))"
+    if (cd "$tmp" && "$@") >"$tmp/suite.log" 2>&1; then
+        ok "$_what: $([ "$_which" = all ] && echo the suite || echo test_api.py) passed with the installed package ($(elapsed "$_s") s; $(grep -E '[0-9]+ (passed|failed)' "$tmp/suite.log" | tail -n1))"
     else
-        fail "$_what: the suite failed with the installed package"
+        fail "$_what: $([ "$_which" = all ] && echo the suite || echo test_api.py) failed with the installed package"
         tail -n 40 "$tmp/suite.log" | sed 's/^/   | /'
     fi
 }
@@ -240,7 +248,7 @@ if [ -x "$py_debian" ] && "$py_debian" -c 'import numpy, venv' 2>/dev/null; then
         same_version "the venv's bin/ckpt --version" "$v" "$v/bin/ckpt" --version
         same_version "python -m ckpt_toolkit --version" "$v" "$v/bin/python" -m ckpt_toolkit --version
         libs_from_wheel "$site" "$v/bin/python"
-        suite "Debian's python3" "$v/bin/python"
+        suite "Debian's python3" api "$v/bin/python"
     else
         fail "could not make the venv or install the wheel: $(tail -n 3 "$tmp/pip.log" 2>/dev/null)"
     fi
@@ -276,7 +284,7 @@ if [ -x "$py_torch2" ]; then
         from_venv "torch 2.x" "$d" env PYTHONPATH="$d" "$py_torch2"
         same_version "bin/ckpt --version" "$d" env PYTHONPATH="$d" "$d/bin/ckpt" --version
         same_version "python -m ckpt_toolkit --version" "$d" env PYTHONPATH="$d" "$py_torch2" -m ckpt_toolkit --version
-        suite "torch 2.x" "$py_torch2" PYTHONPATH="$d"
+        suite "torch 2.x" api "$py_torch2" PYTHONPATH="$d"
     else
         fail "pip install --target failed: $(tail -n 3 "$tmp/pip.log")"
     fi
@@ -299,6 +307,11 @@ for p in /root/.pyenv/versions/3.*/bin/python3 $(IFS=:; for d in $PATH; do ls "$
     others="$others $p"
 done
 [ -n "$others" ] || note "no other CPython >= 3.9 on this machine"
+# the whole suite under the oldest and the newest of them, where the
+# language and numpy change; test_api.py under those between
+pvs=$(for p in $others; do "$p" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'; done | sort -V)
+oldest=$(echo "$pvs" | head -n 1)
+newest=$(echo "$pvs" | tail -n 1)
 for p in $others; do
     pv=$("$p" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
     say "Python $pv ($p): a numpy-only venv (no torch), pip install of the wheel (numpy) and pytest"
@@ -319,7 +332,8 @@ for p in $others; do
     from_venv "Python $pv" "$v" "$v/bin/python"
     same_version "the venv's bin/ckpt --version" "$v" "$v/bin/ckpt" --version
     same_version "python -m ckpt_toolkit --version" "$v" "$v/bin/python" -m ckpt_toolkit --version
-    suite "Python $pv" "$v/bin/python"
+    case $pv in "$oldest" | "$newest") which=all ;; *) which=api ;; esac
+    suite "Python $pv" "$which" "$v/bin/python"
 done
 
 finish
