@@ -195,12 +195,15 @@ static int has_avx2(void)
 /* Depth blocks of 256: an A panel (12 KB) stays in L1 while B's panels
  * (32 KB each, MC x KC and KC x NC blocks in L2) stream past it. */
 #define GEMM_MC 96
-_Static_assert(GEMM_MC / 6 <= ROW_TILES_MAX, "a task's row tiles (MC / MR) fit row_tiles");
+#define MR_AVX512 12
+#define MR_AVX2 6 /* the smallest MR: the most row tiles in MC */
+_Static_assert(MR_AVX2 <= MR_AVX512 && GEMM_MC / MR_AVX2 <= ROW_TILES_MAX,
+               "a task's row tiles (MC / MR) fit row_tiles");
 static const cpu_gemm_kernel KERNELS[] = {
-    {"avx512", "AVX-512", 12, 32, 256, GEMM_MC, 256, has_avx512,
+    {"avx512", "AVX-512", MR_AVX512, 32, 256, GEMM_MC, 256, has_avx512,
      TILE_TABLE(tile, TILE_AVX512, 4, 8, 12), TILE_TABLE(raw, TILE_AVX512, 4, 8, 12)},
-    {"avx2", "AVX2+FMA", 6, 16, 256, GEMM_MC, 256, has_avx2, TILE_TABLE(tile, TILE_AVX2, 2, 4, 6),
-     TILE_TABLE(raw, TILE_AVX2, 2, 4, 6)},
+    {"avx2", "AVX2+FMA", MR_AVX2, 16, 256, GEMM_MC, 256, has_avx2,
+     TILE_TABLE(tile, TILE_AVX2, 2, 4, 6), TILE_TABLE(raw, TILE_AVX2, 2, 4, 6)},
 };
 #define NKERNELS (sizeof KERNELS / sizeof KERNELS[0])
 #endif
