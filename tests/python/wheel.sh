@@ -210,12 +210,13 @@ suite() {
     _py=$3
     shift 3
     set -- env "$@" CKPT_TOOLKIT_INSTALLED=1 sh "$srcdir/tests/python/run.sh" "$_py"
-    [ "$_which" = all ] || set -- "$@" tests/python/test_api.py
+    _label="the suite"
+    [ "$_which" = all ] || { set -- "$@" tests/python/test_api.py; _label=test_api.py; }
     _s=$(date +%s)
     if (cd "$tmp" && "$@") >"$tmp/suite.log" 2>&1; then
-        ok "$_what: $([ "$_which" = all ] && echo the suite || echo test_api.py) passed with the installed package ($(elapsed "$_s") s; $(grep -E '[0-9]+ (passed|failed)' "$tmp/suite.log" | tail -n1))"
+        ok "$_what: $_label passed with the installed package ($(elapsed "$_s") s; $(grep -E '[0-9]+ (passed|failed)' "$tmp/suite.log" | tail -n1))"
     else
-        fail "$_what: $([ "$_which" = all ] && echo the suite || echo test_api.py) failed with the installed package"
+        fail "$_what: $_label failed with the installed package"
         tail -n 40 "$tmp/suite.log" | sed 's/^/   | /'
     fi
 }
