@@ -69,7 +69,7 @@ say "several files: one verdict each, the worst status (1 when any is unsafe)"
 expect_exit 1 ckpt scan tests/data/mlp.pth tests/bad/scan/inst.pkl tests/data/bn.pth
 expect_exit 3 ckpt scan --quiet tests/data/mlp.pth tests/bad/empty.pth
 expect_exit 1 ckpt scan --quiet tests/bad/scan/inst.pkl tests/bad/empty.pth
-# anything unsafe is 1, whatever else failed (shared/DESIGN.md, exit status)
+# anything unsafe is 1, whatever else failed (doc/design.md, "Exit status and messages")
 expect_exit 1 ckpt scan --quiet tests/bad/scan/inst.pkl "$tmp/nothing.pth"
 
 say "--json"
