@@ -153,6 +153,14 @@ static inline void unit_tmpdir(char *dir, size_t dircap, char *path, size_t path
     snprintf(path, pathcap, "%s/%s", dir, name);
 }
 
+/* Whether .ci/run's valgrind pass runs this test (CKPT_TEST_VALGRIND):
+ * the tests whose threads and paths multiply the same code run fewer of
+ * them there (tests/README.md); the sanitizer pass runs them all. */
+static inline int unit_under_valgrind(void)
+{
+    return getenv("CKPT_TEST_VALGRIND") != NULL;
+}
+
 /* Run the suite; exit status 0 when every test passed. */
 static inline int unit_run(Suite *s)
 {
