@@ -49,7 +49,6 @@ typedef struct md_item {
     chunk *chunks;
     size_t nchunks, cap;
     const ckpt_value *path; /* planner_data's tuple, or NULL */
-    struct md_item *next;   /* hash chain */
 } md_item;
 
 /* One entry of storage_data: (fqn, chunk offsets) -> where its item is. */
@@ -62,17 +61,16 @@ typedef struct loc {
     uint64_t offset, length;
     bool zstd;
     int rank;
-    struct loc *next;
 } loc;
 
 typedef struct dcp {
     ckpt_file *f;
     md_item **items; /* metadata order */
     size_t nitems, items_cap;
-    md_item **item_hash;
-    loc **loc_hash;
-    size_t hash_size; /* both hashes */
-    size_t nlocs;
+    ckpt_map item_at; /* fqn -> index in items */
+    loc **locs;
+    size_t nlocs, locs_cap;
+    ckpt_map loc_at; /* (fqn, chunk offsets) -> index in locs */
     /* the folder's files named so far, by name */
     ckpt_source **srcs;
     size_t nsrcs;
@@ -83,25 +81,35 @@ typedef struct dcp {
     /* safetensors blobs parsed (SAFETENSORS serialization) */
     struct st_blob *blobs;
     ckpt_arena scratch;   /* a tensor item's pickle, dropped once its runs are made */
-    struct dslot *dslots; /* the rebuilt dicts' keys (set_element) */
-    size_t dsize, nd;
+    struct dslot *dslots; /* the rebuilt dicts' keys (set_element), as added */
+    size_t nd, dslots_cap;
+    ckpt_map dslot_at; /* (dict, key) -> index in dslots */
 } dcp;
 
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
+/* A loc looked for: loc_at's key */
+typedef struct loc_key {
+    const dcp *d;
+    const char *fqn;
+    size_t len;
+    int ndim;
+    const int64_t *off;
+} loc_key;
+
+static uint64_t loc_hash(const loc_key *k)
 {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
+    uint64_t h = ckpt_fnv1a_add(CKPT_FNV1A_BASIS, k->fqn, k->len);
+    h = ckpt_fnv1a_add(h, &k->ndim, sizeof k->ndim);
+    for (int d = 0; d < k->ndim; d++)
+        h = ckpt_fnv1a_add(h, &k->off[d], sizeof k->off[d]);
     return h;
 }
 
-static uint64_t loc_hash(const char *fqn, size_t len, int ndim, const int64_t *off)
+static bool loc_same(const void *arg, size_t val)
 {
-    uint64_t h = hash_bytes(1469598103934665603ull, fqn, len);
-    h = hash_bytes(h, &ndim, sizeof ndim);
-    for (int d = 0; d < ndim; d++)
-        h = hash_bytes(h, &off[d], sizeof off[d]);
-    return h;
+    const loc_key *k = arg;
+    const loc *l = k->d->locs[val];
+    return l->fqn_len == k->len && l->ndim == k->ndim && memcmp(l->fqn, k->fqn, k->len) == 0 &&
+           (k->ndim <= 0 || memcmp(l->off, k->off, (size_t)k->ndim * sizeof(int64_t)) == 0);
 }
 
 static int oom(dcp *d)
@@ -170,59 +178,15 @@ static int int_tuple(dcp *d, const ckpt_value *v, const char *what, const char *
 
 static md_item *item_find(dcp *d, const char *fqn, size_t len)
 {
-    for (md_item *m = d->item_hash[hash_bytes(1469598103934665603ull, fqn, len) &
-                                   (d->hash_size - 1)];
-         m; m = m->next)
-        if (m->fqn_len == len && memcmp(m->fqn, fqn, len) == 0)
-            return m;
-    return NULL;
+    size_t i;
+    return ckpt_map_get(&d->item_at, fqn, len, &i) ? d->items[i] : NULL;
 }
 
 static loc *loc_find(dcp *d, const char *fqn, size_t len, int ndim, const int64_t *off)
 {
-    for (loc *l = d->loc_hash[loc_hash(fqn, len, ndim, off) & (d->hash_size - 1)]; l; l = l->next)
-        if (l->fqn_len == len && l->ndim == ndim && memcmp(l->fqn, fqn, len) == 0 &&
-            (ndim <= 0 || memcmp(l->off, off, (size_t)ndim * sizeof(int64_t)) == 0))
-            return l;
-    return NULL;
-}
-
-/* Grow both hashes to hold N more entries. */
-static int hash_reserve(dcp *d, size_t more)
-{
-    size_t need = (d->nitems + d->nlocs + more) * 2;
-    if (d->hash_size && need <= d->hash_size)
-        return CKPT_OK;
-    size_t size = d->hash_size ? d->hash_size : 1024;
-    while (size < need)
-        size *= 2;
-    md_item **ih = calloc(size, sizeof(*ih));
-    loc **lh = calloc(size, sizeof(*lh));
-    if (!ih || !lh) {
-        free(ih);
-        free(lh);
-        return oom(d);
-    }
-    for (size_t i = 0; i < d->hash_size; i++) {
-        for (md_item *m = d->item_hash[i], *nx; m; m = nx) {
-            nx = m->next;
-            size_t b = hash_bytes(1469598103934665603ull, m->fqn, m->fqn_len) & (size - 1);
-            m->next = ih[b];
-            ih[b] = m;
-        }
-        for (loc *l = d->loc_hash[i], *nx; l; l = nx) {
-            nx = l->next;
-            size_t b = loc_hash(l->fqn, l->fqn_len, l->ndim, l->off) & (size - 1);
-            l->next = lh[b];
-            lh[b] = l;
-        }
-    }
-    free(d->item_hash);
-    free(d->loc_hash);
-    d->item_hash = ih;
-    d->loc_hash = lh;
-    d->hash_size = size;
-    return CKPT_OK;
+    loc_key k = {d, fqn, len, ndim, off};
+    size_t i;
+    return ckpt_map_get_hashed(&d->loc_at, loc_hash(&k), loc_same, &k, &i) ? d->locs[i] : NULL;
 }
 
 /* The rank R of a name "__R_i.distcp" or "__R.metadata"; -1 otherwise. */
@@ -339,9 +303,8 @@ static int add_loc(dcp *d, const ckpt_value *key, const ckpt_value *info)
                    "%s: '%.200s': its item (bytes %llu..%llu) lies past the end of '%s' (%llu "
                    "bytes)", d->meta_name, name, (unsigned long long)at,
                    (unsigned long long)(at + len), src->path, (unsigned long long)src->file_size);
-    CKPT_FORWARD(hash_reserve(d, 1));
     loc *l = ckpt_arena_alloc(&f->arena, sizeof(*l));
-    if (!l)
+    if (!l || CKPT_GROW(d->locs, d->locs_cap, d->nlocs + 1) < 0)
         return oom(d);
     l->fqn = name;
     l->fqn_len = fqn->u.s.len;
@@ -352,10 +315,10 @@ static int add_loc(dcp *d, const ckpt_value *key, const ckpt_value *info)
     l->length = len;
     l->zstd = zstd;
     l->rank = d->meta_rank >= 0 ? d->meta_rank : name_rank(src->path);
-    size_t b = loc_hash(name, l->fqn_len, ndim, o) & (d->hash_size - 1);
-    l->next = d->loc_hash[b];
-    d->loc_hash[b] = l;
-    d->nlocs++;
+    loc_key k = {d, name, l->fqn_len, ndim, o};
+    if (ckpt_map_put_hashed(&d->loc_at, loc_hash(&k), loc_same, &k, d->nlocs, NULL) < 0)
+        return oom(d);
+    d->locs[d->nlocs++] = l;
     return CKPT_OK;
 }
 
@@ -424,7 +387,6 @@ static int add_item(dcp *d, const ckpt_value *key, const ckpt_value *val)
                        "%s: '%.200s' is described differently by two ranks' metadata",
                        d->meta_name, fqn);
     } else {
-        CKPT_FORWARD(hash_reserve(d, 1));
         m = ckpt_arena_alloc(&f->arena, sizeof(*m));
         if (!m)
             return oom(d);
@@ -442,10 +404,9 @@ static int add_item(dcp *d, const ckpt_value *key, const ckpt_value *val)
             d->items = p;
             d->items_cap = cap;
         }
+        if (ckpt_map_put(&d->item_at, fqn, m->fqn_len, d->nitems, NULL) < 0)
+            return oom(d);
         d->items[d->nitems++] = m;
-        size_t b = hash_bytes(1469598103934665603ull, fqn, m->fqn_len) & (d->hash_size - 1);
-        m->next = d->item_hash[b];
-        d->item_hash[b] = m;
     }
     if (bytes)
         return CKPT_OK;
@@ -1296,50 +1257,43 @@ typedef struct dslot {
     size_t at;
 } dslot;
 
-static uint64_t dslot_hash(const ckpt_value *dict, const ckpt_value *key)
+/* A (dict, key) looked for: dslot_at's key */
+typedef struct dslot_key {
+    const dcp *d;
+    const ckpt_value *dict, *key;
+} dslot_key;
+
+static uint64_t dslot_hash(const dslot_key *k)
 {
-    uint64_t h = hash_bytes(1469598103934665603ull, &dict, sizeof dict);
-    return hash_bytes(h, key->u.s.s, key->u.s.len);
+    uint64_t h = ckpt_fnv1a_add(CKPT_FNV1A_BASIS, &k->dict, sizeof k->dict);
+    return ckpt_fnv1a_add(h, k->key->u.s.s, k->key->u.s.len);
+}
+
+static bool dslot_same(const void *arg, size_t val)
+{
+    const dslot_key *k = arg;
+    const dslot *e = &k->d->dslots[val];
+    return e->dict == k->dict && e->key->u.s.len == k->key->u.s.len &&
+           memcmp(e->key->u.s.s, k->key->u.s.s, k->key->u.s.len) == 0;
 }
 
 static int dict_index_add(dcp *d, const ckpt_value *dict, const ckpt_value *key, size_t at)
 {
-    if ((d->nd + 1) * 2 > d->dsize) {
-        size_t size = d->dsize ? d->dsize * 2 : 1024;
-        dslot *t = calloc(size, sizeof(*t));
-        if (!t)
-            return oom(d);
-        for (size_t i = 0; i < d->dsize; i++)
-            if (d->dslots[i].dict) {
-                size_t b = dslot_hash(d->dslots[i].dict, d->dslots[i].key) & (size - 1);
-                while (t[b].dict)
-                    b = (b + 1) & (size - 1);
-                t[b] = d->dslots[i];
-            }
-        free(d->dslots);
-        d->dslots = t;
-        d->dsize = size;
-    }
-    size_t b = dslot_hash(dict, key) & (d->dsize - 1);
-    while (d->dslots[b].dict)
-        b = (b + 1) & (d->dsize - 1);
-    d->dslots[b] = (dslot){dict, key, at};
-    d->nd++;
+    dslot_key k = {d, dict, key};
+    if (CKPT_GROW(d->dslots, d->dslots_cap, d->nd + 1) < 0 ||
+        ckpt_map_put_hashed(&d->dslot_at, dslot_hash(&k), dslot_same, &k, d->nd, NULL) < 0)
+        return oom(d);
+    d->dslots[d->nd++] = (dslot){dict, key, at};
     return CKPT_OK;
 }
 
 static int dict_get(dcp *d, const ckpt_value *dict, const ckpt_value *key)
 {
-    if (!d->dsize)
-        return -1;
-    for (size_t b = dslot_hash(dict, key) & (d->dsize - 1); d->dslots[b].dict;
-         b = (b + 1) & (d->dsize - 1)) {
-        const dslot *e = &d->dslots[b];
-        if (e->dict == dict && e->key->u.s.len == key->u.s.len &&
-            memcmp(e->key->u.s.s, key->u.s.s, key->u.s.len) == 0)
-            return (int)e->at;
-    }
-    return -1;
+    dslot_key k = {d, dict, key};
+    size_t i;
+    return ckpt_map_get_hashed(&d->dslot_at, dslot_hash(&k), dslot_same, &k, &i)
+               ? (int)d->dslots[i].at
+               : -1;
 }
 
 static int set_element(dcp *d, ckpt_value *root, const ckpt_value *path, ckpt_value *value,
@@ -1570,10 +1524,12 @@ static bool dcp_claim_dir(int dirfd)
 static void dcp_free(dcp *d)
 {
     free(d->items);
-    free(d->item_hash);
-    free(d->loc_hash);
+    ckpt_map_release(&d->item_at);
+    free(d->locs);
+    ckpt_map_release(&d->loc_at);
     free(d->srcs);
     free(d->dslots);
+    ckpt_map_release(&d->dslot_at);
     ckpt_arena_release(&d->scratch);
     for (st_blob *b = d->blobs, *nx; b; b = nx) {
         nx = b->next;
@@ -1586,7 +1542,6 @@ static int dcp_read_all(dcp *d, ckpt_value **root)
 {
     ckpt_file *f = d->f;
     const ckpt_value *planner = NULL;
-    CKPT_FORWARD(hash_reserve(d, 0));
     if (faccessat(f->dir_fd, ".metadata", F_OK, 0) == 0) {
         CKPT_FORWARD(read_metadata(d, ".metadata", -1, &planner));
         CKPT_FORWARD(apply_planner(d, planner));
@@ -1654,6 +1609,9 @@ static int dcp_read(ckpt_file *f, ckpt_source *src, ckpt_value **root)
 {
     (void)src;
     dcp d = {.f = f, .meta_rank = -1, .meta_name = ".metadata"};
+    ckpt_map_init(&d.item_at, CKPT_MAP_BYTES);
+    ckpt_map_init(&d.loc_at, CKPT_MAP_HASHED);
+    ckpt_map_init(&d.dslot_at, CKPT_MAP_HASHED);
     ckpt_arena_init(&d.scratch);
     int rc = dcp_read_all(&d, root);
     dcp_free(&d);

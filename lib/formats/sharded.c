@@ -14,26 +14,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef struct name_slot {
+/* The names of the index's weight_map, in its order, each found by the
+ * map beside them (name -> index here). */
+typedef struct listed {
     const char *name;
     int shard;  /* index into the shard list */
     bool seen;
-} name_slot;
+} listed;
 
-static uint64_t hash_name(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    while (*s)
-        h = (h ^ (uint8_t)*s++) * 1099511628211ull;
-    return h;
-}
+typedef struct listing {
+    listed *names;
+    ckpt_map at;
+} listing;
 
-static name_slot *slot_for(name_slot *t, size_t size, const char *name)
+/* The index's entry of a shard's key, or NULL: the key's every byte
+ * compared (a pickled name may hold a NUL, which no index name does) */
+static listed *listed_as(const listing *l, const ckpt_value *key)
 {
-    size_t i = hash_name(name) & (size - 1);
-    while (t[i].name && strcmp(t[i].name, name) != 0)
-        i = (i + 1) & (size - 1);
-    return &t[i];
+    size_t i;
+    return ckpt_map_get(&l->at, key->u.s.s, key->u.s.len, &i) ? &l->names[i] : NULL;
 }
 
 /* Shard names are plain file names beside the index: no paths, no "..". */
@@ -96,15 +95,15 @@ static bool has_nul_escape(const uint8_t *text, size_t len)
 /* The views (ckpt_tensor_view_hash -> index in SD) of the tensors SD holds
  * under a name the index puts in shard K: where a tied name finds its
  * tensor (one lookup a name, not a scan). */
-static int listed_views(name_slot *table, size_t size, const ckpt_value *sd, int k, ckpt_map *m)
+static int listed_views(const listing *l, const ckpt_value *sd, int k, ckpt_map *m)
 {
     for (size_t j = 0; j < sd->u.dict.keys.len; j++) {
         const ckpt_value *key = sd->u.dict.keys.items[j], *w = sd->u.dict.vals.items[j];
         if (key->kind != CKPT_KIND_STR || w->kind != CKPT_KIND_TENSOR)
             continue;
-        name_slot *s = slot_for(table, size, key->u.s.s);
+        const listed *s = listed_as(l, key);
         size_t first;
-        if (s->name && s->shard == k &&
+        if (s && s->shard == k &&
             ckpt_map_put_u64(m, ckpt_tensor_view_hash(w->u.tensor), j, &first) < 0)
             return -1;
     }
@@ -130,15 +129,15 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
         return ckpt_err(&f->err, CKPT_ERR_FORMAT,
                         "not a shard index: no \"weight_map\" object (a *.index.json)");
     }
-    size_t n = (size_t)cJSON_GetArraySize(map), size = 16;
-    while (size < n * 2)
-        size *= 2;
-    name_slot *table = calloc(size, sizeof(*table));
+    size_t n = (size_t)cJSON_GetArraySize(map), nlisted = 0;
+    listing table = {.names = calloc(n ? n : 1, sizeof(listed))};
+    ckpt_map_init(&table.at, CKPT_MAP_BYTES);
     const char **shards = calloc(n ? n : 1, sizeof(*shards));
     char *dir = strdup(f->path);
     ckpt_value *root = ckpt_value_new(&f->arena, CKPT_KIND_DICT, 0);
-    int rc = (!table || !shards || !dir || !root) ? ckpt_oom(&f->err)
-                                                  : CKPT_OK;
+    int rc = (!table.names || !shards || !dir || !root || ckpt_map_reserve(&table.at, n) < 0)
+                 ? ckpt_oom(&f->err)
+                 : CKPT_OK;
     size_t nshards = 0;
     ckpt_map shard_at; /* shard name -> its index in shards: n log n, not n x shards */
     ckpt_map_init(&shard_at, CKPT_MAP_BYTES);
@@ -155,11 +154,15 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
                           e->string, cJSON_IsString(e) ? e->valuestring : "a non-string");
             break;
         }
-        name_slot *s = slot_for(table, size, e->string);
-        if (s->name) {
-            rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "shard index: '%s' appears twice", e->string);
+        size_t twice;
+        int put = ckpt_map_put(&table.at, e->string, strlen(e->string), nlisted, &twice);
+        if (put != 0) {
+            rc = put < 0 ? ckpt_oom(&f->err)
+                         : ckpt_err(&f->err, CKPT_ERR_FORMAT, "shard index: '%s' appears twice",
+                                    e->string);
             break;
         }
+        listed *s = &table.names[nlisted++];
         size_t k = nshards;
         if (ckpt_map_put(&shard_at, e->valuestring, strlen(e->valuestring), nshards, &k) < 0) {
             rc = ckpt_oom(&f->err);
@@ -226,8 +229,8 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
             ckpt_value *key = sd->u.dict.keys.items[i];
             if (key->kind != CKPT_KIND_STR)
                 continue;
-            name_slot *s = slot_for(table, size, key->u.s.s);
-            if (!s->name) {
+            listed *s = listed_as(&table, key);
+            if (!s) {
                 /* a name the index lists nowhere: taken when it is a tied
                  * name of a tensor the index puts here (a safetensors shard
                  * keeps it in its __metadata__; transformers' index lists
@@ -236,7 +239,7 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
                 size_t j, first;
                 if (!views_made) {
                     views_made = true;
-                    if (listed_views(table, size, sd, (int)k, &views) < 0) {
+                    if (listed_views(&table, sd, (int)k, &views) < 0) {
                         rc = ckpt_oom(&f->err);
                         break;
                     }
@@ -246,7 +249,7 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
                     !ckpt_map_get_u64(&views, ckpt_tensor_view_hash(v->u.tensor), &j) ||
                     !ckpt_tensor_same_view(v->u.tensor, sd->u.dict.vals.items[j]->u.tensor))
                     continue;
-                int put = ckpt_map_put(&extra, key->u.s.s, strlen(key->u.s.s), 0, &first);
+                int put = ckpt_map_put(&extra, key->u.s.s, key->u.s.len, 0, &first);
                 if (put < 0)
                     rc = ckpt_oom(&f->err);
                 if (put != 0)
@@ -264,10 +267,11 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
         ckpt_map_release(&views);
     }
     if (rc == CKPT_OK && found != n) {
-        for (size_t i = 0; i < size; i++)
-            if (table[i].name && !table[i].seen) {
+        /* the first the index lists */
+        for (size_t i = 0; i < nlisted; i++)
+            if (!table.names[i].seen) {
                 rc = ckpt_err(&f->err, CKPT_ERR_FORMAT, "shard index names '%s' in '%s', which lacks it",
-                              table[i].name, shards[table[i].shard]);
+                              table.names[i].name, shards[table.names[i].shard]);
                 break;
             }
     }
@@ -276,7 +280,8 @@ static int parse_index(ckpt_file *f, const uint8_t *text, size_t len, ckpt_value
     ckpt_map_release(&shard_at);
     ckpt_map_release(&extra);
     free(order);
-    free(table);
+    ckpt_map_release(&table.at);
+    free(table.names);
     free(shards);
     free(dir);
     cJSON_Delete(idx);
