@@ -297,24 +297,29 @@ fi
 # The venvs are made without pip and filled by the interpreter's own pip
 # (pip --python, pip 22.3 or newer): ensurepip would triple the time
 seen=" $("$py_debian" -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null) "
-others=
+others= # VERSION=PATH each
+pvs=
 for p in /root/.pyenv/versions/3.*/bin/python3 $(IFS=:; for d in $PATH; do ls "$d"/python3.[0-9]* 2>/dev/null; done); do
     case $p in *-config | *m) continue ;; esac
     [ -x "$p" ] || continue
     # by the interpreter's own path: pyenv's shims are scripts that run one
-    r=$("$p" -c 'import os, sys; assert sys.implementation.name == "cpython" and sys.version_info >= (3, 9); print(os.path.realpath(sys.executable))' 2>/dev/null) || continue
+    r=$("$p" -c 'import os, sys; assert sys.implementation.name == "cpython" and sys.version_info >= (3, 9); print(os.path.realpath(sys.executable), "%d.%d.%d" % sys.version_info[:3])' 2>/dev/null) || continue
+    pv=${r##* }
+    r=${r% *}
     case $seen in *" $r "*) continue ;; esac
     seen="$seen$r "
-    others="$others $p"
+    others="$others $pv=$p"
+    pvs="$pvs$pv
+"
 done
 [ -n "$others" ] || note "no other CPython >= 3.9 on this machine"
 # the whole suite under the oldest and the newest of them, where the
 # language and numpy change; test_api.py under those between
-pvs=$(for p in $others; do "$p" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'; done | sort -V)
-oldest=$(echo "$pvs" | head -n 1)
-newest=$(echo "$pvs" | tail -n 1)
-for p in $others; do
-    pv=$("$p" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
+oldest=$(printf '%s' "$pvs" | sort -V | head -n 1)
+newest=$(printf '%s' "$pvs" | sort -V | tail -n 1)
+for e in $others; do
+    pv=${e%%=*}
+    p=${e#*=}
     say "Python $pv ($p): a numpy-only venv (no torch), pip install of the wheel (numpy) and pytest"
     t0=$(date +%s)
     v=$tmp/venv-$pv
