@@ -147,10 +147,14 @@ if has threads; then
         "models/mnist_conv_autoencoder.json tests/data/fmnist_ae.pth"; do
         set -- $m
         for b in 8 256; do
+            # a steady state's times (bench_threads.py's warm-up): 2000 forwards
+            # at batch 8 (tens of microseconds each), 300 at 256
+            runs=2000
+            [ $b = 8 ] || runs=300
             for t in 1 2 4 8 16; do
                 d=/tmp/ckpt-threads-$t
                 mkdir -p $d
-                "$kit/bin/bench_forward" --threads $t --dump $d "$1" "$2" $b 200 cpu |
+                "$kit/bin/bench_forward" --threads $t --warmup-ms 300 --dump $d "$1" "$2" $b $runs cpu |
                     sed -n 's/.*"model": "\([^"]*\)".*"batch": \([0-9]*\).*"median_ms": \([0-9.]*\).*/\1 batch \2: '$t' threads \3 ms/p'
                 for f in $d/output.*; do
                     cmp -s "$f" /tmp/ckpt-threads-1/"${f##*/}" ||
