@@ -12,6 +12,8 @@
 # wheel, pip install --target with python3 (torch's venv): its own CUDA module,
 # cuBLAS and cuDNN found in torch's NVIDIA pip packages), threads (the CPU
 # backend on 1, 2, 4, 8 and 16 threads: the same bits, and the time of each),
+# pairs (1 thread against 2 on one core's two hardware threads and on two
+# cores, taskset),
 # bench (bench_device.py: GPU and many-core rows), memcheck (compute-sanitizer over
 # check_runtime_cuda).
 # Every step writes its log to $OUT (seven files at most: a lease brings back
@@ -19,7 +21,7 @@
 # every answer it can.
 set -u
 kit=${1:-.dev}
-steps=${2:-tests,portable,wheel,threads,bench,memcheck}
+steps=${2:-tests,portable,wheel,threads,pairs,bench,memcheck}
 out=${OUT:-/tmp/device-out}
 mkdir -p "$out"
 top=$(pwd)
@@ -159,6 +161,40 @@ if has threads; then
                 for f in $d/output.*; do
                     cmp -s "$f" /tmp/ckpt-threads-1/"${f##*/}" ||
                         echo "  DIFFERENT BITS: $f on $t threads"
+                done
+            done
+        done
+    done 2>&1 | tee -a "$out/summary.txt"
+fi
+
+if has pairs; then
+    say "1 -> 2 threads on one core's two hardware threads and on two cores"
+    # the machine's topology: which logical CPUs share a core
+    lscpu | grep -E '^(Thread|Core|Socket|Model name)' | tee -a "$out/summary.txt"
+    sib=$(cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list)
+    echo "cpu0's core: CPUs $sib" | tee -a "$out/summary.txt"
+    # a CPU of another core than cpu0's: the first not in its siblings' list
+    other=$(for c in /sys/devices/system/cpu/cpu[0-9]*; do
+        n=${c##*cpu}
+        case ",$(sed 's/-/,/' "$c/topology/thread_siblings_list")," in
+        *",0,"*) ;;
+        *) echo "$n"; break ;;
+        esac
+    done)
+    same=$(sed 's/-/,/' /sys/devices/system/cpu/cpu0/topology/thread_siblings_list)
+    for m in "models/mnist_mlp.json tests/data/fmnist_mlp.pth" \
+        "models/mnist_conv_autoencoder.json tests/data/fmnist_ae.pth"; do
+        set -- $m
+        for b in 8 256; do
+            runs=2000
+            [ $b = 8 ] || runs=300
+            # three rounds, the placements alternating
+            for r in 1 2 3; do
+                for p in "1 0" "2 0,$other" "2 $same"; do
+                    set -- $m $p
+                    printf '%s batch %s round %s: %s threads on CPUs %s: ' "${1##*/}" $b $r $3 $4
+                    taskset -c $4 "$kit/bin/bench_forward" --threads $3 --warmup-ms 300 "$1" "$2" $b $runs cpu |
+                        sed -n 's/.*"median_ms": \([0-9.]*\).*/\1 ms/p'
                 done
             done
         done
