@@ -515,12 +515,21 @@ static int cpu_alloc(ckpt_backend *b, size_t n, float **out)
     return *out ? CKPT_OK : nomem(b);
 }
 
+/* The entries of the transposed weights' cache ever filled (in order,
+ * from 0): the own kernel fills none, and scanning all 64 at every buffer
+ * released took 0.6% of the MNIST MLP's forward at batch 8 (perf; 0.15%
+ * since), on the thread that runs alone between the products */
+static size_t wt_used(const cpu_impl *c)
+{
+    return c->wt_next < WT_CACHE ? c->wt_next : WT_CACHE;
+}
+
 /* Forget the transposed and packed copies made of buffer P's N floats: it
  * is being released or written. */
 static void forget_copies(cpu_impl *c, const float *p, size_t n)
 {
     uintptr_t lo = (uintptr_t)p, hi = lo + n * sizeof(float);
-    for (size_t i = 0; i < WT_CACHE; i++)
+    for (size_t i = 0; i < wt_used(c); i++)
         if (c->wt[i].w && (uintptr_t)c->wt[i].w >= lo && (uintptr_t)c->wt[i].w < hi) {
             free(c->wt[i].wt);
             c->wt[i].wt = NULL;
@@ -954,7 +963,7 @@ static int gemm_w(ckpt_backend *b, int trans_w, int64_t m, int64_t n, int64_t k,
 static const float *transposed_weight(ckpt_backend *b, const float *w, int64_t in, int64_t out)
 {
     cpu_impl *c = b->impl;
-    for (size_t i = 0; i < WT_CACHE; i++)
+    for (size_t i = 0; i < wt_used(c); i++)
         if (c->wt[i].w == w && c->wt[i].in == in && c->wt[i].out == out && c->wt[i].wt)
             return c->wt[i].wt;
     float *wt = malloc((size_t)(in * out > 0 ? in * out : 1) * sizeof(float));
