@@ -206,6 +206,8 @@ typedef struct cpu_impl {
     /* the depth blocks' sums of a product cut along its depth */
     float *kparts;
     size_t kparts_n;
+    /* the last product's job as the workers read it (job_kept) */
+    _Alignas(64) unsigned char kept[256];
 } cpu_impl;
 
 static void buf_free(float *p);
@@ -891,6 +893,21 @@ static int gemm_run_blocks(ckpt_backend *b, gemm_job *j, int64_t tasks, int64_t 
     return CKPT_OK;
 }
 
+/* JOB's SIZE bytes where the workers are to read them: the backend's copy,
+ * written only when they differ from the last job's.  A model's forward
+ * runs the same products every time, and a job written afresh on the
+ * caller's stack had each worker fetch its lines from the caller's core
+ * before its first task: the MNIST MLP's forward at batch 8 on 2 threads,
+ * alternated in one binary, 0.1-0.25 us faster with the job kept. */
+static void *job_kept(cpu_impl *c, const void *job, size_t size)
+{
+    if (size > sizeof c->kept)
+        return (void *)job;
+    if (memcmp(c->kept, job, size))
+        memcpy(c->kept, job, size);
+    return c->kept;
+}
+
 /* CALL on the own kernel, on the backend's threads. */
 static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
 {
@@ -898,7 +915,10 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
     int rc = gemm_scratch_ready(b);
     if (rc != CKPT_OK)
         return rc;
-    gemm_job j = {.c = c, .call = *call};
+    gemm_job j;
+    memset(&j, 0, sizeof j); /* (padding too: job_kept compares the bytes) */
+    j.c = c;
+    j.call = *call;
     int alone = !c->grain && (double)call->m * (double)call->n * (double)call->k < GEMM_ALONE;
     int64_t tasks = cpu_gemm_plan(c->gk, &j.call, alone ? 1 : c->thr.n);
     /* (one side is raw, the other a weight or an image's B; or both, in
@@ -939,9 +959,9 @@ static int gemm_run(ckpt_backend *b, const cpu_gemm_call *call)
     if (alone)
         gemm_part(&j, 0, tasks);
     else if (chunks)
-        par_chunks(c, tasks, chunks, gemm_part, &j);
+        par_chunks(c, tasks, chunks, gemm_part, job_kept(c, &j, sizeof j));
     else
-        par_for(c, tasks, 1, gemm_part, &j);
+        par_for(c, tasks, 1, gemm_part, job_kept(c, &j, sizeof j));
     return CKPT_OK;
 }
 
