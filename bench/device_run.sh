@@ -10,7 +10,9 @@
 # case of tests/data/ops verified on cuda:0 against torch's outputs), portable
 # (the portable folder's own CUDA module found and used), wheel (the release's
 # wheel, pip install --target with python3 (torch's venv): its own CUDA module,
-# cuBLAS and cuDNN found in torch's NVIDIA pip packages), threads (the CPU
+# cuBLAS and cuDNN found in torch's NVIDIA pip packages), pipcuda (the same
+# wheel with the system's cuBLAS and cuDNN hidden: only the pip packages'
+# are there to find), threads (the CPU
 # backend on 1, 2, 4, 8 and 16 threads: the same bits, and the time of each),
 # pairs (1 thread against 2 on one core's two hardware threads and on two
 # cores, taskset),
@@ -21,7 +23,7 @@
 # every answer it can.
 set -u
 kit=${1:-.dev}
-steps=${2:-tests,portable,wheel,threads,pairs,bench,memcheck}
+steps=${2:-tests,portable,wheel,pipcuda,threads,pairs,bench,memcheck}
 out=${OUT:-/tmp/device-out}
 mkdir -p "$out"
 top=$(pwd)
@@ -140,6 +142,36 @@ if has wheel; then
     else
         echo "wheel: no ckpt_toolkit-*.whl in $kit (make wheel-portable, then bench/device_kit.sh)" |
             tee -a "$out/summary.txt"
+    fi
+fi
+
+if has pipcuda; then
+    say "the wheel on a machine whose loader path has no cuBLAS or cuDNN: torch's pip packages"
+    # the system's copies hidden in a mount namespace of this command alone
+    # (each bound over by an empty file: dlopen of it fails), so that the
+    # module's search of torch's site-packages is what finds them
+    set -- "$kit"/ckpt_toolkit-*.whl
+    site=/tmp/ckpt-wheel-site
+    if [ -f "$1" ] && command -v unshare >/dev/null; then (
+        unset LD_LIBRARY_PATH CKPT_CUDA_MODULE CKPT_CUDNN
+        rm -rf "$site"
+        python3 -m pip install -q --no-deps --no-index --target "$site" "$1" || exit 1
+        unshare -m sh -c '
+            for f in $(ldconfig -p | grep -E "lib(cublas|cublasLt|cudnn)[a-z_]*\.so" | awk "{print \$NF}") \
+                /usr/local/cuda/targets/x86_64-linux/lib/libcublas*.so* /usr/local/cuda/lib64/libcublas*.so*; do
+                [ -e "$f" ] && mount --bind /dev/null "$(readlink -f "$f")" 2>/dev/null
+            done
+            echo "hidden: $(mount | grep -c " on /.*lib.*\(cublas\|cudnn\)") files"
+            PYTHONPATH=$0 LD_DEBUG=libs LD_DEBUG_OUTPUT=/tmp/ckpt-pip-ld "$0/bin/ckpt" verify --device cuda \
+                --model models/mnist_conv_autoencoder.json --reference tests/data/fmnist_ae.ref.pth \
+                tests/data/fmnist_ae.pth 2>&1 | grep -E "^(device|note|result)"
+            echo "wheel verify of the autoencoder, system cuBLAS and cuDNN hidden: rc=$?"
+        ' "$site"
+        grep -h -o 'calling init: [^ ]*lib\(cublas\|cublasLt\|cudnn\)\.so[.0-9]*' /tmp/ckpt-pip-ld.* |
+            sed 's/calling init: /  loaded /' | sort -u
+    ) 2>&1 | tee -a "$out/summary.txt" | tail -12
+    else
+        echo "pipcuda: no wheel in $kit or no unshare" | tee -a "$out/summary.txt"
     fi
 fi
 
