@@ -175,25 +175,29 @@ if has pipcuda; then
     fi
 fi
 
-if has threads; then
-    say "the CPU backend on 1 to 16 threads: the same bits, and the time of each"
+# The MNIST MLP and autoencoder at batch 8 and 256 for the CPU steps, a line
+# "SPEC CKPT BATCH RUNS" each: a steady state's times (bench_threads.py's
+# warm-up), 2000 forwards at batch 8 (tens of microseconds each), 300 at 256
+small_lines() {
     for m in "models/mnist_mlp.json tests/data/fmnist_mlp.pth" \
         "models/mnist_conv_autoencoder.json tests/data/fmnist_ae.pth"; do
-        set -- $m
-        for b in 8 256; do
-            # a steady state's times (bench_threads.py's warm-up): 2000 forwards
-            # at batch 8 (tens of microseconds each), 300 at 256
-            runs=2000
-            [ $b = 8 ] || runs=300
-            for t in 1 2 4 8 16; do
-                d=/tmp/ckpt-threads-$t
-                mkdir -p $d
-                "$kit/bin/bench_forward" --threads $t --warmup-ms 300 --dump $d "$1" "$2" $b $runs cpu |
-                    sed -n 's/.*"model": "\([^"]*\)".*"batch": \([0-9]*\).*"median_ms": \([0-9.]*\).*/\1 batch \2: '$t' threads \3 ms/p'
-                for f in $d/output.*; do
-                    cmp -s "$f" /tmp/ckpt-threads-1/"${f##*/}" ||
-                        echo "  DIFFERENT BITS: $f on $t threads"
-                done
+        echo "$m 8 2000"
+        echo "$m 256 300"
+    done
+}
+
+if has threads; then
+    say "the CPU backend on 1 to 16 threads: the same bits, and the time of each"
+    small_lines | while read -r spec ck b runs; do
+        for t in 1 2 4 8 16; do
+            d=/tmp/ckpt-threads-$t
+            mkdir -p $d
+            "$kit/bin/bench_forward" --threads $t --warmup-ms 300 --dump $d "$spec" "$ck" $b $runs \
+                cpu </dev/null |
+                sed -n 's/.*"model": "\([^"]*\)".*"batch": \([0-9]*\).*"median_ms": \([0-9.]*\).*/\1 batch \2: '$t' threads \3 ms/p'
+            for f in $d/output.*; do
+                cmp -s "$f" /tmp/ckpt-threads-1/"${f##*/}" ||
+                    echo "  DIFFERENT BITS: $f on $t threads"
             done
         done
     done 2>&1 | tee -a "$out/summary.txt"
@@ -214,20 +218,14 @@ if has pairs; then
         esac
     done)
     same=$(sed 's/-/,/' /sys/devices/system/cpu/cpu0/topology/thread_siblings_list)
-    for m in "models/mnist_mlp.json tests/data/fmnist_mlp.pth" \
-        "models/mnist_conv_autoencoder.json tests/data/fmnist_ae.pth"; do
-        set -- $m
-        for b in 8 256; do
-            runs=2000
-            [ $b = 8 ] || runs=300
-            # three rounds, the placements alternating
-            for r in 1 2 3; do
-                for p in "1 0" "2 0,$other" "2 $same"; do
-                    set -- $m $p
-                    printf '%s batch %s round %s: %s threads on CPUs %s: ' "${1##*/}" $b $r $3 $4
-                    taskset -c $4 "$kit/bin/bench_forward" --threads $3 --warmup-ms 300 "$1" "$2" $b $runs cpu |
-                        sed -n 's/.*"median_ms": \([0-9.]*\).*/\1 ms/p'
-                done
+    small_lines | while read -r spec ck b runs; do
+        # three rounds, the placements alternating
+        for r in 1 2 3; do
+            for p in "1 0" "2 0,$other" "2 $same"; do
+                set -- $p
+                printf '%s batch %s round %s: %s threads on CPUs %s: ' "${spec##*/}" $b $r $1 $2
+                taskset -c $2 "$kit/bin/bench_forward" --threads $1 --warmup-ms 300 "$spec" "$ck" \
+                    $b $runs cpu </dev/null | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1 ms/p'
             done
         done
     done 2>&1 | tee -a "$out/summary.txt"
