@@ -162,10 +162,13 @@ if has pipcuda; then
                 [ -e "$f" ] && mount --bind /dev/null "$(readlink -f "$f")" 2>/dev/null
             done
             echo "hidden: $(mount | grep -c " on /.*lib.*\(cublas\|cudnn\)") files"
+            # (its status, not a pipe'"'"'s: sh has no PIPESTATUS)
             PYTHONPATH=$0 LD_DEBUG=libs LD_DEBUG_OUTPUT=/tmp/ckpt-pip-ld "$0/bin/ckpt" verify --device cuda \
                 --model models/mnist_conv_autoencoder.json --reference tests/data/fmnist_ae.ref.pth \
-                tests/data/fmnist_ae.pth 2>&1 | grep -E "^(device|note|result)"
-            echo "wheel verify of the autoencoder, system cuBLAS and cuDNN hidden: rc=$?"
+                tests/data/fmnist_ae.pth >/tmp/ckpt-pip-verify.txt 2>&1
+            rc=$?
+            grep -E "^(device|note|result)" /tmp/ckpt-pip-verify.txt
+            echo "wheel verify of the autoencoder, system cuBLAS and cuDNN hidden: rc=$rc"
         ' "$site"
         grep -h -o 'calling init: [^ ]*lib\(cublas\|cublasLt\|cudnn\)\.so[.0-9]*' /tmp/ckpt-pip-ld.* |
             sed 's/calling init: /  loaded /' | sort -u
@@ -207,8 +210,9 @@ if has pairs; then
     say "1 -> 2 threads on one core's two hardware threads and on two cores"
     # the machine's topology: which logical CPUs share a core
     lscpu | grep -E '^(Thread|Core|Socket|Model name)' | tee -a "$out/summary.txt"
-    sib=$(cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list)
-    echo "cpu0's core: CPUs $sib" | tee -a "$out/summary.txt"
+    # (a range "0-1" as the list "0,1" taskset and the test below read)
+    same=$(sed 's/-/,/' /sys/devices/system/cpu/cpu0/topology/thread_siblings_list)
+    echo "cpu0's core: CPUs $same" | tee -a "$out/summary.txt"
     # a CPU of another core than cpu0's: the first not in its siblings' list
     other=$(for c in /sys/devices/system/cpu/cpu[0-9]*; do
         n=${c##*cpu}
@@ -217,7 +221,6 @@ if has pairs; then
         *) echo "$n"; break ;;
         esac
     done)
-    same=$(sed 's/-/,/' /sys/devices/system/cpu/cpu0/topology/thread_siblings_list)
     small_lines | while read -r spec ck b runs; do
         # three rounds, the placements alternating
         for r in 1 2 3; do
