@@ -268,7 +268,8 @@ def main():
         "met" if all(met) else "MISSED", sum(met), len(met), GOAL))
     text.append("With the CPUs near (the rounds not marked †): %d of %d lines at >= %.1fx%s." % (
         near_met, len(met) - near_none, GOAL,
-        " (%d lines had no such round)" % near_none if near_none else ""))
+        " (%d line%s had no such round)" % (near_none, "" if near_none == 1 else "s")
+        if near_none else ""))
     text.append("")
     bm.write_section(a.results, SECTION, "\n".join(text))
     print("wrote %s" % os.path.relpath(a.results, ROOT))
