@@ -52,7 +52,8 @@ GOAL = 1.8
 # host, as the cores' round trip did (85-145 ns).
 ROUNDS = 5
 # A round trip above this (ns) marks a round "far" in the table: the
-# vCPUs measured 85-145 ns apart on most days and 430-470 ns on others
+# vCPUs measured 85-145 ns apart in the sessions before, 60-120 ns and
+# 360-460 ns in the one that added the probe, minute by minute
 FAR_NS = 250
 # per model: label, spec, checkpoint (None: made by GEN_CHILD from cls and
 # kwargs), batches, timed forwards per child at each batch, warm-up forwards
@@ -162,16 +163,14 @@ def main():
                 rounds = a.rounds or model.get("rounds", ROUNDS)
                 for r in range(rounds):
                     for t in ((1, tt) if r % 2 == 0 else (tt, 1)):
-                        if t == tt:
-                            before = round_trip(a, tmp)
+                        before = round_trip(a, tmp) if t == tt else None
                         x = bv.measure(argv(a, model, batch, t, runs, model["warmup"]), tmp,
                                        "bench_forward %s batch %d, %d threads"
                                        % (model["label"], batch, t))
-                        if t == tt:
-                            trips.append((before, round_trip(a, tmp)))
                         loads.append(x["loadavg"])
                         row_loads.append(x["loadavg"])
                         if t == tt:
+                            trips.append((before, round_trip(a, tmp)))
                             desc = x.get("description", desc)
                         res[t].append(x)
                         print("  %s batch %d round %d, %d thread%s: median %.3f ms (load %.2f%s)"
@@ -207,11 +206,10 @@ def main():
         met.append(ok)
         trips = [x for tr in r["trips"] for x in tr]
         close = [i for i, tr in enumerate(r["trips"]) if near(tr)]
-        if close:
-            near_met += (statistics.median(r["med1"][i] for i in close) /
-                         statistics.median(r["med2"][i] for i in close)) >= GOAL
-        else:
-            near_none += 1
+        near_s = (statistics.median(r["med1"][i] for i in close) /
+                  statistics.median(r["med2"][i] for i in close)) if close else None
+        near_met += near_s is not None and near_s >= GOAL
+        near_none += near_s is None
         table.append("| %s | %d | %s (%s-%s) | %s | %s (%s-%s) | %s | %.2fx %s | %s "
                      "| %.0f-%.0f ns | %s | %.2fx | %d / %d MiB | %.2f-%.2f |" % (
                          r["label"], r["batch"], ms(r["med"][1]), ms(r["range"][1][0]),
@@ -221,9 +219,7 @@ def main():
                          " ".join("%.2f%s" % (x, "" if near(tr) else "†")
                                   for x, tr in zip(r["ratios"], r["trips"])),
                          min(trips), max(trips),
-                         "%.2fx (%d)" % (statistics.median(r["med1"][i] for i in close) /
-                                         statistics.median(r["med2"][i] for i in close),
-                                         len(close)) if close else "none",
+                         "%.2fx (%d)" % (near_s, len(close)) if close else "none",
                          r["best"][1] / r["best"][tt], r["rss"][1] // 1024,
                          r["rss"][tt] // 1024, r["load"][0], r["load"][1]))
     print("\n".join(table))

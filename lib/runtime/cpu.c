@@ -1284,8 +1284,9 @@ static void conv_img_part(void *arg, int64_t lo, int64_t hi)
 
 /* conv2d on the own kernel: per image, B packed once (in parallel, from
  * the input), then the product with the weight packed at its first use,
- * the bias, residual and ReLU done in the stores; small convs image by
- * image on each thread. */
+ * the bias, residual and ReLU done in the stores; image by image on the
+ * threads when small (CONV_ALONE) or when the batch divides among them
+ * (CONV_IMG_FLOATS). */
 static int conv2d_packed(ckpt_backend *b, const float *x, const float *w, const float *bias,
                          const float *res, int relu, float *y, const ckpt_conv_geom *g)
 {
