@@ -51,8 +51,7 @@ static void *partner(void *arg)
     (void)arg;
     pin(cpu_of[1]);
     for (long want = 1;; want += 2) {
-        long v;
-        while ((v = atomic_load_explicit(&ball, memory_order_acquire)) != want)
+        while (atomic_load_explicit(&ball, memory_order_acquire) != want)
             if (atomic_load_explicit(&stop, memory_order_relaxed))
                 return NULL;
         atomic_store_explicit(&ball, want + 1, memory_order_release);
@@ -106,15 +105,10 @@ int main(int argc, char **argv)
     }
     atomic_store(&stop, 1);
     pthread_join(th, NULL);
-    double lo = per[0], hi = per[0];
-    for (int i = 1; i < n; i++) {
-        lo = per[i] < lo ? per[i] : lo;
-        hi = per[i] > hi ? per[i] : hi;
-    }
     qsort(per, (size_t)n, sizeof *per, cmp_double);
     printf("{\"cpus\": [%d, %d], \"round_trip_ns\": %.1f, \"min_ns\": %.1f, \"max_ns\": %.1f, "
            "\"batches\": %d}\n",
-           cpu_of[0], cpu_of[1], n % 2 ? per[n / 2] : (per[n / 2 - 1] + per[n / 2]) / 2, lo, hi,
-           n);
+           cpu_of[0], cpu_of[1], n % 2 ? per[n / 2] : (per[n / 2 - 1] + per[n / 2]) / 2, per[0],
+           per[n - 1], n);
     return 0;
 }
