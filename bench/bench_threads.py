@@ -131,6 +131,13 @@ def rounds_by_count(keys):
     return sorted(out.items(), reverse=True)
 
 
+def ms(v):
+    # (the MLP at batch 8 takes ~0.010 ms: at 3 decimals its rounds looked
+    # alike, 9.9 us and 10.4 us both "0.010 ms")
+    return ("%.4f ms" % v if v < 0.1 else "%.3f ms" % v if v < 1 else
+            "%.2f ms" % v if v < 100 else "%.0f ms" % v)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="mlp,ae,ssd300,resnet50,crnn")
@@ -173,8 +180,8 @@ def main():
                             trips.append((before, round_trip(a, tmp)))
                             desc = x.get("description", desc)
                         res[t].append(x)
-                        print("  %s batch %d round %d, %d thread%s: median %.3f ms (load %.2f%s)"
-                              % (key, batch, r + 1, t, "" if t == 1 else "s", x["median_ms"],
+                        print("  %s batch %d round %d, %d thread%s: median %s (load %.2f%s)"
+                              % (key, batch, r + 1, t, "" if t == 1 else "s", ms(x["median_ms"]),
                                  x["loadavg"], "" if t == 1 else
                                  ", CPUs %.0f / %.0f ns apart" % trips[-1]), flush=True)
                 med = {t: statistics.median(x["median_ms"] for x in v) for t, v in res.items()}
@@ -190,12 +197,6 @@ def main():
                              "trips": trips, "med1": [x["median_ms"] for x in res[1]],
                              "med2": [x["median_ms"] for x in res[tt]]})
     elapsed = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
-
-    def ms(v):
-        # (the MLP at batch 8 takes ~0.010 ms: at 3 decimals its rounds
-        # looked alike, 9.9 us and 10.4 us both "0.010 ms")
-        return ("%.4f ms" % v if v < 0.1 else "%.3f ms" % v if v < 1 else
-                "%.2f ms" % v if v < 100 else "%.0f ms" % v)
 
     def times(s):
         # a speed-up that rounds to the goal but misses it gets a third
