@@ -184,18 +184,14 @@ def main():
                               % (key, batch, r + 1, t, "" if t == 1 else "s", ms(x["median_ms"]),
                                  x["loadavg"], "" if t == 1 else
                                  ", CPUs %.0f / %.0f ns apart" % trips[-1]), flush=True)
-                med = {t: statistics.median(x["median_ms"] for x in v) for t, v in res.items()}
-                best = {t: min(x["min_ms"] for x in v) for t, v in res.items()}
-                rows.append({"label": model["label"], "batch": batch, "med": med, "best": best,
-                             "range": {t: (min(x["median_ms"] for x in v),
-                                           max(x["median_ms"] for x in v))
-                                       for t, v in res.items()},
+                # each round's median per thread count; the rest is worked
+                # out from them where the table is made
+                rows.append({"label": model["label"], "batch": batch,
+                             "meds": {t: [x["median_ms"] for x in v] for t, v in res.items()},
+                             "best": {t: min(x["min_ms"] for x in v) for t, v in res.items()},
                              "rss": {t: max(x["rss_kib"] for x in v) for t, v in res.items()},
-                             "ratios": [res[1][i]["median_ms"] / res[tt][i]["median_ms"]
-                                        for i in range(rounds)],
                              "nout": nout, "load": (min(row_loads), max(row_loads)),
-                             "trips": trips, "med1": [x["median_ms"] for x in res[1]],
-                             "med2": [x["median_ms"] for x in res[tt]]})
+                             "trips": trips})
     elapsed = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
 
     def times(s):
@@ -210,24 +206,27 @@ def main():
              "|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---|"]
     met, near_met, near_none = [], 0, 0
     for r in rows:
-        s = r["med"][1] / r["med"][tt]
+        meds = r["meds"]
+        med = {t: statistics.median(v) for t, v in meds.items()}
+        ratios = [one / many for one, many in zip(meds[1], meds[tt])]
+        s = med[1] / med[tt]
         ok = s >= GOAL
         met.append(ok)
         trips = [x for tr in r["trips"] for x in tr]
         close = [i for i, tr in enumerate(r["trips"]) if near(tr)]
-        near_s = (statistics.median(r["med1"][i] for i in close) /
-                  statistics.median(r["med2"][i] for i in close)) if close else None
+        near_s = (statistics.median(meds[1][i] for i in close) /
+                  statistics.median(meds[tt][i] for i in close)) if close else None
         near_met += near_s is not None and near_s >= GOAL
         near_none += near_s is None
         table.append("| %s | %d | %s (%s-%s) | %s | %s (%s-%s) | %s | %s %s | %s "
                      "| %.0f-%.0f ns | %s | %s | %d / %d MiB | %.2f-%.2f |" % (
-                         r["label"], r["batch"], ms(r["med"][1]), ms(r["range"][1][0]),
-                         ms(r["range"][1][1]), ms(r["best"][1]), ms(r["med"][tt]),
-                         ms(r["range"][tt][0]), ms(r["range"][tt][1]), ms(r["best"][tt]),
+                         r["label"], r["batch"], ms(med[1]), ms(min(meds[1])),
+                         ms(max(meds[1])), ms(r["best"][1]), ms(med[tt]),
+                         ms(min(meds[tt])), ms(max(meds[tt])), ms(r["best"][tt]),
                          times(s),
                          "met" if ok else "MISSED",
                          " ".join("%.2f%s" % (x, "" if near(tr) else "†")
-                                  for x, tr in zip(r["ratios"], r["trips"])),
+                                  for x, tr in zip(ratios, r["trips"])),
                          min(trips), max(trips),
                          "%s (%d)" % (times(near_s), len(close)) if close else "none",
                          times(r["best"][1] / r["best"][tt]), r["rss"][1] // 1024,
